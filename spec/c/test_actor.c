@@ -1,0 +1,276 @@
+/* Actors and pids: spawn, exit, self, yield, sleep, spawn_on, stale pids, stop. */
+#include "test.h"
+
+#include <errno.h>
+
+static void noop(void *arg) { (void)arg; }
+
+/* ---- spawn, run, exit ---- */
+
+static void count_and_exit(void *arg) { (*(int *)arg)++; }
+
+static void main_spawn_many(void *arg)
+{
+  (void)arg;
+  int ran = 0;
+  for (int i = 0; i < 1000; i++)
+    CHECK_EQ(smarm_spawn(count_and_exit, &ran, NULL, NULL), 0);
+  CHECK_EQ(ran, 0); /* spawned actors run only when the spawner lets them */
+  smarm_yield();
+  CHECK_EQ(ran, 1000);
+  smarm_stats_t st;
+  CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  CHECK_EQ(st.live, 1);
+  CHECK_EQ(st.spawned, 1001);
+}
+
+TEST(spawn_runs_and_exits) { RUN(1, main_spawn_many, NULL); }
+
+static void exit_from_nested(void *arg)
+{
+  int *state = arg;
+  *state = 1;
+  smarm_exit();
+  *state = 2; /* never reached */
+}
+
+static void main_exit(void *arg)
+{
+  (void)arg;
+  int state = 0;
+  smarm_pid_t pid;
+  CHECK_EQ(smarm_spawn(exit_from_nested, &state, NULL, &pid), 0);
+  smarm_yield();
+  CHECK_EQ(state, 1);
+  CHECK_EQ(test_send_u64(pid, 1), -ESRCH);
+}
+
+TEST(exit_ends_the_actor_at_once) { RUN(1, main_exit, NULL); }
+
+/* ---- pids ---- */
+
+static void record_self(void *arg) { *(smarm_pid_t *)arg = smarm_self(); }
+
+static void main_pids(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self(), seen = 0, pid = 0;
+  CHECK(me != 0);
+  CHECK_EQ(smarm_pid_sched(me), 0);
+  CHECK_EQ(smarm_spawn(record_self, &seen, NULL, &pid), 0);
+  smarm_yield();
+  CHECK_EQ(seen, pid);
+  CHECK(pid != me);
+  /* The slot of a dead actor is reused with a new generation: the old pid stays dead. */
+  smarm_pid_t stale = pid;
+  for (int i = 0; i < 300; i++) {
+    CHECK_EQ(smarm_spawn(noop, NULL, NULL, &pid), 0);
+    CHECK(pid != stale);
+  }
+  smarm_pid_t waiter = 0;
+  CHECK_EQ(test_send_u64(stale, 7), -ESRCH);
+  (void)waiter;
+  smarm_yield();
+}
+
+TEST(pids_are_unique_and_stale_pids_miss) { RUN(1, main_pids, NULL); }
+
+static void wait_one(void *arg)
+{
+  int64_t *got = arg;
+  *got = test_recv_u64(SMARM_FOREVER);
+}
+
+static void main_stale_reuse(void *arg)
+{
+  (void)arg;
+  /* Fill the free list so the next spawn reuses the dead actor's slot. */
+  smarm_pid_t dead;
+  CHECK_EQ(smarm_spawn(noop, NULL, NULL, &dead), 0);
+  smarm_yield();
+  int64_t got = 0;
+  smarm_pid_t fresh = 0;
+  for (int i = 0; i < 1000 && smarm_pid_slot(fresh) != smarm_pid_slot(dead); i++) {
+    CHECK_EQ(smarm_spawn(wait_one, &got, NULL, &fresh), 0);
+    if (smarm_pid_slot(fresh) != smarm_pid_slot(dead)) {
+      CHECK_EQ(test_send_u64(fresh, 0), 0);
+      smarm_yield();
+    }
+  }
+  CHECK_EQ(smarm_pid_slot(fresh), smarm_pid_slot(dead));
+  CHECK(smarm_pid_gen(fresh) != smarm_pid_gen(dead));
+  CHECK_EQ(test_send_u64(dead, 42), -ESRCH); /* never reaches the new owner of the slot */
+  CHECK_EQ(test_send_u64(fresh, 99), 0);
+  smarm_yield();
+  CHECK_EQ(got, 99);
+}
+
+TEST(stale_pid_never_reaches_reused_slot) { RUN(1, main_stale_reuse, NULL); }
+
+/* ---- yield fairness ---- */
+
+#define FAIR_ACTORS 5
+#define FAIR_ROUNDS 200
+
+typedef struct fair {
+  int order[FAIR_ACTORS * FAIR_ROUNDS];
+  int n;
+} fair_t;
+
+typedef struct fair_arg {
+  fair_t *f;
+  int id;
+} fair_arg_t;
+
+static void fair_actor(void *p)
+{
+  fair_arg_t *a = p;
+  for (int r = 0; r < FAIR_ROUNDS; r++) {
+    a->f->order[a->f->n++] = a->id;
+    smarm_yield();
+  }
+}
+
+static void main_fair(void *arg)
+{
+  (void)arg;
+  static fair_t f;
+  static fair_arg_t args[FAIR_ACTORS];
+  f.n = 0;
+  for (int i = 0; i < FAIR_ACTORS; i++) {
+    args[i] = (fair_arg_t){&f, i};
+    CHECK_EQ(smarm_spawn(fair_actor, &args[i], NULL, NULL), 0);
+  }
+  while (smarm_stats_read(-1, &(smarm_stats_t){0}) == 0 && f.n < FAIR_ACTORS * FAIR_ROUNDS)
+    smarm_yield();
+  /* Round robin: every window of FAIR_ACTORS turns holds each actor exactly once. */
+  for (int i = 0; i + FAIR_ACTORS <= f.n; i += FAIR_ACTORS) {
+    int seen = 0;
+    for (int j = 0; j < FAIR_ACTORS; j++)
+      seen |= 1 << f.order[i + j];
+    CHECK_EQ(seen, (1 << FAIR_ACTORS) - 1);
+  }
+}
+
+TEST(yield_is_round_robin) { RUN(1, main_fair, NULL); }
+
+static void main_yield_alone(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < 100000; i++)
+    smarm_yield();
+  smarm_stats_t st;
+  smarm_stats_read(0, &st);
+  CHECK(st.switches < 10); /* alone, a yield is a decision, not a switch */
+}
+
+TEST(yield_alone_does_not_switch) { RUN(1, main_yield_alone, NULL); }
+
+/* ---- sleep ---- */
+
+static void sleeper(void *arg)
+{
+  int64_t *woke = arg;
+  CHECK_EQ(smarm_sleep(20 * 1000 * 1000), 0);
+  *woke = smarm_now_ns();
+}
+
+static void main_sleep(void *arg)
+{
+  (void)arg;
+  int64_t woke = 0, t0 = smarm_now_ns();
+  CHECK_EQ(smarm_spawn(sleeper, &woke, NULL, NULL), 0);
+  CHECK_EQ(smarm_sleep(60 * 1000 * 1000), 0);
+  CHECK(woke != 0);
+  CHECK(woke - t0 >= 20 * 1000 * 1000);
+  CHECK(smarm_now_ns() - t0 >= 60 * 1000 * 1000);
+  CHECK_EQ(smarm_sleep(0), 0);
+  CHECK_EQ(smarm_sleep(-5), 0);
+}
+
+TEST(sleep_parks_for_at_least_the_time) { RUN(2, main_sleep, NULL); }
+
+static void busy_then_check(void *arg)
+{
+  /* A busy actor that only yields must not starve a sleeper's timer. */
+  volatile int *done = arg;
+  while (!*done)
+    smarm_yield();
+}
+
+static void main_sleep_while_busy(void *arg)
+{
+  (void)arg;
+  volatile int done = 0;
+  CHECK_EQ(smarm_spawn(busy_then_check, (void *)&done, NULL, NULL), 0);
+  int64_t t0 = smarm_now_ns();
+  CHECK_EQ(smarm_sleep(5 * 1000 * 1000), 0);
+  CHECK(smarm_now_ns() - t0 >= 5 * 1000 * 1000);
+  done = 1;
+  smarm_yield();
+}
+
+TEST(timers_fire_while_scheduler_is_busy) { RUN(1, main_sleep_while_busy, NULL); }
+
+/* ---- spawn_on ---- */
+
+static void report_sched(void *arg)
+{
+  smarm_pid_t to = (smarm_pid_t)(uintptr_t)arg;
+  CHECK_EQ(test_send_u64(to, (uint64_t)smarm_sched_index()), 0);
+}
+
+static void main_spawn_on(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self(), pid = 0;
+  CHECK_EQ(smarm_sched_count(), 2);
+  CHECK_EQ(smarm_spawn_on(1, report_sched, (void *)(uintptr_t)me, NULL, &pid), 0);
+  CHECK_EQ(smarm_pid_sched(pid), 1);
+  CHECK_EQ(test_recv_u64(SMARM_FOREVER), 1);
+  CHECK_EQ(smarm_spawn_on(0, report_sched, (void *)(uintptr_t)me, NULL, &pid), 0);
+  CHECK_EQ(smarm_pid_sched(pid), 0);
+  CHECK_EQ(test_recv_u64(SMARM_FOREVER), 0);
+  /* "any" balances: with scheduler 0 holding more live actors, the next goes to 1. */
+  int counts[2] = {0, 0};
+  for (int i = 0; i < 20; i++) {
+    CHECK_EQ(smarm_spawn_on(SMARM_SCHED_ANY, report_sched, (void *)(uintptr_t)me, NULL, &pid), 0);
+    int64_t k = test_recv_u64(SMARM_FOREVER);
+    CHECK_EQ(k, smarm_pid_sched(pid));
+    if (k == 0 || k == 1)
+      counts[k]++;
+  }
+  CHECK(counts[1] > 0);
+  CHECK_EQ(smarm_spawn_on(2, noop, NULL, NULL, NULL), -EINVAL);
+  CHECK_EQ(smarm_spawn_on(-7, noop, NULL, NULL, NULL), -EINVAL);
+  CHECK_EQ(smarm_spawn_on(1, NULL, NULL, NULL, NULL), -EINVAL);
+  smarm_spawn_opts_t huge = {.stack_size = (size_t)1 << 40};
+  CHECK_EQ(smarm_spawn_on(1, noop, NULL, &huge, NULL), -EINVAL);
+  CHECK_EQ(smarm_spawn(noop, NULL, &huge, NULL), -EINVAL);
+}
+
+TEST(spawn_on_places_actors) { RUN(2, main_spawn_on, NULL); }
+
+/* ---- misuse outside the runtime ---- */
+
+TEST(api_outside_an_actor)
+{
+  smarm_msg_t *m = smarm_msg_new(1);
+  smarm_msg_t *out = NULL;
+  CHECK_EQ(smarm_spawn(noop, NULL, NULL, NULL), -EPERM);
+  CHECK_EQ(smarm_spawn_on(0, noop, NULL, NULL, NULL), -EPERM);
+  CHECK_EQ(smarm_send(1, m), -EPERM);
+  CHECK_EQ(smarm_receive(0, &out), -EPERM);
+  CHECK_EQ(smarm_sleep(1), -EPERM);
+  CHECK_EQ(smarm_self(), 0);
+  CHECK_EQ(smarm_sched_index(), -1);
+  CHECK_EQ(smarm_sched_count(), 0);
+  smarm_stats_t st;
+  CHECK_EQ(smarm_stats_read(-1, &st), -EPERM);
+  smarm_yield(); /* no effect */
+  smarm_exit();  /* no effect */
+  smarm_msg_free(m);
+  CHECK_EQ(smarm_run(NULL, NULL, NULL), -EINVAL);
+}
+
+TEST_MAIN()

@@ -1,0 +1,254 @@
+/*
+** smarm_run(): starting the schedulers, stopping them, releasing everything.
+**
+** Start: the calling thread builds the runtime, installs the overflow reporter, starts
+** schedulers 1..N-1 on new threads and becomes scheduler 0, where the main actor runs.
+**
+** Stop: the first smarm_stop() (or the main actor's end) pushes a stop item onto every
+** scheduler's inbox; a scheduler that takes it in stops running actors, returns from
+** sched_loop() and releases its own actors and stacks (it owns them). Scheduler 0 then joins the
+** other threads. Only when every scheduler thread has ended can nobody push any more, so only then
+** does scheduler 0's thread free what is left in the inboxes (messages sent to schedulers that
+** had already stopped).
+*/
+#define _GNU_SOURCE
+#include "runtime.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_STACK_BYTES (256 * 1024)
+#define DEFAULT_MAX_STACKS 16384
+#define DEFAULT_SPIN_NS 50000
+
+/* Set while a runtime runs; read by smarm_stop(), smarm_sched_count() and stats from any thread.
+** Release on publish pairs with the acquire loads. */
+static _Atomic(runtime_t *) runtime_current;
+static _Atomic int runtime_busy;
+
+runtime_t *runtime_get(void) { return atomic_load_explicit(&runtime_current, memory_order_acquire); }
+
+void smarm_config_init(smarm_config_t *cfg)
+{
+  memset(cfg, 0, sizeof *cfg);
+  cfg->spin_ns = -1;
+}
+
+void runtime_request_stop(runtime_t *rt)
+{
+  if (atomic_exchange_explicit(&rt->stop_requested, 1, memory_order_acq_rel))
+    return;
+  for (unsigned k = 0; k < rt->nsched; k++) {
+    smarm_msg_t *m = msg_new(MSG_STOP, 0);
+    SMARM_CHECK(m != NULL, "out of memory stopping the runtime");
+    inbox_push(&rt->scheds[k].inbox, m);
+  }
+}
+
+void smarm_stop(void)
+{
+  runtime_t *rt = runtime_get();
+  if (!rt)
+    return;
+  runtime_request_stop(rt);
+  sched_t *s = sched_tls;
+  if (s && s->current) {
+    /* An actor asked: leave it for good (it is released with the others). */
+    s->stopping = 1;
+    smarm_yield();
+    SMARM_CHECK(0, "a stopped actor was resumed");
+  }
+}
+
+unsigned smarm_sched_count(void)
+{
+  runtime_t *rt = runtime_get();
+  return rt ? rt->nsched : 0;
+}
+
+int smarm_stats_read(int sched, smarm_stats_t *out)
+{
+  runtime_t *rt = runtime_get();
+  if (!rt)
+    return -EPERM;
+  if (!out || sched >= (int)rt->nsched)
+    return -EINVAL;
+  memset(out, 0, sizeof *out);
+  for (unsigned k = 0; k < rt->nsched; k++) {
+    if (sched >= 0 && (unsigned)sched != k)
+      continue;
+    sched_stats_t *st = &rt->scheds[k].stats;
+#define READ(f) out->f += atomic_load_explicit(&st->f, memory_order_relaxed)
+    READ(switches);
+    READ(parks);
+    READ(wakes);
+    READ(remote_sent);
+    READ(stack_saves);
+    READ(spawned);
+    READ(live);
+    READ(stacks);
+#undef READ
+  }
+  return 0;
+}
+
+/* ---- Scheduler threads --------------------------------------------------------------------- */
+
+typedef struct thread_state {
+  void *altstack;
+} thread_state_t;
+
+static void pin_to_cpu(unsigned index)
+{
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu <= 0)
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(index % (unsigned)ncpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+/* Per-thread setup of a scheduler: thread-local pointer, fiber of the thread's own stack,
+** alternate signal stack, user hook. */
+static void thread_enter(sched_t *s, thread_state_t *ts)
+{
+  pthread_attr_t attr;
+  void *lo = NULL;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &lo, &size);
+    pthread_attr_destroy(&attr);
+  }
+  fiber_init_thread(&s->main_fiber, lo, size);
+  sched_tls = s;
+  ts->altstack = NULL;
+  overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
+  if (s->rt->cfg.pin_threads)
+    pin_to_cpu(s->index);
+  if (s->rt->cfg.on_sched_start)
+    s->rt->cfg.on_sched_start(s->index, s->rt->cfg.userdata);
+}
+
+static void thread_leave(sched_t *s, thread_state_t *ts)
+{
+  if (s->rt->cfg.on_sched_stop)
+    s->rt->cfg.on_sched_stop(s->index, s->rt->cfg.userdata);
+  overflow_thread_leave(ts->altstack);
+  sched_tls = NULL;
+}
+
+static void run_scheduler(sched_t *s)
+{
+  sched_loop(s);
+  sched_destroy_actors(s);
+}
+
+static void *scheduler_thread(void *p)
+{
+  sched_t *s = p;
+  thread_state_t ts;
+  thread_enter(s, &ts);
+  run_scheduler(s);
+  thread_leave(s, &ts);
+  return NULL;
+}
+
+static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
+{
+  if (in)
+    *out = *in;
+  else
+    smarm_config_init(out);
+  if (out->schedulers == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    out->schedulers = n > 0 ? (unsigned)n : 1;
+    if (out->schedulers > SMARM_SCHED_MAX)
+      out->schedulers = SMARM_SCHED_MAX;
+  }
+  if (out->schedulers > SMARM_SCHED_MAX)
+    return -EINVAL;
+  if (out->stack_size == 0)
+    out->stack_size = DEFAULT_STACK_BYTES;
+  if (out->stack_size < STACK_MIN_BYTES || out->stack_size > STACK_MAX_BYTES)
+    return -EINVAL;
+  if (out->max_stacks == 0)
+    out->max_stacks = DEFAULT_MAX_STACKS;
+  if (out->spin_ns < 0)
+    out->spin_ns = DEFAULT_SPIN_NS;
+  return 0;
+}
+
+int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
+{
+  if (!main_fn)
+    return -EINVAL;
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&runtime_busy, &expected, 1))
+    return -EBUSY;
+  int rc;
+  runtime_t *rt = calloc(1, sizeof *rt);
+  pthread_t *threads = NULL;
+  if (!rt) {
+    rc = -ENOMEM;
+    goto out_busy;
+  }
+  if ((rc = config_resolve(cfg, &rt->cfg)) < 0)
+    goto out_rt;
+  rt->nsched = rt->cfg.schedulers;
+  rt->scheds = aligned_alloc(SMARM_CACHE_PAD, rt->nsched * sizeof(sched_t));
+  threads = calloc(rt->nsched, sizeof *threads);
+  if (!rt->scheds || !threads) {
+    rc = -ENOMEM;
+    goto out_rt;
+  }
+  for (unsigned k = 0; k < rt->nsched; k++)
+    sched_init(&rt->scheds[k], rt, k);
+
+  cpu_set_t old_affinity;
+  int restore_affinity = rt->cfg.pin_threads &&
+                         pthread_getaffinity_np(pthread_self(), sizeof old_affinity,
+                                                &old_affinity) == 0;
+  overflow_install();
+  atomic_store_explicit(&runtime_current, rt, memory_order_release);
+
+  unsigned started = 1;
+  for (; started < rt->nsched; started++)
+    if (pthread_create(&threads[started], NULL, scheduler_thread, &rt->scheds[started]) != 0)
+      break;
+
+  sched_t *s0 = &rt->scheds[0];
+  thread_state_t ts;
+  thread_enter(s0, &ts);
+  rc = 0;
+  if (started < rt->nsched) {
+    rc = -EAGAIN;
+    runtime_request_stop(rt);
+  } else {
+    rc = sched_spawn_local(s0, main_fn, arg, 0, &rt->main_pid);
+    if (rc < 0)
+      runtime_request_stop(rt);
+  }
+  run_scheduler(s0);
+  thread_leave(s0, &ts);
+  for (unsigned k = 1; k < started; k++)
+    pthread_join(threads[k], NULL);
+  for (unsigned k = 0; k < rt->nsched; k++)
+    sched_drain_and_free(&rt->scheds[k]);
+
+  atomic_store_explicit(&runtime_current, NULL, memory_order_release);
+  overflow_uninstall();
+  if (restore_affinity)
+    pthread_setaffinity_np(pthread_self(), sizeof old_affinity, &old_affinity);
+out_rt:
+  free(threads);
+  free(rt->scheds);
+  free(rt);
+out_busy:
+  atomic_store(&runtime_busy, 0);
+  return rc;
+}

@@ -1,0 +1,37 @@
+/*
+** The runtime: the schedulers of one smarm_run() and what they share.
+**
+** Written once by the thread in smarm_run() before any scheduler thread starts (thread creation
+** publishes it), then read-only except for the atomics below. Only one runtime runs per process
+** at a time (overflow handling and smarm_stop() from foreign threads need to find it).
+*/
+#ifndef SMARM_CORE_RUNTIME_H
+#define SMARM_CORE_RUNTIME_H
+
+#include "sched.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct runtime {
+  unsigned nsched;
+  sched_t *scheds;            /* nsched of them, each 128-byte aligned */
+  smarm_config_t cfg;
+  smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
+  _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
+  _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
+} runtime_t;
+
+/* The running runtime or NULL. */
+runtime_t *runtime_get(void);
+
+/* Sends every scheduler a stop item (once per runtime; any thread). */
+void runtime_request_stop(runtime_t *rt);
+
+/* Per-thread setup and teardown of the overflow reporter (overflow.c). */
+int overflow_install(void);
+void overflow_uninstall(void);
+int overflow_thread_enter(void **altstack_out);
+void overflow_thread_leave(void *altstack);
+
+#endif

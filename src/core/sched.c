@@ -1,0 +1,641 @@
+/*
+** Scheduler: run queue, switching, yield, sleep, parking, spawning and exiting actors.
+**
+** Everything in this file runs on the owning scheduler's thread, on its own stack or on one of its
+** actors' stacks, and touches only that scheduler's state (no atomics, no locks); the one
+** exception is sched_push_remote(), which pushes onto another scheduler's inbox.
+**
+** Invariants:
+**  - s->current is the running actor, NULL while on the scheduler's own stack.
+**  - A RUNNABLE actor is in the run queue exactly once (or is s->handoff, popped but waiting for
+**    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_SPAWN) is in no
+**    queue; its timer is in the heap iff timer.index >= 0.
+**  - A running actor is always the occupant of its stack slot. We switch straight to an actor
+**    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
+**    very stack we would be copying from).
+**  - A dead actor's stack cannot be released while we run on it: exit leaves it in s->zombie and
+**    whoever runs next releases it right after the switch (sched_bury).
+*/
+#define _GNU_SOURCE
+#include "sched.h"
+
+#include "runtime.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+_Thread_local sched_t *sched_tls;
+
+/* Timers are checked at least every this many yields of a busy scheduler (and always when it
+** runs out of work); reading the clock on every yield would cost more than the yield. */
+#define TIMER_CHECK_TICKS 64
+
+int64_t smarm_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- Run queue (owner only: a plain FIFO through actor.run_next) ------------------------- */
+
+static inline void runq_push(sched_t *s, actor_t *a)
+{
+  a->state = ACTOR_RUNNABLE;
+  a->run_next = NULL;
+  if (s->run_tail)
+    s->run_tail->run_next = a;
+  else
+    s->run_head = a;
+  s->run_tail = a;
+}
+
+static inline actor_t *runq_pop(sched_t *s)
+{
+  actor_t *a = s->run_head;
+  if (a) {
+    s->run_head = a->run_next;
+    if (!s->run_head)
+      s->run_tail = NULL;
+  }
+  return a;
+}
+
+/* ---- Actor table and pids ------------------------------------------------------------------ */
+
+static smarm_pid_t make_pid(unsigned sched, uint32_t slot, uint32_t gen)
+{
+  return ((uint64_t)sched << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS)) |
+         ((uint64_t)slot << SMARM_PID_GEN_BITS) | gen;
+}
+
+static int table_alloc(actor_table_t *t, uint32_t *index_out)
+{
+  if (t->free_head) {
+    uint32_t i = t->free_head - 1;
+    t->free_head = t->entries[i].next_free;
+    if (!t->free_head)
+      t->free_tail = 0;
+    *index_out = i;
+    return 0;
+  }
+  if (t->used == t->cap) {
+    uint32_t cap = t->cap ? t->cap * 2 : 256;
+    if (cap > (1u << SMARM_PID_SLOT_BITS))
+      cap = 1u << SMARM_PID_SLOT_BITS;
+    if (cap == t->cap)
+      return -EAGAIN; /* 16M live actors on one scheduler */
+    actor_entry_t *e = realloc(t->entries, cap * sizeof *e);
+    if (!e)
+      return -ENOMEM;
+    t->entries = e;
+    t->cap = cap;
+  }
+  uint32_t i = t->used++;
+  t->entries[i].actor = NULL;
+  t->entries[i].gen = 1;
+  t->entries[i].next_free = 0;
+  *index_out = i;
+  return 0;
+}
+
+/* Frees an entry and advances its generation, so every pid naming the old actor goes stale. */
+static void table_free(actor_table_t *t, uint32_t i)
+{
+  actor_entry_t *e = &t->entries[i];
+  e->actor = NULL;
+  e->gen = (e->gen + 1) & ((1u << SMARM_PID_GEN_BITS) - 1);
+  if (e->gen == 0)
+    e->gen = 1;
+  e->next_free = 0;
+  if (t->free_tail)
+    t->entries[t->free_tail - 1].next_free = i + 1;
+  else
+    t->free_head = i + 1;
+  t->free_tail = i + 1;
+}
+
+actor_t *sched_lookup(sched_t *s, smarm_pid_t pid)
+{
+  uint32_t i = smarm_pid_slot(pid);
+  if (smarm_pid_sched(pid) != s->index || i >= s->table.used)
+    return NULL;
+  actor_entry_t *e = &s->table.entries[i];
+  if (!e->actor || e->gen != smarm_pid_gen(pid))
+    return NULL;
+  return e->actor;
+}
+
+/* ---- Waking, timers, inbox ----------------------------------------------------------------- */
+
+void sched_wake(sched_t *s, actor_t *a)
+{
+  if (a->timer.index >= 0)
+    timer_remove(&s->timers, &a->timer);
+  runq_push(s, a);
+}
+
+static void fire_timers(sched_t *s, int64_t now)
+{
+  deadline_t *t;
+  while ((t = timer_first(&s->timers)) && t->deadline <= now) {
+    actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
+    timer_remove(&s->timers, t);
+    a->timed_out = 1;
+    runq_push(s, a);
+  }
+}
+
+void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
+{
+  if (inbox_push(&target->inbox, m))
+    stat_add(&s->stats.wakes, 1);
+  stat_add(&s->stats.remote_sent, 1);
+}
+
+typedef struct spawn_request {
+  smarm_actor_fn fn;
+  void *arg;
+  size_t stack_size;
+} spawn_request_t;
+
+static void deliver(sched_t *s, smarm_msg_t *m)
+{
+  actor_t *a;
+  switch (m->kind) {
+  case MSG_USER:
+    a = sched_lookup(s, m->to);
+    if (!a) { /* the receiver died after the send: dropped, as documented */
+      free(m);
+      return;
+    }
+    mailbox_append(&a->mailbox, m);
+    if (a->state == ACTOR_WAIT_MSG)
+      sched_wake(s, a);
+    return;
+  case MSG_SPAWN: {
+    spawn_request_t *req = (spawn_request_t *)m->data;
+    smarm_pid_t pid = 0;
+    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, &pid);
+    /* Answer with the same block: it is big enough and the spawner frees it. */
+    smarm_pid_t spawner = m->from;
+    m->kind = MSG_SPAWN_REPLY;
+    m->to = spawner;
+    m->from = 0;
+    int64_t result = rc < 0 ? rc : (int64_t)pid;
+    memcpy(m->data, &result, sizeof result);
+    sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(spawner)], m);
+    return;
+  }
+  case MSG_SPAWN_REPLY:
+    a = sched_lookup(s, m->to);
+    if (a && a->state == ACTOR_WAIT_SPAWN) {
+      memcpy(&a->spawn_result, m->data, sizeof a->spawn_result);
+      sched_wake(s, a);
+    }
+    free(m);
+    return;
+  case MSG_STOP:
+    s->stopping = 1;
+    free(m);
+    return;
+  default:
+    SMARM_CHECK(0, "unknown inbox item");
+  }
+}
+
+void sched_take_inbox(sched_t *s)
+{
+  smarm_msg_t *m = inbox_take_all(&s->inbox);
+  while (m) {
+    smarm_msg_t *next = m->next;
+    deliver(s, m);
+    m = next;
+  }
+}
+
+/* The scheduler's decision points call this: cheap unless there is something to do. */
+static inline void sched_poll(sched_t *s)
+{
+  if (inbox_maybe_nonempty(&s->inbox))
+    sched_take_inbox(s);
+  if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS)) {
+    s->ticks = 0;
+    if (s->timers.count)
+      fire_timers(s, smarm_now_ns());
+  }
+}
+
+/* ---- Switching ----------------------------------------------------------------------------- */
+
+static void actor_entry(void *p);
+
+/* Releases the stack and struct of the actor that exited just before the last switch. */
+static void sched_bury(sched_t *s)
+{
+  actor_t *z = s->zombie;
+  s->zombie = NULL;
+  fiber_destroy(&z->fiber);
+  if (z->slot->occupant == z)
+    z->slot->occupant = NULL;
+  stack_unbind(&s->stacks, z->slot);
+  z->slot = NULL;
+  z->run_next = s->free_actors;
+  s->free_actors = z;
+}
+
+/* Switches from `from` to `to` (NULL: the scheduler's own stack). Returns when `from` runs
+** again. `to` must be the occupant of its slot. */
+static void sched_switch(sched_t *s, actor_t *from, actor_t *to)
+{
+  ctx_t *from_ctx = from ? &from->ctx : &s->main_ctx;
+  fiber_t *from_fiber = from ? &from->fiber : &s->main_fiber;
+  ctx_t *to_ctx = &s->main_ctx;
+  fiber_t *to_fiber = &s->main_fiber;
+  if (to) {
+    SMARM_ASSERT(to->slot->occupant == to);
+    to->state = ACTOR_RUNNING;
+    to_ctx = &to->ctx;
+    to_fiber = &to->fiber;
+  }
+  s->current = to;
+  stat_add(&s->stats.switches, 1);
+  fiber_before_switch(from_fiber, to_fiber, from && from->state == ACTOR_DEAD);
+  smarm_ctx_switch(from_ctx, to_ctx);
+  /* Resumed: we are `from` again, on the same scheduler (actors never migrate). */
+  fiber_after_switch(from_fiber);
+  if (s->zombie)
+    sched_bury(s);
+}
+
+/* Makes a's stack live in its slot, evicting the slot's occupant to the heap (scheduler stack
+** only: the slot may be the stack of the actor that ran last). */
+static void make_resident(sched_t *s, actor_t *a)
+{
+  stack_slot_t *slot = a->slot;
+  if (slot->occupant == a)
+    return;
+  actor_t *o = slot->occupant;
+  if (o) {
+    o->saved = stack_save(slot, o->ctx.sp, &o->saved_len);
+    slot->occupant = NULL;
+    stat_add(&s->stats.stack_saves, 1);
+  }
+  if (a->saved) {
+    stack_restore(slot, a->saved, a->saved_len);
+    a->saved = NULL;
+  } else {
+    ctx_make(&a->ctx, stack_top(slot), actor_entry, a); /* never ran: build its first frame */
+  }
+  slot->occupant = a;
+}
+
+/* Leaves `self`, which is already queued, parked or dead, for the next runnable actor (directly
+** when it is resident, else through the scheduler stack). Returns when self runs again. */
+static void sched_leave(sched_t *s, actor_t *self)
+{
+  actor_t *next = SMARM_UNLIKELY(s->stopping) ? NULL : runq_pop(s);
+  if (next == self) {
+    self->state = ACTOR_RUNNING;
+    return;
+  }
+  if (next && SMARM_UNLIKELY(next->slot->occupant != next)) {
+    s->handoff = next;
+    next = NULL;
+  }
+  sched_switch(s, self, next);
+}
+
+void sched_park(sched_t *s, actor_t *self)
+{
+  if (inbox_maybe_nonempty(&s->inbox))
+    sched_take_inbox(s); /* may make self runnable again */
+  sched_leave(s, self);
+}
+
+/* ---- The scheduler's own stack ------------------------------------------------------------- */
+
+/* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
+** spinning scheduler answers in about a hundred nanoseconds), then park until the next timer. */
+static void sched_idle(sched_t *s)
+{
+  int64_t now = smarm_now_ns();
+  deadline_t *t = timer_first(&s->timers);
+  if (t && t->deadline <= now)
+    return;
+  int64_t spin_end = now + s->spin_ns;
+  if (t && spin_end > t->deadline)
+    spin_end = t->deadline;
+  for (unsigned i = 1; now < spin_end; i++) {
+    if (inbox_maybe_nonempty(&s->inbox))
+      return;
+    if ((i & 63) == 0)
+      now = smarm_now_ns();
+  }
+  int64_t timeout = -1;
+  if (t) {
+    timeout = t->deadline - now;
+    if (timeout <= 0)
+      return;
+  }
+  if (inbox_park(&s->inbox, timeout))
+    stat_add(&s->stats.parks, 1);
+}
+
+void sched_loop(sched_t *s)
+{
+  for (;;) {
+    if (s->zombie)
+      sched_bury(s);
+    if (inbox_maybe_nonempty(&s->inbox))
+      sched_take_inbox(s);
+    if (s->stopping)
+      return;
+    if (s->timers.count) {
+      s->ticks = 0;
+      fire_timers(s, smarm_now_ns());
+    }
+    actor_t *next = s->handoff;
+    if (next)
+      s->handoff = NULL;
+    else
+      next = runq_pop(s);
+    if (next) {
+      make_resident(s, next);
+      sched_switch(s, NULL, next);
+      continue;
+    }
+    sched_idle(s);
+  }
+}
+
+/* ---- Actor life ---------------------------------------------------------------------------- */
+
+static _Noreturn void actor_exit(sched_t *s, actor_t *a)
+{
+  a->state = ACTOR_DEAD;
+  if (a->timer.index >= 0)
+    timer_remove(&s->timers, &a->timer);
+  mailbox_clear(&a->mailbox);
+  table_free(&s->table, smarm_pid_slot(a->pid));
+  stat_add(&s->stats.live, (uint64_t)-1);
+  if (s->index == 0 && a->pid == s->rt->main_pid) { /* main_pid is scheduler 0's */
+    runtime_request_stop(s->rt);
+    s->stopping = 1;
+  }
+  s->zombie = a;
+  sched_leave(s, a);
+  SMARM_CHECK(0, "a dead actor was resumed");
+  abort();
+}
+
+static void actor_entry(void *p)
+{
+  actor_t *a = p;
+  sched_t *s = a->sched;
+  fiber_after_switch(&a->fiber);
+  if (s->zombie)
+    sched_bury(s);
+  a->fn(a->arg);
+  actor_exit(s, a);
+}
+
+int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size,
+                      smarm_pid_t *pid_out)
+{
+  size_t size = stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
+  if (!fn || !size)
+    return -EINVAL;
+  uint32_t index;
+  int rc = table_alloc(&s->table, &index);
+  if (rc < 0)
+    return rc;
+  actor_t *a = s->free_actors;
+  if (a)
+    s->free_actors = a->run_next;
+  else if (!(a = malloc(sizeof *a)))
+    goto nomem;
+  stack_slot_t *slot = stack_bind(&s->stacks, size);
+  if (!slot) {
+    a->run_next = s->free_actors;
+    s->free_actors = a;
+    goto nomem;
+  }
+  a->sched = s;
+  a->pid = make_pid(s->index, index, s->table.entries[index].gen);
+  a->timed_out = 0;
+  a->timer.index = -1;
+  mailbox_init(&a->mailbox);
+  a->slot = slot;
+  a->saved = NULL;
+  a->saved_len = 0;
+  a->fn = fn;
+  a->arg = arg;
+  a->data = NULL;
+  a->spawn_result = 0;
+  fiber_create(&a->fiber, slot->lo, slot->size);
+  atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
+  if (!slot->occupant) { /* nobody's bytes there: build the first frame in place */
+    ctx_make(&a->ctx, stack_top(slot), actor_entry, a);
+    slot->occupant = a;
+  }
+  s->table.entries[index].actor = a;
+  runq_push(s, a);
+  stat_add(&s->stats.spawned, 1);
+  stat_add(&s->stats.live, 1);
+  if (pid_out)
+    *pid_out = a->pid;
+  return 0;
+nomem:
+  table_free(&s->table, index);
+  return -ENOMEM;
+}
+
+/* ---- Public API: the calling actor --------------------------------------------------------- */
+
+static inline actor_t *self_actor(sched_t **s_out)
+{
+  sched_t *s = sched_tls;
+  *s_out = s;
+  return s ? s->current : NULL;
+}
+
+void smarm_yield(void)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return;
+  sched_poll(s);
+  if (!s->run_head && SMARM_LIKELY(!s->stopping))
+    return; /* the scheduler decided: nobody else wants to run */
+  runq_push(s, self);
+  sched_leave(s, self);
+}
+
+int smarm_sleep(int64_t ns)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return -EPERM;
+  if (ns <= 0) {
+    smarm_yield();
+    return 0;
+  }
+  self->timer.deadline = smarm_now_ns() + ns;
+  int rc = timer_add(&s->timers, &self->timer);
+  if (rc < 0)
+    return rc;
+  self->state = ACTOR_SLEEPING;
+  sched_park(s, self);
+  self->timed_out = 0;
+  return 0;
+}
+
+void smarm_exit(void)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (self)
+    actor_exit(s, self);
+}
+
+smarm_pid_t smarm_self(void)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  return self ? self->pid : 0;
+}
+
+void *smarm_actor_data(void)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  return self ? self->data : NULL;
+}
+
+void smarm_actor_set_data(void *data)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (self)
+    self->data = data;
+}
+
+int smarm_sched_index(void) { return sched_tls ? (int)sched_tls->index : -1; }
+
+void *smarm_sched_data(void) { return sched_tls ? sched_tls->data : NULL; }
+
+void smarm_sched_set_data(void *data)
+{
+  if (sched_tls)
+    sched_tls->data = data;
+}
+
+int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                smarm_pid_t *pid_out)
+{
+  sched_t *s;
+  if (!self_actor(&s))
+    return -EPERM;
+  return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, pid_out);
+}
+
+static unsigned pick_any(sched_t *s)
+{
+  runtime_t *rt = s->rt;
+  unsigned start = atomic_fetch_add_explicit(&rt->spawn_rr, 1, memory_order_relaxed) % rt->nsched;
+  unsigned best = start;
+  uint64_t best_live = UINT64_MAX;
+  for (unsigned i = 0; i < rt->nsched; i++) {
+    unsigned k = (start + i) % rt->nsched;
+    uint64_t live = atomic_load_explicit(&rt->scheds[k].stats.live, memory_order_relaxed);
+    if (live < best_live) {
+      best_live = live;
+      best = k;
+    }
+  }
+  return best;
+}
+
+int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                   smarm_pid_t *pid_out)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return -EPERM;
+  size_t stack_size = opts ? opts->stack_size : 0;
+  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)))
+    return -EINVAL;
+  if (sched == SMARM_SCHED_ANY)
+    sched = (int)pick_any(s);
+  if (sched < 0 || (unsigned)sched >= s->rt->nsched)
+    return -EINVAL;
+  if ((unsigned)sched == s->index)
+    return sched_spawn_local(s, fn, arg, stack_size, pid_out);
+  smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
+  if (!m)
+    return -ENOMEM;
+  spawn_request_t req = {fn, arg, stack_size};
+  memcpy(m->data, &req, sizeof req);
+  m->from = self->pid;
+  self->state = ACTOR_WAIT_SPAWN;
+  sched_push_remote(s, &s->rt->scheds[sched], m);
+  sched_park(s, self); /* woken by the MSG_SPAWN_REPLY (see deliver) */
+  if (self->spawn_result < 0)
+    return (int)self->spawn_result;
+  if (pid_out)
+    *pid_out = (smarm_pid_t)self->spawn_result;
+  return 0;
+}
+
+/* ---- Setup and teardown -------------------------------------------------------------------- */
+
+void sched_init(sched_t *s, runtime_t *rt, unsigned index)
+{
+  memset(s, 0, sizeof *s);
+  inbox_init(&s->inbox);
+  s->index = index;
+  s->rt = rt;
+  s->spin_ns = rt->cfg.spin_ns;
+  s->default_stack = rt->cfg.stack_size;
+  timer_heap_init(&s->timers);
+  unsigned budget = rt->cfg.max_stacks / rt->nsched;
+  stack_pool_init(&s->stacks, budget ? budget : 1);
+}
+
+void sched_destroy_actors(sched_t *s)
+{
+  if (s->zombie)
+    sched_bury(s);
+  for (uint32_t i = 0; i < s->table.used; i++) {
+    actor_t *a = s->table.entries[i].actor;
+    if (!a)
+      continue;
+    mailbox_clear(&a->mailbox);
+    free(a->saved);
+    if (a->slot->occupant == a)
+      a->slot->occupant = NULL;
+    stack_unbind(&s->stacks, a->slot);
+    fiber_destroy(&a->fiber);
+    free(a);
+    s->table.entries[i].actor = NULL;
+  }
+  stat_add(&s->stats.live, -atomic_load_explicit(&s->stats.live, memory_order_relaxed));
+  while (s->free_actors) {
+    actor_t *a = s->free_actors;
+    s->free_actors = a->run_next;
+    free(a);
+  }
+  free(s->table.entries);
+  memset(&s->table, 0, sizeof s->table);
+  s->run_head = s->run_tail = s->handoff = NULL;
+  timer_heap_destroy(&s->timers);
+  stack_pool_destroy(&s->stacks);
+}
+
+void sched_drain_and_free(sched_t *s) { msg_free_chain(inbox_take_all(&s->inbox)); }

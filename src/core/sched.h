@@ -1,0 +1,138 @@
+/*
+** Schedulers and the actors they own.
+**
+** One scheduler per thread. A scheduler owns, and alone touches: its run queue, its timers, its
+** stack pool, its actor table and every actor in it. Actors never migrate. Other threads reach a
+** scheduler only through its inbox (inbox.h) and read its statistics (relaxed atomics).
+**
+** Control flow. The thread's own stack runs sched_loop(): it takes in the inbox, fires timers,
+** and switches to the first runnable actor; when none is runnable it spins, then parks. Actors
+** switch to each other directly (one switch per yield), and back to the scheduler's own stack
+** only when nothing is runnable, when the next actor's stack must first be copied into its slot
+** (which cannot be done while running on another actor's stack that may be that slot), or when
+** the runtime stops.
+**
+** The layout of sched_t follows who writes what: the inbox block is written by any thread; the
+** statistics block is written by the owner and read by anyone; everything else is the owner's.
+*/
+#ifndef SMARM_CORE_SCHED_H
+#define SMARM_CORE_SCHED_H
+
+#include "../arch/context.h"
+#include "../smarm.h"
+#include "check.h"
+#include "fiber.h"
+#include "inbox.h"
+#include "mailbox.h"
+#include "stack.h"
+#include "timer.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum actor_state {
+  ACTOR_RUNNING,
+  ACTOR_RUNNABLE,    /* in the run queue */
+  ACTOR_WAIT_MSG,    /* parked in receive (maybe with a timer) */
+  ACTOR_SLEEPING,    /* parked in sleep (with a timer) */
+  ACTOR_WAIT_SPAWN,  /* parked until another scheduler answers a spawn request */
+  ACTOR_DEAD,
+};
+
+typedef struct actor {
+  ctx_t ctx;                  /* saved stack pointer while not running */
+  struct actor *run_next;     /* run queue link; free-list link when dead */
+  struct sched *sched;
+  smarm_pid_t pid;
+  uint8_t state;              /* enum actor_state */
+  uint8_t timed_out;          /* the timer fired while waiting */
+  deadline_t timer;
+  mailbox_t mailbox;
+  stack_slot_t *slot;         /* where this actor's stack lives, always */
+  void *saved;                /* the stack's used bytes while evicted from the slot, else NULL */
+  size_t saved_len;
+  smarm_actor_fn fn;
+  void *arg;
+  void *data;                 /* smarm_actor_data() */
+  int64_t spawn_result;       /* answer to a remote spawn request */
+  fiber_t fiber;
+} actor_t;
+
+/* Actor table: slot index -> actor, with a generation per slot so stale pids miss. */
+typedef struct actor_entry {
+  actor_t *actor;             /* NULL when free */
+  uint32_t gen;
+  uint32_t next_free;         /* free list link (index + 1; 0 ends it) */
+} actor_entry_t;
+
+typedef struct actor_table {
+  actor_entry_t *entries;
+  uint32_t cap, used;         /* entries allocated / ever handed out */
+  uint32_t free_head, free_tail; /* FIFO of free entries (index + 1; 0 = none): reuse the
+                                    oldest, so a slot's generation advances as slowly as possible */
+} actor_table_t;
+
+typedef struct sched_stats {
+  _Atomic uint64_t switches, parks, wakes, remote_sent, stack_saves, spawned, live, stacks;
+} sched_stats_t;
+
+struct runtime;
+
+typedef struct sched {
+  /* -- Written by any thread. */
+  inbox_t inbox;
+
+  /* -- Owner thread only. */
+  _Alignas(SMARM_CACHE_PAD) unsigned index;
+  struct runtime *rt;
+  actor_t *current;           /* running actor; NULL on the scheduler's own stack */
+  actor_t *run_head, *run_tail;
+  actor_t *zombie;            /* exited actor whose stack is released after the next switch */
+  actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
+  uint32_t ticks;             /* yields since timers were last checked */
+  int stopping;
+  int64_t spin_ns;
+  size_t default_stack;
+  timer_heap_t timers;
+  actor_table_t table;
+  stack_pool_t stacks;
+  actor_t *free_actors;
+  ctx_t main_ctx;
+  fiber_t main_fiber;
+  void *data;                 /* smarm_sched_data() */
+
+  /* -- Written by the owner (relaxed), read by anyone. */
+  _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
+} sched_t;
+
+/* The scheduler of the calling thread, NULL outside the runtime. */
+extern _Thread_local sched_t *sched_tls;
+
+void sched_init(sched_t *s, struct runtime *rt, unsigned index);
+/* Runs actors until the runtime stops. */
+void sched_loop(sched_t *s);
+/* After sched_loop returned: releases every actor and stack (owner thread). */
+void sched_destroy_actors(sched_t *s);
+/* After every scheduler thread has ended: frees what is left in the inbox. */
+void sched_drain_and_free(sched_t *s);
+
+/* Creates an actor on s (owner thread only). */
+int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size,
+                      smarm_pid_t *pid_out);
+
+/* Owner-thread helpers used by the message layer (message.c). */
+actor_t *sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
+void sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
+void sched_park(sched_t *s, actor_t *self);           /* self->state already set */
+void sched_take_inbox(sched_t *s);
+/* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
+void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
+
+/* Owner-side count bump, visible to readers on other threads. */
+static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                        memory_order_relaxed);
+}
+
+#endif

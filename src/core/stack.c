@@ -1,0 +1,194 @@
+/*
+** Actor stacks (see stack.h for the model: guarded slots, pooling, sharing by copy).
+*/
+#define _GNU_SOURCE
+#include "stack.h"
+
+#include "check.h"
+#include "fiber.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define SMARM_HAVE_VALGRIND 1
+#endif
+#endif
+
+void stack_pool_init(stack_pool_t *pool, uint32_t budget)
+{
+  memset(pool, 0, sizeof *pool);
+  pool->budget = budget ? budget : 1;
+  pool->page = (size_t)sysconf(_SC_PAGESIZE);
+}
+
+size_t stack_round_size(const stack_pool_t *pool, size_t size)
+{
+  if (size < STACK_MIN_BYTES)
+    size = STACK_MIN_BYTES;
+  if (size > STACK_MAX_BYTES)
+    return 0;
+  return (size + pool->page - 1) & ~(pool->page - 1);
+}
+
+static stack_class_t *class_for(stack_pool_t *pool, size_t size)
+{
+  stack_class_t *c;
+  for (c = pool->classes; c; c = c->next)
+    if (c->size == size)
+      return c;
+  c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->size = size;
+  c->next = pool->classes;
+  pool->classes = c;
+  return c;
+}
+
+/* Registration with Valgrind, kept beside the slot so it can be undone. */
+typedef struct slot_with_id {
+  stack_slot_t slot;
+  unsigned valgrind_id;
+} slot_with_id_t;
+
+static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
+{
+  if (c->count == c->cap) {
+    uint32_t cap = c->cap ? c->cap * 2 : 16;
+    stack_slot_t **all = realloc(c->all, cap * sizeof *all);
+    if (!all)
+      return NULL;
+    c->all = all;
+    c->cap = cap;
+  }
+  slot_with_id_t *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  size_t len = STACK_GUARD_BYTES + c->size;
+  char *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) {
+    free(s);
+    return NULL;
+  }
+  if (mprotect(base, STACK_GUARD_BYTES, PROT_NONE) != 0) {
+    munmap(base, len);
+    free(s);
+    return NULL;
+  }
+  s->slot.lo = base + STACK_GUARD_BYTES;
+  s->slot.size = c->size;
+  s->slot.cls = c;
+#ifdef SMARM_HAVE_VALGRIND
+  s->valgrind_id = VALGRIND_STACK_REGISTER(s->slot.lo, s->slot.lo + c->size);
+#endif
+  c->all[c->count++] = &s->slot;
+  pool->mapped++;
+  return &s->slot;
+}
+
+static void slot_unmap(stack_slot_t *slot)
+{
+  slot_with_id_t *s = (slot_with_id_t *)slot;
+#ifdef SMARM_HAVE_VALGRIND
+  VALGRIND_STACK_DEREGISTER(s->valgrind_id);
+#endif
+  munmap(slot->lo - STACK_GUARD_BYTES, STACK_GUARD_BYTES + slot->size);
+  free(s);
+}
+
+void stack_pool_destroy(stack_pool_t *pool)
+{
+  stack_class_t *c = pool->classes;
+  while (c) {
+    stack_class_t *next = c->next;
+    for (uint32_t i = 0; i < c->count; i++)
+      slot_unmap(c->all[i]);
+    free(c->all);
+    free(c);
+    c = next;
+  }
+  pool->classes = NULL;
+  pool->mapped = 0;
+}
+
+stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
+{
+  stack_class_t *c = class_for(pool, size);
+  if (!c)
+    return NULL;
+  stack_slot_t *slot = c->free_list;
+  if (slot) {
+    c->free_list = slot->next_free;
+    c->free_count--;
+  } else {
+    if (pool->mapped < pool->budget)
+      slot = slot_map(pool, c);
+    if (!slot) {
+      /* Share: the budget is spent (or mapping failed). Round robin spreads the sharers evenly,
+      ** so a slot's sharers are the actors that ran least recently among those bound to it. */
+      if (c->count == 0)
+        return NULL;
+      slot = c->all[c->hand++ % c->count];
+    }
+  }
+  slot->bound++;
+  return slot;
+}
+
+/* Reads memory that may be an untouched page (the zero page) or carry stale ASan redzones. */
+__attribute__((no_sanitize_address)) static int went_deep(const stack_slot_t *slot)
+{
+  const volatile uint64_t *w = (const uint64_t *)((char *)stack_top(slot) - STACK_KEEP_BYTES) - 8;
+  uint64_t any = 0;
+  for (int i = 0; i < 8; i++)
+    any |= w[i];
+  return any != 0;
+}
+
+void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
+{
+  SMARM_ASSERT(slot->bound > 0);
+  if (--slot->bound > 0)
+    return;
+  SMARM_ASSERT(slot->occupant == NULL);
+  stack_class_t *c = slot->cls;
+  if (c->free_count >= STACK_FREE_KEEP) {
+    madvise(slot->lo, slot->size, MADV_DONTNEED);
+  } else if (slot->size > STACK_KEEP_BYTES && went_deep(slot)) {
+    /* The word ring just below the kept top was written: the stack went deeper than the
+    ** watermark (untouched memory reads as zero), so drop the deep pages. */
+    madvise(slot->lo, slot->size - STACK_KEEP_BYTES, MADV_DONTNEED);
+  }
+  (void)pool;
+  slot->next_free = c->free_list;
+  c->free_list = slot;
+  c->free_count++;
+}
+
+void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
+{
+  char *top = stack_top(slot);
+  SMARM_CHECK((const char *)sp >= slot->lo && (const char *)sp < top, "saved sp outside its stack");
+  size_t len = (size_t)(top - (const char *)sp);
+  void *buf = malloc(len);
+  SMARM_CHECK(buf != NULL, "out of memory saving a parked actor's stack");
+  fiber_unpoison(sp, len);
+  memcpy(buf, sp, len);
+  *len_out = len;
+  return buf;
+}
+
+void stack_restore(stack_slot_t *slot, void *saved, size_t len)
+{
+  char *dst = (char *)stack_top(slot) - len;
+  fiber_unpoison(dst, len);
+  memcpy(dst, saved, len);
+  free(saved);
+}

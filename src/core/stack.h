@@ -1,0 +1,96 @@
+/*
+** Actor stacks: guarded mappings, pooled per scheduler, shared by copying when there are more
+** actors than guarded stacks.
+**
+** A slot is one mapping: a PROT_NONE guard below `size` usable bytes. Every actor is bound to one
+** slot for its whole life and its stack always lives at that slot's addresses (C frames hold
+** pointers into themselves, so a stack can never move). While there are fewer actors than the
+** scheduler's budget of slots, each actor has a slot of its own and nothing is ever copied.
+** Beyond the budget (one guard costs two kernel mappings, and vm.max_map_count must also cover
+** the program), new actors are bound to slots that already have actors, round robin: only one
+** of them, the occupant, has its bytes in the slot; the others keep the used part of their stack
+** (from their saved stack pointer to the top, typically a few hundred bytes for a parked C actor)
+** in a heap block, and are copied back in, evicting the occupant, before they run. Every actor
+** therefore runs on a guarded stack, and a parked actor costs only its used bytes.
+**
+** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
+** STACK_KEEP_BYTES has the deeper pages dropped (MADV_DONTNEED); a released slot that finds
+** STACK_FREE_KEEP free slots of its size already pooled is dropped whole (it stays mapped for
+** reuse, costing address space but no memory).
+**
+** Owner: one scheduler thread; nothing here is shared.
+*/
+#ifndef SMARM_CORE_STACK_H
+#define SMARM_CORE_STACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STACK_GUARD_BYTES (16 * 1024)
+#define STACK_KEEP_BYTES (64 * 1024)
+#define STACK_FREE_KEEP 64
+#define STACK_MIN_BYTES (16 * 1024)
+#define STACK_MAX_BYTES ((size_t)1 << 30)
+
+struct actor;
+struct stack_class;
+
+typedef struct stack_slot {
+  char *lo;                  /* lowest usable byte; the guard is just below */
+  size_t size;               /* usable bytes; the stack's top is lo + size */
+  struct actor *occupant;    /* actor whose bytes are in the slot now, or NULL */
+  uint32_t bound;            /* actors whose stack lives at these addresses */
+  struct stack_slot *next_free;
+  struct stack_class *cls;
+} stack_slot_t;
+
+/* All slots of one size. */
+typedef struct stack_class {
+  size_t size;
+  stack_slot_t **all;        /* every mapped slot of this size: candidates for sharing */
+  uint32_t count, cap;
+  uint32_t hand;             /* round-robin position for the next shared binding */
+  stack_slot_t *free_list;   /* slots bound to no actor, most recently used first */
+  uint32_t free_count;
+  struct stack_class *next;
+} stack_class_t;
+
+typedef struct stack_pool {
+  stack_class_t *classes;
+  uint32_t mapped;           /* slots mapped in all classes */
+  uint32_t budget;           /* most slots this pool may map */
+  size_t page;
+} stack_pool_t;
+
+void stack_pool_init(stack_pool_t *pool, uint32_t budget);
+/* Unmaps everything. No actor may be bound any more. */
+void stack_pool_destroy(stack_pool_t *pool);
+
+/* Rounds a requested stack size to what the pool hands out; 0 if out of range. */
+size_t stack_round_size(const stack_pool_t *pool, size_t size);
+
+/* Binds a new actor to a slot of `size` bytes (already rounded): a free slot, else a new one
+** while the budget allows, else an existing slot to share. NULL only when no slot of that size
+** exists and none can be mapped (-ENOMEM). */
+stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
+
+/* The actor bound to slot is gone (it must not be the occupant any more). */
+void stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
+
+/* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a
+** message when memory is exhausted (there is no way to go on without the bytes). */
+void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
+
+/* Copies saved bytes back to the top of the slot and frees the block. */
+void stack_restore(stack_slot_t *slot, void *saved, size_t len);
+
+static inline void *stack_top(const stack_slot_t *slot) { return slot->lo + slot->size; }
+
+/* Is addr inside slot's guard? (Async-signal-safe: reads two fields.) */
+static inline int stack_in_guard(const stack_slot_t *slot, const void *addr)
+{
+  const char *a = (const char *)addr;
+  return a >= slot->lo - STACK_GUARD_BYTES && a < slot->lo;
+}
+
+#endif

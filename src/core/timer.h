@@ -1,0 +1,30 @@
+/*
+** Per-scheduler timers: a binary min-heap of deadlines, owned by one scheduler thread.
+**
+** Each parked actor with a deadline (sleep, receive with a timeout) embeds one timer_t; the heap
+** holds pointers to them and keeps each one's index current, so a timer can be removed in
+** O(log n) when its actor is woken early (a message arrived).
+*/
+#ifndef SMARM_CORE_TIMER_H
+#define SMARM_CORE_TIMER_H
+
+#include <stdint.h>
+
+typedef struct timer {
+  int64_t deadline;  /* CLOCK_MONOTONIC ns */
+  int32_t index;     /* position in the heap, -1 when not queued */
+} deadline_t;
+
+typedef struct timer_heap {
+  deadline_t **items;
+  uint32_t count, cap;
+} timer_heap_t;
+
+void timer_heap_init(timer_heap_t *h);
+void timer_heap_destroy(timer_heap_t *h);
+/* Returns 0 or -ENOMEM. */
+int timer_add(timer_heap_t *h, deadline_t *t);
+void timer_remove(timer_heap_t *h, deadline_t *t);
+static inline deadline_t *timer_first(const timer_heap_t *h) { return h->count ? h->items[0] : 0; }
+
+#endif

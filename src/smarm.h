@@ -1,0 +1,195 @@
+/*
+** smarm: stackful actors on shared-nothing scheduler threads.
+**
+** This is the whole public C API. A program configures a runtime, starts it with smarm_run(),
+** which runs a main actor on scheduler 0 (the calling thread) and N-1 more scheduler threads,
+** and returns when the main actor ends or smarm_stop() is called. Every actor has its own C stack
+** and is owned by the scheduler that created it for its whole life; actors talk only by copying
+** messages into each other's mailboxes.
+**
+** Conventions:
+**  - Functions return 0 or a negative errno (-EINVAL, -ESRCH, -ETIMEDOUT, -EPERM, -ENOMEM).
+**  - Functions that park or act on "the calling actor" must be called from inside an actor
+**    (they return -EPERM, or do nothing for void functions, elsewhere).
+**  - Times are nanoseconds on CLOCK_MONOTONIC. A timeout of SMARM_FOREVER waits without end;
+**    0 polls.
+**  - Scheduler indexes are 0-based in C (the Lua layer shows them 1-based).
+*/
+#ifndef SMARM_H
+#define SMARM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SMARM_VERSION "0.1.0"
+
+/* A pid names an actor for its whole life and never names another one: it packs the owning
+** scheduler, a slot in that scheduler's actor table and the slot's generation, which changes
+** each time the slot is reused. 0 is never a valid pid. */
+typedef uint64_t smarm_pid_t;
+
+#define SMARM_PID_SCHED_BITS 12
+#define SMARM_PID_SLOT_BITS 24
+#define SMARM_PID_GEN_BITS 28
+
+static inline unsigned smarm_pid_sched(smarm_pid_t pid)
+{
+  return (unsigned)(pid >> (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS));
+}
+static inline uint32_t smarm_pid_slot(smarm_pid_t pid)
+{
+  return (uint32_t)(pid >> SMARM_PID_GEN_BITS) & ((1u << SMARM_PID_SLOT_BITS) - 1);
+}
+static inline uint32_t smarm_pid_gen(smarm_pid_t pid)
+{
+  return (uint32_t)pid & ((1u << SMARM_PID_GEN_BITS) - 1);
+}
+
+#define SMARM_FOREVER ((int64_t)-1)
+#define SMARM_SCHED_ANY (-1)
+#define SMARM_SCHED_MAX (1 << SMARM_PID_SCHED_BITS)
+
+typedef void (*smarm_actor_fn)(void *arg);
+
+/* ---- Runtime ------------------------------------------------------------------------------ */
+
+typedef struct smarm_config {
+  unsigned schedulers;   /* threads; 0 = online CPUs (at most SMARM_SCHED_MAX) */
+  size_t stack_size;     /* default actor stack size in bytes; 0 = 256 KiB (rounded to pages) */
+  unsigned max_stacks;   /* guarded stacks for the whole runtime, split between schedulers;
+                            0 = 16384. Beyond that, actors share stacks (see docs/design.md) */
+  int64_t spin_ns;       /* how long an idle scheduler spins before parking; <0 = 50 us */
+  int pin_threads;       /* nonzero: pin scheduler k to CPU k % online CPUs */
+  /* Called on each scheduler's own thread before it runs any actor / after it ran its last.
+  ** Scheduler 0's hooks run on the thread that called smarm_run(). */
+  void (*on_sched_start)(unsigned sched, void *userdata);
+  void (*on_sched_stop)(unsigned sched, void *userdata);
+  void *userdata;
+} smarm_config_t;
+
+/* Fills cfg with the defaults. */
+void smarm_config_init(smarm_config_t *cfg);
+
+/* Runs a runtime on the calling thread (scheduler 0) plus cfg->schedulers - 1 new threads. The
+** main actor runs main_fn(arg) on scheduler 0. Returns when the main actor ends or smarm_stop()
+** is called: every other actor is then stopped where it is parked (its C frames are discarded,
+** not unwound), and all threads, stacks and messages are released. Returns 0, -EINVAL for a bad
+** config, -EBUSY if a runtime is already running in this process, or -ENOMEM/-EAGAIN when
+** resources could not be obtained. cfg may be NULL for the defaults. */
+int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
+
+/* Asks the running runtime to stop (from any thread; idempotent). smarm_run() returns soon after.
+** Called from an actor, it does not return to the caller's code: the actor is stopped too. */
+void smarm_stop(void);
+
+/* ---- Actors ------------------------------------------------------------------------------- */
+
+typedef struct smarm_spawn_opts {
+  size_t stack_size; /* 0 = the runtime's default */
+} smarm_spawn_opts_t;
+
+/* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
+** or parks. opts may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
+** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL, -ENOMEM. */
+int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                smarm_pid_t *pid_out);
+
+/* Like smarm_spawn, on scheduler `sched` (0-based) or SMARM_SCHED_ANY (the scheduler with the
+** fewest live actors; ties go round robin). A spawn on another scheduler parks the caller until
+** that scheduler has created the actor, so that *pid_out is known on return. `arg` crosses
+** threads as a plain pointer: what it points to must stay valid until the new actor is done
+** with it. */
+int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                   smarm_pid_t *pid_out);
+
+/* Pid of the calling actor, 0 outside an actor. */
+smarm_pid_t smarm_self(void);
+
+/* Ends the calling actor at once: its C frames are discarded (not unwound), its mailbox is freed.
+** Outside an actor it returns without effect. */
+void smarm_exit(void);
+
+/* Lets the scheduler decide again: inbox, timers, then every other runnable actor goes first.
+** Returns at once when nothing else is runnable. */
+void smarm_yield(void);
+
+/* Parks the calling actor for at least ns nanoseconds (0 = yield). Returns 0 or -EPERM. */
+int smarm_sleep(int64_t ns);
+
+/* One user pointer per actor (the Lua layer keeps its coroutine here). */
+void *smarm_actor_data(void);
+void smarm_actor_set_data(void *data);
+
+/* Scheduler of the caller (0-based; -1 outside the runtime) and how many there are (0 when no
+** runtime is running). */
+int smarm_sched_index(void);
+unsigned smarm_sched_count(void);
+
+/* One user pointer per scheduler, set by on_sched_start (the Lua layer keeps its VM here). */
+void *smarm_sched_data(void);
+void smarm_sched_set_data(void *data);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t smarm_now_ns(void);
+
+/* ---- Messages ----------------------------------------------------------------------------- */
+
+/* A message is one heap block: a header and `size` bytes of payload. Ownership moves with it:
+** the allocator's caller owns it; smarm_send() takes it on success; while queued the runtime
+** owns it (and frees it if the receiver is gone); a successful receive hands it to the receiver,
+** which must smarm_msg_free() it. */
+typedef struct smarm_msg smarm_msg_t;
+
+smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
+void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
+void *smarm_msg_data(smarm_msg_t *msg);
+size_t smarm_msg_size(const smarm_msg_t *msg);
+smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
+
+/* Queues msg for `to`. Messages from one sender to one receiver arrive in the order sent.
+** Returns 0 and takes ownership of msg: it is delivered, or dropped and freed if the receiver
+** turns out to be dead by the time it arrives (a remote receiver is checked only then).
+** Returns -ESRCH when the receiver is on the caller's scheduler and dead, -EINVAL for a pid
+** that cannot exist or a NULL msg, -EPERM outside an actor; on failure the caller keeps msg. */
+int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
+
+/* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,
+** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, or -EPERM. */
+int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
+
+/* Selective receive: takes the oldest message for which match(msg, ud) returns nonzero; the
+** others stay queued in their order. Each call scans the mailbox from its oldest message, then
+** only messages that arrive while it waits. match runs on the caller's stack and must not park
+** or receive. Returns like smarm_receive. */
+typedef int (*smarm_match_fn)(const smarm_msg_t *msg, void *ud);
+int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out);
+
+/* Number of messages queued in the caller's mailbox (those already delivered to it). */
+size_t smarm_mailbox_size(void);
+
+/* ---- Statistics --------------------------------------------------------------------------- */
+
+typedef struct smarm_stats {
+  uint64_t switches;     /* context switches performed */
+  uint64_t parks;        /* times an idle scheduler went to sleep in the kernel (futex wait) */
+  uint64_t wakes;        /* futex wakes issued by this scheduler's senders/wakers */
+  uint64_t remote_sent;  /* items pushed onto other schedulers' inboxes */
+  uint64_t stack_saves;  /* parked actors' stacks copied out to make room (see design) */
+  uint64_t spawned;      /* actors created */
+  uint64_t live;         /* actors alive now */
+  uint64_t stacks;       /* guarded stacks mapped now */
+} smarm_stats_t;
+
+/* Sums the counters of every scheduler (sched < 0) or reads one. Counters are read without
+** stopping anyone, so a sum is a snapshot of moving values. Returns 0, -EINVAL, or -EPERM when no
+** runtime is running. */
+int smarm_stats_read(int sched, smarm_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
