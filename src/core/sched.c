@@ -248,7 +248,7 @@ static void sched_bury(sched_t *s)
 
 /* Switches from `from` to `to` (NULL: the scheduler's own stack). Returns when `from` runs
 ** again. `to` must be the occupant of its slot. */
-static void sched_switch(sched_t *s, actor_t *from, actor_t *to)
+static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor_t *from, actor_t *to)
 {
   ctx_t *from_ctx = from ? &from->ctx : &s->main_ctx;
   fiber_t *from_fiber = from ? &from->fiber : &s->main_fiber;
@@ -294,7 +294,7 @@ static void make_resident(sched_t *s, actor_t *a)
 
 /* Leaves `self`, which is already queued, parked or dead, for the next runnable actor (directly
 ** when it is resident, else through the scheduler stack). Returns when self runs again. */
-static void sched_leave(sched_t *s, actor_t *self)
+static inline __attribute__((always_inline)) void sched_leave(sched_t *s, actor_t *self)
 {
   actor_t *next = SMARM_UNLIKELY(s->stopping) ? NULL : runq_pop(s);
   if (next == self) {
