@@ -232,6 +232,15 @@ static inline void sched_poll(sched_t *s)
 
 static void actor_entry(void *p);
 
+/* Builds a's first frame at the top of its slot. The slot may carry ASan redzones of frames of
+** an earlier actor that never returned (exit and shutdown discard frames): clear them. */
+static void build_first_frame(actor_t *a)
+{
+  fiber_unpoison(a->slot->lo, a->slot->size);
+  ctx_make(&a->ctx, stack_top(a->slot), actor_entry, a);
+  a->slot->occupant = a;
+}
+
 /* Releases the stack and struct of the actor that exited just before the last switch. */
 static void sched_bury(sched_t *s)
 {
@@ -286,10 +295,10 @@ static void make_resident(sched_t *s, actor_t *a)
   if (a->saved) {
     stack_restore(slot, a->saved, a->saved_len);
     a->saved = NULL;
+    slot->occupant = a;
   } else {
-    ctx_make(&a->ctx, stack_top(slot), actor_entry, a); /* never ran: build its first frame */
+    build_first_frame(a); /* never ran */
   }
-  slot->occupant = a;
 }
 
 /* Leaves `self`, which is already queued, parked or dead, for the next runnable actor (directly
@@ -437,10 +446,8 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->spawn_result = 0;
   fiber_create(&a->fiber, slot->lo, slot->size);
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
-  if (!slot->occupant) { /* nobody's bytes there: build the first frame in place */
-    ctx_make(&a->ctx, stack_top(slot), actor_entry, a);
-    slot->occupant = a;
-  }
+  if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
+    build_first_frame(a);
   s->table.entries[index].actor = a;
   runq_push(s, a);
   stat_add(&s->stats.spawned, 1);

@@ -1,0 +1,130 @@
+#!/bin/sh
+# smarm's one entry point for building, benchmarking and testing. Installs what it needs from
+# Debian packages (as root, on a fresh Debian 12 machine too), builds with CMake under build/,
+# and runs the requested job.
+#
+#   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost), plus scale
+#   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
+#                         (cross-built, run under qemu-user) builds; ends "N passed, N failed"
+#   ./dev.sh build        the release build only
+#   ./dev.sh deps [what]  install the Debian packages for: build (default), test
+#
+# Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
+# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64"); SMARM_BUILD_DIR
+# moves build/ elsewhere.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")" && pwd)
+BUILD=${SMARM_BUILD_DIR:-"$ROOT/build"}
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+say() { printf '%s\n' "dev.sh: $*" >&2; }
+
+# Installs the Debian packages listed in deps/debian-<set>.txt that are missing.
+install_packages() {
+  set_file="$ROOT/deps/debian-$1.txt"
+  missing=""
+  for pkg in $(grep -v '^#' "$set_file"); do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing="$missing $pkg"
+  done
+  [ -z "$missing" ] && return 0
+  say "installing Debian packages:$missing"
+  if [ "$(id -u)" -ne 0 ]; then
+    say "not root: install them yourself (apt-get install$missing)"
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+# configure <dir> <cmake args...>; then builds it.
+build_variant() {
+  mkdir -p "$BUILD"
+  dir="$BUILD/$1"
+  shift
+  cmake -S "$ROOT" -B "$dir" -DSMARM_WERROR=ON "$@" >"$BUILD/$(basename "$dir").configure.log" 2>&1 &&
+    cmake --build "$dir" -j "$JOBS" >"$BUILD/$(basename "$dir").build.log" 2>&1 ||
+    { tail -n 40 "$BUILD/$(basename "$dir").build.log" "$BUILD/$(basename "$dir").configure.log" >&2 2>/dev/null; return 1; }
+}
+
+cmd_build() {
+  install_packages build
+  build_variant release -DCMAKE_BUILD_TYPE=Release
+}
+
+cmd_bench() {
+  cmd_build
+  say "switch_cost (rounds=${SMARM_SWITCH_ROUNDS:-1000000} runs=${SMARM_SWITCH_RUNS:-5})"
+  "$BUILD/release/bench/c/switch_cost"
+  say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
+  "$BUILD/release/bench/c/scale"
+}
+
+# Runs ctest for one build; appends the per-case counts to $TOTALS.
+run_ctest() {
+  name=$1
+  shift
+  log="$BUILD/$name/ctest.log"
+  say "testing $name"
+  status=0
+  env "$@" ctest --test-dir "$BUILD/$name" -V --timeout 900 >"$log" 2>&1 || status=$?
+  # Each test binary ends with "N passed, N failed" over its cases.
+  passed=$(sed -n 's/^[0-9]*: \([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log" |
+    awk '{s+=$1} END {print s+0}')
+  failed=$(sed -n 's/^[0-9]*: \([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log" |
+    awk '{s+=$1} END {print s+0}')
+  crashed=$(grep -c -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)' "$log" || true)
+  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    failed=$((crashed > 0 ? crashed : 1))
+  fi
+  grep -E '^[0-9]+: (FAIL|  )' "$log" >&2 || true
+  grep -E 'tests passed|tests failed' "$log" | sed "s/^/  [$name] /" >&2 || true
+  [ "$status" -eq 0 ] || tail -n 60 "$log" >&2
+  echo "$name $passed $failed" >>"$TOTALS"
+}
+
+cmd_test() {
+  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64"}
+  install_packages build
+  case " $variants " in *" aarch64 "*) install_packages test ;; esac
+  TOTALS=$(mktemp)
+  for v in $variants; do
+    case $v in
+      release) set -- -DCMAKE_BUILD_TYPE=Release ;;
+      asan) set -- -DCMAKE_BUILD_TYPE=Debug -DSMARM_ASAN=ON -DSMARM_BENCH=OFF ;;
+      tsan) set -- -DCMAKE_BUILD_TYPE=Debug -DSMARM_TSAN=ON -DSMARM_BENCH=OFF ;;
+      aarch64) set -- -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
+        -DCMAKE_BUILD_TYPE=Release -DSMARM_BENCH=OFF ;;
+      *) say "unknown test variant '$v'"; exit 2 ;;
+    esac
+    if ! build_variant "$v" "$@"; then
+      say "build $v FAILED"
+      echo "$v 0 1" >>"$TOTALS"
+      continue
+    fi
+    case $v in
+      release) run_ctest release ;;
+      asan) run_ctest asan SMARM_STRESS_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
+      tsan) run_ctest tsan SMARM_STRESS_SCALE=0.05 \
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
+      aarch64) run_ctest aarch64 SMARM_STRESS_SCALE=0.05 ;;
+    esac
+  done
+  awk '{printf "  %-8s %s passed, %s failed\n", $1, $2, $3}' "$TOTALS" >&2
+  total_passed=$(awk '{s+=$2} END {print s+0}' "$TOTALS")
+  total_failed=$(awk '{s+=$3} END {print s+0}' "$TOTALS")
+  rm -f "$TOTALS"
+  echo "$total_passed passed, $total_failed failed"
+  [ "$total_failed" -eq 0 ]
+}
+
+case "${1:-}" in
+  bench) cmd_bench ;;
+  test) cmd_test ;;
+  build) cmd_build ;;
+  deps) install_packages "${2:-build}" ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
