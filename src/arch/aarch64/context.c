@@ -1,14 +1,14 @@
 /*
 ** First frame of a new AArch64 stack, laid out exactly as smarm_ctx_switch (switch.S) leaves a
-** suspended one, so that the first switch to it loads x30 = smarm_ctx_entry and "returns" there
-** with fn in x19 and arg in x20.
+** suspended one, so that the first switch to it loads x30 = smarm_ctx_entry_resume (inside
+** smarm_ctx_entry, see switch.S) and "returns" there with fn in x19 and arg in x20.
 */
 #include "../context.h"
 
 #include <stdint.h>
 #include <string.h>
 
-void smarm_ctx_entry(void);
+void smarm_ctx_entry_resume(void); /* a label inside smarm_ctx_entry (switch.S) */
 
 void ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg)
 {
@@ -17,6 +17,6 @@ void ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg)
   frame[0] = (uint64_t)(uintptr_t)fn;   /* x19 */
   frame[1] = (uint64_t)(uintptr_t)arg;  /* x20 */
   frame[10] = 0;                        /* x29: ends frame-pointer walks */
-  frame[11] = (uint64_t)(uintptr_t)smarm_ctx_entry; /* x30 */
+  frame[11] = (uint64_t)(uintptr_t)smarm_ctx_entry_resume; /* x30 */
   ctx->sp = frame;
 }
