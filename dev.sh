@@ -5,12 +5,13 @@
 #
 #   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost), plus scale
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
-#                         (cross-built, run under qemu-user) builds; ends "N passed, N failed"
+#                         (cross-built, run under qemu-user) builds, and the functional tests
+#                         under valgrind memcheck; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
-# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64"); SMARM_BUILD_DIR
+# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind"); SMARM_BUILD_DIR
 # moves build/ elsewhere.
 set -eu
 
@@ -85,10 +86,33 @@ run_ctest() {
   echo "$name $passed $failed" >>"$TOTALS"
 }
 
+# Memcheck over the functional tests of the release build: no invalid access, no leak.
+run_valgrind() {
+  say "testing under valgrind"
+  passed=0
+  failed=0
+  for t in actor mailbox runtime; do
+    [ -x "$BUILD/release/spec/c/test_$t" ] || continue
+    log="$BUILD/release/valgrind-$t.log"
+    status=0
+    SMARM_STRESS_SCALE=0.05 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+      --error-exitcode=99 "$BUILD/release/spec/c/test_$t" >"$log" 2>&1 || status=$?
+    p=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log")
+    f=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log")
+    p=${p:-0}
+    f=${f:-0}
+    if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    [ "$status" -eq 0 ] || tail -n 40 "$log" >&2
+    passed=$((passed + p))
+    failed=$((failed + f))
+  done
+  echo "valgrind $passed $failed" >>"$TOTALS"
+}
+
 cmd_test() {
-  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64"}
+  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind"}
   install_packages build
-  case " $variants " in *" aarch64 "*) install_packages test ;; esac
+  case " $variants " in *" aarch64 "* | *" valgrind "*) install_packages test ;; esac
   TOTALS=$(mktemp)
   for v in $variants; do
     case $v in
@@ -97,9 +121,12 @@ cmd_test() {
       tsan) set -- -DCMAKE_BUILD_TYPE=Debug -DSMARM_TSAN=ON -DSMARM_BENCH=OFF ;;
       aarch64) set -- -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
         -DCMAKE_BUILD_TYPE=Release -DSMARM_BENCH=OFF ;;
+      valgrind) set -- -DCMAKE_BUILD_TYPE=Release ;;
       *) say "unknown test variant '$v'"; exit 2 ;;
     esac
-    if ! build_variant "$v" "$@"; then
+    dir=$v
+    [ "$v" = valgrind ] && dir=release
+    if ! build_variant "$dir" "$@"; then
       say "build $v FAILED"
       echo "$v 0 1" >>"$TOTALS"
       continue
@@ -111,6 +138,7 @@ cmd_test() {
       tsan) run_ctest tsan SMARM_STRESS_SCALE=0.05 \
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
       aarch64) run_ctest aarch64 SMARM_STRESS_SCALE=0.05 ;;
+      valgrind) run_valgrind ;;
     esac
   done
   awk '{printf "  %-8s %s passed, %s failed\n", $1, $2, $3}' "$TOTALS" >&2
@@ -126,5 +154,5 @@ case "${1:-}" in
   test) cmd_test ;;
   build) cmd_build ;;
   deps) install_packages "${2:-build}" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
