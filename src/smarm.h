@@ -11,8 +11,12 @@
 **  - Functions return 0 or a negative errno (-EINVAL, -ESRCH, -ETIMEDOUT, -EPERM, -ENOMEM).
 **  - Functions that park or act on "the calling actor" must be called from inside an actor
 **    (they return -EPERM, or do nothing for void functions, elsewhere).
-**  - Times are nanoseconds on CLOCK_MONOTONIC. A timeout of SMARM_FOREVER waits without end;
-**    0 polls.
+**  - Times are nanoseconds on CLOCK_MONOTONIC. A timeout of SMARM_FOREVER (or any negative
+**    value, or one so large its deadline would pass INT64_MAX) waits without end; 0 polls.
+**  - Memory on an actor's stack belongs to that actor alone: never hand another actor a pointer
+**    into it (as a spawn argument or inside a message). When actors outnumber the runtime's
+**    guarded stacks, a parked actor's stack bytes are moved to the heap and another actor runs at
+**    those addresses (docs/design.md, "Stacks"). Use heap or static memory for shared state.
 **  - Scheduler indexes are 0-based in C (the Lua layer shows them 1-based).
 */
 #ifndef SMARM_H
@@ -29,7 +33,8 @@ extern "C" {
 
 /* A pid names an actor for its whole life and never names another one: it packs the owning
 ** scheduler, a slot in that scheduler's actor table and the slot's generation, which changes
-** each time the slot is reused. 0 is never a valid pid. */
+** each time the slot is reused (a slot whose generations are used up is retired, not reused).
+** 0 is never a valid pid. Printed for people as <scheduler+1.slot.generation>. */
 typedef uint64_t smarm_pid_t;
 
 #define SMARM_PID_SCHED_BITS 12
@@ -60,8 +65,9 @@ typedef void (*smarm_actor_fn)(void *arg);
 typedef struct smarm_config {
   unsigned schedulers;   /* threads; 0 = online CPUs (at most SMARM_SCHED_MAX) */
   size_t stack_size;     /* default actor stack size in bytes; 0 = 256 KiB (rounded to pages) */
-  unsigned max_stacks;   /* guarded stacks for the whole runtime, split between schedulers;
-                            0 = 16384. Beyond that, actors share stacks (see docs/design.md) */
+  unsigned max_stacks;   /* guarded stacks for the whole runtime, split between schedulers (at
+                            least one each); 0 = 16384. Beyond that, actors share stacks by
+                            copying (docs/design.md). Each costs two kernel mappings. */
   int64_t spin_ns;       /* how long an idle scheduler spins before parking; <0 = 50 us */
   int pin_threads;       /* nonzero: pin scheduler k to CPU k % online CPUs */
   /* Called on each scheduler's own thread before it runs any actor / after it ran its last.
@@ -82,8 +88,9 @@ void smarm_config_init(smarm_config_t *cfg);
 ** resources could not be obtained. cfg may be NULL for the defaults. */
 int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
 
-/* Asks the running runtime to stop (from any thread; idempotent). smarm_run() returns soon after.
-** Called from an actor, it does not return to the caller's code: the actor is stopped too. */
+/* Asks the running runtime to stop (from any thread; idempotent; no effect when none runs).
+** smarm_run() returns soon after. Called from an actor, it does not return to the caller's code:
+** the actor is stopped too. */
 void smarm_stop(void);
 
 /* ---- Actors ------------------------------------------------------------------------------- */
@@ -94,7 +101,8 @@ typedef struct smarm_spawn_opts {
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
 ** or parks. opts may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
-** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL, -ENOMEM. */
+** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL (NULL fn, stack
+** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). */
 int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                 smarm_pid_t *pid_out);
 
@@ -117,7 +125,8 @@ void smarm_exit(void);
 ** Returns at once when nothing else is runnable. */
 void smarm_yield(void);
 
-/* Parks the calling actor for at least ns nanoseconds (0 = yield). Returns 0 or -EPERM. */
+/* Parks the calling actor for at least ns nanoseconds (<= 0: yield). Returns 0, -EPERM, or
+** -ENOMEM (no memory for the timer). */
 int smarm_sleep(int64_t ns);
 
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
@@ -158,7 +167,8 @@ smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
 /* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,
-** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, or -EPERM. */
+** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
+** -ENOMEM (no memory for the timer). */
 int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
 
 /* Selective receive: takes the oldest message for which match(msg, ud) returns nonzero; the
@@ -184,9 +194,9 @@ typedef struct smarm_stats {
   uint64_t stacks;       /* guarded stacks mapped now */
 } smarm_stats_t;
 
-/* Sums the counters of every scheduler (sched < 0) or reads one. Counters are read without
-** stopping anyone, so a sum is a snapshot of moving values. Returns 0, -EINVAL, or -EPERM when no
-** runtime is running. */
+/* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without
+** stopping anyone, so a sum is a snapshot of moving values. Any thread may call it. Returns 0,
+** -EINVAL (NULL out, sched < -1 or too large), or -EPERM when no runtime is running. */
 int smarm_stats_read(int sched, smarm_stats_t *out);
 
 #ifdef __cplusplus

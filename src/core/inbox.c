@@ -22,7 +22,8 @@ static void futex_wake_one(_Atomic uint32_t *word)
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
+/* Returns 1 if the thread slept (woken or timed out), 0 if the word had already changed. */
+static int futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout_ns)
 {
   struct timespec ts, *tsp = NULL;
   if (timeout_ns >= 0) {
@@ -31,7 +32,9 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeou
     tsp = &ts;
   }
   /* EINTR, EAGAIN (the word already changed) and ETIMEDOUT all mean: go and look again. */
-  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, tsp, NULL, 0);
+  if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, tsp, NULL, 0) == 0)
+    return 1;
+  return errno != EAGAIN;
 }
 
 int inbox_push(inbox_t *in, smarm_msg_t *m)
@@ -75,7 +78,7 @@ int inbox_park(inbox_t *in, int64_t timeout_ns)
     atomic_store_explicit(&in->parked, 0, memory_order_relaxed);
     return 0;
   }
-  futex_wait(&in->parked, 1, timeout_ns);                                /* O3 */
+  int slept = futex_wait(&in->parked, 1, timeout_ns);                    /* O3 */
   atomic_store_explicit(&in->parked, 0, memory_order_relaxed);           /* O4 */
-  return 1;
+  return slept;
 }

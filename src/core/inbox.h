@@ -55,7 +55,7 @@ static inline int inbox_maybe_nonempty(inbox_t *in)
 smarm_msg_t *inbox_take_all(inbox_t *in);
 
 /* Owner side: sleeps until a push wakes it, or timeout_ns passes (<0: no timeout). Returns 1 if
-** it slept in the kernel, 0 if the re-check found work and it did not. */
+** it slept in the kernel, 0 if the re-check found work (or a wake got in first) and it did not. */
 int inbox_park(inbox_t *in, int64_t timeout_ns);
 
 #endif

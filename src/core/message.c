@@ -11,6 +11,7 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <stdint.h>
 
 int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
 {
@@ -64,8 +65,15 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
     if (timeout_ns > 0) {
-      if (deadline < 0)
-        deadline = smarm_now_ns() + timeout_ns;
+      if (deadline < 0) {
+        int64_t now = smarm_now_ns();
+        /* A deadline past the end of time is no deadline. */
+        deadline = timeout_ns <= INT64_MAX - now ? now + timeout_ns : INT64_MAX;
+      }
+      if (deadline == INT64_MAX)
+        timeout_ns = SMARM_FOREVER;
+    }
+    if (timeout_ns > 0) {
       self->timer.deadline = deadline;
       int rc = timer_add(&s->timers, &self->timer);
       if (rc < 0)

@@ -5,8 +5,9 @@
 ** faults on the guard. The fault is handled on a per-thread alternate signal stack (the faulting
 ** stack has no room left): if the address is in the guard of the actor running on this thread,
 ** the handler writes which actor overflowed and its stack size to stderr and aborts. Any other
-** fault is handed back: the previous disposition is restored and the faulting instruction runs
-** again under it, so a program's own SIGSEGV handling and core dumps still work.
+** fault is handed on: to the handler installed before ours if there was one, else the default
+** disposition is restored and the faulting instruction runs again under it, so a program's own
+** SIGSEGV handling and core dumps still work.
 **
 ** Only async-signal-safe calls here: write(2), sigaction(2), abort(3). The handler reads the
 ** thread's scheduler through a thread-local and two fields of the running actor's slot, all
@@ -47,7 +48,6 @@ static char *put_u64(char *p, uint64_t v)
 
 static void on_fault(int sig, siginfo_t *info, void *uctx)
 {
-  (void)uctx;
   sched_t *s = sched_tls;
   actor_t *a = s ? s->current : NULL;
   if (a && a->slot && stack_in_guard(a->slot, info->si_addr)) {
@@ -65,7 +65,17 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
     (void)unused;
     abort();
   }
-  sigaction(sig, sig == SIGSEGV ? &old_segv : &old_bus, NULL);
+  /* Not an actor's guard: the fault belongs to whoever handled it before us. */
+  struct sigaction *old = sig == SIGSEGV ? &old_segv : &old_bus;
+  if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction) {
+    old->sa_sigaction(sig, info, uctx);
+  } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+    old->sa_handler(sig);
+  } else {
+    /* Default action: restore it and return; the faulting instruction runs again and the
+    ** process dies the ordinary way (core dump included). */
+    sigaction(sig, old, NULL);
+  }
 }
 
 int overflow_install(void)

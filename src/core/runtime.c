@@ -25,12 +25,26 @@
 #define DEFAULT_MAX_STACKS 16384
 #define DEFAULT_SPIN_NS 50000
 
-/* Set while a runtime runs; read by smarm_stop(), smarm_sched_count() and stats from any thread.
-** Release on publish pairs with the acquire loads. */
+/* Set while a runtime runs; read by smarm_stop(), smarm_sched_count() and smarm_stats_read()
+** from any thread. Such a reader may still be using the runtime when smarm_run() wants to free it,
+** so readers announce themselves in runtime_users around the use (runtime_enter/leave), and
+** smarm_run() frees only after clearing runtime_current and seeing runtime_users at zero.
+** Both sides store before they load, all seq_cst (the Dekker pattern of inbox.h): either the
+** reader sees NULL, or smarm_run() sees the reader's count and waits for it. */
 static _Atomic(runtime_t *) runtime_current;
+static _Atomic int runtime_users;
 static _Atomic int runtime_busy;
 
-runtime_t *runtime_get(void) { return atomic_load_explicit(&runtime_current, memory_order_acquire); }
+runtime_t *runtime_enter(void)
+{
+  atomic_fetch_add_explicit(&runtime_users, 1, memory_order_seq_cst);
+  runtime_t *rt = atomic_load_explicit(&runtime_current, memory_order_seq_cst);
+  if (!rt)
+    atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release);
+  return rt;
+}
+
+void runtime_leave(void) { atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release); }
 
 void smarm_config_init(smarm_config_t *cfg)
 {
@@ -51,10 +65,11 @@ void runtime_request_stop(runtime_t *rt)
 
 void smarm_stop(void)
 {
-  runtime_t *rt = runtime_get();
+  runtime_t *rt = runtime_enter();
   if (!rt)
     return;
   runtime_request_stop(rt);
+  runtime_leave();
   sched_t *s = sched_tls;
   if (s && s->current) {
     /* An actor asked: leave it for good (it is released with the others). */
@@ -66,17 +81,23 @@ void smarm_stop(void)
 
 unsigned smarm_sched_count(void)
 {
-  runtime_t *rt = runtime_get();
-  return rt ? rt->nsched : 0;
+  runtime_t *rt = runtime_enter();
+  if (!rt)
+    return 0;
+  unsigned n = rt->nsched;
+  runtime_leave();
+  return n;
 }
 
 int smarm_stats_read(int sched, smarm_stats_t *out)
 {
-  runtime_t *rt = runtime_get();
+  runtime_t *rt = runtime_enter();
   if (!rt)
     return -EPERM;
-  if (!out || sched >= (int)rt->nsched)
+  if (!out || sched < -1 || sched >= (int)rt->nsched) {
+    runtime_leave();
     return -EINVAL;
+  }
   memset(out, 0, sizeof *out);
   for (unsigned k = 0; k < rt->nsched; k++) {
     if (sched >= 0 && (unsigned)sched != k)
@@ -93,6 +114,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(stacks);
 #undef READ
   }
+  runtime_leave();
   return 0;
 }
 
@@ -213,8 +235,8 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   int restore_affinity = rt->cfg.pin_threads &&
                          pthread_getaffinity_np(pthread_self(), sizeof old_affinity,
                                                 &old_affinity) == 0;
-  overflow_install();
-  atomic_store_explicit(&runtime_current, rt, memory_order_release);
+  int handler_installed = overflow_install() == 0;
+  atomic_store_explicit(&runtime_current, rt, memory_order_seq_cst);
 
   unsigned started = 1;
   for (; started < rt->nsched; started++)
@@ -237,11 +259,16 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   thread_leave(s0, &ts);
   for (unsigned k = 1; k < started; k++)
     pthread_join(threads[k], NULL);
+  /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see
+  ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
+  atomic_store_explicit(&runtime_current, NULL, memory_order_seq_cst);
+  while (atomic_load_explicit(&runtime_users, memory_order_seq_cst) != 0)
+    sched_yield();
   for (unsigned k = 0; k < rt->nsched; k++)
     sched_drain_and_free(&rt->scheds[k]);
 
-  atomic_store_explicit(&runtime_current, NULL, memory_order_release);
-  overflow_uninstall();
+  if (handler_installed)
+    overflow_uninstall();
   if (restore_affinity)
     pthread_setaffinity_np(pthread_self(), sizeof old_affinity, &old_affinity);
 out_rt:

@@ -22,8 +22,10 @@ typedef struct runtime {
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
 } runtime_t;
 
-/* The running runtime or NULL. */
-runtime_t *runtime_get(void);
+/* For threads that may not be scheduler threads: the running runtime (NULL if none), kept alive
+** until runtime_leave(), which must follow every non-NULL result. */
+runtime_t *runtime_enter(void);
+void runtime_leave(void);
 
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void runtime_request_stop(runtime_t *rt);

@@ -28,8 +28,9 @@
 
 _Thread_local sched_t *sched_tls;
 
-/* Timers are checked at least every this many yields of a busy scheduler (and always when it
-** runs out of work); reading the clock on every yield would cost more than the yield. */
+/* Timers are checked at least every this many decisions (yields and parks) of a busy scheduler,
+** and always when it runs out of work; reading the clock on every yield would cost more than
+** the yield. */
 #define TIMER_CHECK_TICKS 64
 
 int64_t smarm_now_ns(void)
@@ -106,10 +107,10 @@ static void table_free(actor_table_t *t, uint32_t i)
 {
   actor_entry_t *e = &t->entries[i];
   e->actor = NULL;
-  e->gen = (e->gen + 1) & ((1u << SMARM_PID_GEN_BITS) - 1);
-  if (e->gen == 0)
-    e->gen = 1;
   e->next_free = 0;
+  if (e->gen == (1u << SMARM_PID_GEN_BITS) - 1)
+    return; /* every generation used: retire the entry for good rather than repeat a pid */
+  e->gen++;
   if (t->free_tail)
     t->entries[t->free_tail - 1].next_free = i + 1;
   else
@@ -319,8 +320,9 @@ static inline __attribute__((always_inline)) void sched_leave(sched_t *s, actor_
 
 void sched_park(sched_t *s, actor_t *self)
 {
-  if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s); /* may make self runnable again */
+  /* A decision point like yield: actors that only exchange messages switch straight to each
+  ** other and never reach the scheduler's stack, so timers must be checked here too. */
+  sched_poll(s); /* may make self runnable again */
   sched_leave(s, self);
 }
 
@@ -492,10 +494,13 @@ int smarm_sleep(int64_t ns)
     smarm_yield();
     return 0;
   }
-  self->timer.deadline = smarm_now_ns() + ns;
-  int rc = timer_add(&s->timers, &self->timer);
-  if (rc < 0)
-    return rc;
+  int64_t now = smarm_now_ns();
+  if (ns <= INT64_MAX - now) { /* else: past the end of time, sleep without a timer */
+    self->timer.deadline = now + ns;
+    int rc = timer_add(&s->timers, &self->timer);
+    if (rc < 0)
+      return rc;
+  }
   self->state = ACTOR_SLEEPING;
   sched_park(s, self);
   self->timed_out = 0;
@@ -619,6 +624,7 @@ void sched_destroy_actors(sched_t *s)
 {
   if (s->zombie)
     sched_bury(s);
+  timer_heap_destroy(&s->timers); /* it points into the actors freed below */
   for (uint32_t i = 0; i < s->table.used; i++) {
     actor_t *a = s->table.entries[i].actor;
     if (!a)
@@ -641,7 +647,6 @@ void sched_destroy_actors(sched_t *s)
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);
   s->run_head = s->run_tail = s->handoff = NULL;
-  timer_heap_destroy(&s->timers);
   stack_pool_destroy(&s->stacks);
 }
 

@@ -15,6 +15,7 @@
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/memcheck.h>
 #include <valgrind/valgrind.h>
 #define SMARM_HAVE_VALGRIND 1
 #endif
@@ -25,6 +26,8 @@ void stack_pool_init(stack_pool_t *pool, uint32_t budget)
   memset(pool, 0, sizeof *pool);
   pool->budget = budget ? budget : 1;
   pool->page = (size_t)sysconf(_SC_PAGESIZE);
+  /* On kernels with 64 KiB pages a 16 KiB guard would be one partial page. */
+  pool->guard = (STACK_GUARD_BYTES + pool->page - 1) & ~(pool->page - 1);
 }
 
 size_t stack_round_size(const stack_pool_t *pool, size_t size)
@@ -70,19 +73,20 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
   slot_with_id_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  size_t len = STACK_GUARD_BYTES + c->size;
+  size_t len = pool->guard + c->size;
   char *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (base == MAP_FAILED) {
     free(s);
     return NULL;
   }
-  if (mprotect(base, STACK_GUARD_BYTES, PROT_NONE) != 0) {
+  if (mprotect(base, pool->guard, PROT_NONE) != 0) {
     munmap(base, len);
     free(s);
     return NULL;
   }
-  s->slot.lo = base + STACK_GUARD_BYTES;
+  s->slot.lo = base + pool->guard;
+  s->slot.guard = pool->guard;
   s->slot.size = c->size;
   s->slot.cls = c;
 #ifdef SMARM_HAVE_VALGRIND
@@ -99,7 +103,7 @@ static void slot_unmap(stack_slot_t *slot)
 #ifdef SMARM_HAVE_VALGRIND
   VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-  munmap(slot->lo - STACK_GUARD_BYTES, STACK_GUARD_BYTES + slot->size);
+  munmap(slot->lo - slot->guard, slot->guard + slot->size);
   free(s);
 }
 
@@ -118,6 +122,38 @@ void stack_pool_destroy(stack_pool_t *pool)
   pool->mapped = 0;
 }
 
+/* Unmaps one free slot of a class other than `keep`, to give its budget to another size. */
+static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
+{
+  for (stack_class_t *c = pool->classes; c; c = c->next) {
+    if (c == keep || !c->free_list)
+      continue;
+    stack_slot_t *slot = c->free_list;
+    c->free_list = slot->next_free;
+    c->free_count--;
+    for (uint32_t i = 0; i < c->count; i++) {
+      if (c->all[i] == slot) {
+        c->all[i] = c->all[--c->count];
+        break;
+      }
+    }
+    slot_unmap(slot);
+    pool->mapped--;
+    return 1;
+  }
+  return 0;
+}
+
+/* The smallest class of at least `size` that has slots to share. */
+static stack_class_t *class_to_share(stack_pool_t *pool, size_t size)
+{
+  stack_class_t *best = NULL;
+  for (stack_class_t *c = pool->classes; c; c = c->next)
+    if (c->size >= size && c->count > 0 && (!best || c->size < best->size))
+      best = c;
+  return best;
+}
+
 stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
 {
   stack_class_t *c = class_for(pool, size);
@@ -128,14 +164,20 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
     c->free_list = slot->next_free;
     c->free_count--;
   } else {
+    if (pool->mapped >= pool->budget)
+      reclaim_free_slot(pool, c);
     if (pool->mapped < pool->budget)
       slot = slot_map(pool, c);
     if (!slot) {
       /* Share: the budget is spent (or mapping failed). Round robin spreads the sharers evenly,
       ** so a slot's sharers are the actors that ran least recently among those bound to it. */
-      if (c->count == 0)
+      stack_class_t *share = class_to_share(pool, size);
+      if (share)
+        slot = share->all[share->hand++ % share->count];
+      else
+        slot = slot_map(pool, c); /* nothing big enough to share: exceed the budget */
+      if (!slot)
         return NULL;
-      slot = c->all[c->hand++ % c->count];
     }
   }
   slot->bound++;
@@ -172,6 +214,21 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
   c->free_count++;
 }
 
+/* Valgrind marks stack memory below the stack pointer it last saw there as inaccessible; we copy
+** a parked stack's bytes from the scheduler's stack, so vouch for them. */
+static void vouch_for(const void *p, size_t n, int defined)
+{
+#ifdef SMARM_HAVE_VALGRIND
+  if (defined)
+    VALGRIND_MAKE_MEM_DEFINED(p, n);
+  else
+    VALGRIND_MAKE_MEM_UNDEFINED(p, n);
+#endif
+  (void)p;
+  (void)n;
+  (void)defined;
+}
+
 void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
 {
   char *top = stack_top(slot);
@@ -180,6 +237,7 @@ void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
   void *buf = malloc(len);
   SMARM_CHECK(buf != NULL, "out of memory saving a parked actor's stack");
   fiber_unpoison(sp, len);
+  vouch_for(sp, len, 1);
   memcpy(buf, sp, len);
   *len_out = len;
   return buf;
@@ -189,6 +247,7 @@ void stack_restore(stack_slot_t *slot, void *saved, size_t len)
 {
   char *dst = (char *)stack_top(slot) - len;
   fiber_unpoison(dst, len);
+  vouch_for(dst, len, 0);
   memcpy(dst, saved, len);
   free(saved);
 }

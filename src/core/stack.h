@@ -37,6 +37,7 @@ struct stack_class;
 
 typedef struct stack_slot {
   char *lo;                  /* lowest usable byte; the guard is just below */
+  size_t guard;              /* guard bytes below lo (a whole number of pages) */
   size_t size;               /* usable bytes; the stack's top is lo + size */
   struct actor *occupant;    /* actor whose bytes are in the slot now, or NULL */
   uint32_t bound;            /* actors whose stack lives at these addresses */
@@ -58,8 +59,9 @@ typedef struct stack_class {
 typedef struct stack_pool {
   stack_class_t *classes;
   uint32_t mapped;           /* slots mapped in all classes */
-  uint32_t budget;           /* most slots this pool may map */
+  uint32_t budget;           /* most slots this pool may map (see stack_bind) */
   size_t page;
+  size_t guard;              /* STACK_GUARD_BYTES rounded up to whole pages */
 } stack_pool_t;
 
 void stack_pool_init(stack_pool_t *pool, uint32_t budget);
@@ -69,9 +71,11 @@ void stack_pool_destroy(stack_pool_t *pool);
 /* Rounds a requested stack size to what the pool hands out; 0 if out of range. */
 size_t stack_round_size(const stack_pool_t *pool, size_t size);
 
-/* Binds a new actor to a slot of `size` bytes (already rounded): a free slot, else a new one
-** while the budget allows, else an existing slot to share. NULL only when no slot of that size
-** exists and none can be mapped (-ENOMEM). */
+/* Binds a new actor to a slot of at least `size` bytes (already rounded): a free slot of that
+** size; else a new one while the budget allows (unmapping a free slot of another size to make
+** room if need be); else a mapped slot of that size or larger, shared; else, with no such slot,
+** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
+** for want of a stack of its size). NULL only when mapping fails (-ENOMEM). */
 stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
 
 /* The actor bound to slot is gone (it must not be the occupant any more). */
@@ -90,7 +94,7 @@ static inline void *stack_top(const stack_slot_t *slot) { return slot->lo + slot
 static inline int stack_in_guard(const stack_slot_t *slot, const void *addr)
 {
   const char *a = (const char *)addr;
-  return a >= slot->lo - STACK_GUARD_BYTES && a < slot->lo;
+  return a >= slot->lo - slot->guard && a < slot->lo;
 }
 
 #endif
