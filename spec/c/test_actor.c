@@ -273,4 +273,106 @@ TEST(api_outside_an_actor)
   CHECK_EQ(smarm_run(NULL, NULL, NULL), -EINVAL);
 }
 
+/* ---- regressions found in review ---- */
+
+typedef struct pp_state {
+  volatile int sleeper_woke;
+  smarm_pid_t partner;
+} pp_state_t;
+
+static void timed_sleeper(void *arg)
+{
+  pp_state_t *st = arg;
+  smarm_sleep(10 * 1000 * 1000);
+  st->sleeper_woke = 1;
+}
+
+static void bouncer(void *arg)
+{
+  (void)arg;
+  for (;;) {
+    smarm_msg_t *m;
+    if (smarm_receive(SMARM_FOREVER, &m) < 0)
+      return;
+    if (smarm_send(smarm_msg_sender(m), m) < 0)
+      smarm_msg_free(m);
+  }
+}
+
+static void main_timers_during_pingpong(void *arg)
+{
+  (void)arg;
+  static pp_state_t st;
+  st.sleeper_woke = 0;
+  CHECK_EQ(smarm_spawn(timed_sleeper, &st, NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(bouncer, NULL, NULL, &st.partner), 0);
+  smarm_msg_t *m = smarm_msg_new(8);
+  int64_t t0 = smarm_now_ns();
+  /* Local ping-pong switches actor to actor and never idles: timers must still fire. */
+  while (!st.sleeper_woke && smarm_now_ns() - t0 < 5LL * 1000 * 1000 * 1000) {
+    CHECK_EQ(smarm_send(st.partner, m), 0);
+    CHECK_EQ(smarm_receive(SMARM_FOREVER, &m), 0);
+  }
+  CHECK(st.sleeper_woke);
+  smarm_msg_free(m);
+}
+
+TEST(timers_fire_during_local_ping_pong) { RUN(1, main_timers_during_pingpong, NULL); }
+
+static void set_flag(void *arg) { *(volatile int *)arg = 1; }
+
+static void main_other_size(void *arg)
+{
+  (void)arg;
+  static volatile int ran;
+  ran = 0;
+  smarm_spawn_opts_t small = {.stack_size = 64 * 1024};
+  CHECK_EQ(smarm_spawn(set_flag, (void *)&ran, &small, NULL), 0);
+  smarm_yield();
+  CHECK_EQ(ran, 1);
+  smarm_spawn_opts_t big = {.stack_size = 1024 * 1024};
+  ran = 0;
+  CHECK_EQ(smarm_spawn(set_flag, (void *)&ran, &big, NULL), 0);
+  smarm_yield();
+  CHECK_EQ(ran, 1);
+}
+
+TEST(spawn_any_size_after_stack_budget_spent)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.max_stacks = 1; /* the main actor's stack spends it */
+  CHECK_EQ(smarm_run(&cfg, main_other_size, NULL), 0);
+}
+
+static void late_sender(void *arg)
+{
+  smarm_sleep(20 * 1000 * 1000);
+  CHECK_EQ(test_send_u64((smarm_pid_t)(uintptr_t)arg, 5), 0);
+}
+
+static void sleep_forever(void *arg)
+{
+  smarm_sleep(INT64_MAX);
+  *(volatile int *)arg = 1; /* never: the runtime stops first */
+}
+
+static void main_huge_timeouts(void *arg)
+{
+  (void)arg;
+  static volatile int woke;
+  woke = 0;
+  CHECK_EQ(smarm_spawn(late_sender, (void *)(uintptr_t)smarm_self(), NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(sleep_forever, (void *)&woke, NULL, NULL), 0);
+  int64_t t0 = smarm_now_ns();
+  CHECK_EQ(test_recv_u64(INT64_MAX), 5); /* a deadline past the end of time: wait */
+  CHECK(smarm_now_ns() - t0 >= 20 * 1000 * 1000);
+  CHECK_EQ(test_send_u64(smarm_self(), 9), 0);
+  CHECK_EQ(test_recv_u64(-42), 9); /* negative: no limit (a message is there, so no wait) */
+  CHECK_EQ(woke, 0);
+}
+
+TEST(huge_and_negative_timeouts_wait) { RUN(1, main_huge_timeouts, NULL); }
+
 TEST_MAIN()
