@@ -50,6 +50,7 @@ typedef struct result {
   int64_t total_ns;
   uint64_t total_cyc;
   double floor_ns, floor_cyc;
+  double ghz; /* cycles per ns over a 5 ms calibration interval */
   long ops;
 } result_t;
 
@@ -60,6 +61,7 @@ static void result_reset(result_t *r)
   r->total_ns = 0;
   r->total_cyc = 0;
   r->floor_ns = r->floor_cyc = 0;
+  r->ghz = 0;
   r->ops = 0;
 }
 
@@ -79,6 +81,14 @@ static void measure_floor(result_t *r)
   }
   r->floor_ns = (double)hist_quantile(&ns, 0.5);
   r->floor_cyc = (double)hist_quantile(&cyc, 0.5);
+  /* The two lenses' exchange rate: long enough that the brackets' own cost does not matter. */
+  int64_t t0 = wall_ns();
+  uint64_t c0 = cycles_begin();
+  while (wall_ns() - t0 < 5 * 1000 * 1000)
+    ;
+  uint64_t c1 = cycles_end();
+  int64_t t1 = wall_ns();
+  r->ghz = (double)(c1 - c0) / (double)(t1 - t0);
 }
 
 /* Runs warmup + rounds operations per run, in samples of `batch`; op(ctx, n) performs n
@@ -129,7 +139,7 @@ static void print_result(const char *mode, unsigned schedulers, const result_t *
          hist_quantile(&r->ps, 0.5) / 1000.0, hist_quantile(&r->ps, 0.9) / 1000.0,
          hist_quantile(&r->ps, 0.99) / 1000.0, hist_quantile(&r->ps, 1.0) / 1000.0,
          hist_quantile(&r->ccyc, 0.5) / 100.0,
-         r->total_ns ? (double)r->total_cyc / (double)r->total_ns : 0.0, r->floor_ns, r->ops,
+         r->ghz, r->floor_ns, r->ops,
          extra ? " " : "", extra ? extra : "");
   fflush(stdout);
 }
@@ -345,6 +355,7 @@ static void run_parallel(unsigned n)
     result.total_ns += par.results[k].total_ns;
     result.total_cyc += par.results[k].total_cyc;
     result.floor_ns += par.results[k].floor_ns / n;
+    result.ghz += par.results[k].ghz / n;
     result.ops += par.results[k].ops;
   }
   print_result("parallel", n, &result, NULL);
