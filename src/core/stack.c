@@ -184,11 +184,27 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
   return slot;
 }
 
+/* Valgrind marks stack memory below the stack pointer it last saw there as inaccessible; we copy
+** a parked stack's bytes from the scheduler's stack, so vouch for them. */
+static void vouch_for(const void *p, size_t n, int defined)
+{
+#ifdef SMARM_HAVE_VALGRIND
+  if (defined)
+    VALGRIND_MAKE_MEM_DEFINED(p, n);
+  else
+    VALGRIND_MAKE_MEM_UNDEFINED(p, n);
+#endif
+  (void)p;
+  (void)n;
+  (void)defined;
+}
+
 /* Reads memory that may be an untouched page (the zero page) or carry stale ASan redzones. */
 __attribute__((no_sanitize_address)) static int went_deep(const stack_slot_t *slot)
 {
   const volatile uint64_t *w = (const uint64_t *)((char *)stack_top(slot) - STACK_KEEP_BYTES) - 8;
   uint64_t any = 0;
+  vouch_for((const void *)w, 8 * sizeof *w, 1);
   for (int i = 0; i < 8; i++)
     any |= w[i];
   return any != 0;
@@ -212,21 +228,6 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
   slot->next_free = c->free_list;
   c->free_list = slot;
   c->free_count++;
-}
-
-/* Valgrind marks stack memory below the stack pointer it last saw there as inaccessible; we copy
-** a parked stack's bytes from the scheduler's stack, so vouch for them. */
-static void vouch_for(const void *p, size_t n, int defined)
-{
-#ifdef SMARM_HAVE_VALGRIND
-  if (defined)
-    VALGRIND_MAKE_MEM_DEFINED(p, n);
-  else
-    VALGRIND_MAKE_MEM_UNDEFINED(p, n);
-#endif
-  (void)p;
-  (void)n;
-  (void)defined;
 }
 
 void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
