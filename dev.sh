@@ -8,7 +8,8 @@
 #                         (cross-built, run under qemu-user) builds, and the functional tests
 #                         under valgrind memcheck; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
-#   ./dev.sh deps [what]  install the Debian packages for: build (default), test
+#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua;
+#                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
 # SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind"); SMARM_BUILD_DIR
@@ -153,6 +154,10 @@ case "${1:-}" in
   bench) cmd_bench ;;
   test) cmd_test ;;
   build) cmd_build ;;
-  deps) install_packages "${2:-build}" ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  deps)
+    case "${2:-build}" in
+      luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
+      *) install_packages "${2:-build}" ;;
+    esac ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,0 +1,94 @@
+#!/bin/sh
+# LuaJIT for smarm, from pinned source: Debian trixie's orig tarball of the OpenResty LuaJIT 2.1
+# branch (2025-01-17), which restores cur_L when a C function raises after a stack switch
+# (upstream fix after 2023-09-21; Debian bookworm's packaged LuaJIT crashes there, so it is never
+# linked). The tarball is fetched from the Debian archive the machine's apt sources name (no host
+# is written here), verified by sha256, and built twice as static libraries plus interpreters:
+#
+#   <out>/luajit-release   the build smarm links and benchmarks
+#   <out>/luajit-check     LUA_USE_APICHECK + LUA_USE_ASSERT: catches binding mistakes the
+#                          release build hides; the Lua specs run against both
+#
+# Usage: deps/luajit.sh <out-dir> [cross-prefix]   (e.g. build/deps; aarch64-linux-gnu-)
+# Idempotent: a variant already installed with this version is left alone.
+set -eu
+
+VERSION=2.1.0+openresty20250117
+SHA256=99ad5fdfa85e08a291454f797f625fbb53f4d2129cac063922255a1fe34ccf1c
+TARBALL="luajit_${VERSION}.orig.tar.xz"
+POOL_PATH="pool/main/l/luajit/$TARBALL"
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:?usage: deps/luajit.sh <out-dir> [cross-prefix]}
+CROSS=${2:-}
+CACHE="$ROOT/deps/cache"
+mkdir -p "$OUT" "$CACHE"
+OUT=$(cd "$OUT" && pwd)
+
+say() { printf '%s\n' "luajit.sh: $*" >&2; }
+
+# The first Debian archive URI of the machine's apt configuration (deb822 or one-line format).
+debian_mirror() {
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    uri=$(awk '/^URIs:/ {print $2; exit}' "$f")
+    case "$uri" in */debian) echo "$uri"; return 0 ;; esac
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' "$f")
+    case "$uri" in */debian) echo "$uri"; return 0 ;; esac
+  done
+  return 1
+}
+
+fetch() {
+  if [ -f "$CACHE/$TARBALL" ] && echo "$SHA256  $CACHE/$TARBALL" | sha256sum -c --quiet 2>/dev/null; then
+    return 0
+  fi
+  mirror=$(debian_mirror) || { say "no Debian archive in the apt sources"; exit 1; }
+  say "fetching $TARBALL"
+  tmp="$CACHE/$TARBALL.part"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsSL --retry 3 -o "$tmp" "$mirror/$POOL_PATH"
+  else
+    wget -q -O "$tmp" "$mirror/$POOL_PATH"
+  fi
+  if ! echo "$SHA256  $tmp" | sha256sum -c --quiet; then
+    say "checksum mismatch for $TARBALL"
+    rm -f "$tmp"
+    exit 1
+  fi
+  mv "$tmp" "$CACHE/$TARBALL"
+}
+
+# build <variant> <extra XCFLAGS>
+build() {
+  variant=$1
+  xcflags=$2
+  prefix="$OUT/luajit-$variant"
+  if [ -f "$prefix/.version" ] && [ "$(cat "$prefix/.version")" = "$VERSION $CROSS $xcflags" ]; then
+    return 0
+  fi
+  src="$OUT/src-$variant"
+  rm -rf "$src" "$prefix"
+  mkdir -p "$src"
+  tar -C "$src" --strip-components=1 -xf "$CACHE/$TARBALL"
+  say "building $variant${CROSS:+ for $CROSS}"
+  hostcc=""
+  [ -n "$CROSS" ] && hostcc="HOST_CC=gcc CROSS=$CROSS"
+  # Frame pointers so perf can walk through the VM's C functions; static so smarm links one copy.
+  # shellcheck disable=SC2086
+  make -C "$src" -j "$(nproc 2>/dev/null || echo 2)" $hostcc PREFIX="$prefix" BUILDMODE=static \
+    XCFLAGS="-fno-omit-frame-pointer $xcflags" >"$OUT/luajit-$variant.build.log" 2>&1 ||
+    { tail -n 30 "$OUT/luajit-$variant.build.log" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  make -C "$src" install $hostcc PREFIX="$prefix" >>"$OUT/luajit-$variant.build.log" 2>&1 ||
+    { tail -n 30 "$OUT/luajit-$variant.build.log" >&2; exit 1; }
+  echo "$VERSION $CROSS $xcflags" >"$prefix/.version"
+  rm -rf "$src"
+}
+
+fetch
+build release ""
+build check "-DLUA_USE_APICHECK -DLUA_USE_ASSERT"
