@@ -5,15 +5,16 @@
 #
 #   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost), plus scale
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
-#                         (cross-built, run under qemu-user) builds, and the functional tests
-#                         under valgrind memcheck; ends "N passed, N failed"
+#                         (cross-built, run under qemu-user) builds, the functional tests
+#                         under valgrind memcheck, and the busted specs on both LuaJIT
+#                         builds; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua;
 #                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
-# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind"); SMARM_BUILD_DIR
-# moves build/ elsewhere.
+# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind lua");
+# SMARM_BUILD_DIR moves build/ elsewhere.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")" && pwd)
@@ -110,10 +111,43 @@ run_valgrind() {
   echo "valgrind $passed $failed" >>"$TOTALS"
 }
 
+# Builds LuaJIT (both variants), the binding against each, and runs the busted specs with each
+# LuaJIT interpreter.
+run_lua() {
+  if ! "$ROOT/deps/luajit.sh" "$BUILD/deps" >"$BUILD/luajit.log" 2>&1; then
+    tail -n 30 "$BUILD/luajit.log" >&2
+    echo "lua 0 1" >>"$TOTALS"
+    return 0
+  fi
+  multiarch=$(gcc -print-multiarch)
+  for lj in release check; do
+    check=OFF
+    [ "$lj" = check ] && check=ON
+    if ! build_variant "lua-$lj" -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
+      -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-$lj" -DSMARM_LUAJIT_CHECK=$check; then
+      echo "lua-$lj 0 1" >>"$TOTALS"
+      continue
+    fi
+    say "testing lua-$lj (busted on LuaJIT $lj)"
+    log="$BUILD/lua-$lj/busted.log"
+    status=0
+    (cd "$ROOT" && LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua" \
+      LUA_CPATH="$BUILD/lua-$lj/lua/?.so;/usr/lib/$multiarch/lua/5.1/?.so" \
+      "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) >"$log" 2>&1 || status=$?
+    counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
+    passed=$(echo "$counts" | awk '{print $1+0}')
+    failed=$(echo "$counts" | awk '{print $2+$3}')
+    if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+    [ "$status" -eq 0 ] || tail -n 60 "$log" >&2
+    echo "lua-$lj $passed $failed" >>"$TOTALS"
+  done
+}
+
 cmd_test() {
-  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind"}
+  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua"}
   install_packages build
   case " $variants " in *" aarch64 "* | *" valgrind "*) install_packages test ;; esac
+  case " $variants " in *" lua "*) install_packages lua ;; esac
   TOTALS=$(mktemp)
   for v in $variants; do
     case $v in
@@ -123,6 +157,7 @@ cmd_test() {
       aarch64) set -- -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
         -DCMAKE_BUILD_TYPE=Release -DSMARM_BENCH=OFF ;;
       valgrind) set -- -DCMAKE_BUILD_TYPE=Release ;;
+      lua) run_lua; continue ;;
       *) say "unknown test variant '$v'"; exit 2 ;;
     esac
     dir=$v
@@ -159,5 +194,5 @@ case "${1:-}" in
       luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -67,7 +67,8 @@ build() {
   variant=$1
   xcflags=$2
   prefix="$OUT/luajit-$variant"
-  if [ -f "$prefix/.version" ] && [ "$(cat "$prefix/.version")" = "$VERSION $CROSS $xcflags" ]; then
+  if [ -f "$prefix/.version" ] &&
+    [ "$(cat "$prefix/.version")" = "$VERSION $CROSS $xcflags internal-headers" ]; then
     return 0
   fi
   src="$OUT/src-$variant"
@@ -85,7 +86,11 @@ build() {
   # shellcheck disable=SC2086
   make -C "$src" install $hostcc PREFIX="$prefix" >>"$OUT/luajit-$variant.build.log" 2>&1 ||
     { tail -n 30 "$OUT/luajit-$variant.build.log" >&2; exit 1; }
-  echo "$VERSION $CROSS $xcflags" >"$prefix/.version"
+  # The binding's one file of LuaJIT internals (src/lua/ljx.c) needs the VM's private headers,
+  # including the generated ones, exactly as this variant was built.
+  mkdir -p "$prefix/include/luajit-internal"
+  cp "$src"/src/*.h "$prefix/include/luajit-internal/"
+  echo "$VERSION $CROSS $xcflags internal-headers" >"$prefix/.version"
   rm -rf "$src"
 }
 

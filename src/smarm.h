@@ -74,6 +74,10 @@ typedef struct smarm_config {
   ** Scheduler 0's hooks run on the thread that called smarm_run(). */
   void (*on_sched_start)(unsigned sched, void *userdata);
   void (*on_sched_stop)(unsigned sched, void *userdata);
+  /* Called on the owning scheduler's thread, before on_sched_stop, for each actor stopped by
+  ** shutdown (not for actors that ended by themselves) that has a non-NULL smarm_actor_data:
+  ** the place to release what the data holds. Its C frames are already discarded. */
+  void (*on_actor_stopped)(void *actor_data, void *userdata);
   void *userdata;
 } smarm_config_t;
 

@@ -26,7 +26,9 @@
 #include <string.h>
 #include <time.h>
 
-_Thread_local sched_t *sched_tls;
+/* initial-exec: one instruction per access even when smarm is inside a loadable module (the
+** Lua binding); the general-dynamic model would call __tls_get_addr on every yield. */
+__attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
 
 /* Timers are checked at least every this many decisions (yields and parks) of a busy scheduler,
 ** and always when it runs out of work; reading the clock on every yield would cost more than
@@ -629,6 +631,8 @@ void sched_destroy_actors(sched_t *s)
     actor_t *a = s->table.entries[i].actor;
     if (!a)
       continue;
+    if (a->data && s->rt->cfg.on_actor_stopped)
+      s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     mailbox_clear(&a->mailbox);
     free(a->saved);
     if (a->slot->occupant == a)

@@ -106,7 +106,7 @@ typedef struct sched {
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */
-extern _Thread_local sched_t *sched_tls;
+extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
 
 void sched_init(sched_t *s, struct runtime *rt, unsigned index);
 /* Runs actors until the runtime stops. */

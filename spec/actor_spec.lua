@@ -1,0 +1,325 @@
+-- smarm's Lua actors: run, spawn, self, pids, yield from anywhere, sleep, exit, errors.
+-- Runs under busted on the LuaJIT built by deps/luajit.sh (release and checking variants).
+local smarm = require("smarm")
+
+describe("smarm.run", function()
+  it("runs the main actor and returns its results", function()
+    local a, b, c = smarm.run(function() return 1, "two", nil end)
+    assert.are.equal(1, a)
+    assert.are.equal("two", b)
+    assert.is_nil(c)
+  end)
+
+  it("can be called again after it returned", function()
+    for i = 1, 5 do
+      assert.are.equal(i, smarm.run(function() smarm.yield(); return i end, { schedulers = 2 }))
+    end
+  end)
+
+  it("raises the main actor's error with its traceback", function()
+    local ok, err = pcall(smarm.run, function()
+      smarm.yield()
+      error("main failed")
+    end)
+    assert.is_false(ok)
+    assert.matches("main failed", err)
+    assert.matches("stack traceback", err)
+  end)
+
+  it("stops the actors still alive when the main actor returns", function()
+    local started = 0
+    local r = smarm.run(function()
+      for _ = 1, 10 do
+        smarm.spawn(function()
+          started = started + 1
+          smarm.sleep(3600)
+        end)
+      end
+      smarm.yield()
+      return "done"
+    end, { schedulers = 2 })
+    assert.are.equal("done", r)
+    assert.are.equal(10, started)
+  end)
+
+  it("rejects bad arguments", function()
+    assert.has_error(function() smarm.run(nil) end, "bad argument #1 to 'run' (function expected, got nil)")
+    assert.has_error(function() smarm.run(function() end, 5) end)
+    assert.has_error(function() smarm.run(function() end, { schedulers = 0 }) end)
+    assert.has_error(function() smarm.run(function() end, { schedulers = 1.5 }) end)
+    assert.has_error(function() smarm.run(function() end, { stack_size = 100 }) end)
+  end)
+
+  it("is an error inside an actor", function()
+    local ok, err = smarm.run(function()
+      return pcall(smarm.run, function() end)
+    end)
+    assert.is_false(ok)
+    assert.matches("already inside a runtime", err)
+  end)
+
+  it("honours opts.schedulers", function()
+    assert.are.equal(3, smarm.run(function() return smarm.schedulers() end, { schedulers = 3 }))
+    assert.are.equal(1, smarm.run(function() return smarm.scheduler() end, { schedulers = 3 }))
+  end)
+end)
+
+describe("smarm.spawn and pids", function()
+  it("runs fn(...) in a new actor on the same scheduler", function()
+    local got = smarm.run(function()
+      local result = {}
+      smarm.spawn(function(a, b, t)
+        result.sum = a + b
+        result.t = t
+        result.sched = smarm.scheduler()
+      end, 2, 3, "x")
+      smarm.yield()
+      return result
+    end, { schedulers = 2 })
+    assert.are.equal(5, got.sum)
+    assert.are.equal("x", got.t)
+    assert.are.equal(1, got.sched)
+  end)
+
+  it("gives pids that print, compare and key tables", function()
+    local s, eq, key, isp, notp = smarm.run(function()
+      local seen = {}
+      local p = smarm.spawn(function() seen.self = smarm.self() end)
+      smarm.yield()
+      local t = { [p] = "child" }
+      return tostring(p), p == seen.self, t[seen.self], smarm.is_pid(p), smarm.is_pid({})
+    end)
+    assert.matches("^<1%.%d+%.%d+>$", s)
+    assert.is_true(eq)
+    assert.are.equal("child", key)
+    assert.is_true(isp)
+    assert.is_false(notp)
+  end)
+
+  it("gives each actor its own pid", function()
+    local n = smarm.run(function()
+      local seen, count = {}, 0
+      for _ = 1, 1000 do
+        local p = smarm.spawn(function() end)
+        if not seen[p] then count = count + 1 end
+        seen[p] = true
+      end
+      return count
+    end)
+    assert.are.equal(1000, n)
+  end)
+
+  it("rejects a non-function", function()
+    local ok, err = smarm.run(function()
+      return pcall(function() smarm.spawn(42) end)
+    end)
+    assert.is_false(ok)
+    assert.matches("bad argument #1 to 'spawn' %(function expected, got number%)", err)
+  end)
+
+  it("lets an actor that raises die alone", function()
+    local after = smarm.run(function()
+      local state = {}
+      smarm.spawn(function() smarm.yield(); error("only me") end)
+      smarm.spawn(function()
+        for _ = 1, 10 do smarm.yield() end
+        state.survivor = true
+      end)
+      for _ = 1, 20 do smarm.yield() end
+      return state.survivor
+    end)
+    assert.is_true(after)
+  end)
+
+  it("runs thousands of actors", function()
+    local total = smarm.run(function()
+      local sum = { n = 0 }
+      for i = 1, 5000 do
+        smarm.spawn(function()
+          smarm.yield()
+          sum.n = sum.n + i
+        end)
+      end
+      while sum.n < 5000 * 5001 / 2 do smarm.yield() end
+      return sum.n
+    end)
+    assert.are.equal(5000 * 5001 / 2, total)
+  end)
+end)
+
+describe("yield from anywhere", function()
+  -- Each case runs in two actors at once, so every yield really switches to the other one.
+  local function in_two_actors(body)
+    return smarm.run(function()
+      local results = {}
+      for i = 1, 2 do
+        smarm.spawn(function() results[i] = body(i) end)
+      end
+      while not (results[1] and results[2]) do smarm.yield() end
+      return results[1], results[2]
+    end)
+  end
+
+  it("inside table.sort comparators", function()
+    local a, b = in_two_actors(function()
+      local t = { 5, 3, 9, 1, 7, 2, 8 }
+      table.sort(t, function(x, y) smarm.yield(); return x < y end)
+      return table.concat(t, ",")
+    end)
+    assert.are.equal("1,2,3,5,7,8,9", a)
+    assert.are.equal(a, b)
+  end)
+
+  it("inside string.gsub callbacks", function()
+    local a = in_two_actors(function()
+      return (("abc"):gsub("%w", function(c) smarm.yield(); return c:upper() end))
+    end)
+    assert.are.equal("ABC", a)
+  end)
+
+  it("inside __index, __lt and __call metamethods", function()
+    local a = in_two_actors(function(i)
+      local mt = {
+        __index = function(_, k) smarm.yield(); return k .. i end,
+        __lt = function(x, y) smarm.yield(); return x.v < y.v end,
+        __call = function(_, v) smarm.yield(); return v * 2 end,
+      }
+      local o = setmetatable({ v = 1 }, mt)
+      local p = setmetatable({ v = 2 }, mt)
+      return o.key .. tostring(o < p) .. o(21)
+    end)
+    assert.matches("^key%dtrue42$", a)
+  end)
+
+  it("inside iterators", function()
+    local a = in_two_actors(function()
+      local function iter(_, i)
+        smarm.yield()
+        if i < 5 then return i + 1 end
+      end
+      local s = 0
+      for i in iter, nil, 0 do s = s + i end
+      return s
+    end)
+    assert.are.equal(15, a)
+  end)
+
+  it("inside pcall and xpcall", function()
+    local a = in_two_actors(function()
+      local ok1, e1 = pcall(function() smarm.yield(); error("e1", 0) end)
+      local ok2, e2 = xpcall(function() smarm.yield(); error("e2", 0) end,
+        function(m) smarm.yield(); return "handled " .. m end)
+      return tostring(ok1) .. e1 .. tostring(ok2) .. e2
+    end)
+    assert.are.equal("falsee1falsehandled e2", a)
+  end)
+
+  it("inside user coroutines", function()
+    local a = in_two_actors(function()
+      local co = coroutine.wrap(function()
+        smarm.yield()
+        coroutine.yield(1)
+        smarm.yield()
+        return 2
+      end)
+      return co() + co()
+    end)
+    assert.are.equal(3, a)
+  end)
+
+  it("in JIT-hot loops", function()
+    local a, b = in_two_actors(function()
+      local n = 0
+      for i = 1, 100000 do
+        smarm.yield()
+        n = n + i
+      end
+      return n
+    end)
+    assert.are.equal(5000050000, a)
+    assert.are.equal(a, b)
+  end)
+
+  it("and an error raised after a switch unwinds normally", function()
+    local a = in_two_actors(function()
+      local ok, err = pcall(function()
+        smarm.yield()
+        smarm.sleep(-1) -- raises from C after nothing, then again after a real switch below
+      end)
+      local ok2, err2 = pcall(function()
+        smarm.yield()
+        error({ code = 7 })
+      end)
+      return tostring(ok) .. tostring(err):match("non%-negative") .. tostring(ok2) .. err2.code
+    end)
+    assert.are.equal("falsenon-negativefalse7", a)
+  end)
+end)
+
+describe("parking where it would corrupt LuaJIT", function()
+  it("is refused inside a __gc finalizer", function()
+    local err = smarm.run(function()
+      local result = {}
+      local p = newproxy(true)
+      getmetatable(p).__gc = function()
+        local ok, e = pcall(smarm.yield)
+        result.ok, result.err = ok, e
+      end
+      p = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      return result
+    end)
+    assert.is_false(err.ok)
+    assert.matches("cannot park inside a __gc finalizer", err.err)
+  end)
+
+  it("is refused outside an actor", function()
+    assert.has_error(function() smarm.yield() end, "smarm.yield: not inside an actor (call it from smarm.run)")
+    assert.has_error(function() smarm.sleep(0) end)
+    assert.has_error(function() smarm.self() end)
+    assert.has_error(function() smarm.spawn(function() end) end)
+  end)
+end)
+
+describe("smarm.sleep, smarm.now, smarm.exit", function()
+  it("sleeps at least the time asked", function()
+    local slept = smarm.run(function()
+      local t0 = smarm.now()
+      smarm.sleep(0.02)
+      return smarm.now() - t0
+    end)
+    assert.is_true(slept >= 0.02)
+  end)
+
+  it("rejects bad sleep arguments", function()
+    local ok1, e1, ok2 = smarm.run(function()
+      local a, b = pcall(smarm.sleep, "x")
+      local c = pcall(smarm.sleep, -1)
+      return a, b, c
+    end)
+    assert.is_false(ok1)
+    assert.matches("number expected", e1)
+    assert.is_false(ok2)
+  end)
+
+  it("ends the calling actor at once", function()
+    local r = smarm.run(function()
+      local state = {}
+      smarm.spawn(function()
+        state.before = true
+        smarm.exit()
+        state.after = true
+      end)
+      smarm.yield()
+      return state
+    end)
+    assert.is_true(r.before)
+    assert.is_nil(r.after)
+  end)
+
+  it("ends run when the main actor exits", function()
+    local r = { smarm.run(function() smarm.exit(); return "never" end) }
+    assert.are.equal(0, #r)
+  end)
+end)

@@ -1,0 +1,38 @@
+/*
+** LuaJIT internals used by the binding (see ljx.h). Built against the private headers of the
+** exact LuaJIT variant linked (deps/luajit.sh installs them with each build). Fields used:
+**   global_State.cur_L     the lua_State the VM considers running; error unwinding and the JIT
+**                          read it, so it must name the coroutine of the actor that runs.
+**   global_State.jit_base  non-NULL while JIT-compiled code is on the stack (trace executing,
+**                          e.g. a compiled FFI call into C that calls back into us).
+**   global_State.hookmask  HOOK_ACTIVE while inside a debug hook or a __gc finalizer (HOOK_GC).
+**   jit_State.state        via lj_trace_abort(): stops a trace that is being recorded.
+*/
+#include "ljx.h"
+
+#include "lj_obj.h"
+#include "lj_jit.h"
+#include "lj_trace.h"
+
+const char *ljx_cannot_park(lua_State *L)
+{
+  global_State *g = G(L);
+  if (g->hookmask & HOOK_GC)
+    return "inside a __gc finalizer";
+  if (hook_active(g))
+    return "inside a debug hook";
+  if (tvref(g->jit_base) != NULL)
+    return "inside JIT-compiled code (an FFI call or callback?)";
+  return NULL;
+}
+
+void ljx_before_switch(lua_State *L)
+{
+#if LJ_HASJIT
+  lj_trace_abort(G(L));
+#else
+  (void)L;
+#endif
+}
+
+void ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }

@@ -1,0 +1,23 @@
+/*
+** The binding's only window into LuaJIT's internals (design rule 6). Everything that must know
+** LuaJIT's private structures to keep stack switching safe lives in ljx.c; the rest of the binding
+** uses the public Lua C API only.
+*/
+#ifndef SMARM_LUA_LJX_H
+#define SMARM_LUA_LJX_H
+
+#include <lua.h>
+
+/* Why the running code must not park here, or NULL if it may: inside a __gc finalizer or a
+** debug hook (the VM holds state for them that another actor's Lua code would clobber), or with
+** JIT-compiled code on the stack (an FFI call or callback: switching there corrupts the VM). */
+const char *ljx_cannot_park(lua_State *L);
+
+/* Right before a switch: stop recording a trace (a trace must not span actors). */
+void ljx_before_switch(lua_State *L);
+
+/* Right after a switch back into L's actor: make L the VM's current state again (other actors
+** ran Lua code of this VM in between, and error handling and the JIT read it). */
+void ljx_after_switch(lua_State *L);
+
+#endif

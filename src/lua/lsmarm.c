@@ -1,0 +1,466 @@
+/*
+** The Lua binding, module `smarm.core` (wrapped by lua/smarm/init.lua as `smarm`).
+**
+** One LuaJIT VM per scheduler: scheduler 0 runs in the VM that called smarm.run (the caller's
+** own lua_State stays suspended inside run for the whole run); schedulers 1..N-1 each create a VM
+** on their own thread (on_sched_start), with the caller's package.path/cpath, and close it when
+** they stop. Each Lua actor is a coroutine (lua_newthread) of its scheduler's VM, anchored in the
+** registry and run by a protected call on the actor's own C stack; it parks by calling into the
+** C core from a classic lua_CFunction, so it can park from anywhere a C stack exists (sort
+** comparators, metamethods, pcall, nested coroutines, require).
+**
+** Ownership: an lactor_t (malloc'd) belongs to its actor; it is freed when the actor's body
+** returns, or by on_actor_stopped when shutdown stops the actor where it stands.
+**
+** This slice has: run, spawn (local), self, yield, sleep, now, exit, scheduler, schedulers,
+** is_pid. Messages (send/receive, the codec) and spawn_on (function transfer) come next.
+*/
+#define _GNU_SOURCE
+#include "ljx.h"
+#include "smarm.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PID_MT "smarm.pid"
+#define PID_INTERN "smarm.pid.intern" /* registry: weak table, 8-byte pid string -> userdata */
+
+/* ---- Pids: full userdata, interned per VM so that == and table keys work ------------------- */
+
+typedef struct lpid {
+  smarm_pid_t pid;
+} lpid_t;
+
+static void push_pid(lua_State *L, smarm_pid_t pid)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, PID_INTERN);
+  lua_pushlstring(L, (const char *)&pid, sizeof pid);
+  lua_rawget(L, -2);
+  if (!lua_isnil(L, -1)) {
+    lua_remove(L, -2);
+    return;
+  }
+  lua_pop(L, 1);
+  lpid_t *p = lua_newuserdata(L, sizeof *p);
+  p->pid = pid;
+  luaL_getmetatable(L, PID_MT);
+  lua_setmetatable(L, -2);
+  lua_pushlstring(L, (const char *)&pid, sizeof pid);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -4);
+  lua_remove(L, -2);
+}
+
+static lpid_t *test_pid(lua_State *L, int idx)
+{
+  lpid_t *p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx))
+    return NULL;
+  luaL_getmetatable(L, PID_MT);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? p : NULL;
+}
+
+static int pid_tostring(lua_State *L)
+{
+  lpid_t *p = test_pid(L, 1);
+  if (!p)
+    return luaL_argerror(L, 1, "pid expected");
+  lua_pushfstring(L, "<%d.%d.%d>", (int)smarm_pid_sched(p->pid) + 1, (int)smarm_pid_slot(p->pid),
+                  (int)smarm_pid_gen(p->pid));
+  return 1;
+}
+
+static int pid_eq(lua_State *L)
+{
+  lpid_t *a = test_pid(L, 1), *b = test_pid(L, 2);
+  lua_pushboolean(L, a && b && a->pid == b->pid);
+  return 1;
+}
+
+/* ---- Per-scheduler VMs and per-actor state -------------------------------------------------- */
+
+typedef struct lvm {
+  lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
+  int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
+} lvm_t;
+
+typedef struct lactor {
+  lua_State *co; /* the actor's coroutine */
+  int coref;     /* its anchor in the registry */
+  int nargs;     /* values waiting on co's stack above the function */
+  int is_main;
+} lactor_t;
+
+/* What smarm.run shares with the schedulers and the main actor. */
+typedef struct lrun {
+  lua_State *caller;
+  const char *path, *cpath; /* the caller's package.path / cpath, for the other VMs */
+  lvm_t *vms;               /* one per scheduler */
+  int main_status;          /* 0, or the error status of the main actor */
+  int main_done;
+} lrun_t;
+
+static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
+
+static lvm_t *this_vm(void) { return smarm_sched_data(); }
+
+/* Message handler for an actor's protected call: the error plus a traceback. */
+static int add_traceback(lua_State *L)
+{
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+static void lactor_free(lactor_t *la, int keep_co)
+{
+  lvm_t *vm = this_vm();
+  if (!keep_co && vm)
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, la->coref);
+  free(la);
+}
+
+/* The C body of every Lua actor: runs on the actor's stack. */
+static void lactor_main(void *arg)
+{
+  lactor_t *la = arg;
+  lua_State *co = la->co;
+  smarm_actor_set_data(la);
+  ljx_after_switch(co);
+  lua_pushcfunction(co, add_traceback);
+  lua_insert(co, 1);
+  int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
+  lua_remove(co, 1); /* the message handler; results or the error remain */
+  smarm_actor_set_data(NULL);
+  if (la->is_main) {
+    /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. */
+    current_run->main_status = status;
+    current_run->main_done = 1;
+    free(la);
+    return;
+  }
+  if (status != 0) {
+    char name[64];
+    smarm_pid_t self = smarm_self();
+    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
+             smarm_pid_gen(self));
+    fprintf(stderr, "smarm: actor %s died: %s\n", name, lua_tostring(co, -1));
+    fflush(stderr);
+  }
+  lua_settop(co, 0);
+  lactor_free(la, 0);
+}
+
+static void on_actor_stopped(void *data, void *ud)
+{
+  (void)ud;
+  lactor_t *la = data;
+  lactor_free(la, la->is_main);
+}
+
+static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
+{
+  luaL_openlibs(L);
+  lua_getglobal(L, "package");
+  lua_pushstring(L, path);
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, cpath);
+  lua_setfield(L, -2, "cpath");
+  lua_pop(L, 1);
+}
+
+static void on_sched_start(unsigned k, void *ud)
+{
+  lrun_t *run = ud;
+  lvm_t *vm = &run->vms[k];
+  if (k == 0) {
+    vm->L = run->caller;
+    vm->owned = 0;
+  } else {
+    vm->L = luaL_newstate();
+    vm->owned = 1;
+    if (vm->L) {
+      open_vm_libs(vm->L, run->path, run->cpath);
+      /* The module in this VM too, so actors here find `smarm` (and its pid metatable). */
+      lua_getglobal(vm->L, "require");
+      lua_pushliteral(vm->L, "smarm");
+      if (lua_pcall(vm->L, 1, 0, 0) != 0) {
+        fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, lua_tostring(vm->L, -1));
+        lua_pop(vm->L, 1);
+      }
+    }
+  }
+  smarm_sched_set_data(vm);
+}
+
+static void on_sched_stop(unsigned k, void *ud)
+{
+  lrun_t *run = ud;
+  lvm_t *vm = &run->vms[k];
+  if (vm->owned && vm->L)
+    lua_close(vm->L);
+  vm->L = NULL;
+}
+
+/* ---- Parking safely ------------------------------------------------------------------------ */
+
+/* Every function that can switch stacks goes through here (design rules 1-4). */
+static lactor_t *check_can_park(lua_State *L, const char *fname)
+{
+  lactor_t *la = smarm_actor_data();
+  if (!la)
+    luaL_error(L, "smarm.%s: not inside an actor (call it from smarm.run)", fname);
+  const char *why = ljx_cannot_park(L);
+  if (why)
+    luaL_error(L, "smarm.%s: cannot park %s", fname, why);
+  ljx_before_switch(L);
+  return la;
+}
+
+static int l_yield(lua_State *L)
+{
+  check_can_park(L, "yield");
+  smarm_yield();
+  ljx_after_switch(L);
+  return 0;
+}
+
+static int l_sleep(lua_State *L)
+{
+  lua_Number s = luaL_checknumber(L, 1);
+  luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
+  check_can_park(L, "sleep");
+  int64_t ns = s > 9.2e9 ? INT64_MAX : (int64_t)(s * 1e9);
+  int rc = smarm_sleep(ns);
+  ljx_after_switch(L);
+  if (rc < 0)
+    return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
+  return 0;
+}
+
+static int l_now(lua_State *L)
+{
+  lua_pushnumber(L, (lua_Number)smarm_now_ns() / 1e9);
+  return 1;
+}
+
+static int l_self(lua_State *L)
+{
+  smarm_pid_t pid = smarm_self();
+  if (!pid || !smarm_actor_data())
+    return luaL_error(L, "smarm.self: not inside an actor");
+  push_pid(L, pid);
+  return 1;
+}
+
+static int l_exit(lua_State *L)
+{
+  lactor_t *la = smarm_actor_data();
+  if (!la)
+    return luaL_error(L, "smarm.exit: not inside an actor");
+  if (la->is_main) {
+    /* The main actor exiting is like its function returning nothing: run returns. */
+    current_run->main_status = 0;
+    current_run->main_done = 1;
+    lua_settop(la->co, 0);
+    smarm_actor_set_data(NULL);
+    free(la);
+  } else {
+    smarm_actor_set_data(NULL);
+    lactor_free(la, 0);
+  }
+  smarm_exit();
+  return 0; /* not reached */
+}
+
+static int l_scheduler(lua_State *L)
+{
+  int k = smarm_sched_index();
+  if (k < 0)
+    return luaL_error(L, "smarm.scheduler: not inside the runtime");
+  lua_pushinteger(L, k + 1);
+  return 1;
+}
+
+static int l_schedulers(lua_State *L)
+{
+  lua_pushinteger(L, (lua_Integer)smarm_sched_count());
+  return 1;
+}
+
+static int l_is_pid(lua_State *L)
+{
+  lua_pushboolean(L, test_pid(L, 1) != NULL);
+  return 1;
+}
+
+/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
+static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
+{
+  lactor_t *la = malloc(sizeof *la);
+  if (!la) {
+    luaL_error(L, "not enough memory");
+    return NULL;
+  }
+  lua_State *co = lua_newthread(L);
+  la->coref = luaL_ref(L, LUA_REGISTRYINDEX);
+  la->co = co;
+  la->is_main = 0;
+  lua_pushvalue(L, fn_idx);
+  for (int i = 0; i < nargs; i++)
+    lua_pushvalue(L, first + i);
+  la->nargs = nargs;
+  lua_xmove(L, co, nargs + 1);
+  return la;
+}
+
+static int l_spawn(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (!smarm_actor_data())
+    return luaL_error(L, "smarm.spawn: not inside an actor (call it from smarm.run)");
+  lactor_t *la = new_lactor(L, 1, 2, lua_gettop(L) - 1);
+  smarm_pid_t pid;
+  int rc = smarm_spawn(lactor_main, la, NULL, &pid);
+  if (rc < 0) {
+    lactor_free(la, 0);
+    return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
+  }
+  push_pid(L, pid);
+  return 1;
+}
+
+/* ---- smarm.run ------------------------------------------------------------------------------ */
+
+static int l_run(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "schedulers");
+    if (!lua_isnil(L, -1)) {
+      lua_Number n = luaL_checknumber(L, -1);
+      luaL_argcheck(L, n >= 1 && n <= SMARM_SCHED_MAX && n == (lua_Number)(unsigned)n, 2,
+                    "opts.schedulers must be an integer from 1");
+      cfg.schedulers = (unsigned)n;
+    }
+    lua_getfield(L, 2, "stack_size");
+    if (!lua_isnil(L, -1)) {
+      lua_Number n = luaL_checknumber(L, -1);
+      luaL_argcheck(L, n >= 16384 && n <= (1 << 30), 2,
+                    "opts.stack_size must be from 16384 to 1073741824");
+      cfg.stack_size = (size_t)n;
+    }
+    lua_pop(L, 2);
+  }
+  if (smarm_sched_index() >= 0)
+    return luaL_error(L, "smarm.run: already inside a runtime");
+  lua_settop(L, 1);
+
+  lrun_t run;
+  memset(&run, 0, sizeof run);
+  run.caller = L;
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  lua_getfield(L, -2, "cpath");
+  run.path = lua_tostring(L, -2); /* anchored on L's stack until run returns */
+  run.cpath = lua_tostring(L, -1);
+  unsigned n = cfg.schedulers;
+  if (n == 0) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    n = online > 0 ? (unsigned)online : 1;
+    if (n > SMARM_SCHED_MAX)
+      n = SMARM_SCHED_MAX;
+    cfg.schedulers = n;
+  }
+  run.vms = calloc(n, sizeof *run.vms);
+  if (!run.vms)
+    return luaL_error(L, "not enough memory");
+  lactor_t *main = new_lactor(L, 1, 2, 0);
+  main->is_main = 1;
+  int main_ref = main->coref;
+  lua_State *co = main->co;
+
+  cfg.on_sched_start = on_sched_start;
+  cfg.on_sched_stop = on_sched_stop;
+  cfg.on_actor_stopped = on_actor_stopped;
+  cfg.userdata = &run;
+  current_run = &run;
+  int rc = smarm_run(&cfg, lactor_main, main);
+  current_run = NULL;
+  ljx_after_switch(L);
+  free(run.vms);
+  if (rc < 0) {
+    luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
+                                                       : strerror(-rc));
+  }
+  if (!run.main_done) { /* stopped by smarm.stop or the like before it returned */
+    luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    return 0;
+  }
+  if (run.main_status != 0) {
+    lua_xmove(co, L, 1);
+    luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    return lua_error(L);
+  }
+  int nres = lua_gettop(co);
+  lua_settop(L, 0);
+  lua_xmove(co, L, nres);
+  luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+  return nres;
+}
+
+static const luaL_Reg functions[] = {
+  {"run", l_run},         {"spawn", l_spawn},   {"self", l_self},
+  {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
+  {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
+  {"is_pid", l_is_pid},   {NULL, NULL},
+};
+
+int luaopen_smarm_core(lua_State *L);
+
+int luaopen_smarm_core(lua_State *L)
+{
+  if (luaL_newmetatable(L, PID_MT)) {
+    lua_pushcfunction(L, pid_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, pid_eq);
+    lua_setfield(L, -2, "__eq");
+    lua_pushliteral(L, "smarm.pid");
+    lua_setfield(L, -2, "__metatable");
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, PID_INTERN);
+  if (lua_isnil(L, -1)) {
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, PID_INTERN);
+  }
+  lua_pop(L, 1);
+  lua_newtable(L);
+  luaL_register(L, NULL, functions);
+  lua_pushliteral(L, SMARM_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}
