@@ -12,10 +12,15 @@
 ** Ownership: an lactor_t (malloc'd) belongs to its actor; it is freed when the actor's body
 ** returns, or by on_actor_stopped when shutdown stops the actor where it stands.
 **
-** This slice has: run, spawn (local), self, yield, sleep, now, exit, scheduler, schedulers,
-** is_pid. Messages (send/receive, the codec) and spawn_on (function transfer) come next.
+** Messages are copied with the codec (codec.h) into byte blocks of the core. Selective receive:
+** messages taken from the core mailbox that a match function refused wait, decoded, in the
+** actor's saved queue (a Lua table), ahead of everything still in the core mailbox, so order is
+** kept; every receive looks at the saved queue first.
+**
+** Not here yet: spawn_on (function transfer), the require guard, the executable.
 */
 #define _GNU_SOURCE
+#include "codec.h"
 #include "ljx.h"
 #include "smarm.h"
 
@@ -59,6 +64,18 @@ static void push_pid(lua_State *L, smarm_pid_t pid)
   lua_remove(L, -2);
 }
 
+static lpid_t *test_pid(lua_State *L, int idx);
+
+void lsmarm_push_pid(lua_State *L, smarm_pid_t pid) { push_pid(L, pid); }
+
+int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
+{
+  lpid_t *p = test_pid(L, idx);
+  if (p)
+    *out = p->pid;
+  return p != NULL;
+}
+
 static lpid_t *test_pid(lua_State *L, int idx)
 {
   lpid_t *p = lua_touserdata(L, idx);
@@ -97,6 +114,7 @@ typedef struct lvm {
 typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
   int coref;     /* its anchor in the registry */
+  int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
 } lactor_t;
@@ -130,8 +148,11 @@ static int add_traceback(lua_State *L)
 static void lactor_free(lactor_t *la, int keep_co)
 {
   lvm_t *vm = this_vm();
-  if (!keep_co && vm)
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, la->coref);
+  if (vm) {
+    if (!keep_co)
+      luaL_unref(vm->L, LUA_REGISTRYINDEX, la->coref);
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, la->savedref);
+  }
   free(la);
 }
 
@@ -151,7 +172,7 @@ static void lactor_main(void *arg)
     /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. */
     current_run->main_status = status;
     current_run->main_done = 1;
-    free(la);
+    lactor_free(la, 1);
     return;
   }
   if (status != 0) {
@@ -279,7 +300,7 @@ static int l_exit(lua_State *L)
     current_run->main_done = 1;
     lua_settop(la->co, 0);
     smarm_actor_set_data(NULL);
-    free(la);
+    lactor_free(la, 1);
   } else {
     smarm_actor_set_data(NULL);
     lactor_free(la, 0);
@@ -309,6 +330,180 @@ static int l_is_pid(lua_State *L)
   return 1;
 }
 
+/* ---- Messages ------------------------------------------------------------------------------ */
+
+static int l_send(lua_State *L)
+{
+  smarm_pid_t to;
+  if (!lsmarm_to_pid(L, 1, &to))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  if (lua_isnoneornil(L, 2))
+    return luaL_argerror(L, 2, "message expected, got nil");
+  if (!smarm_actor_data())
+    return luaL_error(L, "smarm.send: not inside an actor (call it from smarm.run)");
+  smarm_msg_t *m = codec_encode(L, 2, "message");
+  int rc = smarm_send(to, m);
+  if (rc < 0) {
+    smarm_msg_free(m);
+    if (rc != -ESRCH) /* a dead receiver just drops the message */
+      return luaL_error(L, "smarm.send: %s", strerror(-rc));
+  }
+  return 0;
+}
+
+static int decode_protected(lua_State *L)
+{
+  codec_decode(L, lua_touserdata(L, 1));
+  return 1;
+}
+
+/* Pushes the value of msg and frees it (also when decoding raises). */
+static void push_message(lua_State *L, smarm_msg_t *msg)
+{
+  lua_pushcfunction(L, decode_protected);
+  lua_pushlightuserdata(L, msg);
+  int status = lua_pcall(L, 1, 1, 0);
+  smarm_msg_free(msg);
+  if (status != 0)
+    lua_error(L);
+}
+
+/* The saved queue: {first = i, last = j, [i] = oldest, ..., [j] = newest}; pushed on the stack. */
+static void push_saved(lua_State *L, lactor_t *la)
+{
+  if (la->savedref == LUA_NOREF) {
+    lua_createtable(L, 4, 2);
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "first");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "last");
+    lua_pushvalue(L, -1);
+    la->savedref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, la->savedref);
+}
+
+static int saved_field(lua_State *L, int q, const char *f)
+{
+  lua_getfield(L, q, f);
+  int v = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static void set_saved_field(lua_State *L, int q, const char *f, int v)
+{
+  lua_pushinteger(L, v);
+  lua_setfield(L, q, f);
+}
+
+/* Removes q[i] (first <= i <= last), keeping the others in order; pushes it. */
+static void saved_take(lua_State *L, int q, int i)
+{
+  int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
+  lua_rawgeti(L, q, i);
+  if (i == first) {
+    lua_pushnil(L);
+    lua_rawseti(L, q, i);
+    set_saved_field(L, q, "first", first + 1);
+    return;
+  }
+  for (int k = i; k < last; k++) {
+    lua_rawgeti(L, q, k + 1);
+    lua_rawseti(L, q, k);
+  }
+  lua_pushnil(L);
+  lua_rawseti(L, q, last);
+  set_saved_field(L, q, "last", last - 1);
+}
+
+/* Calls the match function at match_idx on the value on top (left in place); returns truth. */
+static int call_match(lua_State *L, int match_idx)
+{
+  lua_pushvalue(L, match_idx);
+  lua_pushvalue(L, -2);
+  lua_call(L, 1, 1);
+  int yes = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return yes;
+}
+
+static int l_receive(lua_State *L)
+{
+  int match_idx = 0, timeout_idx = 1;
+  if (lua_isfunction(L, 1)) {
+    match_idx = 1;
+    timeout_idx = 2;
+  }
+  int64_t timeout = SMARM_FOREVER;
+  if (!lua_isnoneornil(L, timeout_idx)) {
+    lua_Number s = luaL_checknumber(L, timeout_idx);
+    luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
+    timeout = s > 9.2e9 ? SMARM_FOREVER : (int64_t)(s * 1e9);
+  }
+  lactor_t *la = smarm_actor_data();
+  if (!la)
+    return luaL_error(L, "smarm.receive: not inside an actor (call it from smarm.run)");
+  lua_settop(L, 2);
+  push_saved(L, la);
+  int q = lua_gettop(L);
+  int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
+  /* Older messages first: those already refused once (the match may differ now). */
+  for (int i = first; i <= last; i++) {
+    if (!match_idx) {
+      saved_take(L, q, i);
+      return 1;
+    }
+    lua_rawgeti(L, q, i);
+    int yes = call_match(L, match_idx);
+    lua_pop(L, 1);
+    if (yes) {
+      saved_take(L, q, i);
+      return 1;
+    }
+    /* The match may have parked and others may have received: re-read the bounds. */
+    first = saved_field(L, q, "first");
+    last = saved_field(L, q, "last");
+  }
+  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
+  for (;;) {
+    int64_t left = timeout;
+    if (timeout > 0) {
+      left = deadline - smarm_now_ns();
+      if (left < 0)
+        left = 0;
+    }
+    if (left != 0)
+      check_can_park(L, "receive");
+    smarm_msg_t *m;
+    int rc = smarm_receive(left, &m);
+    if (left != 0)
+      ljx_after_switch(L);
+    if (rc == -ETIMEDOUT) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      return 2;
+    }
+    if (rc < 0)
+      return luaL_error(L, "smarm.receive: %s", strerror(-rc));
+    push_message(L, m);
+    if (!match_idx)
+      return 1;
+    /* Park it in the saved queue before calling the match, so an error there loses nothing. */
+    last = saved_field(L, q, "last") + 1;
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, q, last);
+    set_saved_field(L, q, "last", last);
+    if (call_match(L, match_idx)) {
+      lua_pop(L, 1);
+      saved_take(L, q, saved_field(L, q, "last"));
+      return 1;
+    }
+    lua_pop(L, 1);
+  }
+}
+
 /* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
@@ -321,6 +516,7 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
   la->coref = luaL_ref(L, LUA_REGISTRYINDEX);
   la->co = co;
   la->is_main = 0;
+  la->savedref = LUA_NOREF;
   lua_pushvalue(L, fn_idx);
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
@@ -432,7 +628,8 @@ static const luaL_Reg functions[] = {
   {"run", l_run},         {"spawn", l_spawn},   {"self", l_self},
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
-  {"is_pid", l_is_pid},   {NULL, NULL},
+  {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
+  {NULL, NULL},
 };
 
 int luaopen_smarm_core(lua_State *L);

@@ -1,0 +1,231 @@
+-- smarm.send and smarm.receive: copying, order, timeouts, selective receive, bad input.
+local smarm = require("smarm")
+
+-- Runs body in the main actor with an echo actor whose pid it gets; the echo answers every
+-- message with {from = its pid, msg = the message} until it receives "stop".
+local function with_echo(body)
+  return smarm.run(function()
+    local echo = smarm.spawn(function(owner)
+      while true do
+        local m = smarm.receive()
+        if m == "stop" then return end
+        smarm.send(owner, { from = smarm.self(), msg = m })
+      end
+    end, smarm.self())
+    local results = { body(echo) }
+    smarm.send(echo, "stop")
+    return unpack(results)
+  end)
+end
+
+describe("smarm.send / smarm.receive", function()
+  it("carries booleans, numbers, strings, pids and nested tables", function()
+    local got = with_echo(function(echo)
+      local me = smarm.self()
+      smarm.send(echo, { true, false, 42, -0.5, 1e300, "text", "", me, { deep = { deeper = "x" } },
+        s = ("\0binary\255"):rep(3) })
+      return smarm.receive().msg
+    end)
+    assert.are.same(true, got[1])
+    assert.are.same(false, got[2])
+    assert.are.equal(42, got[3])
+    assert.are.equal(-0.5, got[4])
+    assert.are.equal(1e300, got[5])
+    assert.are.equal("text", got[6])
+    assert.are.equal("", got[7])
+    assert.is_true(smarm.is_pid(got[8]))
+    assert.are.equal("x", got[9].deep.deeper)
+    assert.are.equal(("\0binary\255"):rep(3), got.s)
+  end)
+
+  it("copies: changing a sent table changes nothing at the receiver", function()
+    local got = smarm.run(function()
+      local box = {}
+      local p = smarm.spawn(function()
+        local m = smarm.receive()
+        smarm.yield()
+        box.value = m.n
+      end)
+      local t = { n = 1 }
+      smarm.send(p, t)
+      t.n = 2
+      smarm.yield()
+      smarm.yield()
+      return box.value
+    end)
+    assert.are.equal(1, got)
+  end)
+
+  it("keeps shared references and cycles", function()
+    local ok_shared, ok_cycle = with_echo(function(echo)
+      local shared = { v = 1 }
+      local t = { a = shared, b = shared }
+      t.self = t
+      smarm.send(echo, t)
+      local r = smarm.receive().msg
+      return r.a == r.b and r.a.v == 1, r.self == r
+    end)
+    assert.is_true(ok_shared)
+    assert.is_true(ok_cycle)
+  end)
+
+  it("keeps pids equal to the receiver's own pids", function()
+    local same = with_echo(function(echo)
+      smarm.send(echo, { who = echo })
+      local r = smarm.receive()
+      return r.msg.who == r.from and r.from == echo
+    end)
+    assert.is_true(same)
+  end)
+
+  it("delivers in order per sender", function()
+    local ordered = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn(function() for i = 1, 1000 do smarm.send(me, i) end end)
+      for i = 1, 1000 do
+        if smarm.receive() ~= i then return false end
+      end
+      return true
+    end)
+    assert.is_true(ordered)
+  end)
+
+  it("drops a message to a dead actor", function()
+    local ok = smarm.run(function()
+      local p = smarm.spawn(function() end)
+      smarm.yield()
+      smarm.send(p, "anyone?")
+      return true
+    end)
+    assert.is_true(ok)
+  end)
+
+  it("names where an unsendable value is", function()
+    local e1, e2, e3, e4 = smarm.run(function()
+      local me = smarm.self()
+      local function err(v)
+        local ok, e = pcall(smarm.send, me, v)
+        assert(not ok)
+        return e
+      end
+      return err({ handler = function() end }), err({ items = { 1, 2, coroutine.create(print) } }),
+        err(print), err({ [print] = 1 })
+    end)
+    assert.matches("message%.handler is a function", e1)
+    assert.matches("message%.items%[3%] is a thread", e2)
+    assert.matches("message is a function", e3)
+    assert.matches("message has a key that is a function", e4)
+  end)
+
+  it("refuses messages nested too deeply, and keeps working", function()
+    local err, after = smarm.run(function()
+      local deep = {}
+      local t = deep
+      for _ = 1, 1000 do t.next = {}; t = t.next end
+      local ok, e = pcall(smarm.send, smarm.self(), deep)
+      smarm.send(smarm.self(), "fine")
+      return (not ok) and e, smarm.receive()
+    end)
+    assert.matches("nested too deeply", err)
+    assert.are.equal("fine", after)
+  end)
+
+  it("rejects bad arguments", function()
+    local e1, e2, e3 = smarm.run(function()
+      local _, a = pcall(function() smarm.send(nil, 1) end)
+      local _, b = pcall(function() smarm.send(smarm.self(), nil) end)
+      local _, c = pcall(function() smarm.receive("soon") end)
+      return a, b, c
+    end)
+    assert.matches("bad argument #1 to 'send' %(pid expected, got nil%)", e1)
+    assert.matches("bad argument #2 to 'send' %(message expected, got nil%)", e2)
+    assert.matches("bad argument #1 to 'receive' %(number expected, got string%)", e3)
+    assert.has_error(function() smarm.send(nil, 1) end)
+    assert.has_error(function() smarm.receive() end)
+  end)
+end)
+
+describe("smarm.receive timeouts", function()
+  it("returns nil, 'timeout' after at least the timeout", function()
+    local v, why, waited = smarm.run(function()
+      local t0 = smarm.now()
+      local a, b = smarm.receive(0.02)
+      return a, b, smarm.now() - t0
+    end)
+    assert.is_nil(v)
+    assert.are.equal("timeout", why)
+    assert.is_true(waited >= 0.02)
+  end)
+
+  it("polls with 0", function()
+    local empty, why, got = smarm.run(function()
+      local a, b = smarm.receive(0)
+      smarm.send(smarm.self(), "here")
+      return a, b, smarm.receive(0)
+    end)
+    assert.is_nil(empty)
+    assert.are.equal("timeout", why)
+    assert.are.equal("here", got)
+  end)
+end)
+
+describe("selective receive", function()
+  it("takes the first match and leaves the rest in order", function()
+    local picked, rest = smarm.run(function()
+      local me = smarm.self()
+      for i = 1, 6 do smarm.send(me, i) end
+      local p = smarm.receive(function(m) return m % 3 == 0 end)
+      local others = {}
+      for _ = 1, 5 do others[#others + 1] = smarm.receive(0) end
+      return p, table.concat(others, ",")
+    end)
+    assert.are.equal(3, picked)
+    assert.are.equal("1,2,4,5,6", rest)
+  end)
+
+  it("waits for a match that arrives later while others keep arriving", function()
+    local got, rest = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn(function()
+        for i = 1, 5 do smarm.send(me, { kind = "noise", i = i }); smarm.yield() end
+        smarm.send(me, { kind = "reply", v = 42 })
+      end)
+      local r = smarm.receive(function(m) return m.kind == "reply" end)
+      local n = 0
+      while smarm.receive(0) do n = n + 1 end
+      return r.v, n
+    end)
+    assert.are.equal(42, got)
+    assert.are.equal(5, rest)
+  end)
+
+  it("times out when nothing matches", function()
+    local v, why, kept = smarm.run(function()
+      smarm.send(smarm.self(), "no")
+      local a, b = smarm.receive(function(m) return m == "yes" end, 0.01)
+      return a, b, smarm.receive(0)
+    end)
+    assert.is_nil(v)
+    assert.are.equal("timeout", why)
+    assert.are.equal("no", kept)
+  end)
+
+  it("loses nothing when the match raises", function()
+    local err, kept = smarm.run(function()
+      smarm.send(smarm.self(), "m")
+      local ok, e = pcall(smarm.receive, function() error("bad match") end, 0)
+      return (not ok) and e, smarm.receive(0)
+    end)
+    assert.matches("bad match", err)
+    assert.are.equal("m", kept)
+  end)
+
+  it("works with a match that yields", function()
+    local got = smarm.run(function()
+      smarm.send(smarm.self(), 1)
+      smarm.send(smarm.self(), 2)
+      return smarm.receive(function(m) smarm.yield(); return m == 2 end)
+    end)
+    assert.are.equal(2, got)
+  end)
+end)

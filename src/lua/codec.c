@@ -1,0 +1,353 @@
+/*
+** Message codec (see codec.h). Encoding writes into a growable buffer that is a Lua userdata, so
+** an error raised half-way (a function inside the message) leaks nothing; the finished bytes are
+** copied once into the message block.
+*/
+#include "codec.h"
+
+#include <lauxlib.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END };
+
+typedef struct enc {
+  lua_State *L;
+  int buf_idx;          /* stack slot of the buffer userdata */
+  int seen_idx;         /* stack slot of the table: table -> its index in encoding order */
+  unsigned char *buf;
+  size_t len, cap;
+  uint32_t ntables;
+  char path[200];
+  size_t path_len;
+} enc_t;
+
+static int abs_index(lua_State *L, int idx)
+{
+  return idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
+}
+
+static void reserve(enc_t *e, size_t n)
+{
+  if (e->len + n <= e->cap)
+    return;
+  size_t cap = e->cap * 2;
+  while (cap < e->len + n)
+    cap *= 2;
+  unsigned char *nb = lua_newuserdata(e->L, cap);
+  memcpy(nb, e->buf, e->len);
+  lua_replace(e->L, e->buf_idx);
+  e->buf = nb;
+  e->cap = cap;
+}
+
+static void put_byte(enc_t *e, unsigned char b)
+{
+  reserve(e, 1);
+  e->buf[e->len++] = b;
+}
+
+static void put_bytes(enc_t *e, const void *p, size_t n)
+{
+  reserve(e, n);
+  memcpy(e->buf + e->len, p, n);
+  e->len += n;
+}
+
+static void put_varint(enc_t *e, uint64_t v)
+{
+  do {
+    unsigned char b = v & 0x7f;
+    v >>= 7;
+    put_byte(e, (unsigned char)(b | (v ? 0x80 : 0)));
+  } while (v);
+}
+
+/* ---- Paths for error messages ------------------------------------------------------------- */
+
+static void path_append(enc_t *e, const char *s)
+{
+  size_t n = strlen(s);
+  if (e->path_len + n >= sizeof e->path - 4) {
+    if (e->path_len < sizeof e->path - 4)
+      memcpy(e->path + e->path_len, "...", 4);
+    e->path_len = sizeof e->path - 1;
+    return;
+  }
+  memcpy(e->path + e->path_len, s, n + 1);
+  e->path_len += n;
+}
+
+static int is_identifier(const char *s, size_t n)
+{
+  if (n == 0 || n > 60 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+          (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return 0;
+  return 1;
+}
+
+/* Appends the key at idx to the path: .name, ["str"], [3], [true], [table]. */
+static void path_push_key(enc_t *e, int idx)
+{
+  char part[80];
+  lua_State *L = e->L;
+  switch (lua_type(L, idx)) {
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    if (is_identifier(s, n))
+      snprintf(part, sizeof part, ".%s", s);
+    else
+      snprintf(part, sizeof part, "[\"%.40s%s\"]", s, n > 40 ? "..." : "");
+    break;
+  }
+  case LUA_TNUMBER:
+    snprintf(part, sizeof part, "[%.14g]", lua_tonumber(L, idx));
+    break;
+  case LUA_TBOOLEAN:
+    snprintf(part, sizeof part, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
+    break;
+  default:
+    snprintf(part, sizeof part, "[%s]", luaL_typename(L, idx));
+  }
+  path_append(e, part);
+}
+
+static void fail(enc_t *e, int idx, const char *what)
+{
+  e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
+  luaL_error(e->L, "%s %s a %s", e->path, what, luaL_typename(e->L, idx));
+}
+
+/* ---- Encoding ------------------------------------------------------------------------------ */
+
+static void enc_value(enc_t *e, int idx, int depth);
+
+static void enc_table(enc_t *e, int idx, int depth)
+{
+  lua_State *L = e->L;
+  lua_pushvalue(L, idx);
+  lua_rawget(L, e->seen_idx);
+  if (!lua_isnil(L, -1)) { /* shared reference or cycle */
+    uint64_t ref = (uint64_t)lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    put_byte(e, T_REF);
+    put_varint(e, ref);
+    return;
+  }
+  lua_pop(L, 1);
+  if (depth >= CODEC_MAX_DEPTH) {
+    e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
+    luaL_error(L, "%s is nested too deeply (more than %d levels)", e->path, CODEC_MAX_DEPTH);
+  }
+  lua_pushvalue(L, idx);
+  lua_pushnumber(L, (lua_Number)++e->ntables);
+  lua_rawset(L, e->seen_idx);
+  put_byte(e, T_TABLE);
+  luaL_checkstack(L, 6, "message too deep");
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    int value = lua_gettop(L), key = value - 1;
+    size_t saved = e->path_len;
+    path_push_key(e, key);
+    switch (lua_type(L, key)) { /* keys: no nil or NaN possible; refuse what cannot travel */
+    case LUA_TTABLE: case LUA_TSTRING: case LUA_TNUMBER: case LUA_TBOOLEAN: case LUA_TUSERDATA:
+      break;
+    default:
+      e->path_len = saved;
+      e->path[saved] = '\0';
+      path_append(e, " has a key that");
+      fail(e, key, "is");
+    }
+    enc_value(e, key, depth + 1);
+    enc_value(e, value, depth + 1);
+    e->path_len = saved;
+    e->path[saved] = '\0';
+    lua_pop(L, 1);
+  }
+  put_byte(e, T_END);
+}
+
+static void enc_value(enc_t *e, int idx, int depth)
+{
+  lua_State *L = e->L;
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL:
+    put_byte(e, T_NIL);
+    return;
+  case LUA_TBOOLEAN:
+    put_byte(e, lua_toboolean(L, idx) ? T_TRUE : T_FALSE);
+    return;
+  case LUA_TNUMBER: {
+    lua_Number n = lua_tonumber(L, idx);
+    put_byte(e, T_NUM);
+    put_bytes(e, &n, sizeof n);
+    return;
+  }
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    put_byte(e, T_STR);
+    put_varint(e, n);
+    put_bytes(e, s, n);
+    return;
+  }
+  case LUA_TTABLE:
+    enc_table(e, idx, depth);
+    return;
+  case LUA_TUSERDATA: {
+    smarm_pid_t pid;
+    if (lsmarm_to_pid(L, idx, &pid)) {
+      put_byte(e, T_PID);
+      put_bytes(e, &pid, sizeof pid);
+      return;
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  fail(e, idx, "is");
+}
+
+smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
+{
+  enc_t e;
+  memset(&e, 0, sizeof e);
+  e.L = L;
+  idx = abs_index(L, idx);
+  luaL_checkstack(L, 8, "message");
+  e.cap = 128;
+  e.buf = lua_newuserdata(L, e.cap);
+  e.buf_idx = lua_gettop(L);
+  lua_newtable(L);
+  e.seen_idx = lua_gettop(L);
+  path_append(&e, root);
+  enc_value(&e, idx, 0);
+  smarm_msg_t *m = smarm_msg_new(e.len);
+  if (!m)
+    luaL_error(L, "not enough memory");
+  memcpy(smarm_msg_data(m), e.buf, e.len);
+  lua_pop(L, 2);
+  return m;
+}
+
+/* ---- Decoding ------------------------------------------------------------------------------ */
+
+typedef struct dec {
+  lua_State *L;
+  const unsigned char *p, *end;
+  int refs_idx;  /* stack slot of the table: index -> table */
+  uint32_t ntables;
+} dec_t;
+
+static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }
+
+static unsigned char get_byte(dec_t *d)
+{
+  if (d->p >= d->end)
+    malformed(d);
+  return *d->p++;
+}
+
+static void get_bytes(dec_t *d, void *out, size_t n)
+{
+  if ((size_t)(d->end - d->p) < n)
+    malformed(d);
+  memcpy(out, d->p, n);
+  d->p += n;
+}
+
+static uint64_t get_varint(dec_t *d)
+{
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    unsigned char b = get_byte(d);
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  malformed(d);
+  return 0;
+}
+
+static int dec_value(dec_t *d, int depth)
+{
+  lua_State *L = d->L;
+  unsigned char tag = get_byte(d);
+  switch (tag) {
+  case T_NIL: lua_pushnil(L); return 1;
+  case T_FALSE: lua_pushboolean(L, 0); return 1;
+  case T_TRUE: lua_pushboolean(L, 1); return 1;
+  case T_NUM: {
+    lua_Number n;
+    get_bytes(d, &n, sizeof n);
+    lua_pushnumber(L, n);
+    return 1;
+  }
+  case T_STR: {
+    uint64_t n = get_varint(d);
+    if ((uint64_t)(d->end - d->p) < n)
+      malformed(d);
+    lua_pushlstring(L, (const char *)d->p, (size_t)n);
+    d->p += n;
+    return 1;
+  }
+  case T_PID: {
+    smarm_pid_t pid;
+    get_bytes(d, &pid, sizeof pid);
+    lsmarm_push_pid(L, pid);
+    return 1;
+  }
+  case T_REF: {
+    uint64_t ref = get_varint(d);
+    if (ref == 0 || ref > d->ntables)
+      malformed(d);
+    lua_rawgeti(L, d->refs_idx, (int)ref);
+    return 1;
+  }
+  case T_TABLE: {
+    if (depth >= CODEC_MAX_DEPTH)
+      malformed(d);
+    luaL_checkstack(L, 6, "message too deep");
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, d->refs_idx, (int)++d->ntables);
+    for (;;) {
+      if (d->p < d->end && *d->p == T_END) {
+        d->p++;
+        return 1;
+      }
+      dec_value(d, depth + 1);
+      dec_value(d, depth + 1);
+      if (lua_isnil(L, -2))
+        malformed(d);
+      lua_rawset(L, -3);
+    }
+  }
+  default:
+    malformed(d);
+    return 0;
+  }
+}
+
+void codec_decode(lua_State *L, smarm_msg_t *msg)
+{
+  dec_t d;
+  d.L = L;
+  d.p = smarm_msg_data(msg);
+  d.end = d.p + smarm_msg_size(msg);
+  d.ntables = 0;
+  luaL_checkstack(L, 8, "message");
+  lua_newtable(L);
+  d.refs_idx = lua_gettop(L);
+  dec_value(&d, 0);
+  if (d.p != d.end)
+    malformed(&d);
+  lua_remove(L, d.refs_idx);
+}
