@@ -17,7 +17,14 @@
 ** actor's saved queue (a Lua table), ahead of everything still in the core mailbox, so order is
 ** kept; every receive looks at the saved queue first.
 **
-** Not here yet: spawn_on (function transfer), the require guard, the executable.
+** spawn_on transfers the function: its bytecode (string.dump), each upvalue either copied with
+** the codec or, when it is a loaded module, a function of one (local insert = table.insert) or a
+** global, re-bound by name (require, or the target's global of that name) in the target VM; or
+** names a function as "module.function". Arguments are copied like messages. All of it travels
+** as one codec-encoded block that the new actor decodes on its own stack (it may require
+** modules, which may park) and frees.
+**
+** Not here yet: the executable.
 */
 #define _GNU_SOURCE
 #include "codec.h"
@@ -504,6 +511,248 @@ static int l_receive(lua_State *L)
   }
 }
 
+/* ---- spawn_on: moving a function to another VM ------------------------------------------- */
+
+/* Builds the transfer table for the function (or "mod.fn" string) at fn_idx and the arguments
+** from first on: {code = bytecode | name = "mod.fn", up = {[i] = {v = value} | {module = name}},
+** args = {n = count, ...}}; leaves it on the stack. Raises naming what cannot move. */
+static void build_transfer(lua_State *L, int fn_idx, int first, int nargs)
+{
+  lua_createtable(L, 0, 3);
+  int tr = lua_gettop(L);
+  if (lua_type(L, fn_idx) == LUA_TSTRING) {
+    lua_pushvalue(L, fn_idx);
+    lua_setfield(L, tr, "name");
+  } else {
+    if (lua_iscfunction(L, fn_idx))
+      luaL_argerror(L, 2, "a C function cannot move to another scheduler");
+    /* bytecode, with debug info so tracebacks keep names and lines */
+    lua_getglobal(L, "string");
+    lua_getfield(L, -1, "dump");
+    lua_remove(L, -2);
+    lua_pushvalue(L, fn_idx);
+    lua_call(L, 1, 1);
+    lua_setfield(L, tr, "code");
+    /* upvalues: modules by name, data by value */
+    lua_newtable(L);
+    int ups = lua_gettop(L);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "loaded");
+    lua_remove(L, -2);
+    int loaded = lua_gettop(L);
+    lua_pushvalue(L, LUA_GLOBALSINDEX);
+    int globals = lua_gettop(L);
+    const char *name;
+    for (int i = 1; (name = lua_getupvalue(L, fn_idx, i)) != NULL; i++) {
+      int v = lua_gettop(L);
+      lua_createtable(L, 0, 1);
+      int entry = v + 1;
+      int found = 0;
+      int t = lua_type(L, v);
+      if (t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) {
+        /* A loaded module (by its package.loaded name) or a global (by its name): re-bound
+        ** in the target VM rather than copied. */
+        static const char *const how[2] = {"module", "global"};
+        int where[2] = {loaded, globals};
+        for (int w = 0; w < 2 && !found; w++) {
+          lua_pushnil(L);
+          while (lua_next(L, where[w]) != 0) {
+            if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, v)) {
+              lua_pop(L, 1);
+              lua_setfield(L, entry, how[w]); /* pops the key */
+              found = 1;
+              break;
+            }
+            lua_pop(L, 1);
+          }
+        }
+      }
+      if (!found && t == LUA_TFUNCTION) {
+        /* A function of a loaded module (local insert = table.insert): module + field. */
+        lua_pushnil(L);
+        while (!found && lua_next(L, loaded) != 0) {
+          if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
+            int mod = lua_gettop(L);
+            lua_pushnil(L);
+            while (lua_next(L, mod) != 0) {
+              if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, v)) {
+                lua_pop(L, 1);
+                lua_setfield(L, entry, "field"); /* pops the field name */
+                lua_pushvalue(L, mod - 1);
+                lua_setfield(L, entry, "module");
+                found = 1;
+                break;
+              }
+              lua_pop(L, 1);
+            }
+          }
+          lua_settop(L, entry + (found ? 0 : 1)); /* keep the outer key while iterating */
+        }
+        lua_settop(L, entry);
+      }
+      if (!found) {
+        /* Data: check now that it can travel, naming the upvalue if not. */
+        char root[96];
+        snprintf(root, sizeof root, "upvalue '%s'", name[0] ? name : "?");
+        smarm_msg_t *probe = codec_encode(L, v, root);
+        smarm_msg_free(probe);
+        lua_pushvalue(L, v);
+        lua_setfield(L, entry, "v");
+      }
+      lua_pushvalue(L, entry);
+      lua_rawseti(L, ups, i);
+      lua_settop(L, globals);
+    }
+    lua_pop(L, 1); /* globals */
+    lua_pop(L, 1); /* loaded */
+    lua_setfield(L, tr, "up");
+  }
+  lua_createtable(L, nargs, 1);
+  for (int i = 0; i < nargs; i++) {
+    lua_pushvalue(L, first + i);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushinteger(L, nargs);
+  lua_setfield(L, -2, "n");
+  lua_setfield(L, tr, "args");
+}
+
+/* Runs in the new actor's coroutine: rebuilds the function from the transfer block and calls
+** it. Upvalue 1: the block (light userdata), already owned by this call. */
+static int remote_entry(lua_State *L)
+{
+  smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
+  push_message(L, block); /* frees the block */
+  int tr = lua_gettop(L);
+  lua_getfield(L, tr, "name");
+  if (lua_isstring(L, -1)) {
+    size_t n;
+    const char *full = lua_tolstring(L, -1, &n);
+    const char *dot = strrchr(full, '.');
+    if (!dot || dot == full || dot[1] == '\0')
+      return luaL_error(L, "smarm.spawn_on: '%s' is not of the form module.function", full);
+    lua_getglobal(L, "require");
+    lua_pushlstring(L, full, (size_t)(dot - full));
+    lua_call(L, 1, 1);
+    if (!lua_istable(L, -1))
+      return luaL_error(L, "smarm.spawn_on: the module of '%s' is not a table", full);
+    lua_getfield(L, -1, dot + 1);
+    if (!lua_isfunction(L, -1))
+      return luaL_error(L, "smarm.spawn_on: %s is not a function", full);
+  } else {
+    lua_pop(L, 1);
+    lua_getfield(L, tr, "code");
+    size_t n;
+    const char *code = lua_tolstring(L, -1, &n);
+    if (!code || luaL_loadbuffer(L, code, n, "=spawn_on") != 0)
+      return luaL_error(L, "smarm.spawn_on: cannot load the function: %s",
+                        code ? lua_tostring(L, -1) : "no code");
+    int fn = lua_gettop(L);
+    lua_getfield(L, tr, "up");
+    int ups = lua_gettop(L);
+    for (int i = 1;; i++) {
+      lua_rawgeti(L, ups, i);
+      if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        break;
+      }
+      lua_getfield(L, -1, "module");
+      if (lua_isstring(L, -1)) {
+        lua_getglobal(L, "require");
+        lua_insert(L, -2);
+        lua_call(L, 1, 1);
+        lua_getfield(L, -2, "field");
+        if (lua_isstring(L, -1)) {
+          lua_gettable(L, -2);
+          lua_remove(L, -2);
+        } else {
+          lua_pop(L, 1);
+        }
+      } else {
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "global");
+        if (lua_isstring(L, -1)) {
+          lua_rawget(L, LUA_GLOBALSINDEX);
+        } else {
+          lua_pop(L, 1);
+          lua_getfield(L, -1, "v");
+        }
+      }
+      lua_setupvalue(L, fn, i);
+      lua_pop(L, 1);
+    }
+    lua_settop(L, fn);
+  }
+  int fn = lua_gettop(L);
+  lua_getfield(L, tr, "args");
+  int args = lua_gettop(L);
+  lua_getfield(L, args, "n");
+  int nargs = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  luaL_checkstack(L, nargs + 2, "too many arguments");
+  lua_pushvalue(L, fn);
+  for (int i = 1; i <= nargs; i++)
+    lua_rawgeti(L, args, i);
+  lua_call(L, nargs, LUA_MULTRET);
+  return lua_gettop(L) - args;
+}
+
+/* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. */
+static void remote_actor_main(void *arg)
+{
+  lvm_t *vm = this_vm();
+  lactor_t *la = malloc(sizeof *la);
+  if (!la || !vm || !vm->L) {
+    free(la);
+    smarm_msg_free(arg);
+    fprintf(stderr, "smarm: spawn_on: no memory or no VM for a new actor\n");
+    return;
+  }
+  lua_State *co = lua_newthread(vm->L);
+  la->coref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  la->co = co;
+  la->is_main = 0;
+  la->savedref = LUA_NOREF;
+  la->nargs = 0;
+  lua_pushlightuserdata(co, arg);
+  lua_pushcclosure(co, remote_entry, 1);
+  lactor_main(la);
+}
+
+static int l_spawn_on(lua_State *L)
+{
+  int where;
+  int nsched = (int)smarm_sched_count();
+  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "any") == 0) {
+    where = SMARM_SCHED_ANY;
+  } else {
+    lua_Number k = luaL_checknumber(L, 1);
+    luaL_argcheck(L, k >= 1 && k <= nsched && k == (lua_Number)(int)k, 1,
+                  "scheduler index or \"any\" expected");
+    where = (int)k - 1;
+  }
+  int t2 = lua_type(L, 2);
+  if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
+                                               luaL_typename(L, 2)));
+  if (!smarm_actor_data())
+    return luaL_error(L, "smarm.spawn_on: not inside an actor (call it from smarm.run)");
+  int nargs = lua_gettop(L) - 2;
+  build_transfer(L, 2, 3, nargs);
+  smarm_msg_t *block = codec_encode(L, -1, "argument");
+  lua_pop(L, 1);
+  check_can_park(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
+  smarm_pid_t pid;
+  int rc = smarm_spawn_on(where, remote_actor_main, block, NULL, &pid);
+  ljx_after_switch(L);
+  if (rc < 0) {
+    smarm_msg_free(block);
+    return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
+  }
+  push_pid(L, pid);
+  return 1;
+}
+
 /* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
@@ -629,6 +878,7 @@ static const luaL_Reg functions[] = {
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
+  {"spawn_on", l_spawn_on},
   {NULL, NULL},
 };
 
