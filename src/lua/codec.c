@@ -4,6 +4,7 @@
 ** copied once into the message block.
 */
 #include "codec.h"
+#include "lsmarm.h"
 
 #include <lauxlib.h>
 

@@ -29,8 +29,4 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root);
 /* Pushes the value a message holds. Raises on a block codec_encode did not make. */
 void codec_decode(lua_State *L, smarm_msg_t *msg);
 
-/* Pids (lsmarm.c): push the interned pid value / test for one. */
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
-
 #endif

@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include "codec.h"
 #include "ljx.h"
+#include "lsmarm.h"
 #include "smarm.h"
 
 #include <lauxlib.h>
@@ -201,6 +202,17 @@ static void on_actor_stopped(void *data, void *ud)
   lactor_free(la, la->is_main);
 }
 
+/* Makes require("smarm.core") find this very code in L's VM, whether it came as a loadable
+** module or is linked into the smarm executable. */
+void lsmarm_preload(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_smarm_core);
+  lua_setfield(L, -2, "smarm.core");
+  lua_pop(L, 2);
+}
+
 static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
 {
   luaL_openlibs(L);
@@ -210,6 +222,7 @@ static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
   lua_pushstring(L, cpath);
   lua_setfield(L, -2, "cpath");
   lua_pop(L, 1);
+  lsmarm_preload(L);
 }
 
 static void on_sched_start(unsigned k, void *ud)
@@ -881,8 +894,6 @@ static const luaL_Reg functions[] = {
   {"spawn_on", l_spawn_on},
   {NULL, NULL},
 };
-
-int luaopen_smarm_core(lua_State *L);
 
 int luaopen_smarm_core(lua_State *L)
 {

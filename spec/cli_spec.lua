@@ -1,0 +1,110 @@
+-- The smarm executable: scripts, -e, -s, -v, the prompt, exit status and stderr.
+-- dev.sh sets SMARM_EXE to the executable of the build under test.
+local exe = os.getenv("SMARM_EXE")
+
+-- Runs a shell command; returns stdout, stderr, exit status.
+local function sh(cmd, input)
+  local tmp = os.tmpname()
+  local full = "(" .. cmd .. ") 2>" .. tmp .. ".err; echo \"status=$?\""
+  if input then
+    local f = assert(io.open(tmp .. ".in", "w"))
+    f:write(input)
+    f:close()
+    full = "(" .. cmd .. ") <" .. tmp .. ".in 2>" .. tmp .. ".err; echo \"status=$?\""
+  end
+  local p = assert(io.popen(full))
+  local out = p:read("*a")
+  p:close()
+  local ef = assert(io.open(tmp .. ".err"))
+  local err = ef:read("*a")
+  ef:close()
+  os.remove(tmp)
+  os.remove(tmp .. ".err")
+  os.remove(tmp .. ".in")
+  local status = tonumber(out:match("status=(%d+)\n$"))
+  return out:gsub("status=%d+\n$", ""), err, status
+end
+
+local function script(text)
+  local name = os.tmpname() .. ".lua"
+  local f = assert(io.open(name, "w"))
+  f:write(text)
+  f:close()
+  return name
+end
+
+describe("the smarm executable", function()
+  if not exe then
+    pending("SMARM_EXE is not set (./dev.sh test sets it)")
+    return
+  end
+
+  it("runs a script as the main actor with arg set like lua", function()
+    local s = script([[
+      local smarm = require("smarm")
+      local p = smarm.spawn(function(me) smarm.send(me, "pong") end, smarm.self())
+      print(arg[0]:match("%.lua$") ~= nil, arg[1], arg[2], select("#", ...), smarm.receive(1))
+    ]])
+    local out, err, status = sh(exe .. " -s 2 " .. s .. " one two")
+    os.remove(s)
+    assert.are.equal(0, status, err)
+    assert.are.equal("true\tone\ttwo\t2\tpong\n", out)
+  end)
+
+  it("exits 1 with the error and its traceback on stderr", function()
+    local s = script("local function f() error('script failed') end\nf()\n")
+    local out, err, status = sh(exe .. " " .. s)
+    os.remove(s)
+    assert.are.equal(1, status)
+    assert.are.equal("", out)
+    assert.matches("script failed", err)
+    assert.matches("stack traceback", err)
+  end)
+
+  it("exits 1 for a script that does not exist or does not compile", function()
+    local _, err1, status1 = sh(exe .. " /nonexistent/script.lua")
+    assert.are.equal(1, status1)
+    assert.matches("cannot open", err1)
+    local s = script("this is not lua\n")
+    local _, err2, status2 = sh(exe .. " " .. s)
+    os.remove(s)
+    assert.are.equal(1, status2)
+    assert.matches("expected", err2)
+  end)
+
+  it("runs -e code with -s schedulers", function()
+    local out, err, status = sh(exe .. [[ -s 3 -e 'print(require("smarm").schedulers(), ...)' x]])
+    assert.are.equal(0, status, err)
+    assert.are.equal("3\tx\n", out)
+  end)
+
+  it("prints versions with -v", function()
+    local out, _, status = sh(exe .. " -v")
+    assert.are.equal(0, status)
+    assert.matches("^smarm %d+%.%d+%.%d+\nLuaJIT 2%.1", out)
+  end)
+
+  it("refuses bad usage with status 2", function()
+    local _, err, status = sh(exe .. " -s zero -e 'print(1)'")
+    assert.are.equal(2, status)
+    assert.matches("%-s wants", err)
+    local _, err2, status2 = sh(exe .. " -q")
+    assert.are.equal(2, status2)
+    assert.matches("usage", err2)
+  end)
+
+  it("runs prompt lines in the main actor", function()
+    local out, err, status = sh(exe .. " -s 2", table.concat({
+      "1 + 1",
+      "smarm = require('smarm')",
+      -- globals do not travel: the function finds smarm in its own VM
+      "p = smarm.spawn_on(2, function(me) local s = require('smarm'); s.send(me, s.scheduler()) end, smarm.self())",
+      "smarm.receive(1)",
+      "error('oops')",
+      "print('after')",
+    }, "\n") .. "\n")
+    assert.are.equal(0, status)
+    assert.are.equal("2\n2\nafter\n", out)
+    assert.matches("oops", err)
+  end)
+end)

@@ -1,0 +1,21 @@
+/*
+** What lsmarm.c (the binding's module) offers the other binding files: pids for the codec, and
+** the preload that the executable and every new VM use to find `smarm.core`.
+*/
+#ifndef SMARM_LUA_LSMARM_H
+#define SMARM_LUA_LSMARM_H
+
+#include "smarm.h"
+
+#include <lua.h>
+
+/* Push the interned pid value of this VM / read one (returns 0 if idx is not a pid). */
+void lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
+int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
+
+/* package.preload["smarm.core"] = the binding, in L's VM. */
+void lsmarm_preload(lua_State *L);
+
+int luaopen_smarm_core(lua_State *L);
+
+#endif
