@@ -3,7 +3,8 @@
 # Debian packages (as root, on a fresh Debian 12 machine too), builds with CMake under build/,
 # and runs the requested job.
 #
-#   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost), plus scale
+#   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost, bench/yield.lua),
+#                         plus scale
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
 #                         (cross-built, run under qemu-user) builds, the functional tests
 #                         under valgrind memcheck, and the busted specs on both LuaJIT
@@ -59,8 +60,14 @@ cmd_build() {
 
 cmd_bench() {
   cmd_build
+  install_packages lua
+  "$ROOT/deps/luajit.sh" "$BUILD/deps"
+  build_variant lua-release -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
+    -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-release"
   say "switch_cost (rounds=${SMARM_SWITCH_ROUNDS:-1000000} runs=${SMARM_SWITCH_RUNS:-5})"
   "$BUILD/release/bench/c/switch_cost"
+  say "bench/yield.lua (Lua actors against bare LuaJIT coroutines)"
+  "$BUILD/lua-release/smarm" -s 1 "$ROOT/bench/yield.lua"
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
 }
@@ -194,5 +201,5 @@ case "${1:-}" in
       luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -300,6 +300,24 @@ static int l_now(lua_State *L)
   return 1;
 }
 
+/* The CPU's cycle counter (x86-64: rdtsc; aarch64: the virtual timer count) as a number, for
+** benchmarks. Exact while below 2^53 (about 40 days of uptime at 2.6 GHz). Never parks. */
+static int l_cycles(lua_State *L)
+{
+  uint64_t v;
+#if defined(__x86_64__)
+  uint32_t lo, hi;
+  __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+  v = ((uint64_t)hi << 32) | lo;
+#elif defined(__aarch64__)
+  __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+#else
+  v = (uint64_t)smarm_now_ns();
+#endif
+  lua_pushnumber(L, (lua_Number)v);
+  return 1;
+}
+
 static int l_self(lua_State *L)
 {
   smarm_pid_t pid = smarm_self();
@@ -891,7 +909,7 @@ static const luaL_Reg functions[] = {
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
-  {"spawn_on", l_spawn_on},
+  {"spawn_on", l_spawn_on}, {"cycles", l_cycles},
   {NULL, NULL},
 };
 
