@@ -274,6 +274,28 @@ describe("parking where it would corrupt LuaJIT", function()
     assert.matches("cannot park inside a __gc finalizer", err.err)
   end)
 
+  it("is refused inside an FFI callback, and the callback still completes", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "void qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));")
+    local err, first, last = smarm.run(function()
+      local arr = ffi.new("int[5]", 4, 2, 5, 3, 1)
+      local refused
+      local cmp = ffi.cast("int (*)(const void *, const void *)", function(a, b)
+        local ok, e = pcall(smarm.yield)
+        if not ok then refused = e end
+        local x, y = ffi.cast("const int *", a)[0], ffi.cast("const int *", b)[0]
+        return x < y and -1 or (x > y and 1 or 0)
+      end)
+      smarm.spawn(function() for _ = 1, 10 do smarm.yield() end end) -- someone to switch to
+      ffi.C.qsort(arr, 5, ffi.sizeof("int"), cmp)
+      cmp:free()
+      return refused, arr[0], arr[4]
+    end)
+    assert.matches("cannot park inside an FFI callback", err)
+    assert.are.equal(1, first)
+    assert.are.equal(5, last)
+  end)
+
   it("is refused outside an actor", function()
     assert.has_error(function() smarm.yield() end, "smarm.yield: not inside an actor (call it from smarm.run)")
     assert.has_error(function() smarm.sleep(0) end)

@@ -7,12 +7,39 @@
 **                          e.g. a compiled FFI call into C that calls back into us).
 **   global_State.hookmask  HOOK_ACTIVE while inside a debug hook or a __gc finalizer (HOOK_GC).
 **   jit_State.state        via lj_trace_abort(): stops a trace that is being recorded.
+**   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
+**                          has made no callback, so none can be running).
+**   the coroutine's Lua frames (L->base - 1 down to its stack bottom): an FFI callback runs
+**                          above a continuation frame marked LJ_CONT_FFI_CALLBACK.
 */
 #include "ljx.h"
 
 #include "lj_obj.h"
 #include "lj_jit.h"
 #include "lj_trace.h"
+#include "lj_frame.h"
+#if LJ_HASFFI
+#include "lj_ctype.h"
+#endif
+
+/* Is a frame of L's stack an FFI callback's? Only walked when callbacks exist at all. */
+static int in_ffi_callback(lua_State *L)
+{
+#if LJ_HASFFI
+  CTState *cts = ctype_ctsG(G(L));
+  if (!cts || cts->cb.topid == 0)
+    return 0;
+  cTValue *frame = L->base - 1, *bottom = tvref(L->stack) + LJ_FR2;
+  while (frame > bottom) {
+    if (frame_iscont(frame) && frame_iscont_fficb(frame))
+      return 1;
+    frame = frame_prev(frame);
+  }
+#else
+  (void)L;
+#endif
+  return 0;
+}
 
 const char *ljx_cannot_park(lua_State *L)
 {
@@ -23,6 +50,8 @@ const char *ljx_cannot_park(lua_State *L)
     return "inside a debug hook";
   if (tvref(g->jit_base) != NULL)
     return "inside JIT-compiled code (an FFI call or callback?)";
+  if (in_ffi_callback(L))
+    return "inside an FFI callback";
   return NULL;
 }
 

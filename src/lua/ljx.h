@@ -9,8 +9,9 @@
 #include <lua.h>
 
 /* Why the running code must not park here, or NULL if it may: inside a __gc finalizer or a
-** debug hook (the VM holds state for them that another actor's Lua code would clobber), or with
-** JIT-compiled code on the stack (an FFI call or callback: switching there corrupts the VM). */
+** debug hook (the VM holds state for them that another actor's Lua code would clobber), inside
+** an FFI callback (the FFI keeps one callback state per VM), or with JIT-compiled code on the
+** stack (a compiled FFI call: switching there corrupts the VM). */
 const char *ljx_cannot_park(lua_State *L);
 
 /* Right before a switch: stop recording a trace (a trace must not span actors). */
