@@ -66,6 +66,8 @@ cmd_bench() {
     -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-release"
   say "switch_cost (rounds=${SMARM_SWITCH_ROUNDS:-1000000} runs=${SMARM_SWITCH_RUNS:-5})"
   "$BUILD/release/bench/c/switch_cost"
+  say "bench/switch_cost.lua (Lua: local, remote, parallel, against bare LuaJIT coroutines)"
+  "$BUILD/lua-release/smarm" -n "$ROOT/bench/switch_cost.lua"
   say "bench/yield.lua (Lua actors against bare LuaJIT coroutines)"
   "$BUILD/lua-release/smarm" -s 1 "$ROOT/bench/yield.lua"
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"

@@ -78,6 +78,18 @@ describe("the smarm executable", function()
     assert.are.equal("3\tx\n", out)
   end)
 
+  it("runs a script in plain mode with -n: it starts runtimes itself", function()
+    local s = script([[
+      local smarm = require("smarm")
+      local inside = pcall(smarm.self)
+      print(inside, smarm.run(function() return smarm.schedulers() end, { schedulers = 3 }), ...)
+    ]])
+    local out, err, status = sh(exe .. " -n " .. s .. " z")
+    os.remove(s)
+    assert.are.equal(0, status, err)
+    assert.are.equal("false\t3\tz\n", out)
+  end)
+
   it("prints versions with -v", function()
     local out, _, status = sh(exe .. " -v")
     assert.are.equal(0, status)

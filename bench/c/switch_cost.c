@@ -22,7 +22,7 @@
 ** Usage: switch_cost [mode ...] [parallel N ...]   (no arguments: every mode)
 */
 #define _GNU_SOURCE
-#include "histogram.h"
+#include "util/histogram.h"
 #include "smarm.h"
 #include "timing.h"
 

@@ -216,12 +216,64 @@ static void enc_value(enc_t *e, int idx, int depth)
   fail(e, idx, "is");
 }
 
+/* Scalars (the common small message) skip the buffer and the table of seen tables. */
+static smarm_msg_t *encode_scalar(lua_State *L, int idx)
+{
+  unsigned char head[1 + 10];
+  size_t n = 0, len = 0;
+  const char *s = NULL;
+  smarm_pid_t pid;
+  lua_Number num;
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL: head[n++] = T_NIL; break;
+  case LUA_TBOOLEAN: head[n++] = lua_toboolean(L, idx) ? T_TRUE : T_FALSE; break;
+  case LUA_TNUMBER:
+    head[n++] = T_NUM;
+    num = lua_tonumber(L, idx);
+    s = (const char *)&num;
+    len = sizeof num;
+    break;
+  case LUA_TSTRING: {
+    s = lua_tolstring(L, idx, &len);
+    head[n++] = T_STR;
+    uint64_t v = len;
+    do {
+      unsigned char b = v & 0x7f;
+      v >>= 7;
+      head[n++] = (unsigned char)(b | (v ? 0x80 : 0));
+    } while (v);
+    break;
+  }
+  case LUA_TUSERDATA:
+    if (!lsmarm_to_pid(L, idx, &pid))
+      return NULL;
+    head[n++] = T_PID;
+    s = (const char *)&pid;
+    len = sizeof pid;
+    break;
+  default:
+    return NULL;
+  }
+  smarm_msg_t *m = smarm_msg_new(n + len);
+  if (!m)
+    luaL_error(L, "not enough memory");
+  memcpy(smarm_msg_data(m), head, n);
+  if (len)
+    memcpy((char *)smarm_msg_data(m) + n, s, len);
+  return m;
+}
+
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
 {
+  idx = abs_index(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    smarm_msg_t *m = encode_scalar(L, idx);
+    if (m)
+      return m; /* else: not sendable; the general path below names it */
+  }
   enc_t e;
   memset(&e, 0, sizeof e);
   e.L = L;
-  idx = abs_index(L, idx);
   luaL_checkstack(L, 8, "message");
   e.cap = 128;
   e.buf = lua_newuserdata(L, e.cap);
@@ -243,7 +295,7 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
 typedef struct dec {
   lua_State *L;
   const unsigned char *p, *end;
-  int refs_idx;  /* stack slot of the table: index -> table */
+  int refs_idx;  /* stack slot of the table: index -> table (made at the first table) */
   uint32_t ntables;
 } dec_t;
 
@@ -307,13 +359,13 @@ static int dec_value(dec_t *d, int depth)
   }
   case T_REF: {
     uint64_t ref = get_varint(d);
-    if (ref == 0 || ref > d->ntables)
+    if (ref == 0 || ref > d->ntables || !d->refs_idx)
       malformed(d);
     lua_rawgeti(L, d->refs_idx, (int)ref);
     return 1;
   }
   case T_TABLE: {
-    if (depth >= CODEC_MAX_DEPTH)
+    if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
       malformed(d);
     luaL_checkstack(L, 6, "message too deep");
     lua_newtable(L);
@@ -337,6 +389,12 @@ static int dec_value(dec_t *d, int depth)
   }
 }
 
+int codec_is_scalar(smarm_msg_t *msg)
+{
+  const unsigned char *p = smarm_msg_data(msg);
+  return smarm_msg_size(msg) > 0 && p[0] != T_TABLE && p[0] != T_REF;
+}
+
 void codec_decode(lua_State *L, smarm_msg_t *msg)
 {
   dec_t d;
@@ -345,10 +403,16 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   d.end = d.p + smarm_msg_size(msg);
   d.ntables = 0;
   luaL_checkstack(L, 8, "message");
-  lua_newtable(L);
-  d.refs_idx = lua_gettop(L);
+  int has_tables = d.p < d.end && *d.p == T_TABLE;
+  if (has_tables) {
+    lua_newtable(L);
+    d.refs_idx = lua_gettop(L);
+  } else {
+    d.refs_idx = 0; /* a scalar: no table can follow */
+  }
   dec_value(&d, 0);
   if (d.p != d.end)
     malformed(&d);
-  lua_remove(L, d.refs_idx);
+  if (has_tables)
+    lua_remove(L, d.refs_idx);
 }

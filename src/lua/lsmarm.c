@@ -28,6 +28,7 @@
 */
 #define _GNU_SOURCE
 #include "codec.h"
+#include "lbench.h"
 #include "ljx.h"
 #include "lsmarm.h"
 #include "smarm.h"
@@ -48,7 +49,12 @@
 
 /* ---- Pids: full userdata, interned per VM so that == and table keys work ------------------- */
 
+/* The magic makes a pid recognisable from its bytes alone (no metatable lookup on the hot path
+** of send); a userdata of another type of this size with this first word is not a concern. */
+#define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
+
 typedef struct lpid {
+  uint64_t magic;
   smarm_pid_t pid;
 } lpid_t;
 
@@ -63,6 +69,7 @@ static void push_pid(lua_State *L, smarm_pid_t pid)
   }
   lua_pop(L, 1);
   lpid_t *p = lua_newuserdata(L, sizeof *p);
+  p->magic = LPID_MAGIC;
   p->pid = pid;
   luaL_getmetatable(L, PID_MT);
   lua_setmetatable(L, -2);
@@ -86,13 +93,10 @@ int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 
 static lpid_t *test_pid(lua_State *L, int idx)
 {
-  lpid_t *p = lua_touserdata(L, idx);
-  if (!p || !lua_getmetatable(L, idx))
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
     return NULL;
-  luaL_getmetatable(L, PID_MT);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? p : NULL;
+  lpid_t *p = lua_touserdata(L, idx);
+  return p->magic == LPID_MAGIC ? p : NULL;
 }
 
 static int pid_tostring(lua_State *L)
@@ -123,6 +127,7 @@ typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
+  int saved_n;   /* how many messages it holds (0: receive goes straight to the mailbox) */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
 } lactor_t;
@@ -395,10 +400,18 @@ static int decode_protected(lua_State *L)
   return 1;
 }
 
+#define DECODER "smarm.decoder" /* registry: decode_protected, made once per VM */
+
 /* Pushes the value of msg and frees it (also when decoding raises). */
 static void push_message(lua_State *L, smarm_msg_t *msg)
 {
-  lua_pushcfunction(L, decode_protected);
+  if (smarm_msg_size(msg) <= 1 + 10 + 8 && codec_is_scalar(msg)) {
+    /* A small scalar: decoding cannot fail short of running out of memory. */
+    codec_decode(L, msg);
+    smarm_msg_free(msg);
+    return;
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, DECODER); /* no new closure per message */
   lua_pushlightuserdata(L, msg);
   int status = lua_pcall(L, 1, 1, 0);
   smarm_msg_free(msg);
@@ -439,6 +452,7 @@ static void set_saved_field(lua_State *L, int q, const char *f, int v)
 /* Removes q[i] (first <= i <= last), keeping the others in order; pushes it. */
 static void saved_take(lua_State *L, int q, int i)
 {
+  ((lactor_t *)smarm_actor_data())->saved_n--;
   int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
   lua_rawgeti(L, q, i);
   if (i == first) {
@@ -484,6 +498,23 @@ static int l_receive(lua_State *L)
   if (!la)
     return luaL_error(L, "smarm.receive: not inside an actor (call it from smarm.run)");
   lua_settop(L, 2);
+  if (!match_idx && la->saved_n == 0) { /* the common case: straight from the mailbox */
+    if (timeout != 0)
+      check_can_park(L, "receive");
+    smarm_msg_t *m;
+    int rc = smarm_receive(timeout, &m);
+    if (timeout != 0)
+      ljx_after_switch(L);
+    if (rc == -ETIMEDOUT) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      return 2;
+    }
+    if (rc < 0)
+      return luaL_error(L, "smarm.receive: %s", strerror(-rc));
+    push_message(L, m);
+    return 1;
+  }
   push_saved(L, la);
   int q = lua_gettop(L);
   int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
@@ -533,6 +564,7 @@ static int l_receive(lua_State *L)
     lua_pushvalue(L, -1);
     lua_rawseti(L, q, last);
     set_saved_field(L, q, "last", last);
+    la->saved_n++;
     if (call_match(L, match_idx)) {
       lua_pop(L, 1);
       saved_take(L, q, saved_field(L, q, "last"));
@@ -744,6 +776,7 @@ static void remote_actor_main(void *arg)
   la->co = co;
   la->is_main = 0;
   la->savedref = LUA_NOREF;
+  la->saved_n = 0;
   la->nargs = 0;
   lua_pushlightuserdata(co, arg);
   lua_pushcclosure(co, remote_entry, 1);
@@ -797,6 +830,7 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
   la->co = co;
   la->is_main = 0;
   la->savedref = LUA_NOREF;
+  la->saved_n = 0;
   lua_pushvalue(L, fn_idx);
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
@@ -934,8 +968,11 @@ int luaopen_smarm_core(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, PID_INTERN);
   }
   lua_pop(L, 1);
+  lua_pushcfunction(L, decode_protected);
+  lua_setfield(L, LUA_REGISTRYINDEX, DECODER);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
+  lbench_register(L, lua_gettop(L));
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

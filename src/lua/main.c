@@ -5,6 +5,9 @@
 **   smarm [-s N] script.lua [args...]   run the script; `arg` as the lua interpreter sets it
 **   smarm [-s N] -e 'code' [args...]    run code
 **   smarm [-s N]                        a prompt whose lines run in the main actor
+**   smarm -n script.lua [args...]       plain mode: no runtime is started, the script calls
+**                                       smarm.run itself (benchmarks use this to run several
+**                                       configurations, each with its own scheduler count)
 **   smarm -v                            versions
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
@@ -54,9 +57,11 @@ static const char prompt[] =
 static void usage(FILE *out)
 {
   fprintf(out, "usage: smarm [-s N] [script.lua [args...] | -e code [args...]]\n"
+               "       smarm -n script.lua [args...]\n"
                "       smarm -v\n"
                "  -s N   schedulers (default: online CPUs)\n"
                "  -e c   run the code c as the main actor\n"
+               "  -n     plain: start no runtime; the script calls smarm.run itself\n"
                "  -v     print the versions of smarm, LuaJIT and libuv\n"
                "With no script and no -e: a prompt whose lines run in the main actor.\n");
 }
@@ -89,6 +94,7 @@ int main(int argc, char **argv)
 {
   unsigned schedulers = 0;
   const char *code = NULL;
+  int plain = 0;
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
     if (strcmp(argv[i], "-v") == 0) {
@@ -107,6 +113,8 @@ int main(int argc, char **argv)
       code = argv[++i];
       i++;
       break;
+    } else if (strcmp(argv[i], "-n") == 0) {
+      plain = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return 0;
@@ -152,6 +160,21 @@ int main(int argc, char **argv)
     if (status != 0)
       return report(L, status);
     int chunk = lua_gettop(L);
+    if (plain) {
+      lua_getglobal(L, "debug");
+      lua_getfield(L, -1, "traceback");
+      lua_insert(L, chunk);
+      lua_pop(L, 1);
+      lua_getglobal(L, "arg");
+      int n = (int)lua_objlen(L, -1);
+      for (int k = 1; k <= n; k++)
+        lua_rawgeti(L, -k, k);
+      lua_remove(L, -n - 1);
+      status = lua_pcall(L, n, 0, chunk);
+      int rc = report(L, status);
+      lua_close(L);
+      return rc;
+    }
     luaL_loadbuffer(L, runner, sizeof runner - 1, "=smarm");
     lua_pushvalue(L, smarm);
     lua_pushvalue(L, chunk);

@@ -68,3 +68,17 @@ uint64_t hist_quantile(const histogram_t *h, double q)
   }
   return h->max;
 }
+
+double hist_mean(const histogram_t *h)
+{
+  if (h->count == 0)
+    return 0;
+  double sum = 0;
+  for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+    if (h->counts[i]) {
+      uint64_t width, low = bucket_low(i, &width);
+      sum += (double)h->counts[i] * ((double)low + (double)(width - 1) / 2.0);
+    }
+  }
+  return sum / (double)h->count;
+}

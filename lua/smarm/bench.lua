@@ -1,0 +1,191 @@
+-- smarm.bench: the harness of the Lua benchmark scripts in bench/.
+--
+-- Method (the predecessor's, as in bench/c/switch_cost.c): each sample brackets a batch of
+-- operations with smarm.clock(), which reads the monotonic clock and the serialised cycle
+-- counter in one call that never parks; the bracket's own cost (the median of back-to-back
+-- empty brackets) is subtracted; the rest, divided by the operations in the batch, goes into C
+-- histograms (constant cost per sample; picoseconds and centi-cycles). Several runs after a
+-- warm-up are pooled. The effective GHz (cycles per ns over a calibration interval) lets the two
+-- lenses check each other.
+--
+-- Every measured configuration prints one line of key=value fields starting with scenario=
+-- (scenario, variant, schedulers, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, per_op_ns, ops,
+-- p50_cyc, ghz, floor_ns, then the caller's extra fields); bench.finish() prints them again as
+-- a table and writes them as JSON when the script was given `--json FILE`. Progress goes to
+-- stderr.
+local smarm = require("smarm")
+
+local bench = {}
+
+local clock, histogram = smarm.clock, smarm.histogram
+local rows = {}
+local json_path
+
+-- Reads `--json FILE` from a script's arguments; returns the other arguments.
+function bench.args(argv)
+  local rest = {}
+  local i = 1
+  while argv and argv[i] do
+    if argv[i] == "--json" then
+      json_path = argv[i + 1]
+      i = i + 2
+    else
+      rest[#rest + 1] = argv[i]
+      i = i + 1
+    end
+  end
+  return rest
+end
+
+-- A positive number from the environment, or the default.
+function bench.knob(name, default)
+  local v = tonumber(os.getenv(name) or "")
+  if v and v > 0 then return v end
+  return default
+end
+
+local function progress(fmt, ...)
+  io.stderr:write(string.format("bench: " .. fmt .. "\n", ...))
+end
+bench.progress = progress
+
+-- Cycles per ns, over `seconds` of wall time.
+function bench.ghz(seconds)
+  local t0, c0 = clock()
+  local t1, c1
+  repeat t1, c1 = clock() until t1 - t0 >= (seconds or 0.01) * 1e9
+  return (c1 - c0) / (t1 - t0)
+end
+
+-- Measures op(n), which must perform n operations (and may park). opts: batch (operations per
+-- sample), rounds (measured operations per run), warmup (operations before each run), runs,
+-- per_call (how many operations one counted operation stands for, e.g. 2 for a yield that lets
+-- a partner yield too: the reported numbers are per operation), label (for progress).
+-- Returns {ps = histogram, ccyc = histogram, floor_ns, ghz, ops}.
+function bench.measure(op, opts)
+  local batch = opts.batch or 100
+  local rounds = opts.rounds or 100000
+  local warmup = opts.warmup or math.min(rounds, 10000)
+  local runs = opts.runs or 5
+  local per = batch * (opts.per_call or 1)
+  -- the bracket's own cost
+  local fns, fcyc = histogram(), histogram()
+  for _ = 1, 1000 do
+    local t0, c0 = clock()
+    local t1, c1 = clock()
+    fns:record(t1 - t0)
+    fcyc:record(c1 - c0)
+  end
+  local floor_ns, floor_cyc = fns:quantile(0.5), fcyc:quantile(0.5)
+  local ghz = bench.ghz(0.01)
+  local ps, ccyc = histogram(), histogram()
+  local samples = math.max(1, math.floor(rounds / batch))
+  local last_note = clock()
+  for run = 1, runs do
+    op(warmup)
+    for _ = 1, samples do
+      local t0, c0 = clock()
+      op(batch)
+      local t1, c1 = clock()
+      local ns = t1 - t0 - floor_ns
+      local cyc = c1 - c0 - floor_cyc
+      ps:record(ns > 0 and ns * 1000 / per or 0)
+      ccyc:record(cyc > 0 and cyc * 100 / per or 0)
+      if t1 - last_note > 2e9 then
+        progress("%s: run %d of %d", opts.label or "measuring", run, runs)
+        last_note = t1
+      end
+    end
+  end
+  return { ps = ps, ccyc = ccyc, floor_ns = floor_ns, ghz = ghz, ops = samples * per * runs }
+end
+
+-- A result as a message (histograms exported), to send to the actor that reports.
+function bench.pack(r)
+  return { ps = r.ps:export(), ccyc = r.ccyc:export(), floor_ns = r.floor_ns, ghz = r.ghz,
+    ops = r.ops }
+end
+
+-- Merges packed results (from several schedulers) into one result.
+function bench.merge(packed)
+  local r = { ps = histogram(), ccyc = histogram(), floor_ns = 0, ghz = 0, ops = 0 }
+  for _, p in ipairs(packed) do
+    r.ps:import(p.ps)
+    r.ccyc:import(p.ccyc)
+    r.floor_ns = r.floor_ns + p.floor_ns / #packed
+    r.ghz = r.ghz + p.ghz / #packed
+    r.ops = r.ops + p.ops
+  end
+  return r
+end
+
+local base_fields = { "scenario", "variant", "schedulers", "p50_ns", "p90_ns", "p99_ns", "p999_ns",
+  "max_ns", "per_op_ns", "ops", "p50_cyc", "ghz", "floor_ns" }
+
+-- Prints the line of one configuration. fields: scenario, variant, schedulers and any extra
+-- key = value pairs (printed after the standard ones, in key order). Returns the row.
+function bench.report(fields, r)
+  local row = {
+    scenario = fields.scenario, variant = fields.variant, schedulers = fields.schedulers or 1,
+    p50_ns = r.ps:quantile(0.5) / 1000, p90_ns = r.ps:quantile(0.9) / 1000,
+    p99_ns = r.ps:quantile(0.99) / 1000, p999_ns = r.ps:quantile(0.999) / 1000,
+    max_ns = r.ps:max() / 1000, per_op_ns = r.ps:mean() / 1000, ops = r.ops,
+    p50_cyc = r.ccyc:quantile(0.5) / 100, ghz = r.ghz, floor_ns = r.floor_ns,
+  }
+  local parts = {}
+  local function add(k, v)
+    if type(v) == "number" and v ~= math.floor(v) then v = string.format("%.3f", v) end
+    parts[#parts + 1] = k .. "=" .. tostring(v)
+  end
+  for _, k in ipairs(base_fields) do add(k, row[k]) end
+  local extra = {}
+  for k in pairs(fields) do
+    if row[k] == nil then extra[#extra + 1] = k end
+  end
+  table.sort(extra)
+  row.extra = {}
+  for _, k in ipairs(extra) do
+    add(k, fields[k])
+    row[k] = fields[k]
+    row.extra[#row.extra + 1] = k
+  end
+  print(table.concat(parts, " "))
+  io.stdout:flush()
+  rows[#rows + 1] = row
+  return row
+end
+
+local function json_value(v)
+  if type(v) == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return "null" end
+    return string.format("%.17g", v)
+  end
+  return string.format("%q", tostring(v)):gsub("\\\n", "\\n")
+end
+
+-- Prints the readable table of every reported row; writes the JSON file if asked for.
+function bench.finish()
+  if #rows == 0 then return end
+  print()
+  print(string.format("%-14s %-18s %5s %10s %10s %10s %10s %11s", "scenario", "variant", "sched",
+    "p50 ns", "p90 ns", "p99 ns", "max ns", "per op ns"))
+  for _, r in ipairs(rows) do
+    print(string.format("%-14s %-18s %5d %10.1f %10.1f %10.1f %10.1f %11.1f", r.scenario,
+      r.variant, r.schedulers, r.p50_ns, r.p90_ns, r.p99_ns, r.max_ns, r.per_op_ns))
+  end
+  if json_path then
+    local out = {}
+    for _, r in ipairs(rows) do
+      local kv = {}
+      for _, k in ipairs(base_fields) do kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+      for _, k in ipairs(r.extra) do kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+      out[#out + 1] = "  {" .. table.concat(kv, ", ") .. "}"
+    end
+    local f = assert(io.open(json_path, "w"))
+    f:write("[\n", table.concat(out, ",\n"), "\n]\n")
+    f:close()
+    progress("wrote %s", json_path)
+  end
+end
+
+return bench
