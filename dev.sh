@@ -70,6 +70,10 @@ cmd_bench() {
   "$BUILD/lua-release/smarm" -n "$ROOT/bench/switch_cost.lua"
   say "bench/yield.lua (Lua actors against bare LuaJIT coroutines)"
   "$BUILD/lua-release/smarm" -s 1 "$ROOT/bench/yield.lua"
+  for scenario in pingpong ring spawn skynet send_sizes; do
+    say "bench/$scenario.lua"
+    "$BUILD/lua-release/smarm" -n "$ROOT/bench/$scenario.lua"
+  done
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
 }

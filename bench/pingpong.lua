@@ -1,0 +1,42 @@
+-- bench/pingpong.lua: one round trip of a small message between two Lua actors.
+--   local   both actors on one scheduler
+--   remote  the actors on two schedulers (every message crosses)
+-- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH. Run: smarm -n bench/pingpong.lua
+local smarm = require("smarm")
+local bench = require("smarm.bench")
+
+bench.args(arg)
+local opts = {
+  rounds = bench.knob("SMARM_PINGPONG_ROUNDS", 200000),
+  warmup = bench.knob("SMARM_PINGPONG_WARMUP", 5000),
+  runs = bench.knob("SMARM_PINGPONG_RUNS", 5),
+  batch = bench.knob("SMARM_PINGPONG_BATCH", 100),
+}
+
+local function pong(owner)
+  local receive, send = smarm.receive, smarm.send
+  while true do
+    local m = receive()
+    if m == 0 then return end
+    send(owner, m)
+  end
+end
+
+for _, variant in ipairs({ "local", "remote" }) do
+  local schedulers = variant == "local" and 1 or 2
+  smarm.run(function()
+    local peer = smarm.spawn_on(schedulers, pong, smarm.self())
+    local receive, send = smarm.receive, smarm.send
+    opts.label = "pingpong " .. variant
+    local r = bench.measure(function(n)
+      for _ = 1, n do
+        send(peer, 1)
+        receive()
+      end
+    end, opts)
+    send(peer, 0)
+    bench.report({ scenario = "pingpong", variant = variant, schedulers = schedulers }, r)
+  end, { schedulers = schedulers })
+end
+
+bench.finish()
