@@ -353,6 +353,12 @@ static void sched_idle(sched_t *s)
     if (timeout <= 0)
       return;
   }
+  /* About to sleep anyway: give back the memory of stacks nobody has used lately (at most once
+  ** a second, so that a workload that idles between bursts keeps its warm stacks). */
+  if (now - s->last_trim_ns >= 1000000000) {
+    stack_pool_trim(&s->stacks);
+    s->last_trim_ns = now;
+  }
   if (inbox_park(&s->inbox, timeout))
     stat_add(&s->stats.parks, 1);
 }

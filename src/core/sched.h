@@ -92,6 +92,7 @@ typedef struct sched {
   uint32_t ticks;             /* yields since timers were last checked */
   int stopping;
   int64_t spin_ns;
+  int64_t last_trim_ns;       /* when idle last gave stack memory back (stack_pool_trim) */
   size_t default_stack;
   timer_heap_t timers;
   actor_table_t table;

@@ -163,6 +163,9 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
   if (slot) {
     c->free_list = slot->next_free;
     c->free_count--;
+    if (!slot->trimmed && c->untrimmed)
+      c->untrimmed--;
+    slot->trimmed = 0;
   } else {
     if (pool->mapped >= pool->budget)
       reclaim_free_slot(pool, c);
@@ -217,17 +220,33 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
     return;
   SMARM_ASSERT(slot->occupant == NULL);
   stack_class_t *c = slot->cls;
-  if (c->free_count >= STACK_FREE_KEEP) {
-    madvise(slot->lo, slot->size, MADV_DONTNEED);
-  } else if (slot->size > STACK_KEEP_BYTES && went_deep(slot)) {
+  if (slot->size > STACK_KEEP_BYTES && went_deep(slot)) {
     /* The word ring just below the kept top was written: the stack went deeper than the
     ** watermark (untouched memory reads as zero), so drop the deep pages. */
     madvise(slot->lo, slot->size - STACK_KEEP_BYTES, MADV_DONTNEED);
   }
   (void)pool;
+  slot->trimmed = 0;
   slot->next_free = c->free_list;
   c->free_list = slot;
   c->free_count++;
+  c->untrimmed++;
+}
+
+void stack_pool_trim(stack_pool_t *pool)
+{
+  for (stack_class_t *c = pool->classes; c; c = c->next) {
+    if (c->untrimmed == 0 || c->free_count <= STACK_FREE_KEEP)
+      continue;
+    uint32_t seen = 0;
+    for (stack_slot_t *s = c->free_list; s; s = s->next_free) {
+      if (++seen <= STACK_FREE_KEEP || s->trimmed)
+        continue;
+      madvise(s->lo, s->size, MADV_DONTNEED);
+      s->trimmed = 1;
+    }
+    c->untrimmed = 0;
+  }
 }
 
 void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)

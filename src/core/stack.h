@@ -14,9 +14,10 @@
 ** therefore runs on a guarded stack, and a parked actor costs only its used bytes.
 **
 ** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
-** STACK_KEEP_BYTES has the deeper pages dropped (MADV_DONTNEED); a released slot that finds
-** STACK_FREE_KEEP free slots of its size already pooled is dropped whole (it stays mapped for
-** reuse, costing address space but no memory).
+** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED); free slots beyond the
+** STACK_FREE_KEEP most recently used of their size are dropped whole by stack_pool_trim(), which
+** the scheduler calls when it goes idle, so that bursts of spawns and exits pay no syscalls
+** (the slots stay mapped for reuse, costing address space but no memory).
 **
 ** Owner: one scheduler thread; nothing here is shared.
 */
@@ -43,12 +44,14 @@ typedef struct stack_slot {
   uint32_t bound;            /* actors whose stack lives at these addresses */
   struct stack_slot *next_free;
   struct stack_class *cls;
+  int trimmed;               /* free, and its pages were dropped */
 } stack_slot_t;
 
 /* All slots of one size. */
 typedef struct stack_class {
   size_t size;
   stack_slot_t **all;        /* every mapped slot of this size: candidates for sharing */
+  uint32_t untrimmed;        /* free slots not yet dropped (stack_pool_trim's work) */
   uint32_t count, cap;
   uint32_t hand;             /* round-robin position for the next shared binding */
   stack_slot_t *free_list;   /* slots bound to no actor, most recently used first */
@@ -80,6 +83,10 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
 
 /* The actor bound to slot is gone (it must not be the occupant any more). */
 void stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
+
+/* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size.
+** Cheap when there is nothing to drop. */
+void stack_pool_trim(stack_pool_t *pool);
 
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a
 ** message when memory is exhausted (there is no way to go on without the bytes). */
