@@ -6,12 +6,17 @@
 --   parallel N    N schedulers, each with one actor yielding locally (N = 1, 2, 4, 8)
 --
 -- Knobs: SMARM_SWITCH_ROUNDS (measured operations per run), SMARM_SWITCH_WARMUP,
--- SMARM_SWITCH_RUNS, SMARM_SWITCH_BATCH. Run: smarm -n bench/switch_cost.lua [--json FILE]
+-- SMARM_SWITCH_RUNS, SMARM_SWITCH_BATCH.
+-- Run: smarm -n bench/switch_cost.lua [--json FILE] [variant...]
 -- (plain mode: each configuration starts its own runtime).
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+-- Optional arguments name the variants to run (luajit_coro local remote parallel); none: all.
+local wanted = {}
+for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
+local function want(v) return next(wanted) == nil or wanted[v] end
+
 local opts = {
   rounds = bench.knob("SMARM_SWITCH_ROUNDS", 1000000),
   warmup = bench.knob("SMARM_SWITCH_WARMUP", 10000),
@@ -34,15 +39,19 @@ end
 
 -- baseline and local, in one runtime of one scheduler
 smarm.run(function()
-  local co = coroutine.wrap(function() while true do coroutine.yield() end end)
-  local r = bench.measure(function(n) for _ = 1, n do co() end end, with_label("luajit_coro"))
-  bench.report({ scenario = "switch_cost", variant = "luajit_coro" }, r)
-  r = bench.measure(yield_n, with_label("local"))
-  bench.report({ scenario = "switch_cost", variant = "local" }, r)
+  if want("luajit_coro") then
+    local co = coroutine.wrap(function() while true do coroutine.yield() end end)
+    local r = bench.measure(function(n) for _ = 1, n do co() end end, with_label("luajit_coro"))
+    bench.report({ scenario = "switch_cost", variant = "luajit_coro" }, r)
+  end
+  if want("local") then
+    local r = bench.measure(yield_n, with_label("local"))
+    bench.report({ scenario = "switch_cost", variant = "local" }, r)
+  end
 end, { schedulers = 1 })
 
 -- remote: every round trip wakes an actor on the other scheduler and back
-do
+if want("remote") then
   local remote_opts = with_label("remote")
   remote_opts.rounds = math.max(1000, math.floor(opts.rounds / 10))
   remote_opts.batch = math.max(1, math.floor(opts.batch / 10))
@@ -69,7 +78,7 @@ do
 end
 
 -- parallel: the slope from 1 to 8 schedulers (this machine has 2 cores: 4 and 8 oversubscribe)
-for _, n in ipairs({ 1, 2, 4, 8 }) do
+for _, n in ipairs(want("parallel") and { 1, 2, 4, 8 } or {}) do
   smarm.run(function()
     local me = smarm.self()
     for k = 1, n do
