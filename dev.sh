@@ -78,6 +78,13 @@ cmd_bench() {
   "$BUILD/release/bench/c/scale"
 }
 
+# Sums the "N passed, N failed" lines of a log (test binaries print one each; under ctest -V
+# they carry a "K: " prefix). Prints "passed failed".
+case_counts() {
+  sed -n 's/^\([0-9]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2 \3/p' "$1" |
+    awk '{p+=$1; f+=$2} END {print p+0, f+0}'
+}
+
 # Runs ctest for one build; appends the per-case counts to $TOTALS.
 run_ctest() {
   name=$1
@@ -87,10 +94,9 @@ run_ctest() {
   status=0
   env "$@" ctest --test-dir "$BUILD/$name" -V --timeout 900 >"$log" 2>&1 || status=$?
   # Each test binary ends with "N passed, N failed" over its cases.
-  passed=$(sed -n 's/^[0-9]*: \([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log" |
-    awk '{s+=$1} END {print s+0}')
-  failed=$(sed -n 's/^[0-9]*: \([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log" |
-    awk '{s+=$1} END {print s+0}')
+  set -- $(case_counts "$log")
+  passed=$1
+  failed=$2
   crashed=$(grep -c -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)' "$log" || true)
   if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=$((crashed > 0 ? crashed : 1))
@@ -112,10 +118,9 @@ run_valgrind() {
     status=0
     SMARM_STRESS_SCALE=0.05 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
       --error-exitcode=99 "$BUILD/release/spec/c/test_$t" >"$log" 2>&1 || status=$?
-    p=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1/p' "$log")
-    f=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2/p' "$log")
-    p=${p:-0}
-    f=${f:-0}
+    set -- $(case_counts "$log")
+    p=$1
+    f=$2
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     [ "$status" -eq 0 ] || tail -n 40 "$log" >&2
     passed=$((passed + p))

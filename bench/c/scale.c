@@ -12,7 +12,7 @@
 */
 #define _GNU_SOURCE
 #include "smarm.h"
-#include "timing.h"
+#include "util/timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>

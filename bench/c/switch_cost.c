@@ -24,7 +24,7 @@
 #define _GNU_SOURCE
 #include "util/histogram.h"
 #include "smarm.h"
-#include "timing.h"
+#include "util/timing.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -163,8 +163,6 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
   if (slot) {
     c->free_list = slot->next_free;
     c->free_count--;
-    if (!slot->trimmed && c->untrimmed)
-      c->untrimmed--;
     slot->trimmed = 0;
   } else {
     if (pool->mapped >= pool->budget)
@@ -230,13 +228,12 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
   slot->next_free = c->free_list;
   c->free_list = slot;
   c->free_count++;
-  c->untrimmed++;
 }
 
 void stack_pool_trim(stack_pool_t *pool)
 {
   for (stack_class_t *c = pool->classes; c; c = c->next) {
-    if (c->untrimmed == 0 || c->free_count <= STACK_FREE_KEEP)
+    if (c->free_count <= STACK_FREE_KEEP)
       continue;
     uint32_t seen = 0;
     for (stack_slot_t *s = c->free_list; s; s = s->next_free) {
@@ -245,7 +242,6 @@ void stack_pool_trim(stack_pool_t *pool)
       madvise(s->lo, s->size, MADV_DONTNEED);
       s->trimmed = 1;
     }
-    c->untrimmed = 0;
   }
 }
 

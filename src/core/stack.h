@@ -51,7 +51,6 @@ typedef struct stack_slot {
 typedef struct stack_class {
   size_t size;
   stack_slot_t **all;        /* every mapped slot of this size: candidates for sharing */
-  uint32_t untrimmed;        /* free slots not yet dropped (stack_pool_trim's work) */
   uint32_t count, cap;
   uint32_t hand;             /* round-robin position for the next shared binding */
   stack_slot_t *free_list;   /* slots bound to no actor, most recently used first */
@@ -84,8 +83,8 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
 /* The actor bound to slot is gone (it must not be the occupant any more). */
 void stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
 
-/* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size.
-** Cheap when there is nothing to drop. */
+/* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size
+** (a walk of the free lists; the scheduler calls it at most once a second). */
 void stack_pool_trim(stack_pool_t *pool);
 
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a

@@ -1,7 +1,9 @@
 /*
-** Message codec (see codec.h). Encoding writes into a growable buffer that is a Lua userdata, so
-** an error raised half-way (a function inside the message) leaks nothing; the finished bytes are
-** copied once into the message block.
+** Message codec (see codec.h). Encoding writes into a buffer on the C stack and, when that is not
+** enough, into a growable Lua userdata, so an error raised half-way (a function inside the
+** message) leaks nothing; the finished bytes are copied once into the message block. The table of
+** tables already seen (shared references, cycles) is made at the first table: a scalar message
+** costs no Lua allocation at all.
 */
 #include "codec.h"
 #include "lsmarm.h"
@@ -16,8 +18,11 @@ enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END };
 
 typedef struct enc {
   lua_State *L;
-  int buf_idx;          /* stack slot of the buffer userdata */
-  int seen_idx;         /* stack slot of the table: table -> its index in encoding order */
+  int buf_idx;          /* stack slot of the buffer userdata (nil while `local` is used); 0
+                           until a table or a long value needs the slots (ensure_slots) */
+  int seen_idx;         /* stack slot of the table: table -> its index (nil before a table) */
+  const char *root;     /* the name of the whole value in error messages ("message") */
+  unsigned char local[256];
   unsigned char *buf;
   size_t len, cap;
   uint32_t ntables;
@@ -30,16 +35,29 @@ static int abs_index(lua_State *L, int idx)
   return idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
 }
 
+/* Pushes the two slots (buffer, seen tables) as nils. Done before the first table is iterated,
+** so lua_next always finds its key on top; a scalar message never needs them. */
+static void ensure_slots(enc_t *e)
+{
+  if (e->buf_idx)
+    return;
+  lua_pushnil(e->L);
+  e->buf_idx = lua_gettop(e->L);
+  lua_pushnil(e->L);
+  e->seen_idx = lua_gettop(e->L);
+}
+
 static void reserve(enc_t *e, size_t n)
 {
   if (e->len + n <= e->cap)
     return;
+  ensure_slots(e);
   size_t cap = e->cap * 2;
   while (cap < e->len + n)
     cap *= 2;
   unsigned char *nb = lua_newuserdata(e->L, cap);
   memcpy(nb, e->buf, e->len);
-  lua_replace(e->L, e->buf_idx);
+  lua_replace(e->L, e->buf_idx); /* the slot keeps the stack's shape for lua_next */
   e->buf = nb;
   e->cap = cap;
 }
@@ -122,7 +140,7 @@ static void path_push_key(enc_t *e, int idx)
 static void fail(enc_t *e, int idx, const char *what)
 {
   e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
-  luaL_error(e->L, "%s %s a %s", e->path, what, luaL_typename(e->L, idx));
+  luaL_error(e->L, "%s%s %s a %s", e->root, e->path, what, luaL_typename(e->L, idx));
 }
 
 /* ---- Encoding ------------------------------------------------------------------------------ */
@@ -132,6 +150,11 @@ static void enc_value(enc_t *e, int idx, int depth);
 static void enc_table(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
+  ensure_slots(e);
+  if (lua_isnil(L, e->seen_idx)) {
+    lua_newtable(L);
+    lua_replace(L, e->seen_idx);
+  }
   lua_pushvalue(L, idx);
   lua_rawget(L, e->seen_idx);
   if (!lua_isnil(L, -1)) { /* shared reference or cycle */
@@ -144,7 +167,8 @@ static void enc_table(enc_t *e, int idx, int depth)
   lua_pop(L, 1);
   if (depth >= CODEC_MAX_DEPTH) {
     e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
-    luaL_error(L, "%s is nested too deeply (more than %d levels)", e->path, CODEC_MAX_DEPTH);
+    luaL_error(L, "%s%s is nested too deeply (more than %d levels)", e->root, e->path,
+               CODEC_MAX_DEPTH);
   }
   lua_pushvalue(L, idx);
   lua_pushnumber(L, (lua_Number)++e->ntables);
@@ -216,77 +240,27 @@ static void enc_value(enc_t *e, int idx, int depth)
   fail(e, idx, "is");
 }
 
-/* Scalars (the common small message) skip the buffer and the table of seen tables. */
-static smarm_msg_t *encode_scalar(lua_State *L, int idx)
-{
-  unsigned char head[1 + 10];
-  size_t n = 0, len = 0;
-  const char *s = NULL;
-  smarm_pid_t pid;
-  lua_Number num;
-  switch (lua_type(L, idx)) {
-  case LUA_TNIL: head[n++] = T_NIL; break;
-  case LUA_TBOOLEAN: head[n++] = lua_toboolean(L, idx) ? T_TRUE : T_FALSE; break;
-  case LUA_TNUMBER:
-    head[n++] = T_NUM;
-    num = lua_tonumber(L, idx);
-    s = (const char *)&num;
-    len = sizeof num;
-    break;
-  case LUA_TSTRING: {
-    s = lua_tolstring(L, idx, &len);
-    head[n++] = T_STR;
-    uint64_t v = len;
-    do {
-      unsigned char b = v & 0x7f;
-      v >>= 7;
-      head[n++] = (unsigned char)(b | (v ? 0x80 : 0));
-    } while (v);
-    break;
-  }
-  case LUA_TUSERDATA:
-    if (!lsmarm_to_pid(L, idx, &pid))
-      return NULL;
-    head[n++] = T_PID;
-    s = (const char *)&pid;
-    len = sizeof pid;
-    break;
-  default:
-    return NULL;
-  }
-  smarm_msg_t *m = smarm_msg_new(n + len);
-  if (!m)
-    luaL_error(L, "not enough memory");
-  memcpy(smarm_msg_data(m), head, n);
-  if (len)
-    memcpy((char *)smarm_msg_data(m) + n, s, len);
-  return m;
-}
-
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
 {
-  idx = abs_index(L, idx);
-  if (lua_type(L, idx) != LUA_TTABLE) {
-    smarm_msg_t *m = encode_scalar(L, idx);
-    if (m)
-      return m; /* else: not sendable; the general path below names it */
-  }
   enc_t e;
-  memset(&e, 0, sizeof e);
   e.L = L;
+  idx = abs_index(L, idx);
   luaL_checkstack(L, 8, "message");
-  e.cap = 128;
-  e.buf = lua_newuserdata(L, e.cap);
-  e.buf_idx = lua_gettop(L);
-  lua_newtable(L);
-  e.seen_idx = lua_gettop(L);
-  path_append(&e, root);
+  e.buf = e.local;
+  e.cap = sizeof e.local;
+  e.len = 0;
+  e.ntables = 0;
+  e.path[0] = '\0';
+  e.path_len = 0;
+  e.root = root;
+  e.buf_idx = e.seen_idx = 0;
   enc_value(&e, idx, 0);
   smarm_msg_t *m = smarm_msg_new(e.len);
   if (!m)
     luaL_error(L, "not enough memory");
   memcpy(smarm_msg_data(m), e.buf, e.len);
-  lua_pop(L, 2);
+  if (e.buf_idx)
+    lua_pop(L, 2);
   return m;
 }
 
@@ -387,12 +361,6 @@ static int dec_value(dec_t *d, int depth)
     malformed(d);
     return 0;
   }
-}
-
-int codec_is_scalar(smarm_msg_t *msg)
-{
-  const unsigned char *p = smarm_msg_data(msg);
-  return smarm_msg_size(msg) > 0 && p[0] != T_TABLE && p[0] != T_REF;
 }
 
 void codec_decode(lua_State *L, smarm_msg_t *msg)

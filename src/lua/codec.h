@@ -26,9 +26,6 @@
 ** naming the path of a value that cannot be sent (nothing leaks). */
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root);
 
-/* Does the block hold a single non-table value? */
-int codec_is_scalar(smarm_msg_t *msg);
-
 /* Pushes the value a message holds. Raises on a block codec_encode did not make. */
 void codec_decode(lua_State *L, smarm_msg_t *msg);
 

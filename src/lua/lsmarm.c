@@ -127,7 +127,8 @@ typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
-  int saved_n;   /* how many messages it holds (0: receive goes straight to the mailbox) */
+  int saved_first, saved_last; /* its messages are q[first..last]; empty when last < first */
+  smarm_msg_t *pending; /* a block being decoded: freed here if decoding raised */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
 } lactor_t;
@@ -160,6 +161,7 @@ static int add_traceback(lua_State *L)
 
 static void lactor_free(lactor_t *la, int keep_co)
 {
+  smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
     if (!keep_co)
@@ -265,22 +267,29 @@ static void on_sched_stop(unsigned k, void *ud)
 
 /* ---- Parking safely ------------------------------------------------------------------------ */
 
-/* Every function that can switch stacks goes through here (design rules 1-4). */
-static lactor_t *check_can_park(lua_State *L, const char *fname)
+/* The calling actor's state, or a raised error naming the function. */
+static lactor_t *self_or_raise(lua_State *L, const char *fname)
 {
   lactor_t *la = smarm_actor_data();
   if (!la)
     luaL_error(L, "smarm.%s: not inside an actor (call it from smarm.run)", fname);
+  return la;
+}
+
+/* Every function that can switch stacks goes through here right before it (design rules 1-4);
+** ljx_after_switch right after. */
+static void park_check(lua_State *L, const char *fname)
+{
   const char *why = ljx_cannot_park(L);
   if (why)
     luaL_error(L, "smarm.%s: cannot park %s", fname, why);
   ljx_before_switch(L);
-  return la;
 }
 
 static int l_yield(lua_State *L)
 {
-  check_can_park(L, "yield");
+  self_or_raise(L, "yield");
+  park_check(L, "yield");
   smarm_yield();
   ljx_after_switch(L);
   return 0;
@@ -290,7 +299,8 @@ static int l_sleep(lua_State *L)
 {
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
-  check_can_park(L, "sleep");
+  self_or_raise(L, "sleep");
+  park_check(L, "sleep");
   int64_t ns = s > 9.2e9 ? INT64_MAX : (int64_t)(s * 1e9);
   int rc = smarm_sleep(ns);
   ljx_after_switch(L);
@@ -302,24 +312,6 @@ static int l_sleep(lua_State *L)
 static int l_now(lua_State *L)
 {
   lua_pushnumber(L, (lua_Number)smarm_now_ns() / 1e9);
-  return 1;
-}
-
-/* The CPU's cycle counter (x86-64: rdtsc; aarch64: the virtual timer count) as a number, for
-** benchmarks. Exact while below 2^53 (about 40 days of uptime at 2.6 GHz). Never parks. */
-static int l_cycles(lua_State *L)
-{
-  uint64_t v;
-#if defined(__x86_64__)
-  uint32_t lo, hi;
-  __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-  v = ((uint64_t)hi << 32) | lo;
-#elif defined(__aarch64__)
-  __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
-#else
-  v = (uint64_t)smarm_now_ns();
-#endif
-  lua_pushnumber(L, (lua_Number)v);
   return 1;
 }
 
@@ -382,8 +374,7 @@ static int l_send(lua_State *L)
     return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
-  if (!smarm_actor_data())
-    return luaL_error(L, "smarm.send: not inside an actor (call it from smarm.run)");
+  self_or_raise(L, "send");
   smarm_msg_t *m = codec_encode(L, 2, "message");
   int rc = smarm_send(to, m);
   if (rc < 0) {
@@ -394,80 +385,75 @@ static int l_send(lua_State *L)
   return 0;
 }
 
-static int decode_protected(lua_State *L)
+/* Pushes the value of msg and frees it. While it decodes, the block is the actor's pending
+** block, so if decoding raises (out of memory) it is freed by the actor's next receive or its
+** end: no protected call on the receive path. */
+static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 {
-  codec_decode(L, lua_touserdata(L, 1));
+  smarm_msg_free(la->pending);
+  la->pending = msg;
+  codec_decode(L, msg);
+  la->pending = NULL;
+  smarm_msg_free(msg);
+}
+
+/* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
+** or pushes nil, "timeout" and returns 2. */
+static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
+{
+  if (timeout_ns != 0)
+    park_check(L, "receive");
+  smarm_msg_t *m;
+  int rc = smarm_receive(timeout_ns, &m);
+  if (timeout_ns != 0)
+    ljx_after_switch(L);
+  if (rc == -ETIMEDOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    return 2;
+  }
+  if (rc < 0)
+    return luaL_error(L, "smarm.receive: %s", strerror(-rc));
+  push_message(L, la, m);
   return 1;
 }
 
-#define DECODER "smarm.decoder" /* registry: decode_protected, made once per VM */
-
-/* Pushes the value of msg and frees it (also when decoding raises). */
-static void push_message(lua_State *L, smarm_msg_t *msg)
-{
-  if (smarm_msg_size(msg) <= 1 + 10 + 8 && codec_is_scalar(msg)) {
-    /* A small scalar: decoding cannot fail short of running out of memory. */
-    codec_decode(L, msg);
-    smarm_msg_free(msg);
-    return;
-  }
-  lua_getfield(L, LUA_REGISTRYINDEX, DECODER); /* no new closure per message */
-  lua_pushlightuserdata(L, msg);
-  int status = lua_pcall(L, 1, 1, 0);
-  smarm_msg_free(msg);
-  if (status != 0)
-    lua_error(L);
-}
-
-/* The saved queue: {first = i, last = j, [i] = oldest, ..., [j] = newest}; pushed on the stack. */
-static void push_saved(lua_State *L, lactor_t *la)
+/* The saved queue: messages a match refused, q[saved_first..saved_last], oldest first. Pushes
+** it and returns its index. */
+static int push_saved(lua_State *L, lactor_t *la)
 {
   if (la->savedref == LUA_NOREF) {
-    lua_createtable(L, 4, 2);
-    lua_pushinteger(L, 1);
-    lua_setfield(L, -2, "first");
-    lua_pushinteger(L, 0);
-    lua_setfield(L, -2, "last");
+    lua_newtable(L);
     lua_pushvalue(L, -1);
     la->savedref = luaL_ref(L, LUA_REGISTRYINDEX);
-    return;
+  } else {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, la->savedref);
   }
-  lua_rawgeti(L, LUA_REGISTRYINDEX, la->savedref);
+  return lua_gettop(L);
 }
 
-static int saved_field(lua_State *L, int q, const char *f)
+/* Appends (a copy of) the value on top to the saved queue at q; the value stays on top. */
+static void saved_append(lua_State *L, lactor_t *la, int q)
 {
-  lua_getfield(L, q, f);
-  int v = (int)lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return v;
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, q, ++la->saved_last);
 }
 
-static void set_saved_field(lua_State *L, int q, const char *f, int v)
+/* Removes q[i] (saved_first <= i <= saved_last), keeping the others in order; pushes it. */
+static void saved_take(lua_State *L, lactor_t *la, int q, int i)
 {
-  lua_pushinteger(L, v);
-  lua_setfield(L, q, f);
-}
-
-/* Removes q[i] (first <= i <= last), keeping the others in order; pushes it. */
-static void saved_take(lua_State *L, int q, int i)
-{
-  ((lactor_t *)smarm_actor_data())->saved_n--;
-  int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
   lua_rawgeti(L, q, i);
-  if (i == first) {
+  if (i == la->saved_first) {
     lua_pushnil(L);
-    lua_rawseti(L, q, i);
-    set_saved_field(L, q, "first", first + 1);
+    lua_rawseti(L, q, la->saved_first++);
     return;
   }
-  for (int k = i; k < last; k++) {
+  for (int k = i; k < la->saved_last; k++) {
     lua_rawgeti(L, q, k + 1);
     lua_rawseti(L, q, k);
   }
   lua_pushnil(L);
-  lua_rawseti(L, q, last);
-  set_saved_field(L, q, "last", last - 1);
+  lua_rawseti(L, q, la->saved_last--);
 }
 
 /* Calls the match function at match_idx on the value on top (left in place); returns truth. */
@@ -494,46 +480,25 @@ static int l_receive(lua_State *L)
     luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
     timeout = s > 9.2e9 ? SMARM_FOREVER : (int64_t)(s * 1e9);
   }
-  lactor_t *la = smarm_actor_data();
-  if (!la)
-    return luaL_error(L, "smarm.receive: not inside an actor (call it from smarm.run)");
+  lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
-  if (!match_idx && la->saved_n == 0) { /* the common case: straight from the mailbox */
-    if (timeout != 0)
-      check_can_park(L, "receive");
-    smarm_msg_t *m;
-    int rc = smarm_receive(timeout, &m);
-    if (timeout != 0)
-      ljx_after_switch(L);
-    if (rc == -ETIMEDOUT) {
-      lua_pushnil(L);
-      lua_pushliteral(L, "timeout");
-      return 2;
-    }
-    if (rc < 0)
-      return luaL_error(L, "smarm.receive: %s", strerror(-rc));
-    push_message(L, m);
-    return 1;
-  }
-  push_saved(L, la);
-  int q = lua_gettop(L);
-  int first = saved_field(L, q, "first"), last = saved_field(L, q, "last");
-  /* Older messages first: those already refused once (the match may differ now). */
-  for (int i = first; i <= last; i++) {
+  if (!match_idx && la->saved_last < la->saved_first)
+    return mailbox_next(L, la, timeout); /* the common case: straight from the mailbox */
+  int q = push_saved(L, la);
+  /* Older messages first: those already refused once (the match may differ now). The bounds
+  ** are re-read each time round: a match may itself receive. */
+  for (int i = la->saved_first; i <= la->saved_last; i++) {
     if (!match_idx) {
-      saved_take(L, q, i);
+      saved_take(L, la, q, i);
       return 1;
     }
     lua_rawgeti(L, q, i);
     int yes = call_match(L, match_idx);
     lua_pop(L, 1);
     if (yes) {
-      saved_take(L, q, i);
+      saved_take(L, la, q, i);
       return 1;
     }
-    /* The match may have parked and others may have received: re-read the bounds. */
-    first = saved_field(L, q, "first");
-    last = saved_field(L, q, "last");
   }
   int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
   for (;;) {
@@ -543,31 +508,13 @@ static int l_receive(lua_State *L)
       if (left < 0)
         left = 0;
     }
-    if (left != 0)
-      check_can_park(L, "receive");
-    smarm_msg_t *m;
-    int rc = smarm_receive(left, &m);
-    if (left != 0)
-      ljx_after_switch(L);
-    if (rc == -ETIMEDOUT) {
-      lua_pushnil(L);
-      lua_pushliteral(L, "timeout");
+    if (mailbox_next(L, la, left) == 2)
       return 2;
-    }
-    if (rc < 0)
-      return luaL_error(L, "smarm.receive: %s", strerror(-rc));
-    push_message(L, m);
-    if (!match_idx)
-      return 1;
-    /* Park it in the saved queue before calling the match, so an error there loses nothing. */
-    last = saved_field(L, q, "last") + 1;
-    lua_pushvalue(L, -1);
-    lua_rawseti(L, q, last);
-    set_saved_field(L, q, "last", last);
-    la->saved_n++;
+    /* Into the saved queue before the match runs, so an error there loses nothing. */
+    saved_append(L, la, q);
     if (call_match(L, match_idx)) {
       lua_pop(L, 1);
-      saved_take(L, q, saved_field(L, q, "last"));
+      saved_take(L, la, q, la->saved_last);
       return 1;
     }
     lua_pop(L, 1);
@@ -685,7 +632,7 @@ static void build_transfer(lua_State *L, int fn_idx, int first, int nargs)
 static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
-  push_message(L, block); /* frees the block */
+  push_message(L, smarm_actor_data(), block); /* frees the block */
   int tr = lua_gettop(L);
   lua_getfield(L, tr, "name");
   if (lua_isstring(L, -1)) {
@@ -760,6 +707,19 @@ static int remote_entry(lua_State *L)
   return lua_gettop(L) - args;
 }
 
+/* A fresh actor state with a new coroutine of owner's VM, anchored in the registry. */
+static void lactor_init(lactor_t *la, lua_State *owner)
+{
+  la->co = lua_newthread(owner);
+  la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
+  la->nargs = 0;
+  la->is_main = 0;
+  la->savedref = LUA_NOREF;
+  la->saved_first = 1;
+  la->saved_last = 0;
+  la->pending = NULL;
+}
+
 /* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. */
 static void remote_actor_main(void *arg)
 {
@@ -771,15 +731,9 @@ static void remote_actor_main(void *arg)
     fprintf(stderr, "smarm: spawn_on: no memory or no VM for a new actor\n");
     return;
   }
-  lua_State *co = lua_newthread(vm->L);
-  la->coref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  la->co = co;
-  la->is_main = 0;
-  la->savedref = LUA_NOREF;
-  la->saved_n = 0;
-  la->nargs = 0;
-  lua_pushlightuserdata(co, arg);
-  lua_pushcclosure(co, remote_entry, 1);
+  lactor_init(la, vm->L);
+  lua_pushlightuserdata(la->co, arg);
+  lua_pushcclosure(la->co, remote_entry, 1);
   lactor_main(la);
 }
 
@@ -799,13 +753,12 @@ static int l_spawn_on(lua_State *L)
   if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
     return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
                                                luaL_typename(L, 2)));
-  if (!smarm_actor_data())
-    return luaL_error(L, "smarm.spawn_on: not inside an actor (call it from smarm.run)");
+  self_or_raise(L, "spawn_on");
   int nargs = lua_gettop(L) - 2;
   build_transfer(L, 2, 3, nargs);
   smarm_msg_t *block = codec_encode(L, -1, "argument");
   lua_pop(L, 1);
-  check_can_park(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
+  park_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
   smarm_pid_t pid;
   int rc = smarm_spawn_on(where, remote_actor_main, block, NULL, &pid);
   ljx_after_switch(L);
@@ -825,25 +778,19 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     luaL_error(L, "not enough memory");
     return NULL;
   }
-  lua_State *co = lua_newthread(L);
-  la->coref = luaL_ref(L, LUA_REGISTRYINDEX);
-  la->co = co;
-  la->is_main = 0;
-  la->savedref = LUA_NOREF;
-  la->saved_n = 0;
+  lactor_init(la, L);
   lua_pushvalue(L, fn_idx);
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
   la->nargs = nargs;
-  lua_xmove(L, co, nargs + 1);
+  lua_xmove(L, la->co, nargs + 1);
   return la;
 }
 
 static int l_spawn(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
-  if (!smarm_actor_data())
-    return luaL_error(L, "smarm.spawn: not inside an actor (call it from smarm.run)");
+  self_or_raise(L, "spawn");
   lactor_t *la = new_lactor(L, 1, 2, lua_gettop(L) - 1);
   smarm_pid_t pid;
   int rc = smarm_spawn(lactor_main, la, NULL, &pid);
@@ -943,7 +890,7 @@ static const luaL_Reg functions[] = {
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
-  {"spawn_on", l_spawn_on}, {"cycles", l_cycles},
+  {"spawn_on", l_spawn_on},
   {NULL, NULL},
 };
 
@@ -968,8 +915,6 @@ int luaopen_smarm_core(lua_State *L)
     lua_setfield(L, LUA_REGISTRYINDEX, PID_INTERN);
   }
   lua_pop(L, 1);
-  lua_pushcfunction(L, decode_protected);
-  lua_setfield(L, LUA_REGISTRYINDEX, DECODER);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   lbench_register(L, lua_gettop(L));

@@ -9,8 +9,8 @@
 ** behind isb barriers; it ticks at the generic timer's frequency, not the core clock, so there
 ** "cycles" are timer ticks (ghz reports that frequency).
 */
-#ifndef SMARM_BENCH_TIMING_H
-#define SMARM_BENCH_TIMING_H
+#ifndef SMARM_UTIL_TIMING_H
+#define SMARM_UTIL_TIMING_H
 
 #include <stdint.h>
 #include <time.h>
