@@ -239,7 +239,7 @@ static void actor_entry(void *p);
 ** an earlier actor that never returned (exit and shutdown discard frames): clear them. */
 static void build_first_frame(actor_t *a)
 {
-  fiber_unpoison(a->slot->lo, a->slot->size);
+  fiber_unpoison(a->slot->lo, stack_depth(a->slot));
   ctx_make(&a->ctx, stack_top(a->slot), actor_entry, a);
   a->slot->occupant = a;
 }
@@ -454,7 +454,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->arg = arg;
   a->data = NULL;
   a->spawn_result = 0;
-  fiber_create(&a->fiber, slot->lo, slot->size);
+  fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
     build_first_frame(a);

@@ -73,7 +73,7 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
   slot_with_id_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  size_t len = pool->guard + c->size;
+  size_t len = pool->guard + c->size + STACK_COLOR_SPAN;
   char *base = mmap(NULL, len, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (base == MAP_FAILED) {
@@ -88,9 +88,12 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
   s->slot.lo = base + pool->guard;
   s->slot.guard = pool->guard;
   s->slot.size = c->size;
+  /* 512 distinct colours, 64-byte steps through the span: 17 is odd, so k * 17 mod 512 visits
+  ** every step before repeating, and neighbours land 1088 bytes apart. */
+  s->slot.top = s->slot.lo + c->size + (size_t)((pool->colors++ * 17u) % 512u) * 64u;
   s->slot.cls = c;
 #ifdef SMARM_HAVE_VALGRIND
-  s->valgrind_id = VALGRIND_STACK_REGISTER(s->slot.lo, s->slot.lo + c->size);
+  s->valgrind_id = VALGRIND_STACK_REGISTER(s->slot.lo, s->slot.top);
 #endif
   c->all[c->count++] = &s->slot;
   pool->mapped++;
@@ -103,7 +106,7 @@ static void slot_unmap(stack_slot_t *slot)
 #ifdef SMARM_HAVE_VALGRIND
   VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-  munmap(slot->lo - slot->guard, slot->guard + slot->size);
+  munmap(slot->lo - slot->guard, slot->guard + slot->size + STACK_COLOR_SPAN);
   free(s);
 }
 
