@@ -60,6 +60,15 @@ typedef struct slot_with_id {
   unsigned valgrind_id;
 } slot_with_id_t;
 
+/* The k-th slot's colour (stack.h): 384 different offsets below STACK_COLOR_SPAN. Within its
+** page the top lies 1 KiB to 4 KiB - 64 from the page's start, in 48 steps of 64 bytes (17 is
+** prime to 48, so neighbours land 17 lines apart), so that a parked Lua actor's frames (about
+** 600 bytes) stay in one page; the page itself is one of 8, which changes every 48 slots. */
+static size_t slot_colour(uint32_t k)
+{
+  return (size_t)((k / 48u) % 8u) * 4096u + 1024u + (size_t)((k * 17u) % 48u) * 64u;
+}
+
 static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
 {
   if (c->count == c->cap) {
@@ -88,9 +97,7 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
   s->slot.lo = base + pool->guard;
   s->slot.guard = pool->guard;
   s->slot.size = c->size;
-  /* 512 distinct colours, 64-byte steps through the span: 17 is odd, so k * 17 mod 512 visits
-  ** every step before repeating, and neighbours land 1088 bytes apart. */
-  s->slot.top = s->slot.lo + c->size + (size_t)((pool->colors++ * 17u) % 512u) * 64u;
+  s->slot.top = s->slot.lo + c->size + slot_colour(pool->colors++);
   s->slot.cls = c;
 #ifdef SMARM_HAVE_VALGRIND
   s->valgrind_id = VALGRIND_STACK_REGISTER(s->slot.lo, s->slot.top);

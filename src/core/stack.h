@@ -38,7 +38,7 @@
 #define STACK_FREE_KEEP 64
 #define STACK_MIN_BYTES (16 * 1024)
 #define STACK_MAX_BYTES ((size_t)1 << 30)
-#define STACK_COLOR_SPAN (32 * 1024) /* 512 colours of 64 bytes: see slot_map() */
+#define STACK_COLOR_SPAN (32 * 1024) /* see slot_colour() */
 
 struct actor;
 struct stack_class;
