@@ -109,6 +109,57 @@ describe("smarm.spawn and pids", function()
     assert.are.equal(1000, n)
   end)
 
+  it("keeps a dead actor's pid the same key after its slot is reused, on any scheduler", function()
+    local hits, distinct = smarm.run(function()
+      local me = smarm.self()
+      local by_pid, count = {}, 0
+      -- actors on every scheduler die at once; their slots are reused by the next ones
+      for round = 1, 3 do
+        for k = 1, smarm.schedulers() do
+          local p = smarm.spawn_on(k, function(owner) smarm.send(owner, smarm.self()) end, me)
+          by_pid[p] = round
+          count = count + 1
+          smarm.receive()
+        end
+      end
+      -- every pid, sent back to us through an actor on each scheduler, finds its entry
+      local hits = 0
+      for k = 1, smarm.schedulers() do
+        local echo = smarm.spawn_on(k, function(owner)
+          local list = smarm.receive()
+          smarm.send(owner, list)
+        end, me)
+        local list = {}
+        for p in pairs(by_pid) do list[#list + 1] = p end
+        smarm.send(echo, list)
+        for _, p in ipairs(smarm.receive()) do
+          if by_pid[p] then hits = hits + 1 end
+        end
+      end
+      local distinct = 0
+      for _ in pairs(by_pid) do distinct = distinct + 1 end
+      return hits, distinct, count
+    end, { schedulers = 3 })
+    assert.are.equal(9, distinct)
+    assert.are.equal(27, hits)
+  end)
+
+  it("gives every actor its spawner's globals, also when it reuses a dead actor's coroutine", function()
+    local clean = smarm.run(function()
+      local me = smarm.self()
+      local all = true
+      for _ = 1, 5 do
+        -- this actor swaps its thread's globals, then ends: its coroutine may be reused
+        smarm.spawn(function() setfenv(0, { poisoned = true }) end)
+        smarm.yield()
+        smarm.spawn(function() smarm.send(me, getfenv(0).poisoned == nil) end)
+        all = all and smarm.receive()
+      end
+      return all
+    end, { schedulers = 1 })
+    assert.is_true(clean)
+  end)
+
   it("rejects a non-function", function()
     local ok, err = smarm.run(function()
       return pcall(function() smarm.spawn(42) end)

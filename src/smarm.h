@@ -56,7 +56,8 @@ static inline uint32_t smarm_pid_gen(smarm_pid_t pid)
 
 #define SMARM_FOREVER ((int64_t)-1)
 #define SMARM_SCHED_ANY (-1)
-#define SMARM_SCHED_MAX (1 << SMARM_PID_SCHED_BITS)
+/* Fewer schedulers than the pid field allows: the Lua layer relies on it (lsmarm.c, pid_key). */
+#define SMARM_SCHED_MAX 1024
 
 typedef void (*smarm_actor_fn)(void *arg);
 

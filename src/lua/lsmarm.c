@@ -44,8 +44,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PID_MT "smarm.pid"
-#define PID_INTERN "smarm.pid.intern" /* registry: weak table, 8-byte pid string -> userdata */
+/* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
+static const char pid_mt_key, pid_intern_key, traceback_key;
 
 /* ---- Pids: full userdata, interned per VM so that == and table keys work ------------------- */
 
@@ -58,10 +58,33 @@ typedef struct lpid {
   smarm_pid_t pid;
 } lpid_t;
 
+/* The intern table's key for a pid: its 64 bits read as a double, with 1 added to the scheduler
+** field (the exponent). Schedulers are fewer than SMARM_SCHED_MAX = 1024, so the exponent is 1 to
+** 1024: a normal, finite, positive number, never NaN, zero or denormal, and different pids give
+** different numbers. A number key costs no allocation, unlike an 8-byte string. */
+static lua_Number pid_key(smarm_pid_t pid)
+{
+  union {
+    uint64_t u;
+    double d;
+  } k = {pid + ((uint64_t)1 << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS))};
+  return k.d;
+}
+
+static void push_registry(lua_State *L, const void *key)
+{
+  lua_pushlightuserdata(L, (void *)key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+/* The same value through the calling scheduler's VM's integer ref (an array read) when there is
+** one (lvm_t below). */
+static void push_cached(lua_State *L, const void *key);
+
 static void push_pid(lua_State *L, smarm_pid_t pid)
 {
-  lua_getfield(L, LUA_REGISTRYINDEX, PID_INTERN);
-  lua_pushlstring(L, (const char *)&pid, sizeof pid);
+  push_cached(L, &pid_intern_key);
+  lua_pushnumber(L, pid_key(pid));
   lua_rawget(L, -2);
   if (!lua_isnil(L, -1)) {
     lua_remove(L, -2);
@@ -71,9 +94,9 @@ static void push_pid(lua_State *L, smarm_pid_t pid)
   lpid_t *p = lua_newuserdata(L, sizeof *p);
   p->magic = LPID_MAGIC;
   p->pid = pid;
-  luaL_getmetatable(L, PID_MT);
+  push_cached(L, &pid_mt_key);
   lua_setmetatable(L, -2);
-  lua_pushlstring(L, (const char *)&pid, sizeof pid);
+  lua_pushnumber(L, pid_key(pid));
   lua_pushvalue(L, -2);
   lua_rawset(L, -4);
   lua_remove(L, -2);
@@ -118,9 +141,17 @@ static int pid_eq(lua_State *L)
 
 /* ---- Per-scheduler VMs and per-actor state -------------------------------------------------- */
 
+/* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
+** no lua_newthread, no registry slot and no garbage. */
+#define LVM_SPARE_COS 256
+
 typedef struct lvm {
   lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
   int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
+  int spare_count;
+  lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
+  int spare_ref[LVM_SPARE_COS];
+  int intern_ref, pid_mt_ref, traceback_ref; /* registry refs of what push_cached pushes */
 } lvm_t;
 
 typedef struct lactor {
@@ -146,6 +177,30 @@ static lrun_t *current_run; /* set while smarm.run runs (one runtime per process
 
 static lvm_t *this_vm(void) { return smarm_sched_data(); }
 
+static void push_cached(lua_State *L, const void *key)
+{
+  lvm_t *vm = this_vm();
+  if (!vm) {
+    push_registry(L, key);
+    return;
+  }
+  int ref = key == &pid_intern_key ? vm->intern_ref
+            : key == &pid_mt_key   ? vm->pid_mt_ref
+                                   : vm->traceback_ref;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+}
+
+/* Makes the refs push_cached reads, in vm's own registry. */
+static void vm_cache_refs(lvm_t *vm)
+{
+  push_registry(vm->L, &pid_intern_key);
+  vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  push_registry(vm->L, &pid_mt_key);
+  vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  push_registry(vm->L, &traceback_key);
+  vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+}
+
 /* Message handler for an actor's protected call: the error plus a traceback. */
 static int add_traceback(lua_State *L)
 {
@@ -159,13 +214,25 @@ static int add_traceback(lua_State *L)
   return 1;
 }
 
-static void lactor_free(lactor_t *la, int keep_co)
+/* What becomes of an actor's coroutine when its state is freed. */
+enum co_fate {
+  CO_KEEP,    /* stays anchored: the main actor's results are on it */
+  CO_RECYCLE, /* it returned from its function: spare for a new actor, or released */
+  CO_RELEASE, /* it may hold frames (stopped or exited while running): released to the GC */
+};
+
+static void lactor_free(lactor_t *la, enum co_fate fate)
 {
   smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
-    if (!keep_co)
+    if (fate == CO_RECYCLE && vm->spare_count < LVM_SPARE_COS && lua_status(la->co) == 0 &&
+        lua_gettop(la->co) == 0) {
+      vm->spare_co[vm->spare_count] = la->co;
+      vm->spare_ref[vm->spare_count++] = la->coref;
+    } else if (fate != CO_KEEP) {
       luaL_unref(vm->L, LUA_REGISTRYINDEX, la->coref);
+    }
     luaL_unref(vm->L, LUA_REGISTRYINDEX, la->savedref);
   }
   free(la);
@@ -178,7 +245,7 @@ static void lactor_main(void *arg)
   lua_State *co = la->co;
   smarm_actor_set_data(la);
   ljx_after_switch(co);
-  lua_pushcfunction(co, add_traceback);
+  push_cached(co, &traceback_key);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
   lua_remove(co, 1); /* the message handler; results or the error remain */
@@ -187,7 +254,7 @@ static void lactor_main(void *arg)
     /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. */
     current_run->main_status = status;
     current_run->main_done = 1;
-    lactor_free(la, 1);
+    lactor_free(la, CO_KEEP);
     return;
   }
   if (status != 0) {
@@ -199,14 +266,14 @@ static void lactor_main(void *arg)
     fflush(stderr);
   }
   lua_settop(co, 0);
-  lactor_free(la, 0);
+  lactor_free(la, CO_RECYCLE);
 }
 
 static void on_actor_stopped(void *data, void *ud)
 {
   (void)ud;
   lactor_t *la = data;
-  lactor_free(la, la->is_main);
+  lactor_free(la, la->is_main ? CO_KEEP : CO_RELEASE);
 }
 
 /* Makes require("smarm.core") find this very code in L's VM, whether it came as a loadable
@@ -253,6 +320,8 @@ static void on_sched_start(unsigned k, void *ud)
       }
     }
   }
+  if (vm->L)
+    vm_cache_refs(vm);
   smarm_sched_set_data(vm);
 }
 
@@ -262,6 +331,13 @@ static void on_sched_stop(unsigned k, void *ud)
   lvm_t *vm = &run->vms[k];
   if (vm->owned && vm->L)
     lua_close(vm->L);
+  else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
+    while (vm->spare_count > 0)
+      luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
+  }
   vm->L = NULL;
 }
 
@@ -335,10 +411,10 @@ static int l_exit(lua_State *L)
     current_run->main_done = 1;
     lua_settop(la->co, 0);
     smarm_actor_set_data(NULL);
-    lactor_free(la, 1);
+    lactor_free(la, CO_KEEP);
   } else {
     smarm_actor_set_data(NULL);
-    lactor_free(la, 0);
+    lactor_free(la, CO_RELEASE);
   }
   smarm_exit();
   return 0; /* not reached */
@@ -707,11 +783,22 @@ static int remote_entry(lua_State *L)
   return lua_gettop(L) - args;
 }
 
-/* A fresh actor state with a new coroutine of owner's VM, anchored in the registry. */
+/* A fresh actor state with a coroutine of owner's VM anchored in the registry: a spare one, with
+** owner's globals as a new one would have, or a new one. */
 static void lactor_init(lactor_t *la, lua_State *owner)
 {
-  la->co = lua_newthread(owner);
-  la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
+  lvm_t *vm = this_vm();
+  if (vm && vm->spare_count > 0) {
+    vm->spare_count--;
+    la->co = vm->spare_co[vm->spare_count];
+    la->coref = vm->spare_ref[vm->spare_count];
+    lua_pushvalue(owner, LUA_GLOBALSINDEX);
+    lua_xmove(owner, la->co, 1);
+    lua_replace(la->co, LUA_GLOBALSINDEX);
+  } else {
+    la->co = lua_newthread(owner);
+    la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
+  }
   la->nargs = 0;
   la->is_main = 0;
   la->savedref = LUA_NOREF;
@@ -795,7 +882,7 @@ static int l_spawn(lua_State *L)
   smarm_pid_t pid;
   int rc = smarm_spawn(lactor_main, la, NULL, &pid);
   if (rc < 0) {
-    lactor_free(la, 0);
+    lactor_free(la, CO_RELEASE);
     return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
   }
   push_pid(L, pid);
@@ -894,27 +981,39 @@ static const luaL_Reg functions[] = {
   {NULL, NULL},
 };
 
+/* registry[key] = the value on top, unless it is set already; pops it. */
+static void set_registry_once(lua_State *L, const void *key)
+{
+  push_registry(L, key);
+  int set = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (set) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushlightuserdata(L, (void *)key);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
 int luaopen_smarm_core(lua_State *L)
 {
-  if (luaL_newmetatable(L, PID_MT)) {
-    lua_pushcfunction(L, pid_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushcfunction(L, pid_eq);
-    lua_setfield(L, -2, "__eq");
-    lua_pushliteral(L, "smarm.pid");
-    lua_setfield(L, -2, "__metatable");
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, LUA_REGISTRYINDEX, PID_INTERN);
-  if (lua_isnil(L, -1)) {
-    lua_newtable(L);
-    lua_newtable(L);
-    lua_pushliteral(L, "v");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, PID_INTERN);
-  }
-  lua_pop(L, 1);
+  lua_createtable(L, 0, 3); /* the pids' metatable */
+  lua_pushcfunction(L, pid_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, pid_eq);
+  lua_setfield(L, -2, "__eq");
+  lua_pushliteral(L, "smarm.pid");
+  lua_setfield(L, -2, "__metatable");
+  set_registry_once(L, &pid_mt_key);
+  lua_newtable(L); /* the intern table: pid key -> pid userdata, weak values */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  set_registry_once(L, &pid_intern_key);
+  lua_pushcfunction(L, add_traceback); /* one handler for every actor's protected call */
+  set_registry_once(L, &traceback_key);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   lbench_register(L, lua_gettop(L));
