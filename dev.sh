@@ -5,17 +5,21 @@
 #
 #   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost, bench/yield.lua),
 #                         plus scale
+#   ./dev.sh bench-peers  the scenarios for smarm, Go, Erlang, Tarantool and plain LuaJIT,
+#                         interleaved, then smarm's figures beside theirs (bench/peers/)
+#   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
 #                         (cross-built, run under qemu-user) builds, the functional tests
 #                         under valgrind memcheck, and the busted specs on both LuaJIT
 #                         builds; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
-#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua;
+#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers;
 #                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
 # SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind lua");
-# SMARM_BUILD_DIR moves build/ elsewhere.
+# SMARM_PEERS_ROUNDS repeats the side-by-side run (default 2); SMARM_BUILD_DIR moves build/
+# elsewhere.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")" && pwd)
@@ -58,12 +62,18 @@ cmd_build() {
   build_variant release -DCMAKE_BUILD_TYPE=Release
 }
 
-cmd_bench() {
-  cmd_build
+# The smarm executable on the release LuaJIT, for the Lua benchmarks.
+build_lua_release() {
+  install_packages build
   install_packages lua
   "$ROOT/deps/luajit.sh" "$BUILD/deps"
   build_variant lua-release -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
     -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-release"
+}
+
+cmd_bench() {
+  cmd_build
+  build_lua_release
   say "switch_cost (rounds=${SMARM_SWITCH_ROUNDS:-1000000} runs=${SMARM_SWITCH_RUNS:-5})"
   "$BUILD/release/bench/c/switch_cost"
   say "bench/switch_cost.lua (Lua: local, remote, parallel, against bare LuaJIT coroutines)"
@@ -76,6 +86,39 @@ cmd_bench() {
   done
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
+}
+
+# smarm beside Go, Erlang, Tarantool and plain LuaJIT (bench/peers/README.md): every scenario
+# for smarm and each peer in turn, SMARM_PEERS_ROUNDS times, then the comparison table.
+cmd_bench_peers() {
+  build_lua_release
+  install_packages peers
+  out="$BUILD/peers"
+  mkdir -p "$out"
+  say "building the peers"
+  GOCACHE="$out/gocache" GO111MODULE=off go build -o "$out/go-peers" "$ROOT/bench/peers/go/main.go"
+  results="$out/results.txt"
+  : >"$results"
+  smarm="$BUILD/lua-release/smarm"
+  rounds=${SMARM_PEERS_ROUNDS:-2}
+  round=1
+  while [ "$round" -le "$rounds" ]; do
+    for scenario in switch_cost pingpong ring spawn skynet send_sizes; do
+      say "round $round of $rounds: $scenario"
+      # A peer that fails leaves its cells empty; the table says so.
+      "$smarm" -n "$ROOT/bench/$scenario.lua" >>"$results" || say "smarm $scenario FAILED"
+      "$out/go-peers" "$scenario" >>"$results" || say "go $scenario FAILED"
+      "$ROOT/bench/peers/erlang/run.sh" "$out/beam" "$scenario" >>"$results" ||
+        say "erlang $scenario FAILED"
+      tarantool "$ROOT/bench/peers/tarantool/peers.lua" "$scenario" >>"$results" ||
+        say "tarantool $scenario FAILED"
+      "$smarm" -n "$ROOT/bench/peers/luajit.lua" "$scenario" >>"$results" ||
+        say "luajit $scenario FAILED"
+    done
+    round=$((round + 1))
+  done
+  say "raw lines: $results"
+  "$smarm" -n "$ROOT/bench/peers/compare.lua" "$results"
 }
 
 # Sums the "N passed, N failed" lines of a log (test binaries print one each; under ctest -V
@@ -205,6 +248,11 @@ cmd_test() {
 
 case "${1:-}" in
   bench) cmd_bench ;;
+  bench-peers) cmd_bench_peers ;;
+  bench-full)
+    # full sizes: the skynet of 1,111,111 actors, more runs of each
+    export SMARM_SKYNET_DEPTH=${SMARM_SKYNET_DEPTH:-6} SMARM_PEERS_ROUNDS=${SMARM_PEERS_ROUNDS:-3}
+    cmd_bench_peers ;;
   test) cmd_test ;;
   build) cmd_build ;;
   deps)
@@ -212,5 +260,5 @@ case "${1:-}" in
       luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

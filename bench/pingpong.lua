@@ -1,11 +1,13 @@
 -- bench/pingpong.lua: one round trip of a small message between two Lua actors.
 --   local   both actors on one scheduler
 --   remote  the actors on two schedulers (every message crosses)
--- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH. Run: smarm -n bench/pingpong.lua
+-- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH. Run: smarm -n bench/pingpong.lua [local|remote]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+-- Optional arguments name the variants to run; none: all.
+local wanted = {}
+for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
 local opts = {
   rounds = bench.knob("SMARM_PINGPONG_ROUNDS", 200000),
   warmup = bench.knob("SMARM_PINGPONG_WARMUP", 5000),
@@ -22,7 +24,12 @@ local function pong(owner)
   end
 end
 
-for _, variant in ipairs({ "local", "remote" }) do
+local variants = {}
+for _, v in ipairs({ "local", "remote" }) do
+  if next(wanted) == nil or wanted[v] then variants[#variants + 1] = v end
+end
+
+for _, variant in ipairs(variants) do
   local schedulers = variant == "local" and 1 or 2
   smarm.run(function()
     local peer = smarm.spawn_on(schedulers, pong, smarm.self())

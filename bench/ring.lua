@@ -2,11 +2,14 @@
 -- A sample is one trip around the ring, divided by its hops.
 --   local   the whole ring on one scheduler
 --   spread  neighbours on alternating schedulers of two: every hop crosses
--- Knobs: SMARM_RING_ACTORS, SMARM_RING_HOPS, SMARM_RING_RUNS. Run: smarm -n bench/ring.lua
+-- Knobs: SMARM_RING_ACTORS, SMARM_RING_HOPS, SMARM_RING_RUNS.
+-- Run: smarm -n bench/ring.lua [local|spread]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+-- Optional arguments name the variants to run; none: all.
+local wanted = {}
+for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
 local actors = bench.knob("SMARM_RING_ACTORS", 1000)
 local hops = bench.knob("SMARM_RING_HOPS", 1000000)
 local runs = bench.knob("SMARM_RING_RUNS", 3)
@@ -22,7 +25,12 @@ local function member(owner)
   end
 end
 
-for _, variant in ipairs({ "local", "spread" }) do
+local variants = {}
+for _, v in ipairs({ "local", "spread" }) do
+  if next(wanted) == nil or wanted[v] then variants[#variants + 1] = v end
+end
+
+for _, variant in ipairs(variants) do
   local schedulers = variant == "local" and 1 or 2
   smarm.run(function()
     local me = smarm.self()

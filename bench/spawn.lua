@@ -8,14 +8,6 @@ bench.args(arg)
 local actors = bench.knob("SMARM_SPAWN_ACTORS", 100000)
 local runs = bench.knob("SMARM_SPAWN_RUNS", 3)
 
-local function rss_bytes()
-  local f = io.open("/proc/self/statm")
-  if not f then return 0 end
-  local _, rss = f:read("*n", "*n")
-  f:close()
-  return rss * 4096
-end
-
 local function waiter()
   smarm.receive()
 end
@@ -23,9 +15,12 @@ end
 smarm.run(function()
   local ps = smarm.histogram()
   local rss_per, release_ns = {}, {}
+  -- One baseline before the first run: later runs reuse memory the earlier ones freed (to
+  -- the allocator, not the system), and a per-run baseline would hide it.
+  collectgarbage()
+  local rss0 = bench.rss_bytes()
   for run = 1, runs do
     collectgarbage()
-    local rss0 = rss_bytes()
     local pids = {}
     local clock = smarm.clock
     local batch = 100
@@ -37,7 +32,7 @@ smarm.run(function()
       if i % 10000 == 1 then smarm.yield() end -- let them reach their receive
     end
     for _ = 1, 10 do smarm.yield() end
-    rss_per[run] = (rss_bytes() - rss0) / actors
+    rss_per[run] = (bench.rss_bytes() - rss0) / actors
     local t0 = clock()
     for i = 1, actors do smarm.send(pids[i], 0) end
     smarm.yield()

@@ -77,3 +77,55 @@ describe("smarm.bench", function()
     assert.matches('"extra_field": 42', text)
   end)
 end)
+
+-- bench/peers: the comparison table and the plain-LuaJIT peer, run as a user runs them.
+describe("bench/peers", function()
+  local exe = os.getenv("SMARM_EXE")
+  local function run(cmd)
+    local p = assert(io.popen(cmd .. " 2>/dev/null"))
+    local out = p:read("*a")
+    local ok = p:close()
+    return out, ok
+  end
+
+  it("compare.lua puts peers beside smarm with ratios, targets and what does not apply", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local input = os.tmpname()
+    local f = assert(io.open(input, "w"))
+    f:write(table.concat({
+      "scenario=pingpong variant=local schedulers=1 p50_ns=100 ops=1",
+      "scenario=pingpong variant=local schedulers=1 p50_ns=140 ops=1", -- a second round
+      "scenario=pingpong variant=local peer=go schedulers=1 p50_ns=200 ops=1",
+      "scenario=pingpong variant=remote schedulers=2 p50_ns=300 ops=1",
+      "scenario=pingpong variant=remote peer=erlang schedulers=2 p50_ns=3000 ops=1",
+      "scenario=spawn variant=waiting schedulers=1 p50_ns=500 ops=1 rss_per_actor_bytes=2000",
+      "scenario=spawn variant=waiting peer=erlang schedulers=1 p50_ns=1000 ops=1 rss_per_actor_bytes=2500",
+      "not a result line",
+    }, "\n"), "\n")
+    f:close()
+    local out = run(exe .. " -n bench/peers/compare.lua " .. input)
+    os.remove(input)
+    -- smarm's two rounds of pingpong local: 100 and 140, the median taken is 100; go's is 200
+    assert.matches("pingpong%s+local%s+100%.0 ns%s+200%.0 ns%s+0%.50", out)
+    assert.matches("pingpong%s+remote%s+300%.0 ns%s+%-%s+3000%.0 ns%s+0%.10", out)
+    assert.matches("spawn%s+bytes/actor%s+2000 B%s+%-%s+2500 B%s+0%.80", out)
+    assert.matches("pingpong local%s+vs go%s+0%.50 %(target 0%.50%): met", out)
+    assert.matches("pingpong remote%s+vs erlang%s+0%.10 %(target 0%.25%): met", out)
+    assert.matches("ring local%s+vs go%s+no figure on both sides", out)
+    assert.matches("pingpong remote, tarantool: Tarantool runs every fiber in its one tx thread", out)
+  end)
+
+  it("the LuaJIT peer runs every scenario it applies to and reports peer=luajit", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local out, ok = run("SMARM_SWITCH_ROUNDS=2000 SMARM_SWITCH_WARMUP=100 SMARM_SWITCH_RUNS=1 "
+      .. "SMARM_PINGPONG_ROUNDS=500 SMARM_PINGPONG_RUNS=1 SMARM_RING_ACTORS=10 SMARM_RING_HOPS=100 "
+      .. "SMARM_RING_RUNS=1 SMARM_SPAWN_ACTORS=300 SMARM_SPAWN_RUNS=1 SMARM_SKYNET_DEPTH=2 "
+      .. "SMARM_SKYNET_RUNS=1 " .. exe .. " -n bench/peers/luajit.lua")
+    assert.is_true(ok)
+    for _, s in ipairs({ "switch_cost variant=local", "pingpong variant=local", "ring variant=local",
+      "spawn variant=waiting", "skynet variant=depth2" }) do
+      assert.truthy(out:find("scenario=" .. s .. " peer=luajit schedulers=1 p50_ns=", 1, true),
+        s .. " missing in:\n" .. out)
+    end
+  end)
+end)

@@ -9,7 +9,7 @@
 -- lenses check each other.
 --
 -- Every measured configuration prints one line of key=value fields starting with scenario=
--- (scenario, variant, schedulers, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, per_op_ns, ops,
+-- (scenario, variant, [peer,] schedulers, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, per_op_ns, ops,
 -- p50_cyc, ghz, floor_ns, then the caller's extra fields); bench.finish() prints them again as
 -- a table and writes them as JSON when the script was given `--json FILE`. Progress goes to
 -- stderr.
@@ -42,6 +42,15 @@ function bench.knob(name, default)
   local v = tonumber(os.getenv(name) or "")
   if v and v > 0 then return v end
   return default
+end
+
+-- The process's resident memory in bytes (/proc/self/statm; 0 where there is none).
+function bench.rss_bytes()
+  local f = io.open("/proc/self/statm")
+  if not f then return 0 end
+  local _, pages = f:read("*n", "*n")
+  f:close()
+  return (pages or 0) * 4096
 end
 
 local function progress(fmt, ...)
@@ -119,14 +128,16 @@ function bench.merge(packed)
   return r
 end
 
-local base_fields = { "scenario", "variant", "schedulers", "p50_ns", "p90_ns", "p99_ns", "p999_ns",
-  "max_ns", "per_op_ns", "ops", "p50_cyc", "ghz", "floor_ns" }
+local base_fields = { "scenario", "variant", "peer", "schedulers", "p50_ns", "p90_ns", "p99_ns",
+  "p999_ns", "max_ns", "per_op_ns", "ops", "p50_cyc", "ghz", "floor_ns" }
 
--- Prints the line of one configuration. fields: scenario, variant, schedulers and any extra
--- key = value pairs (printed after the standard ones, in key order). Returns the row.
+-- Prints the line of one configuration. fields: scenario, variant, schedulers, peer (only in
+-- bench/peers scripts; smarm's own lines have none) and any extra key = value pairs (printed
+-- after the standard ones, in key order). Returns the row.
 function bench.report(fields, r)
   local row = {
-    scenario = fields.scenario, variant = fields.variant, schedulers = fields.schedulers or 1,
+    scenario = fields.scenario, variant = fields.variant, peer = fields.peer,
+    schedulers = fields.schedulers or 1,
     p50_ns = r.ps:quantile(0.5) / 1000, p90_ns = r.ps:quantile(0.9) / 1000,
     p99_ns = r.ps:quantile(0.99) / 1000, p999_ns = r.ps:quantile(0.999) / 1000,
     max_ns = r.ps:max() / 1000, per_op_ns = r.ps:mean() / 1000, ops = r.ops,
@@ -137,7 +148,9 @@ function bench.report(fields, r)
     if type(v) == "number" and v ~= math.floor(v) then v = string.format("%.3f", v) end
     parts[#parts + 1] = k .. "=" .. tostring(v)
   end
-  for _, k in ipairs(base_fields) do add(k, row[k]) end
+  for _, k in ipairs(base_fields) do
+    if row[k] ~= nil then add(k, row[k]) end
+  end
   local extra = {}
   for k in pairs(fields) do
     if row[k] == nil then extra[#extra + 1] = k end
@@ -177,7 +190,9 @@ function bench.finish()
     local out = {}
     for _, r in ipairs(rows) do
       local kv = {}
-      for _, k in ipairs(base_fields) do kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+      for _, k in ipairs(base_fields) do
+        if r[k] ~= nil then kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+      end
       for _, k in ipairs(r.extra) do kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
       out[#out + 1] = "  {" .. table.concat(kv, ", ") .. "}"
     end

@@ -1,0 +1,231 @@
+-- bench/peers/compare.lua: puts smarm's figures beside its peers'. Reads the key=value lines
+-- that bench/*.lua and bench/peers/* print (a line without peer= is smarm's), takes the median
+-- over repeated rounds of each configuration's p50, and prints one row per scenario and variant
+-- with every peer's figure and the ratio smarm / peer (below 1: smarm is faster), the targets of
+-- issue 4, and why the empty cells are empty.
+-- Run: luajit bench/peers/compare.lua results.txt   (or lines on stdin)
+local PEERS = { "go", "erlang", "tarantool", "luajit" }
+
+-- smarm's own configurations that no peer runs, and why.
+local SMARM_ONLY = {
+  ["switch_cost/luajit_coro"] = "smarm's in-run baseline (the luajit peer's switch_cost local is the same)",
+  ["switch_cost/remote"] = "a check of smarm's schedulers; pingpong remote is the peer comparison",
+  ["switch_cost/parallel"] = "a check of smarm's schedulers scaling; peers are compared on one",
+}
+
+-- Why a peer has no figure for a configuration (a peer's own variants explain themselves).
+local function not_applicable(scenario, variant, peer)
+  local one_thread = { tarantool = "Tarantool runs every fiber in its one tx thread",
+    luajit = "plain coroutines run in one thread" }
+  if (variant == "remote" or variant == "spread" or scenario == "send_sizes") and one_thread[peer] then
+    return one_thread[peer] .. ": nothing crosses threads"
+  end
+  return "no figure (not run, or it failed: see its output)"
+end
+
+-- What the numbers of a configuration mean beside smarm's (printed once per scenario/peer).
+local CAVEATS = {
+  ["pingpong/go"] = "Go cannot place goroutines: 'remote' locks both to OS threads (every hop "
+    .. "parks and wakes a thread), 'remote_unlocked' lets the runtime keep them on one P",
+  ["ring/go"] = "Go cannot place goroutines: 'spread' runs with GOMAXPROCS=2 and lets the "
+    .. "runtime place them",
+  ["send_sizes/go"] = "Go passes strings and maps by reference: nothing is copied",
+  ["send_sizes/erlang"] = "Erlang shares binaries over 64 bytes by reference count: the 1 KiB "
+    .. "and 64 KiB strings are not copied (the 8 B one and the map are)",
+  ["pingpong/luajit"] = "LuaJIT's scheduler is the smallest one that can run the scenarios "
+    .. "(bench/peers/luajit.lua): one thread, no C stacks, messages shared, not copied",
+  ["switch_cost/luajit"] = "a bare coroutine resume/yield round trip, no scheduler at all",
+  ["pingpong/tarantool"] = "'local' passes the message through fiber.channel, 'local_cond' "
+    .. "through a shared slot and fiber.cond",
+  ["spawn/tarantool"] = "every fiber stack has a guard page, so vm.max_map_count (65530) caps "
+    .. "Tarantool near 32k fibers: it measures as many as fit (its line's actors= field)",
+  ["skynet/tarantool"] = "fiber.create runs the child at once, so the tree is walked depth first "
+    .. "with a handful of fibers alive (smarm and the others spawn all ten children first)",
+}
+
+-- The targets of issue 4: smarm's p50 over the peer's at most `max`.
+local TARGETS = {
+  { "switch_cost", "local", "luajit", "local", 1.0 },
+  { "pingpong", "local", "go", "local", 0.5 },
+  { "ring", "local", "go", "local", 0.5 },
+  { "spawn", "waiting", "erlang", "waiting", 0.5 },
+  { "skynet", nil, "go", nil, 0.5 },
+  { "pingpong", "remote", "erlang", "remote", 0.25 },
+}
+
+local function parse(line)
+  if not line:match("^scenario=") then return nil end
+  local row = {}
+  for k, v in line:gmatch("(%S+)=(%S+)") do row[k] = tonumber(v) or v end
+  row.peer = row.peer or "smarm"
+  return row
+end
+
+local function median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  return s[math.ceil(#s / 2)]
+end
+
+-- figures[scenario][variant][peer] = { p50s = {...}, rss = {...}, schedulers = n }
+local figures, order = {}, {}
+local function add(row)
+  local s = figures[row.scenario]
+  if not s then
+    s = { variants = {} }
+    figures[row.scenario] = s
+    order[#order + 1] = row.scenario
+  end
+  local v = s[row.variant]
+  if not v then
+    v = {}
+    s[row.variant] = v
+    s.variants[#s.variants + 1] = row.variant
+  end
+  local f = v[row.peer]
+  if not f then
+    f = { p50s = {}, rss = {}, schedulers = row.schedulers }
+    v[row.peer] = f
+  end
+  f.p50s[#f.p50s + 1] = row.p50_ns
+  if row.rss_per_actor_bytes then f.rss[#f.rss + 1] = row.rss_per_actor_bytes end
+end
+
+local inputs = {}
+for i = 1, #arg do inputs[#inputs + 1] = assert(io.open(arg[i])) end
+if #inputs == 0 then inputs[1] = io.stdin end
+for _, f in ipairs(inputs) do
+  for line in f:lines() do
+    local row = parse(line)
+    if row and row.p50_ns then add(row) end
+  end
+end
+
+local function p50(scenario, variant, peer)
+  local v = figures[scenario] and figures[scenario][variant]
+  local f = v and v[peer]
+  return f and median(f.p50s), f
+end
+
+local function human(ns)
+  if ns >= 1e7 then return string.format("%.1f ms", ns / 1e6) end
+  if ns >= 1e4 then return string.format("%.1f us", ns / 1e3) end
+  return string.format("%.1f ns", ns)
+end
+
+-- smarm's variant a peer's variant is compared with: its own, or the part before the first "_"
+-- (remote_unlocked -> remote, local_cond -> local).
+local function smarm_variant(scenario, variant)
+  if p50(scenario, variant, "smarm") then return variant end
+  local base = variant:match("^([^_]+)_")
+  if base and p50(scenario, base, "smarm") then return base end
+  return nil
+end
+
+local header = string.format("%-12s %-18s %12s", "scenario", "variant", "smarm")
+for _, peer in ipairs(PEERS) do header = header .. string.format(" %12s %6s", peer, "ratio") end
+print("p50 per operation (skynet: per tree); ratio = smarm / peer, below 1: smarm is faster")
+print(header)
+local empty, caveats_seen, smarm_only = {}, {}, {}
+for _, scenario in ipairs(order) do
+  for _, variant in ipairs(figures[scenario].variants) do
+    local base = smarm_variant(scenario, variant)
+    local mine = base and p50(scenario, base, "smarm")
+    if SMARM_ONLY[scenario .. "/" .. variant] then
+      smarm_only[#smarm_only + 1] = string.format("%s %s: %s", scenario, variant,
+        SMARM_ONLY[scenario .. "/" .. variant])
+    else
+      local line = string.format("%-12s %-18s %12s", scenario, variant,
+        variant == base and human(mine) or (base and "(" .. base .. ")" or "-"))
+      local missing = {}
+      for _, peer in ipairs(PEERS) do
+        local theirs = p50(scenario, variant, peer)
+        if theirs then
+          line = line .. string.format(" %12s %6s", human(theirs),
+            mine and string.format("%.2f", mine / theirs) or "")
+          if CAVEATS[scenario .. "/" .. peer] then caveats_seen[scenario .. "/" .. peer] = true end
+        else
+          line = line .. string.format(" %12s %6s", "-", "")
+          if variant == base then
+            local why = not_applicable(scenario, variant, peer)
+            missing[why] = (missing[why] and missing[why] .. ", " or "") .. peer
+          end
+        end
+      end
+      local whys = {}
+      for why in pairs(missing) do whys[#whys + 1] = why end
+      table.sort(whys)
+      for _, why in ipairs(whys) do -- one line per scenario, peers and reason
+        local peers = missing[why]
+        local key = scenario .. " | " .. peers .. ": " .. why
+        if not empty[key] then
+          empty[key] = {}
+          empty[#empty + 1] = key
+        end
+        table.insert(empty[key], variant)
+      end
+      print(line)
+    end
+  end
+end
+
+-- memory per waiting actor
+local mem = figures.spawn and figures.spawn.waiting
+if mem then
+  local line = string.format("%-12s %-18s %12s", "spawn", "bytes/actor",
+    mem.smarm and #mem.smarm.rss > 0 and string.format("%d B", median(mem.smarm.rss)) or "-")
+  for _, peer in ipairs(PEERS) do
+    local f = mem[peer]
+    if f and #f.rss > 0 then
+      local ratio = mem.smarm and #mem.smarm.rss > 0 and median(mem.smarm.rss) / median(f.rss)
+      line = line .. string.format(" %12s %6s", string.format("%d B", median(f.rss)),
+        ratio and string.format("%.2f", ratio) or "")
+    else
+      line = line .. string.format(" %12s %6s", "-", "")
+    end
+  end
+  print(line)
+end
+
+print()
+print("targets (issue 4): smarm / peer at most")
+for _, t in ipairs(TARGETS) do
+  local scenario, variant, peer, peer_variant, max = t[1], t[2], t[3], t[4], t[5]
+  if not variant and figures[scenario] then -- skynet: whichever depth was run
+    variant = figures[scenario].variants[1]
+    peer_variant = variant
+  end
+  local mine = variant and p50(scenario, variant, "smarm")
+  local theirs = variant and p50(scenario, peer_variant, peer)
+  if mine and theirs then
+    local ratio = mine / theirs
+    print(string.format("  %-26s vs %-7s %.2f (target %.2f): %s", scenario .. " " .. variant, peer,
+      ratio, max, ratio <= max and "met" or "missed"))
+  else
+    print(string.format("  %-26s vs %-7s no figure on both sides", scenario .. " " .. (variant or ""),
+      peer))
+  end
+end
+
+if #empty > 0 then
+  print()
+  print("comparisons that do not apply, or did not run:")
+  for _, key in ipairs(empty) do
+    local scenario, rest = key:match("^(%S+) | (.*)$")
+    print(string.format("  %s %s, %s", scenario, table.concat(empty[key], "/"), rest))
+  end
+end
+if #smarm_only > 0 then
+  print()
+  print("smarm's own configurations (no peer runs them):")
+  for _, e in ipairs(smarm_only) do print("  " .. e) end
+end
+local notes = {}
+for k in pairs(caveats_seen) do notes[#notes + 1] = k end
+table.sort(notes)
+if #notes > 0 then
+  print()
+  print("what the peers' figures mean:")
+  for _, k in ipairs(notes) do print("  " .. k .. ": " .. CAVEATS[k]) end
+end
