@@ -117,6 +117,57 @@ describe("smarm.send / smarm.receive", function()
     assert.matches("message has a key that is a function", e4)
   end)
 
+  it("names the path through nested tables and odd keys", function()
+    local e1, e2 = smarm.run(function()
+      local me = smarm.self()
+      local function err(v)
+        local ok, e = pcall(smarm.send, me, v)
+        assert(not ok)
+        return e
+      end
+      return err({ a = { ["odd key"] = { 1, { b = { [print] = true } } } } }),
+        err({ list = { { ok = 1 }, { ok = 2, bad = { deeper = io.stdout } } } })
+    end)
+    assert.matches('message%.a%["odd key"%]%[2%]%.b has a key that is a function', e1)
+    assert.matches("message%.list%[2%]%.bad%.deeper is a userdata", e2)
+  end)
+
+  it("carries large strings and tables whole, locally and across schedulers", function()
+    local ok = smarm.run(function()
+      local me = smarm.self()
+      local big = {}
+      for i = 1, 3000 do big[i] = i * 2 end
+      for i = 1, 500 do big["k" .. i] = ("v"):rep(i % 7) end
+      local payloads = { ("x"):rep(65536), ("\0y"):rep(600000), { data = ("z"):rep(200000) }, big }
+      local echo = function(owner)
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          smarm.send(owner, m)
+        end
+      end
+      for _, where in ipairs({ 1, 2 }) do
+        local peer = smarm.spawn_on(where, echo, me)
+        for _, p in ipairs(payloads) do
+          smarm.send(peer, p)
+          local got = smarm.receive()
+          if type(p) == "string" then
+            assert(got == p, "string of " .. #p .. " bytes changed")
+          elseif p.data then
+            assert(got.data == p.data, "table with a long string changed")
+          else
+            for i = 1, 3000 do assert(got[i] == i * 2, "array part changed at " .. i) end
+            for i = 1, 500 do assert(got["k" .. i] == ("v"):rep(i % 7), "hash part changed") end
+            assert(#got == 3000, "length " .. #got)
+          end
+        end
+        smarm.send(peer, "stop")
+      end
+      return true
+    end, { schedulers = 2 })
+    assert.is_true(ok)
+  end)
+
   it("refuses messages nested too deeply, and keeps working", function()
     local err, after = smarm.run(function()
       local deep = {}

@@ -1,7 +1,9 @@
 /*
 ** Message codec (see codec.h). Encoding writes into a buffer on the C stack and, when that is not
 ** enough, into a growable Lua userdata, so an error raised half-way (a function inside the
-** message) leaks nothing; the finished bytes are copied once into the message block. The table of
+** message) leaks nothing; the finished bytes are copied once into the message block. A string
+** message is written straight into its block. The path named in an error is built from the keys
+** on the stack only when something fails. The table of
 ** tables already seen (shared references, cycles) is made at the first table: a scalar message
 ** costs no Lua allocation at all.
 */
@@ -26,9 +28,15 @@ typedef struct enc {
   unsigned char *buf;
   size_t len, cap;
   uint32_t ntables;
-  char path[200];
-  size_t path_len;
+  int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
+  int keys[CODEC_MAX_DEPTH + 1];
 } enc_t;
+
+/* The path of a failing value, built only when something fails. */
+typedef struct path {
+  char s[200];
+  size_t len;
+} path_t;
 
 static int abs_index(lua_State *L, int idx)
 {
@@ -86,17 +94,17 @@ static void put_varint(enc_t *e, uint64_t v)
 
 /* ---- Paths for error messages ------------------------------------------------------------- */
 
-static void path_append(enc_t *e, const char *s)
+static void path_append(path_t *p, const char *s)
 {
   size_t n = strlen(s);
-  if (e->path_len + n >= sizeof e->path - 4) {
-    if (e->path_len < sizeof e->path - 4)
-      memcpy(e->path + e->path_len, "...", 4);
-    e->path_len = sizeof e->path - 1;
+  if (p->len + n >= sizeof p->s - 4) {
+    if (p->len < sizeof p->s - 4)
+      memcpy(p->s + p->len, "...", 4);
+    p->len = sizeof p->s - 1;
     return;
   }
-  memcpy(e->path + e->path_len, s, n + 1);
-  e->path_len += n;
+  memcpy(p->s + p->len, s, n + 1);
+  p->len += n;
 }
 
 static int is_identifier(const char *s, size_t n)
@@ -111,10 +119,9 @@ static int is_identifier(const char *s, size_t n)
 }
 
 /* Appends the key at idx to the path: .name, ["str"], [3], [true], [table]. */
-static void path_push_key(enc_t *e, int idx)
+static void path_push_key(path_t *p, lua_State *L, int idx)
 {
   char part[80];
-  lua_State *L = e->L;
   switch (lua_type(L, idx)) {
   case LUA_TSTRING: {
     size_t n;
@@ -134,13 +141,26 @@ static void path_push_key(enc_t *e, int idx)
   default:
     snprintf(part, sizeof part, "[%s]", luaL_typename(L, idx));
   }
-  path_append(e, part);
+  path_append(p, part);
+}
+
+/* Raises "<root><path of the first nkeys keys><rest>": the keys are still on the stack, each
+** where lua_next left it. */
+static void fail_at(enc_t *e, int nkeys, const char *rest)
+{
+  path_t p;
+  p.s[0] = '\0';
+  p.len = 0;
+  for (int i = 0; i < nkeys; i++)
+    path_push_key(&p, e->L, e->keys[i]);
+  luaL_error(e->L, "%s%s%s", e->root, p.s, rest);
 }
 
 static void fail(enc_t *e, int idx, const char *what)
 {
-  e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
-  luaL_error(e->L, "%s%s %s a %s", e->root, e->path, what, luaL_typename(e->L, idx));
+  char rest[64];
+  snprintf(rest, sizeof rest, " %s a %s", what, luaL_typename(e->L, idx));
+  fail_at(e, e->nkeys, rest);
 }
 
 /* ---- Encoding ------------------------------------------------------------------------------ */
@@ -166,36 +186,51 @@ static void enc_table(enc_t *e, int idx, int depth)
   }
   lua_pop(L, 1);
   if (depth >= CODEC_MAX_DEPTH) {
-    e->path[e->path_len < sizeof e->path ? e->path_len : sizeof e->path - 1] = '\0';
-    luaL_error(L, "%s%s is nested too deeply (more than %d levels)", e->root, e->path,
-               CODEC_MAX_DEPTH);
+    char rest[64];
+    snprintf(rest, sizeof rest, " is nested too deeply (more than %d levels)", CODEC_MAX_DEPTH);
+    fail_at(e, e->nkeys, rest);
   }
   lua_pushvalue(L, idx);
   lua_pushnumber(L, (lua_Number)++e->ntables);
   lua_rawset(L, e->seen_idx);
+  /* TABLE, then how many array-like and other keys follow (patched at the end), so that the
+  ** receiver makes the table at its final size */
   put_byte(e, T_TABLE);
+  size_t sizes_at = e->len;
+  put_bytes(e, "\0\0\0\0\0\0\0\0", 8);
+  uint32_t narray = 0, nhash = 0;
   luaL_checkstack(L, 6, "message too deep");
+  int level = e->nkeys++;
   lua_pushnil(L);
   while (lua_next(L, idx) != 0) {
     int value = lua_gettop(L), key = value - 1;
-    size_t saved = e->path_len;
-    path_push_key(e, key);
     switch (lua_type(L, key)) { /* keys: no nil or NaN possible; refuse what cannot travel */
-    case LUA_TTABLE: case LUA_TSTRING: case LUA_TNUMBER: case LUA_TBOOLEAN: case LUA_TUSERDATA:
+    case LUA_TNUMBER: {
+      lua_Number n = lua_tonumber(L, key);
+      if (n >= 1 && n <= (lua_Number)UINT32_MAX && n == (lua_Number)(uint32_t)n)
+        narray++;
+      else
+        nhash++;
       break;
-    default:
-      e->path_len = saved;
-      e->path[saved] = '\0';
-      path_append(e, " has a key that");
-      fail(e, key, "is");
     }
+    case LUA_TTABLE: case LUA_TSTRING: case LUA_TBOOLEAN: case LUA_TUSERDATA:
+      nhash++;
+      break;
+    default: {
+      char rest[64];
+      snprintf(rest, sizeof rest, " has a key that is a %s", luaL_typename(L, key));
+      fail_at(e, level, rest);
+    }
+    }
+    e->keys[level] = key;
     enc_value(e, key, depth + 1);
     enc_value(e, value, depth + 1);
-    e->path_len = saved;
-    e->path[saved] = '\0';
     lua_pop(L, 1);
   }
+  e->nkeys = level;
   put_byte(e, T_END);
+  memcpy(e->buf + sizes_at, &narray, 4);
+  memcpy(e->buf + sizes_at + 4, &nhash, 4);
 }
 
 static void enc_value(enc_t *e, int idx, int depth)
@@ -240,18 +275,42 @@ static void enc_value(enc_t *e, int idx, int depth)
   fail(e, idx, "is");
 }
 
+/* A string message straight into its block: no buffer to grow and copy from. */
+static smarm_msg_t *encode_string(lua_State *L, int idx)
+{
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  unsigned char head[11];
+  size_t h = 0;
+  head[h++] = T_STR;
+  uint64_t v = n;
+  do {
+    head[h] = v & 0x7f;
+    v >>= 7;
+    head[h++] |= v ? 0x80 : 0;
+  } while (v);
+  smarm_msg_t *m = smarm_msg_new(h + n);
+  if (!m)
+    luaL_error(L, "not enough memory");
+  unsigned char *out = smarm_msg_data(m);
+  memcpy(out, head, h);
+  memcpy(out + h, s, n);
+  return m;
+}
+
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
 {
   enc_t e;
-  e.L = L;
   idx = abs_index(L, idx);
+  if (lua_type(L, idx) == LUA_TSTRING)
+    return encode_string(L, idx);
+  e.L = L;
   luaL_checkstack(L, 8, "message");
   e.buf = e.local;
   e.cap = sizeof e.local;
   e.len = 0;
   e.ntables = 0;
-  e.path[0] = '\0';
-  e.path_len = 0;
+  e.nkeys = 0;
   e.root = root;
   e.buf_idx = e.seen_idx = 0;
   enc_value(&e, idx, 0);
@@ -342,7 +401,12 @@ static int dec_value(dec_t *d, int depth)
     if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
       malformed(d);
     luaL_checkstack(L, 6, "message too deep");
-    lua_newtable(L);
+    uint32_t narray, nhash;
+    get_bytes(d, &narray, 4);
+    get_bytes(d, &nhash, 4);
+    /* sizes are hints; a pair takes at least 2 bytes, so a bad block cannot ask for more */
+    size_t most = (size_t)(d->end - d->p) / 2;
+    lua_createtable(L, narray <= most ? (int)narray : 0, nhash <= most ? (int)nhash : 0);
     lua_pushvalue(L, -1);
     lua_rawseti(L, d->refs_idx, (int)++d->ntables);
     for (;;) {

@@ -10,7 +10,8 @@
 ** `message.items[3]`.
 **
 ** Format: a tag byte per value; numbers as 8 raw bytes, strings as a varint length and bytes,
-** tables as TABLE, key/value pairs, END; a table seen before as REF and its varint index.
+** tables as TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints),
+** key/value pairs, END; a table seen before as REF and its varint index.
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H
