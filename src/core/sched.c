@@ -353,11 +353,16 @@ static void sched_idle(sched_t *s)
     if (timeout <= 0)
       return;
   }
-  /* About to sleep anyway: give back the memory of stacks nobody has used lately (at most once
-  ** a second, so that a workload that idles between bursts keeps its warm stacks). */
-  if (now - s->last_trim_ns >= 1000000000) {
-    stack_pool_trim(&s->stacks);
+  /* About to sleep anyway: give back the memory of stacks nobody has used for a second or more
+  ** (at most one pass a second; while some may be given back later, sleep at most until then). */
+  if (now - s->last_trim_ns >= STACK_TRIM_PERIOD_NS) {
+    s->trim_pending = stack_pool_trim(&s->stacks);
     s->last_trim_ns = now;
+  }
+  if (s->trim_pending) {
+    int64_t until_trim = s->last_trim_ns + STACK_TRIM_PERIOD_NS - now;
+    if (timeout < 0 || timeout > until_trim)
+      timeout = until_trim;
   }
   if (inbox_park(&s->inbox, timeout))
     stat_add(&s->stats.parks, 1);

@@ -93,6 +93,7 @@ typedef struct sched {
   int stopping;
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (stack_pool_trim) */
+  int trim_pending;           /* that pass left slots a later one may give back */
   size_t default_stack;
   timer_heap_t timers;
   actor_table_t table;

@@ -233,15 +233,17 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
     ** watermark (untouched memory reads as zero), so drop the deep pages. */
     madvise(slot->lo, slot->size - STACK_KEEP_BYTES, MADV_DONTNEED);
   }
-  (void)pool;
   slot->trimmed = 0;
+  slot->freed_pass = pool->trim_passes;
   slot->next_free = c->free_list;
   c->free_list = slot;
   c->free_count++;
 }
 
-void stack_pool_trim(stack_pool_t *pool)
+int stack_pool_trim(stack_pool_t *pool)
 {
+  uint32_t pass = pool->trim_passes++;
+  int pending = 0;
   for (stack_class_t *c = pool->classes; c; c = c->next) {
     if (c->free_count <= STACK_FREE_KEEP)
       continue;
@@ -249,10 +251,15 @@ void stack_pool_trim(stack_pool_t *pool)
     for (stack_slot_t *s = c->free_list; s; s = s->next_free) {
       if (++seen <= STACK_FREE_KEEP || s->trimmed)
         continue;
-      madvise(s->lo, s->size, MADV_DONTNEED);
+      if (s->freed_pass == pass) { /* freed since the last pass: maybe about to be reused */
+        pending = 1;
+        continue;
+      }
+      madvise(s->lo, stack_depth(s), MADV_DONTNEED);
       s->trimmed = 1;
     }
   }
+  return pending;
 }
 
 void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)

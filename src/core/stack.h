@@ -16,8 +16,11 @@
 ** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
 ** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED); free slots beyond the
 ** STACK_FREE_KEEP most recently used of their size are dropped whole by stack_pool_trim(), which
-** the scheduler calls when it goes idle, so that bursts of spawns and exits pay no syscalls
-** (the slots stay mapped for reuse, costing address space but no memory).
+** the scheduler calls when it goes idle, at most once a second, and which drops only slots that
+** were already free at its previous pass: a slot must stay unused for a second or more. So
+** bursts of spawns and exits, even with idle gaps between them, pay no syscalls and no page
+** faults (the slots stay mapped for reuse, costing address space but no memory), while memory
+** left free after a burst goes back within a few seconds of idleness.
 **
 ** Each slot's stack starts at a different offset ("colour", below STACK_COLOR_SPAN) from the top
 ** of its mapping. Slots are mapped at a fixed stride, so without it the hot top frames of every
@@ -38,6 +41,7 @@
 #define STACK_FREE_KEEP 64
 #define STACK_MIN_BYTES (16 * 1024)
 #define STACK_MAX_BYTES ((size_t)1 << 30)
+#define STACK_TRIM_PERIOD_NS INT64_C(1000000000) /* stack_pool_trim at most this often */
 #define STACK_COLOR_SPAN (32 * 1024) /* see slot_colour() */
 
 struct actor;
@@ -53,6 +57,7 @@ typedef struct stack_slot {
   struct stack_slot *next_free;
   struct stack_class *cls;
   int trimmed;               /* free, and its pages were dropped */
+  uint32_t freed_pass;       /* the pool's trim pass count when the slot was last freed */
 } stack_slot_t;
 
 /* All slots of one size. */
@@ -73,6 +78,7 @@ typedef struct stack_pool {
   size_t page;
   size_t guard;              /* STACK_GUARD_BYTES rounded up to whole pages */
   uint32_t colors;           /* slots mapped so far: picks the next slot's colour */
+  uint32_t trim_passes;      /* stack_pool_trim calls so far */
 } stack_pool_t;
 
 void stack_pool_init(stack_pool_t *pool, uint32_t budget);
@@ -92,9 +98,11 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
 /* The actor bound to slot is gone (it must not be the occupant any more). */
 void stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
 
-/* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size
-** (a walk of the free lists; the scheduler calls it at most once a second). */
-void stack_pool_trim(stack_pool_t *pool);
+/* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size that
+** were free already at the previous call (a walk of the free lists; the scheduler calls it at
+** most once a second). Returns whether a later call may drop more (the scheduler then wakes
+** for it). */
+int stack_pool_trim(stack_pool_t *pool);
 
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a
 ** message when memory is exhausted (there is no way to go on without the bytes). */
