@@ -3,8 +3,9 @@
 # Debian packages (as root, on a fresh Debian 12 machine too), builds with CMake under build/,
 # and runs the requested job.
 #
-#   ./dev.sh bench        the switch-cost benchmark suite (bench/c/switch_cost, bench/yield.lua),
-#                         plus scale
+#   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
+#                         bench/yield.lua), the Lua scenarios at modest sizes, 1M parked
+#                         actors (bench/c/scale); ends with a table of the Lua scenarios
 #   ./dev.sh bench-peers  the scenarios for smarm, Go, Erlang, Tarantool and plain LuaJIT,
 #                         interleaved, then smarm's figures beside theirs (bench/peers/)
 #   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
@@ -71,21 +72,33 @@ build_lua_release() {
     -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-release"
 }
 
+# Runs a Lua benchmark script in plain mode; prints its output and keeps its lines in $results
+# (a failing script fails the command).
+lua_bench() {
+  "$smarm" -n "$@" >"$results.last" || { cat "$results.last"; return 1; }
+  tee -a "$results" <"$results.last"
+}
+
 cmd_bench() {
   cmd_build
   build_lua_release
+  smarm="$BUILD/lua-release/smarm"
+  results="$BUILD/bench-results.txt"
+  : >"$results"
   say "switch_cost (rounds=${SMARM_SWITCH_ROUNDS:-1000000} runs=${SMARM_SWITCH_RUNS:-5})"
   "$BUILD/release/bench/c/switch_cost"
   say "bench/switch_cost.lua (Lua: local, remote, parallel, against bare LuaJIT coroutines)"
-  "$BUILD/lua-release/smarm" -n "$ROOT/bench/switch_cost.lua"
+  lua_bench "$ROOT/bench/switch_cost.lua"
   say "bench/yield.lua (Lua actors against bare LuaJIT coroutines)"
-  "$BUILD/lua-release/smarm" -s 1 "$ROOT/bench/yield.lua"
+  "$smarm" -s 1 "$ROOT/bench/yield.lua"
   for scenario in pingpong ring spawn skynet send_sizes; do
     say "bench/$scenario.lua"
-    "$BUILD/lua-release/smarm" -n "$ROOT/bench/$scenario.lua"
+    lua_bench "$ROOT/bench/$scenario.lua"
   done
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
+  say "the Lua scenarios (lines in $results)"
+  "$smarm" -n "$ROOT/bench/peers/compare.lua" "$results"
 }
 
 # smarm beside Go, Erlang, Tarantool and plain LuaJIT (bench/peers/README.md): every scenario

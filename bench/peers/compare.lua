@@ -92,13 +92,18 @@ local function add(row)
   if row.rss_per_actor_bytes then f.rss[#f.rss + 1] = row.rss_per_actor_bytes end
 end
 
+local any_peer, smarm_rows = false, {}
 local inputs = {}
 for i = 1, #arg do inputs[#inputs + 1] = assert(io.open(arg[i])) end
 if #inputs == 0 then inputs[1] = io.stdin end
 for _, f in ipairs(inputs) do
   for line in f:lines() do
     local row = parse(line)
-    if row and row.p50_ns then add(row) end
+    if row and row.p50_ns then
+      add(row)
+      any_peer = any_peer or row.peer ~= "smarm"
+      if row.peer == "smarm" then smarm_rows[#smarm_rows + 1] = row end
+    end
   end
 end
 
@@ -121,6 +126,19 @@ local function smarm_variant(scenario, variant)
   local base = variant:match("^([^_]+)_")
   if base and p50(scenario, base, "smarm") then return base end
   return nil
+end
+
+-- Only smarm's lines (./dev.sh bench): one row per line, as read.
+if not any_peer then
+  print(string.format("%-12s %-18s %5s %12s %12s %12s", "scenario", "variant", "sched", "p50",
+    "p99", "bytes/actor"))
+  for _, row in ipairs(smarm_rows) do
+    print(string.format("%-12s %-18s %5d %12s %12s %12s", row.scenario, row.variant,
+      row.schedulers or 1, human(row.p50_ns), human(row.p99_ns or 0),
+      row.rss_per_actor_bytes and string.format("%d B", row.rss_per_actor_bytes) or ""))
+  end
+  print("(./dev.sh bench-peers puts these beside Go, Erlang, Tarantool and plain LuaJIT)")
+  return
 end
 
 local header = string.format("%-12s %-18s %12s", "scenario", "variant", "smarm")
