@@ -134,6 +134,23 @@ void smarm_yield(void);
 ** -ENOMEM (no memory for the timer). */
 int smarm_sleep(int64_t ns);
 
+/* Waiting for work another thread does (the IO thread): the actor takes a token, hands its pid and
+** the token to that thread with the work, and parks in smarm_await(); the thread calls
+** smarm_wake(pid, token) when the work is done. A wake that comes before the actor parks is kept,
+** and a wake for an older token (an await that timed out) or a dead actor is ignored. Whatever the
+** two sides share (the work's result) must be written before smarm_wake() and is visible to the
+** actor after smarm_await() returns 0 (the wake travels through the owner's inbox). */
+uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
+
+/* Parks until smarm_wake(self, token) or timeout_ns (SMARM_FOREVER: no limit). Returns 0 when
+** woken, -ETIMEDOUT, -EINVAL (not the caller's current token), -EPERM or -ENOMEM (timer). */
+int smarm_await(uint64_t token, int64_t timeout_ns);
+
+/* From any thread while the runtime runs: wakes `pid` if it awaits `token`. Returns 0 (also when
+** the actor is gone: nothing to do), -ENOMEM, -EINVAL (a pid that cannot exist) or -ESRCH (no
+** runtime is running). */
+int smarm_wake(smarm_pid_t pid, uint64_t token);
+
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
 void *smarm_actor_data(void);
 void smarm_actor_set_data(void *data);

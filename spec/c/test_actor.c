@@ -1,4 +1,5 @@
-/* Actors and pids: spawn, exit, self, yield, sleep, spawn_on, stale pids, stop. */
+/* Actors and pids: spawn, exit, self, yield, sleep, spawn_on, stale pids, stop, await/wake. */
+#define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
 #include <errno.h>
@@ -374,5 +375,74 @@ static void main_huge_timeouts(void *arg)
 }
 
 TEST(huge_and_negative_timeouts_wait) { RUN(1, main_huge_timeouts, NULL); }
+
+/* ---- smarm_await / smarm_wake: work done by another thread ---- */
+
+#include <pthread.h>
+#include <time.h>
+
+typedef struct wake_job {
+  smarm_pid_t pid;
+  uint64_t token;
+  int64_t delay_ns; /* the helper thread waits this long before waking */
+  int result;       /* written by the helper before smarm_wake */
+  int rc;           /* smarm_wake's answer */
+} wake_job_t;
+
+static void *waker_thread(void *arg)
+{
+  wake_job_t *j = arg;
+  if (j->delay_ns > 0) {
+    struct timespec ts = {j->delay_ns / 1000000000, j->delay_ns % 1000000000};
+    nanosleep(&ts, NULL);
+  }
+  j->result = 42;
+  j->rc = smarm_wake(j->pid, j->token);
+  return NULL;
+}
+
+static void main_await(void *arg)
+{
+  (void)arg;
+  /* woken by a foreign thread while parked */
+  wake_job_t j = {smarm_self(), smarm_await_token(), 20 * 1000 * 1000, 0, -1};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, waker_thread, &j), 0);
+  CHECK_EQ(smarm_await(j.token, SMARM_FOREVER), 0);
+  CHECK_EQ(j.result, 42);
+  pthread_join(t, NULL);
+  CHECK_EQ(j.rc, 0);
+
+  /* the wake comes before the actor parks: kept */
+  wake_job_t k = {smarm_self(), smarm_await_token(), 0, 0, -1};
+  CHECK_EQ(pthread_create(&t, NULL, waker_thread, &k), 0);
+  pthread_join(t, NULL);
+  smarm_yield(); /* the scheduler may take the wake in while we still run */
+  CHECK_EQ(smarm_await(k.token, 0), 0);
+  CHECK_EQ(k.result, 42);
+
+  /* a timeout, then the late wake of that token is ignored by the next await */
+  uint64_t old = smarm_await_token();
+  CHECK_EQ(smarm_await(old, 10 * 1000 * 1000), -ETIMEDOUT);
+  wake_job_t late = {smarm_self(), old, 0, 0, -1};
+  CHECK_EQ(pthread_create(&t, NULL, waker_thread, &late), 0);
+  pthread_join(t, NULL);
+  uint64_t next = smarm_await_token();
+  CHECK_EQ(smarm_await(next, 30 * 1000 * 1000), -ETIMEDOUT);
+
+  /* misuse */
+  CHECK_EQ(smarm_await(0, 0), -EINVAL);
+  CHECK_EQ(smarm_await(next + 5, 0), -EINVAL);
+  CHECK_EQ(smarm_wake(0, 1), -EINVAL);
+}
+
+TEST(await_is_woken_by_another_thread) { RUN(2, main_await, NULL); }
+
+TEST(await_and_wake_outside_a_runtime)
+{
+  CHECK_EQ(smarm_await_token(), 0);
+  CHECK_EQ(smarm_await(1, 0), -EPERM);
+  CHECK_EQ(smarm_wake(1, 1), -ESRCH);
+}
 
 TEST_MAIN()

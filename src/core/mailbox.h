@@ -28,6 +28,7 @@ enum msg_kind {
   MSG_SPAWN,        /* payload: spawn_request_t; `to` is unused (addressed to the scheduler) */
   MSG_SPAWN_REPLY,  /* payload: int64_t pid or negative errno; `to` is the waiting spawner */
   MSG_STOP,         /* the runtime is stopping */
+  MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
 };
 
 struct smarm_msg {

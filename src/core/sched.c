@@ -8,8 +8,8 @@
 ** Invariants:
 **  - s->current is the running actor, NULL while on the scheduler's own stack.
 **  - A RUNNABLE actor is in the run queue exactly once (or is s->handoff, popped but waiting for
-**    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_SPAWN) is in no
-**    queue; its timer is in the heap iff timer.index >= 0.
+**    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_SPAWN,
+**    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
 **    very stack we would be copying from).
@@ -204,6 +204,18 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     s->stopping = 1;
     free(m);
     return;
+  case MSG_WAKE: {
+    uint64_t token;
+    memcpy(&token, m->data, sizeof token);
+    a = sched_lookup(s, m->to);
+    free(m);
+    if (!a || token != a->await_token)
+      return; /* gone, or an await that timed out: nobody waits for it */
+    a->await_woken = token; /* kept if the actor has not parked yet */
+    if (a->state == ACTOR_WAIT_WAKE)
+      sched_wake(s, a);
+    return;
+  }
   default:
     SMARM_CHECK(0, "unknown inbox item");
   }
@@ -459,6 +471,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->arg = arg;
   a->data = NULL;
   a->spawn_result = 0;
+  a->await_token = a->await_woken = 0;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
@@ -518,6 +531,69 @@ int smarm_sleep(int64_t ns)
   sched_park(s, self);
   self->timed_out = 0;
   return 0;
+}
+
+uint64_t smarm_await_token(void)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return 0;
+  return self->await_token += 1; /* starts at 1: 0 is never a token */
+}
+
+int smarm_await(uint64_t token, int64_t timeout_ns)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return -EPERM;
+  if (token == 0 || token != self->await_token)
+    return -EINVAL;
+  if (inbox_maybe_nonempty(&s->inbox))
+    sched_take_inbox(s); /* the wake may be there already */
+  if (self->await_woken == token)
+    return 0;
+  if (timeout_ns == 0)
+    return -ETIMEDOUT;
+  if (timeout_ns > 0) {
+    int64_t now = smarm_now_ns();
+    if (timeout_ns <= INT64_MAX - now) { /* else: past the end of time, no timer */
+      self->timer.deadline = now + timeout_ns;
+      int rc = timer_add(&s->timers, &self->timer);
+      if (rc < 0)
+        return rc;
+    }
+  }
+  self->timed_out = 0;
+  self->state = ACTOR_WAIT_WAKE;
+  sched_park(s, self); /* woken by the MSG_WAKE (timer removed) or by the timer */
+  self->timed_out = 0;
+  return self->await_woken == token ? 0 : -ETIMEDOUT;
+}
+
+/* The IO thread (or any thread) reaches the actor's scheduler through the runtime's users count
+** (runtime.c): either it sees no runtime, or scheduler 0 waits for it before draining inboxes. */
+int smarm_wake(smarm_pid_t pid, uint64_t token)
+{
+  runtime_t *rt = runtime_enter();
+  if (!rt)
+    return -ESRCH;
+  unsigned k = smarm_pid_sched(pid);
+  int rc = 0;
+  smarm_msg_t *m = NULL;
+  if (k >= rt->nsched || smarm_pid_gen(pid) == 0)
+    rc = -EINVAL;
+  else if (!(m = msg_new(MSG_WAKE, sizeof token)))
+    rc = -ENOMEM;
+  if (m) {
+    memcpy(m->data, &token, sizeof token);
+    m->to = pid;
+    sched_t *target = &rt->scheds[k];
+    sched_push_remote(target, target, m); /* counted in the target's stats */
+  }
+  runtime_leave();
+  return rc;
 }
 
 void smarm_exit(void)

@@ -36,6 +36,7 @@ enum actor_state {
   ACTOR_WAIT_MSG,    /* parked in receive (maybe with a timer) */
   ACTOR_SLEEPING,    /* parked in sleep (with a timer) */
   ACTOR_WAIT_SPAWN,  /* parked until another scheduler answers a spawn request */
+  ACTOR_WAIT_WAKE,   /* parked in smarm_await (maybe with a timer) */
   ACTOR_DEAD,
 };
 
@@ -55,6 +56,8 @@ typedef struct actor {
   void *arg;
   void *data;                 /* smarm_actor_data() */
   int64_t spawn_result;       /* answer to a remote spawn request */
+  uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
+  uint64_t await_woken;       /* the last token a wake arrived for */
   fiber_t fiber;
 } actor_t;
 
