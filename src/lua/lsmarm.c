@@ -28,7 +28,9 @@
 */
 #define _GNU_SOURCE
 #include "codec.h"
+#include "io/io.h"
 #include "lbench.h"
+#include "lio.h"
 #include "ljx.h"
 #include "lsmarm.h"
 #include "smarm.h"
@@ -360,6 +362,15 @@ static void park_check(lua_State *L, const char *fname)
   if (why)
     luaL_error(L, "smarm.%s: cannot park %s", fname, why);
   ljx_before_switch(L);
+}
+
+int lsmarm_io_call(lua_State *L, io_req_t *req, const char *fname)
+{
+  self_or_raise(L, fname);
+  park_check(L, fname);
+  int rc = io_call(req);
+  ljx_after_switch(L);
+  return rc;
 }
 
 static int l_yield(lua_State *L)
@@ -948,6 +959,7 @@ static int l_run(lua_State *L)
   cfg.userdata = &run;
   current_run = &run;
   int rc = smarm_run(&cfg, lactor_main, main);
+  io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
   current_run = NULL;
   ljx_after_switch(L);
   free(run.vms);
@@ -1017,6 +1029,7 @@ int luaopen_smarm_core(lua_State *L)
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   lbench_register(L, lua_gettop(L));
+  lio_register(L, lua_gettop(L));
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -1,0 +1,160 @@
+-- smarm.fs: files through the IO thread (src/lua/lio.c, src/io/io.c).
+local smarm = require("smarm")
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. d) == 0)
+  return d
+end
+
+describe("smarm.fs", function()
+  it("writes and reads back files, binary and large", function()
+    local dir = tmpdir()
+    local ok, small, big_ok = smarm.run(function()
+      local bin = ("\0\1\2\255 line\n"):rep(100)
+      local big = {}
+      for i = 1, 100000 do big[i] = string.format("%07d\n", i) end
+      big = table.concat(big) -- 800 KB
+      assert(smarm.fs.writefile(dir .. "/bin", bin))
+      assert(smarm.fs.writefile(dir .. "/big", big))
+      assert(smarm.fs.writefile(dir .. "/empty", ""))
+      return smarm.fs.readfile(dir .. "/bin") == bin, smarm.fs.readfile(dir .. "/empty"),
+        smarm.fs.readfile(dir .. "/big") == big
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.is_true(ok)
+    assert.are.equal("", small)
+    assert.is_true(big_ok)
+  end)
+
+  it("returns nil, message, code on failure", function()
+    local dir = tmpdir()
+    local r = smarm.run(function()
+      local out = {}
+      out.missing = { smarm.fs.readfile(dir .. "/nope") }
+      out.nodir = { smarm.fs.writefile(dir .. "/no/such/dir/f", "x") }
+      out.stat = { smarm.fs.stat(dir .. "/nope") }
+      assert(smarm.fs.mkdir(dir .. "/d"))
+      out.exists = { smarm.fs.mkdir(dir .. "/d") }
+      assert(smarm.fs.writefile(dir .. "/d/f", "x"))
+      out.notempty = { smarm.fs.rmdir(dir .. "/d") }
+      out.unlink = { smarm.fs.unlink(dir .. "/nope") }
+      out.rename = { smarm.fs.rename(dir .. "/nope", dir .. "/other") }
+      out.scandir = { smarm.fs.scandir(dir .. "/nope") }
+      out.isdir = { smarm.fs.readfile(dir) }
+      return out
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.is_nil(r.missing[1])
+    assert.matches("nope: no such file or directory", r.missing[2])
+    assert.are.equal("ENOENT", r.missing[3])
+    assert.are.equal("ENOENT", r.nodir[3])
+    assert.are.equal("ENOENT", r.stat[3])
+    assert.are.equal("EEXIST", r.exists[3])
+    assert.are.equal("ENOTEMPTY", r.notempty[3])
+    assert.are.equal("ENOENT", r.unlink[3])
+    assert.are.equal("ENOENT", r.rename[3])
+    assert.are.equal("ENOENT", r.scandir[3])
+    assert.are.equal("EISDIR", r.isdir[3])
+  end)
+
+  it("stats, renames, lists, removes", function()
+    local dir = tmpdir()
+    local r = smarm.run(function()
+      local out = {}
+      assert(smarm.fs.writefile(dir .. "/b.txt", "12345"))
+      assert(smarm.fs.mkdir(dir .. "/a", tonumber("750", 8)))
+      out.file = smarm.fs.stat(dir .. "/b.txt")
+      out.dir = smarm.fs.stat(dir .. "/a")
+      assert(smarm.fs.rename(dir .. "/b.txt", dir .. "/c.txt"))
+      out.list = smarm.fs.scandir(dir)
+      assert(smarm.fs.unlink(dir .. "/c.txt"))
+      assert(smarm.fs.rmdir(dir .. "/a"))
+      out.after = smarm.fs.scandir(dir)
+      return out
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.are.equal(5, r.file.size)
+    assert.are.equal("file", r.file.type)
+    assert.is_true(r.file.mtime > 1e9)
+    assert.are.equal("directory", r.dir.type)
+    assert.are.equal(tonumber("750", 8), r.dir.mode)
+    assert.are.same({ { name = "a", type = "directory" }, { name = "c.txt", type = "file" } }, r.list)
+    assert.are.same({}, r.after)
+  end)
+
+  it("parks only the calling actor", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    assert(os.execute("mkfifo " .. fifo) == 0)
+    local got, ticks = smarm.run(function()
+      local me = smarm.self()
+      -- opening a FIFO blocks until a writer comes: the reader's thread would hang if the read
+      -- ran on its scheduler
+      smarm.spawn(function() smarm.send(me, { smarm.fs.readfile(fifo) }) end)
+      local ticks = 0
+      for _ = 1, 50 do smarm.yield(); ticks = ticks + 1 end
+      assert(smarm.fs.writefile(fifo, "through the pipe"))
+      return smarm.receive(5), ticks
+    end, { schedulers = 1 })
+    os.execute("rm -rf " .. dir)
+    assert.are.equal(50, ticks)
+    assert.are.equal("through the pipe", got[1])
+  end)
+
+  it("serves many actors on every scheduler at once", function()
+    local dir = tmpdir()
+    local good = smarm.run(function()
+      local me = smarm.self()
+      local n = 200
+      for i = 1, n do
+        smarm.spawn_on("any", function(owner, path, k)
+          local data = ("%d;"):format(k):rep(k)
+          assert(smarm.fs.writefile(path, data))
+          smarm.send(owner, smarm.fs.readfile(path) == data)
+        end, me, dir .. "/f" .. i, i)
+      end
+      local good = 0
+      for _ = 1, n do if smarm.receive(10) then good = good + 1 end end
+      return good
+    end, { schedulers = 2 })
+    os.execute("rm -rf " .. dir)
+    assert.are.equal(200, good)
+  end)
+
+  it("lets a runtime end while a request is still in flight", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    assert(os.execute("mkfifo " .. fifo) == 0)
+    -- a writer arrives after the runtime has ended; the request then completes with nobody to
+    -- wake, and run has waited for it
+    assert(os.execute("(sleep 0.3; echo late > " .. fifo .. ") &") == 0)
+    local t0 = os.time()
+    local r = smarm.run(function()
+      smarm.spawn(function() smarm.fs.readfile(fifo) end)
+      smarm.yield()
+      return "main done"
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.are.equal("main done", r)
+    assert.is_true(os.time() - t0 < 10)
+    -- and the next runtime's IO works
+    assert.are.equal("ENOENT", select(3, smarm.run(function() return smarm.fs.readfile(fifo) end)))
+  end)
+
+  it("raises on misuse", function()
+    local e1, e2, e3 = smarm.run(function()
+      local _, a = pcall(function() smarm.fs.readfile(nil) end)
+      local _, b = pcall(function() smarm.fs.writefile("/tmp/x", {}) end)
+      local _, c = pcall(function() smarm.fs.mkdir("/tmp/x", "rwx") end)
+      return a, b, c
+    end)
+    assert.matches("bad argument #1 to 'readfile' %(string expected, got nil%)", e1)
+    assert.matches("bad argument #2 to 'writefile' %(string expected, got table%)", e2)
+    assert.matches("bad argument #2 to 'mkdir'", e3)
+    local ok, e4 = pcall(smarm.fs.readfile, "/etc/hostname")
+    assert.is_false(ok)
+    assert.matches("smarm.fs.readfile: not inside an actor", e4)
+  end)
+end)

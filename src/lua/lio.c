@@ -1,0 +1,384 @@
+/*
+** smarm.fs: files for Lua actors, done on the IO thread (src/io/io.h) so that a slow disk parks
+** only the calling actor. Every call copies its arguments into its request (the IO side may still
+** be working when the actor is gone) and returns its results, or nil, message, code where the
+** code is libuv's error name ("ENOENT"). Misuse (wrong argument types, outside an actor) raises.
+*/
+#define _GNU_SOURCE
+#include "lio.h"
+
+#include "io/io.h"
+#include "lsmarm.h"
+
+#include <lauxlib.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum fs_op { FS_READFILE, FS_WRITEFILE, FS_STAT, FS_UNLINK, FS_RENAME, FS_MKDIR, FS_RMDIR,
+             FS_SCANDIR };
+
+typedef struct fs_entry {
+  char *name;
+  unsigned char type; /* DT_* */
+} fs_entry_t;
+
+typedef struct fs_req {
+  io_req_t base;
+  enum fs_op op;
+  char *path, *path2;
+  char *data;         /* writefile: the bytes to write; readfile: the bytes read */
+  size_t len;
+  int mode;
+  struct stat st;
+  fs_entry_t *entries; /* scandir */
+  size_t count;
+} fs_req_t;
+
+/* ---- The work, on a thread of libuv's pool ------------------------------------------------ */
+
+static int read_all(fs_req_t *r)
+{
+  int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  size_t cap = 0;
+  if (fstat(fd, &r->st) == 0 && S_ISREG(r->st.st_mode) && r->st.st_size > 0)
+    cap = (size_t)r->st.st_size + 1; /* one more byte: a read returning 0 ends the loop */
+  if (cap < 4096)
+    cap = 4096;
+  r->data = malloc(cap);
+  int err = r->data ? 0 : -ENOMEM;
+  while (!err) {
+    if (r->len == cap) {
+      char *more = realloc(r->data, cap * 2);
+      if (!more) {
+        err = -ENOMEM;
+        break;
+      }
+      r->data = more;
+      cap *= 2;
+    }
+    ssize_t n = read(fd, r->data + r->len, cap - r->len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      err = -errno;
+    else if (n == 0)
+      break;
+    else
+      r->len += (size_t)n;
+  }
+  close(fd);
+  return err;
+}
+
+static int write_all(fs_req_t *r)
+{
+  int fd = open(r->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, r->mode);
+  if (fd < 0)
+    return -errno;
+  int err = 0;
+  for (size_t done = 0; done < r->len && !err;) {
+    ssize_t n = write(fd, r->data + done, r->len - done);
+    if (n < 0 && errno != EINTR)
+      err = -errno;
+    else if (n > 0)
+      done += (size_t)n;
+  }
+  if (close(fd) != 0 && !err)
+    err = -errno;
+  return err;
+}
+
+static int compare_entries(const void *a, const void *b)
+{
+  return strcmp(((const fs_entry_t *)a)->name, ((const fs_entry_t *)b)->name);
+}
+
+static int scan(fs_req_t *r)
+{
+  DIR *d = opendir(r->path);
+  if (!d)
+    return -errno;
+  size_t cap = 0;
+  int err = 0;
+  struct dirent *e;
+  errno = 0;
+  while (!err && (e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (r->count == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      fs_entry_t *more = realloc(r->entries, ncap * sizeof *more);
+      if (!more) {
+        err = -ENOMEM;
+        break;
+      }
+      r->entries = more;
+      cap = ncap;
+    }
+    char *name = strdup(e->d_name);
+    if (!name) {
+      err = -ENOMEM;
+      break;
+    }
+    r->entries[r->count].name = name;
+    r->entries[r->count++].type = e->d_type;
+  }
+  if (!err && errno)
+    err = -errno;
+  closedir(d);
+  if (!err)
+    qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
+  return err;
+}
+
+static void fs_work(io_req_t *req)
+{
+  fs_req_t *r = (fs_req_t *)req;
+  int err = 0;
+  switch (r->op) {
+  case FS_READFILE: err = read_all(r); break;
+  case FS_WRITEFILE: err = write_all(r); break;
+  case FS_STAT: err = stat(r->path, &r->st) == 0 ? 0 : -errno; break;
+  case FS_UNLINK: err = unlink(r->path) == 0 ? 0 : -errno; break;
+  case FS_RENAME: err = rename(r->path, r->path2) == 0 ? 0 : -errno; break;
+  case FS_MKDIR: err = mkdir(r->path, (mode_t)r->mode) == 0 ? 0 : -errno; break;
+  case FS_RMDIR: err = rmdir(r->path) == 0 ? 0 : -errno; break;
+  case FS_SCANDIR: err = scan(r); break;
+  }
+  req->err = err;
+}
+
+static void fs_free(io_req_t *req)
+{
+  fs_req_t *r = (fs_req_t *)req;
+  free(r->path);
+  free(r->path2);
+  free(r->data);
+  for (size_t i = 0; i < r->count; i++)
+    free(r->entries[i].name);
+  free(r->entries);
+}
+
+/* ---- The Lua side ------------------------------------------------------------------------- */
+
+static char *copy_arg(lua_State *L, int idx, size_t *len)
+{
+  size_t n;
+  const char *s = luaL_checklstring(L, idx, &n);
+  char *c = malloc(n + 1);
+  if (!c)
+    luaL_error(L, "not enough memory");
+  memcpy(c, s, n + 1);
+  if (len)
+    *len = n;
+  return c;
+}
+
+/* A request for op with path (argument 1) copied. The actor's reference to it is held by a userdata
+** on the Lua stack (at index `box` after the call) whose __gc releases it: an error raised from
+** here on, or the actor being stopped while the IO thread works, leaks nothing; done() releases
+** it as soon as the results are pushed. */
+static fs_req_t *new_request(lua_State *L, enum fs_op op);
+
+static void done(lua_State *L, int box)
+{
+  io_req_t **b = lua_touserdata(L, box);
+  io_req_release(*b);
+  *b = NULL;
+}
+
+static int request_gc(lua_State *L)
+{
+  io_req_t **box = lua_touserdata(L, 1);
+  io_req_release(*box);
+  *box = NULL;
+  return 0;
+}
+
+static const char req_mt_key = 0;
+
+static fs_req_t *new_request(lua_State *L, enum fs_op op)
+{
+  luaL_checkstring(L, 1);
+  io_req_t **box = lua_newuserdata(L, sizeof *box);
+  *box = NULL;
+  lua_pushlightuserdata(L, (void *)&req_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, request_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushlightuserdata(L, (void *)&req_mt_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  lua_setmetatable(L, -2);
+  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
+  if (!r)
+    luaL_error(L, "not enough memory");
+  *box = &r->base;
+  r->op = op;
+  r->path = copy_arg(L, 1, NULL);
+  return r;
+}
+
+/* Runs r on the IO thread. Returns 0, or pushes nil, message, code and returns 3. */
+static int run(lua_State *L, fs_req_t *r, const char *fname)
+{
+  int rc = lsmarm_io_call(L, &r->base, fname);
+  int err = rc < 0 ? rc : r->base.err;
+  if (!err)
+    return 0;
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", r->path, io_strerror(err));
+  lua_pushstring(L, io_err_name(err));
+  return 3;
+}
+
+static int l_readfile(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_READFILE);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.readfile");
+  if (!n) {
+    lua_pushlstring(L, r->data, r->len);
+    n = 1;
+  }
+  done(L, box);
+  return n;
+}
+
+static int l_writefile(lua_State *L)
+{
+  luaL_checkstring(L, 2);
+  lua_settop(L, 2);
+  fs_req_t *r = new_request(L, FS_WRITEFILE);
+  int box = lua_gettop(L);
+  r->data = copy_arg(L, 2, &r->len);
+  r->mode = 0666;
+  int n = run(L, r, "fs.writefile");
+  if (!n) {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  done(L, box);
+  return n;
+}
+
+static const char *type_name(mode_t m)
+{
+  return S_ISREG(m) ? "file" : S_ISDIR(m) ? "directory" : S_ISLNK(m) ? "link"
+       : S_ISFIFO(m) ? "fifo" : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"
+       : S_ISBLK(m) ? "block" : "unknown";
+}
+
+static int l_stat(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_STAT);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.stat");
+  if (n) {
+    done(L, box);
+    return n;
+  }
+  lua_createtable(L, 0, 5);
+  lua_pushnumber(L, (lua_Number)r->st.st_size);
+  lua_setfield(L, -2, "size");
+  lua_pushstring(L, type_name(r->st.st_mode));
+  lua_setfield(L, -2, "type");
+  lua_pushnumber(L, (lua_Number)(r->st.st_mode & 07777));
+  lua_setfield(L, -2, "mode");
+  lua_pushnumber(L, (lua_Number)r->st.st_mtim.tv_sec + r->st.st_mtim.tv_nsec / 1e9);
+  lua_setfield(L, -2, "mtime");
+  done(L, box);
+  return 1;
+}
+
+/* unlink, rmdir, rename, mkdir: true or nil, message, code. */
+static int simple(lua_State *L, enum fs_op op, const char *fname)
+{
+  int mode = 0;
+  if (op == FS_MKDIR) {
+    lua_Number m = luaL_optnumber(L, 2, 0777);
+    luaL_argcheck(L, m >= 0 && m <= 07777 && m == (int)m, 2, "mode from 0 to 4095 expected");
+    mode = (int)m;
+  }
+  if (op == FS_RENAME)
+    luaL_checkstring(L, 2);
+  lua_settop(L, op == FS_RENAME ? 2 : 1); /* the request's box goes above the arguments */
+  fs_req_t *r = new_request(L, op);
+  int box = lua_gettop(L);
+  r->mode = mode;
+  if (op == FS_RENAME)
+    r->path2 = copy_arg(L, 2, NULL);
+  int n = run(L, r, fname);
+  if (!n) {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  done(L, box);
+  return n;
+}
+
+static int l_unlink(lua_State *L) { return simple(L, FS_UNLINK, "fs.unlink"); }
+static int l_rmdir(lua_State *L) { return simple(L, FS_RMDIR, "fs.rmdir"); }
+static int l_rename(lua_State *L) { return simple(L, FS_RENAME, "fs.rename"); }
+static int l_mkdir(lua_State *L) { return simple(L, FS_MKDIR, "fs.mkdir"); }
+
+static const char *dirent_type(unsigned char t)
+{
+  switch (t) {
+  case DT_REG: return "file";
+  case DT_DIR: return "directory";
+  case DT_LNK: return "link";
+  case DT_FIFO: return "fifo";
+  case DT_SOCK: return "socket";
+  case DT_CHR: return "char";
+  case DT_BLK: return "block";
+  default: return "unknown";
+  }
+}
+
+static int l_scandir(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_SCANDIR);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.scandir");
+  if (n) {
+    done(L, box);
+    return n;
+  }
+  lua_createtable(L, (int)r->count, 0);
+  for (size_t i = 0; i < r->count; i++) {
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, r->entries[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, dirent_type(r->entries[i].type));
+    lua_setfield(L, -2, "type");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  done(L, box);
+  return 1;
+}
+
+static const luaL_Reg fs_functions[] = {
+  {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
+  {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
+  {"mkdir", l_mkdir},       {"scandir", l_scandir},     {NULL, NULL},
+};
+
+void lio_register(lua_State *L, int module)
+{
+  lua_newtable(L);
+  luaL_register(L, NULL, fs_functions);
+  lua_setfield(L, module, "fs");
+}
