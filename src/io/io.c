@@ -35,6 +35,17 @@ static uv_loop_t io_loop;
 static uv_async_t io_async;
 static pthread_t io_thread;
 
+io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
+                          io_free_fn free_fields)
+{
+  io_req_t *req = io_req_new(size, NULL, free_fields);
+  if (req) {
+    req->on_loop = on_loop;
+    req->cancel = cancel;
+  }
+  return req;
+}
+
 io_req_t *io_req_new(size_t size, io_work_fn work, io_free_fn free_fields)
 {
   size_t head = (size + 15) & ~(size_t)15;
@@ -57,6 +68,14 @@ void io_req_release(io_req_t *req)
   free(req);
 }
 
+void io_complete(io_req_t *req)
+{
+  req->completed = 1;
+  if (req->waited)
+    smarm_wake(req->pid, req->token); /* no runtime any more (shutdown): nobody to wake */
+  io_req_release(req);
+}
+
 static void work_cb(uv_work_t *w)
 {
   io_req_t *req = w->data;
@@ -68,8 +87,32 @@ static void after_work_cb(uv_work_t *w, int status)
   io_req_t *req = w->data;
   if (status == UV_ECANCELED)
     req->err = -ECANCELED;
-  smarm_wake(req->pid, req->token); /* no runtime any more (shutdown): nobody to wake */
-  io_req_release(req);
+  io_complete(req);
+}
+
+/* The on_loop of a cancel request: cancels its target unless that completed meanwhile. */
+static void cancel_on_loop(io_req_t *c, void *loop)
+{
+  (void)loop;
+  if (!c->target->completed && c->target->cancel)
+    c->target->cancel(c->target);
+  io_complete(c);
+}
+
+static void cancel_free(io_req_t *c) { io_req_release(c->target); }
+
+static io_stop_fn stop_hooks[4];
+static int nstop_hooks;
+
+void io_on_stop(io_stop_fn fn)
+{
+  pthread_mutex_lock(&io_lock);
+  int known = 0;
+  for (int i = 0; i < nstop_hooks; i++)
+    known |= stop_hooks[i] == fn;
+  if (!known && nstop_hooks < (int)(sizeof stop_hooks / sizeof *stop_hooks))
+    stop_hooks[nstop_hooks++] = fn;
+  pthread_mutex_unlock(&io_lock);
 }
 
 static void async_cb(uv_async_t *a)
@@ -85,17 +128,23 @@ static void async_cb(uv_async_t *a)
   while (fifo) {
     io_req_t *req = fifo;
     fifo = req->next;
+    if (req->on_loop) {
+      req->on_loop(req, a->loop);
+      continue;
+    }
     uv_work_t *w = req->uv;
     w->data = req;
     int rc = uv_queue_work(a->loop, w, work_cb, after_work_cb);
     if (rc < 0) { /* cannot happen with a valid loop; fail the request rather than hang */
       req->err = rc;
-      smarm_wake(req->pid, req->token);
-      io_req_release(req);
+      io_complete(req);
     }
   }
-  if (atomic_load_explicit(&io_stopping, memory_order_acquire))
+  if (atomic_load_explicit(&io_stopping, memory_order_acquire)) {
+    for (int i = 0; i < nstop_hooks; i++) /* close what the modules keep open (sockets) */
+      stop_hooks[i](a->loop);
     uv_close((uv_handle_t *)a, NULL);
+  }
 }
 
 static void *io_main(void *arg)
@@ -129,7 +178,20 @@ static int io_start(void)
   return rc;
 }
 
-int io_call(io_req_t *req)
+/* Pushes req onto the submission queue, waking the loop if the queue was empty. */
+static void submit(io_req_t *req)
+{
+  io_req_t *old = atomic_load_explicit(&io_queue, memory_order_relaxed);
+  do {
+    req->next = old;
+  } while (!atomic_compare_exchange_weak_explicit(&io_queue, &old, req, memory_order_release,
+                                                  memory_order_relaxed));
+  if (!old)
+    uv_async_send(&io_async);
+}
+
+/* Submits req for the calling actor (taking the IO side's reference); 0 or a negative errno. */
+static int submit_waited(io_req_t *req)
 {
   smarm_pid_t self = smarm_self();
   if (!self)
@@ -139,18 +201,62 @@ int io_call(io_req_t *req)
   req->pid = self;
   req->token = smarm_await_token();
   req->err = 0;
+  req->completed = 0;
+  req->waited = 1;
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the IO side's */
-  io_req_t *old = atomic_load_explicit(&io_queue, memory_order_relaxed);
-  do {
-    req->next = old;
-  } while (!atomic_compare_exchange_weak_explicit(&io_queue, &old, req, memory_order_release,
-                                                  memory_order_relaxed));
-  if (!old)
-    uv_async_send(&io_async);
+  submit(req);
+  return 0;
+}
+
+/* Parks until the wake of req's token; a timer cannot be short of memory without a timeout. */
+static int await_done(io_req_t *req, int64_t timeout_ns)
+{
   int rc;
-  while ((rc = smarm_await(req->token, SMARM_FOREVER)) == -ENOMEM)
-    smarm_yield(); /* no memory for a timer cannot happen without a timeout; be safe anyway */
+  while ((rc = smarm_await(req->token, timeout_ns)) == -ENOMEM)
+    smarm_yield();
   return rc;
+}
+
+int io_call(io_req_t *req)
+{
+  int rc = submit_waited(req);
+  return rc < 0 ? rc : await_done(req, SMARM_FOREVER);
+}
+
+int io_call_timeout(io_req_t *req, int64_t timeout_ns)
+{
+  int rc = submit_waited(req);
+  if (rc < 0)
+    return rc;
+  if (await_done(req, timeout_ns) == 0)
+    return 0;
+  /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
+  ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */
+  io_req_t *c = io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free);
+  while (!c) {
+    smarm_sleep(1000 * 1000);
+    c = io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free);
+  }
+  atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
+  c->target = req;
+  if (io_call(c) < 0) { /* no IO thread any more: nothing left to cancel */
+    io_req_release(c);
+    return -ETIMEDOUT;
+  }
+  io_req_release(c);
+  return req->completed && req->err != -ETIMEDOUT ? 0 : -ETIMEDOUT;
+}
+
+int io_post(io_req_t *req)
+{
+  if (!atomic_load_explicit(&io_ready, memory_order_acquire) ||
+      atomic_load_explicit(&io_stopping, memory_order_acquire)) {
+    io_req_release(req);
+    return -ECANCELED;
+  }
+  req->waited = 0;
+  submit(req); /* the IO side takes the caller's reference */
+  return 0;
 }
 
 void io_shutdown(void)
@@ -161,6 +267,15 @@ void io_shutdown(void)
     uv_async_send(&io_async);
     pthread_join(io_thread, NULL);
     atomic_store_explicit(&io_ready, 0, memory_order_relaxed);
+    /* Nobody submits now (the runtime has ended); anything that came after the loop's last look
+    ** is released unrun. */
+    io_req_t *left = atomic_exchange_explicit(&io_queue, NULL, memory_order_acquire);
+    while (left) {
+      io_req_t *next = left->next;
+      left->err = -ECANCELED;
+      io_complete(left);
+      left = next;
+    }
   }
   pthread_mutex_unlock(&io_lock);
 }

@@ -33,6 +33,15 @@ typedef struct io_req io_req_t;
 ** and its own result fields. Must not touch Lua or the runtime. */
 typedef void (*io_work_fn)(io_req_t *req);
 
+/* Runs on the IO thread itself (sockets): starts the request on the loop, which must end in
+** exactly one io_complete(req), now or from a later libuv callback. */
+typedef void (*io_loop_fn)(io_req_t *req, void *uv_loop);
+
+/* On the IO thread, for a request started by its io_loop_fn and not completed yet: stop waiting
+** for it (its caller timed out) and io_complete() it with -ETIMEDOUT, leaving whatever it works
+** on usable. */
+typedef void (*io_cancel_fn)(io_req_t *req);
+
 /* Frees what the work's own fields hold (called once, by whoever releases the last reference);
 ** may be NULL. */
 typedef void (*io_free_fn)(io_req_t *req);
@@ -42,14 +51,27 @@ struct io_req {
   _Atomic int refs;     /* 2 from io_call() until each side is done with it */
   smarm_pid_t pid;      /* the actor to wake, and its await token */
   uint64_t token;
-  io_work_fn work;
+  io_work_fn work;      /* either work (on the pool) ... */
+  io_loop_fn on_loop;   /* ... or on_loop (on the IO thread) */
+  io_cancel_fn cancel;  /* for on_loop requests that can time out (io_call_timeout) */
   io_free_fn free_fields;
   int err;              /* the result: 0 or a negative errno (written by the IO side) */
+  int completed;        /* set by io_complete (IO side), read by the caller after a wake */
+  int waited;           /* io_post: nobody waits, nobody to wake */
+  io_req_t *target;     /* a cancel request's request to cancel */
   void *uv;             /* the IO thread's libuv request (io.c) */
 };
 
 /* A zeroed request of `size` bytes (a struct that starts with an io_req_t), or NULL. */
 io_req_t *io_req_new(size_t size, io_work_fn work, io_free_fn free_fields);
+
+/* The same for a request that runs on the IO thread (on_loop, and cancel if it can time out). */
+io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
+                          io_free_fn free_fields);
+
+/* On the IO thread: the request is done (err and its fields written): wakes its caller and drops
+** the IO side's reference. */
+void io_complete(io_req_t *req);
 
 /* Drops one reference; the last one frees the request. */
 void io_req_release(io_req_t *req);
@@ -59,6 +81,22 @@ void io_req_release(io_req_t *req);
 ** outside an actor, -ECANCELED when the IO thread cannot start); then the IO side holds no
 ** reference and the caller keeps its own. */
 int io_call(io_req_t *req);
+
+/* io_call with a time limit (SMARM_FOREVER: none). When it runs out, the IO thread is asked to
+** cancel the request (req->cancel) and the caller waits for that answer, so the request is either
+** cancelled (returns -ETIMEDOUT; the IO side released it or will) or completed in the meantime
+** (returns 0 with its result: nothing is lost in the race). */
+int io_call_timeout(io_req_t *req, int64_t timeout_ns);
+
+/* From any thread, also inside __gc: hands req to the IO thread and returns at once (nobody
+** waits; the IO side holds the only reference). Returns 0 or -ECANCELED (no IO thread: req is
+** released). */
+int io_post(io_req_t *req);
+
+/* Called on the IO thread when it stops (after a runtime), to close what a module keeps open;
+** register once per module (any thread). */
+typedef void (*io_stop_fn)(void *uv_loop);
+void io_on_stop(io_stop_fn fn);
 
 /* After a runtime has ended (no actor can call any more): lets the work in flight finish, stops
 ** the IO thread and releases its references. Does nothing if it never started. */

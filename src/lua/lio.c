@@ -169,7 +169,7 @@ static void fs_free(io_req_t *req)
 
 /* ---- The Lua side ------------------------------------------------------------------------- */
 
-static char *copy_arg(lua_State *L, int idx, size_t *len)
+char *lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
   size_t n;
   const char *s = luaL_checklstring(L, idx, &n);
@@ -182,19 +182,6 @@ static char *copy_arg(lua_State *L, int idx, size_t *len)
   return c;
 }
 
-/* A request for op with path (argument 1) copied. The actor's reference to it is held by a userdata
-** on the Lua stack (at index `box` after the call) whose __gc releases it: an error raised from
-** here on, or the actor being stopped while the IO thread works, leaks nothing; done() releases
-** it as soon as the results are pushed. */
-static fs_req_t *new_request(lua_State *L, enum fs_op op);
-
-static void done(lua_State *L, int box)
-{
-  io_req_t **b = lua_touserdata(L, box);
-  io_req_release(*b);
-  *b = NULL;
-}
-
 static int request_gc(lua_State *L)
 {
   io_req_t **box = lua_touserdata(L, 1);
@@ -205,9 +192,8 @@ static int request_gc(lua_State *L)
 
 static const char req_mt_key = 0;
 
-static fs_req_t *new_request(lua_State *L, enum fs_op op)
+void lio_box(lua_State *L, io_req_t *req)
 {
-  luaL_checkstring(L, 1);
   io_req_t **box = lua_newuserdata(L, sizeof *box);
   *box = NULL;
   lua_pushlightuserdata(L, (void *)&req_mt_key);
@@ -222,19 +208,33 @@ static fs_req_t *new_request(lua_State *L, enum fs_op op)
     lua_rawset(L, LUA_REGISTRYINDEX);
   }
   lua_setmetatable(L, -2);
+  *box = req;
+}
+
+void lio_unbox(lua_State *L, int idx)
+{
+  io_req_t **box = lua_touserdata(L, idx);
+  io_req_release(*box);
+  *box = NULL;
+}
+
+/* A request for op with path (argument 1) copied, boxed at the top of the stack (lio_box). */
+static fs_req_t *new_request(lua_State *L, enum fs_op op)
+{
+  luaL_checkstring(L, 1);
   fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
   if (!r)
     luaL_error(L, "not enough memory");
-  *box = &r->base;
+  lio_box(L, &r->base);
   r->op = op;
-  r->path = copy_arg(L, 1, NULL);
+  r->path = lio_copy_arg(L, 1, NULL);
   return r;
 }
 
 /* Runs r on the IO thread. Returns 0, or pushes nil, message, code and returns 3. */
 static int run(lua_State *L, fs_req_t *r, const char *fname)
 {
-  int rc = lsmarm_io_call(L, &r->base, fname);
+  int rc = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
   int err = rc < 0 ? rc : r->base.err;
   if (!err)
     return 0;
@@ -253,7 +253,7 @@ static int l_readfile(lua_State *L)
     lua_pushlstring(L, r->data, r->len);
     n = 1;
   }
-  done(L, box);
+  lio_unbox(L, box);
   return n;
 }
 
@@ -263,14 +263,14 @@ static int l_writefile(lua_State *L)
   lua_settop(L, 2);
   fs_req_t *r = new_request(L, FS_WRITEFILE);
   int box = lua_gettop(L);
-  r->data = copy_arg(L, 2, &r->len);
+  r->data = lio_copy_arg(L, 2, &r->len);
   r->mode = 0666;
   int n = run(L, r, "fs.writefile");
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
   }
-  done(L, box);
+  lio_unbox(L, box);
   return n;
 }
 
@@ -287,7 +287,7 @@ static int l_stat(lua_State *L)
   int box = lua_gettop(L);
   int n = run(L, r, "fs.stat");
   if (n) {
-    done(L, box);
+    lio_unbox(L, box);
     return n;
   }
   lua_createtable(L, 0, 5);
@@ -299,7 +299,7 @@ static int l_stat(lua_State *L)
   lua_setfield(L, -2, "mode");
   lua_pushnumber(L, (lua_Number)r->st.st_mtim.tv_sec + r->st.st_mtim.tv_nsec / 1e9);
   lua_setfield(L, -2, "mtime");
-  done(L, box);
+  lio_unbox(L, box);
   return 1;
 }
 
@@ -319,13 +319,13 @@ static int simple(lua_State *L, enum fs_op op, const char *fname)
   int box = lua_gettop(L);
   r->mode = mode;
   if (op == FS_RENAME)
-    r->path2 = copy_arg(L, 2, NULL);
+    r->path2 = lio_copy_arg(L, 2, NULL);
   int n = run(L, r, fname);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
   }
-  done(L, box);
+  lio_unbox(L, box);
   return n;
 }
 
@@ -354,7 +354,7 @@ static int l_scandir(lua_State *L)
   int box = lua_gettop(L);
   int n = run(L, r, "fs.scandir");
   if (n) {
-    done(L, box);
+    lio_unbox(L, box);
     return n;
   }
   lua_createtable(L, (int)r->count, 0);
@@ -366,7 +366,7 @@ static int l_scandir(lua_State *L)
     lua_setfield(L, -2, "type");
     lua_rawseti(L, -2, (int)i + 1);
   }
-  done(L, box);
+  lio_unbox(L, box);
   return 1;
 }
 

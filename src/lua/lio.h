@@ -5,6 +5,18 @@
 #define SMARM_LUA_LIO_H
 
 #include <lua.h>
+#include <stddef.h>
+
+struct io_req;
+
+/* Pushes a userdata that holds the caller's reference to req and releases it when collected: an
+** error raised while req is alive, or the actor being stopped while the IO thread works on it,
+** then leaks nothing. lio_unbox releases it at once (the box at idx then holds nothing). */
+void lio_box(lua_State *L, struct io_req *req);
+void lio_unbox(lua_State *L, int idx);
+
+/* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
+char *lio_copy_arg(lua_State *L, int idx, size_t *len);
 
 /* Sets module.fs (module: the stack index of the smarm.core table). */
 void lio_register(lua_State *L, int module);

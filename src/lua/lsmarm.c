@@ -31,6 +31,7 @@
 #include "io/io.h"
 #include "lbench.h"
 #include "lio.h"
+#include "ltcp.h"
 #include "ljx.h"
 #include "lsmarm.h"
 #include "smarm.h"
@@ -364,11 +365,11 @@ static void park_check(lua_State *L, const char *fname)
   ljx_before_switch(L);
 }
 
-int lsmarm_io_call(lua_State *L, io_req_t *req, const char *fname)
+int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
 {
   self_or_raise(L, fname);
   park_check(L, fname);
-  int rc = io_call(req);
+  int rc = io_call_timeout(req, timeout_ns);
   ljx_after_switch(L);
   return rc;
 }
@@ -1030,6 +1031,7 @@ int luaopen_smarm_core(lua_State *L)
   luaL_register(L, NULL, functions);
   lbench_register(L, lua_gettop(L));
   lio_register(L, lua_gettop(L));
+  ltcp_register(L, lua_gettop(L));
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -13,11 +13,11 @@
 void lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
 int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 
-/* Runs an IO request for the calling actor (io_call) under the binding's parking rules: raises
-** "smarm.<fname>: ..." outside an actor or where parking is refused; else returns io_call's
-** result. */
+/* Runs an IO request for the calling actor (io_call_timeout; SMARM_FOREVER: no limit) under the
+** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is
+** refused; else returns io_call_timeout's result. */
 struct io_req;
-int lsmarm_io_call(lua_State *L, struct io_req *req, const char *fname);
+int lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
 
 /* package.preload["smarm.core"] = the binding, in L's VM. */
 void lsmarm_preload(lua_State *L);

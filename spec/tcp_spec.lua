@@ -1,0 +1,329 @@
+-- smarm.tcp: sockets on the IO thread (src/lua/ltcp.c, src/io/tcp.c), over loopback.
+local smarm = require("smarm")
+
+-- Descriptors open in this process (the pid from /proc/self/stat: a popen'd shell has its own).
+local function fd_count()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  local p = assert(io.popen("ls /proc/" .. pid .. "/fd | wc -l"))
+  local n = tonumber(p:read("*a"))
+  p:close()
+  return n
+end
+
+-- A listener on a free port of 127.0.0.1, and its port.
+local function listen()
+  local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+  local _, port = server:getsockname()
+  return server, port
+end
+
+describe("smarm.tcp", function()
+  it("echoes lines between actors on different schedulers", function()
+    local got = smarm.run(function()
+      local server, port = listen()
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        while true do
+          local line = c:receive("*l")
+          if not line then break end
+          assert(c:send("echo:" .. line .. "\n"))
+        end
+        c:close()
+      end)
+      local me = smarm.self()
+      smarm.spawn_on(2, function(owner, p)
+        local c = assert(smarm.tcp.connect("127.0.0.1", p))
+        local out = {}
+        for i = 1, 100 do
+          assert(c:send("line " .. i .. "\r\n"))
+          out[i] = c:receive()
+        end
+        c:close()
+        smarm.send(owner, out)
+      end, me, port)
+      local out = smarm.receive(10)
+      server:close()
+      return out
+    end, { schedulers = 2 })
+    assert.are.equal(100, #got)
+    assert.are.equal("echo:line 1", got[1])
+    assert.are.equal("echo:line 100", got[100])
+  end)
+
+  it("reassembles lines and exact sizes split across packets", function()
+    local r = smarm.run(function()
+      local server, port = listen()
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        c:setoption("tcp-nodelay", true)
+        for _, piece in ipairs({ "fir", "st\nsec", "ond\r", "\n", "12345", "6789", "0tail-bytes" }) do
+          assert(c:send(piece))
+          smarm.sleep(0.005) -- each piece its own segment
+        end
+        c:close()
+      end)
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      local out = {}
+      out.l1 = c:receive("*l")
+      out.l2 = c:receive()
+      out.n10 = c:receive(10)
+      out.any = c:receiveany(3)
+      out.all = c:receive("*a")
+      out.after = { c:receive(1) }
+      c:close()
+      server:close()
+      return out
+    end)
+    assert.are.equal("first", r.l1)
+    assert.are.equal("second", r.l2)
+    assert.are.equal("1234567890", r.n10)
+    assert.are.equal("tai", r.any)
+    assert.are.equal("l-bytes", r.all)
+    assert.are.same({ nil, "closed", "" }, r.after)
+  end)
+
+  it("returns what arrived when the peer closes mid-transfer", function()
+    local r = smarm.run(function()
+      local server, port = listen()
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        c:send("only ten b")
+        c:close()
+      end)
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      local out = { exact = { c:receive(1000) } }
+      local c2done = {}
+      smarm.spawn(function()
+        local c2 = assert(server:accept())
+        c2:send("no newline")
+        c2:close()
+        c2done.ok = true
+      end)
+      local d = assert(smarm.tcp.connect("127.0.0.1", port))
+      out.line = { d:receive("*l") }
+      out.any = { d:receiveany(5) }
+      c:close()
+      d:close()
+      server:close()
+      return out
+    end)
+    assert.are.same({ nil, "closed", "only ten b" }, r.exact)
+    assert.are.same({ nil, "closed", "no newline" }, r.line)
+    assert.are.same({ nil, "closed" }, r.any)
+  end)
+
+  it("moves 100 MiB to a slow reader with bounded buffering", function()
+    local r = smarm.run(function()
+      local server, port = listen()
+      local progress = { sent = 0, received = 0, most_ahead = 0 }
+      local total = 100 * 1024 * 1024
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        local chunk = ("x"):rep(256 * 1024)
+        while progress.sent < total do
+          assert(c:send(chunk)) -- parks while the kernel holds what the reader has not taken
+          progress.sent = progress.sent + #chunk
+        end
+        c:close()
+      end)
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      local n = 0
+      while true do
+        local data, err, partial = c:receive(64 * 1024)
+        data = data or partial
+        progress.received = progress.received + #data
+        local ahead = progress.sent - progress.received
+        if ahead > progress.most_ahead then progress.most_ahead = ahead end
+        n = n + 1
+        if n % 64 == 0 then smarm.sleep(0.001) end -- a slow reader
+        if err then break end
+      end
+      c:close()
+      server:close()
+      return progress
+    end)
+    assert.are.equal(100 * 1024 * 1024, r.received)
+    -- the writer was never more than the kernel's buffers and ours ahead of the reader
+    assert.is_true(r.most_ahead < 32 * 1024 * 1024, "writer ran ahead by " .. r.most_ahead)
+  end)
+
+  it("times out accept, receive and send, and the socket stays usable", function()
+    local r = smarm.run(function()
+      local out = {}
+      local server, port = listen()
+      server:settimeout(0.05)
+      out.accept = { server:accept() }
+      server:settimeout(nil)
+      local handler = smarm.spawn(function(owner)
+        local c = assert(server:accept())
+        smarm.receive() -- the go-ahead
+        c:send("late line\n")
+        smarm.receive() -- then never reads: the client's sends fill the buffers
+        c:close()
+        smarm.send(owner, "closed")
+      end, smarm.self())
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      c:settimeout(0.05)
+      out.receive = { c:receive() }
+      smarm.send(handler, "go")
+      c:settimeout(5)
+      out.after = c:receive() -- the same socket, after its timeout
+      c:settimeout(0.2)
+      local chunk = ("y"):rep(1024 * 1024)
+      local sent = 0
+      while sent < 512 * 1024 * 1024 do
+        local n, err = c:send(chunk)
+        if not n then
+          out.send = err
+          break
+        end
+        sent = sent + n
+      end
+      smarm.send(handler, "close")
+      out.handler = smarm.receive(5)
+      c:close()
+      server:close()
+      return out
+    end)
+    assert.are.same({ nil, "timeout" }, r.accept)
+    assert.are.same({ nil, "timeout", "" }, r.receive)
+    assert.are.equal("late line", r.after)
+    assert.are.equal("timeout", r.send)
+    assert.are.equal("closed", r.handler)
+  end)
+
+  it("times out a connect that gets no answer", function()
+    local r = smarm.run(function()
+      -- a listener that never accepts, with a backlog of 1: once its queue is full the kernel
+      -- drops further handshakes, so a connect waits for an answer that does not come
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0, 1))
+      local _, port = server:getsockname()
+      local results, held = {}, {}
+      for i = 1, 8 do
+        local c, err = smarm.tcp.connect("127.0.0.1", port, 0.3)
+        results[i] = c and "connected" or err
+        held[i] = c
+        if err == "timeout" then break end
+      end
+      server:close()
+      return results
+    end)
+    assert.are.equal("timeout", r[#r], table.concat(r, ", "))
+    assert.are.equal("connected", r[1])
+  end)
+
+  it("refuses, reports an address in use, and raises on misuse", function()
+    local r = smarm.run(function()
+      local out = {}
+      local server, port = listen()
+      out.inuse = { smarm.tcp.listen("127.0.0.1", port) }
+      server:close()
+      out.refused = { smarm.tcp.connect("127.0.0.1", port) }
+      out.closed = select(2, pcall(function() server:accept() end))
+      out.badport = select(2, pcall(function() smarm.tcp.listen("127.0.0.1", 70000) end))
+      out.badpattern = select(2, pcall(function()
+        local s2, p2 = listen()
+        smarm.spawn(function() s2:accept() end)
+        local c = assert(smarm.tcp.connect("127.0.0.1", p2))
+        c:receive("*x")
+      end))
+      out.notsock = select(2, pcall(function() smarm.tcp.listen(nil, 1) end))
+      return out
+    end)
+    assert.is_nil(r.inuse[1])
+    assert.are.equal("EADDRINUSE", r.inuse[3])
+    assert.is_nil(r.refused[1])
+    assert.are.equal("ECONNREFUSED", r.refused[3])
+    assert.matches("smarm.tcp.accept: the socket is closed", r.closed)
+    assert.matches("bad argument #2 to 'listen' %(port from 0 to 65535 expected%)", r.badport)
+    assert.matches("bad argument #1 to 'receive' %(\"%*l\", \"%*a\" or a number expected%)", r.badpattern)
+    assert.matches("bad argument #1 to 'listen' %(string expected, got nil%)", r.notsock)
+    local ok, e = pcall(smarm.tcp.listen, "127.0.0.1", 0)
+    assert.is_false(ok)
+    assert.matches("not inside an actor", e)
+  end)
+
+  it("closes the sockets of collected handles", function()
+    local r = smarm.run(function()
+      local server, port = listen()
+      local me = smarm.self()
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        smarm.send(me, { c:receive() }) -- ends when the client's socket is closed by __gc
+      end)
+      do
+        local c = assert(smarm.tcp.connect("127.0.0.1", port))
+        c = nil -- luacheck: ignore
+      end
+      collectgarbage()
+      collectgarbage()
+      local got = smarm.receive(5)
+      server:close()
+      return got
+    end)
+    assert.are.same({ nil, "closed", "" }, r)
+  end)
+
+  it("holds thousands of connections across schedulers and leaves no descriptor open", function()
+    local limit = tonumber(io.popen("sh -c 'ulimit -n'"):read("*a")) or 1024
+    -- both ends of every connection are in this process: two descriptors each
+    local n = math.min(10000, math.floor((limit - 1000) / 2))
+    local before = fd_count()
+    local r = smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0, 4096))
+      local _, port = server:getsockname()
+      local me = smarm.self()
+      smarm.spawn(function()
+        for _ = 1, n do
+          local c = assert(server:accept())
+          smarm.spawn(function()
+            local line = c:receive()
+            if line then c:send(line .. "\n") end
+            c:receive() -- until the client closes
+            c:close()
+          end)
+        end
+      end)
+      -- clients connect in waves of 500 (a storm of thousands of simultaneous handshakes would
+      -- overflow the listen queue, which is the kernel's business, not ours), then all hold on
+      local clients, good, failures = {}, 0, {}
+      for first = 1, n, 500 do
+        local last = math.min(n, first + 499)
+        for i = first, last do
+          clients[i] = smarm.spawn_on(i % 2 + 1, function(owner, p, k)
+            local c, err = smarm.tcp.connect("127.0.0.1", p)
+            if not c then smarm.send(owner, err); return end
+            c:send(k .. "\n")
+            local got, why = c:receive()
+            smarm.send(owner, got == tostring(k) or tostring(why))
+            smarm.receive() -- hold the connection until told
+            c:close()
+          end, me, port, i)
+        end
+        for _ = first, last do
+          local m = smarm.receive(60)
+          if m == true then good = good + 1 else failures[tostring(m)] = (failures[tostring(m)] or 0) + 1 end
+        end
+      end
+      local open_fds = fd_count()
+      for i = 1, n do smarm.send(clients[i], "close") end
+      smarm.sleep(0.2)
+      server:close()
+      return { good = good, open_fds = open_fds, failures = failures }
+    end, { schedulers = 2 })
+    local after
+    for _ = 1, 50 do -- the IO thread has closed everything by the end of run; let the kernel catch up
+      after = fd_count()
+      if after <= before + 2 then break end
+      os.execute("sleep 0.05")
+    end
+    local why = {}
+    for k, v in pairs(r.failures) do why[#why + 1] = k .. " x" .. v end
+    assert.are.equal(n, r.good, table.concat(why, ", ") .. " (" .. before .. " descriptors open before, limit "
+      .. limit .. ")")
+    assert.is_true(r.open_fds >= before + 2 * n, "only " .. r.open_fds .. " descriptors open")
+    assert.is_true(after <= before + 2, before .. " descriptors before, " .. after .. " after")
+  end)
+end)

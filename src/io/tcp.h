@@ -1,0 +1,61 @@
+/*
+** TCP on the IO thread: listening and connected sockets live there (libuv handles), named by ids;
+** actors act on them with requests (io.h). Reading: each connection reads into its own buffer
+** while a receive waits, or until 256 KiB wait unclaimed (then it stops reading, so a slow actor
+** pushes back on its peer through the kernel's window); a receive takes its bytes from there.
+** Writing: a send completes when libuv has handed all its bytes to the kernel, so a writer whose
+** peer does not read parks (back-pressure). Accepting: a connection is accepted only when an
+** accept waits; until then the kernel's backlog holds it.
+**
+** Owner: everything here but the request structs belongs to the IO thread.
+*/
+#ifndef SMARM_IO_TCP_H
+#define SMARM_IO_TCP_H
+
+#include "io.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum tcp_op {
+  IOTCP_LISTEN,   /* host, port, backlog -> new_id */
+  IOTCP_CONNECT,  /* host, port -> new_id */
+  IOTCP_ACCEPT,   /* id -> new_id */
+  IOTCP_RECEIVE,  /* id, mode, want -> data, len (also on failure: what was there, the partial) */
+  IOTCP_SEND,     /* id, data, len */
+  IOTCP_CLOSE,    /* id (posted: nobody waits) */
+  IOTCP_NAME,     /* id, peer -> addr, port */
+  IOTCP_NODELAY,  /* id, flag */
+};
+
+enum tcp_receive_mode {
+  IOTCP_LINE,     /* up to "\n", without it (and without a "\r" before it) */
+  IOTCP_ALL,      /* until the peer closes */
+  IOTCP_EXACT,    /* exactly `want` bytes */
+  IOTCP_ANY,      /* 1 to `want` bytes, whatever is there */
+};
+
+/* A receive that cannot be met because the peer closed ends with err = IOTCP_CLOSED. */
+#define IOTCP_CLOSED (-4095) /* libuv's UV_EOF */
+
+typedef struct tcp_req {
+  io_req_t base;
+  enum tcp_op op;
+  uint64_t id;
+  char *host;                 /* listen, connect (owned) */
+  int port, backlog;
+  enum tcp_receive_mode mode;
+  size_t want;
+  char *data;                 /* send: the bytes (owned); receive: the result (owned) */
+  size_t len;
+  uint64_t new_id;
+  int peer, flag;
+  char addr[64];              /* name: the address as text, and port */
+  int addr_port;
+  void *uv;                   /* the loop's own per-request state (tcp.c) */
+} tcp_req_t;
+
+/* A request for op (a zeroed tcp_req_t that runs on the IO thread), or NULL. */
+tcp_req_t *tcp_req_new(enum tcp_op op);
+
+#endif

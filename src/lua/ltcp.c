@@ -1,0 +1,411 @@
+/*
+** smarm.tcp: TCP for Lua actors, in the shape of LuaSocket and OpenResty's cosockets. The sockets
+** live on the IO thread (src/io/tcp.c); a Lua socket is a userdata holding the socket's id, its
+** kind and its timeout. Each call is a request that parks only the calling actor. Outcomes return
+** (nil, "timeout"; nil, message, code with libuv's error name); misuse raises (wrong types, a
+** closed socket, a second receive or accept on a socket while one waits).
+*/
+#define _GNU_SOURCE
+#include "ltcp.h"
+
+#include "io/tcp.h"
+#include "lio.h"
+#include "lsmarm.h"
+
+#include <lauxlib.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SERVER_MT "smarm.tcp.server"
+#define CONN_MT "smarm.tcp.conn"
+
+typedef struct lsock {
+  uint64_t id;
+  int listener;
+  int closed;
+  double timeout; /* seconds; negative: none */
+} lsock_t;
+
+static void push_sock(lua_State *L, uint64_t id, int listener)
+{
+  lsock_t *s = lua_newuserdata(L, sizeof *s);
+  s->id = id;
+  s->listener = listener;
+  s->closed = 0;
+  s->timeout = -1;
+  luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
+  lua_setmetatable(L, -2);
+}
+
+/* The socket at idx (a server when listener, a connection when not, either when -1); raises on
+** anything else or a closed socket. */
+static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fname)
+{
+  lsock_t *s = lua_touserdata(L, idx);
+  int ok = 0;
+  if (s && lua_getmetatable(L, idx)) {
+    if (listener != 0) {
+      luaL_getmetatable(L, SERVER_MT);
+      ok |= lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+    }
+    if (listener != 1) {
+      luaL_getmetatable(L, CONN_MT);
+      ok |= lua_rawequal(L, -1, -2);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  if (!ok)
+    luaL_argerror(L, idx, listener == 1 ? "tcp server expected" : listener == 0
+                                                                 ? "tcp connection expected"
+                                                                 : "tcp socket expected");
+  if (s->closed)
+    luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
+  return s;
+}
+
+static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
+{
+  tcp_req_t *r = tcp_req_new(op);
+  if (!r)
+    luaL_error(L, "not enough memory");
+  lio_box(L, &r->base);
+  *box = lua_gettop(L);
+  return r;
+}
+
+static int64_t timeout_ns(double seconds)
+{
+  if (seconds < 0)
+    return SMARM_FOREVER;
+  double ns = seconds * 1e9;
+  return ns >= 9.2e18 ? SMARM_FOREVER : (int64_t)ns;
+}
+
+/* Runs r; returns 0, or its error: -ETIMEDOUT, IOTCP_CLOSED or a libuv error. Raises for misuse
+** the IO thread found (a second waiting receive or accept). */
+static int call(lua_State *L, tcp_req_t *r, double timeout, const char *fname)
+{
+  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), fname);
+  int err = rc < 0 ? rc : r->base.err;
+  if (err == -EBUSY)
+    luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
+  return err;
+}
+
+/* Pushes nil and the error (and `extra` values already made by the caller go after); returns
+** how many values were pushed. Receive and send name the error briefly ("timeout", "closed",
+** "ECONNRESET"); the others give a message and libuv's code. */
+static int push_error(lua_State *L, int err, int brief)
+{
+  lua_pushnil(L);
+  if (err == -ETIMEDOUT) {
+    lua_pushliteral(L, "timeout");
+    return 2;
+  }
+  if (err == IOTCP_CLOSED || err == -EBADF) {
+    lua_pushliteral(L, "closed");
+    return 2;
+  }
+  if (brief) {
+    lua_pushstring(L, io_err_name(err));
+    return 2;
+  }
+  lua_pushstring(L, io_strerror(err));
+  lua_pushstring(L, io_err_name(err));
+  return 3;
+}
+
+static int check_port(lua_State *L, int idx)
+{
+  lua_Number p = luaL_checknumber(L, idx);
+  luaL_argcheck(L, p >= 0 && p <= 65535 && p == floor(p), idx, "port from 0 to 65535 expected");
+  return (int)p;
+}
+
+/* Ends a request that makes a socket: pushes it (or the error), releases the request. */
+static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int listener)
+{
+  int n = 1;
+  if (err)
+    n = push_error(L, err, 0);
+  else
+    push_sock(L, r->new_id, listener);
+  lio_unbox(L, box);
+  return n;
+}
+
+/* ---- smarm.tcp.listen / connect ------------------------------------------------------------ */
+
+static int l_listen(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  int port = check_port(L, 2);
+  lua_Number backlog = luaL_optnumber(L, 3, 511);
+  luaL_argcheck(L, backlog >= 1 && backlog <= 65535, 3, "backlog from 1 to 65535 expected");
+  lua_settop(L, 3);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_LISTEN, &box);
+  r->host = lio_copy_arg(L, 1, NULL);
+  r->port = port;
+  r->backlog = (int)backlog;
+  return new_sock_result(L, r, call(L, r, -1, "listen"), box, 1);
+}
+
+static int l_connect(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  int port = check_port(L, 2);
+  double timeout = luaL_optnumber(L, 3, -1);
+  lua_settop(L, 3);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_CONNECT, &box);
+  r->host = lio_copy_arg(L, 1, NULL);
+  r->port = port;
+  return new_sock_result(L, r, call(L, r, timeout, "connect"), box, 0);
+}
+
+/* ---- Methods ------------------------------------------------------------------------------- */
+
+static int m_accept(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 1, "accept");
+  lua_settop(L, 1);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_ACCEPT, &box);
+  r->id = s->id;
+  return new_sock_result(L, r, call(L, r, s->timeout, "accept"), box, 0);
+}
+
+/* receive(pattern): "*l" (default), "*a", or a number of bytes. */
+static int m_receive(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 0, "receive");
+  enum tcp_receive_mode mode = IOTCP_LINE;
+  size_t want = 0;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    lua_Number n = lua_tonumber(L, 2);
+    luaL_argcheck(L, n >= 0 && n == floor(n) && n < 4294967296.0, 2, "byte count expected");
+    mode = IOTCP_EXACT;
+    want = (size_t)n;
+  } else if (!lua_isnoneornil(L, 2)) {
+    const char *p = luaL_checkstring(L, 2);
+    if (strcmp(p, "*l") == 0 || strcmp(p, "l") == 0)
+      mode = IOTCP_LINE;
+    else if (strcmp(p, "*a") == 0 || strcmp(p, "a") == 0)
+      mode = IOTCP_ALL;
+    else
+      return luaL_argerror(L, 2, "\"*l\", \"*a\" or a number expected");
+  }
+  if (mode == IOTCP_EXACT && want == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  lua_settop(L, 2);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
+  r->id = s->id;
+  r->mode = mode;
+  r->want = want;
+  int err = call(L, r, s->timeout, "receive");
+  int n;
+  if (err) {
+    n = push_error(L, err, 1);
+    lua_pushlstring(L, r->data ? r->data : "", r->data ? r->len : 0); /* the partial */
+    n++;
+  } else {
+    lua_pushlstring(L, r->data, r->len);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int m_receiveany(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 0, "receiveany");
+  lua_Number max = luaL_checknumber(L, 2);
+  luaL_argcheck(L, max >= 1 && max == floor(max) && max < 4294967296.0, 2,
+                "byte count of at least 1 expected");
+  lua_settop(L, 2);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
+  r->id = s->id;
+  r->mode = IOTCP_ANY;
+  r->want = (size_t)max;
+  int err = call(L, r, s->timeout, "receiveany");
+  int n;
+  if (err) {
+    n = push_error(L, err, 1);
+  } else {
+    lua_pushlstring(L, r->data, r->len);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int m_send(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 0, "send");
+  luaL_checkstring(L, 2);
+  lua_settop(L, 2);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_SEND, &box);
+  r->id = s->id;
+  r->data = lio_copy_arg(L, 2, &r->len);
+  size_t len = r->len;
+  int err = len ? call(L, r, s->timeout, "send") : 0;
+  int n;
+  if (err) {
+    n = push_error(L, err, 1);
+    lua_pushinteger(L, 0);
+    n++;
+  } else {
+    lua_pushnumber(L, (lua_Number)len);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int m_settimeout(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, -1, "settimeout");
+  s->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  if (s->timeout != s->timeout) /* NaN: no limit */
+    s->timeout = -1;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* Closing does not wait: the request goes to the IO thread and the socket is closed here. */
+static void post_close(lsock_t *s)
+{
+  if (s->closed)
+    return;
+  s->closed = 1;
+  tcp_req_t *r = tcp_req_new(IOTCP_CLOSE);
+  if (r) {
+    r->id = s->id;
+    io_post(&r->base);
+  }
+}
+
+static int m_close(lua_State *L)
+{
+  lsock_t *s = lua_touserdata(L, 1);
+  check_sock(L, 1, -1, "close");
+  post_close(s);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* __gc: an unclosed socket is closed by a posted request (no switch inside __gc). */
+static int m_gc(lua_State *L)
+{
+  lsock_t *s = lua_touserdata(L, 1);
+  post_close(s);
+  return 0;
+}
+
+static int name(lua_State *L, int peer, const char *fname)
+{
+  lsock_t *s = check_sock(L, 1, peer ? 0 : -1, fname);
+  lua_settop(L, 1);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_NAME, &box);
+  r->id = s->id;
+  r->peer = peer;
+  int err = call(L, r, -1, fname);
+  int n;
+  if (err) {
+    n = push_error(L, err, 0);
+  } else {
+    lua_pushstring(L, r->addr);
+    lua_pushinteger(L, r->addr_port);
+    n = 2;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int m_getsockname(lua_State *L) { return name(L, 0, "getsockname"); }
+static int m_getpeername(lua_State *L) { return name(L, 1, "getpeername"); }
+
+static int m_setoption(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 0, "setoption");
+  const char *opt = luaL_checkstring(L, 2);
+  if (strcmp(opt, "tcp-nodelay") != 0)
+    return luaL_argerror(L, 2, "\"tcp-nodelay\" expected");
+  int flag = lua_toboolean(L, 3);
+  lua_settop(L, 3);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_NODELAY, &box);
+  r->id = s->id;
+  r->flag = flag;
+  int err = call(L, r, -1, "setoption");
+  int n;
+  if (err) {
+    n = push_error(L, err, 0);
+  } else {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int m_tostring(lua_State *L)
+{
+  lsock_t *s = lua_touserdata(L, 1);
+  lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn", s->closed ? "closed" : "open");
+  return 1;
+}
+
+static const luaL_Reg server_methods[] = {
+  {"accept", m_accept}, {"getsockname", m_getsockname}, {"settimeout", m_settimeout},
+  {"close", m_close},   {NULL, NULL},
+};
+
+static const luaL_Reg conn_methods[] = {
+  {"receive", m_receive},         {"receiveany", m_receiveany}, {"send", m_send},
+  {"settimeout", m_settimeout},   {"close", m_close},           {"getsockname", m_getsockname},
+  {"getpeername", m_getpeername}, {"setoption", m_setoption},   {NULL, NULL},
+};
+
+static const luaL_Reg tcp_functions[] = {
+  {"listen", l_listen},
+  {"connect", l_connect},
+  {NULL, NULL},
+};
+
+static void make_metatable(lua_State *L, const char *name_, const luaL_Reg *methods)
+{
+  if (luaL_newmetatable(L, name_)) {
+    lua_newtable(L);
+    luaL_register(L, NULL, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, m_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, m_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushstring(L, name_);
+    lua_setfield(L, -2, "__metatable");
+  }
+  lua_pop(L, 1);
+}
+
+void ltcp_register(lua_State *L, int module)
+{
+  make_metatable(L, SERVER_MT, server_methods);
+  make_metatable(L, CONN_MT, conn_methods);
+  lua_newtable(L);
+  luaL_register(L, NULL, tcp_functions);
+  lua_setfield(L, module, "tcp");
+}
