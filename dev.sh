@@ -95,6 +95,9 @@ cmd_bench() {
     say "bench/$scenario.lua"
     lua_bench "$ROOT/bench/$scenario.lua"
   done
+  say "bench/c/echo_threads and bench/echo.lua (TCP echo: plain threads, then actors on the IO thread)"
+  "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
+  lua_bench "$ROOT/bench/echo.lua"
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
   say "the Lua scenarios (lines in $results)"

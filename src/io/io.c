@@ -2,13 +2,14 @@
 ** The IO thread (see io.h).
 **
 ** Submission queue (actors' scheduler threads -> IO thread): a lock-free stack. A producer pushes
-** with a release CAS; if the stack was empty before its push, it calls uv_async_send(). The IO
-** thread's async callback takes the whole stack with an acquire exchange and queues each request
-** on libuv's thread pool, oldest first. No wake-up is lost: the producer that makes the stack
-** non-empty sends a wake after its push, and libuv runs the async callback at least once after
-** every uv_async_send() (one already pending covers it: the later callback's exchange still sees
-** the push). Producers that find the stack non-empty send nothing: the wake of whoever made it
-** non-empty is pending or its callback has not taken the stack yet. That is the coalescing.
+** with a CAS; if the stack was empty before its push and the loop is not spinning (io_main), it
+** calls uv_async_send(). The loop takes the whole stack with an exchange (drain) and starts each
+** request, oldest first. No wake-up is lost: the producer that makes the stack non-empty either
+** sees the loop spinning (and the loop looks at the queue again before it blocks, see io_main)
+** or sends a wake after its push, and libuv runs the async callback at least once after every
+** uv_async_send() (one already pending covers it: the later drain still sees the push).
+** Producers that find the stack non-empty send nothing: whoever made it non-empty has woken the
+** loop, or the loop is spinning. That is the coalescing.
 **
 ** Completions (IO thread -> the actor's scheduler): smarm_wake() through the scheduler's inbox;
 ** libuv hands a pool thread's results to the loop thread under its own lock, so what the work
@@ -34,6 +35,8 @@ static _Atomic(io_req_t *) io_queue;
 static uv_loop_t io_loop;
 static uv_async_t io_async;
 static pthread_t io_thread;
+static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
+static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
 
 io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
                           io_free_fn free_fields)
@@ -70,6 +73,7 @@ void io_req_release(io_req_t *req)
 
 void io_complete(io_req_t *req)
 {
+  io_activity++;
   req->completed = 1;
   if (req->waited)
     smarm_wake(req->pid, req->token); /* no runtime any more (shutdown): nobody to wake */
@@ -115,9 +119,25 @@ void io_on_stop(io_stop_fn fn)
   pthread_mutex_unlock(&io_lock);
 }
 
+
+static void drain(uv_loop_t *loop);
+
 static void async_cb(uv_async_t *a)
 {
-  io_req_t *list = atomic_exchange_explicit(&io_queue, NULL, memory_order_acquire);
+  drain(a->loop);
+  if (atomic_load_explicit(&io_stopping, memory_order_acquire)) {
+    for (int i = 0; i < nstop_hooks; i++) /* close what the modules keep open (sockets) */
+      stop_hooks[i](a->loop);
+    uv_close((uv_handle_t *)a, NULL);
+  }
+}
+
+/* Takes every submitted request and starts it, oldest first. */
+static void drain(uv_loop_t *loop)
+{
+  io_req_t *list = atomic_exchange_explicit(&io_queue, NULL, memory_order_seq_cst);
+  if (list)
+    io_activity++;
   io_req_t *fifo = NULL;
   while (list) { /* the stack is newest first */
     io_req_t *next = list->next;
@@ -129,28 +149,53 @@ static void async_cb(uv_async_t *a)
     io_req_t *req = fifo;
     fifo = req->next;
     if (req->on_loop) {
-      req->on_loop(req, a->loop);
+      req->on_loop(req, loop);
       continue;
     }
     uv_work_t *w = req->uv;
     w->data = req;
-    int rc = uv_queue_work(a->loop, w, work_cb, after_work_cb);
+    int rc = uv_queue_work(loop, w, work_cb, after_work_cb);
     if (rc < 0) { /* cannot happen with a valid loop; fail the request rather than hang */
       req->err = rc;
       io_complete(req);
     }
   }
-  if (atomic_load_explicit(&io_stopping, memory_order_acquire)) {
-    for (int i = 0; i < nstop_hooks; i++) /* close what the modules keep open (sockets) */
-      stop_hooks[i](a->loop);
-    uv_close((uv_handle_t *)a, NULL);
-  }
 }
+
+/* The loop: while it has been busy within IO_SPIN_NS it polls (the queue, then libuv without
+** blocking), so a busy exchange pays no wake-ups; then it announces that it stops spinning,
+** looks at the queue once more, and blocks in libuv until a socket, a pool completion or a wake.
+** Producers skip uv_async_send while io_spinning is set: each side stores before it loads,
+** seq_cst (the queue exchange and push are RMWs), so either the loop's last look sees the push or
+** the producer sees io_spinning clear and wakes it (the argument of inbox.h). */
+#define IO_SPIN_NS 50000
 
 static void *io_main(void *arg)
 {
   (void)arg;
-  uv_run(&io_loop, UV_RUN_DEFAULT); /* until the async handle is closed and the work is done */
+  int64_t busy_at = smarm_now_ns();
+  uint64_t seen = io_activity;
+  atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
+  for (;;) {
+    drain(&io_loop);
+    if (!uv_run(&io_loop, UV_RUN_NOWAIT))
+      break; /* the async handle is closed and nothing is left */
+    int64_t now = smarm_now_ns();
+    if (io_activity != seen) {
+      seen = io_activity;
+      busy_at = now;
+    }
+    if (now - busy_at < IO_SPIN_NS && !atomic_load_explicit(&io_stopping, memory_order_relaxed))
+      continue;
+    atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
+    if (atomic_load_explicit(&io_queue, memory_order_seq_cst) == NULL) {
+      if (!uv_run(&io_loop, UV_RUN_ONCE))
+        break;
+    }
+    atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
+    busy_at = smarm_now_ns();
+  }
+  atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
   uv_loop_close(&io_loop);
   return NULL;
 }
@@ -184,9 +229,9 @@ static void submit(io_req_t *req)
   io_req_t *old = atomic_load_explicit(&io_queue, memory_order_relaxed);
   do {
     req->next = old;
-  } while (!atomic_compare_exchange_weak_explicit(&io_queue, &old, req, memory_order_release,
+  } while (!atomic_compare_exchange_weak_explicit(&io_queue, &old, req, memory_order_seq_cst,
                                                   memory_order_relaxed));
-  if (!old)
+  if (!old && !atomic_load_explicit(&io_spinning, memory_order_seq_cst))
     uv_async_send(&io_async);
 }
 

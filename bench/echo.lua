@@ -1,0 +1,91 @@
+-- bench/echo.lua: TCP echo over loopback inside one runtime, through the IO thread.
+--   rtt        one client actor (scheduler 2) and the server's handler (scheduler 1): one round
+--              trip of a 64-byte message; compare with bench/c/echo_threads (two plain threads
+--              doing blocking read/write), which ./dev.sh bench runs beside it
+--   rtt_local  the same with client and server on one scheduler
+--   clients    SMARM_ECHO_CLIENTS client actors (default 16, on both schedulers) against one
+--              server; per round trip, and requests per second (extra field rps)
+-- Knobs: SMARM_ECHO_ROUNDS, SMARM_ECHO_RUNS, SMARM_ECHO_BATCH, SMARM_ECHO_CLIENTS.
+-- Run: smarm -n bench/echo.lua [rtt|rtt_local|clients]
+local smarm = require("smarm")
+local bench = require("smarm.bench")
+
+local wanted = {}
+for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
+local rounds = bench.knob("SMARM_ECHO_ROUNDS", 50000)
+local runs = bench.knob("SMARM_ECHO_RUNS", 3)
+local batch = bench.knob("SMARM_ECHO_BATCH", 10)
+local nclients = bench.knob("SMARM_ECHO_CLIENTS", 16)
+local MSG = ("m"):rep(64)
+
+-- The server: accepts forever, one handler actor per connection echoing 64-byte messages.
+local function serve(server)
+  while true do
+    local c = server:accept()
+    if not c then return end
+    c:setoption("tcp-nodelay", true)
+    smarm.spawn(function()
+      while true do
+        local m = c:receive(64)
+        if not m then break end
+        c:send(m)
+      end
+      c:close()
+    end)
+  end
+end
+
+-- A client: round trips of MSG, measured by the harness; sends its packed result to owner.
+-- (It moves to another scheduler's VM with spawn_on: its upvalues are modules and MSG.)
+local function client(owner, port, opts)
+  local c = assert(smarm.tcp.connect("127.0.0.1", port))
+  c:setoption("tcp-nodelay", true)
+  local r = bench.measure(function(n)
+    for _ = 1, n do
+      c:send(MSG)
+      c:receive(64)
+    end
+  end, opts)
+  c:close()
+  smarm.send(owner, bench.pack(r))
+end
+
+for _, variant in ipairs({ "rtt", "rtt_local" }) do
+  if next(wanted) == nil or wanted[variant] then
+    smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      smarm.spawn(serve, server)
+      local me = smarm.self()
+      smarm.spawn_on(variant == "rtt" and 2 or 1, client, me, port, { rounds = rounds, runs = runs, batch = batch, warmup = 2000,
+        label = "echo " .. variant })
+      local r = bench.merge({ smarm.receive() })
+      server:close()
+      bench.report({ scenario = "echo", variant = variant, schedulers = 2, bytes = 64 }, r)
+    end, { schedulers = 2 })
+  end
+end
+
+if next(wanted) == nil or wanted.clients then
+  smarm.run(function()
+    local server = assert(smarm.tcp.listen("127.0.0.1", 0, 1024))
+    local _, port = server:getsockname()
+    smarm.spawn(serve, server)
+    local me = smarm.self()
+    local per_client = math.max(batch, math.floor(rounds / nclients))
+    local t0 = smarm.clock()
+    for i = 1, nclients do
+      smarm.spawn_on(i % 2 + 1, client, me, port, { rounds = per_client, runs = runs, batch = batch, warmup = 200,
+        label = "echo clients" })
+    end
+    local packed = {}
+    for i = 1, nclients do packed[i] = smarm.receive() end
+    local seconds = (smarm.clock() - t0) / 1e9
+    local r = bench.merge(packed)
+    server:close()
+    bench.report({ scenario = "echo", variant = "clients", schedulers = 2, clients = nclients,
+      bytes = 64, rps = math.floor(r.ops / seconds) }, r)
+  end, { schedulers = 2 })
+end
+
+bench.finish()
