@@ -327,3 +327,24 @@ describe("smarm.tcp", function()
     assert.is_true(after <= before + 2, before .. " descriptors before, " .. after .. " after")
   end)
 end)
+
+describe("smarm.dns", function()
+  it("resolves localhost, and reports a name that does not resolve", function()
+    local r = smarm.run(function()
+      return { ok = smarm.dns.getaddrinfo("localhost", 8080), bad = { smarm.dns.getaddrinfo("no-such-host.invalid") },
+        num = smarm.dns.getaddrinfo("127.0.0.1") }
+    end)
+    local found = false
+    for _, e in ipairs(r.ok) do
+      if e.addr == "127.0.0.1" and e.family == "inet" and e.port == 8080 then found = true end
+      assert.is_true(e.family == "inet" or e.family == "inet6")
+    end
+    assert.is_true(found)
+    assert.are.equal("127.0.0.1", r.num[1].addr)
+    assert.is_nil(r.bad[1])
+    assert.matches("no%-such%-host%.invalid: ", r.bad[2])
+    assert.matches("^EAI_", r.bad[3]) -- EAI_NONAME, or EAI_AGAIN where no resolver answers
+    local e = select(2, smarm.run(function() return pcall(function() smarm.dns.getaddrinfo({}) end) end))
+    assert.matches("bad argument #1 to 'getaddrinfo' %(string expected, got table%)", e)
+  end)
+end)

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "lio.h"
 
+#include "io/dns.h"
 #include "io/io.h"
 #include "lsmarm.h"
 
@@ -370,6 +371,54 @@ static int l_scandir(lua_State *L)
   return 1;
 }
 
+/* ---- smarm.dns ---------------------------------------------------------------------------- */
+
+/* getaddrinfo(host [, service [, timeout]]) -> { {addr =, family =, port =}, ... } */
+static int l_getaddrinfo(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
+    luaL_checkstring(L, 2);
+  double timeout = luaL_optnumber(L, 3, -1);
+  lua_settop(L, 3);
+  dns_req_t *r = dns_req_new();
+  if (!r)
+    return luaL_error(L, "not enough memory");
+  lio_box(L, &r->base);
+  int box = lua_gettop(L);
+  r->host = lio_copy_arg(L, 1, NULL);
+  if (!lua_isnil(L, 2))
+    r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
+  int64_t ns = timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9);
+  int rc = lsmarm_io_call(L, &r->base, ns, "dns.getaddrinfo");
+  int err = rc < 0 ? rc : r->base.err;
+  int n = 1;
+  if (err == -ETIMEDOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    n = 2;
+  } else if (err) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: %s", r->host, io_strerror(err));
+    lua_pushstring(L, io_err_name(err));
+    n = 3;
+  } else {
+    lua_createtable(L, (int)r->count, 0);
+    for (size_t i = 0; i < r->count; i++) {
+      lua_createtable(L, 0, 3);
+      lua_pushstring(L, r->entries[i].addr);
+      lua_setfield(L, -2, "addr");
+      lua_pushstring(L, r->entries[i].family == 6 ? "inet6" : "inet");
+      lua_setfield(L, -2, "family");
+      lua_pushinteger(L, r->entries[i].port);
+      lua_setfield(L, -2, "port");
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
 static const luaL_Reg fs_functions[] = {
   {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
   {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
@@ -381,4 +430,8 @@ void lio_register(lua_State *L, int module)
   lua_newtable(L);
   luaL_register(L, NULL, fs_functions);
   lua_setfield(L, module, "fs");
+  lua_newtable(L);
+  lua_pushcfunction(L, l_getaddrinfo);
+  lua_setfield(L, -2, "getaddrinfo");
+  lua_setfield(L, module, "dns");
 }

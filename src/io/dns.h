@@ -1,0 +1,28 @@
+/*
+** Name resolution on the IO thread: uv_getaddrinfo (which runs getaddrinfo on libuv's pool).
+*/
+#ifndef SMARM_IO_DNS_H
+#define SMARM_IO_DNS_H
+
+#include "io.h"
+
+#include <stddef.h>
+
+typedef struct dns_entry {
+  char addr[64];  /* numeric address */
+  int family;     /* 4 or 6 */
+  int port;
+} dns_entry_t;
+
+typedef struct dns_req {
+  io_req_t base;
+  char *host, *service;  /* owned; service may be NULL */
+  dns_entry_t *entries;  /* owned: the answers, in the resolver's order, duplicates removed */
+  size_t count;
+  void *uv;              /* the loop's uv_getaddrinfo_t while it runs */
+} dns_req_t;
+
+/* A request (runs on the IO thread; a timed-out one is abandoned), or NULL. */
+dns_req_t *dns_req_new(void);
+
+#endif
