@@ -328,6 +328,92 @@ describe("smarm.tcp", function()
   end)
 end)
 
+describe("handing sockets between actors", function()
+  it("moves connections to workers on another scheduler, in messages and spawn_on arguments", function()
+    local r = smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local me = smarm.self()
+      local out = {}
+      -- a worker on scheduler 2 that serves the connections it is sent
+      local worker = smarm.spawn_on(2, function(owner)
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          local line = m.conn:receive()
+          m.conn:send("worker " .. smarm.scheduler() .. " got " .. line .. "\n")
+          m.conn:close()
+          smarm.send(owner, "served")
+        end
+      end, me)
+      smarm.spawn(function()
+        local c1 = assert(server:accept())
+        smarm.send(worker, { conn = c1 })
+        out.after_send = select(2, pcall(function() c1:receive() end))
+        out.tostring = tostring(c1)
+        local c2 = assert(server:accept())
+        -- as an argument of spawn_on
+        smarm.spawn_on(2, function(owner, conn)
+          local line = conn:receive()
+          conn:send("spawned " .. smarm.scheduler() .. " got " .. line .. "\n")
+          conn:close()
+          smarm.send(owner, "served")
+        end, me, c2)
+        out.after_spawn = select(2, pcall(function() c2:send("x") end))
+      end)
+      local a = assert(smarm.tcp.connect("127.0.0.1", port))
+      a:send("one\n")
+      out.a = a:receive()
+      local b = assert(smarm.tcp.connect("127.0.0.1", port))
+      b:send("two\n")
+      out.b = b:receive()
+      out.served = { smarm.receive(5), smarm.receive(5) }
+      smarm.send(worker, "stop")
+      server:close()
+      return out
+    end, { schedulers = 2 })
+    assert.are.equal("worker 2 got one", r.a)
+    assert.are.equal("spawned 2 got two", r.b)
+    assert.are.same({ "served", "served" }, r.served)
+    assert.matches("smarm.tcp.receive: the socket was handed to another actor", r.after_send)
+    assert.matches("smarm.tcp.send: the socket was handed to another actor", r.after_spawn)
+    assert.are.equal("tcp.conn (handed over)", r.tostring)
+  end)
+
+  it("closes a socket sent to an actor that is gone, and keeps it when a send fails", function()
+    local r = smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local out = {}
+      local dead_remote = smarm.spawn_on(2, function() end)
+      local dead_local = smarm.spawn(function() end)
+      smarm.sleep(0.02)
+      local peers = {}
+      smarm.spawn(function()
+        for i = 1, 2 do peers[i] = assert(server:accept()) end
+      end)
+      local c1 = assert(smarm.tcp.connect("127.0.0.1", port))
+      local c2 = assert(smarm.tcp.connect("127.0.0.1", port))
+      smarm.sleep(0.02)
+      -- to a dead actor of another scheduler: dropped there, and its socket closed
+      smarm.send(dead_remote, { conn = peers[1] })
+      out.dropped = { c1:receive() }
+      -- to a dead actor of this scheduler: the send fails at once and the socket stays ours
+      smarm.send(dead_local, { conn = peers[2] })
+      out.kept = tostring(peers[2])
+      peers[2]:send("still mine\n")
+      out.still = c2:receive()
+      out.twice = select(2, pcall(smarm.send, smarm.self(), { peers[2], peers[2] }))
+      server:close()
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ nil, "closed", "" }, r.dropped)
+    assert.are.equal("tcp.conn (open)", r.kept)
+    assert.are.equal("still mine", r.still)
+    assert.matches("holds a socket that is already in the message", r.twice)
+  end)
+end)
+
 describe("smarm.dns", function()
   it("resolves localhost, and reports a name that does not resolve", function()
     local r = smarm.run(function()

@@ -176,6 +176,16 @@ int64_t smarm_now_ns(void);
 typedef struct smarm_msg smarm_msg_t;
 
 smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
+
+/* A message may own resources that must be released if nobody takes them (the Lua layer's
+** sockets travel this way). An owning message passes through the drop hook whenever it is freed:
+** by smarm_msg_free, or by the runtime when it drops the message undelivered (a dead receiver, a
+** mailbox or inbox emptied at exit or shutdown). A receiver that takes the resources over marks
+** the message not owning before freeing it. The hook is one per process, set before use; it may
+** run on any scheduler thread and must not park. */
+typedef void (*smarm_msg_hook)(smarm_msg_t *msg);
+void smarm_msg_set_drop_hook(smarm_msg_hook hook);
+void smarm_msg_set_owning(smarm_msg_t *msg, int owning);
 void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
 void *smarm_msg_data(smarm_msg_t *msg);
 size_t smarm_msg_size(const smarm_msg_t *msg);

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "test.h"
 
+#include <stdatomic.h>
+
 #include <errno.h>
 #include <sched.h>
 
@@ -853,5 +855,67 @@ static void main_hoard_shutdown(void *arg)
 }
 
 TEST(messages_in_flight_at_shutdown_are_freed) { RUN(2, main_hoard_shutdown, NULL); }
+
+/* ---- owning messages: the drop hook runs for every one freed without being taken over ---- */
+
+static _Atomic int dropped;
+
+static void count_drop(smarm_msg_t *m)
+{
+  (void)m;
+  atomic_fetch_add(&dropped, 1);
+}
+
+static smarm_msg_t *owning_msg(void)
+{
+  smarm_msg_t *m = smarm_msg_new(8);
+  smarm_msg_set_owning(m, 1);
+  return m;
+}
+
+static void exits_at_once(void *arg) { (void)arg; }
+
+static void holds_then_exits(void *arg)
+{
+  (void)arg;
+  smarm_sleep(20 * 1000 * 1000); /* messages pile up; it ends without receiving them */
+}
+
+static void main_owning(void *arg)
+{
+  (void)arg;
+  /* received and taken over: no drop */
+  smarm_msg_t *m = owning_msg();
+  CHECK_EQ(smarm_send(smarm_self(), m), 0);
+  CHECK_EQ(smarm_receive(0, &m), 0);
+  smarm_msg_set_owning(m, 0);
+  smarm_msg_free(m);
+  CHECK_EQ(atomic_load(&dropped), 0);
+  /* received and freed as is: dropped */
+  CHECK_EQ(smarm_send(smarm_self(), owning_msg()), 0);
+  CHECK_EQ(smarm_receive(0, &m), 0);
+  smarm_msg_free(m);
+  CHECK_EQ(atomic_load(&dropped), 1);
+  /* to a dead remote actor: dropped on arrival */
+  smarm_pid_t dead;
+  CHECK_EQ(smarm_spawn_on(1, exits_at_once, NULL, NULL, &dead), 0);
+  smarm_sleep(5 * 1000 * 1000);
+  CHECK_EQ(smarm_send(dead, owning_msg()), 0);
+  /* left in the mailbox of an actor that ends */
+  smarm_pid_t holder;
+  CHECK_EQ(smarm_spawn_on(1, holds_then_exits, NULL, NULL, &holder), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(smarm_send(holder, owning_msg()), 0);
+  smarm_sleep(60 * 1000 * 1000);
+  CHECK_EQ(atomic_load(&dropped), 5);
+}
+
+TEST(owning_messages_run_the_drop_hook)
+{
+  smarm_msg_set_drop_hook(count_drop);
+  atomic_store(&dropped, 0);
+  RUN(2, main_owning, NULL);
+  smarm_msg_set_drop_hook(NULL);
+}
 
 TEST_MAIN()

@@ -3,6 +3,7 @@
 */
 #include "mailbox.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 smarm_msg_t *msg_new(uint32_t kind, size_t size)
@@ -16,13 +17,34 @@ smarm_msg_t *msg_new(uint32_t kind, size_t size)
   m->to = 0;
   m->from = 0;
   m->size = (uint32_t)size;
-  m->kind = kind;
+  m->kind = (uint16_t)kind;
+  m->owning = 0;
   return m;
+}
+
+/* Set once by the embedding layer (the Lua binding), read by any thread that frees a message. */
+static _Atomic(smarm_msg_hook) drop_hook;
+
+void smarm_msg_set_drop_hook(smarm_msg_hook hook)
+{
+  atomic_store_explicit(&drop_hook, hook, memory_order_release);
+}
+
+void smarm_msg_set_owning(smarm_msg_t *msg, int owning) { msg->owning = owning != 0; }
+
+void msg_release(smarm_msg_t *m)
+{
+  if (m && m->owning) {
+    smarm_msg_hook hook = atomic_load_explicit(&drop_hook, memory_order_acquire);
+    if (hook)
+      hook(m);
+  }
+  free(m);
 }
 
 smarm_msg_t *smarm_msg_new(size_t size) { return msg_new(MSG_USER, size); }
 
-void smarm_msg_free(smarm_msg_t *msg) { free(msg); }
+void smarm_msg_free(smarm_msg_t *msg) { msg_release(msg); }
 
 void *smarm_msg_data(smarm_msg_t *msg) { return msg->data; }
 
@@ -34,7 +56,7 @@ void msg_free_chain(smarm_msg_t *m)
 {
   while (m) {
     smarm_msg_t *next = m->next;
-    free(m);
+    msg_release(m);
     m = next;
   }
 }

@@ -36,7 +36,8 @@ struct smarm_msg {
   smarm_pid_t to;
   smarm_pid_t from;
   uint32_t size;
-  uint32_t kind;
+  uint16_t kind;
+  uint16_t owning;  /* smarm_msg_set_owning: the drop hook runs when it is freed */
   /* The payload follows at a 16-byte aligned offset (the header is 32 bytes). */
   _Alignas(16) unsigned char data[];
 };
@@ -48,6 +49,9 @@ typedef struct mailbox {
 } mailbox_t;
 
 smarm_msg_t *msg_new(uint32_t kind, size_t size);
+
+/* Frees a message, running the drop hook first if it is owning (every free goes through here). */
+void msg_release(smarm_msg_t *m);
 
 static inline void mailbox_init(mailbox_t *mb)
 {

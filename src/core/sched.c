@@ -171,7 +171,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_USER:
     a = sched_lookup(s, m->to);
     if (!a) { /* the receiver died after the send: dropped, as documented */
-      free(m);
+      msg_release(m);
       return;
     }
     mailbox_append(&a->mailbox, m);

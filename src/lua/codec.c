@@ -9,6 +9,7 @@
 */
 #include "codec.h"
 #include "lsmarm.h"
+#include "ltcp.h"
 
 #include <lauxlib.h>
 
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END };
+enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
+
+#define HANDLE_BYTES 17 /* listener byte, 8-byte id, 8-byte timeout */
 
 typedef struct enc {
   lua_State *L;
@@ -30,6 +33,8 @@ typedef struct enc {
   uint32_t ntables;
   int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int keys[CODEC_MAX_DEPTH + 1];
+  codec_moves_t *moves; /* the sockets met, in list order */
+  ltcp_handle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
 /* The path of a failing value, built only when something fails. */
@@ -267,6 +272,21 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_bytes(e, &pid, sizeof pid);
       return;
     }
+    void *sock;
+    ltcp_handle_t h;
+    if (ltcp_handle_of(L, idx, &sock, &h)) {
+      codec_moves_t *mv = e->moves;
+      for (int i = 0; i < mv->n; i++)
+        if (mv->socks[i] == sock)
+          fail_at(e, e->nkeys, " holds a socket that is already in the message");
+      if (mv->n == CODEC_MAX_HANDLES)
+        fail_at(e, e->nkeys, " is one socket too many (at most 16 in a message)");
+      e->handles[mv->n] = h;
+      mv->socks[mv->n] = sock;
+      put_byte(e, T_HANDLE);
+      put_byte(e, (unsigned char)mv->n++);
+      return;
+    }
     break;
   }
   default:
@@ -298,9 +318,11 @@ static smarm_msg_t *encode_string(lua_State *L, int idx)
   return m;
 }
 
-smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
+smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
   enc_t e;
+  moves->n = 0;
+  e.moves = moves;
   idx = abs_index(L, idx);
   if (lua_type(L, idx) == LUA_TSTRING)
     return encode_string(L, idx);
@@ -314,13 +336,71 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root)
   e.root = root;
   e.buf_idx = e.seen_idx = 0;
   enc_value(&e, idx, 0);
-  smarm_msg_t *m = smarm_msg_new(e.len);
+  int nh = moves->n;
+  size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
+  smarm_msg_t *m = smarm_msg_new(head + e.len);
   if (!m)
     luaL_error(L, "not enough memory");
-  memcpy(smarm_msg_data(m), e.buf, e.len);
+  unsigned char *out = smarm_msg_data(m);
+  if (nh) {
+    *out++ = T_HLIST;
+    *out++ = (unsigned char)nh;
+    for (int i = 0; i < nh; i++) {
+      *out++ = (unsigned char)e.handles[i].listener;
+      memcpy(out, &e.handles[i].id, 8);
+      memcpy(out + 8, &e.handles[i].timeout, 8);
+      out += 16;
+    }
+    smarm_msg_set_owning(m, 1);
+  }
+  memcpy(out, e.buf, e.len);
   if (e.buf_idx)
     lua_pop(L, 2);
   return m;
+}
+
+void codec_commit(codec_moves_t *moves)
+{
+  for (int i = 0; i < moves->n; i++)
+    ltcp_handed_over(moves->socks[i]);
+  moves->n = 0;
+}
+
+void codec_abandon(smarm_msg_t *msg)
+{
+  if (msg)
+    smarm_msg_set_owning(msg, 0);
+  smarm_msg_free(msg);
+}
+
+/* Reads the socket list at the start of a block, if any: returns how many (0 with none) and
+** advances *p past it; -1 if it is malformed. */
+static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_handle_t *out)
+{
+  if (*p >= end || **p != T_HLIST)
+    return 0;
+  if (end - *p < 2)
+    return -1;
+  int n = (*p)[1];
+  if (n < 1 || n > CODEC_MAX_HANDLES || end - *p < 2 + (ptrdiff_t)n * HANDLE_BYTES)
+    return -1;
+  const unsigned char *q = *p + 2;
+  for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
+    out[i].listener = q[0];
+    memcpy(&out[i].id, q + 1, 8);
+    memcpy(&out[i].timeout, q + 9, 8);
+  }
+  *p = q;
+  return n;
+}
+
+void codec_drop(smarm_msg_t *msg)
+{
+  const unsigned char *p = smarm_msg_data(msg);
+  ltcp_handle_t hs[CODEC_MAX_HANDLES];
+  int n = read_handles(&p, p + smarm_msg_size(msg), hs);
+  for (int i = 0; i < n; i++)
+    ltcp_drop_handle(&hs[i]);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
@@ -330,6 +410,8 @@ typedef struct dec {
   const unsigned char *p, *end;
   int refs_idx;  /* stack slot of the table: index -> table (made at the first table) */
   uint32_t ntables;
+  int nhandles;
+  ltcp_handle_t handles[CODEC_MAX_HANDLES];
 } dec_t;
 
 static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }
@@ -390,6 +472,13 @@ static int dec_value(dec_t *d, int depth)
     lsmarm_push_pid(L, pid);
     return 1;
   }
+  case T_HANDLE: {
+    unsigned char i = get_byte(d);
+    if (i >= d->nhandles)
+      malformed(d);
+    ltcp_push_handle(L, &d->handles[i]);
+    return 1;
+  }
   case T_REF: {
     uint64_t ref = get_varint(d);
     if (ref == 0 || ref > d->ntables || !d->refs_idx)
@@ -434,6 +523,9 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   d.p = smarm_msg_data(msg);
   d.end = d.p + smarm_msg_size(msg);
   d.ntables = 0;
+  d.nhandles = read_handles(&d.p, d.end, d.handles);
+  if (d.nhandles < 0)
+    malformed(&d);
   luaL_checkstack(L, 8, "message");
   int has_tables = d.p < d.end && *d.p == T_TABLE;
   if (has_tables) {
@@ -447,4 +539,5 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
     malformed(&d);
   if (has_tables)
     lua_remove(L, d.refs_idx);
+  smarm_msg_set_owning(msg, 0); /* its sockets are the receiver's now */
 }

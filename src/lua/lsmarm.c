@@ -463,13 +463,16 @@ static int l_send(lua_State *L)
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
   self_or_raise(L, "send");
-  smarm_msg_t *m = codec_encode(L, 2, "message");
+  codec_moves_t moves;
+  smarm_msg_t *m = codec_encode(L, 2, "message", &moves);
   int rc = smarm_send(to, m);
   if (rc < 0) {
-    smarm_msg_free(m);
+    codec_abandon(m); /* any sockets in it stay the sender's */
     if (rc != -ESRCH) /* a dead receiver just drops the message */
       return luaL_error(L, "smarm.send: %s", strerror(-rc));
+    return 0;
   }
+  codec_commit(&moves);
   return 0;
 }
 
@@ -692,8 +695,8 @@ static void build_transfer(lua_State *L, int fn_idx, int first, int nargs)
         /* Data: check now that it can travel, naming the upvalue if not. */
         char root[96];
         snprintf(root, sizeof root, "upvalue '%s'", name[0] ? name : "?");
-        smarm_msg_t *probe = codec_encode(L, v, root);
-        smarm_msg_free(probe);
+        codec_moves_t moves;
+        codec_abandon(codec_encode(L, v, root, &moves));
         lua_pushvalue(L, v);
         lua_setfield(L, entry, "v");
       }
@@ -855,16 +858,18 @@ static int l_spawn_on(lua_State *L)
   self_or_raise(L, "spawn_on");
   int nargs = lua_gettop(L) - 2;
   build_transfer(L, 2, 3, nargs);
-  smarm_msg_t *block = codec_encode(L, -1, "argument");
+  codec_moves_t moves;
+  smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
   lua_pop(L, 1);
   park_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
   smarm_pid_t pid;
   int rc = smarm_spawn_on(where, remote_actor_main, block, NULL, &pid);
   ljx_after_switch(L);
   if (rc < 0) {
-    smarm_msg_free(block);
+    codec_abandon(block); /* any sockets in the arguments stay the caller's */
     return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
   }
+  codec_commit(&moves);
   push_pid(L, pid);
   return 1;
 }
@@ -1011,6 +1016,7 @@ static void set_registry_once(lua_State *L, const void *key)
 
 int luaopen_smarm_core(lua_State *L)
 {
+  smarm_msg_set_drop_hook(codec_drop); /* undelivered messages close their sockets */
   lua_createtable(L, 0, 3); /* the pids' metatable */
   lua_pushcfunction(L, pid_tostring);
   lua_setfield(L, -2, "__tostring");

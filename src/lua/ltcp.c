@@ -22,10 +22,12 @@
 #define SERVER_MT "smarm.tcp.server"
 #define CONN_MT "smarm.tcp.conn"
 
+enum { OPEN, CLOSED, HANDED_OVER };
+
 typedef struct lsock {
   uint64_t id;
   int listener;
-  int closed;
+  int state;      /* OPEN, CLOSED or HANDED_OVER (sent in a message: another actor has it) */
   double timeout; /* seconds; negative: none */
 } lsock_t;
 
@@ -34,15 +36,15 @@ static void push_sock(lua_State *L, uint64_t id, int listener)
   lsock_t *s = lua_newuserdata(L, sizeof *s);
   s->id = id;
   s->listener = listener;
-  s->closed = 0;
+  s->state = OPEN;
   s->timeout = -1;
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
 }
 
-/* The socket at idx (a server when listener, a connection when not, either when -1); raises on
-** anything else or a closed socket. */
-static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fname)
+/* Is the value at idx a socket userdata (a server when listener, a connection when not, either
+** when -1)? */
+static lsock_t *test_sock(lua_State *L, int idx, int listener)
 {
   lsock_t *s = lua_touserdata(L, idx);
   int ok = 0;
@@ -59,13 +61,48 @@ static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fnam
     }
     lua_pop(L, 1);
   }
-  if (!ok)
+  return ok ? s : NULL;
+}
+
+static void check_open(lua_State *L, const lsock_t *s, const char *fname)
+{
+  if (s->state == CLOSED)
+    luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
+  if (s->state == HANDED_OVER)
+    luaL_error(L, "smarm.tcp.%s: the socket was handed to another actor", fname);
+}
+
+/* The socket at idx, open; raises on anything else. */
+static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fname)
+{
+  lsock_t *s = test_sock(L, idx, listener);
+  if (!s)
     luaL_argerror(L, idx, listener == 1 ? "tcp server expected" : listener == 0
                                                                  ? "tcp connection expected"
                                                                  : "tcp socket expected");
-  if (s->closed)
-    luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
+  check_open(L, s, fname);
   return s;
+}
+
+int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
+{
+  lsock_t *s = test_sock(L, idx, -1);
+  if (!s)
+    return 0;
+  check_open(L, s, "send");
+  *sock = s;
+  h->id = s->id;
+  h->timeout = s->timeout;
+  h->listener = s->listener;
+  return 1;
+}
+
+void ltcp_handed_over(void *sock) { ((lsock_t *)sock)->state = HANDED_OVER; }
+
+void ltcp_push_handle(lua_State *L, const ltcp_handle_t *h)
+{
+  push_sock(L, h->id, h->listener);
+  ((lsock_t *)lua_touserdata(L, -1))->timeout = h->timeout;
 }
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
@@ -283,18 +320,25 @@ static int m_settimeout(lua_State *L)
   return 1;
 }
 
-/* Closing does not wait: the request goes to the IO thread and the socket is closed here. */
-static void post_close(lsock_t *s)
+/* Closing does not wait: the request goes to the IO thread. */
+static void post_close_id(uint64_t id)
 {
-  if (s->closed)
-    return;
-  s->closed = 1;
   tcp_req_t *r = tcp_req_new(IOTCP_CLOSE);
   if (r) {
-    r->id = s->id;
+    r->id = id;
     io_post(&r->base);
   }
 }
+
+static void post_close(lsock_t *s)
+{
+  if (s->state != OPEN)
+    return;
+  s->state = CLOSED;
+  post_close_id(s->id);
+}
+
+void ltcp_drop_handle(const ltcp_handle_t *h) { post_close_id(h->id); }
 
 static int m_close(lua_State *L)
 {
@@ -364,7 +408,8 @@ static int m_setoption(lua_State *L)
 static int m_tostring(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
-  lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn", s->closed ? "closed" : "open");
+  lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn",
+                  s->state == OPEN ? "open" : s->state == CLOSED ? "closed" : "handed over");
   return 1;
 }
 
