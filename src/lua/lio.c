@@ -8,6 +8,7 @@
 #include "lio.h"
 
 #include "io/dns.h"
+#include "io/proc.h"
 #include "io/io.h"
 #include "lsmarm.h"
 
@@ -16,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -419,6 +421,151 @@ static int l_getaddrinfo(lua_State *L)
   return n;
 }
 
+/* ---- smarm.process ------------------------------------------------------------------------ */
+
+/* A NULL-terminated malloc'd copy of the strings of the array at idx (raises on a non-string). */
+static char **string_list(lua_State *L, int idx, const char *what)
+{
+  size_t n = lua_objlen(L, idx);
+  char **v = calloc(n + 1, sizeof *v);
+  if (!v)
+    luaL_error(L, "not enough memory");
+  for (size_t i = 0; i < n; i++) {
+    lua_rawgeti(L, idx, (int)i + 1);
+    const char *s = lua_tostring(L, -1);
+    char *c = s ? strdup(s) : NULL;
+    lua_pop(L, 1);
+    if (!c) {
+      for (size_t j = 0; j < i; j++)
+        free(v[j]);
+      free(v);
+      luaL_error(L, s ? "not enough memory" : "%s[%d] is not a string", what, (int)i + 1);
+    }
+    v[i] = c;
+  }
+  return v;
+}
+
+/* run(argv [, opts]) -> { status =, signal =, stdout =, stderr = } */
+static int l_run(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_argcheck(L, lua_objlen(L, 1) >= 1, 1, "argv with at least the program expected");
+  if (!lua_isnoneornil(L, 2))
+    luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  proc_req_t *r = proc_run_new();
+  if (!r)
+    return luaL_error(L, "not enough memory");
+  lio_box(L, &r->base);
+  int box = lua_gettop(L);
+  r->argv = string_list(L, 1, "argv");
+  double timeout = -1;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "cwd");
+    if (!lua_isnil(L, -1))
+      r->cwd = lio_copy_arg(L, lua_gettop(L), NULL);
+    lua_getfield(L, 2, "stdin");
+    if (!lua_isnil(L, -1))
+      r->input = lio_copy_arg(L, lua_gettop(L), &r->input_len);
+    lua_getfield(L, 2, "timeout");
+    if (!lua_isnil(L, -1))
+      timeout = luaL_checknumber(L, -1);
+    lua_getfield(L, 2, "env");
+    if (!lua_isnil(L, -1)) {
+      luaL_checktype(L, -1, LUA_TTABLE);
+      lua_newtable(L); /* as NAME=value strings */
+      int list = lua_gettop(L), n = 0;
+      lua_pushnil(L);
+      while (lua_next(L, list - 1) != 0) {
+        if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1))
+          return luaL_error(L, "smarm.process.run: opts.env must map names to strings");
+        lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+        lua_rawseti(L, list, ++n);
+        lua_pop(L, 1);
+      }
+      r->env = string_list(L, list, "env");
+    }
+    lua_settop(L, box);
+  }
+  int rc = lsmarm_io_call(L, &r->base, timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9),
+                          "process.run");
+  int err = rc < 0 ? rc : r->base.err;
+  int n = 1;
+  if (err == -ETIMEDOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    n = 2;
+  } else if (err) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: %s", r->argv[0], io_strerror(err));
+    lua_pushstring(L, io_err_name(err));
+    n = 3;
+  } else {
+    lua_createtable(L, 0, 4);
+    lua_pushnumber(L, (lua_Number)r->status);
+    lua_setfield(L, -2, "status");
+    if (r->term_signal) {
+      lua_pushinteger(L, r->term_signal);
+      lua_setfield(L, -2, "signal");
+    }
+    lua_pushlstring(L, r->out ? r->out : "", r->out_len);
+    lua_setfield(L, -2, "stdout");
+    lua_pushlstring(L, r->err ? r->err : "", r->err_len);
+    lua_setfield(L, -2, "stderr");
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+/* ---- smarm.signal ------------------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  int signum;
+} signal_names[] = {
+  {"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGHUP", SIGHUP},
+  {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGQUIT", SIGQUIT},
+};
+
+/* wait(name [, timeout]) -> name | nil, "timeout" */
+static int l_signal_wait(lua_State *L)
+{
+  const char *name = luaL_checkstring(L, 1);
+  int signum = 0;
+  for (size_t i = 0; i < sizeof signal_names / sizeof *signal_names; i++)
+    if (strcmp(name, signal_names[i].name) == 0)
+      signum = signal_names[i].signum;
+  if (!signum)
+    return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
+  double timeout = luaL_optnumber(L, 2, -1);
+  lua_settop(L, 2);
+  proc_req_t *r = proc_signal_new();
+  if (!r)
+    return luaL_error(L, "not enough memory");
+  lio_box(L, &r->base);
+  int box = lua_gettop(L);
+  r->signum = signum;
+  int rc = lsmarm_io_call(L, &r->base, timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9),
+                          "signal.wait");
+  int err = rc < 0 ? rc : r->base.err;
+  int n = 1;
+  if (err == -ETIMEDOUT) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    n = 2;
+  } else if (err) {
+    lua_pushnil(L);
+    lua_pushstring(L, io_strerror(err));
+    lua_pushstring(L, io_err_name(err));
+    n = 3;
+  } else {
+    lua_pushstring(L, name);
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
 static const luaL_Reg fs_functions[] = {
   {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
   {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
@@ -434,4 +581,12 @@ void lio_register(lua_State *L, int module)
   lua_pushcfunction(L, l_getaddrinfo);
   lua_setfield(L, -2, "getaddrinfo");
   lua_setfield(L, module, "dns");
+  lua_newtable(L);
+  lua_pushcfunction(L, l_run);
+  lua_setfield(L, -2, "run");
+  lua_setfield(L, module, "process");
+  lua_newtable(L);
+  lua_pushcfunction(L, l_signal_wait);
+  lua_setfield(L, -2, "wait");
+  lua_setfield(L, module, "signal");
 }
