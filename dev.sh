@@ -9,12 +9,13 @@
 #   ./dev.sh bench-peers  the scenarios for smarm, Go, Erlang, Tarantool and plain LuaJIT,
 #                         interleaved, then smarm's figures beside theirs (bench/peers/)
 #   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
+#   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
 #                         (cross-built, run under qemu-user) builds, the functional tests
 #                         under valgrind memcheck, and the busted specs on both LuaJIT
 #                         builds; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
-#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers;
+#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers, http;
 #                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
@@ -135,6 +136,56 @@ cmd_bench_peers() {
   done
   say "raw lines: $results"
   "$smarm" -n "$ROOT/bench/peers/compare.lua" "$results"
+}
+
+# Starts a server command in the background (its first line says "listening on PORT"), loads it
+# with wrk for SMARM_HTTP_SECONDS (default 5) over 64 connections, prints wrk's summary as one
+# key=value line (scenario=http peer=<name>), stops the server.
+http_load() {
+  name=$1
+  shift
+  "$@" >"$BUILD/http-$name.log" 2>&1 &
+  pid=$!
+  tries=0
+  until grep -q "listening on" "$BUILD/http-$name.log" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
+      say "$name server did not start:"; cat "$BUILD/http-$name.log" >&2; kill "$pid" 2>/dev/null
+      return 1
+    fi
+    sleep 0.1
+  done
+  wrk -t 2 -c 64 -d "${SMARM_HTTP_SECONDS:-5}" --latency "http://127.0.0.1:$HTTP_PORT/" >"$BUILD/wrk-$name.txt" 2>&1
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+  awk -v peer="$name" '
+    /Requests\/sec/ { rps = $2 }
+    /^ +50%/ { p50 = $2 } /^ +90%/ { p90 = $2 } /^ +99%/ { p99 = $2 }
+    /requests in/ { reqs = $1 }
+    /Non-2xx|Socket errors/ { errors = errors " " $0 }
+    END { printf "scenario=http peer=%s schedulers=2 connections=64 requests=%s rps=%s p50=%s p90=%s p99=%s%s\n",
+      peer, reqs, rps, p50, p90, p99, errors ? " errors=yes" : "" }' "$BUILD/wrk-$name.txt"
+}
+
+# examples/http_hello.lua (2 schedulers) and Go's net/http hello server (GOMAXPROCS=2) under the
+# same wrk load, one after the other, SMARM_PEERS_ROUNDS times (default 2).
+cmd_bench_http() {
+  build_lua_release
+  install_packages peers
+  install_packages http
+  out="$BUILD/peers"
+  mkdir -p "$out"
+  GOCACHE="$out/gocache" GO111MODULE=off go build -o "$out/go-http-hello" \
+    "$ROOT/bench/peers/go/http_hello/main.go"
+  HTTP_PORT=${SMARM_HTTP_PORT:-18080}
+  rounds=${SMARM_PEERS_ROUNDS:-2}
+  round=1
+  while [ "$round" -le "$rounds" ]; do
+    say "round $round of $rounds: smarm, then Go, under wrk -t2 -c64"
+    http_load smarm "$BUILD/lua-release/smarm" -s 2 "$ROOT/examples/http_hello.lua" "$HTTP_PORT"
+    GOMAXPROCS=2 http_load go "$out/go-http-hello" "$HTTP_PORT"
+    round=$((round + 1))
+  done
 }
 
 # Sums the "N passed, N failed" lines of a log (test binaries print one each; under ctest -V
@@ -265,6 +316,7 @@ cmd_test() {
 case "${1:-}" in
   bench) cmd_bench ;;
   bench-peers) cmd_bench_peers ;;
+  bench-http) cmd_bench_http ;;
   bench-full)
     # full sizes: the skynet of 1,111,111 actors, more runs of each
     export SMARM_SKYNET_DEPTH=${SMARM_SKYNET_DEPTH:-6} SMARM_PEERS_ROUNDS=${SMARM_PEERS_ROUNDS:-3}
@@ -276,5 +328,5 @@ case "${1:-}" in
       luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -172,6 +172,31 @@ static void fs_free(io_req_t *req)
 
 /* ---- The Lua side ------------------------------------------------------------------------- */
 
+/* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" and libuv's error name.
+** Returns how many values it pushed. */
+static int push_failure(lua_State *L, int err, const char *subject)
+{
+  lua_pushnil(L);
+  if (err == -ETIMEDOUT) {
+    lua_pushliteral(L, "timeout");
+    return 2;
+  }
+  if (subject)
+    lua_pushfstring(L, "%s: %s", subject, io_strerror(err));
+  else
+    lua_pushstring(L, io_strerror(err));
+  lua_pushstring(L, io_err_name(err));
+  return 3;
+}
+
+/* A timeout in seconds (negative: none) as lsmarm_io_call takes it. */
+static int64_t timeout_ns(double seconds)
+{
+  if (seconds < 0 || seconds * 1e9 >= 9.2e18)
+    return SMARM_FOREVER;
+  return (int64_t)(seconds * 1e9);
+}
+
 char *lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
   size_t n;
@@ -239,12 +264,7 @@ static int run(lua_State *L, fs_req_t *r, const char *fname)
 {
   int rc = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
   int err = rc < 0 ? rc : r->base.err;
-  if (!err)
-    return 0;
-  lua_pushnil(L);
-  lua_pushfstring(L, "%s: %s", r->path, io_strerror(err));
-  lua_pushstring(L, io_err_name(err));
-  return 3;
+  return err ? push_failure(L, err, r->path) : 0;
 }
 
 static int l_readfile(lua_State *L)
@@ -391,19 +411,11 @@ static int l_getaddrinfo(lua_State *L)
   r->host = lio_copy_arg(L, 1, NULL);
   if (!lua_isnil(L, 2))
     r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
-  int64_t ns = timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9);
-  int rc = lsmarm_io_call(L, &r->base, ns, "dns.getaddrinfo");
+  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "dns.getaddrinfo");
   int err = rc < 0 ? rc : r->base.err;
   int n = 1;
-  if (err == -ETIMEDOUT) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "timeout");
-    n = 2;
-  } else if (err) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: %s", r->host, io_strerror(err));
-    lua_pushstring(L, io_err_name(err));
-    n = 3;
+  if (err) {
+    n = push_failure(L, err, r->host);
   } else {
     lua_createtable(L, (int)r->count, 0);
     for (size_t i = 0; i < r->count; i++) {
@@ -488,19 +500,11 @@ static int l_run(lua_State *L)
     }
     lua_settop(L, box);
   }
-  int rc = lsmarm_io_call(L, &r->base, timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9),
-                          "process.run");
+  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "process.run");
   int err = rc < 0 ? rc : r->base.err;
   int n = 1;
-  if (err == -ETIMEDOUT) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "timeout");
-    n = 2;
-  } else if (err) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: %s", r->argv[0], io_strerror(err));
-    lua_pushstring(L, io_err_name(err));
-    n = 3;
+  if (err) {
+    n = push_failure(L, err, r->argv[0]);
   } else {
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, (lua_Number)r->status);
@@ -546,19 +550,11 @@ static int l_signal_wait(lua_State *L)
   lio_box(L, &r->base);
   int box = lua_gettop(L);
   r->signum = signum;
-  int rc = lsmarm_io_call(L, &r->base, timeout < 0 ? SMARM_FOREVER : (int64_t)(timeout * 1e9),
-                          "signal.wait");
+  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "signal.wait");
   int err = rc < 0 ? rc : r->base.err;
   int n = 1;
-  if (err == -ETIMEDOUT) {
-    lua_pushnil(L);
-    lua_pushliteral(L, "timeout");
-    n = 2;
-  } else if (err) {
-    lua_pushnil(L);
-    lua_pushstring(L, io_strerror(err));
-    lua_pushstring(L, io_err_name(err));
-    n = 3;
+  if (err) {
+    n = push_failure(L, err, NULL);
   } else {
     lua_pushstring(L, name);
   }
