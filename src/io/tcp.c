@@ -211,44 +211,37 @@ static int take(sock_t *s, tcp_req_t *r, size_t n, size_t skip)
 static int try_receive(sock_t *s, tcp_req_t *r)
 {
   size_t avail = s->len - s->start;
-  const char *p = s->buf + s->start;
-  int ended = s->eof || s->rerr;
-  int err = s->rerr ? s->rerr : IOTCP_CLOSED;
-  switch (r->mode) {
-  case IOTCP_LINE: {
-    const char *nl = avail ? memchr(p, '\n', avail) : NULL;
-    if (nl) {
-      size_t k = (size_t)(nl - p);
-      size_t cut = k > 0 && p[k - 1] == '\r' ? 1 : 0;
-      r->base.err = take(s, r, k - cut, cut + 1);
-      return 1;
-    }
-    break;
+  if (avail > 0) {
+    r->base.err = take(s, r, avail < r->want ? avail : r->want, 0);
+    return 1;
   }
-  case IOTCP_EXACT:
-    if (avail >= r->want) {
-      r->base.err = take(s, r, r->want, 0);
-      return 1;
-    }
-    break;
-  case IOTCP_ANY:
-    if (avail > 0) {
-      r->base.err = take(s, r, avail < r->want ? avail : r->want, 0);
-      return 1;
-    }
-    break;
-  case IOTCP_ALL:
-    if (s->eof && !s->rerr) {
-      r->base.err = take(s, r, avail, 0);
-      return 1;
-    }
-    break;
-  }
-  if (!ended)
+  if (!s->eof && !s->rerr)
     return 0;
-  int rc = take(s, r, avail, 0); /* the partial */
-  r->base.err = rc < 0 ? rc : err;
+  r->base.err = s->rerr ? s->rerr : IOTCP_CLOSED;
   return 1;
+}
+
+/* Puts n bytes back in front of the unclaimed ones (a socket handed over with bytes read ahead). */
+static int unread(sock_t *s, const char *p, size_t n)
+{
+  size_t unclaimed = s->len - s->start;
+  if (s->start < n) {
+    size_t cap = s->cap;
+    if (cap < n + unclaimed) {
+      cap = n + unclaimed + READ_CHUNK;
+      char *more = realloc(s->buf, cap);
+      if (!more)
+        return -ENOMEM;
+      s->buf = more;
+      s->cap = cap;
+    }
+    memmove(s->buf + n, s->buf + s->start, unclaimed);
+    s->start = n;
+    s->len = n + unclaimed;
+  }
+  s->start -= n;
+  memcpy(s->buf + s->start, p, n);
+  return 0;
 }
 
 /* Finishes the waiting receive if the buffer meets it now; then reads on or pauses. */
@@ -259,11 +252,9 @@ static void serve_receive(sock_t *s)
     s->receive = NULL;
     io_complete(&r->base);
   }
-  size_t unclaimed = s->len - s->start;
-  int all = s->receive && s->receive->mode == IOTCP_ALL;
-  if (unclaimed >= READ_HIGH && !all)
+  if (s->len - s->start >= READ_HIGH)
     read_pause(s);
-  else if (s->receive || unclaimed < READ_HIGH)
+  else
     read_resume(s);
 }
 
@@ -491,6 +482,14 @@ static void tcp_on_loop(io_req_t *req, void *loop)
   case IOTCP_CLOSE:
     sock_close(s);
     finish(r, 0);
+    return;
+  case IOTCP_UNREAD:
+    if (s->listener) {
+      finish(r, UV_EINVAL);
+      return;
+    }
+    finish(r, unread(s, r->data, r->len));
+    serve_receive(s);
     return;
   case IOTCP_NAME: {
     struct sockaddr_storage ss;

@@ -7,6 +7,9 @@
 ** peer does not read parks (back-pressure). Accepting: a connection is accepted only when an
 ** accept waits; until then the kernel's backlog holds it.
 **
+** The patterns (lines, exact counts, everything) are matched on the actor's side (ltcp.c), which
+** reads ahead: a receive here hands over whatever has arrived.
+**
 ** Owner: everything here but the request structs belongs to the IO thread.
 */
 #ifndef SMARM_IO_TCP_H
@@ -21,21 +24,15 @@ enum tcp_op {
   IOTCP_LISTEN,   /* host, port, backlog -> new_id */
   IOTCP_CONNECT,  /* host, port -> new_id */
   IOTCP_ACCEPT,   /* id -> new_id */
-  IOTCP_RECEIVE,  /* id, mode, want -> data, len (also on failure: what was there, the partial) */
+  IOTCP_RECEIVE,  /* id, want -> data, len: 1 to `want` bytes, whatever is there */
+  IOTCP_UNREAD,   /* id, data, len: bytes to put back in front (posted: a socket handed over) */
   IOTCP_SEND,     /* id, data, len */
   IOTCP_CLOSE,    /* id (posted: nobody waits) */
   IOTCP_NAME,     /* id, peer -> addr, port */
   IOTCP_NODELAY,  /* id, flag */
 };
 
-enum tcp_receive_mode {
-  IOTCP_LINE,     /* up to "\n", without it (and without a "\r" before it) */
-  IOTCP_ALL,      /* until the peer closes */
-  IOTCP_EXACT,    /* exactly `want` bytes */
-  IOTCP_ANY,      /* 1 to `want` bytes, whatever is there */
-};
-
-/* A receive that cannot be met because the peer closed ends with err = IOTCP_CLOSED. */
+/* A receive after the peer closed (nothing left) ends with err = IOTCP_CLOSED. */
 #define IOTCP_CLOSED (-4095) /* libuv's UV_EOF */
 
 typedef struct tcp_req {
@@ -44,7 +41,6 @@ typedef struct tcp_req {
   uint64_t id;
   char *host;                 /* listen, connect (owned) */
   int port, backlog;
-  enum tcp_receive_mode mode;
   size_t want;
   char *data;                 /* send: the bytes (owned); receive: the result (owned) */
   size_t len;

@@ -24,16 +24,25 @@
 
 enum { OPEN, CLOSED, HANDED_OVER };
 
+/* A connection reads ahead: each trip to the IO thread brings back everything it holds (up to
+** READ_AHEAD or what the pattern still needs), and later receives are met here without a trip
+** while the bytes last (an HTTP request's lines: one trip instead of one per line). */
+#define READ_AHEAD (64 * 1024)
+
 typedef struct lsock {
   uint64_t id;
   int listener;
   int state;      /* OPEN, CLOSED or HANDED_OVER (sent in a message: another actor has it) */
   double timeout; /* seconds; negative: none */
+  char *rbuf;     /* bytes read ahead: rbuf[rstart, rlen) (malloc'd) */
+  size_t rstart, rlen, rcap;
+  int rend;       /* the IO side said: closed (IOTCP_CLOSED) or an error; no more bytes come */
 } lsock_t;
 
 static void push_sock(lua_State *L, uint64_t id, int listener)
 {
   lsock_t *s = lua_newuserdata(L, sizeof *s);
+  memset(s, 0, sizeof *s);
   s->id = id;
   s->listener = listener;
   s->state = OPEN;
@@ -90,6 +99,20 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
   if (!s)
     return 0;
   check_open(L, s, "send");
+  if (s->rlen > s->rstart) { /* bytes read ahead go back to the IO side, ahead of the rest */
+    tcp_req_t *r = tcp_req_new(IOTCP_UNREAD);
+    char *copy = r ? malloc(s->rlen - s->rstart) : NULL;
+    if (!copy) {
+      io_req_release(r ? &r->base : NULL);
+      luaL_error(L, "not enough memory");
+    }
+    memcpy(copy, s->rbuf + s->rstart, s->rlen - s->rstart);
+    r->id = s->id;
+    r->data = copy;
+    r->len = s->rlen - s->rstart;
+    s->rstart = s->rlen = 0;
+    io_post(&r->base);
+  }
   *sock = s;
   h->id = s->id;
   h->timeout = s->timeout;
@@ -218,48 +241,126 @@ static int m_accept(lua_State *L)
   return new_sock_result(L, r, call(L, r, s->timeout, "accept"), box, 0);
 }
 
+/* Appends n bytes to the read-ahead buffer (raises when out of memory). */
+static void keep_bytes(lua_State *L, lsock_t *s, const char *p, size_t n)
+{
+  if (s->rstart == s->rlen)
+    s->rstart = s->rlen = 0;
+  if (s->rcap - s->rlen < n) {
+    if (s->rstart > 0) {
+      memmove(s->rbuf, s->rbuf + s->rstart, s->rlen - s->rstart);
+      s->rlen -= s->rstart;
+      s->rstart = 0;
+    }
+    if (s->rcap - s->rlen < n) {
+      size_t cap = s->rcap ? s->rcap : 4096;
+      while (cap - s->rlen < n)
+        cap *= 2;
+      char *more = realloc(s->rbuf, cap);
+      if (!more)
+        luaL_error(L, "not enough memory");
+      s->rbuf = more;
+      s->rcap = cap;
+    }
+  }
+  memcpy(s->rbuf + s->rlen, p, n);
+  s->rlen += n;
+}
+
+/* One trip to the IO thread for at least one byte (at most `most`), kept in the read-ahead
+** buffer. Returns 0, -ETIMEDOUT, or the end (IOTCP_CLOSED or an error, also remembered). */
+static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, const char *fname)
+{
+  if (s->rend)
+    return s->rend;
+  double left = -1;
+  if (deadline >= 0) {
+    int64_t now = smarm_now_ns();
+    left = now >= deadline ? 0 : (double)(deadline - now) / 1e9;
+  }
+  int top = lua_gettop(L);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
+  r->id = s->id;
+  r->want = most;
+  int err = call(L, r, left, fname);
+  if (!err && r->len)
+    keep_bytes(L, s, r->data, r->len);
+  lio_unbox(L, box);
+  lua_settop(L, top);
+  if (err && err != -ETIMEDOUT)
+    s->rend = err;
+  return err;
+}
+
+/* Pushes n read-ahead bytes as a string and drops them (and `skip` more) from the buffer. */
+static void push_bytes(lua_State *L, lsock_t *s, size_t n, size_t skip)
+{
+  lua_pushlstring(L, s->rbuf ? s->rbuf + s->rstart : "", n);
+  s->rstart += n + skip;
+}
+
+static int64_t deadline_of(const lsock_t *s)
+{
+  int64_t ns = timeout_ns(s->timeout);
+  return ns == SMARM_FOREVER ? -1 : smarm_now_ns() + ns;
+}
+
 /* receive(pattern): "*l" (default), "*a", or a number of bytes. */
 static int m_receive(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "receive");
-  enum tcp_receive_mode mode = IOTCP_LINE;
+  enum { LINE, ALL, EXACT } mode = LINE;
   size_t want = 0;
   if (lua_type(L, 2) == LUA_TNUMBER) {
     lua_Number n = lua_tonumber(L, 2);
     luaL_argcheck(L, n >= 0 && n == floor(n) && n < 4294967296.0, 2, "byte count expected");
-    mode = IOTCP_EXACT;
+    mode = EXACT;
     want = (size_t)n;
   } else if (!lua_isnoneornil(L, 2)) {
     const char *p = luaL_checkstring(L, 2);
     if (strcmp(p, "*l") == 0 || strcmp(p, "l") == 0)
-      mode = IOTCP_LINE;
+      mode = LINE;
     else if (strcmp(p, "*a") == 0 || strcmp(p, "a") == 0)
-      mode = IOTCP_ALL;
+      mode = ALL;
     else
       return luaL_argerror(L, 2, "\"*l\", \"*a\" or a number expected");
   }
-  if (mode == IOTCP_EXACT && want == 0) {
-    lua_pushliteral(L, "");
-    return 1;
+  int64_t deadline = deadline_of(s);
+  size_t scanned = 0; /* LINE: bytes already known to hold no newline */
+  for (;;) {
+    size_t avail = s->rlen - s->rstart;
+    const char *p = s->rbuf ? s->rbuf + s->rstart : NULL;
+    if (mode == LINE && avail > scanned) {
+      const char *nl = memchr(p + scanned, '\n', avail - scanned);
+      if (nl) {
+        size_t k = (size_t)(nl - p);
+        size_t cut = k > 0 && p[k - 1] == '\r' ? 1 : 0;
+        push_bytes(L, s, k - cut, cut + 1);
+        return 1;
+      }
+      scanned = avail;
+    } else if (mode == EXACT && avail >= want) {
+      push_bytes(L, s, want, 0);
+      return 1;
+    }
+    size_t most = mode == EXACT && want - avail > READ_AHEAD ? want - avail : READ_AHEAD;
+    int err = read_more(L, s, most, deadline, "receive");
+    if (err == -ETIMEDOUT) {
+      int n = push_error(L, err, 1);
+      lua_pushliteral(L, ""); /* what arrived stays for the next receive */
+      return n + 1;
+    }
+    if (err) {
+      if (mode == ALL && err == IOTCP_CLOSED) { /* the whole stream, up to the peer's close */
+        push_bytes(L, s, s->rlen - s->rstart, 0);
+        return 1;
+      }
+      int n = push_error(L, err, 1);
+      push_bytes(L, s, s->rlen - s->rstart, 0); /* the partial */
+      return n + 1;
+    }
   }
-  lua_settop(L, 2);
-  int box;
-  tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
-  r->id = s->id;
-  r->mode = mode;
-  r->want = want;
-  int err = call(L, r, s->timeout, "receive");
-  int n;
-  if (err) {
-    n = push_error(L, err, 1);
-    lua_pushlstring(L, r->data ? r->data : "", r->data ? r->len : 0); /* the partial */
-    n++;
-  } else {
-    lua_pushlstring(L, r->data, r->len);
-    n = 1;
-  }
-  lio_unbox(L, box);
-  return n;
 }
 
 static int m_receiveany(lua_State *L)
@@ -268,22 +369,14 @@ static int m_receiveany(lua_State *L)
   lua_Number max = luaL_checknumber(L, 2);
   luaL_argcheck(L, max >= 1 && max == floor(max) && max < 4294967296.0, 2,
                 "byte count of at least 1 expected");
-  lua_settop(L, 2);
-  int box;
-  tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
-  r->id = s->id;
-  r->mode = IOTCP_ANY;
-  r->want = (size_t)max;
-  int err = call(L, r, s->timeout, "receiveany");
-  int n;
-  if (err) {
-    n = push_error(L, err, 1);
-  } else {
-    lua_pushlstring(L, r->data, r->len);
-    n = 1;
+  if (s->rlen == s->rstart) {
+    int err = read_more(L, s, READ_AHEAD, deadline_of(s), "receiveany");
+    if (err)
+      return push_error(L, err, 1);
   }
-  lio_unbox(L, box);
-  return n;
+  size_t avail = s->rlen - s->rstart;
+  push_bytes(L, s, avail < (size_t)max ? avail : (size_t)max, 0);
+  return 1;
 }
 
 static int m_send(lua_State *L)
@@ -354,6 +447,8 @@ static int m_gc(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
   post_close(s);
+  free(s->rbuf);
+  s->rbuf = NULL;
   return 0;
 }
 
