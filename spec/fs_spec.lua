@@ -1,5 +1,6 @@
 -- smarm.fs: files through the IO thread (src/lua/lio.c, src/io/io.c).
 local smarm = require("smarm")
+local fd_count = dofile("spec/support/fds.lua")
 
 local function tmpdir()
   local d = os.tmpname()
@@ -156,5 +157,80 @@ describe("smarm.fs", function()
     local ok, e4 = pcall(smarm.fs.readfile, "/etc/hostname")
     assert.is_false(ok)
     assert.matches("smarm.fs.readfile: not inside an actor", e4)
+  end)
+end)
+
+describe("smarm.fs.open", function()
+  it("reads and writes at offsets and at the file's position, and closes", function()
+    local dir = tmpdir()
+    local r = smarm.run(function()
+      local out = {}
+      local f = assert(smarm.fs.open(dir .. "/data", "w+", tonumber("600", 8)))
+      out.w1 = f:write("hello ")
+      out.w2 = f:write("world")
+      out.at = f:write("W", 6) -- at an offset: the position does not move
+      out.r1 = f:read(5, 0)
+      out.r2 = f:read(100, 6)
+      out.eof = f:read(10, 100)
+      out.str = tostring(f)
+      assert(f:close())
+      out.closed = select(2, pcall(function() f:read(1) end))
+      local g = assert(smarm.fs.open(dir .. "/data", "r"))
+      out.seq = { g:read(3), g:read(3), g:read(100), g:read(1) }
+      g:close()
+      local a = assert(smarm.fs.open(dir .. "/data", "a"))
+      a:write("!")
+      a:close()
+      out.all = smarm.fs.readfile(dir .. "/data")
+      out.stat = smarm.fs.stat(dir .. "/data")
+      out.missing = { smarm.fs.open(dir .. "/nope", "r") }
+      out.badflags = select(2, pcall(function() smarm.fs.open(dir .. "/data", "rw") end))
+      return out
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.are.equal(6, r.w1)
+    assert.are.equal(5, r.w2)
+    assert.are.equal(1, r.at)
+    assert.are.equal("hello", r.r1)
+    assert.are.equal("World", r.r2)
+    assert.are.equal("", r.eof)
+    assert.matches("^fs%.file %(", r.str)
+    assert.matches("smarm.fs.read: the file is closed", r.closed)
+    assert.are.same({ "hel", "lo ", "World", "" }, r.seq)
+    assert.are.equal("hello World!", r.all)
+    assert.are.equal(tonumber("600", 8), r.stat.mode)
+    assert.is_nil(r.missing[1])
+    assert.are.equal("ENOENT", r.missing[3])
+    assert.matches("bad argument #2 to 'open'", r.badflags)
+  end)
+
+  it("closes a collected file, and defers a close while another actor reads", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    assert(os.execute("mkfifo " .. fifo) == 0)
+    local before = fd_count()
+    local r = smarm.run(function()
+      local me = smarm.self()
+      -- a reader parks in read on a FIFO (opened read-write so the open does not block)
+      local f = assert(smarm.fs.open(fifo, "r+"))
+      smarm.spawn(function() smarm.send(me, { f:read(5) }) end)
+      smarm.yield()
+      assert(f:close()) -- waits for the read in flight before the descriptor goes
+      local after = select(2, pcall(function() f:read(1) end))
+      assert(smarm.fs.writefile(fifo, "12345"))
+      local got = smarm.receive(5)
+      for i = 1, 50 do -- opened and dropped without close
+        local g = assert(smarm.fs.open(dir .. "/other" .. i, "w"))
+        g = nil -- luacheck: ignore
+      end
+      collectgarbage()
+      collectgarbage()
+      smarm.sleep(0.05) -- the posted closes run on the pool
+      return { got = got, after = after, open = fd_count() }
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.is_true(r.open <= before + 8, before .. " descriptors before, " .. r.open .. " with 50 dropped")
+    assert.are.same({ "12345" }, r.got)
+    assert.matches("the file is closed", r.after)
   end)
 end)

@@ -1,16 +1,7 @@
 -- smarm.tcp: sockets on the IO thread (src/lua/ltcp.c, src/io/tcp.c), over loopback.
 local smarm = require("smarm")
 
--- Descriptors open in this process (the pid from /proc/self/stat: a popen'd shell has its own).
-local function fd_count()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*n")
-  f:close()
-  local p = assert(io.popen("ls /proc/" .. pid .. "/fd | wc -l"))
-  local n = tonumber(p:read("*a"))
-  p:close()
-  return n
-end
+local fd_count = dofile("spec/support/fds.lua")
 
 -- A listener on a free port of 127.0.0.1, and its port.
 local function listen()

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 enum fs_op { FS_READFILE, FS_WRITEFILE, FS_STAT, FS_UNLINK, FS_RENAME, FS_MKDIR, FS_RMDIR,
-             FS_SCANDIR };
+             FS_SCANDIR, FS_OPEN, FS_READ, FS_WRITE, FS_CLOSE };
 
 typedef struct fs_entry {
   char *name;
@@ -41,6 +41,8 @@ typedef struct fs_req {
   struct stat st;
   fs_entry_t *entries; /* scandir */
   size_t count;
+  int fd, flags;       /* open (result fd), read, write, close */
+  double offset;       /* read, write: where (negative: the file's position) */
 } fs_req_t;
 
 /* ---- The work, on a thread of libuv's pool ------------------------------------------------ */
@@ -155,6 +157,35 @@ static void fs_work(io_req_t *req)
   case FS_MKDIR: err = mkdir(r->path, (mode_t)r->mode) == 0 ? 0 : -errno; break;
   case FS_RMDIR: err = rmdir(r->path) == 0 ? 0 : -errno; break;
   case FS_SCANDIR: err = scan(r); break;
+  case FS_OPEN:
+    r->fd = open(r->path, r->flags | O_CLOEXEC, r->mode);
+    err = r->fd < 0 ? -errno : 0;
+    break;
+  case FS_READ: {
+    ssize_t n;
+    do
+      n = r->offset >= 0 ? pread(r->fd, r->data, r->len, (off_t)r->offset)
+                         : read(r->fd, r->data, r->len);
+    while (n < 0 && errno == EINTR);
+    err = n < 0 ? -errno : 0;
+    r->len = n < 0 ? 0 : (size_t)n;
+    break;
+  }
+  case FS_WRITE: {
+    size_t done = 0;
+    while (done < r->len && !err) {
+      ssize_t n = r->offset >= 0 ? pwrite(r->fd, r->data + done, r->len - done,
+                                          (off_t)r->offset + (off_t)done)
+                                 : write(r->fd, r->data + done, r->len - done);
+      if (n < 0 && errno != EINTR)
+        err = -errno;
+      else if (n > 0)
+        done += (size_t)n;
+    }
+    r->len = done;
+    break;
+  }
+  case FS_CLOSE: err = close(r->fd) == 0 ? 0 : -errno; break;
   }
   req->err = err;
 }
@@ -246,15 +277,24 @@ void lio_unbox(lua_State *L, int idx)
   *box = NULL;
 }
 
-/* A request for op with path (argument 1) copied, boxed at the top of the stack (lio_box). */
-static fs_req_t *new_request(lua_State *L, enum fs_op op)
+/* A request for op, boxed at the top of the stack (lio_box). */
+static fs_req_t *new_bare_request(lua_State *L, enum fs_op op)
 {
-  luaL_checkstring(L, 1);
   fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
   if (!r)
     luaL_error(L, "not enough memory");
   lio_box(L, &r->base);
   r->op = op;
+  r->fd = -1;
+  r->offset = -1;
+  return r;
+}
+
+/* The same with path (argument 1) copied. */
+static fs_req_t *new_request(lua_State *L, enum fs_op op)
+{
+  luaL_checkstring(L, 1);
+  fs_req_t *r = new_bare_request(L, op);
   r->path = lio_copy_arg(L, 1, NULL);
   return r;
 }
@@ -392,6 +432,185 @@ static int l_scandir(lua_State *L)
   lio_unbox(L, box);
   return 1;
 }
+
+/* ---- Files: smarm.fs.open and its handles ------------------------------------------------ */
+
+#define FILE_MT "smarm.fs.file"
+
+typedef struct lfile {
+  int fd;      /* -1 once closed */
+  int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
+  int closing; /* close() came while busy: the last of them closes */
+  char *path;
+} lfile_t;
+
+static void post_file_close(lfile_t *f);
+
+/* Brackets a read or write: the descriptor must not be closed (and its number reused) while a
+** pool thread works with it, so a close that comes meanwhile waits for the last of them. */
+static void file_enter(lfile_t *f) { f->busy++; }
+
+static void file_leave(lfile_t *f)
+{
+  if (--f->busy == 0 && f->closing)
+    post_file_close(f);
+}
+
+static lfile_t *check_file(lua_State *L, const char *fname)
+{
+  lfile_t *f = luaL_checkudata(L, 1, FILE_MT);
+  if (f->fd < 0 || f->closing)
+    luaL_error(L, "smarm.fs.%s: the file is closed", fname);
+  return f;
+}
+
+static int flags_of(lua_State *L, const char *how)
+{
+  static const struct {
+    const char *how;
+    int flags;
+  } table[] = {
+    {"r", O_RDONLY}, {"r+", O_RDWR}, {"w", O_WRONLY | O_CREAT | O_TRUNC},
+    {"w+", O_RDWR | O_CREAT | O_TRUNC}, {"a", O_WRONLY | O_CREAT | O_APPEND},
+    {"a+", O_RDWR | O_CREAT | O_APPEND},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (strcmp(how, table[i].how) == 0)
+      return table[i].flags;
+  luaL_argerror(L, 2, "\"r\", \"r+\", \"w\", \"w+\", \"a\" or \"a+\" expected");
+  return 0;
+}
+
+/* open(path, flags [, mode]) -> file */
+static int l_open(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  int flags = flags_of(L, luaL_checkstring(L, 2));
+  lua_Number mode = luaL_optnumber(L, 3, 0666);
+  luaL_argcheck(L, mode >= 0 && mode <= 07777 && mode == (int)mode, 3,
+                "mode from 0 to 4095 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_request(L, FS_OPEN);
+  int box = lua_gettop(L);
+  r->flags = flags;
+  r->mode = (int)mode;
+  int n = run(L, r, "fs.open");
+  if (!n) {
+    lfile_t *f = lua_newuserdata(L, sizeof *f);
+    f->fd = r->fd;
+    f->busy = f->closing = 0;
+    f->path = r->path; /* kept for messages */
+    r->path = NULL;
+    luaL_getmetatable(L, FILE_MT);
+    lua_setmetatable(L, -2);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+/* file:read(n [, offset]) -> bytes ("" at the end of the file) */
+static int f_read(lua_State *L)
+{
+  lfile_t *f = check_file(L, "read");
+  lua_Number n = luaL_checknumber(L, 2);
+  luaL_argcheck(L, n >= 0 && n < 4294967296.0 && n == (lua_Number)(size_t)n, 2,
+                "byte count expected");
+  lua_Number off = luaL_optnumber(L, 3, -1);
+  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_bare_request(L, FS_READ);
+  int box = lua_gettop(L);
+  r->fd = f->fd;
+  r->offset = off;
+  r->len = (size_t)n;
+  r->data = malloc(r->len ? r->len : 1);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  r->path = strdup(f->path);
+  file_enter(f);
+  int k = run(L, r, "file.read");
+  file_leave(f);
+  if (!k) {
+    lua_pushlstring(L, r->data, r->len);
+    k = 1;
+  }
+  lio_unbox(L, box);
+  return k;
+}
+
+/* file:write(data [, offset]) -> bytes written */
+static int f_write(lua_State *L)
+{
+  lfile_t *f = check_file(L, "write");
+  luaL_checkstring(L, 2);
+  lua_Number off = luaL_optnumber(L, 3, -1);
+  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_bare_request(L, FS_WRITE);
+  int box = lua_gettop(L);
+  r->fd = f->fd;
+  r->offset = off;
+  r->data = lio_copy_arg(L, 2, &r->len);
+  r->path = strdup(f->path);
+  file_enter(f);
+  int k = run(L, r, "file.write");
+  file_leave(f);
+  if (!k) {
+    lua_pushnumber(L, (lua_Number)r->len);
+    k = 1;
+  }
+  lio_unbox(L, box);
+  return k;
+}
+
+/* Closing does not wait: the close runs on the pool. */
+static void post_file_close(lfile_t *f)
+{
+  if (f->fd < 0)
+    return;
+  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
+  if (r) {
+    r->op = FS_CLOSE;
+    r->fd = f->fd;
+    if (io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
+      close(f->fd);
+  } else {
+    close(f->fd);
+  }
+  f->fd = -1;
+}
+
+static int f_close(lua_State *L)
+{
+  lfile_t *f = check_file(L, "close");
+  if (f->busy)
+    f->closing = 1;
+  else
+    post_file_close(f);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int f_gc(lua_State *L)
+{
+  lfile_t *f = lua_touserdata(L, 1);
+  post_file_close(f);
+  free(f->path);
+  f->path = NULL;
+  return 0;
+}
+
+static int f_tostring(lua_State *L)
+{
+  lfile_t *f = lua_touserdata(L, 1);
+  lua_pushfstring(L, "fs.file (%s)", f->fd < 0 ? "closed" : f->path ? f->path : "?");
+  return 1;
+}
+
+static const luaL_Reg file_methods[] = {
+  {"read", f_read}, {"write", f_write}, {"close", f_close}, {NULL, NULL},
+};
 
 /* ---- smarm.dns ---------------------------------------------------------------------------- */
 
@@ -565,11 +784,24 @@ static int l_signal_wait(lua_State *L)
 static const luaL_Reg fs_functions[] = {
   {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
   {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
-  {"mkdir", l_mkdir},       {"scandir", l_scandir},     {NULL, NULL},
+  {"mkdir", l_mkdir},       {"scandir", l_scandir},     {"open", l_open},
+  {NULL, NULL},
 };
 
 void lio_register(lua_State *L, int module)
 {
+  if (luaL_newmetatable(L, FILE_MT)) {
+    lua_newtable(L);
+    luaL_register(L, NULL, file_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, f_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, f_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, FILE_MT);
+    lua_setfield(L, -2, "__metatable");
+  }
+  lua_pop(L, 1);
   lua_newtable(L);
   luaL_register(L, NULL, fs_functions);
   lua_setfield(L, module, "fs");
