@@ -12,7 +12,7 @@ local bench = require("smarm.bench")
 
 local wanted = {}
 for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
-local rounds = bench.knob("SMARM_ECHO_ROUNDS", 50000)
+local rounds = bench.knob("SMARM_ECHO_ROUNDS", 20000)
 local runs = bench.knob("SMARM_ECHO_RUNS", 3)
 local batch = bench.knob("SMARM_ECHO_BATCH", 10)
 local nclients = bench.knob("SMARM_ECHO_CLIENTS", 16)

@@ -78,7 +78,7 @@ static void *server(void *arg)
 
 int main(void)
 {
-  long rounds = knob("SMARM_ECHO_ROUNDS", 50000), runs = knob("SMARM_ECHO_RUNS", 3);
+  long rounds = knob("SMARM_ECHO_ROUNDS", 20000), runs = knob("SMARM_ECHO_RUNS", 3);
   long batch = knob("SMARM_ECHO_BATCH", 10), warmup = knob("SMARM_ECHO_WARMUP", 2000);
   listener = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
