@@ -105,6 +105,28 @@ describe("smarm.tcp", function()
     assert.are.same({ nil, "closed" }, r.any)
   end)
 
+  it("reports a send to a peer that is gone, without a SIGPIPE", function()
+    local r = smarm.run(function()
+      local server, port = listen()
+      smarm.spawn(function()
+        local c = assert(server:accept())
+        c:close()
+      end)
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      smarm.sleep(0.05)
+      local results = {}
+      for i = 1, 5 do -- the first may still be taken by the kernel; the peer answers it with a reset
+        results[i] = { c:send("data after the peer closed\n") }
+        if not results[i][1] then return results[i] end
+        smarm.sleep(0.02)
+      end
+      return results[5]
+    end)
+    assert.is_nil(r[1])
+    assert.is_true(r[2] == "EPIPE" or r[2] == "ECONNRESET", tostring(r[2]))
+    assert.are.equal(0, r[3])
+  end)
+
   it("moves 100 MiB to a slow reader with bounded buffering", function()
     local r = smarm.run(function()
       local server, port = listen()

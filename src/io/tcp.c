@@ -309,6 +309,7 @@ static void accept_now(sock_t *l, tcp_req_t *r)
   }
   read_resume(c);
   r->new_id = c->id;
+  uv_fileno((uv_handle_t *)&c->tcp, &r->new_fd);
   finish(r, 0);
 }
 
@@ -353,6 +354,7 @@ static void on_connect(uv_connect_t *cr, int status)
   } else {
     read_resume(k->sock);
     r->new_id = k->sock->id;
+    uv_fileno((uv_handle_t *)&k->sock->tcp, &r->new_fd);
     finish(r, 0);
   }
   free(k);

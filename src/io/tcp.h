@@ -45,6 +45,7 @@ typedef struct tcp_req {
   char *data;                 /* send: the bytes (owned); receive: the result (owned) */
   size_t len;
   uint64_t new_id;
+  int new_fd;                 /* connect, accept: the connection's descriptor (see ltcp.c) */
   int peer, flag;
   char addr[64];              /* name: the address as text, and port */
   int addr_port;

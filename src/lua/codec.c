@@ -19,7 +19,7 @@
 
 enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
 
-#define HANDLE_BYTES 17 /* listener byte, 8-byte id, 8-byte timeout */
+#define HANDLE_BYTES 22 /* flags byte (listener, queued), 8-byte id, 8-byte timeout, 4-byte fd */
 
 typedef struct enc {
   lua_State *L;
@@ -346,10 +346,11 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
     *out++ = T_HLIST;
     *out++ = (unsigned char)nh;
     for (int i = 0; i < nh; i++) {
-      *out++ = (unsigned char)e.handles[i].listener;
+      *out++ = (unsigned char)(e.handles[i].listener | e.handles[i].queued << 1);
       memcpy(out, &e.handles[i].id, 8);
       memcpy(out + 8, &e.handles[i].timeout, 8);
-      out += 16;
+      memcpy(out + 16, &e.handles[i].fd, 4);
+      out += HANDLE_BYTES - 1;
     }
     smarm_msg_set_owning(m, 1);
   }
@@ -386,9 +387,11 @@ static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_
     return -1;
   const unsigned char *q = *p + 2;
   for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
-    out[i].listener = q[0];
+    out[i].listener = q[0] & 1;
+    out[i].queued = q[0] >> 1 & 1;
     memcpy(&out[i].id, q + 1, 8);
     memcpy(&out[i].timeout, q + 9, 8);
+    memcpy(&out[i].fd, q + 17, 4);
   }
   *p = q;
   return n;

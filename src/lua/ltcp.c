@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define SERVER_MT "smarm.tcp.server"
 #define CONN_MT "smarm.tcp.conn"
@@ -37,12 +38,16 @@ typedef struct lsock {
   char *rbuf;     /* bytes read ahead: rbuf[rstart, rlen) (malloc'd) */
   size_t rstart, rlen, rcap;
   int rend;       /* the IO side said: closed (IOTCP_CLOSED) or an error; no more bytes come */
+  int fd;         /* a connection's descriptor, or -1 (see m_send) */
+  int sending;    /* sends of this handle parked in the IO thread now */
+  int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
 } lsock_t;
 
-static void push_sock(lua_State *L, uint64_t id, int listener)
+static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 {
   lsock_t *s = lua_newuserdata(L, sizeof *s);
   memset(s, 0, sizeof *s);
+  s->fd = listener ? -1 : fd;
   s->id = id;
   s->listener = listener;
   s->state = OPEN;
@@ -117,6 +122,8 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
   h->id = s->id;
   h->timeout = s->timeout;
   h->listener = s->listener;
+  h->fd = s->fd;
+  h->queued = s->sending > 0 || s->unsure;
   return 1;
 }
 
@@ -124,8 +131,10 @@ void ltcp_handed_over(void *sock) { ((lsock_t *)sock)->state = HANDED_OVER; }
 
 void ltcp_push_handle(lua_State *L, const ltcp_handle_t *h)
 {
-  push_sock(L, h->id, h->listener);
-  ((lsock_t *)lua_touserdata(L, -1))->timeout = h->timeout;
+  push_sock(L, h->id, h->listener, h->fd);
+  lsock_t *s = lua_touserdata(L, -1);
+  s->timeout = h->timeout;
+  s->unsure = h->queued;
 }
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
@@ -194,7 +203,7 @@ static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int lis
   if (err)
     n = push_error(L, err, 0);
   else
-    push_sock(L, r->new_id, listener);
+    push_sock(L, r->new_id, listener, r->new_fd);
   lio_unbox(L, box);
   return n;
 }
@@ -379,28 +388,52 @@ static int m_receiveany(lua_State *L)
   return 1;
 }
 
+/* send(data): straight from the actor's thread when nothing of this socket is queued in the IO
+** thread (a non-blocking send(2); the kernel took it all: no trip at all); whatever the kernel
+** did not take goes through the IO thread, which completes when it has, so a writer whose peer
+** does not read parks there (back-pressure), and every later send follows it there while it is
+** in flight. The descriptor is the IO thread's socket: it stays open while this handle is open
+** (only a close through an open handle, or the runtime's end, closes it). */
 static int m_send(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "send");
-  luaL_checkstring(L, 2);
+  size_t len;
+  const char *data = luaL_checklstring(L, 2, &len);
   lua_settop(L, 2);
-  int box;
-  tcp_req_t *r = new_req(L, IOTCP_SEND, &box);
-  r->id = s->id;
-  r->data = lio_copy_arg(L, 2, &r->len);
-  size_t len = r->len;
-  int err = len ? call(L, r, s->timeout, "send") : 0;
-  int n;
-  if (err) {
-    n = push_error(L, err, 1);
-    lua_pushinteger(L, 0);
-    n++;
-  } else {
-    lua_pushnumber(L, (lua_Number)len);
-    n = 1;
+  size_t done = 0;
+  if (s->fd >= 0 && s->sending == 0 && !s->unsure && len > 0) {
+    ssize_t n = send(s->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      int k = push_error(L, -errno, 1);
+      lua_pushinteger(L, 0);
+      return k + 1;
+    }
+    done = n > 0 ? (size_t)n : 0;
   }
-  lio_unbox(L, box);
-  return n;
+  int err = 0;
+  if (done < len) {
+    int box;
+    tcp_req_t *r = new_req(L, IOTCP_SEND, &box);
+    r->id = s->id;
+    r->len = len - done;
+    r->data = malloc(r->len);
+    if (!r->data)
+      return luaL_error(L, "not enough memory");
+    memcpy(r->data, data + done, r->len);
+    s->sending++;
+    err = call(L, r, s->timeout, "send");
+    s->sending--;
+    if (err == -ETIMEDOUT)
+      s->unsure = 1;
+    lio_unbox(L, box);
+  }
+  if (err) {
+    int n = push_error(L, err, 1);
+    lua_pushinteger(L, 0);
+    return n + 1;
+  }
+  lua_pushnumber(L, (lua_Number)len);
+  return 1;
 }
 
 static int m_settimeout(lua_State *L)

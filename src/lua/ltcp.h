@@ -14,6 +14,8 @@ typedef struct ltcp_handle {
   uint64_t id;
   double timeout;
   int listener;
+  int fd;     /* a connection's descriptor, for writes straight from the actor's thread */
+  int queued; /* writes through the IO thread may still be in flight: the next go that way too */
 } ltcp_handle_t;
 
 /* 1 with *sock and *h set if the value at idx is a socket userdata, else 0; raises if it is
