@@ -446,7 +446,7 @@ describe("handing sockets between actors", function()
     assert.are.same({ nil, "closed", "" }, r.dropped)
     assert.are.equal("tcp.conn (open)", r.kept)
     assert.are.equal("still mine", r.still)
-    assert.matches("holds a socket that is already in the message", r.twice)
+    assert.matches("holds a socket or file that is already in the message", r.twice)
   end)
 end)
 

@@ -9,6 +9,7 @@
 */
 #include "codec.h"
 #include "lsmarm.h"
+#include "lio.h"
 #include "ltcp.h"
 
 #include <lauxlib.h>
@@ -19,7 +20,7 @@
 
 enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
 
-#define HANDLE_BYTES 22 /* flags byte (listener, queued), 8-byte id, 8-byte timeout, 4-byte fd */
+#define HANDLE_BYTES 22 /* flags (listener, queued, file), 8-byte id, 8-byte timeout, 4-byte fd */
 
 typedef struct enc {
   lua_State *L;
@@ -274,15 +275,16 @@ static void enc_value(enc_t *e, int idx, int depth)
     }
     void *sock;
     ltcp_handle_t h;
-    if (ltcp_handle_of(L, idx, &sock, &h)) {
+    if (ltcp_handle_of(L, idx, &sock, &h) || lio_file_handle_of(L, idx, &sock, &h)) {
       codec_moves_t *mv = e->moves;
       for (int i = 0; i < mv->n; i++)
         if (mv->socks[i] == sock)
-          fail_at(e, e->nkeys, " holds a socket that is already in the message");
+          fail_at(e, e->nkeys, " holds a socket or file that is already in the message");
       if (mv->n == CODEC_MAX_HANDLES)
-        fail_at(e, e->nkeys, " is one socket too many (at most 16 in a message)");
+        fail_at(e, e->nkeys, " is one handle too many (at most 16 sockets and files in a message)");
       e->handles[mv->n] = h;
       mv->socks[mv->n] = sock;
+      mv->file[mv->n] = h.file;
       put_byte(e, T_HANDLE);
       put_byte(e, (unsigned char)mv->n++);
       return;
@@ -346,7 +348,8 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
     *out++ = T_HLIST;
     *out++ = (unsigned char)nh;
     for (int i = 0; i < nh; i++) {
-      *out++ = (unsigned char)(e.handles[i].listener | e.handles[i].queued << 1);
+      *out++ = (unsigned char)(e.handles[i].listener | e.handles[i].queued << 1 |
+                               e.handles[i].file << 2);
       memcpy(out, &e.handles[i].id, 8);
       memcpy(out + 8, &e.handles[i].timeout, 8);
       memcpy(out + 16, &e.handles[i].fd, 4);
@@ -363,7 +366,10 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
 void codec_commit(codec_moves_t *moves)
 {
   for (int i = 0; i < moves->n; i++)
-    ltcp_handed_over(moves->socks[i]);
+    if (moves->file[i])
+      lio_file_handed_over(moves->socks[i]);
+    else
+      ltcp_handed_over(moves->socks[i]);
   moves->n = 0;
 }
 
@@ -389,6 +395,7 @@ static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_
   for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
     out[i].listener = q[0] & 1;
     out[i].queued = q[0] >> 1 & 1;
+    out[i].file = q[0] >> 2 & 1;
     memcpy(&out[i].id, q + 1, 8);
     memcpy(&out[i].timeout, q + 9, 8);
     memcpy(&out[i].fd, q + 17, 4);
@@ -403,7 +410,10 @@ void codec_drop(smarm_msg_t *msg)
   ltcp_handle_t hs[CODEC_MAX_HANDLES];
   int n = read_handles(&p, p + smarm_msg_size(msg), hs);
   for (int i = 0; i < n; i++)
-    ltcp_drop_handle(&hs[i]);
+    if (hs[i].file)
+      lio_drop_file(&hs[i]);
+    else
+      ltcp_drop_handle(&hs[i]);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
@@ -479,7 +489,10 @@ static int dec_value(dec_t *d, int depth)
     unsigned char i = get_byte(d);
     if (i >= d->nhandles)
       malformed(d);
-    ltcp_push_handle(L, &d->handles[i]);
+    if (d->handles[i].file)
+      lio_push_file(L, &d->handles[i]);
+    else
+      ltcp_push_handle(L, &d->handles[i]);
     return 1;
   }
   case T_REF: {

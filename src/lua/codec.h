@@ -24,14 +24,16 @@
 /* Deeper nesting raises: the encoder and decoder recurse on the actor's C stack. */
 #define CODEC_MAX_DEPTH 200
 
-/* Sockets (smarm.tcp) travel too, at most CODEC_MAX_HANDLES per message, each once: the block
+/* Sockets (smarm.tcp) and files (smarm.fs.open) travel too, at most CODEC_MAX_HANDLES per
+** message, each once: the block
 ** then begins with their list and is owning (smarm_msg_set_owning), so that if nobody decodes it
 ** the drop hook (codec_drop, installed by the binding) closes them. The sender's sockets are
 ** handed over only when the caller commits the moves after a successful send. */
 #define CODEC_MAX_HANDLES 16
 
 typedef struct codec_moves {
-  void *socks[CODEC_MAX_HANDLES];
+  void *socks[CODEC_MAX_HANDLES]; /* the sender's socket or file userdata */
+  int file[CODEC_MAX_HANDLES];
   int n;
 } codec_moves_t;
 

@@ -11,6 +11,7 @@
 #include "io/proc.h"
 #include "io/io.h"
 #include "lsmarm.h"
+#include "ltcp.h"
 
 #include <lauxlib.h>
 
@@ -438,9 +439,10 @@ static int l_scandir(lua_State *L)
 #define FILE_MT "smarm.fs.file"
 
 typedef struct lfile {
-  int fd;      /* -1 once closed */
+  int fd;      /* -1 once closed or handed over */
   int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
   int closing; /* close() came while busy: the last of them closes */
+  int handed;  /* sent in a message: another actor has it */
   char *path;
 } lfile_t;
 
@@ -456,9 +458,23 @@ static void file_leave(lfile_t *f)
     post_file_close(f);
 }
 
+/* The file userdata at idx, or NULL. */
+static lfile_t *test_file(lua_State *L, int idx)
+{
+  void *p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx))
+    return NULL;
+  luaL_getmetatable(L, FILE_MT);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? p : NULL;
+}
+
 static lfile_t *check_file(lua_State *L, const char *fname)
 {
   lfile_t *f = luaL_checkudata(L, 1, FILE_MT);
+  if (f->handed)
+    luaL_error(L, "smarm.fs.%s: the file was handed to another actor", fname);
   if (f->fd < 0 || f->closing)
     luaL_error(L, "smarm.fs.%s: the file is closed", fname);
   return f;
@@ -498,7 +514,7 @@ static int l_open(lua_State *L)
   if (!n) {
     lfile_t *f = lua_newuserdata(L, sizeof *f);
     f->fd = r->fd;
-    f->busy = f->closing = 0;
+    f->busy = f->closing = f->handed = 0;
     f->path = r->path; /* kept for messages */
     r->path = NULL;
     luaL_getmetatable(L, FILE_MT);
@@ -606,6 +622,45 @@ static int f_tostring(lua_State *L)
   lfile_t *f = lua_touserdata(L, 1);
   lua_pushfstring(L, "fs.file (%s)", f->fd < 0 ? "closed" : f->path ? f->path : "?");
   return 1;
+}
+
+int lio_file_handle_of(lua_State *L, int idx, void **file, ltcp_handle_t *h)
+{
+  lfile_t *f = test_file(L, idx);
+  if (!f)
+    return 0;
+  if (f->handed || f->fd < 0 || f->closing)
+    luaL_error(L, "smarm.send: the file is %s", f->handed ? "handed to another actor" : "closed");
+  if (f->busy)
+    luaL_error(L, "smarm.send: the file is in use by another actor");
+  memset(h, 0, sizeof *h);
+  h->file = 1;
+  h->fd = f->fd;
+  *file = f;
+  return 1;
+}
+
+void lio_file_handed_over(void *file)
+{
+  lfile_t *f = file;
+  f->handed = 1;
+  f->fd = -1; /* the new owner closes it */
+}
+
+void lio_push_file(lua_State *L, const ltcp_handle_t *h)
+{
+  lfile_t *f = lua_newuserdata(L, sizeof *f);
+  f->fd = h->fd;
+  f->busy = f->closing = f->handed = 0;
+  f->path = strdup("(a file handed over)");
+  luaL_getmetatable(L, FILE_MT);
+  lua_setmetatable(L, -2);
+}
+
+void lio_drop_file(const ltcp_handle_t *h)
+{
+  lfile_t f = {h->fd, 0, 0, 0, NULL};
+  post_file_close(&f);
 }
 
 static const luaL_Reg file_methods[] = {

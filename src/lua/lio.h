@@ -18,6 +18,13 @@ void lio_unbox(lua_State *L, int idx);
 /* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
 char *lio_copy_arg(lua_State *L, int idx, size_t *len);
 
+/* Files travel in messages like sockets (codec.c; the handle's `file` flag): */
+struct ltcp_handle;
+int lio_file_handle_of(lua_State *L, int idx, void **file, struct ltcp_handle *h);
+void lio_file_handed_over(void *file);
+void lio_push_file(lua_State *L, const struct ltcp_handle *h);
+void lio_drop_file(const struct ltcp_handle *h); /* nobody received it: close it (any thread) */
+
 /* Sets module.fs (module: the stack index of the smarm.core table). */
 void lio_register(lua_State *L, int module);
 
