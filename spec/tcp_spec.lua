@@ -341,6 +341,72 @@ describe("smarm.tcp", function()
   end)
 end)
 
+describe("10,000 connections", function()
+  it("are held at once by one runtime, their clients in another process, and all are closed", function()
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local limit = tonumber(io.popen("sh -c 'ulimit -n'"):read("*a")) or 1024
+    local n = math.min(10000, limit - 500) -- one descriptor per connection in each process
+    local before = fd_count()
+    -- the clients: connect n times in waves, check an echo on each, hold them all, then end
+    local client = [[
+      local smarm = require("smarm")
+      local port, n = tonumber(os.getenv("PORT")), tonumber(os.getenv("N"))
+      local me, good = smarm.self(), 0
+      for first = 1, n, 500 do
+        local last = math.min(n, first + 499)
+        for i = first, last do
+          smarm.spawn_on(i % 2 + 1, function(owner, k)
+            local c = smarm.tcp.connect("127.0.0.1", port)
+            if c then c:send(k .. "\n") end
+            smarm.send(owner, c ~= nil and c:receive() == tostring(k))
+            smarm.receive() -- hold it until the end
+          end, me, i)
+        end
+        for _ = first, last do if smarm.receive(60) then good = good + 1 end end
+      end
+      print("good " .. good)
+      smarm.sleep(0.3) -- all held while the server counts
+    ]]
+    local r = smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0, 4096))
+      local _, port = server:getsockname()
+      local live, most = 0, 0
+      smarm.spawn(function()
+        while true do
+          local c = server:accept()
+          if not c then return end
+          smarm.spawn(function()
+            live = live + 1
+            if live > most then most = live end
+            local line = c:receive()
+            if line then c:send(line .. "\n") end
+            c:receive() -- until the client's process ends
+            c:close()
+            live = live - 1
+          end)
+        end
+      end)
+      local out = smarm.process.run({ exe, "-s", "2", "-e", client },
+        { env = { PORT = tostring(port), N = tostring(n) }, timeout = 120 })
+      smarm.sleep(0.2)
+      server:close()
+      return { out = out, most = most, live = live }
+    end, { schedulers = 2 })
+    local after
+    for _ = 1, 50 do
+      after = fd_count()
+      if after <= before + 2 then break end
+      os.execute("sleep 0.05")
+    end
+    assert.is_table(r.out, "client process: " .. tostring(r.out))
+    assert.are.equal("good " .. n .. "\n", r.out.stdout, r.out.stderr)
+    assert.are.equal(n, r.most)
+    assert.are.equal(0, r.live)
+    assert.is_true(after <= before + 2, before .. " descriptors before, " .. after .. " after")
+  end)
+end)
+
 describe("handing sockets between actors", function()
   it("moves connections to workers on another scheduler, in messages and spawn_on arguments", function()
     local r = smarm.run(function()
