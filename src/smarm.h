@@ -151,6 +151,10 @@ int smarm_await(uint64_t token, int64_t timeout_ns);
 ** runtime is running). */
 int smarm_wake(smarm_pid_t pid, uint64_t token);
 
+/* smarm_wake for n (pid, token) pairs at once: one push (one compare-and-swap, at most one
+** wake-up) per scheduler concerned. Returns 0 or the first error (the others are still woken). */
+int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
+
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
 void *smarm_actor_data(void);
 void smarm_actor_set_data(void *data);

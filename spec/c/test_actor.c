@@ -379,6 +379,9 @@ TEST(huge_and_negative_timeouts_wait) { RUN(1, main_huge_timeouts, NULL); }
 /* ---- smarm_await / smarm_wake: work done by another thread ---- */
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 typedef struct wake_job {
@@ -437,6 +440,56 @@ static void main_await(void *arg)
 }
 
 TEST(await_is_woken_by_another_thread) { RUN(2, main_await, NULL); }
+
+/* smarm_wake_many: one call from a foreign thread wakes actors on both schedulers */
+
+#define MANY 10
+static smarm_pid_t many_pids[MANY];
+static uint64_t many_tokens[MANY];
+static _Atomic int many_ready, many_woken;
+
+static void many_waiter(void *arg)
+{
+  int i = (int)(intptr_t)arg;
+  many_pids[i] = smarm_self();
+  many_tokens[i] = smarm_await_token();
+  atomic_fetch_add(&many_ready, 1);
+  if (smarm_await(many_tokens[i], 5000 * 1000 * 1000LL) == 0)
+    atomic_fetch_add(&many_woken, 1);
+}
+
+static void *many_waker(void *arg)
+{
+  (void)arg;
+  while (atomic_load(&many_ready) < MANY)
+    sched_yield();
+  smarm_pid_t pids[MANY + 1];
+  uint64_t tokens[MANY + 1];
+  memcpy(pids, many_pids, sizeof many_pids);
+  memcpy(tokens, many_tokens, sizeof many_tokens);
+  pids[MANY] = 0; /* a pid that cannot exist: reported, the others still woken */
+  tokens[MANY] = 1;
+  CHECK_EQ(smarm_wake_many(pids, tokens, MANY + 1), -EINVAL);
+  return NULL;
+}
+
+static void main_wake_many(void *arg)
+{
+  (void)arg;
+  atomic_store(&many_ready, 0);
+  atomic_store(&many_woken, 0);
+  for (int i = 0; i < MANY; i++)
+    CHECK_EQ(smarm_spawn_on(i % 2, many_waiter, (void *)(intptr_t)i, NULL, NULL), 0);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, many_waker, NULL), 0);
+  for (int i = 0; i < 500 && atomic_load(&many_woken) < MANY; i++)
+    smarm_sleep(10 * 1000 * 1000);
+  pthread_join(t, NULL);
+  CHECK_EQ(atomic_load(&many_woken), MANY);
+  CHECK_EQ(smarm_wake_many(NULL, NULL, 0), 0);
+}
+
+TEST(wake_many_wakes_actors_on_every_scheduler) { RUN(2, main_wake_many, NULL); }
 
 TEST(await_and_wake_outside_a_runtime)
 {

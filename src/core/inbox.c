@@ -37,11 +37,13 @@ static int futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout
   return errno != EAGAIN;
 }
 
-int inbox_push(inbox_t *in, smarm_msg_t *m)
+int inbox_push(inbox_t *in, smarm_msg_t *m) { return inbox_push_chain(in, m, m); }
+
+int inbox_push_chain(inbox_t *in, smarm_msg_t *m, smarm_msg_t *oldest)
 {
   smarm_msg_t *old = atomic_load_explicit(&in->head, memory_order_relaxed);
   do {
-    m->next = old;
+    oldest->next = old;
     /* P1. Release publishes m's contents to the owner's acquire exchange in inbox_take_all;
     ** seq_cst also orders it before P2 (pairs with O1/O2, see inbox.h). */
   } while (!atomic_compare_exchange_weak_explicit(&in->head, &old, m, memory_order_seq_cst,

@@ -45,6 +45,9 @@ void inbox_init(inbox_t *in);
 ** a syscall, else 0. */
 int inbox_push(inbox_t *in, smarm_msg_t *m);
 
+/* The same for a chain linked newest first through `next`, newest..oldest: one CAS for all. */
+int inbox_push_chain(inbox_t *in, smarm_msg_t *newest, smarm_msg_t *oldest);
+
 /* Owner side: a cheap look (relaxed), for polling in hot loops. */
 static inline int inbox_maybe_nonempty(inbox_t *in)
 {

@@ -596,6 +596,46 @@ int smarm_wake(smarm_pid_t pid, uint64_t token)
   return rc;
 }
 
+int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
+{
+  if (n == 0)
+    return 0;
+  runtime_t *rt = runtime_enter();
+  if (!rt)
+    return -ESRCH;
+  int rc = 0;
+  /* One chain per scheduler, newest first (pushing wakes in order i = 0..n-1). */
+  for (unsigned k = 0; k < rt->nsched; k++) {
+    smarm_msg_t *newest = NULL, *oldest = NULL;
+    for (size_t i = 0; i < n; i++) {
+      if (smarm_pid_sched(pids[i]) != k || smarm_pid_gen(pids[i]) == 0)
+        continue;
+      smarm_msg_t *m = msg_new(MSG_WAKE, sizeof tokens[i]);
+      if (!m) {
+        rc = rc ? rc : -ENOMEM;
+        continue;
+      }
+      memcpy(m->data, &tokens[i], sizeof tokens[i]);
+      m->to = pids[i];
+      m->next = newest;
+      newest = m;
+      if (!oldest)
+        oldest = m;
+    }
+    if (newest) {
+      sched_t *target = &rt->scheds[k];
+      if (inbox_push_chain(&target->inbox, newest, oldest))
+        stat_add(&target->stats.wakes, 1);
+      stat_add(&target->stats.remote_sent, 1);
+    }
+  }
+  for (size_t i = 0; i < n && !rc; i++)
+    if (smarm_pid_sched(pids[i]) >= rt->nsched || smarm_pid_gen(pids[i]) == 0)
+      rc = -EINVAL;
+  runtime_leave();
+  return rc;
+}
+
 void smarm_exit(void)
 {
   sched_t *s;

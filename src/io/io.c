@@ -11,7 +11,8 @@
 ** Producers that find the stack non-empty send nothing: whoever made it non-empty has woken the
 ** loop, or the loop is spinning. That is the coalescing.
 **
-** Completions (IO thread -> the actor's scheduler): smarm_wake() through the scheduler's inbox;
+** Completions (IO thread -> the actor's scheduler): smarm_wake_many() through the schedulers'
+** inboxes, one push per scheduler for all completions of a loop iteration;
 ** libuv hands a pool thread's results to the loop thread under its own lock, so what the work
 ** wrote is visible to the loop thread, and the inbox's release/acquire carries it to the actor.
 **
@@ -71,12 +72,31 @@ void io_req_release(io_req_t *req)
   free(req);
 }
 
+/* Completions of one loop iteration are woken together (io_flush_wakes): one inbox push per
+** scheduler. The result is written before the request is completed; the actor keeps its own
+** reference until it has read it, so the IO side may drop its own before the wake goes out. */
+#define WAKE_BATCH 64
+static smarm_pid_t wake_pids[WAKE_BATCH];
+static uint64_t wake_tokens[WAKE_BATCH];
+static size_t nwakes;
+
+static void flush_wakes(void)
+{
+  if (nwakes) /* no runtime any more (shutdown): nobody to wake */
+    smarm_wake_many(wake_pids, wake_tokens, nwakes);
+  nwakes = 0;
+}
+
 void io_complete(io_req_t *req)
 {
   io_activity++;
   req->completed = 1;
-  if (req->waited)
-    smarm_wake(req->pid, req->token); /* no runtime any more (shutdown): nobody to wake */
+  if (req->waited) {
+    if (nwakes == WAKE_BATCH)
+      flush_wakes();
+    wake_pids[nwakes] = req->pid;
+    wake_tokens[nwakes++] = req->token;
+  }
   io_req_release(req);
 }
 
@@ -178,7 +198,9 @@ static void *io_main(void *arg)
   atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
   for (;;) {
     drain(&io_loop);
-    if (!uv_run(&io_loop, UV_RUN_NOWAIT))
+    int alive = uv_run(&io_loop, UV_RUN_NOWAIT);
+    flush_wakes();
+    if (!alive)
       break; /* the async handle is closed and nothing is left */
     int64_t now = smarm_now_ns();
     if (io_activity != seen) {
@@ -189,13 +211,16 @@ static void *io_main(void *arg)
       continue;
     atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
     if (atomic_load_explicit(&io_queue, memory_order_seq_cst) == NULL) {
-      if (!uv_run(&io_loop, UV_RUN_ONCE))
+      int still = uv_run(&io_loop, UV_RUN_ONCE);
+      flush_wakes();
+      if (!still)
         break;
     }
     atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
     busy_at = smarm_now_ns();
   }
   atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
+  flush_wakes();
   uv_loop_close(&io_loop);
   return NULL;
 }
@@ -321,6 +346,7 @@ void io_shutdown(void)
       io_complete(left);
       left = next;
     }
+    flush_wakes();
   }
   pthread_mutex_unlock(&io_lock);
 }
