@@ -204,6 +204,28 @@ describe("smarm.fs.open", function()
     assert.matches("bad argument #2 to 'open'", r.badflags)
   end)
 
+  it("shows a half-written file as far as it is written", function()
+    local dir = tmpdir()
+    local r = smarm.run(function()
+      local me = smarm.self()
+      local path = dir .. "/half"
+      local w = assert(smarm.fs.open(path, "w"))
+      assert(w:write(("a"):rep(4096)))
+      smarm.spawn_on(2, function(owner, p) -- another scheduler reads it meanwhile
+        smarm.send(owner, { smarm.fs.stat(p).size, #smarm.fs.readfile(p) })
+      end, me, path)
+      local half = smarm.receive(5)
+      assert(w:write(("b"):rep(4096)))
+      assert(w:close())
+      local whole = smarm.fs.readfile(path)
+      return { half = half, size = #whole, tail = whole:sub(-1) }
+    end, { schedulers = 2 })
+    os.execute("rm -rf " .. dir)
+    assert.are.same({ 4096, 4096 }, r.half)
+    assert.are.equal(8192, r.size)
+    assert.are.equal("b", r.tail)
+  end)
+
   it("closes a collected file, and defers a close while another actor reads", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
