@@ -44,13 +44,20 @@ function bench.knob(name, default)
   return default
 end
 
+local page_bytes -- the system's page size, asked once
+
 -- The process's resident memory in bytes (/proc/self/statm; 0 where there is none).
 function bench.rss_bytes()
   local f = io.open("/proc/self/statm")
   if not f then return 0 end
   local _, pages = f:read("*n", "*n")
   f:close()
-  return (pages or 0) * 4096
+  if not page_bytes then
+    local p = io.popen("getconf PAGESIZE 2>/dev/null")
+    page_bytes = p and tonumber(p:read("*a")) or 4096
+    if p then p:close() end
+  end
+  return (pages or 0) * page_bytes
 end
 
 local function progress(fmt, ...)

@@ -19,7 +19,7 @@ int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
   actor_t *self = s ? s->current : NULL;
   if (!self)
     return -EPERM;
-  if (!msg || !to || smarm_pid_gen(to) == 0)
+  if (!msg || smarm_pid_gen(to) == 0)
     return -EINVAL;
   unsigned k = smarm_pid_sched(to);
   if (k >= s->rt->nsched)
@@ -34,9 +34,7 @@ int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
   actor_t *a = sched_lookup(s, to);
   if (!a)
     return -ESRCH;
-  mailbox_append(&a->mailbox, msg);
-  if (a->state == ACTOR_WAIT_MSG)
-    sched_wake(s, a);
+  sched_deliver(s, a, msg);
   return 0;
 }
 
@@ -54,7 +52,7 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
   ** from its mailbox, so the cursor stays valid while we park; arrivals append behind it. */
   smarm_msg_t **cursor = &self->mailbox.head;
   int64_t deadline = -1;
-  int expired = 0;
+  int deadline_set = 0, expired = 0;
   for (;;) {
     for (; *cursor; cursor = &(*cursor)->next) {
       if (!match || match(*cursor, ud)) {
@@ -64,26 +62,14 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
     }
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
-    if (timeout_ns > 0) {
-      if (deadline < 0) {
-        int64_t now = smarm_now_ns();
-        /* A deadline past the end of time is no deadline. */
-        deadline = timeout_ns <= INT64_MAX - now ? now + timeout_ns : INT64_MAX;
-      }
-      if (deadline == INT64_MAX)
-        timeout_ns = SMARM_FOREVER;
+    if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
+      deadline = sched_deadline(timeout_ns);
+      deadline_set = 1;
     }
-    if (timeout_ns > 0) {
-      self->timer.deadline = deadline;
-      int rc = timer_add(&s->timers, &self->timer);
-      if (rc < 0)
-        return rc;
-    }
-    self->timed_out = 0;
-    self->state = ACTOR_WAIT_MSG;
-    sched_park(s, self); /* woken by a delivery (timer removed) or by the timer */
-    expired = self->timed_out;
-    self->timed_out = 0;
+    int rc = sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
+    if (rc < 0)
+      return rc;
+    expired = rc;
   }
 }
 

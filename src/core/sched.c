@@ -133,6 +133,13 @@ actor_t *sched_lookup(sched_t *s, smarm_pid_t pid)
 
 /* ---- Waking, timers, inbox ----------------------------------------------------------------- */
 
+void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
+{
+  mailbox_append(&a->mailbox, m);
+  if (a->state == ACTOR_WAIT_MSG)
+    sched_wake(s, a);
+}
+
 void sched_wake(sched_t *s, actor_t *a)
 {
   if (a->timer.index >= 0)
@@ -174,9 +181,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
       msg_release(m);
       return;
     }
-    mailbox_append(&a->mailbox, m);
-    if (a->state == ACTOR_WAIT_MSG)
-      sched_wake(s, a);
+    sched_deliver(s, a, m);
     return;
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
@@ -510,6 +515,30 @@ void smarm_yield(void)
   sched_leave(s, self);
 }
 
+int64_t sched_deadline(int64_t timeout_ns)
+{
+  if (timeout_ns < 0)
+    return -1;
+  int64_t now = smarm_now_ns();
+  return timeout_ns <= INT64_MAX - now ? now + timeout_ns : -1; /* past the end of time: none */
+}
+
+int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
+{
+  if (deadline >= 0) {
+    self->timer.deadline = deadline;
+    int rc = timer_add(&s->timers, &self->timer);
+    if (rc < 0)
+      return rc;
+  }
+  self->timed_out = 0;
+  self->state = state;
+  sched_park(s, self); /* woken (the timer removed) or by the timer */
+  int expired = self->timed_out;
+  self->timed_out = 0;
+  return expired;
+}
+
 int smarm_sleep(int64_t ns)
 {
   sched_t *s;
@@ -520,17 +549,8 @@ int smarm_sleep(int64_t ns)
     smarm_yield();
     return 0;
   }
-  int64_t now = smarm_now_ns();
-  if (ns <= INT64_MAX - now) { /* else: past the end of time, sleep without a timer */
-    self->timer.deadline = now + ns;
-    int rc = timer_add(&s->timers, &self->timer);
-    if (rc < 0)
-      return rc;
-  }
-  self->state = ACTOR_SLEEPING;
-  sched_park(s, self);
-  self->timed_out = 0;
-  return 0;
+  int rc = sched_park_until(s, self, ACTOR_SLEEPING, sched_deadline(ns));
+  return rc < 0 ? rc : 0;
 }
 
 uint64_t smarm_await_token(void)
@@ -556,46 +576,18 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
     return 0;
   if (timeout_ns == 0)
     return -ETIMEDOUT;
-  if (timeout_ns > 0) {
-    int64_t now = smarm_now_ns();
-    if (timeout_ns <= INT64_MAX - now) { /* else: past the end of time, no timer */
-      self->timer.deadline = now + timeout_ns;
-      int rc = timer_add(&s->timers, &self->timer);
-      if (rc < 0)
-        return rc;
-    }
-  }
-  self->timed_out = 0;
-  self->state = ACTOR_WAIT_WAKE;
-  sched_park(s, self); /* woken by the MSG_WAKE (timer removed) or by the timer */
-  self->timed_out = 0;
+  int rc = sched_park_until(s, self, ACTOR_WAIT_WAKE, sched_deadline(timeout_ns));
+  if (rc < 0)
+    return rc;
   return self->await_woken == token ? 0 : -ETIMEDOUT;
 }
 
-/* The IO thread (or any thread) reaches the actor's scheduler through the runtime's users count
-** (runtime.c): either it sees no runtime, or scheduler 0 waits for it before draining inboxes. */
-int smarm_wake(smarm_pid_t pid, uint64_t token)
-{
-  runtime_t *rt = runtime_enter();
-  if (!rt)
-    return -ESRCH;
-  unsigned k = smarm_pid_sched(pid);
-  int rc = 0;
-  smarm_msg_t *m = NULL;
-  if (k >= rt->nsched || smarm_pid_gen(pid) == 0)
-    rc = -EINVAL;
-  else if (!(m = msg_new(MSG_WAKE, sizeof token)))
-    rc = -ENOMEM;
-  if (m) {
-    memcpy(m->data, &token, sizeof token);
-    m->to = pid;
-    sched_t *target = &rt->scheds[k];
-    sched_push_remote(target, target, m); /* counted in the target's stats */
-  }
-  runtime_leave();
-  return rc;
-}
+int smarm_wake(smarm_pid_t pid, uint64_t token) { return smarm_wake_many(&pid, &token, 1); }
 
+/* Any thread reaches the actors' schedulers through the runtime's users count (runtime.c):
+** either it sees no runtime, or scheduler 0 waits for it before draining inboxes. The wakes are
+** chained per scheduler (newest first, so that each scheduler takes them in order) and each
+** chain goes out in one push; a scheduler caller counts them in its own statistics. */
 int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
 {
   if (n == 0)
@@ -603,35 +595,46 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
   runtime_t *rt = runtime_enter();
   if (!rt)
     return -ESRCH;
-  int rc = 0;
-  /* One chain per scheduler, newest first (pushing wakes in order i = 0..n-1). */
-  for (unsigned k = 0; k < rt->nsched; k++) {
-    smarm_msg_t *newest = NULL, *oldest = NULL;
-    for (size_t i = 0; i < n; i++) {
-      if (smarm_pid_sched(pids[i]) != k || smarm_pid_gen(pids[i]) == 0)
-        continue;
-      smarm_msg_t *m = msg_new(MSG_WAKE, sizeof tokens[i]);
-      if (!m) {
-        rc = rc ? rc : -ENOMEM;
-        continue;
+  struct chain {
+    sched_t *target;
+    smarm_msg_t *newest, *oldest;
+  } chains[8];
+  int nchains = 0, rc = 0;
+  sched_t *self = sched_tls;
+  for (size_t i = 0; i <= n; i++) {
+    /* past the last pair, or no room for one more scheduler: push what is chained */
+    if (i == n || nchains == (int)(sizeof chains / sizeof *chains)) {
+      for (int c = 0; c < nchains; c++) {
+        int woke = inbox_push_chain(&chains[c].target->inbox, chains[c].newest, chains[c].oldest);
+        if (self) {
+          stat_add(&self->stats.wakes, (uint64_t)woke);
+          stat_add(&self->stats.remote_sent, 1);
+        }
       }
-      memcpy(m->data, &tokens[i], sizeof tokens[i]);
-      m->to = pids[i];
-      m->next = newest;
-      newest = m;
-      if (!oldest)
-        oldest = m;
+      nchains = 0;
+      if (i == n)
+        break;
     }
-    if (newest) {
-      sched_t *target = &rt->scheds[k];
-      if (inbox_push_chain(&target->inbox, newest, oldest))
-        stat_add(&target->stats.wakes, 1);
-      stat_add(&target->stats.remote_sent, 1);
+    unsigned k = smarm_pid_sched(pids[i]);
+    if (k >= rt->nsched || smarm_pid_gen(pids[i]) == 0) {
+      rc = rc ? rc : -EINVAL;
+      continue;
     }
+    smarm_msg_t *m = msg_new(MSG_WAKE, sizeof tokens[i]);
+    if (!m) {
+      rc = rc ? rc : -ENOMEM;
+      continue;
+    }
+    memcpy(m->data, &tokens[i], sizeof tokens[i]);
+    m->to = pids[i];
+    int c = 0;
+    while (c < nchains && chains[c].target != &rt->scheds[k])
+      c++;
+    if (c == nchains)
+      chains[nchains++] = (struct chain){&rt->scheds[k], NULL, m};
+    m->next = chains[c].newest;
+    chains[c].newest = m;
   }
-  for (size_t i = 0; i < n && !rc; i++)
-    if (smarm_pid_sched(pids[i]) >= rt->nsched || smarm_pid_gen(pids[i]) == 0)
-      rc = -EINVAL;
   runtime_leave();
   return rc;
 }

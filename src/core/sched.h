@@ -128,6 +128,13 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
 /* Owner-thread helpers used by the message layer (message.c). */
 actor_t *sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
 void sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
+void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m); /* into a's mailbox; wakes a receive */
+/* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
+** one past the end of time). */
+int64_t sched_deadline(int64_t timeout_ns);
+/* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
+** passed, 0 when woken, -ENOMEM when no timer could be made. */
+int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
 void sched_park(sched_t *s, actor_t *self);           /* self->state already set */
 void sched_take_inbox(sched_t *s);
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */

@@ -1,7 +1,7 @@
 /*
 ** Per-scheduler timers: a binary min-heap of deadlines, owned by one scheduler thread.
 **
-** Each parked actor with a deadline (sleep, receive with a timeout) embeds one timer_t; the heap
+** Each parked actor with a deadline (sleep, receive with a timeout) embeds one deadline_t; the heap
 ** holds pointers to them and keeps each one's index current, so a timer can be removed in
 ** O(log n) when its actor is woken early (a message arrived).
 */

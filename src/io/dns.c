@@ -11,6 +11,23 @@
 #include <string.h>
 #include <uv.h>
 
+int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port)
+{
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    *port = ntohs(in->sin_port);
+    uv_ip4_name(in, out, size);
+    return 4;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+    *port = ntohs(in6->sin6_port);
+    uv_ip6_name(in6, out, size);
+    return 6;
+  }
+  return -1;
+}
+
 typedef struct resolving {
   uv_getaddrinfo_t gai;
   dns_req_t *req; /* NULL once abandoned */
@@ -25,7 +42,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
     uv_freeaddrinfo(res);
     return;
   }
-  r->uv = NULL;
+  r->base.uv = NULL;
   size_t n = 0;
   for (struct addrinfo *a = res; a; a = a->ai_next)
     n++;
@@ -34,19 +51,9 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
   for (struct addrinfo *a = status == 0 ? res : NULL; a; a = a->ai_next) {
     dns_entry_t e;
     memset(&e, 0, sizeof e);
-    if (a->ai_family == AF_INET) {
-      const struct sockaddr_in *in = (const struct sockaddr_in *)a->ai_addr;
-      uv_ip4_name(in, e.addr, sizeof e.addr);
-      e.family = 4;
-      e.port = ntohs(in->sin_port);
-    } else if (a->ai_family == AF_INET6) {
-      const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a->ai_addr;
-      uv_ip6_name(in6, e.addr, sizeof e.addr);
-      e.family = 6;
-      e.port = ntohs(in6->sin6_port);
-    } else {
+    e.family = dns_addr_text(a->ai_addr, e.addr, sizeof e.addr, &e.port);
+    if (e.family < 0)
       continue;
-    }
     int dup = 0;
     for (size_t i = 0; i < r->count && !dup; i++)
       dup = r->entries[i].family == e.family && r->entries[i].port == e.port &&
@@ -70,14 +77,14 @@ static void dns_on_loop(io_req_t *req, void *loop)
   }
   k->req = r;
   k->gai.data = k;
-  r->uv = k;
+  r->base.uv = k;
   struct addrinfo hints;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM; /* one entry per address, not one per socket type */
   int rc = uv_getaddrinfo(loop, &k->gai, on_resolved, r->host, r->service, &hints);
   if (rc < 0) {
-    r->uv = NULL;
+    r->base.uv = NULL;
     free(k);
     req->err = rc;
     io_complete(req);
@@ -89,11 +96,11 @@ static void dns_on_loop(io_req_t *req, void *loop)
 static void dns_cancel(io_req_t *req)
 {
   dns_req_t *r = (dns_req_t *)req;
-  resolving_t *k = r->uv;
+  resolving_t *k = r->base.uv;
   if (!k)
     return;
   k->req = NULL;
-  r->uv = NULL;
+  r->base.uv = NULL;
   uv_cancel((uv_req_t *)&k->gai); /* if it has not started; on_resolved frees k either way */
   req->err = -ETIMEDOUT;
   io_complete(req);

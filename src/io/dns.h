@@ -19,8 +19,13 @@ typedef struct dns_req {
   char *host, *service;  /* owned; service may be NULL */
   dns_entry_t *entries;  /* owned: the answers, in the resolver's order, duplicates removed */
   size_t count;
-  void *uv;              /* the loop's uv_getaddrinfo_t while it runs */
 } dns_req_t;
+
+struct sockaddr;
+
+/* An IPv4 or IPv6 address as numeric text and its port; returns 4 or 6, or -1 for another
+** family. (Also for the names of sockets, tcp.c.) */
+int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port);
 
 /* A request (runs on the IO thread; a timed-out one is abandoned), or NULL. */
 dns_req_t *dns_req_new(void);

@@ -39,10 +39,24 @@ static pthread_t io_thread;
 static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
 static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
 
+/* size bytes, plus a uv_work_t after them for pool work. */
+static io_req_t *req_alloc(size_t size, int pool, io_free_fn free_fields)
+{
+  size_t head = (size + 15) & ~(size_t)15;
+  io_req_t *req = calloc(1, head + (pool ? sizeof(uv_work_t) : 0));
+  if (!req)
+    return NULL;
+  atomic_init(&req->refs, 1);
+  req->free_fields = free_fields;
+  if (pool)
+    req->uv = (char *)req + head;
+  return req;
+}
+
 io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
                           io_free_fn free_fields)
 {
-  io_req_t *req = io_req_new(size, NULL, free_fields);
+  io_req_t *req = req_alloc(size, 0, free_fields);
   if (req) {
     req->on_loop = on_loop;
     req->cancel = cancel;
@@ -52,14 +66,9 @@ io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
 
 io_req_t *io_req_new(size_t size, io_work_fn work, io_free_fn free_fields)
 {
-  size_t head = (size + 15) & ~(size_t)15;
-  io_req_t *req = calloc(1, head + sizeof(uv_work_t));
-  if (!req)
-    return NULL;
-  atomic_init(&req->refs, 1);
-  req->work = work;
-  req->free_fields = free_fields;
-  req->uv = (char *)req + head;
+  io_req_t *req = req_alloc(size, 1, free_fields);
+  if (req)
+    req->work = work;
   return req;
 }
 
@@ -114,16 +123,23 @@ static void after_work_cb(uv_work_t *w, int status)
   io_complete(req);
 }
 
-/* The on_loop of a cancel request: cancels its target unless that completed meanwhile. */
-static void cancel_on_loop(io_req_t *c, void *loop)
+/* A cancel request (io_call_timeout): it holds a reference to the request it cancels. */
+typedef struct cancel_req {
+  io_req_t base;
+  io_req_t *target;
+} cancel_req_t;
+
+/* Its on_loop: cancels the target unless that completed meanwhile. */
+static void cancel_on_loop(io_req_t *req, void *loop)
 {
   (void)loop;
-  if (!c->target->completed && c->target->cancel)
-    c->target->cancel(c->target);
-  io_complete(c);
+  io_req_t *target = ((cancel_req_t *)req)->target;
+  if (!target->completed && target->cancel)
+    target->cancel(target);
+  io_complete(req);
 }
 
-static void cancel_free(io_req_t *c) { io_req_release(c->target); }
+static void cancel_free(io_req_t *req) { io_req_release(((cancel_req_t *)req)->target); }
 
 static io_stop_fn stop_hooks[4];
 static int nstop_hooks;
@@ -302,18 +318,13 @@ int io_call_timeout(io_req_t *req, int64_t timeout_ns)
     return 0;
   /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
   ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */
-  io_req_t *c = io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free);
-  while (!c) {
+  cancel_req_t *c;
+  while (!(c = (cancel_req_t *)io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free)))
     smarm_sleep(1000 * 1000);
-    c = io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free);
-  }
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
   c->target = req;
-  if (io_call(c) < 0) { /* no IO thread any more: nothing left to cancel */
-    io_req_release(c);
-    return -ETIMEDOUT;
-  }
-  io_req_release(c);
+  io_call(&c->base); /* fails only without an IO thread: then nothing is left to cancel */
+  io_req_release(&c->base);
   return req->completed && req->err != -ETIMEDOUT ? 0 : -ETIMEDOUT;
 }
 

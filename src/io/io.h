@@ -58,8 +58,8 @@ struct io_req {
   int err;              /* the result: 0 or a negative errno (written by the IO side) */
   int completed;        /* set by io_complete (IO side), read by the caller after a wake */
   int waited;           /* io_post: nobody waits, nobody to wake */
-  io_req_t *target;     /* a cancel request's request to cancel */
-  void *uv;             /* the IO thread's libuv request (io.c) */
+  void *uv;             /* pool work: its uv_work_t (io.c); on_loop: the module's state on the
+                           loop while the request runs (NULL once done) */
 };
 
 /* A zeroed request of `size` bytes (a struct that starts with an io_req_t), or NULL. */

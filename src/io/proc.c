@@ -116,7 +116,7 @@ static void maybe_finish(running_t *k)
   proc_req_t *r = k->req;
   if (r) {
     k->req = NULL;
-    r->uv = NULL;
+    r->base.uv = NULL;
     r->status = k->status;
     r->term_signal = k->term_signal;
     r->out = k->bout.data;
@@ -179,7 +179,7 @@ static void run_on_loop(io_req_t *req, void *loop)
     return;
   }
   k->open_handles++;
-  r->uv = k;
+  r->base.uv = k;
   uv_read_start((uv_stream_t *)&k->out, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&k->err, on_alloc, on_read);
   if (r->input) {
@@ -194,11 +194,11 @@ static void run_on_loop(io_req_t *req, void *loop)
 static void run_cancel(io_req_t *req)
 {
   proc_req_t *r = (proc_req_t *)req;
-  running_t *k = r->uv;
+  running_t *k = r->base.uv;
   if (!k)
     return;
   k->req = NULL;
-  r->uv = NULL;
+  r->base.uv = NULL;
   uv_process_kill(&k->proc, SIGKILL);
   req->err = -ETIMEDOUT;
   io_complete(req);
@@ -246,7 +246,7 @@ static void on_signal(uv_signal_t *h, int signum)
   uv_signal_stop(&w->handle);
   w->started = 0;
   for (size_t i = 0; i < n; i++) {
-    list[i]->uv = NULL;
+    list[i]->base.uv = NULL;
     io_complete(&list[i]->base);
   }
   free(list);
@@ -281,13 +281,13 @@ static void signal_on_loop(io_req_t *req, void *loop)
     w->started = 1;
   }
   w->list[w->count++] = r;
-  r->uv = w;
+  r->base.uv = w;
 }
 
 static void signal_cancel(io_req_t *req)
 {
   proc_req_t *r = (proc_req_t *)req;
-  waiters_t *w = r->uv;
+  waiters_t *w = r->base.uv;
   if (!w)
     return;
   for (size_t i = 0; i < w->count; i++) {
@@ -300,7 +300,7 @@ static void signal_cancel(io_req_t *req)
     uv_signal_stop(&w->handle);
     w->started = 0;
   }
-  r->uv = NULL;
+  r->base.uv = NULL;
   req->err = -ETIMEDOUT;
   io_complete(req);
 }
@@ -312,7 +312,7 @@ static void stop_signals(void *loop)
   for (int s = 0; s < MAX_SIGNAL; s++) {
     waiters_t *w = &signals[s];
     for (size_t i = 0; i < w->count; i++) {
-      w->list[i]->uv = NULL;
+      w->list[i]->base.uv = NULL;
       w->list[i]->base.err = -ECANCELED;
       io_complete(&w->list[i]->base);
     }

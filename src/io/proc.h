@@ -29,7 +29,6 @@ typedef struct proc_req {
   int term_signal;      /* the signal that ended it, or 0 */
   /* signal */
   int signum;
-  void *uv;             /* the loop's state while it runs */
 } proc_req_t;
 
 proc_req_t *proc_run_new(void);     /* a request to run argv */

@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "tcp.h"
 
+#include "dns.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -75,7 +77,7 @@ static sock_t *id_sock(uint64_t id)
   uint32_t i = (uint32_t)id;
   if (i >= nslots || slots[i].gen != (uint32_t)(id >> 32) || !slots[i].sock)
     return NULL;
-  return slots[i].sock->closing ? NULL : slots[i].sock;
+  return slots[i].sock; /* sock_close empties the slot as it starts closing */
 }
 
 static void id_free(uint64_t id)
@@ -195,24 +197,19 @@ static void read_pause(sock_t *s)
   }
 }
 
-/* Gives the receive n bytes from the buffer (n <= unclaimed), skipping `skip` more after them. */
-static int take(sock_t *s, tcp_req_t *r, size_t n, size_t skip)
-{
-  r->data = malloc(n ? n : 1);
-  if (!r->data)
-    return -ENOMEM;
-  memcpy(r->data, s->buf + s->start, n);
-  r->len = n;
-  s->start += n + skip;
-  return 0;
-}
-
 /* Meets receive r from the buffer if it can: returns 1 when r is finished (its err set). */
 static int try_receive(sock_t *s, tcp_req_t *r)
 {
   size_t avail = s->len - s->start;
   if (avail > 0) {
-    r->base.err = take(s, r, avail < r->want ? avail : r->want, 0);
+    size_t n = avail < r->want ? avail : r->want;
+    r->data = malloc(n);
+    r->base.err = r->data ? 0 : -ENOMEM;
+    if (r->data) {
+      memcpy(r->data, s->buf + s->start, n);
+      r->len = n;
+      s->start += n;
+    }
     return 1;
   }
   if (!s->eof && !s->rerr)
@@ -274,23 +271,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
   serve_receive(s);
 }
 
-/* ---- Names --------------------------------------------------------------------------------- */
-
-static int addr_text(const struct sockaddr *sa, char *out, size_t size, int *port)
-{
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-    *port = ntohs(in->sin_port);
-    return uv_ip4_name(in, out, size);
-  }
-  if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-    *port = ntohs(in6->sin6_port);
-    return uv_ip6_name(in6, out, size);
-  }
-  return UV_EAFNOSUPPORT;
-}
-
 /* ---- Listening and accepting --------------------------------------------------------------- */
 
 static void accept_now(sock_t *l, tcp_req_t *r)
@@ -346,7 +326,7 @@ static void on_connect(uv_connect_t *cr, int status)
   connecting_t *k = cr->data;
   tcp_req_t *r = k->req;
   if (r)
-    r->uv = NULL; /* before finish: the request may be freed by it */
+    r->base.uv = NULL; /* before finish: the request may be freed by it */
   if (!r || status < 0) {
     sock_close(k->sock);
     if (r)
@@ -391,7 +371,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
     sock_close(s);
   if (rc == 0)
     r->new_id = s->id;
-  r->uv = NULL;
+  r->base.uv = NULL;
   free(k);
   finish(r, rc);
 }
@@ -405,7 +385,7 @@ static void resolve(tcp_req_t *r, uv_loop_t *loop)
   }
   k->req = r;
   k->gai.data = k;
-  r->uv = k;
+  r->base.uv = k;
   char service[16];
   snprintf(service, sizeof service, "%d", r->port);
   struct addrinfo hints;
@@ -418,7 +398,7 @@ static void resolve(tcp_req_t *r, uv_loop_t *loop)
     hints.ai_family = AF_INET; /* "*": every IPv4 address */
   int rc = uv_getaddrinfo(loop, &k->gai, on_resolved, host, service, &hints);
   if (rc < 0) {
-    r->uv = NULL;
+    r->base.uv = NULL;
     free(k);
     finish(r, rc);
   }
@@ -498,8 +478,9 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     int len = sizeof ss;
     int rc = r->peer ? uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len)
                      : uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len);
-    if (rc == 0)
-      rc = addr_text((struct sockaddr *)&ss, r->addr, sizeof r->addr, &r->addr_port);
+    if (rc == 0 && dns_addr_text((struct sockaddr *)&ss, r->addr, sizeof r->addr,
+                                 &r->addr_port) < 0)
+      rc = UV_EAFNOSUPPORT;
     finish(r, rc);
     return;
   }
@@ -524,10 +505,10 @@ static void tcp_cancel(io_req_t *req)
 {
   tcp_req_t *r = (tcp_req_t *)req;
   if (r->op == IOTCP_CONNECT || r->op == IOTCP_LISTEN) {
-    connecting_t *k = r->uv;
+    connecting_t *k = r->base.uv;
     if (k) {
       k->req = NULL; /* its callbacks clean up */
-      r->uv = NULL;
+      r->base.uv = NULL;
       if (k->sock)
         sock_close(k->sock); /* on_connect runs with UV_ECANCELED */
       else
@@ -543,9 +524,7 @@ static void tcp_cancel(io_req_t *req)
     s->accept = NULL;
   else
     return;
-  if (!s->receive)
-    serve_receive(s); /* reading goes on or pauses by the buffer alone */
-  finish(r, -ETIMEDOUT);
+  finish(r, -ETIMEDOUT); /* the bytes stay; reading goes on or pauses by the buffer alone */
 }
 
 /* The IO thread stops: close every socket (waiting requests end as closed). */
@@ -553,7 +532,7 @@ static void close_all(void *loop)
 {
   (void)loop;
   for (uint32_t i = 0; i < nslots; i++)
-    if (slots[i].sock && !slots[i].sock->closing)
+    if (slots[i].sock)
       sock_close(slots[i].sock);
 }
 

@@ -49,7 +49,6 @@ typedef struct tcp_req {
   int peer, flag;
   char addr[64];              /* name: the address as text, and port */
   int addr_port;
-  void *uv;                   /* the loop's own per-request state (tcp.c) */
 } tcp_req_t;
 
 /* A request for op (a zeroed tcp_req_t that runs on the IO thread), or NULL. */

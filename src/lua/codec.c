@@ -89,13 +89,22 @@ static void put_bytes(enc_t *e, const void *p, size_t n)
   e->len += n;
 }
 
-static void put_varint(enc_t *e, uint64_t v)
+/* Writes v as a varint (7 bits a byte, low first) at out (room for 10); returns its length. */
+static size_t varint(unsigned char *out, uint64_t v)
 {
+  size_t n = 0;
   do {
     unsigned char b = v & 0x7f;
     v >>= 7;
-    put_byte(e, (unsigned char)(b | (v ? 0x80 : 0)));
+    out[n++] = (unsigned char)(b | (v ? 0x80 : 0));
   } while (v);
+  return n;
+}
+
+static void put_varint(enc_t *e, uint64_t v)
+{
+  unsigned char b[10];
+  put_bytes(e, b, varint(b, v));
 }
 
 /* ---- Paths for error messages ------------------------------------------------------------- */
@@ -303,14 +312,8 @@ static smarm_msg_t *encode_string(lua_State *L, int idx)
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
   unsigned char head[11];
-  size_t h = 0;
-  head[h++] = T_STR;
-  uint64_t v = n;
-  do {
-    head[h] = v & 0x7f;
-    v >>= 7;
-    head[h++] |= v ? 0x80 : 0;
-  } while (v);
+  head[0] = T_STR;
+  size_t h = 1 + varint(head + 1, n);
   smarm_msg_t *m = smarm_msg_new(h + n);
   if (!m)
     luaL_error(L, "not enough memory");

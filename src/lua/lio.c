@@ -204,9 +204,7 @@ static void fs_free(io_req_t *req)
 
 /* ---- The Lua side ------------------------------------------------------------------------- */
 
-/* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" and libuv's error name.
-** Returns how many values it pushed. */
-static int push_failure(lua_State *L, int err, const char *subject)
+int lio_push_failure(lua_State *L, int err, const char *subject)
 {
   lua_pushnil(L);
   if (err == -ETIMEDOUT) {
@@ -221,13 +219,6 @@ static int push_failure(lua_State *L, int err, const char *subject)
   return 3;
 }
 
-/* A timeout in seconds (negative: none) as lsmarm_io_call takes it. */
-static int64_t timeout_ns(double seconds)
-{
-  if (seconds < 0 || seconds * 1e9 >= 9.2e18)
-    return SMARM_FOREVER;
-  return (int64_t)(seconds * 1e9);
-}
 
 char *lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
@@ -300,19 +291,18 @@ static fs_req_t *new_request(lua_State *L, enum fs_op op)
   return r;
 }
 
-/* Runs r on the IO thread. Returns 0, or pushes nil, message, code and returns 3. */
-static int run(lua_State *L, fs_req_t *r, const char *fname)
+/* Runs r on the IO thread. Returns 0, or pushes nil, "<subject>: <reason>", code and returns 3. */
+static int run(lua_State *L, fs_req_t *r, const char *fname, const char *subject)
 {
-  int rc = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
-  int err = rc < 0 ? rc : r->base.err;
-  return err ? push_failure(L, err, r->path) : 0;
+  int err = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+  return err ? lio_push_failure(L, err, subject) : 0;
 }
 
 static int l_readfile(lua_State *L)
 {
   fs_req_t *r = new_request(L, FS_READFILE);
   int box = lua_gettop(L);
-  int n = run(L, r, "fs.readfile");
+  int n = run(L, r, "fs.readfile", r->path);
   if (!n) {
     lua_pushlstring(L, r->data, r->len);
     n = 1;
@@ -329,7 +319,7 @@ static int l_writefile(lua_State *L)
   int box = lua_gettop(L);
   r->data = lio_copy_arg(L, 2, &r->len);
   r->mode = 0666;
-  int n = run(L, r, "fs.writefile");
+  int n = run(L, r, "fs.writefile", r->path);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
@@ -349,7 +339,7 @@ static int l_stat(lua_State *L)
 {
   fs_req_t *r = new_request(L, FS_STAT);
   int box = lua_gettop(L);
-  int n = run(L, r, "fs.stat");
+  int n = run(L, r, "fs.stat", r->path);
   if (n) {
     lio_unbox(L, box);
     return n;
@@ -384,7 +374,7 @@ static int simple(lua_State *L, enum fs_op op, const char *fname)
   r->mode = mode;
   if (op == FS_RENAME)
     r->path2 = lio_copy_arg(L, 2, NULL);
-  int n = run(L, r, fname);
+  int n = run(L, r, fname, r->path);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
@@ -416,7 +406,7 @@ static int l_scandir(lua_State *L)
 {
   fs_req_t *r = new_request(L, FS_SCANDIR);
   int box = lua_gettop(L);
-  int n = run(L, r, "fs.scandir");
+  int n = run(L, r, "fs.scandir", r->path);
   if (n) {
     lio_unbox(L, box);
     return n;
@@ -456,18 +446,6 @@ static void file_leave(lfile_t *f)
 {
   if (--f->busy == 0 && f->closing)
     post_file_close(f);
-}
-
-/* The file userdata at idx, or NULL. */
-static lfile_t *test_file(lua_State *L, int idx)
-{
-  void *p = lua_touserdata(L, idx);
-  if (!p || !lua_getmetatable(L, idx))
-    return NULL;
-  luaL_getmetatable(L, FILE_MT);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same ? p : NULL;
 }
 
 static lfile_t *check_file(lua_State *L, const char *fname)
@@ -510,7 +488,7 @@ static int l_open(lua_State *L)
   int box = lua_gettop(L);
   r->flags = flags;
   r->mode = (int)mode;
-  int n = run(L, r, "fs.open");
+  int n = run(L, r, "fs.open", r->path);
   if (!n) {
     lfile_t *f = lua_newuserdata(L, sizeof *f);
     f->fd = r->fd;
@@ -543,9 +521,8 @@ static int f_read(lua_State *L)
   r->data = malloc(r->len ? r->len : 1);
   if (!r->data)
     return luaL_error(L, "not enough memory");
-  r->path = strdup(f->path);
   file_enter(f);
-  int k = run(L, r, "file.read");
+  int k = run(L, r, "file.read", f->path);
   file_leave(f);
   if (!k) {
     lua_pushlstring(L, r->data, r->len);
@@ -568,9 +545,8 @@ static int f_write(lua_State *L)
   r->fd = f->fd;
   r->offset = off;
   r->data = lio_copy_arg(L, 2, &r->len);
-  r->path = strdup(f->path);
   file_enter(f);
-  int k = run(L, r, "file.write");
+  int k = run(L, r, "file.write", f->path);
   file_leave(f);
   if (!k) {
     lua_pushnumber(L, (lua_Number)r->len);
@@ -626,7 +602,7 @@ static int f_tostring(lua_State *L)
 
 int lio_file_handle_of(lua_State *L, int idx, void **file, ltcp_handle_t *h)
 {
-  lfile_t *f = test_file(L, idx);
+  lfile_t *f = luaL_testudata(L, idx, FILE_MT);
   if (!f)
     return 0;
   if (f->handed || f->fd < 0 || f->closing)
@@ -685,11 +661,10 @@ static int l_getaddrinfo(lua_State *L)
   r->host = lio_copy_arg(L, 1, NULL);
   if (!lua_isnil(L, 2))
     r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
-  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "dns.getaddrinfo");
-  int err = rc < 0 ? rc : r->base.err;
+  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "dns.getaddrinfo");
   int n = 1;
   if (err) {
-    n = push_failure(L, err, r->host);
+    n = lio_push_failure(L, err, r->host);
   } else {
     lua_createtable(L, (int)r->count, 0);
     for (size_t i = 0; i < r->count; i++) {
@@ -774,11 +749,10 @@ static int l_run(lua_State *L)
     }
     lua_settop(L, box);
   }
-  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "process.run");
-  int err = rc < 0 ? rc : r->base.err;
+  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "process.run");
   int n = 1;
   if (err) {
-    n = push_failure(L, err, r->argv[0]);
+    n = lio_push_failure(L, err, r->argv[0]);
   } else {
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, (lua_Number)r->status);
@@ -824,11 +798,10 @@ static int l_signal_wait(lua_State *L)
   lio_box(L, &r->base);
   int box = lua_gettop(L);
   r->signum = signum;
-  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), "signal.wait");
-  int err = rc < 0 ? rc : r->base.err;
+  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "signal.wait");
   int n = 1;
   if (err) {
-    n = push_failure(L, err, NULL);
+    n = lio_push_failure(L, err, NULL);
   } else {
     lua_pushstring(L, name);
   }

@@ -25,6 +25,10 @@ void lio_file_handed_over(void *file);
 void lio_push_file(lua_State *L, const struct ltcp_handle *h);
 void lio_drop_file(const struct ltcp_handle *h); /* nobody received it: close it (any thread) */
 
+/* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" (just the reason without
+** a subject) and libuv's error name. Returns how many values it pushed. */
+int lio_push_failure(lua_State *L, int err, const char *subject);
+
 /* Sets module.fs (module: the stack index of the smarm.core table). */
 void lio_register(lua_State *L, int module);
 

@@ -23,8 +23,6 @@
 ** names a function as "module.function". Arguments are copied like messages. All of it travels
 ** as one codec-encoded block that the new actor decodes on its own stack (it may require
 ** modules, which may park) and frees.
-**
-** Not here yet: the executable.
 */
 #define _GNU_SOURCE
 #include "codec.h"
@@ -80,13 +78,39 @@ static void push_registry(lua_State *L, const void *key)
   lua_rawget(L, LUA_REGISTRYINDEX);
 }
 
-/* The same value through the calling scheduler's VM's integer ref (an array read) when there is
-** one (lvm_t below). */
-static void push_cached(lua_State *L, const void *key);
+/* ---- Per-scheduler VMs ---------------------------------------------------------------------- */
 
-static void push_pid(lua_State *L, smarm_pid_t pid)
+/* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
+** no lua_newthread, no registry slot and no garbage. */
+#define LVM_SPARE_COS 256
+
+typedef struct lvm {
+  lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
+  int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
+  int spare_count;
+  lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
+  int spare_ref[LVM_SPARE_COS];
+  int intern_ref, pid_mt_ref, traceback_ref; /* integer registry refs (vm_cache_refs) */
+} lvm_t;
+
+/* The calling scheduler's VM. Every caller below runs in an actor (its scheduler started and
+** made the VM's refs first), so it always has one. */
+static lvm_t *this_vm(void) { return smarm_sched_data(); }
+
+/* ---- Pids ----------------------------------------------------------------------------------- */
+
+static lpid_t *test_pid(lua_State *L, int idx)
 {
-  push_cached(L, &pid_intern_key);
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
+    return NULL;
+  lpid_t *p = lua_touserdata(L, idx);
+  return p->magic == LPID_MAGIC ? p : NULL;
+}
+
+void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
+{
+  lvm_t *vm = this_vm();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
   lua_pushnumber(L, pid_key(pid));
   lua_rawget(L, -2);
   if (!lua_isnil(L, -1)) {
@@ -97,7 +121,7 @@ static void push_pid(lua_State *L, smarm_pid_t pid)
   lpid_t *p = lua_newuserdata(L, sizeof *p);
   p->magic = LPID_MAGIC;
   p->pid = pid;
-  push_cached(L, &pid_mt_key);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, pid_key(pid));
   lua_pushvalue(L, -2);
@@ -105,24 +129,12 @@ static void push_pid(lua_State *L, smarm_pid_t pid)
   lua_remove(L, -2);
 }
 
-static lpid_t *test_pid(lua_State *L, int idx);
-
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid) { push_pid(L, pid); }
-
 int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 {
   lpid_t *p = test_pid(L, idx);
   if (p)
     *out = p->pid;
   return p != NULL;
-}
-
-static lpid_t *test_pid(lua_State *L, int idx)
-{
-  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
-    return NULL;
-  lpid_t *p = lua_touserdata(L, idx);
-  return p->magic == LPID_MAGIC ? p : NULL;
 }
 
 static int pid_tostring(lua_State *L)
@@ -144,18 +156,6 @@ static int pid_eq(lua_State *L)
 
 /* ---- Per-scheduler VMs and per-actor state -------------------------------------------------- */
 
-/* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
-** no lua_newthread, no registry slot and no garbage. */
-#define LVM_SPARE_COS 256
-
-typedef struct lvm {
-  lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
-  int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
-  int spare_count;
-  lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
-  int spare_ref[LVM_SPARE_COS];
-  int intern_ref, pid_mt_ref, traceback_ref; /* registry refs of what push_cached pushes */
-} lvm_t;
 
 typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
@@ -178,22 +178,8 @@ typedef struct lrun {
 
 static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
 
-static lvm_t *this_vm(void) { return smarm_sched_data(); }
-
-static void push_cached(lua_State *L, const void *key)
-{
-  lvm_t *vm = this_vm();
-  if (!vm) {
-    push_registry(L, key);
-    return;
-  }
-  int ref = key == &pid_intern_key ? vm->intern_ref
-            : key == &pid_mt_key   ? vm->pid_mt_ref
-                                   : vm->traceback_ref;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
-}
-
-/* Makes the refs push_cached reads, in vm's own registry. */
+/* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
+** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
 {
   push_registry(vm->L, &pid_intern_key);
@@ -248,7 +234,7 @@ static void lactor_main(void *arg)
   lua_State *co = la->co;
   smarm_actor_set_data(la);
   ljx_after_switch(co);
-  push_cached(co, &traceback_key);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
   lua_remove(co, 1); /* the message handler; results or the error remain */
@@ -371,7 +357,14 @@ int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *
   park_check(L, fname);
   int rc = io_call_timeout(req, timeout_ns);
   ljx_after_switch(L);
-  return rc;
+  return rc < 0 ? rc : req->err;
+}
+
+int64_t lsmarm_timeout_ns(lua_Number seconds)
+{
+  if (!(seconds >= 0) || seconds >= 1e9) /* NaN, negative, or beyond 31 years: no limit */
+    return SMARM_FOREVER;
+  return (int64_t)(seconds * 1e9);
 }
 
 static int l_yield(lua_State *L)
@@ -389,8 +382,8 @@ static int l_sleep(lua_State *L)
   luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
   self_or_raise(L, "sleep");
   park_check(L, "sleep");
-  int64_t ns = s > 9.2e9 ? INT64_MAX : (int64_t)(s * 1e9);
-  int rc = smarm_sleep(ns);
+  int64_t ns = lsmarm_timeout_ns(s);
+  int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
   ljx_after_switch(L);
   if (rc < 0)
     return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
@@ -408,7 +401,7 @@ static int l_self(lua_State *L)
   smarm_pid_t pid = smarm_self();
   if (!pid || !smarm_actor_data())
     return luaL_error(L, "smarm.self: not inside an actor");
-  push_pid(L, pid);
+  lsmarm_push_pid(L, pid);
   return 1;
 }
 
@@ -537,14 +530,18 @@ static void saved_take(lua_State *L, lactor_t *la, int q, int i)
   if (i == la->saved_first) {
     lua_pushnil(L);
     lua_rawseti(L, q, la->saved_first++);
-    return;
+  } else {
+    for (int k = i; k < la->saved_last; k++) {
+      lua_rawgeti(L, q, k + 1);
+      lua_rawseti(L, q, k);
+    }
+    lua_pushnil(L);
+    lua_rawseti(L, q, la->saved_last--);
   }
-  for (int k = i; k < la->saved_last; k++) {
-    lua_rawgeti(L, q, k + 1);
-    lua_rawseti(L, q, k);
+  if (la->saved_last < la->saved_first) { /* empty: start again at 1 (the array part) */
+    la->saved_first = 1;
+    la->saved_last = 0;
   }
-  lua_pushnil(L);
-  lua_rawseti(L, q, la->saved_last--);
 }
 
 /* Calls the match function at match_idx on the value on top (left in place); returns truth. */
@@ -569,7 +566,7 @@ static int l_receive(lua_State *L)
   if (!lua_isnoneornil(L, timeout_idx)) {
     lua_Number s = luaL_checknumber(L, timeout_idx);
     luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
-    timeout = s > 9.2e9 ? SMARM_FOREVER : (int64_t)(s * 1e9);
+    timeout = lsmarm_timeout_ns(s);
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
@@ -870,7 +867,7 @@ static int l_spawn_on(lua_State *L)
     return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
   }
   codec_commit(&moves);
-  push_pid(L, pid);
+  lsmarm_push_pid(L, pid);
   return 1;
 }
 
@@ -902,7 +899,7 @@ static int l_spawn(lua_State *L)
     lactor_free(la, CO_RELEASE);
     return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
   }
-  push_pid(L, pid);
+  lsmarm_push_pid(L, pid);
   return 1;
 }
 

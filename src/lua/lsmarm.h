@@ -15,9 +15,12 @@ int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 
 /* Runs an IO request for the calling actor (io_call_timeout; SMARM_FOREVER: no limit) under the
 ** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is
-** refused; else returns io_call_timeout's result. */
+** refused; else returns 0 or the error (the call's, else the request's). */
 struct io_req;
 int lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
+
+/* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
+int64_t lsmarm_timeout_ns(lua_Number seconds);
 
 /* package.preload["smarm.core"] = the binding, in L's VM. */
 void lsmarm_preload(lua_State *L);

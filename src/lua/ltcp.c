@@ -60,22 +60,10 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 ** when -1)? */
 static lsock_t *test_sock(lua_State *L, int idx, int listener)
 {
-  lsock_t *s = lua_touserdata(L, idx);
-  int ok = 0;
-  if (s && lua_getmetatable(L, idx)) {
-    if (listener != 0) {
-      luaL_getmetatable(L, SERVER_MT);
-      ok |= lua_rawequal(L, -1, -2);
-      lua_pop(L, 1);
-    }
-    if (listener != 1) {
-      luaL_getmetatable(L, CONN_MT);
-      ok |= lua_rawequal(L, -1, -2);
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-  }
-  return ok ? s : NULL;
+  lsock_t *s = listener != 0 ? luaL_testudata(L, idx, SERVER_MT) : NULL;
+  if (!s && listener != 1)
+    s = luaL_testudata(L, idx, CONN_MT);
+  return s;
 }
 
 static void check_open(lua_State *L, const lsock_t *s, const char *fname)
@@ -147,20 +135,11 @@ static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
   return r;
 }
 
-static int64_t timeout_ns(double seconds)
+/* Runs r (timeout_ns: SMARM_FOREVER for none); returns 0, or its error: -ETIMEDOUT, IOTCP_CLOSED
+** or a libuv error. Raises for misuse the IO thread found (a second waiting receive or accept). */
+static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fname)
 {
-  if (seconds < 0)
-    return SMARM_FOREVER;
-  double ns = seconds * 1e9;
-  return ns >= 9.2e18 ? SMARM_FOREVER : (int64_t)ns;
-}
-
-/* Runs r; returns 0, or its error: -ETIMEDOUT, IOTCP_CLOSED or a libuv error. Raises for misuse
-** the IO thread found (a second waiting receive or accept). */
-static int call(lua_State *L, tcp_req_t *r, double timeout, const char *fname)
-{
-  int rc = lsmarm_io_call(L, &r->base, timeout_ns(timeout), fname);
-  int err = rc < 0 ? rc : r->base.err;
+  int err = lsmarm_io_call(L, &r->base, timeout_ns, fname);
   if (err == -EBUSY)
     luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
   return err;
@@ -171,22 +150,16 @@ static int call(lua_State *L, tcp_req_t *r, double timeout, const char *fname)
 ** "ECONNRESET"); the others give a message and libuv's code. */
 static int push_error(lua_State *L, int err, int brief)
 {
-  lua_pushnil(L);
-  if (err == -ETIMEDOUT) {
-    lua_pushliteral(L, "timeout");
-    return 2;
-  }
   if (err == IOTCP_CLOSED || err == -EBADF) {
+    lua_pushnil(L);
     lua_pushliteral(L, "closed");
     return 2;
   }
-  if (brief) {
-    lua_pushstring(L, io_err_name(err));
-    return 2;
-  }
-  lua_pushstring(L, io_strerror(err));
+  if (!brief || err == -ETIMEDOUT)
+    return lio_push_failure(L, err, NULL);
+  lua_pushnil(L);
   lua_pushstring(L, io_err_name(err));
-  return 3;
+  return 2;
 }
 
 static int check_port(lua_State *L, int idx)
@@ -222,7 +195,7 @@ static int l_listen(lua_State *L)
   r->host = lio_copy_arg(L, 1, NULL);
   r->port = port;
   r->backlog = (int)backlog;
-  return new_sock_result(L, r, call(L, r, -1, "listen"), box, 1);
+  return new_sock_result(L, r, call(L, r, SMARM_FOREVER, "listen"), box, 1);
 }
 
 static int l_connect(lua_State *L)
@@ -235,7 +208,7 @@ static int l_connect(lua_State *L)
   tcp_req_t *r = new_req(L, IOTCP_CONNECT, &box);
   r->host = lio_copy_arg(L, 1, NULL);
   r->port = port;
-  return new_sock_result(L, r, call(L, r, timeout, "connect"), box, 0);
+  return new_sock_result(L, r, call(L, r, lsmarm_timeout_ns(timeout), "connect"), box, 0);
 }
 
 /* ---- Methods ------------------------------------------------------------------------------- */
@@ -247,7 +220,7 @@ static int m_accept(lua_State *L)
   int box;
   tcp_req_t *r = new_req(L, IOTCP_ACCEPT, &box);
   r->id = s->id;
-  return new_sock_result(L, r, call(L, r, s->timeout, "accept"), box, 0);
+  return new_sock_result(L, r, call(L, r, lsmarm_timeout_ns(s->timeout), "accept"), box, 0);
 }
 
 /* Appends n bytes to the read-ahead buffer (raises when out of memory). */
@@ -282,10 +255,10 @@ static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, co
 {
   if (s->rend)
     return s->rend;
-  double left = -1;
+  int64_t left = SMARM_FOREVER;
   if (deadline >= 0) {
     int64_t now = smarm_now_ns();
-    left = now >= deadline ? 0 : (double)(deadline - now) / 1e9;
+    left = now >= deadline ? 0 : deadline - now;
   }
   int top = lua_gettop(L);
   int box;
@@ -293,8 +266,17 @@ static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, co
   r->id = s->id;
   r->want = most;
   int err = call(L, r, left, fname);
-  if (!err && r->len)
-    keep_bytes(L, s, r->data, r->len);
+  if (!err && r->len) {
+    if (s->rstart == s->rlen) { /* nothing held: the request's block becomes the buffer */
+      free(s->rbuf);
+      s->rbuf = r->data;
+      s->rcap = s->rlen = r->len;
+      s->rstart = 0;
+      r->data = NULL;
+    } else {
+      keep_bytes(L, s, r->data, r->len);
+    }
+  }
   lio_unbox(L, box);
   lua_settop(L, top);
   if (err && err != -ETIMEDOUT)
@@ -311,7 +293,7 @@ static void push_bytes(lua_State *L, lsock_t *s, size_t n, size_t skip)
 
 static int64_t deadline_of(const lsock_t *s)
 {
-  int64_t ns = timeout_ns(s->timeout);
+  int64_t ns = lsmarm_timeout_ns(s->timeout);
   return ns == SMARM_FOREVER ? -1 : smarm_now_ns() + ns;
 }
 
@@ -421,10 +403,12 @@ static int m_send(lua_State *L)
       return luaL_error(L, "not enough memory");
     memcpy(r->data, data + done, r->len);
     s->sending++;
-    err = call(L, r, s->timeout, "send");
+    err = call(L, r, lsmarm_timeout_ns(s->timeout), "send");
     s->sending--;
     if (err == -ETIMEDOUT)
       s->unsure = 1;
+    else if (!err && !s->sending)
+      s->unsure = 0; /* libuv writes a stream in order: everything queued before has gone out */
     lio_unbox(L, box);
   }
   if (err) {
@@ -468,9 +452,7 @@ void ltcp_drop_handle(const ltcp_handle_t *h) { post_close_id(h->id); }
 
 static int m_close(lua_State *L)
 {
-  lsock_t *s = lua_touserdata(L, 1);
-  check_sock(L, 1, -1, "close");
-  post_close(s);
+  post_close(check_sock(L, 1, -1, "close"));
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -493,7 +475,7 @@ static int name(lua_State *L, int peer, const char *fname)
   tcp_req_t *r = new_req(L, IOTCP_NAME, &box);
   r->id = s->id;
   r->peer = peer;
-  int err = call(L, r, -1, fname);
+  int err = call(L, r, SMARM_FOREVER, fname);
   int n;
   if (err) {
     n = push_error(L, err, 0);
@@ -521,7 +503,7 @@ static int m_setoption(lua_State *L)
   tcp_req_t *r = new_req(L, IOTCP_NODELAY, &box);
   r->id = s->id;
   r->flag = flag;
-  int err = call(L, r, -1, "setoption");
+  int err = call(L, r, SMARM_FOREVER, "setoption");
   int n;
   if (err) {
     n = push_error(L, err, 0);
