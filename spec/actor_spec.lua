@@ -315,14 +315,25 @@ describe("parking where it would corrupt LuaJIT", function()
       getmetatable(p).__gc = function()
         local ok, e = pcall(smarm.yield)
         result.ok, result.err = ok, e
+        result.exit_ok, result.exit_err = pcall(smarm.exit) -- ending would leave the GC off
       end
       p = nil -- luacheck: ignore
       collectgarbage()
       collectgarbage()
+      -- the VM still collects and parks afterwards
+      local q = newproxy(true)
+      getmetatable(q).__gc = function() result.collected = true end
+      q = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      smarm.yield()
       return result
     end)
     assert.is_false(err.ok)
     assert.matches("cannot park inside a __gc finalizer", err.err)
+    assert.is_false(err.exit_ok)
+    assert.matches("smarm.exit: cannot park inside a __gc finalizer", err.exit_err)
+    assert.is_true(err.collected)
   end)
 
   it("is refused inside an FFI callback, and the callback still completes", function()

@@ -410,6 +410,9 @@ static int l_exit(lua_State *L)
   lactor_t *la = smarm_actor_data();
   if (!la)
     return luaL_error(L, "smarm.exit: not inside an actor");
+  /* Ending discards the C frames: never under a finalizer, a hook or compiled code, whose
+  ** set-up LuaJIT would then never undo (the VM's GC and hooks would stay off for everyone). */
+  park_check(L, "exit");
   if (la->is_main) {
     /* The main actor exiting is like its function returning nothing: run returns. */
     current_run->main_status = 0;
