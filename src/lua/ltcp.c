@@ -40,6 +40,7 @@ typedef struct lsock {
   int rend;       /* the IO side said: closed (IOTCP_CLOSED) or an error; no more bytes come */
   int fd;         /* a connection's descriptor, or -1 (see m_send) */
   int sending;    /* sends of this handle parked in the IO thread now */
+  int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
 } lsock_t;
 
@@ -92,6 +93,8 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
   if (!s)
     return 0;
   check_open(L, s, "send");
+  if (s->busy) /* its bytes or connection would reach the waiting actor, not the receiver */
+    luaL_error(L, "smarm.send: the socket is in use by another actor");
   if (s->rlen > s->rstart) { /* bytes read ahead go back to the IO side, ahead of the rest */
     tcp_req_t *r = tcp_req_new(IOTCP_UNREAD);
     char *copy = r ? malloc(s->rlen - s->rstart) : NULL;
@@ -111,7 +114,7 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
   h->timeout = s->timeout;
   h->listener = s->listener;
   h->fd = s->fd;
-  h->queued = s->sending > 0 || s->unsure;
+  h->queued = s->unsure;
   return 1;
 }
 
@@ -142,6 +145,16 @@ static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fnam
   int err = lsmarm_io_call(L, &r->base, timeout_ns, fname);
   if (err == -EBUSY)
     luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
+  return err;
+}
+
+/* call() for a request on socket s: while it is parked, s cannot be handed over. */
+static int sock_call(lua_State *L, lsock_t *s, tcp_req_t *r, int64_t timeout_ns,
+                     const char *fname)
+{
+  s->busy++;
+  int err = call(L, r, timeout_ns, fname);
+  s->busy--;
   return err;
 }
 
@@ -220,7 +233,8 @@ static int m_accept(lua_State *L)
   int box;
   tcp_req_t *r = new_req(L, IOTCP_ACCEPT, &box);
   r->id = s->id;
-  return new_sock_result(L, r, call(L, r, lsmarm_timeout_ns(s->timeout), "accept"), box, 0);
+  int err = sock_call(L, s, r, lsmarm_timeout_ns(s->timeout), "accept");
+  return new_sock_result(L, r, err, box, 0);
 }
 
 /* Appends n bytes to the read-ahead buffer (raises when out of memory). */
@@ -265,7 +279,7 @@ static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, co
   tcp_req_t *r = new_req(L, IOTCP_RECEIVE, &box);
   r->id = s->id;
   r->want = most;
-  int err = call(L, r, left, fname);
+  int err = sock_call(L, s, r, left, fname);
   if (!err && r->len) {
     if (s->rstart == s->rlen) { /* nothing held: the request's block becomes the buffer */
       free(s->rbuf);
@@ -403,7 +417,7 @@ static int m_send(lua_State *L)
       return luaL_error(L, "not enough memory");
     memcpy(r->data, data + done, r->len);
     s->sending++;
-    err = call(L, r, lsmarm_timeout_ns(s->timeout), "send");
+    err = sock_call(L, s, r, lsmarm_timeout_ns(s->timeout), "send");
     s->sending--;
     if (err == -ETIMEDOUT)
       s->unsure = 1;
@@ -475,7 +489,7 @@ static int name(lua_State *L, int peer, const char *fname)
   tcp_req_t *r = new_req(L, IOTCP_NAME, &box);
   r->id = s->id;
   r->peer = peer;
-  int err = call(L, r, SMARM_FOREVER, fname);
+  int err = sock_call(L, s, r, SMARM_FOREVER, fname);
   int n;
   if (err) {
     n = push_error(L, err, 0);
@@ -503,7 +517,7 @@ static int m_setoption(lua_State *L)
   tcp_req_t *r = new_req(L, IOTCP_NODELAY, &box);
   r->id = s->id;
   r->flag = flag;
-  int err = call(L, r, SMARM_FOREVER, "setoption");
+  int err = sock_call(L, s, r, SMARM_FOREVER, "setoption");
   int n;
   if (err) {
     n = push_error(L, err, 0);
