@@ -29,7 +29,10 @@ typedef struct running {
   long long status;
   int term_signal;
   int failed;              /* an error while reading (-errno) */
+  struct running *prev, *next; /* every program running, for the IO thread's stop */
 } running_t;
+
+static running_t *all_running;
 
 static void maybe_finish(running_t *k);
 
@@ -37,6 +40,12 @@ static void on_handle_closed(uv_handle_t *h)
 {
   running_t *k = h->data;
   if (--k->open_handles == 0) {
+    if (k->prev)
+      k->prev->next = k->next;
+    else if (all_running == k)
+      all_running = k->next;
+    if (k->next)
+      k->next->prev = k->prev;
     free(k->bout.data);
     free(k->berr.data);
     free(k);
@@ -180,6 +189,10 @@ static void run_on_loop(io_req_t *req, void *loop)
   }
   k->open_handles++;
   r->base.uv = k;
+  k->next = all_running;
+  if (all_running)
+    all_running->prev = k;
+  all_running = k;
   uv_read_start((uv_stream_t *)&k->out, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&k->err, on_alloc, on_read);
   if (r->input) {
@@ -220,6 +233,24 @@ static void proc_free(io_req_t *req)
   free(r->input);
   free(r->out);
   free(r->err);
+}
+
+/* The IO thread stops (the runtime has ended): programs still running are killed, their callers
+** (gone) completed as cancelled; their handles close as they go, so the loop can end. */
+static void stop_programs(void *loop)
+{
+  (void)loop;
+  for (running_t *k = all_running; k; k = k->next) {
+    if (!k->exited)
+      uv_process_kill(&k->proc, SIGKILL);
+    proc_req_t *r = k->req;
+    if (r) {
+      k->req = NULL;
+      r->base.uv = NULL;
+      r->base.err = -ECANCELED;
+      io_complete(&r->base);
+    }
+  }
 }
 
 /* ---- Signals ------------------------------------------------------------------------------- */
@@ -328,10 +359,15 @@ static void stop_signals(void *loop)
 }
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
-static void register_stop(void) { io_on_stop(stop_signals); }
+static void register_stop(void)
+{
+  io_on_stop(stop_programs);
+  io_on_stop(stop_signals);
+}
 
 proc_req_t *proc_run_new(void)
 {
+  pthread_once(&registered, register_stop);
   return (proc_req_t *)io_req_new_loop(sizeof(proc_req_t), run_on_loop, run_cancel, proc_free);
 }
 

@@ -3,7 +3,8 @@
 **
 ** Running a program: its stdin gets the request's bytes (then end of file), its stdout and stderr
 ** are collected whole; the request completes once the program has exited and both pipes have
-** ended. A timed-out request kills the program (SIGKILL) and drops what it wrote.
+** ended. A timed-out request kills the program (SIGKILL) and drops what it wrote, and so does a
+** runtime's end for the programs still running.
 **
 ** Waiting for a signal: the first waiter for a signal starts a libuv signal handle for it, the
 ** last one to leave stops it (the signal's default action applies again when nobody waits).
