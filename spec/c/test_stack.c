@@ -181,6 +181,57 @@ static void main_sizes_beyond_budget(void *arg)
 
 TEST(stack_sizes_beyond_budget) { run_cfg(1, 2, main_sizes_beyond_budget, NULL); }
 
+/* With the budget spent, an actor may get a free slot of a larger size; that slot must leave
+** its free list, or a later spawn unmaps (or the idle trim drops) it under the actor. */
+static int mixed_ok;
+
+static __attribute__((noinline)) void fill_check_park(void)
+{
+  volatile unsigned char buf[8 * KiB];
+  for (size_t i = 0; i < sizeof buf; i++)
+    buf[i] = (unsigned char)(i * 7 + 1);
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive(SMARM_FOREVER, &m), 0); /* others come and go meanwhile */
+  smarm_msg_free(m);
+  int ok = 1;
+  for (size_t i = 0; i < sizeof buf; i++)
+    ok &= buf[i] == (unsigned char)(i * 7 + 1);
+  mixed_ok += ok;
+}
+
+static void filler(void *arg)
+{
+  (void)arg;
+  fill_check_park();
+}
+
+static void main_mixed_sizes(void *arg)
+{
+  (void)arg;
+  smarm_spawn_opts_t mib = {.stack_size = 1024 * KiB}, big = {.stack_size = 4096 * KiB},
+                     small = {.stack_size = 512 * KiB}; /* above main's 256 KiB */
+  smarm_pid_t a1, a2, b, c, d;
+  CHECK_EQ(smarm_spawn(filler, NULL, &mib, &a1), 0); /* with main: the budget of 3 is spent */
+  CHECK_EQ(smarm_spawn(filler, NULL, &mib, &a2), 0);
+  CHECK_EQ(smarm_spawn(filler, NULL, &big, &b), 0); /* nothing to share: beyond the budget */
+  smarm_yield();
+  CHECK_EQ(smarm_send(a1, smarm_msg_new(1)), 0);
+  CHECK_EQ(smarm_send(a2, smarm_msg_new(1)), 0);
+  smarm_yield(); /* both end: two free 1 MiB slots */
+  CHECK_EQ(smarm_spawn(filler, NULL, &small, &c), 0); /* gets a free 1 MiB slot */
+  smarm_yield();
+  CHECK_EQ(smarm_spawn(filler, NULL, &small, &d), 0); /* must not take c's slot away */
+  smarm_yield();
+  CHECK_EQ(smarm_send(b, smarm_msg_new(1)), 0);
+  CHECK_EQ(smarm_send(c, smarm_msg_new(1)), 0);
+  CHECK_EQ(smarm_send(d, smarm_msg_new(1)), 0);
+  for (int i = 0; i < 5; i++)
+    smarm_yield();
+  CHECK_EQ(mixed_ok, 5);
+}
+
+TEST(mixed_sizes_beyond_budget_keep_their_slots) { run_cfg(1, 3, main_mixed_sizes, NULL); }
+
 /* ---- deep use, exit, re-spawn (the watermark trimming path) ---- */
 
 #define DEEP_BYTES (200 * KiB)

@@ -154,6 +154,28 @@ static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
   return 0;
 }
 
+/* Takes the first free slot of c off its free list (NULL if none). */
+static stack_slot_t *take_free(stack_class_t *c)
+{
+  stack_slot_t *slot = c->free_list;
+  if (slot) {
+    c->free_list = slot->next_free;
+    c->free_count--;
+    slot->trimmed = 0;
+  }
+  return slot;
+}
+
+/* A free slot of the smallest class of at least `size` that has one, taken (NULL if none). */
+static stack_slot_t *take_free_at_least(stack_pool_t *pool, size_t size)
+{
+  stack_class_t *best = NULL;
+  for (stack_class_t *c = pool->classes; c; c = c->next)
+    if (c->size >= size && c->free_list && (!best || c->size < best->size))
+      best = c;
+  return best ? take_free(best) : NULL;
+}
+
 /* The smallest class of at least `size` that has slots to share. */
 static stack_class_t *class_to_share(stack_pool_t *pool, size_t size)
 {
@@ -169,19 +191,18 @@ stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
   stack_class_t *c = class_for(pool, size);
   if (!c)
     return NULL;
-  stack_slot_t *slot = c->free_list;
-  if (slot) {
-    c->free_list = slot->next_free;
-    c->free_count--;
-    slot->trimmed = 0;
-  } else {
+  stack_slot_t *slot = take_free(c);
+  if (!slot) {
     if (pool->mapped >= pool->budget)
       reclaim_free_slot(pool, c);
     if (pool->mapped < pool->budget)
       slot = slot_map(pool, c);
+    if (!slot) /* the budget is spent (or mapping failed): a free larger slot will do */
+      slot = take_free_at_least(pool, size);
     if (!slot) {
-      /* Share: the budget is spent (or mapping failed). Round robin spreads the sharers evenly,
-      ** so a slot's sharers are the actors that ran least recently among those bound to it. */
+      /* Share. Every slot of at least this size is bound now (free ones were taken above), so
+      ** none is on a free list. Round robin spreads the sharers evenly, so a slot's sharers are
+      ** the actors that ran least recently among those bound to it. */
       stack_class_t *share = class_to_share(pool, size);
       if (share)
         slot = share->all[share->hand++ % share->count];

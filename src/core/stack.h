@@ -90,7 +90,8 @@ size_t stack_round_size(const stack_pool_t *pool, size_t size);
 
 /* Binds a new actor to a slot of at least `size` bytes (already rounded): a free slot of that
 ** size; else a new one while the budget allows (unmapping a free slot of another size to make
-** room if need be); else a mapped slot of that size or larger, shared; else, with no such slot,
+** room if need be); else a free slot of a larger size; else a bound slot of that size or larger,
+** shared; else, with no such slot,
 ** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
 ** for want of a stack of its size). NULL only when mapping fails (-ENOMEM). */
 stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
