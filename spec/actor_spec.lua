@@ -160,6 +160,25 @@ describe("smarm.spawn and pids", function()
     assert.is_true(clean)
   end)
 
+  it("releases actors stopped before they ever ran", function()
+    local function registry_size()
+      collectgarbage()
+      local n = 0
+      for _ in pairs(debug.getregistry()) do n = n + 1 end
+      return n
+    end
+    local before = registry_size()
+    for _ = 1, 10 do
+      smarm.run(function()
+        for _ = 1, 50 do smarm.spawn(function() end) end
+        for _ = 1, 5 do smarm.spawn_on(2, function() end) end
+        -- returns at once: none of them has run yet
+      end, { schedulers = 2 })
+    end
+    assert.is_true(registry_size() <= before + 5, before .. " registry entries before, "
+      .. registry_size() .. " after")
+  end)
+
   it("rejects a non-function", function()
     local ok, err = smarm.run(function()
       return pcall(function() smarm.spawn(42) end)

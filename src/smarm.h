@@ -102,6 +102,8 @@ void smarm_stop(void);
 
 typedef struct smarm_spawn_opts {
   size_t stack_size; /* 0 = the runtime's default */
+  void *data;        /* the actor's smarm_actor_data() from the start: an actor stopped before it
+                        ever ran still reaches on_actor_stopped with it */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields

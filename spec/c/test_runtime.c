@@ -583,4 +583,47 @@ TEST(run_returns_with_actors_in_timed_waits)
   park_case(2, 4, ALL_KINDS);
 }
 
+/* ---- on_actor_stopped: every actor with data the stop finds; spawn options give data ---- */
+
+static int stopped_with[8];
+
+static void note_stopped(void *data, void *ud)
+{
+  (void)ud;
+  stopped_with[(intptr_t)data]++;
+}
+
+static void waits_forever(void *arg)
+{
+  if (arg) /* set by the actor itself */
+    smarm_actor_set_data(arg);
+  smarm_msg_t *m;
+  smarm_receive(SMARM_FOREVER, &m);
+  CHECK(0);
+}
+
+static void main_stop_hook(void *arg)
+{
+  (void)arg;
+  CHECK_EQ(smarm_spawn(waits_forever, (void *)(intptr_t)1, NULL, NULL), 0);
+  /* data from the spawn options, there before the actor first runs */
+  smarm_spawn_opts_t o2 = {.data = (void *)(intptr_t)2}, o3 = {.data = (void *)(intptr_t)3};
+  CHECK_EQ(smarm_spawn(waits_forever, NULL, &o2, NULL), 0);
+  CHECK_EQ(smarm_spawn_on(1, waits_forever, NULL, &o3, NULL), 0);
+  smarm_sleep(10 * 1000 * 1000); /* they park; main returns and the runtime stops them */
+}
+
+TEST(stop_hook_gets_each_actors_data)
+{
+  memset(stopped_with, 0, sizeof stopped_with);
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.on_actor_stopped = note_stopped;
+  CHECK_EQ(smarm_run(&cfg, main_stop_hook, NULL), 0);
+  CHECK_EQ(stopped_with[1], 1);
+  CHECK_EQ(stopped_with[2], 1);
+  CHECK_EQ(stopped_with[3], 1);
+}
+
 TEST_MAIN()

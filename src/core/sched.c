@@ -169,6 +169,7 @@ typedef struct spawn_request {
   smarm_actor_fn fn;
   void *arg;
   size_t stack_size;
+  void *data;
 } spawn_request_t;
 
 static void deliver(sched_t *s, smarm_msg_t *m)
@@ -186,7 +187,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
     smarm_pid_t pid = 0;
-    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, &pid);
+    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
     /* Answer with the same block: it is big enough and the spawner frees it. */
     smarm_pid_t spawner = m->from;
     m->kind = MSG_SPAWN_REPLY;
@@ -443,7 +444,7 @@ static void actor_entry(void *p)
   actor_exit(s, a);
 }
 
-int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size,
+int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
                       smarm_pid_t *pid_out)
 {
   size_t size = stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
@@ -474,7 +475,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->saved_len = 0;
   a->fn = fn;
   a->arg = arg;
-  a->data = NULL;
+  a->data = data;
   a->spawn_result = 0;
   a->await_token = a->await_woken = 0;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
@@ -685,7 +686,8 @@ int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
   sched_t *s;
   if (!self_actor(&s))
     return -EPERM;
-  return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, pid_out);
+  return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
+                           pid_out);
 }
 
 static unsigned pick_any(sched_t *s)
@@ -720,11 +722,11 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
   if ((unsigned)sched == s->index)
-    return sched_spawn_local(s, fn, arg, stack_size, pid_out);
+    return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
   smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
   if (!m)
     return -ENOMEM;
-  spawn_request_t req = {fn, arg, stack_size};
+  spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
   memcpy(m->data, &req, sizeof req);
   m->from = self->pid;
   self->state = ACTOR_WAIT_SPAWN;

@@ -122,7 +122,7 @@ void sched_destroy_actors(sched_t *s);
 void sched_drain_and_free(sched_t *s);
 
 /* Creates an actor on s (owner thread only). */
-int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size,
+int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
                       smarm_pid_t *pid_out);
 
 /* Owner-thread helpers used by the message layer (message.c). */

@@ -826,11 +826,11 @@ static void lactor_init(lactor_t *la, lua_State *owner)
 static void remote_actor_main(void *arg)
 {
   lvm_t *vm = this_vm();
-  lactor_t *la = malloc(sizeof *la);
-  if (!la || !vm || !vm->L) {
-    free(la);
-    smarm_msg_free(arg);
-    fprintf(stderr, "smarm: spawn_on: no memory or no VM for a new actor\n");
+  lactor_t *la = smarm_actor_data(); /* the spawner's shell, holding the block as pending */
+  if (!vm || !vm->L) {
+    smarm_actor_set_data(NULL);
+    lactor_free(la, CO_RELEASE); /* frees the block */
+    fprintf(stderr, "smarm: spawn_on: no VM for a new actor\n");
     return;
   }
   lactor_init(la, vm->L);
@@ -862,10 +862,22 @@ static int l_spawn_on(lua_State *L)
   smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
   lua_pop(L, 1);
   park_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
+  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
+  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
+  ** its coroutine. */
+  lactor_t *shell = calloc(1, sizeof *shell);
+  if (!shell) {
+    codec_abandon(block);
+    return luaL_error(L, "not enough memory");
+  }
+  shell->coref = shell->savedref = LUA_NOREF;
+  shell->pending = block;
+  smarm_spawn_opts_t opts = {.data = shell};
   smarm_pid_t pid;
-  int rc = smarm_spawn_on(where, remote_actor_main, block, NULL, &pid);
+  int rc = smarm_spawn_on(where, remote_actor_main, block, &opts, &pid);
   ljx_after_switch(L);
   if (rc < 0) {
+    free(shell);
     codec_abandon(block); /* any sockets in the arguments stay the caller's */
     return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
   }
@@ -896,8 +908,9 @@ static int l_spawn(lua_State *L)
   luaL_checktype(L, 1, LUA_TFUNCTION);
   self_or_raise(L, "spawn");
   lactor_t *la = new_lactor(L, 1, 2, lua_gettop(L) - 1);
+  smarm_spawn_opts_t opts = {.data = la}; /* stopped before it runs: on_actor_stopped frees it */
   smarm_pid_t pid;
-  int rc = smarm_spawn(lactor_main, la, NULL, &pid);
+  int rc = smarm_spawn(lactor_main, la, &opts, &pid);
   if (rc < 0) {
     lactor_free(la, CO_RELEASE);
     return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
