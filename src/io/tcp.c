@@ -318,17 +318,58 @@ typedef struct connecting {
   uv_getaddrinfo_t gai;
   uv_connect_t conn;
   tcp_req_t *req;              /* NULL once cancelled */
-  sock_t *sock;
+  sock_t *sock;                /* the socket of the attempt under way */
+  struct addrinfo *res, *next; /* connect: the resolver's answers, and the next to try */
 } connecting_t;
 
+static void on_connect(uv_connect_t *cr, int status);
+
+/* Starts a connect to the next answer that takes one; 0 when one is under way, else the last
+** error (no answer left: ECONNREFUSED). */
+static int connect_next(connecting_t *k, uv_loop_t *loop)
+{
+  int rc = UV_ECONNREFUSED;
+  while (k->next) {
+    struct addrinfo *a = k->next;
+    k->next = a->ai_next;
+    if (!(k->sock = sock_new(loop, 0)))
+      return -ENOMEM;
+    k->conn.data = k;
+    rc = uv_tcp_connect(&k->conn, &k->sock->tcp, a->ai_addr, on_connect);
+    if (rc == 0)
+      return 0;
+    sock_close(k->sock);
+    k->sock = NULL;
+  }
+  return rc;
+}
+
+static void connecting_free(connecting_t *k)
+{
+  uv_freeaddrinfo(k->res);
+  free(k);
+}
+
+/* A connect attempt ended: done, or on to the next address (a name may have several, the first
+** of them refusing: "localhost" as ::1 and 127.0.0.1). */
 static void on_connect(uv_connect_t *cr, int status)
 {
   connecting_t *k = cr->data;
   tcp_req_t *r = k->req;
+  if (r && status < 0 && status != UV_ECANCELED && k->next) {
+    uv_loop_t *loop = k->sock->tcp.loop;
+    sock_close(k->sock);
+    k->sock = NULL;
+    int rc = connect_next(k, loop);
+    if (rc == 0)
+      return;
+    status = rc;
+  }
   if (r)
     r->base.uv = NULL; /* before finish: the request may be freed by it */
   if (!r || status < 0) {
-    sock_close(k->sock);
+    if (k->sock)
+      sock_close(k->sock);
     if (r)
       finish(r, status < 0 ? status : UV_ECANCELED);
   } else {
@@ -337,42 +378,35 @@ static void on_connect(uv_connect_t *cr, int status)
     uv_fileno((uv_handle_t *)&k->sock->tcp, &r->new_fd);
     finish(r, 0);
   }
-  free(k);
+  connecting_free(k);
 }
 
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 {
   connecting_t *k = g->data;
+  k->res = res;
   tcp_req_t *r = k->req;
   if (!r) { /* cancelled while resolving */
-    uv_freeaddrinfo(res);
-    free(k);
+    connecting_free(k);
     return;
   }
   int rc = status;
-  sock_t *s = NULL;
-  if (rc == 0 && !(s = sock_new(g->loop, r->op == IOTCP_LISTEN)))
-    rc = -ENOMEM;
-  if (rc == 0 && r->op == IOTCP_LISTEN) {
-    rc = uv_tcp_bind(&s->tcp, res->ai_addr, 0);
+  if (rc == 0 && r->op == IOTCP_CONNECT) {
+    k->next = res;
+    if ((rc = connect_next(k, g->loop)) == 0)
+      return; /* on_connect finishes */
+  } else if (rc == 0) {
+    sock_t *s = sock_new(g->loop, 1);
+    rc = s ? uv_tcp_bind(&s->tcp, res->ai_addr, 0) : -ENOMEM;
     if (rc == 0)
       rc = uv_listen((uv_stream_t *)&s->tcp, r->backlog, on_connection);
-  } else if (rc == 0) {
-    k->sock = s;
-    k->conn.data = k;
-    rc = uv_tcp_connect(&k->conn, &s->tcp, res->ai_addr, on_connect);
-    if (rc == 0) {
-      uv_freeaddrinfo(res);
-      return; /* on_connect finishes */
-    }
+    if (rc == 0)
+      r->new_id = s->id;
+    else if (s)
+      sock_close(s);
   }
-  uv_freeaddrinfo(res);
-  if (rc < 0 && s)
-    sock_close(s);
-  if (rc == 0)
-    r->new_id = s->id;
   r->base.uv = NULL;
-  free(k);
+  connecting_free(k);
   finish(r, rc);
 }
 
