@@ -75,7 +75,7 @@ smarm_msg_t *inbox_take_all(inbox_t *in)
 
 int inbox_park(inbox_t *in, int64_t timeout_ns)
 {
-  atomic_store_explicit(&in->parked, 1, memory_order_seq_cst);           /* O1 */
+  atomic_exchange_explicit(&in->parked, 1, memory_order_seq_cst);        /* O1, see inbox.h */
   if (atomic_load_explicit(&in->head, memory_order_seq_cst) != NULL) {  /* O2 */
     atomic_store_explicit(&in->parked, 0, memory_order_relaxed);
     return 0;

@@ -23,6 +23,14 @@
 ** syscall only when the owner announced it is parking, and only one producer per park does.
 ** O2 reads `head`, the word P1's read-modify-write publishes: reading anything the producer
 ** writes later with a plain store would reopen the race.
+**
+** O1 is an exchange, not a store. In C11 a seq_cst store followed by a seq_cst load is enough,
+** and real hardware keeps it (x86 xchg; arm64 stlr then ldar), but qemu-user running arm64 code
+** on an x86 host (our aarch64 CI) puts its fences before stlr and after ldar, none between: the
+** host's store buffer can let O2 pass O1, and the wake-up is lost (the likely cause of a hang
+** of ping_pong_no_spin that CI saw once). A read-modify-write is a full barrier everywhere. Every "store, then load
+** the other side's word" in smarm (the IO loop's io_spinning, runtime_current at shutdown)
+** stores with an exchange for the same reason.
 */
 #ifndef SMARM_CORE_INBOX_H
 #define SMARM_CORE_INBOX_H

@@ -261,7 +261,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     pthread_join(threads[k], NULL);
   /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
-  atomic_store_explicit(&runtime_current, NULL, memory_order_seq_cst);
+  atomic_exchange_explicit(&runtime_current, NULL, memory_order_seq_cst); /* an RMW: inbox.h */
   while (atomic_load_explicit(&runtime_users, memory_order_seq_cst) != 0)
     sched_yield();
   for (unsigned k = 0; k < rt->nsched; k++)

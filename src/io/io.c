@@ -225,7 +225,7 @@ static void *io_main(void *arg)
     }
     if (now - busy_at < IO_SPIN_NS && !atomic_load_explicit(&io_stopping, memory_order_relaxed))
       continue;
-    atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
+    atomic_exchange_explicit(&io_spinning, 0, memory_order_seq_cst); /* an RMW: inbox.h */
     if (atomic_load_explicit(&io_queue, memory_order_seq_cst) == NULL) {
       int still = uv_run(&io_loop, UV_RUN_ONCE);
       flush_wakes();
