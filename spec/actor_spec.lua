@@ -201,6 +201,40 @@ describe("smarm.spawn and pids", function()
     assert.is_true(after)
   end)
 
+  it("tells with smarm.alive whether a pid's actor lives, on any scheduler", function()
+    local r = smarm.run(function()
+      local out = { self = smarm.alive(smarm.self()) }
+      local here = smarm.spawn(function() smarm.receive() end)
+      local there = smarm.spawn_on(2, function() smarm.receive() end)
+      out.here, out.there = smarm.alive(here), smarm.alive(there)
+      smarm.send(here, "end")
+      smarm.send(there, "end")
+      smarm.yield()
+      out.here_after = smarm.alive(here)
+      local deadline = smarm.now() + 5
+      repeat out.there_after = smarm.alive(there) until not out.there_after or smarm.now() > deadline
+      -- from inside a __gc finalizer a remote question cannot park; a local one needs not
+      local p = newproxy(true)
+      getmetatable(p).__gc = function()
+        out.gc_local = smarm.alive(smarm.self())
+        out.gc_ok, out.gc_err = pcall(smarm.alive, there)
+      end
+      p = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      out.bad_ok, out.bad_err = pcall(function() local v = smarm.alive("<1.0.1>"); return v end)
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ self = true, here = true, there = true, here_after = false,
+      there_after = false, gc_local = true, gc_ok = false, gc_err = r.gc_err, bad_ok = false,
+      bad_err = r.bad_err }, r)
+    assert.matches("cannot park inside a __gc finalizer", r.gc_err)
+    assert.matches("bad argument #1 to 'alive' %(pid expected, got string%)", r.bad_err)
+    local ok, err = pcall(smarm.alive, smarm.run(function() return smarm.self() end))
+    assert.is_false(ok)
+    assert.matches("smarm.alive: not inside an actor", err)
+  end)
+
   it("runs thousands of actors", function()
     local total = smarm.run(function()
       local sum = { n = 0 }

@@ -142,4 +142,45 @@ describe("require while a loader is parked", function()
     assert.is_true(same)
     assert.are.equal(1, loads)
   end)
+
+  it("loads a module afresh after a run stopped its loader half-way", function()
+    package.loaded.smarm_stuck_module = nil
+    _G.smarm_stuck_module_mode = "park"
+    smarm.run(function()
+      smarm.spawn(require, "smarm_stuck_module") -- parks in the top level until the run ends
+      smarm.sleep(0.01)
+    end)
+    _G.smarm_stuck_module_mode = nil
+    local got = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn(function() smarm.send(me, require("smarm_stuck_module")) end)
+      return smarm.receive(5)
+    end)
+    assert.are.same({}, got) -- loaded (mode nil), not "timeout" or a loop error
+    -- and outside a run, too
+    package.loaded.smarm_stuck_module = nil
+    _G.smarm_stuck_module_mode = "park"
+    smarm.run(function()
+      smarm.spawn(require, "smarm_stuck_module")
+      smarm.sleep(0.01)
+    end)
+    _G.smarm_stuck_module_mode = "plain"
+    assert.are.equal("plain", require("smarm_stuck_module").mode)
+  end)
+
+  it("lets a waiting requirer load a module whose loader exited in its top level", function()
+    local got = smarm.run(function()
+      package.loaded.smarm_stuck_module = nil
+      _G.smarm_stuck_module_mode = "exit"
+      smarm.spawn(require, "smarm_stuck_module") -- ends its actor half-way through loading
+      local me = smarm.self()
+      smarm.spawn(function()
+        _G.smarm_stuck_module_mode = "second"
+        smarm.send(me, require("smarm_stuck_module"))
+      end)
+      return smarm.receive(5)
+    end)
+    _G.smarm_stuck_module_mode = nil
+    assert.are.same({ mode = "second" }, got)
+  end)
 end)

@@ -157,6 +157,11 @@ int smarm_wake(smarm_pid_t pid, uint64_t token);
 ** wake-up) per scheduler concerned. Returns 0 or the first error (the others are still woken). */
 int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
 
+/* Whether pid names a live actor: 1 yes, 0 no (it ended, or never existed in this runtime). For
+** an actor of another scheduler the caller parks while that scheduler answers (one round trip).
+** -EPERM outside an actor, -ENOMEM. The answer may be stale as soon as it is given. */
+int smarm_alive(smarm_pid_t pid);
+
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
 void *smarm_actor_data(void);
 void smarm_actor_set_data(void *data);

@@ -15,15 +15,39 @@ local function in_actor()
   return core.is_pid(select(2, pcall(core.self)))
 end
 
+-- What plain require puts in package.loaded[name] while name's loader runs (LuaJIT: a special
+-- number; Lua 5.1: a light userdata), read off a loader of our own rather than assumed.
+local LOADING
+package.preload["smarm.loading-mark"] = function(name) LOADING = package.loaded[name] end
+plain_require("smarm.loading-mark")
+package.preload["smarm.loading-mark"], package.loaded["smarm.loading-mark"] = nil, nil
+
+-- A loader that ended without finishing (stopped by the end of its run, or smarm.exit in a
+-- module's top level) leaves that mark behind: take it away, so the next require loads the
+-- module afresh instead of failing with "loop or previous error" or waiting forever.
+local function forget_loader(name)
+  loaders[name] = nil
+  if package.loaded[name] == LOADING then package.loaded[name] = nil end
+end
+
+-- After a run every actor is gone, loaders too (only the caller's VM outlives a run).
+core._after_run(function()
+  for name in pairs(loaders) do forget_loader(name) end
+end)
+
 local function guarded_require(name)
   local loader = loaders[name]
   if loader ~= nil and in_actor() and loader ~= core.self() then
     local waited = 0
-    while loaders[name] ~= nil do -- the first loader is parked: wait for it
+    while loaders[name] == loader do -- the first loader is parked: wait for it
+      if not core.alive(loader) then
+        forget_loader(name)
+        break
+      end
       if waited < 100 then core.yield() else core.sleep(0.001) end
       waited = waited + 1
     end
-    return plain_require(name)
+    return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
   if package.loaded[name] ~= nil or not in_actor() then
     return plain_require(name)

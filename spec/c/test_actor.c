@@ -252,6 +252,40 @@ static void main_spawn_on(void *arg)
 
 TEST(spawn_on_places_actors) { RUN(2, main_spawn_on, NULL); }
 
+/* ---- alive ---- */
+
+static void wait_then_exit(void *arg)
+{
+  (void)arg;
+  test_recv_u64(SMARM_FOREVER);
+}
+
+static void main_alive(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self(), here = 0, there = 0;
+  CHECK_EQ(smarm_alive(me), 1);
+  CHECK_EQ(smarm_spawn(wait_then_exit, NULL, NULL, &here), 0);
+  CHECK_EQ(smarm_spawn_on(1, wait_then_exit, NULL, NULL, &there), 0);
+  CHECK_EQ(smarm_alive(here), 1);
+  CHECK_EQ(smarm_alive(there), 1); /* asked of scheduler 1: one round trip */
+  CHECK_EQ(test_send_u64(here, 0), 0);
+  CHECK_EQ(test_send_u64(there, 0), 0);
+  smarm_yield(); /* `here` takes its message and ends */
+  CHECK_EQ(smarm_alive(here), 0);
+  int answer;
+  for (int i = 0; i < 100000 && (answer = smarm_alive(there)) == 1; i++)
+    smarm_yield(); /* `there` ends on its own thread, soon */
+  CHECK_EQ(answer, 0);
+  CHECK_EQ(smarm_alive(0), 0);
+  CHECK_EQ(smarm_alive(here + 1), 0); /* the next generation of a slot: never used */
+  smarm_pid_t far = (smarm_pid_t)7 << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS);
+  CHECK_EQ(smarm_alive(far), 0);      /* a scheduler this runtime does not have */
+  CHECK_EQ(smarm_alive(me), 1);
+}
+
+TEST(alive_answers_for_local_and_remote_pids) { RUN(2, main_alive, NULL); }
+
 /* ---- misuse outside the runtime ---- */
 
 TEST(api_outside_an_actor)
@@ -263,6 +297,7 @@ TEST(api_outside_an_actor)
   CHECK_EQ(smarm_send(1, m), -EPERM);
   CHECK_EQ(smarm_receive(0, &out), -EPERM);
   CHECK_EQ(smarm_sleep(1), -EPERM);
+  CHECK_EQ(smarm_alive(1), -EPERM);
   CHECK_EQ(smarm_self(), 0);
   CHECK_EQ(smarm_sched_index(), -1);
   CHECK_EQ(smarm_sched_count(), 0);

@@ -26,7 +26,9 @@
 enum msg_kind {
   MSG_USER = 0,
   MSG_SPAWN,        /* payload: spawn_request_t; `to` is unused (addressed to the scheduler) */
-  MSG_SPAWN_REPLY,  /* payload: int64_t pid or negative errno; `to` is the waiting spawner */
+  MSG_ALIVE,        /* payload: room for the reply; `to` is the pid asked about, `from` the asker */
+  MSG_REPLY,        /* payload: int64_t answer (spawn: pid or negative errno; alive: 1 or 0);
+                    ** `to` is the asker, parked in ACTOR_WAIT_REPLY */
   MSG_STOP,         /* the runtime is stopping */
   MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
 };

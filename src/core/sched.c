@@ -8,7 +8,7 @@
 ** Invariants:
 **  - s->current is the running actor, NULL while on the scheduler's own stack.
 **  - A RUNNABLE actor is in the run queue exactly once (or is s->handoff, popped but waiting for
-**    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_SPAWN,
+**    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_REPLY,
 **    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
@@ -172,6 +172,18 @@ typedef struct spawn_request {
   void *data;
 } spawn_request_t;
 
+/* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
+** the request's own block: every request is allocated with room for the answer. */
+static void reply(sched_t *s, smarm_msg_t *m, int64_t answer)
+{
+  smarm_pid_t asker = m->from;
+  m->kind = MSG_REPLY;
+  m->to = asker;
+  m->from = 0;
+  memcpy(m->data, &answer, sizeof answer);
+  sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
+}
+
 static void deliver(sched_t *s, smarm_msg_t *m)
 {
   actor_t *a;
@@ -188,20 +200,16 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     spawn_request_t *req = (spawn_request_t *)m->data;
     smarm_pid_t pid = 0;
     int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
-    /* Answer with the same block: it is big enough and the spawner frees it. */
-    smarm_pid_t spawner = m->from;
-    m->kind = MSG_SPAWN_REPLY;
-    m->to = spawner;
-    m->from = 0;
-    int64_t result = rc < 0 ? rc : (int64_t)pid;
-    memcpy(m->data, &result, sizeof result);
-    sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(spawner)], m);
+    reply(s, m, rc < 0 ? rc : (int64_t)pid);
     return;
   }
-  case MSG_SPAWN_REPLY:
+  case MSG_ALIVE:
+    reply(s, m, sched_lookup(s, m->to) != NULL);
+    return;
+  case MSG_REPLY:
     a = sched_lookup(s, m->to);
-    if (a && a->state == ACTOR_WAIT_SPAWN) {
-      memcpy(&a->spawn_result, m->data, sizeof a->spawn_result);
+    if (a && a->state == ACTOR_WAIT_REPLY) {
+      memcpy(&a->reply, m->data, sizeof a->reply);
       sched_wake(s, a);
     }
     free(m);
@@ -476,7 +484,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->fn = fn;
   a->arg = arg;
   a->data = data;
-  a->spawn_result = 0;
+  a->reply = 0;
   a->await_token = a->await_woken = 0;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
@@ -707,6 +715,17 @@ static unsigned pick_any(sched_t *s)
   return best;
 }
 
+/* Sends request m to scheduler k and parks the caller until that scheduler's MSG_REPLY (see
+** deliver) brings the answer. */
+static int64_t ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
+{
+  m->from = self->pid;
+  self->state = ACTOR_WAIT_REPLY;
+  sched_push_remote(s, &s->rt->scheds[k], m);
+  sched_park(s, self);
+  return self->reply;
+}
+
 int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                    smarm_pid_t *pid_out)
 {
@@ -723,20 +742,36 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     return -EINVAL;
   if ((unsigned)sched == s->index)
     return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
+  _Static_assert(sizeof(spawn_request_t) >= sizeof(int64_t), "room for the reply");
   smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
   if (!m)
     return -ENOMEM;
   spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
   memcpy(m->data, &req, sizeof req);
-  m->from = self->pid;
-  self->state = ACTOR_WAIT_SPAWN;
-  sched_push_remote(s, &s->rt->scheds[sched], m);
-  sched_park(s, self); /* woken by the MSG_SPAWN_REPLY (see deliver) */
-  if (self->spawn_result < 0)
-    return (int)self->spawn_result;
+  int64_t answer = ask(s, self, (unsigned)sched, m);
+  if (answer < 0)
+    return (int)answer;
   if (pid_out)
-    *pid_out = (smarm_pid_t)self->spawn_result;
+    *pid_out = (smarm_pid_t)answer;
   return 0;
+}
+
+int smarm_alive(smarm_pid_t pid)
+{
+  sched_t *s;
+  actor_t *self = self_actor(&s);
+  if (!self)
+    return -EPERM;
+  unsigned k = smarm_pid_sched(pid);
+  if (k == s->index)
+    return sched_lookup(s, pid) != NULL;
+  if (k >= s->rt->nsched)
+    return 0;
+  smarm_msg_t *m = msg_new(MSG_ALIVE, sizeof(int64_t));
+  if (!m)
+    return -ENOMEM;
+  m->to = pid;
+  return (int)ask(s, self, k, m);
 }
 
 /* ---- Setup and teardown -------------------------------------------------------------------- */

@@ -35,7 +35,7 @@ enum actor_state {
   ACTOR_RUNNABLE,    /* in the run queue */
   ACTOR_WAIT_MSG,    /* parked in receive (maybe with a timer) */
   ACTOR_SLEEPING,    /* parked in sleep (with a timer) */
-  ACTOR_WAIT_SPAWN,  /* parked until another scheduler answers a spawn request */
+  ACTOR_WAIT_REPLY,  /* parked until another scheduler answers a request (spawn, alive) */
   ACTOR_WAIT_WAKE,   /* parked in smarm_await (maybe with a timer) */
   ACTOR_DEAD,
 };
@@ -55,7 +55,7 @@ typedef struct actor {
   smarm_actor_fn fn;
   void *arg;
   void *data;                 /* smarm_actor_data() */
-  int64_t spawn_result;       /* answer to a remote spawn request */
+  int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
   fiber_t fiber;

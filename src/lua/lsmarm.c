@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char pid_mt_key, pid_intern_key, traceback_key;
+static const char pid_mt_key, pid_intern_key, traceback_key, after_run_key;
 
 /* ---- Pids: full userdata, interned per VM so that == and table keys work ------------------- */
 
@@ -440,6 +440,26 @@ static int l_scheduler(lua_State *L)
 static int l_schedulers(lua_State *L)
 {
   lua_pushinteger(L, (lua_Integer)smarm_sched_count());
+  return 1;
+}
+
+/* alive(pid): a pid of the caller's scheduler is answered from its table at once; another
+** scheduler's is asked of that scheduler, which parks the caller for one round trip. */
+static int l_alive(lua_State *L)
+{
+  smarm_pid_t pid;
+  if (!lsmarm_to_pid(L, 1, &pid))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  self_or_raise(L, "alive");
+  int remote = (int)smarm_pid_sched(pid) != smarm_sched_index();
+  if (remote)
+    park_check(L, "alive");
+  int rc = smarm_alive(pid);
+  if (remote)
+    ljx_after_switch(L);
+  if (rc < 0)
+    return luaL_error(L, "smarm.alive: %s", strerror(-rc));
+  lua_pushboolean(L, rc);
   return 1;
 }
 
@@ -921,6 +941,30 @@ static int l_spawn(lua_State *L)
 
 /* ---- smarm.run ------------------------------------------------------------------------------ */
 
+/* _after_run(fn): fn is called in the caller's VM each time a run has ended (every actor gone);
+** init.lua uses it to forget module loaders the end of a run stopped. One per VM. */
+static int l_after_run(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_pushlightuserdata(L, (void *)&after_run_key);
+  lua_pushvalue(L, 1);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+static void call_after_run(lua_State *L)
+{
+  push_registry(L, &after_run_key);
+  if (!lua_isfunction(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (lua_pcall(L, 0, 0, 0) != 0) {
+    fprintf(stderr, "smarm: after the run: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
 static int l_run(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -982,6 +1026,7 @@ static int l_run(lua_State *L)
   current_run = NULL;
   ljx_after_switch(L);
   free(run.vms);
+  call_after_run(L);
   if (rc < 0) {
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
@@ -1008,7 +1053,7 @@ static const luaL_Reg functions[] = {
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
-  {"spawn_on", l_spawn_on},
+  {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
   {NULL, NULL},
 };
 
