@@ -20,7 +20,8 @@
 
 enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
 
-#define HANDLE_BYTES 22 /* flags (listener, queued, file), 8-byte id, 8-byte timeout, 4-byte fd */
+#define HANDLE_BYTES 22 /* flags (listener, queued, file, taken), 8-byte id, 8-byte timeout, 4-byte fd */
+#define HANDLE_TAKEN 8  /* flag: a decoder made this handle's userdata, which owns it now */
 
 typedef struct enc {
   lua_State *L;
@@ -399,6 +400,7 @@ static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_
     out[i].listener = q[0] & 1;
     out[i].queued = q[0] >> 1 & 1;
     out[i].file = q[0] >> 2 & 1;
+    out[i].taken = q[0] >> 3 & 1;
     memcpy(&out[i].id, q + 1, 8);
     memcpy(&out[i].timeout, q + 9, 8);
     memcpy(&out[i].fd, q + 17, 4);
@@ -413,7 +415,9 @@ void codec_drop(smarm_msg_t *msg)
   ltcp_handle_t hs[CODEC_MAX_HANDLES];
   int n = read_handles(&p, p + smarm_msg_size(msg), hs);
   for (int i = 0; i < n; i++)
-    if (hs[i].file)
+    if (hs[i].taken)
+      continue; /* a decode that failed later made it a userdata: its __gc closes it */
+    else if (hs[i].file)
       lio_drop_file(&hs[i]);
     else
       ltcp_drop_handle(&hs[i]);
@@ -427,7 +431,7 @@ typedef struct dec {
   int refs_idx;  /* stack slot of the table: index -> table (made at the first table) */
   uint32_t ntables;
   int nhandles;
-  ltcp_handle_t handles[CODEC_MAX_HANDLES];
+  int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
 } dec_t;
 
 static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }
@@ -492,10 +496,7 @@ static int dec_value(dec_t *d, int depth)
     unsigned char i = get_byte(d);
     if (i >= d->nhandles)
       malformed(d);
-    if (d->handles[i].file)
-      lio_push_file(L, &d->handles[i]);
-    else
-      ltcp_push_handle(L, &d->handles[i]);
+    lua_pushvalue(L, d->handles_idx + i);
     return 1;
   }
   case T_REF: {
@@ -538,14 +539,29 @@ static int dec_value(dec_t *d, int depth)
 void codec_decode(lua_State *L, smarm_msg_t *msg)
 {
   dec_t d;
+  ltcp_handle_t handles[CODEC_MAX_HANDLES];
   d.L = L;
   d.p = smarm_msg_data(msg);
   d.end = d.p + smarm_msg_size(msg);
   d.ntables = 0;
-  d.nhandles = read_handles(&d.p, d.end, d.handles);
+  unsigned char *list = smarm_msg_data(msg);
+  d.nhandles = read_handles(&d.p, d.end, handles);
   if (d.nhandles < 0)
     malformed(&d);
-  luaL_checkstack(L, 8, "message");
+  int base = lua_gettop(L);
+  luaL_checkstack(L, d.nhandles + 8, "message");
+  /* Sockets and files become their userdata first, before anything else of the decode can fail
+  ** (out of memory, a malformed block). Each one's entry in the block is marked taken as soon as
+  ** its userdata owns it: a block dropped after a failed decode closes only the others
+  ** (codec_drop), never one twice. */
+  for (int i = 0; i < d.nhandles; i++) {
+    if (handles[i].file)
+      lio_push_file(L, &handles[i]);
+    else
+      ltcp_push_handle(L, &handles[i]);
+    list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
+  }
+  d.handles_idx = base + 1;
   int has_tables = d.p < d.end && *d.p == T_TABLE;
   if (has_tables) {
     lua_newtable(L);
@@ -556,7 +572,9 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   dec_value(&d, 0);
   if (d.p != d.end)
     malformed(&d);
-  if (has_tables)
-    lua_remove(L, d.refs_idx);
+  if (lua_gettop(L) > base + 1) { /* keep the value alone: drop the handles and refs below it */
+    lua_replace(L, base + 1);
+    lua_settop(L, base + 1);
+  }
   smarm_msg_set_owning(msg, 0); /* its sockets are the receiver's now */
 }

@@ -17,6 +17,7 @@ typedef struct ltcp_handle {
   int fd;     /* a connection's descriptor, for writes straight from the actor's thread */
   int queued; /* writes through the IO thread may still be in flight: the next go that way too */
   int file;   /* not a socket: a file of smarm.fs.open (lio.c), only fd matters */
+  int taken;  /* in a block: a decoder made its userdata (codec.c); the block no longer owns it */
 } ltcp_handle_t;
 
 /* 1 with *sock and *h set if the value at idx is a socket userdata, else 0; raises if it is
