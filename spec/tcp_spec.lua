@@ -205,9 +205,9 @@ describe("smarm.tcp", function()
       local chunk = ("y"):rep(1024 * 1024)
       local sent = 0
       while sent < 512 * 1024 * 1024 do
-        local n, err = c:send(chunk)
+        local n, err, part = c:send(chunk)
         if not n then
-          out.send = err
+          out.send, out.part = err, part
           break
         end
         sent = sent + n
@@ -222,6 +222,7 @@ describe("smarm.tcp", function()
     assert.are.same({ nil, "timeout", "" }, r.receive)
     assert.are.equal("late line", r.after)
     assert.are.equal("timeout", r.send)
+    assert.is_true(r.part >= 0 and r.part < 1024 * 1024) -- what the kernel took before it parked
     assert.are.equal("closed", r.handler)
   end)
 

@@ -425,9 +425,9 @@ static int m_send(lua_State *L)
       s->unsure = 0; /* libuv writes a stream in order: everything queued before has gone out */
     lio_unbox(L, box);
   }
-  if (err) {
+  if (err) { /* the third value: the bytes the kernel took straight from here (a lower bound) */
     int n = push_error(L, err, 1);
-    lua_pushinteger(L, 0);
+    lua_pushnumber(L, (lua_Number)done);
     return n + 1;
   }
   lua_pushnumber(L, (lua_Number)len);
