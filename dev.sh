@@ -222,7 +222,7 @@ run_valgrind() {
   say "testing under valgrind"
   passed=0
   failed=0
-  for t in actor mailbox runtime stack io tcp; do
+  for t in actor mailbox runtime stack io tcp proc; do
     [ -x "$BUILD/release/spec/c/test_$t" ] || continue
     log="$BUILD/release/valgrind-$t.log"
     status=0

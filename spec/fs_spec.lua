@@ -60,6 +60,25 @@ describe("smarm.fs", function()
     assert.are.equal("EISDIR", r.isdir[3])
   end)
 
+  it("returns EPIPE for a write to a FIFO whose reader is gone, and the process lives", function()
+    local dir = tmpdir()
+    assert(os.execute("mkfifo " .. dir .. "/fifo") == 0)
+    local res = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
+      local w = assert(smarm.fs.open(dir .. "/fifo", "w")) -- both opens meet
+      local r = smarm.receive(5)[1]
+      r:close()
+      local out = { w:write("hello") }
+      w:close()
+      return out
+    end)
+    os.execute("rm -rf " .. dir)
+    assert.is_nil(res[1])
+    assert.matches("broken pipe", res[2])
+    assert.are.equal("EPIPE", res[3])
+  end)
+
   it("stats, renames, lists, removes", function()
     local dir = tmpdir()
     local r = smarm.run(function()

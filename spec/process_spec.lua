@@ -12,6 +12,13 @@ describe("smarm.process.run", function()
     assert.are.equal("err\n", r.stderr)
   end)
 
+  it("survives a program that does not read its stdin (no SIGPIPE for the runtime)", function()
+    local r = smarm.run(function()
+      return smarm.process.run({ "true" }, { stdin = ("x"):rep(4 * 1024 * 1024) })
+    end)
+    assert.are.equal(0, r.status)
+  end)
+
   it("runs in a folder with an environment, and collects large output", function()
     local r = smarm.run(function()
       return smarm.process.run({ "sh", "-c", "echo $FOO; pwd; head -c 3000000 /dev/zero" },

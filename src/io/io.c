@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <uv.h>
 
@@ -209,6 +210,15 @@ static void drain(uv_loop_t *loop)
 static void *io_main(void *arg)
 {
   (void)arg;
+  /* A write from this thread or libuv's pool (which it creates, so they inherit this mask) to a
+  ** pipe, socket or FIFO whose reader is gone must fail with EPIPE, not raise SIGPIPE, whose
+  ** default action ends the whole process. SIGPIPE goes to the thread that wrote, so blocking it
+  ** here changes nothing for the host's other threads; libuv resets the mask of the programs it
+  ** starts (spec/c/test_proc.c checks). */
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
   int64_t busy_at = smarm_now_ns();
   uint64_t seen = io_activity;
   atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
