@@ -93,7 +93,7 @@ describe("the smarm executable", function()
   it("prints versions with -v", function()
     local out, _, status = sh(exe .. " -v")
     assert.are.equal(0, status)
-    assert.matches("^smarm %d+%.%d+%.%d+\nLuaJIT 2%.1", out)
+    assert.matches("^smarm %d+%.%d+%.%d+\nLuaJIT 2%.1[^\n]*\nlibuv %d+%.%d+%.%d+\n$", out)
   end)
 
   it("refuses bad usage with status 2", function()
@@ -103,6 +103,34 @@ describe("the smarm executable", function()
     local _, err2, status2 = sh(exe .. " -q")
     assert.are.equal(2, status2)
     assert.matches("usage", err2)
+  end)
+
+  it("lets the other actors run while the prompt waits for a line", function()
+    local lines = os.tmpname()
+    local f = assert(io.open(lines, "w"))
+    f:write("smarm = require('smarm'); t = { n = 0 }; ",
+      "smarm.spawn(function() while true do t.n = t.n + 1; smarm.sleep(0.01) end end)\n")
+    f:close()
+    -- one scheduler: the ticker shares it with the prompt's actor
+    local out, _, status = sh("(cat " .. lines .. "; sleep 0.5; echo 'print(t.n >= 10)'; " ..
+      "printf 'print(\"last line, no newline\")') | " .. exe .. " -s 1")
+    os.remove(lines)
+    assert.are.equal(0, status)
+    assert.are.equal("true\nlast line, no newline\n", out)
+  end)
+
+  it("runs with standard streams closed, IO included", function()
+    local _, _, status = sh(exe .. " -s 1 <&-")
+    assert.are.equal(0, status)
+    local name = script("local smarm = require('smarm')\n" ..
+      "assert(smarm.fs.writefile(arg[1], 'x'))\n" ..
+      "local r = smarm.process.run({ 'cat', arg[1] })\n" ..
+      "os.exit(r.stdout == 'x' and 0 or 5)\n")
+    local target = os.tmpname()
+    local _, _, status2 = sh(exe .. " " .. name .. " " .. target .. " <&- >&-")
+    os.remove(name)
+    os.remove(target)
+    assert.are.equal(0, status2)
   end)
 
   it("runs prompt lines in the main actor", function()

@@ -25,9 +25,11 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <uv.h>
 
 static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -251,11 +253,25 @@ static void *io_main(void *arg)
   return NULL;
 }
 
+/* libuv takes descriptors 0-2 for standard streams and aborts when asked to close one of them
+** (uv__close asserts). A process started with one of them closed would hand that number to the
+** loop's epoll or a socket: /dev/null fills each closed one first, as node does at start. */
+static void fill_closed_stdio(void)
+{
+  for (int fd = 0; fd <= 2; fd++)
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      int got = open("/dev/null", O_RDWR | O_CLOEXEC); /* the lowest free number: fd */
+      if (got > 2)
+        close(got); /* cannot happen while fd is free; never keep a stray descriptor */
+    }
+}
+
 static int io_start(void)
 {
   pthread_mutex_lock(&io_lock);
   int rc = 0;
   if (!atomic_load_explicit(&io_ready, memory_order_relaxed)) {
+    fill_closed_stdio();
     rc = uv_loop_init(&io_loop);
     if (rc == 0 && (rc = uv_async_init(&io_loop, &io_async, async_cb)) != 0)
       uv_loop_close(&io_loop);

@@ -12,6 +12,7 @@
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
 */
+#define _GNU_SOURCE
 #include "lsmarm.h"
 #include "smarm.h"
 
@@ -19,6 +20,7 @@
 #include <lua.h>
 #include <luajit.h>
 #include <lualib.h>
+#include <uv.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,9 @@ static const char runner[] =
   "local args = _G.arg or { n = 0 }\n"
   "return smarm.run(function() return chunk(unpack(args, 1, args.n or #args)) end, opts)\n";
 
-/* The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. */
+/* The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. Input
+** is read through the IO thread (smarm.fs), so while the prompt waits for a line the other actors
+** of scheduler 1 run on; plain blocking reads only if /dev/stdin cannot be opened. */
 static const char prompt[] =
   "local smarm, schedulers, interactive = ...\n"
   "local function show(ok, ...)\n"
@@ -44,9 +48,28 @@ static const char prompt[] =
   "  elseif select('#', ...) > 0 then print(...) end\n"
   "end\n"
   "return smarm.run(function()\n"
+  "  local input, pending = smarm.fs.open('/dev/stdin', 'r'), ''\n"
+  "  local function read_line()\n"
+  "    if not input then return io.stdin:read('*l') end\n"
+  "    while true do\n"
+  "      local at = pending:find('\\n', 1, true)\n"
+  "      if at then\n"
+  "        local line = pending:sub(1, at - 1)\n"
+  "        pending = pending:sub(at + 1)\n"
+  "        return line\n"
+  "      end\n"
+  "      local chunk = input:read(4096)\n"
+  "      if not chunk or chunk == '' then\n"
+  "        local line = pending ~= '' and pending or nil\n"
+  "        pending = ''\n"
+  "        return line\n"
+  "      end\n"
+  "      pending = pending .. chunk\n"
+  "    end\n"
+  "  end\n"
   "  while true do\n"
   "    if interactive then io.stdout:write('> '); io.stdout:flush() end\n"
-  "    local line = io.stdin:read('*l')\n"
+  "    local line = read_line()\n"
   "    if not line then if interactive then io.stdout:write('\\n') end; return end\n"
   "    local f, err = loadstring('return ' .. line, '=stdin')\n"
   "    if not f then f, err = loadstring(line, '=stdin') end\n"
@@ -98,8 +121,7 @@ int main(int argc, char **argv)
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
     if (strcmp(argv[i], "-v") == 0) {
-      printf("smarm %s\n%s\nlibuv: not linked (the IO layer is not built yet)\n", SMARM_VERSION,
-             LUAJIT_VERSION);
+      printf("smarm %s\n%s\nlibuv %s\n", SMARM_VERSION, LUAJIT_VERSION, uv_version_string());
       return 0;
     } else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
       char *end;
