@@ -79,15 +79,19 @@ describe("smarm.spawn_on", function()
   end)
 
   it("rejects bad arguments", function()
-    local e1, e2, e3 = smarm.run(function()
+    local e1, e2, e3, e4, e5 = smarm.run(function()
       local _, a = pcall(function() smarm.spawn_on(3, function() end) end)
       local _, b = pcall(function() smarm.spawn_on(1, 42) end)
       local _, c = pcall(function() smarm.spawn_on(2, print) end)
-      return a, b, c
+      local _, d = pcall(function() smarm.spawn_on(2, "nodot") end)
+      local _, e = pcall(function() smarm.spawn_on(2, "trailing.") end)
+      return a, b, c, d, e
     end, { schedulers = 2 })
     assert.matches("bad argument #1 to 'spawn_on'", e1)
     assert.matches("bad argument #2 to 'spawn_on' %(function or \"module.function\" expected, got number%)", e2)
     assert.matches("C function cannot move", e3)
+    assert.matches("bad argument #2 to 'spawn_on' %('nodot' is not of the form module.function%)", e4)
+    assert.matches("'trailing%.' is not of the form module.function", e5)
   end)
 
   it("reports a bad 'module.function' in the new actor, which dies alone", function()

@@ -740,6 +740,13 @@ static void build_transfer(lua_State *L, int fn_idx, int first, int nargs)
 
 /* Runs in the new actor's coroutine: rebuilds the function from the transfer block and calls
 ** it. Upvalue 1: the block (light userdata), already owned by this call. */
+/* The last dot of "module.function" (both parts non-empty), or NULL if name has not that form. */
+static const char *module_function_dot(const char *name)
+{
+  const char *dot = strrchr(name, '.');
+  return dot && dot != name && dot[1] != '\0' ? dot : NULL;
+}
+
 static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
@@ -749,8 +756,8 @@ static int remote_entry(lua_State *L)
   if (lua_isstring(L, -1)) {
     size_t n;
     const char *full = lua_tolstring(L, -1, &n);
-    const char *dot = strrchr(full, '.');
-    if (!dot || dot == full || dot[1] == '\0')
+    const char *dot = module_function_dot(full);
+    if (!dot) /* spawn_on checked it: only a malformed block gets here */
       return luaL_error(L, "smarm.spawn_on: '%s' is not of the form module.function", full);
     lua_getglobal(L, "require");
     lua_pushlstring(L, full, (size_t)(dot - full));
@@ -875,6 +882,9 @@ static int l_spawn_on(lua_State *L)
   if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
     return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
                                                luaL_typename(L, 2)));
+  if (t2 == LUA_TSTRING && !module_function_dot(lua_tostring(L, 2)))
+    return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is not of the form module.function",
+                                               lua_tostring(L, 2)));
   self_or_raise(L, "spawn_on");
   int nargs = lua_gettop(L) - 2;
   build_transfer(L, 2, 3, nargs);
