@@ -68,8 +68,13 @@ describe("smarm.fs", function()
       smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
       local w = assert(smarm.fs.open(dir .. "/fifo", "w")) -- both opens meet
       local r = smarm.receive(5)[1]
-      r:close()
-      local out = { w:write("hello") }
+      r:close() -- the IO thread closes it soon, not at once: write until the write fails
+      local out
+      for _ = 1, 500 do
+        out = { w:write("hello") }
+        if not out[1] then break end
+        smarm.sleep(0.01)
+      end
       w:close()
       return out
     end)
