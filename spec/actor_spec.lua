@@ -42,6 +42,21 @@ describe("smarm.run", function()
     assert.are.equal(10, started)
   end)
 
+  it("leaves the pids of an earlier run dead in a later one", function()
+    local old = smarm.run(function()
+      return { smarm.self(), smarm.spawn(function() smarm.receive() end) } -- stopped by the end
+    end)
+    local r = smarm.run(function()
+      local me = smarm.self()
+      local p = smarm.spawn(function() smarm.send(me, smarm.receive(5)) end)
+      smarm.send(old[2], "stale") -- dropped: it does not reach p, which may sit in the same slot
+      smarm.send(p, "fresh")
+      return { got = smarm.receive(5), same = old[1] == me or old[2] == p,
+        alive = smarm.alive(old[1]) or smarm.alive(old[2]) }
+    end)
+    assert.are.same({ got = "fresh", same = false, alive = false }, r)
+  end)
+
   it("rejects bad arguments", function()
     assert.has_error(function() smarm.run(nil) end, "bad argument #1 to 'run' (function expected, got nil)")
     assert.has_error(function() smarm.run(function() end, 5) end)

@@ -34,7 +34,8 @@ extern "C" {
 /* A pid names an actor for its whole life and never names another one: it packs the owning
 ** scheduler, a slot in that scheduler's actor table and the slot's generation, which changes
 ** each time the slot is reused (a slot whose generations are used up is retired, not reused).
-** 0 is never a valid pid. Printed for people as <scheduler+1.slot.generation>. */
+** Generations carry on across the runtimes of a process: a pid of an earlier runtime is dead in
+** a later one. 0 is never a valid pid. Printed for people as <scheduler+1.slot.generation>. */
 typedef uint64_t smarm_pid_t;
 
 #define SMARM_PID_SCHED_BITS 12

@@ -286,6 +286,38 @@ static void main_alive(void *arg)
 
 TEST(alive_answers_for_local_and_remote_pids) { RUN(2, main_alive, NULL); }
 
+/* ---- pids of an earlier runtime ---- */
+
+static smarm_pid_t earlier[2];
+
+static void main_first_run(void *arg)
+{
+  (void)arg;
+  earlier[0] = smarm_self();
+  CHECK_EQ(smarm_spawn(wait_then_exit, NULL, NULL, &earlier[1]), 0); /* stopped by the end */
+}
+
+static void main_second_run(void *arg)
+{
+  (void)arg;
+  smarm_pid_t child = 0;
+  CHECK_EQ(smarm_spawn(wait_then_exit, NULL, NULL, &child), 0);
+  /* the same scheduler and slots as the first run's, never the same pids */
+  CHECK(smarm_self() != earlier[0]);
+  CHECK(child != earlier[1]);
+  CHECK_EQ(smarm_pid_slot(smarm_self()), smarm_pid_slot(earlier[0]));
+  CHECK_EQ(smarm_alive(earlier[0]), 0);
+  CHECK_EQ(smarm_alive(earlier[1]), 0);
+  CHECK_EQ(test_send_u64(earlier[1], 1), -ESRCH); /* dead: never reaches `child` */
+  CHECK_EQ(test_send_u64(child, 2), 0);
+}
+
+TEST(pids_of_an_earlier_runtime_are_dead)
+{
+  RUN(1, main_first_run, NULL);
+  RUN(1, main_second_run, NULL);
+}
+
 /* ---- misuse outside the runtime ---- */
 
 TEST(api_outside_an_actor)

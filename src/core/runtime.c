@@ -228,6 +228,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     rc = -ENOMEM;
     goto out_rt;
   }
+  rt->gen_base = sched_gen_base();
   for (unsigned k = 0; k < rt->nsched; k++)
     sched_init(&rt->scheds[k], rt, k);
 

@@ -20,6 +20,7 @@ typedef struct runtime {
   smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
+  uint32_t gen_base;          /* first generation of this runtime's pids (sched_gen_base) */
 } runtime_t;
 
 /* For threads that may not be scheduler threads: the running runtime (NULL if none), kept alive

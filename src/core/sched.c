@@ -74,6 +74,34 @@ static smarm_pid_t make_pid(unsigned sched, uint32_t slot, uint32_t gen)
          ((uint64_t)slot << SMARM_PID_GEN_BITS) | gen;
 }
 
+/* Generations carry on from one runtime to the next within a process, so a pid kept from an
+** earlier runtime (a Lua VM outlives its runs) never names an actor of a later one: it is simply
+** dead. Each scheduler raises next_gen_base past the generations its table used when it ends;
+** the next runtime starts there. Once the base passes 2^27 it starts over at 1 (every slot
+** still gets at least 2^27 generations per runtime): a pid could then repeat only against one
+** kept across all the runtimes that used those 2^27 generations. */
+#define GEN_BASE_LIMIT (1u << (SMARM_PID_GEN_BITS - 1))
+static _Atomic uint32_t next_gen_base = 1;
+
+uint32_t sched_gen_base(void)
+{
+  uint32_t base = atomic_load_explicit(&next_gen_base, memory_order_relaxed);
+  return base > GEN_BASE_LIMIT ? 1 : base;
+}
+
+static void note_generations_used(const actor_table_t *t)
+{
+  uint32_t past = t->gen_base;
+  for (uint32_t i = 0; i < t->used; i++)
+    if (t->entries[i].gen + 1 > past)
+      past = t->entries[i].gen + 1; /* gen is the next one this slot would give */
+  uint32_t cur = atomic_load_explicit(&next_gen_base, memory_order_relaxed);
+  while (past > cur && !atomic_compare_exchange_weak_explicit(&next_gen_base, &cur, past,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed))
+    ;
+}
+
 static int table_alloc(actor_table_t *t, uint32_t *index_out)
 {
   if (t->free_head) {
@@ -98,7 +126,7 @@ static int table_alloc(actor_table_t *t, uint32_t *index_out)
   }
   uint32_t i = t->used++;
   t->entries[i].actor = NULL;
-  t->entries[i].gen = 1;
+  t->entries[i].gen = t->gen_base;
   t->entries[i].next_free = 0;
   *index_out = i;
   return 0;
@@ -785,6 +813,7 @@ void sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
   timer_heap_init(&s->timers);
+  s->table.gen_base = rt->gen_base;
   unsigned budget = rt->cfg.max_stacks / rt->nsched;
   stack_pool_init(&s->stacks, budget ? budget : 1);
 }
@@ -815,6 +844,7 @@ void sched_destroy_actors(sched_t *s)
     s->free_actors = a->run_next;
     free(a);
   }
+  note_generations_used(&s->table);
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);
   s->run_head = s->run_tail = s->handoff = NULL;

@@ -73,6 +73,7 @@ typedef struct actor_table {
   uint32_t cap, used;         /* entries allocated / ever handed out */
   uint32_t free_head, free_tail; /* FIFO of free entries (index + 1; 0 = none): reuse the
                                     oldest, so a slot's generation advances as slowly as possible */
+  uint32_t gen_base;          /* the first generation of every new entry (sched_gen_base) */
 } actor_table_t;
 
 typedef struct sched_stats {
@@ -114,6 +115,10 @@ typedef struct sched {
 extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
 
 void sched_init(sched_t *s, struct runtime *rt, unsigned index);
+
+/* The generation a new runtime's actor tables start at: past every generation an earlier
+** runtime of this process used (see sched.c). Called once per runtime, before sched_init. */
+uint32_t sched_gen_base(void);
 /* Runs actors until the runtime stops. */
 void sched_loop(sched_t *s);
 /* After sched_loop returned: releases every actor and stack (owner thread). */
