@@ -79,7 +79,8 @@ static smarm_pid_t make_pid(unsigned sched, uint32_t slot, uint32_t gen)
 ** dead. Each scheduler raises next_gen_base past the generations its table used when it ends;
 ** the next runtime starts there. Once the base passes 2^27 it starts over at 1 (every slot
 ** still gets at least 2^27 generations per runtime): a pid could then repeat only against one
-** kept across all the runtimes that used those 2^27 generations. */
+** kept across all the runtimes that used those 2^27 generations. Relaxed is enough: the threads
+** that raise it end (pthread_join in smarm_run) before a later runtime reads it. */
 #define GEN_BASE_LIMIT (1u << (SMARM_PID_GEN_BITS - 1))
 static _Atomic uint32_t next_gen_base = 1;
 
