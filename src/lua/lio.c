@@ -140,7 +140,7 @@ static int scan(fs_req_t *r)
   if (!err && errno)
     err = -errno;
   closedir(d);
-  if (!err)
+  if (!err && r->count > 1) /* qsort of an empty folder's NULL list would be undefined */
     qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
   return err;
 }

@@ -110,6 +110,7 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
     io_post(&r->base);
   }
   *sock = s;
+  memset(h, 0, sizeof *h); /* every field: `file` and `taken` must read 0 for a socket */
   h->id = s->id;
   h->timeout = s->timeout;
   h->listener = s->listener;
