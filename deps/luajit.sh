@@ -8,9 +8,13 @@
 #   <out>/luajit-release   the build smarm links and benchmarks
 #   <out>/luajit-check     LUA_USE_APICHECK + LUA_USE_ASSERT: catches binding mistakes the
 #                          release build hides; the Lua specs run against both
+#   <out>/luajit-asan      the checking build compiled with AddressSanitizer and the system
+#                          allocator (LUAJIT_USE_SYSMALLOC), so that ASan sees every block: the
+#                          specs run the ASan+UBSan build of the binding on it (only when asked)
 #
 # Usage: deps/luajit.sh <out-dir> [cross-prefix]   (e.g. build/deps; aarch64-linux-gnu-)
-# Idempotent: a variant already installed with this version is left alone.
+# LUAJIT_VARIANTS names the variants to build (default "release check"; "asan" is not built for
+# a cross prefix). Idempotent: a variant already installed with this version is left alone.
 set -eu
 
 VERSION=2.1.0+openresty20250117
@@ -62,13 +66,14 @@ fetch() {
   mv "$tmp" "$CACHE/$TARBALL"
 }
 
-# build <variant> <extra XCFLAGS>
+# build <variant> <extra XCFLAGS> [<extra flags for the target compiler>]
 build() {
   variant=$1
   xcflags=$2
+  ccflags=${3:-}
   prefix="$OUT/luajit-$variant"
-  if [ -f "$prefix/.version" ] &&
-    [ "$(cat "$prefix/.version")" = "$VERSION $CROSS $xcflags internal-headers" ]; then
+  stamp="$VERSION $CROSS $xcflags $ccflags internal-headers"
+  if [ -f "$prefix/.version" ] && [ "$(cat "$prefix/.version")" = "$stamp" ]; then
     return 0
   fi
   src="$OUT/src-$variant"
@@ -78,9 +83,12 @@ build() {
   say "building $variant${CROSS:+ for $CROSS}"
   hostcc=""
   [ -n "$CROSS" ] && hostcc="HOST_CC=gcc CROSS=$CROSS"
+  # sanitizer flags for the target only: the build's own tools (minilua, buildvm) stay plain
+  [ -n "$ccflags" ] && hostcc="HOST_CC=gcc"
   # Frame pointers so perf can walk through the VM's C functions; static so smarm links one copy.
   # shellcheck disable=SC2086
   make -C "$src" -j "$(nproc 2>/dev/null || echo 2)" $hostcc PREFIX="$prefix" BUILDMODE=static \
+    ${ccflags:+CC="gcc $ccflags"} \
     XCFLAGS="-fno-omit-frame-pointer $xcflags" >"$OUT/luajit-$variant.build.log" 2>&1 ||
     { tail -n 30 "$OUT/luajit-$variant.build.log" >&2; exit 1; }
   # shellcheck disable=SC2086
@@ -90,10 +98,18 @@ build() {
   # including the generated ones, exactly as this variant was built.
   mkdir -p "$prefix/include/luajit-internal"
   cp "$src"/src/*.h "$prefix/include/luajit-internal/"
-  echo "$VERSION $CROSS $xcflags internal-headers" >"$prefix/.version"
+  echo "$stamp" >"$prefix/.version"
   rm -rf "$src"
 }
 
 fetch
-build release ""
-build check "-DLUA_USE_APICHECK -DLUA_USE_ASSERT"
+for v in ${LUAJIT_VARIANTS:-release check}; do
+  case $v in
+    release) build release "" ;;
+    check) build check "-DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
+    asan)
+      [ -z "$CROSS" ] || continue
+      build asan "-DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" "-fsanitize=address" ;;
+    *) say "unknown variant '$v'"; exit 2 ;;
+  esac
+done
