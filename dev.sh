@@ -12,9 +12,9 @@
 #   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
 #                         (cross-built, run under qemu-user) builds, the functional tests
-#                         under valgrind memcheck, and the busted specs on three LuaJIT
-#                         builds (release, checking, checking+ASan with the binding under
-#                         ASan+UBSan); ends "N passed, N failed"
+#                         under valgrind memcheck, and the busted specs on four LuaJIT
+#                         builds (release, checking, and checking under ASan / TSan with the
+#                         binding under ASan+UBSan / TSan); ends "N passed, N failed"
 #   ./dev.sh build        the release build only
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers, http;
 #                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
@@ -240,26 +240,31 @@ run_valgrind() {
   echo "valgrind $passed $failed" >>"$TOTALS"
 }
 
-# Builds LuaJIT (release, check, asan), the binding against each, and runs the busted specs with
-# each LuaJIT interpreter. The asan variant is the binding built with ASan+UBSan on LuaJIT's
+# Builds LuaJIT (release, check, asan, tsan), the binding against each, and runs the busted specs
+# with each LuaJIT interpreter. The asan variant is the binding built with ASan+UBSan on LuaJIT's
 # checking build compiled with ASan: memory errors of the binding (codec, IO userdata) abort the
 # run. Leaks are not checked there (busted's own VM is never closed); the C variants check them.
+# The tsan variant is the same with TSan (races between actors' threads and the IO thread); its
+# descriptor limit stays at 2000, which sizes the connection specs for TSan's memory (a fiber's
+# state per actor).
 run_lua() {
-  if ! LUAJIT_VARIANTS="release check asan" "$ROOT/deps/luajit.sh" "$BUILD/deps" \
+  if ! LUAJIT_VARIANTS="release check asan tsan" "$ROOT/deps/luajit.sh" "$BUILD/deps" \
     >"$BUILD/luajit.log" 2>&1; then
     tail -n 30 "$BUILD/luajit.log" >&2
     echo "lua 0 1" >>"$TOTALS"
     return 0
   fi
   multiarch=$(gcc -print-multiarch)
-  for lj in release check asan; do
+  for lj in release check asan tsan; do
     check=OFF
     asan=OFF
+    tsan=OFF
     [ "$lj" != release ] && check=ON
     [ "$lj" = asan ] && asan=ON
+    [ "$lj" = tsan ] && tsan=ON
     if ! build_variant "lua-$lj" -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
       -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-$lj" -DSMARM_LUAJIT_CHECK=$check \
-      -DSMARM_ASAN=$asan; then
+      -DSMARM_ASAN=$asan -DSMARM_TSAN=$tsan; then
       echo "lua-$lj 0 1" >>"$TOTALS"
       continue
     fi
@@ -267,10 +272,13 @@ run_lua() {
     log="$BUILD/lua-$lj/busted.log"
     status=0
     # the sockets specs hold 10,000 connections where the descriptor limit allows: raise the
-    # soft limit to the hard one for them
-    (ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+    # soft limit to the hard one for them (TSan: to 2000 at most, see above)
+    fds=$(ulimit -Hn)
+    if [ "$lj" = tsan ] && { [ "$fds" = unlimited ] || [ "$fds" -gt 2000 ]; }; then fds=2000; fi
+    (ulimit -n "$fds" 2>/dev/null || true
       cd "$ROOT" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       SMARM_EXE="$BUILD/lua-$lj/smarm" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua" \
       LUA_CPATH="$BUILD/lua-$lj/lua/?.so;/usr/lib/$multiarch/lua/5.1/?.so" \
       "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) >"$log" 2>&1 || status=$?

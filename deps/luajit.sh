@@ -11,10 +11,11 @@
 #   <out>/luajit-asan      the checking build compiled with AddressSanitizer and the system
 #                          allocator (LUAJIT_USE_SYSMALLOC), so that ASan sees every block: the
 #                          specs run the ASan+UBSan build of the binding on it (only when asked)
+#   <out>/luajit-tsan      the same with ThreadSanitizer, for the binding's TSan build
 #
 # Usage: deps/luajit.sh <out-dir> [cross-prefix]   (e.g. build/deps; aarch64-linux-gnu-)
-# LUAJIT_VARIANTS names the variants to build (default "release check"; "asan" is not built for
-# a cross prefix). Idempotent: a variant already installed with this version is left alone.
+# LUAJIT_VARIANTS names the variants to build (default "release check"; "asan" and "tsan" are not
+# built for a cross prefix). Idempotent: a variant already installed with this version is left alone.
 set -eu
 
 VERSION=2.1.0+openresty20250117
@@ -107,9 +108,10 @@ for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
     release) build release "" ;;
     check) build check "-DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
-    asan)
+    asan | tsan)
       [ -z "$CROSS" ] || continue
-      build asan "-DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" "-fsanitize=address" ;;
+      build "$v" "-DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" \
+        "-fsanitize=$([ "$v" = asan ] && echo address || echo thread)" ;;
     *) say "unknown variant '$v'"; exit 2 ;;
   esac
 done
