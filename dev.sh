@@ -12,15 +12,17 @@
 #   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
 #   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
 #                         (cross-built, run under qemu-user) builds, the functional tests
-#                         under valgrind memcheck, and the busted specs on four LuaJIT
-#                         builds (release, checking, and checking under ASan / TSan with the
-#                         binding under ASan+UBSan / TSan); ends "N passed, N failed"
+#                         under valgrind memcheck, the busted specs on four LuaJIT builds
+#                         (release, checking, and checking under ASan / TSan with the binding
+#                         under ASan+UBSan / TSan), and the same specs on the aarch64 build
+#                         under qemu-user; ends "N passed, N failed"
 #   ./dev.sh build        the release build only
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers, http;
 #                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
 #
 # Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
-# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind lua");
+# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind lua
+# lua-aarch64");
 # SMARM_PEERS_ROUNDS repeats the side-by-side run (default 2); SMARM_BUILD_DIR moves build/
 # elsewhere.
 set -eu
@@ -291,11 +293,50 @@ run_lua() {
   done
 }
 
+# The Lua binding built for aarch64 (LuaJIT's checking build and libuv, both cross-built from
+# pinned source), its specs run under qemu-user by spec/support/runner.lua: busted's C modules
+# exist only for the host. The descriptor limit stays at 2000 (the connection specs' size) to
+# keep the emulated run short.
+run_lua_aarch64() {
+  toolchain="$ROOT/cmake/aarch64-linux-gnu.cmake"
+  xdeps="$BUILD/deps-aarch64"
+  if ! { LUAJIT_VARIANTS=check "$ROOT/deps/luajit.sh" "$xdeps" aarch64-linux-gnu- &&
+    "$ROOT/deps/libuv.sh" "$xdeps" aarch64-linux-gnu- "$toolchain"; } >"$BUILD/deps-aarch64.log" 2>&1; then
+    tail -n 30 "$BUILD/deps-aarch64.log" >&2
+    echo "lua-aarch64 0 1" >>"$TOTALS"
+    return 0
+  fi
+  uv="$xdeps/libuv-aarch64-linux-gnu"
+  if ! build_variant lua-aarch64 -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release \
+    -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF -DSMARM_LUAJIT_DIR="$xdeps/luajit-check" \
+    -DSMARM_LUAJIT_CHECK=ON -DSMARM_UV_LIB="$uv/lib/libuv_a.a" -DSMARM_UV_INCLUDE="$uv/include"; then
+    echo "lua-aarch64 0 1" >>"$TOTALS"
+    return 0
+  fi
+  say "testing lua-aarch64 (the specs under qemu-user)"
+  log="$BUILD/lua-aarch64/specs.log"
+  exe="qemu-aarch64 -L /usr/aarch64-linux-gnu $BUILD/lua-aarch64/smarm"
+  status=0
+  fds=$(ulimit -Hn)
+  if [ "$fds" = unlimited ] || [ "$fds" -gt 2000 ]; then fds=2000; fi
+  # shellcheck disable=SC2086
+  (ulimit -n "$fds" 2>/dev/null || true
+    cd "$ROOT" && SMARM_EXE="$exe" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua" \
+    $exe -n spec/support/runner.lua spec/*_spec.lua) >"$log" 2>&1 || status=$?
+  counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
+  passed=$(echo "$counts" | awk '{print $1+0}')
+  failed=$(echo "$counts" | awk '{print $2+$3}')
+  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+  [ "$status" -eq 0 ] || grep -A 12 '^FAIL' "$log" | head -n 80 >&2 || true
+  [ "$status" -eq 0 ] || tail -n 20 "$log" >&2
+  echo "lua-aarch64 $passed $failed" >>"$TOTALS"
+}
+
 cmd_test() {
-  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua"}
+  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua lua-aarch64"}
   install_packages build
-  case " $variants " in *" aarch64 "* | *" valgrind "*) install_packages test ;; esac
-  case " $variants " in *" lua "*) install_packages lua ;; esac
+  case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
+  case " $variants " in *" lua "* | *" lua-aarch64 "*) install_packages lua ;; esac
   TOTALS=$(mktemp)
   for v in $variants; do
     case $v in
@@ -306,6 +347,7 @@ cmd_test() {
         -DCMAKE_BUILD_TYPE=Release -DSMARM_BENCH=OFF ;;
       valgrind) set -- -DCMAKE_BUILD_TYPE=Release ;;
       lua) run_lua; continue ;;
+      lua-aarch64) run_lua_aarch64; continue ;;
       *) say "unknown test variant '$v'"; exit 2 ;;
     esac
     dir=$v

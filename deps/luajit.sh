@@ -32,40 +32,8 @@ OUT=$(cd "$OUT" && pwd)
 
 say() { printf '%s\n' "luajit.sh: $*" >&2; }
 
-# The first Debian archive URI of the machine's apt configuration (deb822 or one-line format).
-debian_mirror() {
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    uri=$(awk '/^URIs:/ {print $2; exit}' "$f")
-    case "$uri" in */debian) echo "$uri"; return 0 ;; esac
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' "$f")
-    case "$uri" in */debian) echo "$uri"; return 0 ;; esac
-  done
-  return 1
-}
-
-fetch() {
-  if [ -f "$CACHE/$TARBALL" ] && echo "$SHA256  $CACHE/$TARBALL" | sha256sum -c --quiet 2>/dev/null; then
-    return 0
-  fi
-  mirror=$(debian_mirror) || { say "no Debian archive in the apt sources"; exit 1; }
-  say "fetching $TARBALL"
-  tmp="$CACHE/$TARBALL.part"
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsSL --retry 3 -o "$tmp" "$mirror/$POOL_PATH"
-  else
-    wget -q -O "$tmp" "$mirror/$POOL_PATH"
-  fi
-  if ! echo "$SHA256  $tmp" | sha256sum -c --quiet; then
-    say "checksum mismatch for $TARBALL"
-    rm -f "$tmp"
-    exit 1
-  fi
-  mv "$tmp" "$CACHE/$TARBALL"
-}
+# shellcheck source=deps/debian-pool.sh
+. "$ROOT/deps/debian-pool.sh"
 
 # build <variant> <extra XCFLAGS> [<extra flags for the target compiler>]
 build() {
@@ -103,7 +71,7 @@ build() {
   rm -rf "$src"
 }
 
-fetch
+fetch_from_pool "$POOL_PATH" "$SHA256"
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
     release) build release "" ;;

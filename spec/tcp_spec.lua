@@ -406,7 +406,10 @@ describe("10,000 connections", function()
           end)
         end
       end)
-      local out = smarm.process.run({ exe, "-s", "2", "-e", client },
+      local argv = {} -- SMARM_EXE may be a command line (qemu-aarch64 -L ... smarm)
+      for word in exe:gmatch("%S+") do argv[#argv + 1] = word end
+      for _, a in ipairs({ "-s", "2", "-e", client }) do argv[#argv + 1] = a end
+      local out = smarm.process.run(argv,
         { env = { PORT = tostring(port), N = tostring(n) }, timeout = 120 })
       smarm.sleep(0.2)
       server:close()

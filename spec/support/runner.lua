@@ -1,0 +1,145 @@
+-- A small stand-in for busted, for where busted cannot run: the aarch64 build under qemu-user
+-- (busted's C modules exist only for the host). It gives the specs what they use of busted and
+-- luassert: describe, it, pending, and assert.are.equal / are.same / matches / is_true /
+-- is_false / is_nil / is_table / truthy / has_error. Run with the smarm executable in plain
+-- mode, from the repository root:
+--   smarm -n spec/support/runner.lua spec/actor_spec.lua spec/message_spec.lua ...
+-- It prints each case's result and ends with busted's summary line
+-- "N successes / N failures / N errors / N pending".
+
+local cases = {} -- { name =, fn = } in the order the files declare them
+local prefix = {}
+
+local function full_name(name)
+  local parts = {}
+  for i = 1, #prefix do parts[i] = prefix[i] end
+  parts[#parts + 1] = name
+  return table.concat(parts, " ")
+end
+
+function describe(name, body) -- luacheck: ignore (busted's globals)
+  prefix[#prefix + 1] = name
+  body()
+  prefix[#prefix] = nil
+end
+
+function it(name, fn) -- luacheck: ignore
+  cases[#cases + 1] = { name = full_name(name), fn = fn }
+end
+
+-- As busted: inside a case it ends the case as pending; at declaration time it adds one.
+local PENDING = {}
+function pending(why) -- luacheck: ignore
+  if #cases > 0 and cases.running then error(PENDING, 0) end
+  cases[#cases + 1] = { name = full_name(why), pending = true }
+end
+
+-- ---- assertions ------------------------------------------------------------------------------
+
+local function show(v)
+  if type(v) == "string" then return string.format("%q", v) end
+  return tostring(v)
+end
+
+local function fail(what, msg)
+  error((msg and (msg .. "\n") or "") .. what, 3)
+end
+
+local function deep_equal(a, b, seen)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  seen = seen or {}
+  if seen[a] == b then return true end
+  seen[a] = b
+  for k, v in pairs(a) do
+    if not deep_equal(v, b[k], seen) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+local function dump(v, depth)
+  depth = depth or 0
+  if type(v) ~= "table" or depth > 3 then return show(v) end
+  local parts = {}
+  for k, x in pairs(v) do parts[#parts + 1] = "[" .. show(k) .. "] = " .. dump(x, depth + 1) end
+  table.sort(parts)
+  return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+local are = {}
+function are.equal(want, got, msg)
+  if want ~= got then fail("expected " .. show(want) .. ", got " .. show(got), msg) end
+end
+function are.same(want, got, msg)
+  if not deep_equal(want, got) then fail("expected " .. dump(want) .. ",\n   got " .. dump(got), msg) end
+end
+
+local checks = {
+  are = are,
+  matches = function(pattern, s, msg)
+    if type(s) ~= "string" or not s:match(pattern) then
+      fail(show(s) .. " does not match " .. show(pattern), msg)
+    end
+  end,
+  is_true = function(v, msg) if v ~= true then fail("expected true, got " .. show(v), msg) end end,
+  is_false = function(v, msg) if v ~= false then fail("expected false, got " .. show(v), msg) end end,
+  is_nil = function(v, msg) if v ~= nil then fail("expected nil, got " .. show(v), msg) end end,
+  is_table = function(v, msg)
+    if type(v) ~= "table" then fail("expected a table, got " .. show(v), msg) end
+  end,
+  truthy = function(v, msg) if not v then fail("expected a true value, got " .. show(v), msg) end end,
+  has_error = function(fn, want, msg)
+    local ok, err = pcall(fn)
+    if ok then fail("expected an error", msg) end
+    if want ~= nil and err ~= want and not (type(err) == "string" and err:find(want, 1, true)) then
+      fail("expected the error " .. show(want) .. ", got " .. show(err), msg)
+    end
+  end,
+}
+
+-- assert(v, msg) still works as Lua's; assert.x(...) are the checks above.
+assert = setmetatable(checks, { __call = function(_, v, ...) -- luacheck: ignore
+  if not v then error((...) or "assertion failed!", 2) end
+  return v, ...
+end })
+
+-- ---- running ---------------------------------------------------------------------------------
+
+for _, file in ipairs(arg) do
+  local chunk, err = loadfile(file)
+  if not chunk then
+    io.stderr:write(err, "\n")
+    os.exit(1)
+  end
+  chunk()
+end
+
+local ok_n, fail_n, pending_n = 0, 0, 0
+cases.running = true
+for _, c in ipairs(cases) do
+  if c.pending then
+    pending_n = pending_n + 1
+    print("pending " .. c.name)
+  else
+    local ok, err = xpcall(c.fn, function(e)
+      if e == PENDING then return e end
+      return debug.traceback(tostring(e), 2)
+    end)
+    if ok then
+      ok_n = ok_n + 1
+      print("ok " .. c.name)
+    elseif err == PENDING then
+      pending_n = pending_n + 1
+      print("pending " .. c.name)
+    else
+      fail_n = fail_n + 1
+      print("FAIL " .. c.name .. "\n  " .. tostring(err):gsub("\n", "\n  "))
+    end
+  end
+  io.stdout:flush()
+end
+print(string.format("%d successes / %d failures / 0 errors / %d pending", ok_n, fail_n, pending_n))
+os.exit(fail_n == 0 and 0 or 1)
