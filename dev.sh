@@ -367,7 +367,7 @@ cmd_test() {
       valgrind) run_valgrind ;;
     esac
   done
-  awk '{printf "  %-8s %s passed, %s failed\n", $1, $2, $3}' "$TOTALS" >&2
+  awk '{printf "  %-12s %s passed, %s failed\n", $1, $2, $3}' "$TOTALS" >&2
   total_passed=$(awk '{s+=$2} END {print s+0}' "$TOTALS")
   total_failed=$(awk '{s+=$3} END {print s+0}' "$TOTALS")
   rm -f "$TOTALS"
