@@ -21,7 +21,9 @@
 **                    actors being created, sending and exiting on one scheduler while the other
 **                    keeps spawning there: actors on both schedulers spawn_on the other one in
 **                    bursts; each child reports to its parent and exits. Parents check every
-**                    child reported, from the pid spawn_on returned; at the end nothing is alive.
+**                    child reported, from the pid spawn_on returned, then ask smarm_alive about
+**                    each (requests and replies of both kinds interleave) until the last is seen
+**                    dead; at the end nothing is alive.
 **
 ** Hangs: every case runs under a watchdog thread that watches a progress counter and, when it
 ** stands still for 10 s, fails the case and stops the runtime (smarm_stop from a foreign thread).
@@ -380,6 +382,7 @@ typedef struct storm {
   uint64_t per_spawner;
   int sleeps;       /* spawners pause now and then (timers: off when hunting lost wake-ups) */
   int64_t children; /* children that ran */
+  int64_t asks;     /* smarm_alive questions, most of them to the other scheduler */
 } storm_t;
 
 static storm_t storm;
@@ -435,6 +438,19 @@ static void storm_spawner(void *arg)
         seen |= 1u << k;
       }
     }
+    /* Ask after the batch: each child ends right after it reported, so the answers race with
+    ** the ends (either is right), and alive's requests to the other scheduler interleave with
+    ** the spawn requests of the other spawners. The last child must be seen dead in the end. */
+    for (uint32_t i = 0; i < n; i++) {
+      int a = smarm_alive(batch[i]);
+      CHECK(a == 0 || a == 1);
+    }
+    int64_t asks = n + 1;
+    while (smarm_alive(batch[n - 1]) == 1) {
+      smarm_yield();
+      asks++;
+    }
+    __atomic_add_fetch(&storm.asks, asks, __ATOMIC_RELAXED);
     made += n;
     if (storm.sleeps && (r >> 16) % 32 == 0)
       smarm_sleep(2000);
@@ -472,7 +488,7 @@ static void main_storm(void *arg)
   }
   CHECK_EQ(st.live, 1);
   CHECK_EQ(st.spawned, 1 + STORM_SPAWNERS + want);
-  printf("  %" PRIu64 " spawn_on calls", want);
+  printf("  %" PRIu64 " spawn_on calls, %" PRId64 " alive questions", want, load(&storm.asks));
 }
 
 TEST(remote_spawn_storm)
