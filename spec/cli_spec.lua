@@ -90,6 +90,12 @@ describe("the smarm executable", function()
     assert.are.equal("false\t3\tz\n", out)
   end)
 
+  it("runs the README's quick start (examples/quickstart.lua)", function()
+    local out, err, status = sh(exe .. " examples/quickstart.lua")
+    assert.are.equal(0, status, err)
+    assert.are.equal("hello\n42\n", out)
+  end)
+
   it("prints versions with -v", function()
     local out, _, status = sh(exe .. " -v")
     assert.are.equal(0, status)
