@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MS (1000LL * 1000)
 
@@ -109,6 +110,58 @@ TEST(runtime_ends_with_requests_in_flight)
     io_req_release(&in_flight[i]->base); /* what the Lua layer's __gc does */
   }
   CHECK_EQ(atomic_load(&freed_total), 3);
+}
+
+/* ---- blocked pool work at the stop ---- */
+
+typedef struct block_req {
+  io_req_t base;
+  int fd;           /* a pipe's read end nobody writes to */
+  int saw_eintr;    /* the read returned EINTR while the IO layer was stopping */
+} block_req_t;
+
+static int blocked_pipe[2];
+static block_req_t *blocked;
+
+static void block_work(io_req_t *req)
+{
+  block_req_t *r = (block_req_t *)req;
+  char c;
+  ssize_t n;
+  while ((n = read(r->fd, &c, 1)) < 0 && errno == EINTR && !io_interrupted())
+    ;
+  r->saw_eintr = n < 0 && errno == EINTR && io_interrupted();
+  req->err = n < 0 ? -errno : 0;
+}
+
+static void blocked_caller(void *arg)
+{
+  (void)arg;
+  io_call(&blocked->base); /* never returns: the runtime ends while the read blocks */
+  CHECK(0);
+}
+
+static void main_leave_blocked(void *arg)
+{
+  (void)arg;
+  CHECK_EQ(smarm_spawn(blocked_caller, NULL, NULL, NULL), 0);
+  smarm_sleep(50 * MS); /* the read has started on a pool thread; main ends the runtime */
+}
+
+TEST(shutdown_interrupts_blocked_pool_work)
+{
+  CHECK_EQ(pipe(blocked_pipe), 0);
+  blocked = (block_req_t *)io_req_new(sizeof *blocked, block_work, NULL);
+  blocked->fd = blocked_pipe[0];
+  int64_t t0 = smarm_now_ns();
+  RUN(1, main_leave_blocked, NULL);
+  io_shutdown(); /* would wait for a writer forever without the interruption */
+  CHECK(smarm_now_ns() - t0 < 10000 * MS);
+  CHECK_EQ(blocked->saw_eintr, 1);
+  CHECK_EQ(blocked->base.err, -EINTR);
+  io_req_release(&blocked->base); /* the stopped actor's reference */
+  close(blocked_pipe[0]);
+  close(blocked_pipe[1]);
 }
 
 TEST(io_call_outside_an_actor)

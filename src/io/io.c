@@ -20,6 +20,13 @@
 ** see io_ready with an acquire load). io_shutdown() runs when the runtime has ended and nobody can
 ** submit: it asks the loop to stop (io_stopping, then a wake); the loop finishes the work in flight
 ** (a completion then finds no runtime and wakes nobody), closes its handle, and the thread ends.
+**
+** Interrupting blocked pool work at the stop: a pool thread running a work function links itself
+** into busy_workers (under busy_lock) for the time of the call. Once stopping, a timer on the loop
+** sends IO_INTERRUPT_SIGNAL to every busy worker every 10 ms while pool work is in flight; the
+** signal's handler does nothing and is installed without SA_RESTART, so a blocked system call
+** returns EINTR, and work functions that see io_interrupted() give up. A signal that arrives just
+** before the call blocks is not lost for good: the next tick sends another.
 */
 #define _GNU_SOURCE
 #include "io.h"
@@ -29,6 +36,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -41,6 +49,22 @@ static uv_async_t io_async;
 static pthread_t io_thread;
 static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
 static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
+
+/* SIGURG: ignored by default, so one that reaches a thread without our handler does nothing. */
+#define IO_INTERRUPT_SIGNAL SIGURG
+typedef struct busy_worker {
+  pthread_t thread;
+  struct busy_worker *prev, *next;
+} busy_worker_t;
+static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
+static busy_worker_t *busy_workers; /* pool threads inside a work function (busy_lock) */
+static int interrupt_installed;     /* our handler is IO_INTERRUPT_SIGNAL's (io_lock) */
+static uint64_t pool_in_flight;     /* loop thread only: pool works queued and not completed */
+static uv_timer_t interrupt_timer;  /* loop thread only, while stopping */
+
+static void on_interrupt_signal(int sig) { (void)sig; }
+
+int io_interrupted(void) { return atomic_load_explicit(&io_stopping, memory_order_relaxed); }
 
 /* size bytes, plus a uv_work_t after them for pool work. */
 static io_req_t *req_alloc(size_t size, int pool, io_free_fn free_fields)
@@ -115,15 +139,44 @@ void io_complete(io_req_t *req)
 static void work_cb(uv_work_t *w)
 {
   io_req_t *req = w->data;
+  busy_worker_t me = {pthread_self(), NULL, NULL};
+  pthread_mutex_lock(&busy_lock);
+  me.next = busy_workers;
+  if (busy_workers)
+    busy_workers->prev = &me;
+  busy_workers = &me;
+  pthread_mutex_unlock(&busy_lock);
   req->work(req);
+  pthread_mutex_lock(&busy_lock);
+  if (me.prev)
+    me.prev->next = me.next;
+  else
+    busy_workers = me.next;
+  if (me.next)
+    me.next->prev = me.prev;
+  pthread_mutex_unlock(&busy_lock);
 }
 
 static void after_work_cb(uv_work_t *w, int status)
 {
   io_req_t *req = w->data;
+  pool_in_flight--;
   if (status == UV_ECANCELED)
     req->err = -ECANCELED;
   io_complete(req);
+}
+
+/* Stopping: every 10 ms, interrupt the pool threads still in a work function (see the top). */
+static void interrupt_tick(uv_timer_t *t)
+{
+  if (pool_in_flight == 0) {
+    uv_close((uv_handle_t *)t, NULL);
+    return;
+  }
+  pthread_mutex_lock(&busy_lock);
+  for (busy_worker_t *b = busy_workers; b; b = b->next)
+    pthread_kill(b->thread, IO_INTERRUPT_SIGNAL);
+  pthread_mutex_unlock(&busy_lock);
 }
 
 /* A cancel request (io_call_timeout): it holds a reference to the request it cancels. */
@@ -168,6 +221,10 @@ static void async_cb(uv_async_t *a)
     for (int i = 0; i < nstop_hooks; i++) /* close what the modules keep open (sockets) */
       stop_hooks[i](a->loop);
     uv_close((uv_handle_t *)a, NULL);
+    if (pool_in_flight > 0 && interrupt_installed) {
+      uv_timer_init(a->loop, &interrupt_timer);
+      uv_timer_start(&interrupt_timer, interrupt_tick, 0, 10);
+    }
   }
 }
 
@@ -197,6 +254,8 @@ static void drain(uv_loop_t *loop)
     if (rc < 0) { /* cannot happen with a valid loop; fail the request rather than hang */
       req->err = rc;
       io_complete(req);
+    } else {
+      pool_in_flight++;
     }
   }
 }
@@ -272,6 +331,15 @@ static int io_start(void)
   int rc = 0;
   if (!atomic_load_explicit(&io_ready, memory_order_relaxed)) {
     fill_closed_stdio();
+    if (!interrupt_installed) { /* only where nobody else handles the signal */
+      struct sigaction old, sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_interrupt_signal; /* no SA_RESTART: blocked calls return EINTR */
+      sigemptyset(&sa.sa_mask);
+      if (sigaction(IO_INTERRUPT_SIGNAL, NULL, &old) == 0 &&
+          (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN) && !(old.sa_flags & SA_SIGINFO))
+        interrupt_installed = sigaction(IO_INTERRUPT_SIGNAL, &sa, NULL) == 0;
+    }
     rc = uv_loop_init(&io_loop);
     if (rc == 0 && (rc = uv_async_init(&io_loop, &io_async, async_cb)) != 0)
       uv_loop_close(&io_loop);

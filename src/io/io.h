@@ -99,8 +99,15 @@ typedef void (*io_stop_fn)(void *uv_loop);
 void io_on_stop(io_stop_fn fn);
 
 /* After a runtime has ended (no actor can call any more): lets the work in flight finish, stops
-** the IO thread and releases its references. Does nothing if it never started. */
+** the IO thread and releases its references. Does nothing if it never started. Pool work that
+** blocks (a FIFO with no writer, a terminal that sends no line) is interrupted: its thread gets
+** a signal every 10 ms, so a blocking system call returns EINTR; work functions must then give
+** up rather than retry (io_interrupted). */
 void io_shutdown(void);
+
+/* For work functions: 1 once the IO layer is stopping, when a system call that failed with EINTR
+** must not be retried. */
+int io_interrupted(void);
 
 /* libuv's name for a negative errno ("ENOENT"), and its message. */
 const char *io_err_name(int err);

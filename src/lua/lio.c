@@ -71,7 +71,7 @@ static int read_all(fs_req_t *r)
       cap *= 2;
     }
     ssize_t n = read(fd, r->data + r->len, cap - r->len);
-    if (n < 0 && errno == EINTR)
+    if (n < 0 && errno == EINTR && !io_interrupted())
       continue;
     if (n < 0)
       err = -errno;
@@ -92,7 +92,7 @@ static int write_all(fs_req_t *r)
   int err = 0;
   for (size_t done = 0; done < r->len && !err;) {
     ssize_t n = write(fd, r->data + done, r->len - done);
-    if (n < 0 && errno != EINTR)
+    if (n < 0 && (errno != EINTR || io_interrupted()))
       err = -errno;
     else if (n > 0)
       done += (size_t)n;
@@ -167,7 +167,7 @@ static void fs_work(io_req_t *req)
     do
       n = r->offset >= 0 ? pread(r->fd, r->data, r->len, (off_t)r->offset)
                          : read(r->fd, r->data, r->len);
-    while (n < 0 && errno == EINTR);
+    while (n < 0 && errno == EINTR && !io_interrupted()); /* io.h: give up when stopping */
     err = n < 0 ? -errno : 0;
     r->len = n < 0 ? 0 : (size_t)n;
     break;
@@ -178,7 +178,7 @@ static void fs_work(io_req_t *req)
       ssize_t n = r->offset >= 0 ? pwrite(r->fd, r->data + done, r->len - done,
                                           (off_t)r->offset + (off_t)done)
                                  : write(r->fd, r->data + done, r->len - done);
-      if (n < 0 && errno != EINTR)
+      if (n < 0 && (errno != EINTR || io_interrupted()))
         err = -errno;
       else if (n > 0)
         done += (size_t)n;
