@@ -283,7 +283,8 @@ run_lua() {
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       SMARM_EXE="$BUILD/lua-$lj/smarm" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua" \
       LUA_CPATH="$BUILD/lua-$lj/lua/?.so;/usr/lib/$multiarch/lua/5.1/?.so" \
-      "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) >"$log" 2>&1 || status=$?
+      timeout 1200 "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) \
+      >"$log" 2>&1 || status=$? # a hang fails the run (timeout's 124) instead of stalling it
     counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
     passed=$(echo "$counts" | awk '{print $1+0}')
     failed=$(echo "$counts" | awk '{print $2+$3}')
@@ -322,7 +323,7 @@ run_lua_aarch64() {
   # shellcheck disable=SC2086
   (ulimit -n "$fds" 2>/dev/null || true
     cd "$ROOT" && SMARM_EXE="$exe" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua" \
-    $exe -n spec/support/runner.lua spec/*_spec.lua) >"$log" 2>&1 || status=$?
+    timeout 1200 $exe -n spec/support/runner.lua spec/*_spec.lua) >"$log" 2>&1 || status=$?
   counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
   passed=$(echo "$counts" | awk '{print $1+0}')
   failed=$(echo "$counts" | awk '{print $2+$3}')

@@ -55,6 +55,15 @@ describe("smarm.run", function()
         alive = smarm.alive(old[1]) or smarm.alive(old[2]) }
     end)
     assert.are.same({ got = "fresh", same = false, alive = false }, r)
+    -- a pid of a scheduler the later run does not have is dead there too
+    local far = smarm.run(function()
+      return smarm.spawn_on(2, function() smarm.receive() end)
+    end, { schedulers = 2 })
+    local r2 = smarm.run(function()
+      local ok = pcall(smarm.send, far, "dropped")
+      return { sent = ok, alive = smarm.alive(far) }
+    end, { schedulers = 1 })
+    assert.are.same({ sent = true, alive = false }, r2)
   end)
 
   it("rejects bad arguments", function()

@@ -125,6 +125,12 @@ describe("the smarm executable", function()
     assert.are.equal("true\nlast line, no newline\n", out)
   end)
 
+  it("reads a regular file on stdin from where the shell left it", function()
+    local out, _, status = sh("read skipped; " .. exe .. " -s 1", "print('first')\nprint('second')\n")
+    assert.are.equal(0, status)
+    assert.are.equal("second\n", out)
+  end)
+
   it("runs with standard streams closed, IO included", function()
     local _, _, status = sh(exe .. " -s 1 <&-")
     assert.are.equal(0, status)

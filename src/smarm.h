@@ -206,8 +206,9 @@ smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 /* Queues msg for `to`. Messages from one sender to one receiver arrive in the order sent.
 ** Returns 0 and takes ownership of msg: it is delivered, or dropped and freed if the receiver
 ** turns out to be dead by the time it arrives (a remote receiver is checked only then).
-** Returns -ESRCH when the receiver is on the caller's scheduler and dead, -EINVAL for a pid
-** that cannot exist or a NULL msg, -EPERM outside an actor; on failure the caller keeps msg. */
+** Returns -ESRCH when the receiver is on the caller's scheduler and dead, or on a scheduler this
+** runtime does not have (a pid of an earlier runtime), -EINVAL for pid 0 or a NULL msg, -EPERM
+** outside an actor; on failure the caller keeps msg. */
 int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
 /* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,

@@ -310,6 +310,8 @@ static void main_second_run(void *arg)
   CHECK_EQ(smarm_alive(earlier[1]), 0);
   CHECK_EQ(test_send_u64(earlier[1], 1), -ESRCH); /* dead: never reaches `child` */
   CHECK_EQ(test_send_u64(child, 2), 0);
+  smarm_pid_t far = (smarm_pid_t)5 << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) | 1;
+  CHECK_EQ(test_send_u64(far, 3), -ESRCH); /* a scheduler this runtime lacks: dead too */
 }
 
 TEST(pids_of_an_earlier_runtime_are_dead)

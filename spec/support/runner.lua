@@ -94,7 +94,9 @@ local checks = {
   has_error = function(fn, want, msg)
     local ok, err = pcall(fn)
     if ok then fail("expected an error", msg) end
-    if want ~= nil and err ~= want and not (type(err) == "string" and err:find(want, 1, true)) then
+    -- as luassert: the message without its "file:line: " prefix must equal want
+    local bare = type(err) == "string" and err:gsub("^[^\n]-:%d+: ", "", 1) or err
+    if want ~= nil and err ~= want and bare ~= want then
       fail("expected the error " .. show(want) .. ", got " .. show(err), msg)
     end
   end,

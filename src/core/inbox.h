@@ -11,7 +11,7 @@
 ** `head` anyway and reads `parked` right after.
 **
 ** No lost wake-up. The owner parks like this:          A producer pushes like this:
-**   O1  parked = 1                  (seq_cst store)      P1  CAS head: old -> item (seq_cst)
+**   O1  parked = 1                  (seq_cst exchange)   P1  CAS head: old -> item (seq_cst)
 **   O2  read head; non-empty -> parked = 0, return       P2  read parked          (seq_cst)
 **   O3  futex_wait(&parked, 1, timeout)                  P3  if it was 1: exchange parked to 0;
 **   O4  parked = 0                                           whoever got the 1 calls futex_wake

@@ -23,7 +23,7 @@ int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
     return -EINVAL;
   unsigned k = smarm_pid_sched(to);
   if (k >= s->rt->nsched)
-    return -EINVAL;
+    return -ESRCH; /* an earlier runtime's pid, say: dead here */
   msg->kind = MSG_USER;
   msg->from = self->pid;
   msg->to = to;

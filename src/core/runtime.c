@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -122,7 +123,41 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
 
 typedef struct thread_state {
   void *altstack;
+#ifdef SMARM_HAVE_TSAN
+  sigset_t old_mask;
+#endif
 } thread_state_t;
+
+/* TSan only: it runs a signal's handler when the receiving thread next passes one of its
+** interceptors, and a scheduler parked in a raw futex system call passes none until it is woken
+** for another reason. A SIGCHLD that libuv's IO thread needs (process.run) or a signal that
+** smarm.signal.wait waits for could then stay unhandled for good. Under TSan the schedulers block
+** them, so the kernel hands them to a thread that can take them (the IO thread unblocks them);
+** elsewhere a handler runs at once in whichever thread the kernel picks. */
+static void tsan_block_async_signals(thread_state_t *ts)
+{
+#ifdef SMARM_HAVE_TSAN
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGURG);
+  pthread_sigmask(SIG_BLOCK, &set, &ts->old_mask);
+#else
+  (void)ts;
+#endif
+}
+
+static void tsan_restore_signals(thread_state_t *ts)
+{
+#ifdef SMARM_HAVE_TSAN
+  pthread_sigmask(SIG_SETMASK, &ts->old_mask, NULL);
+#else
+  (void)ts;
+#endif
+}
 
 static void pin_to_cpu(unsigned index)
 {
@@ -147,6 +182,7 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
     pthread_attr_destroy(&attr);
   }
   fiber_init_thread(&s->main_fiber, lo, size);
+  tsan_block_async_signals(ts);
   sched_tls = s;
   ts->altstack = NULL;
   overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
@@ -161,6 +197,7 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
   if (s->rt->cfg.on_sched_stop)
     s->rt->cfg.on_sched_stop(s->index, s->rt->cfg.userdata);
   overflow_thread_leave(ts->altstack);
+  tsan_restore_signals(ts);
   sched_tls = NULL;
 }
 

@@ -87,7 +87,11 @@ static _Atomic uint32_t next_gen_base = 1;
 uint32_t sched_gen_base(void)
 {
   uint32_t base = atomic_load_explicit(&next_gen_base, memory_order_relaxed);
-  return base > GEN_BASE_LIMIT ? 1 : base;
+  if (base > GEN_BASE_LIMIT) { /* start over, and say so: the schedulers only ever raise it */
+    base = 1;
+    atomic_store_explicit(&next_gen_base, base, memory_order_relaxed);
+  }
+  return base;
 }
 
 static void note_generations_used(const actor_table_t *t)

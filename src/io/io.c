@@ -280,6 +280,16 @@ static void *io_main(void *arg)
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+  /* This thread (started by an actor's scheduler) takes the signals libuv handles even where the
+  ** schedulers block them (runtime.c, TSan builds). */
+  sigset_t async_set;
+  sigemptyset(&async_set);
+  sigaddset(&async_set, SIGCHLD);
+  sigaddset(&async_set, SIGINT);
+  sigaddset(&async_set, SIGTERM);
+  sigaddset(&async_set, SIGHUP);
+  sigaddset(&async_set, IO_INTERRUPT_SIGNAL);
+  pthread_sigmask(SIG_UNBLOCK, &async_set, NULL);
   int64_t busy_at = smarm_now_ns();
   uint64_t seen = io_activity;
   atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);

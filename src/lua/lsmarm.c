@@ -451,7 +451,8 @@ static int l_alive(lua_State *L)
   if (!lsmarm_to_pid(L, 1, &pid))
     return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
   self_or_raise(L, "alive");
-  int remote = (int)smarm_pid_sched(pid) != smarm_sched_index();
+  unsigned k = smarm_pid_sched(pid);
+  int remote = (int)k != smarm_sched_index() && k < smarm_sched_count(); /* asked: it parks */
   if (remote)
     park_check(L, "alive");
   int rc = smarm_alive(pid);

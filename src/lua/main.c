@@ -39,8 +39,9 @@ static const char runner[] =
   "return smarm.run(function() return chunk(unpack(args, 1, args.n or #args)) end, opts)\n";
 
 /* The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. Input
-** is read through the IO thread (smarm.fs), so while the prompt waits for a line the other actors
-** of scheduler 1 run on; plain blocking reads only if /dev/stdin cannot be opened. */
+** that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
+** other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
+** opened) is read with plain reads of the shared descriptor, which keep its position. */
 static const char prompt[] =
   "local smarm, schedulers, interactive = ...\n"
   "local function show(ok, ...)\n"
@@ -48,7 +49,8 @@ static const char prompt[] =
   "  elseif select('#', ...) > 0 then print(...) end\n"
   "end\n"
   "return smarm.run(function()\n"
-  "  local input, pending = smarm.fs.open('/dev/stdin', 'r'), ''\n"
+  "  local st, input, pending = smarm.fs.stat('/dev/stdin'), nil, ''\n"
+  "  if st and st.type ~= 'file' then input = smarm.fs.open('/dev/stdin', 'r') end\n"
   "  local function read_line()\n"
   "    if not input then return io.stdin:read('*l') end\n"
   "    while true do\n"
