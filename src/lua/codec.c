@@ -548,7 +548,7 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   d.nhandles = read_handles(&d.p, d.end, handles);
   if (d.nhandles < 0)
     malformed(&d);
-  int base = lua_gettop(L);
+  int base = d.nhandles > 0 ? lua_gettop(L) : 0;
   luaL_checkstack(L, d.nhandles + 8, "message");
   /* Sockets and files become their userdata first, before anything else of the decode can fail
   ** (out of memory, a malformed block). Each one's entry in the block is marked taken as soon as
@@ -572,9 +572,11 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   dec_value(&d, 0);
   if (d.p != d.end)
     malformed(&d);
-  if (lua_gettop(L) > base + 1) { /* keep the value alone: drop the handles and refs below it */
+  if (d.nhandles > 0) { /* keep the value alone: drop the handles and refs below it */
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
+  } else if (has_tables) {
+    lua_remove(L, d.refs_idx);
   }
   smarm_msg_set_owning(msg, 0); /* its sockets are the receiver's now */
 }
