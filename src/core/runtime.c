@@ -13,6 +13,7 @@
 */
 #define _GNU_SOURCE
 #include "runtime.h"
+#include "signals.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -138,12 +139,7 @@ static void tsan_block_async_signals(thread_state_t *ts)
 {
 #ifdef SMARM_HAVE_TSAN
   sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGURG);
+  smarm_io_signal_set(&set);
   pthread_sigmask(SIG_BLOCK, &set, &ts->old_mask);
 #else
   (void)ts;

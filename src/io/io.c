@@ -31,6 +31,8 @@
 #define _GNU_SOURCE
 #include "io.h"
 
+#include "core/signals.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -50,8 +52,7 @@ static pthread_t io_thread;
 static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
 static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
 
-/* SIGURG: ignored by default, so one that reaches a thread without our handler does nothing. */
-#define IO_INTERRUPT_SIGNAL SIGURG
+#define IO_INTERRUPT_SIGNAL SMARM_IO_INTERRUPT_SIGNAL /* core/signals.h */
 typedef struct busy_worker {
   pthread_t thread;
   struct busy_worker *prev, *next;
@@ -283,12 +284,7 @@ static void *io_main(void *arg)
   /* This thread (started by an actor's scheduler) takes the signals libuv handles even where the
   ** schedulers block them (runtime.c, TSan builds). */
   sigset_t async_set;
-  sigemptyset(&async_set);
-  sigaddset(&async_set, SIGCHLD);
-  sigaddset(&async_set, SIGINT);
-  sigaddset(&async_set, SIGTERM);
-  sigaddset(&async_set, SIGHUP);
-  sigaddset(&async_set, IO_INTERRUPT_SIGNAL);
+  smarm_io_signal_set(&async_set);
   pthread_sigmask(SIG_UNBLOCK, &async_set, NULL);
   int64_t busy_at = smarm_now_ns();
   uint64_t seen = io_activity;
@@ -464,6 +460,21 @@ void io_shutdown(void)
     flush_wakes();
   }
   pthread_mutex_unlock(&io_lock);
+}
+
+int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
+{
+  if (*cap - len >= room)
+    return 0;
+  size_t grown = *cap ? *cap : room;
+  while (grown - len < room)
+    grown *= 2;
+  char *more = realloc(*data, grown);
+  if (!more)
+    return -1;
+  *data = more;
+  *cap = grown;
+  return 0;
 }
 
 const char *io_err_name(int err) { return uv_err_name(err); }

@@ -109,6 +109,11 @@ void io_shutdown(void);
 ** must not be retried. */
 int io_interrupted(void);
 
+/* For libuv allocation callbacks: grows *data (capacity *cap, of which len bytes are used) by
+** doubling, from `room` up, until at least `room` bytes are free. 0, or -1 when out of memory
+** (the buffer stays as it was). */
+int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room);
+
 /* libuv's name for a negative errno ("ENOENT"), and its message. */
 const char *io_err_name(int err);
 const char *io_strerror(int err);

@@ -65,19 +65,9 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *out)
 {
   running_t *k = h->data;
   buf_t *b = h == (uv_handle_t *)&k->out ? &k->bout : &k->berr;
-  if (hint < 4096)
-    hint = 4096;
-  if (b->cap - b->len < hint) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < hint)
-      cap *= 2;
-    char *more = realloc(b->data, cap);
-    if (!more) {
-      *out = uv_buf_init(NULL, 0);
-      return;
-    }
-    b->data = more;
-    b->cap = cap;
+  if (io_buf_reserve(&b->data, &b->cap, b->len, hint < 4096 ? 4096 : hint) < 0) {
+    *out = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+    return;
   }
   *out = uv_buf_init(b->data + b->len, (unsigned)(b->cap - b->len));
 }

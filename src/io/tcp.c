@@ -163,17 +163,9 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
       s->len -= s->start;
       s->start = 0;
     }
-    if (s->cap - s->len < READ_CHUNK) {
-      size_t cap = s->cap ? s->cap : READ_CHUNK;
-      while (cap - s->len < READ_CHUNK)
-        cap *= 2;
-      char *more = realloc(s->buf, cap);
-      if (!more) {
-        *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
-        return;
-      }
-      s->buf = more;
-      s->cap = cap;
+    if (io_buf_reserve(&s->buf, &s->cap, s->len, READ_CHUNK) < 0) {
+      *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+      return;
     }
   }
   *buf = uv_buf_init(s->buf + s->len, (unsigned)(s->cap - s->len));

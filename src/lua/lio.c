@@ -816,20 +816,26 @@ static const luaL_Reg fs_functions[] = {
   {NULL, NULL},
 };
 
-void lio_register(lua_State *L, int module)
+void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
+                          lua_CFunction gc, lua_CFunction tostring)
 {
-  if (luaL_newmetatable(L, FILE_MT)) {
+  if (luaL_newmetatable(L, name)) {
     lua_newtable(L);
-    luaL_register(L, NULL, file_methods);
+    luaL_register(L, NULL, methods);
     lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, f_gc);
+    lua_pushcfunction(L, gc);
     lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, f_tostring);
+    lua_pushcfunction(L, tostring);
     lua_setfield(L, -2, "__tostring");
-    lua_pushliteral(L, FILE_MT);
+    lua_pushstring(L, name);
     lua_setfield(L, -2, "__metatable");
   }
   lua_pop(L, 1);
+}
+
+void lio_register(lua_State *L, int module)
+{
+  lio_handle_metatable(L, FILE_MT, file_methods, f_gc, f_tostring);
   lua_newtable(L);
   luaL_register(L, NULL, fs_functions);
   lua_setfield(L, module, "fs");

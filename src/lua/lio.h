@@ -4,6 +4,7 @@
 #ifndef SMARM_LUA_LIO_H
 #define SMARM_LUA_LIO_H
 
+#include <lauxlib.h>
 #include <lua.h>
 #include <stddef.h>
 
@@ -31,5 +32,10 @@ int lio_push_failure(lua_State *L, int err, const char *subject);
 
 /* Sets module.fs (module: the stack index of the smarm.core table). */
 void lio_register(lua_State *L, int module);
+
+/* Registers the metatable `name` of a handle type (files here, sockets in ltcp.c) once per VM:
+** methods as __index, gc as __gc, tostring as __tostring, and a locked __metatable. */
+void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
+                          lua_CFunction gc, lua_CFunction tostring);
 
 #endif

@@ -555,26 +555,10 @@ static const luaL_Reg tcp_functions[] = {
   {NULL, NULL},
 };
 
-static void make_metatable(lua_State *L, const char *name_, const luaL_Reg *methods)
-{
-  if (luaL_newmetatable(L, name_)) {
-    lua_newtable(L);
-    luaL_register(L, NULL, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, m_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, m_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushstring(L, name_);
-    lua_setfield(L, -2, "__metatable");
-  }
-  lua_pop(L, 1);
-}
-
 void ltcp_register(lua_State *L, int module)
 {
-  make_metatable(L, SERVER_MT, server_methods);
-  make_metatable(L, CONN_MT, conn_methods);
+  lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
+  lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
   lua_newtable(L);
   luaL_register(L, NULL, tcp_functions);
   lua_setfield(L, module, "tcp");
