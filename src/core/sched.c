@@ -573,7 +573,7 @@ int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
     if (rc < 0)
       return rc;
   }
-  self->timed_out = 0;
+  SMARM_ASSERT(!self->timed_out); /* only this function's timer sets it, and it clears it */
   self->state = state;
   sched_park(s, self); /* woken (the timer removed) or by the timer */
   int expired = self->timed_out;

@@ -132,15 +132,25 @@ void stack_pool_destroy(stack_pool_t *pool)
   pool->mapped = 0;
 }
 
+/* Takes the first free slot of c off its free list (NULL if none). */
+static stack_slot_t *take_free(stack_class_t *c)
+{
+  stack_slot_t *slot = c->free_list;
+  if (slot) {
+    c->free_list = slot->next_free;
+    c->free_count--;
+    slot->trimmed = 0;
+  }
+  return slot;
+}
+
 /* Unmaps one free slot of a class other than `keep`, to give its budget to another size. */
 static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
 {
   for (stack_class_t *c = pool->classes; c; c = c->next) {
     if (c == keep || !c->free_list)
       continue;
-    stack_slot_t *slot = c->free_list;
-    c->free_list = slot->next_free;
-    c->free_count--;
+    stack_slot_t *slot = take_free(c);
     for (uint32_t i = 0; i < c->count; i++) {
       if (c->all[i] == slot) {
         c->all[i] = c->all[--c->count];
@@ -152,18 +162,6 @@ static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
     return 1;
   }
   return 0;
-}
-
-/* Takes the first free slot of c off its free list (NULL if none). */
-static stack_slot_t *take_free(stack_class_t *c)
-{
-  stack_slot_t *slot = c->free_list;
-  if (slot) {
-    c->free_list = slot->next_free;
-    c->free_count--;
-    slot->trimmed = 0;
-  }
-  return slot;
 }
 
 /* A free slot of the smallest class of at least `size` that has one, taken (NULL if none). */

@@ -62,8 +62,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
       r->entries[r->count++] = e;
   }
   uv_freeaddrinfo(res);
-  r->base.err = status;
-  io_complete(&r->base);
+  io_finish(&r->base, status);
 }
 
 static void dns_on_loop(io_req_t *req, void *loop)
@@ -71,8 +70,7 @@ static void dns_on_loop(io_req_t *req, void *loop)
   dns_req_t *r = (dns_req_t *)req;
   resolving_t *k = calloc(1, sizeof *k);
   if (!k) {
-    req->err = -ENOMEM;
-    io_complete(req);
+    io_finish(req, -ENOMEM);
     return;
   }
   k->req = r;
@@ -86,8 +84,7 @@ static void dns_on_loop(io_req_t *req, void *loop)
   if (rc < 0) {
     r->base.uv = NULL;
     free(k);
-    req->err = rc;
-    io_complete(req);
+    io_finish(req, rc);
   }
 }
 
@@ -102,8 +99,7 @@ static void dns_cancel(io_req_t *req)
   k->req = NULL;
   r->base.uv = NULL;
   uv_cancel((uv_req_t *)&k->gai); /* if it has not started; on_resolved frees k either way */
-  req->err = -ETIMEDOUT;
-  io_complete(req);
+  io_finish(req, -ETIMEDOUT);
 }
 
 static void dns_free(io_req_t *req)

@@ -119,8 +119,7 @@ static size_t nwakes;
 
 static void flush_wakes(void)
 {
-  if (nwakes) /* no runtime any more (shutdown): nobody to wake */
-    smarm_wake_many(wake_pids, wake_tokens, nwakes);
+  smarm_wake_many(wake_pids, wake_tokens, nwakes); /* after the runtime's end: wakes nobody */
   nwakes = 0;
 }
 

@@ -73,6 +73,13 @@ io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
 ** the IO side's reference. */
 void io_complete(io_req_t *req);
 
+/* io_complete with its result: req->err = err first. */
+static inline void io_finish(io_req_t *req, int err)
+{
+  req->err = err;
+  io_complete(req);
+}
+
 /* Drops one reference; the last one frees the request. */
 void io_req_release(io_req_t *req);
 

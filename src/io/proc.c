@@ -123,8 +123,7 @@ static void maybe_finish(running_t *k)
     r->err = k->berr.data;
     r->err_len = k->berr.len;
     k->bout.data = k->berr.data = NULL;
-    r->base.err = k->failed;
-    io_complete(&r->base);
+    io_finish(&r->base, k->failed);
   }
   close_all_handles(k);
 }
@@ -134,8 +133,7 @@ static void run_on_loop(io_req_t *req, void *loop)
   proc_req_t *r = (proc_req_t *)req;
   running_t *k = calloc(1, sizeof *k);
   if (!k) {
-    req->err = -ENOMEM;
-    io_complete(req);
+    io_finish(req, -ENOMEM);
     return;
   }
   k->req = r;
@@ -173,8 +171,7 @@ static void run_on_loop(io_req_t *req, void *loop)
     k->open_handles++;
     k->req = NULL;
     close_all_handles(k);
-    req->err = rc;
-    io_complete(req);
+    io_finish(req, rc);
     return;
   }
   k->open_handles++;
@@ -203,8 +200,7 @@ static void run_cancel(io_req_t *req)
   k->req = NULL;
   r->base.uv = NULL;
   uv_process_kill(&k->proc, SIGKILL);
-  req->err = -ETIMEDOUT;
-  io_complete(req);
+  io_finish(req, -ETIMEDOUT);
 }
 
 static void free_list(char **v)
@@ -237,8 +233,7 @@ static void stop_programs(void *loop)
     if (r) {
       k->req = NULL;
       r->base.uv = NULL;
-      r->base.err = -ECANCELED;
-      io_complete(&r->base);
+      io_finish(&r->base, -ECANCELED);
     }
   }
 }
@@ -249,7 +244,7 @@ static void stop_programs(void *loop)
 
 typedef struct waiters {
   uv_signal_t handle;
-  int started, initialised;
+  int initialised;           /* the handle exists; it runs while count > 0 */
   proc_req_t **list;
   size_t count, cap;
 } waiters_t;
@@ -265,7 +260,6 @@ static void on_signal(uv_signal_t *h, int signum)
   w->list = NULL;
   w->count = w->cap = 0;
   uv_signal_stop(&w->handle);
-  w->started = 0;
   for (size_t i = 0; i < n; i++) {
     list[i]->base.uv = NULL;
     io_complete(&list[i]->base);
@@ -281,8 +275,7 @@ static void signal_on_loop(io_req_t *req, void *loop)
     size_t cap = w->cap ? w->cap * 2 : 4;
     proc_req_t **more = realloc(w->list, cap * sizeof *more);
     if (!more) {
-      req->err = -ENOMEM;
-      io_complete(req);
+      io_finish(req, -ENOMEM);
       return;
     }
     w->list = more;
@@ -292,14 +285,12 @@ static void signal_on_loop(io_req_t *req, void *loop)
     uv_signal_init(loop, &w->handle);
     w->initialised = 1;
   }
-  if (!w->started) {
+  if (w->count == 0) { /* the first waiter starts the handle */
     int rc = uv_signal_start(&w->handle, on_signal, r->signum);
     if (rc < 0) {
-      req->err = rc;
-      io_complete(req);
+      io_finish(req, rc);
       return;
     }
-    w->started = 1;
   }
   w->list[w->count++] = r;
   r->base.uv = w;
@@ -317,13 +308,10 @@ static void signal_cancel(io_req_t *req)
       break;
     }
   }
-  if (w->count == 0 && w->started) {
+  if (w->count == 0) /* the last waiter left */
     uv_signal_stop(&w->handle);
-    w->started = 0;
-  }
   r->base.uv = NULL;
-  req->err = -ETIMEDOUT;
-  io_complete(req);
+  io_finish(req, -ETIMEDOUT);
 }
 
 /* The IO thread stops: waiters end cancelled, the handles close. */
@@ -334,13 +322,11 @@ static void stop_signals(void *loop)
     waiters_t *w = &signals[s];
     for (size_t i = 0; i < w->count; i++) {
       w->list[i]->base.uv = NULL;
-      w->list[i]->base.err = -ECANCELED;
-      io_complete(&w->list[i]->base);
+      io_finish(&w->list[i]->base, -ECANCELED);
     }
     free(w->list);
     w->list = NULL;
     w->count = w->cap = 0;
-    w->started = 0;
     if (w->initialised) {
       uv_close((uv_handle_t *)&w->handle, NULL);
       w->initialised = 0;

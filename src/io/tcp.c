@@ -98,8 +98,7 @@ static void tcp_free(io_req_t *req)
 
 static void finish(tcp_req_t *r, int err)
 {
-  r->base.err = err;
-  io_complete(&r->base);
+  io_finish(&r->base, err);
 }
 
 /* ---- Closing ------------------------------------------------------------------------------- */
