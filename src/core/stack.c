@@ -247,10 +247,11 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
     return;
   SMARM_ASSERT(slot->occupant == NULL);
   stack_class_t *c = slot->cls;
-  if (slot->size > STACK_KEEP_BYTES && went_deep(slot)) {
+  if (stack_depth(slot) > STACK_KEEP_BYTES && went_deep(slot)) {
     /* The word ring just below the kept top was written: the stack went deeper than the
-    ** watermark (untouched memory reads as zero), so drop the deep pages. */
-    madvise(slot->lo, slot->size - STACK_KEEP_BYTES, MADV_DONTNEED);
+    ** watermark (untouched memory reads as zero), so drop the deep pages. Measured from the
+    ** coloured top, as went_deep and the idle trim measure. */
+    madvise(slot->lo, stack_depth(slot) - STACK_KEEP_BYTES, MADV_DONTNEED);
   }
   slot->trimmed = 0;
   slot->freed_pass = pool->trim_passes;
