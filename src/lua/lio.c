@@ -243,8 +243,10 @@ static int request_gc(lua_State *L)
 
 static const char req_mt_key = 0;
 
-void lio_box(lua_State *L, io_req_t *req)
+int lio_box(lua_State *L, io_req_t *req)
 {
+  if (!req)
+    return luaL_error(L, "not enough memory");
   io_req_t **box = lua_newuserdata(L, sizeof *box);
   *box = NULL;
   lua_pushlightuserdata(L, (void *)&req_mt_key);
@@ -260,6 +262,7 @@ void lio_box(lua_State *L, io_req_t *req)
   }
   lua_setmetatable(L, -2);
   *box = req;
+  return lua_gettop(L);
 }
 
 void lio_unbox(lua_State *L, int idx)
@@ -273,9 +276,7 @@ void lio_unbox(lua_State *L, int idx)
 static fs_req_t *new_bare_request(lua_State *L, enum fs_op op)
 {
   fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
-  if (!r)
-    luaL_error(L, "not enough memory");
-  lio_box(L, &r->base);
+  lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->op = op;
   r->fd = -1;
   r->offset = -1;
@@ -388,19 +389,6 @@ static int l_rmdir(lua_State *L) { return simple(L, FS_RMDIR, "fs.rmdir"); }
 static int l_rename(lua_State *L) { return simple(L, FS_RENAME, "fs.rename"); }
 static int l_mkdir(lua_State *L) { return simple(L, FS_MKDIR, "fs.mkdir"); }
 
-static const char *dirent_type(unsigned char t)
-{
-  switch (t) {
-  case DT_REG: return "file";
-  case DT_DIR: return "directory";
-  case DT_LNK: return "link";
-  case DT_FIFO: return "fifo";
-  case DT_SOCK: return "socket";
-  case DT_CHR: return "char";
-  case DT_BLK: return "block";
-  default: return "unknown";
-  }
-}
 
 static int l_scandir(lua_State *L)
 {
@@ -416,7 +404,7 @@ static int l_scandir(lua_State *L)
     lua_createtable(L, 0, 2);
     lua_pushstring(L, r->entries[i].name);
     lua_setfield(L, -2, "name");
-    lua_pushstring(L, dirent_type(r->entries[i].type));
+    lua_pushstring(L, type_name(DTTOIF(r->entries[i].type))); /* DT_UNKNOWN: 0, "unknown" */
     lua_setfield(L, -2, "type");
     lua_rawseti(L, -2, (int)i + 1);
   }
@@ -649,15 +637,12 @@ static const luaL_Reg file_methods[] = {
 static int l_getaddrinfo(lua_State *L)
 {
   luaL_checkstring(L, 1);
-  if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
-    luaL_checkstring(L, 2);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checkstring(L, 2); /* a number too (a port) */
   double timeout = luaL_optnumber(L, 3, -1);
   lua_settop(L, 3);
   dns_req_t *r = dns_req_new();
-  if (!r)
-    return luaL_error(L, "not enough memory");
-  lio_box(L, &r->base);
-  int box = lua_gettop(L);
+  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->host = lio_copy_arg(L, 1, NULL);
   if (!lua_isnil(L, 2))
     r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
@@ -716,10 +701,7 @@ static int l_run(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
   proc_req_t *r = proc_run_new();
-  if (!r)
-    return luaL_error(L, "not enough memory");
-  lio_box(L, &r->base);
-  int box = lua_gettop(L);
+  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->argv = string_list(L, 1, "argv");
   double timeout = -1;
   if (lua_istable(L, 2)) {
@@ -793,10 +775,7 @@ static int l_signal_wait(lua_State *L)
   double timeout = luaL_optnumber(L, 2, -1);
   lua_settop(L, 2);
   proc_req_t *r = proc_signal_new();
-  if (!r)
-    return luaL_error(L, "not enough memory");
-  lio_box(L, &r->base);
-  int box = lua_gettop(L);
+  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->signum = signum;
   int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "signal.wait");
   int n = 1;

@@ -12,8 +12,10 @@ struct io_req;
 
 /* Pushes a userdata that holds the caller's reference to req and releases it when collected: an
 ** error raised while req is alive, or the actor being stopped while the IO thread works on it,
-** then leaks nothing. lio_unbox releases it at once (the box at idx then holds nothing). */
-void lio_box(lua_State *L, struct io_req *req);
+** then leaks nothing. Returns the box's stack index; raises "not enough memory" when req is NULL
+** (pass a request constructor's result as it is). lio_unbox releases it at once (the box at idx
+** then holds nothing). */
+int lio_box(lua_State *L, struct io_req *req);
 void lio_unbox(lua_State *L, int idx);
 
 /* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */

@@ -132,10 +132,7 @@ void ltcp_push_handle(lua_State *L, const ltcp_handle_t *h)
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
 {
   tcp_req_t *r = tcp_req_new(op);
-  if (!r)
-    luaL_error(L, "not enough memory");
-  lio_box(L, &r->base);
-  *box = lua_gettop(L);
+  *box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   return r;
 }
 
@@ -438,9 +435,8 @@ static int m_send(lua_State *L)
 static int m_settimeout(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, -1, "settimeout");
+  /* nil, negative or NaN: no limit (every reader goes through lsmarm_timeout_ns) */
   s->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
-  if (s->timeout != s->timeout) /* NaN: no limit */
-    s->timeout = -1;
   lua_pushboolean(L, 1);
   return 1;
 }
