@@ -84,19 +84,30 @@ static int read_all(fs_req_t *r)
   return err;
 }
 
+/* Writes all len bytes of data to fd, at offset (negative: the file's position); 0 or -errno.
+** *done says how many went out either way. */
+static int write_fd(int fd, const char *data, size_t len, double offset, size_t *done)
+{
+  int err = 0;
+  *done = 0;
+  while (*done < len && !err) {
+    ssize_t n = offset >= 0 ? pwrite(fd, data + *done, len - *done, (off_t)offset + (off_t)*done)
+                            : write(fd, data + *done, len - *done);
+    if (n < 0 && (errno != EINTR || io_interrupted())) /* io.h: give up when stopping */
+      err = -errno;
+    else if (n > 0)
+      *done += (size_t)n;
+  }
+  return err;
+}
+
 static int write_all(fs_req_t *r)
 {
   int fd = open(r->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, r->mode);
   if (fd < 0)
     return -errno;
-  int err = 0;
-  for (size_t done = 0; done < r->len && !err;) {
-    ssize_t n = write(fd, r->data + done, r->len - done);
-    if (n < 0 && (errno != EINTR || io_interrupted()))
-      err = -errno;
-    else if (n > 0)
-      done += (size_t)n;
-  }
+  size_t done;
+  int err = write_fd(fd, r->data, r->len, -1, &done);
   if (close(fd) != 0 && !err)
     err = -errno;
   return err;
@@ -173,16 +184,8 @@ static void fs_work(io_req_t *req)
     break;
   }
   case FS_WRITE: {
-    size_t done = 0;
-    while (done < r->len && !err) {
-      ssize_t n = r->offset >= 0 ? pwrite(r->fd, r->data + done, r->len - done,
-                                          (off_t)r->offset + (off_t)done)
-                                 : write(r->fd, r->data + done, r->len - done);
-      if (n < 0 && (errno != EINTR || io_interrupted()))
-        err = -errno;
-      else if (n > 0)
-        done += (size_t)n;
-    }
+    size_t done;
+    err = write_fd(r->fd, r->data, r->len, r->offset, &done);
     r->len = done;
     break;
   }
@@ -544,20 +547,25 @@ static int f_write(lua_State *L)
   return k;
 }
 
-/* Closing does not wait: the close runs on the pool. */
+/* Closing does not wait: the close runs on the pool (here when there is no IO thread). */
+static void post_fd_close(int fd)
+{
+  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
+  if (r) {
+    r->op = FS_CLOSE;
+    r->fd = fd;
+    if (io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
+      close(fd);
+  } else {
+    close(fd);
+  }
+}
+
 static void post_file_close(lfile_t *f)
 {
   if (f->fd < 0)
     return;
-  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
-  if (r) {
-    r->op = FS_CLOSE;
-    r->fd = f->fd;
-    if (io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
-      close(f->fd);
-  } else {
-    close(f->fd);
-  }
+  post_fd_close(f->fd);
   f->fd = -1;
 }
 
@@ -623,8 +631,7 @@ void lio_push_file(lua_State *L, const ltcp_handle_t *h)
 
 void lio_drop_file(const ltcp_handle_t *h)
 {
-  lfile_t f = {h->fd, 0, 0, 0, NULL};
-  post_file_close(&f);
+  post_fd_close(h->fd);
 }
 
 static const luaL_Reg file_methods[] = {
