@@ -198,6 +198,31 @@ case_counts() {
     awk '{p+=$1; f+=$2} END {print p+0, f+0}'
 }
 
+# Appends "<name> <passed> <failed>" to $TOTALS from a log ending with busted's summary line
+# ("N successes / N failures / N errors"); a run that exited non-zero counts at least one
+# failure. Prints the log's end (and its FAIL blocks, spec/support/runner.lua's) if it failed.
+record_spec_run() {
+  name=$1
+  log=$2
+  status=$3
+  counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
+  passed=$(echo "$counts" | awk '{print $1+0}')
+  failed=$(echo "$counts" | awk '{print $2+$3}')
+  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+  if [ "$status" -ne 0 ]; then
+    grep -A 12 '^FAIL' "$log" | head -n 80 >&2 || true
+    tail -n 40 "$log" >&2
+  fi
+  echo "$name $passed $failed" >>"$TOTALS"
+}
+
+# The descriptor limit for a spec run: the hard limit, at most $1 when given.
+spec_fd_limit() {
+  fds=$(ulimit -Hn)
+  if [ -n "${1:-}" ] && { [ "$fds" = unlimited ] || [ "$fds" -gt "$1" ]; }; then fds=$1; fi
+  echo "$fds"
+}
+
 # Runs ctest for one build; appends the per-case counts to $TOTALS.
 run_ctest() {
   name=$1
@@ -275,8 +300,7 @@ run_lua() {
     status=0
     # the sockets specs hold 10,000 connections where the descriptor limit allows: raise the
     # soft limit to the hard one for them (TSan: to 2000 at most, see above)
-    fds=$(ulimit -Hn)
-    if [ "$lj" = tsan ] && { [ "$fds" = unlimited ] || [ "$fds" -gt 2000 ]; }; then fds=2000; fi
+    fds=$(spec_fd_limit "$([ "$lj" = tsan ] && echo 2000)")
     (ulimit -n "$fds" 2>/dev/null || true
       cd "$ROOT" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -285,12 +309,7 @@ run_lua() {
       LUA_CPATH="$BUILD/lua-$lj/lua/?.so;/usr/lib/$multiarch/lua/5.1/?.so" \
       timeout 1200 "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) \
       >"$log" 2>&1 || status=$? # a hang fails the run (timeout's 124) instead of stalling it
-    counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
-    passed=$(echo "$counts" | awk '{print $1+0}')
-    failed=$(echo "$counts" | awk '{print $2+$3}')
-    if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-    [ "$status" -eq 0 ] || tail -n 60 "$log" >&2
-    echo "lua-$lj $passed $failed" >>"$TOTALS"
+    record_spec_run "lua-$lj" "$log" "$status"
   done
 }
 
@@ -318,19 +337,12 @@ run_lua_aarch64() {
   log="$BUILD/lua-aarch64/specs.log"
   exe="qemu-aarch64 -L /usr/aarch64-linux-gnu $BUILD/lua-aarch64/smarm"
   status=0
-  fds=$(ulimit -Hn)
-  if [ "$fds" = unlimited ] || [ "$fds" -gt 2000 ]; then fds=2000; fi
+  fds=$(spec_fd_limit 2000)
   # shellcheck disable=SC2086
   (ulimit -n "$fds" 2>/dev/null || true
     cd "$ROOT" && SMARM_EXE="$exe" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua" \
     timeout 1200 $exe -n spec/support/runner.lua spec/*_spec.lua) >"$log" 2>&1 || status=$?
-  counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
-  passed=$(echo "$counts" | awk '{print $1+0}')
-  failed=$(echo "$counts" | awk '{print $2+$3}')
-  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-  [ "$status" -eq 0 ] || grep -A 12 '^FAIL' "$log" | head -n 80 >&2 || true
-  [ "$status" -eq 0 ] || tail -n 20 "$log" >&2
-  echo "lua-aarch64 $passed $failed" >>"$TOTALS"
+  record_spec_run lua-aarch64 "$log" "$status"
 }
 
 cmd_test() {
