@@ -10,8 +10,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local wanted = {}
-for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
+local want = bench.variants(arg)
 local rounds = bench.knob("SMARM_ECHO_ROUNDS", 20000)
 local runs = bench.knob("SMARM_ECHO_RUNS", 3)
 local batch = bench.knob("SMARM_ECHO_BATCH", 10)
@@ -51,7 +50,7 @@ local function client(owner, port, opts)
 end
 
 for _, variant in ipairs({ "rtt", "rtt_local" }) do
-  if next(wanted) == nil or wanted[variant] then
+  if want(variant) then
     smarm.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
@@ -66,7 +65,7 @@ for _, variant in ipairs({ "rtt", "rtt_local" }) do
   end
 end
 
-if next(wanted) == nil or wanted.clients then
+if want("clients") then
   smarm.run(function()
     local server = assert(smarm.tcp.listen("127.0.0.1", 0, 1024))
     local _, port = server:getsockname()

@@ -6,8 +6,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local wanted = {}
-for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
+local want = bench.variants(arg)
 local opts = {
   rounds = bench.knob("SMARM_PINGPONG_ROUNDS", 200000),
   warmup = bench.knob("SMARM_PINGPONG_WARMUP", 5000),
@@ -26,7 +25,7 @@ end
 
 local variants = {}
 for _, v in ipairs({ "local", "remote" }) do
-  if next(wanted) == nil or wanted[v] then variants[#variants + 1] = v end
+  if want(v) then variants[#variants + 1] = v end
 end
 
 for _, variant in ipairs(variants) do

@@ -8,8 +8,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local wanted = {}
-for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
+local want = bench.variants(arg)
 local actors = bench.knob("SMARM_RING_ACTORS", 1000)
 local hops = bench.knob("SMARM_RING_HOPS", 1000000)
 local runs = bench.knob("SMARM_RING_RUNS", 3)
@@ -27,7 +26,7 @@ end
 
 local variants = {}
 for _, v in ipairs({ "local", "spread" }) do
-  if next(wanted) == nil or wanted[v] then variants[#variants + 1] = v end
+  if want(v) then variants[#variants + 1] = v end
 end
 
 for _, variant in ipairs(variants) do

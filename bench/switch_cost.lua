@@ -13,9 +13,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run (luajit_coro local remote parallel); none: all.
-local wanted = {}
-for _, v in ipairs(bench.args(arg)) do wanted[v] = true end
-local function want(v) return next(wanted) == nil or wanted[v] end
+local want = bench.variants(arg)
 
 local opts = {
   rounds = bench.knob("SMARM_SWITCH_ROUNDS", 1000000),

@@ -37,6 +37,14 @@ function bench.args(argv)
   return rest
 end
 
+-- A script's variant filter: the arguments (less `--json FILE`) name the variants to run, none
+-- means all. Returns want(name) -> boolean.
+function bench.variants(argv)
+  local wanted = {}
+  for _, v in ipairs(bench.args(argv)) do wanted[v] = true end
+  return function(name) return next(wanted) == nil or wanted[name] == true end
+end
+
 -- A positive number from the environment, or the default.
 function bench.knob(name, default)
   local v = tonumber(os.getenv(name) or "")
