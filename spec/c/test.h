@@ -51,14 +51,22 @@ extern int test_failures; /* CHECK failures in the running case */
     }                                                                                          \
   } while (0)
 
-/* Runs fn as the main actor of a runtime with `schedulers` threads and checks smarm_run's result. */
-#define RUN(nsched_, fn_, arg_)                                                               \
+/* Runs fn as the main actor of a runtime with `schedulers` threads and checks smarm_run's result;
+** RUN_HOOKED also sets the schedulers' start and stop hooks (tests of the IO thread pass
+** io_sched_thread_enter/leave, as the Lua binding does). */
+#define RUN_HOOKED(nsched_, fn_, arg_, start_, stop_)                                         \
   do {                                                                                         \
     smarm_config_t run_cfg_;                                                                   \
     smarm_config_init(&run_cfg_);                                                              \
     run_cfg_.schedulers = (nsched_);                                                           \
+    run_cfg_.on_sched_start = (start_);                                                        \
+    run_cfg_.on_sched_stop = (stop_);                                                          \
     CHECK_EQ(smarm_run(&run_cfg_, (fn_), (arg_)), 0);                                          \
   } while (0)
+#define RUN(nsched_, fn_, arg_) RUN_HOOKED(nsched_, fn_, arg_, NULL, NULL)
+/* For tests of the IO thread (they include io/io.h). */
+#define RUN_IO(nsched_, fn_, arg_)                                                            \
+  RUN_HOOKED(nsched_, fn_, arg_, io_sched_thread_enter, io_sched_thread_leave)
 
 /* Scale factor for stress sizes: SMARM_STRESS_SCALE (default 1; sanitizer runs use less). */
 double test_scale(void);

@@ -75,7 +75,7 @@ static void main_many(void *arg)
 TEST(requests_from_many_actors_on_both_schedulers)
 {
   atomic_store(&freed_total, 0);
-  RUN(2, main_many, NULL);
+  RUN_IO(2, main_many, NULL);
   io_shutdown();
   CHECK_EQ(atomic_load(&freed_total), 50 * 20 + 1);
 }
@@ -102,7 +102,7 @@ static void main_leave_early(void *arg)
 TEST(runtime_ends_with_requests_in_flight)
 {
   atomic_store(&freed_total, 0);
-  RUN(1, main_leave_early, NULL);
+  RUN_IO(1, main_leave_early, NULL);
   io_shutdown(); /* waits for the three slow works; their completions find no runtime */
   CHECK_EQ(atomic_load(&freed_total), 0); /* the actors' references still hold them */
   for (int i = 0; i < 3; i++) {
@@ -154,7 +154,7 @@ TEST(shutdown_interrupts_blocked_pool_work)
   blocked = (block_req_t *)io_req_new(sizeof *blocked, block_work, NULL);
   blocked->fd = blocked_pipe[0];
   int64_t t0 = smarm_now_ns();
-  RUN(1, main_leave_blocked, NULL);
+  RUN_IO(1, main_leave_blocked, NULL);
   io_shutdown(); /* would wait for a writer forever without the interruption */
   CHECK(smarm_now_ns() - t0 < 10000 * MS);
   CHECK_EQ(blocked->saw_eintr, 1);

@@ -81,7 +81,7 @@ static void main_output(void *arg)
   io_req_release(&r->base);
 }
 
-TEST(programs_report_output_status_and_failures) { RUN(1, main_output, NULL); io_shutdown(); }
+TEST(programs_report_output_status_and_failures) { RUN_IO(1, main_output, NULL); io_shutdown(); }
 
 static void runner(void *arg)
 {
@@ -112,7 +112,7 @@ static void main_timeout(void *arg)
   smarm_sleep(300 * MS);
 }
 
-TEST(a_timed_out_program_is_killed) { RUN(2, main_timeout, NULL); io_shutdown(); }
+TEST(a_timed_out_program_is_killed) { RUN_IO(2, main_timeout, NULL); io_shutdown(); }
 
 static proc_req_t *left_running;
 
@@ -135,7 +135,7 @@ static void main_leave(void *arg)
 TEST(a_runtime_end_kills_its_programs)
 {
   int64_t t0 = smarm_now_ns();
-  RUN(1, main_leave, NULL);
+  RUN_IO(1, main_leave, NULL);
   io_shutdown(); /* kills the sleep and waits for it: not 30 s */
   CHECK(smarm_now_ns() - t0 < 20000 * MS);
   CHECK_EQ(left_running->base.err, -ECANCELED);
@@ -186,6 +186,6 @@ static void main_signal(void *arg)
   CHECK_EQ(atomic_load(&woken), 1);
 }
 
-TEST(a_signal_wakes_its_waiter) { RUN(2, main_signal, NULL); io_shutdown(); }
+TEST(a_signal_wakes_its_waiter) { RUN_IO(2, main_signal, NULL); io_shutdown(); }
 
 TEST_MAIN()

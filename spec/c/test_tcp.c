@@ -135,7 +135,7 @@ static void main_echo(void *arg)
 
 TEST(echo_cancel_and_stop_through_requests)
 {
-  RUN(2, main_echo, NULL);
+  RUN_IO(2, main_echo, NULL);
   io_shutdown();
   /* the stopped acceptor's own reference, as the Lua layer's __gc would drop it */
   CHECK(pending_accept != NULL);

@@ -36,7 +36,7 @@
 #define SMARM_CORE_INBOX_H
 
 #include "check.h"
-#include "mailbox.h"
+#include "message.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

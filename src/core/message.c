@@ -1,90 +1,62 @@
 /*
-** send and receive: the actor-facing side of mailboxes.
-**
-** A local send appends straight to the receiver's mailbox (same thread: no atomics) and makes the
-** receiver runnable if it waits. A remote send pushes the message onto the receiving scheduler's
-** inbox; that scheduler moves it to the mailbox when it next looks (every yield, park and idle
-** turn). Since an actor never changes scheduler, all messages from one sender to one receiver
-** take the same path, which keeps them in order.
+** Message blocks: allocation, the drop hook, freeing (see message.h for ownership).
 */
-#include "runtime.h"
-#include "sched.h"
+#include "message.h"
 
-#include <errno.h>
-#include <stdint.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 
-int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
+smarm_msg_t *msg_new(uint32_t kind, size_t size)
 {
-  sched_t *s = sched_tls;
-  actor_t *self = s ? s->current : NULL;
-  if (!self)
-    return -EPERM;
-  if (!msg || smarm_pid_gen(to) == 0)
-    return -EINVAL;
-  unsigned k = smarm_pid_sched(to);
-  if (k >= s->rt->nsched)
-    return -ESRCH; /* an earlier runtime's pid, say: dead here */
-  msg->kind = MSG_USER;
-  msg->from = self->pid;
-  msg->to = to;
-  if (k != s->index) {
-    sched_push_remote(s, &s->rt->scheds[k], msg);
-    return 0;
+  if (size > UINT32_MAX)
+    return NULL;
+  smarm_msg_t *m = malloc(sizeof *m + size);
+  if (!m)
+    return NULL;
+  m->next = NULL;
+  m->to = 0;
+  m->from = 0;
+  m->size = (uint32_t)size;
+  m->kind = (uint16_t)kind;
+  m->owning = 0;
+  return m;
+}
+
+/* Set once by the embedding layer (the Lua binding), read by any thread that frees a message. */
+static _Atomic(smarm_msg_hook) drop_hook;
+
+void smarm_msg_set_drop_hook(smarm_msg_hook hook)
+{
+  atomic_store_explicit(&drop_hook, hook, memory_order_release);
+}
+
+void smarm_msg_set_owning(smarm_msg_t *msg, int owning) { msg->owning = owning != 0; }
+
+void msg_release(smarm_msg_t *m)
+{
+  if (m && m->owning) {
+    smarm_msg_hook hook = atomic_load_explicit(&drop_hook, memory_order_acquire);
+    if (hook)
+      hook(m);
   }
-  actor_t *a = sched_lookup(s, to);
-  if (!a)
-    return -ESRCH;
-  sched_deliver(s, a, msg);
-  return 0;
+  free(m);
 }
 
-int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out)
+smarm_msg_t *smarm_msg_new(size_t size) { return msg_new(MSG_USER, size); }
+
+void smarm_msg_free(smarm_msg_t *msg) { msg_release(msg); }
+
+void *smarm_msg_data(smarm_msg_t *msg) { return msg->data; }
+
+size_t smarm_msg_size(const smarm_msg_t *msg) { return msg->size; }
+
+smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg) { return msg->from; }
+
+void msg_free_chain(smarm_msg_t *m)
 {
-  sched_t *s = sched_tls;
-  actor_t *self = s ? s->current : NULL;
-  if (!self)
-    return -EPERM;
-  if (!out)
-    return -EINVAL;
-  if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
-  /* cursor: the link to the first message not yet looked at. Only this actor removes messages
-  ** from its mailbox, so the cursor stays valid while we park; arrivals append behind it. */
-  smarm_msg_t **cursor = &self->mailbox.head;
-  int64_t deadline = -1;
-  int deadline_set = 0, expired = 0;
-  for (;;) {
-    for (; *cursor; cursor = &(*cursor)->next) {
-      if (!match || match(*cursor, ud)) {
-        *out = mailbox_take_at(&self->mailbox, cursor);
-        return 0;
-      }
-    }
-    if (timeout_ns == 0 || expired)
-      return -ETIMEDOUT;
-    if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
-      deadline = sched_deadline(timeout_ns);
-      deadline_set = 1;
-    }
-    int rc = sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
-    if (rc < 0)
-      return rc;
-    expired = rc;
+  while (m) {
+    smarm_msg_t *next = m->next;
+    msg_release(m);
+    m = next;
   }
-}
-
-int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
-{
-  return smarm_receive_match(NULL, NULL, timeout_ns, out);
-}
-
-size_t smarm_mailbox_size(void)
-{
-  sched_t *s = sched_tls;
-  actor_t *self = s ? s->current : NULL;
-  if (!self)
-    return 0;
-  if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
-  return self->mailbox.count;
 }

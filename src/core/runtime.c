@@ -13,7 +13,6 @@
 */
 #define _GNU_SOURCE
 #include "runtime.h"
-#include "signals.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,26 +26,9 @@
 #define DEFAULT_MAX_STACKS 16384
 #define DEFAULT_SPIN_NS 50000
 
-/* Set while a runtime runs; read by smarm_stop(), smarm_sched_count() and smarm_stats_read()
-** from any thread. Such a reader may still be using the runtime when smarm_run() wants to free it,
-** so readers announce themselves in runtime_users around the use (runtime_enter/leave), and
-** smarm_run() frees only after clearing runtime_current and seeing runtime_users at zero.
-** Both sides store before they load, all seq_cst (the Dekker pattern of inbox.h): either the
-** reader sees NULL, or smarm_run() sees the reader's count and waits for it. */
-static _Atomic(runtime_t *) runtime_current;
-static _Atomic int runtime_users;
+/* One runtime per process at a time (the overflow reporter and the any-thread entry points find
+** it through one global). */
 static _Atomic int runtime_busy;
-
-runtime_t *runtime_enter(void)
-{
-  atomic_fetch_add_explicit(&runtime_users, 1, memory_order_seq_cst);
-  runtime_t *rt = atomic_load_explicit(&runtime_current, memory_order_seq_cst);
-  if (!rt)
-    atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release);
-  return rt;
-}
-
-void runtime_leave(void) { atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release); }
 
 void smarm_config_init(smarm_config_t *cfg)
 {
@@ -54,106 +36,11 @@ void smarm_config_init(smarm_config_t *cfg)
   cfg->spin_ns = -1;
 }
 
-void runtime_request_stop(runtime_t *rt)
-{
-  if (atomic_exchange_explicit(&rt->stop_requested, 1, memory_order_acq_rel))
-    return;
-  for (unsigned k = 0; k < rt->nsched; k++) {
-    smarm_msg_t *m = msg_new(MSG_STOP, 0);
-    SMARM_CHECK(m != NULL, "out of memory stopping the runtime");
-    inbox_push(&rt->scheds[k].inbox, m);
-  }
-}
-
-void smarm_stop(void)
-{
-  runtime_t *rt = runtime_enter();
-  if (!rt)
-    return;
-  runtime_request_stop(rt);
-  runtime_leave();
-  sched_t *s = sched_tls;
-  if (s && s->current) {
-    /* An actor asked: leave it for good (it is released with the others). */
-    s->stopping = 1;
-    smarm_yield();
-    SMARM_CHECK(0, "a stopped actor was resumed");
-  }
-}
-
-unsigned smarm_sched_count(void)
-{
-  runtime_t *rt = runtime_enter();
-  if (!rt)
-    return 0;
-  unsigned n = rt->nsched;
-  runtime_leave();
-  return n;
-}
-
-int smarm_stats_read(int sched, smarm_stats_t *out)
-{
-  runtime_t *rt = runtime_enter();
-  if (!rt)
-    return -EPERM;
-  if (!out || sched < -1 || sched >= (int)rt->nsched) {
-    runtime_leave();
-    return -EINVAL;
-  }
-  memset(out, 0, sizeof *out);
-  for (unsigned k = 0; k < rt->nsched; k++) {
-    if (sched >= 0 && (unsigned)sched != k)
-      continue;
-    sched_stats_t *st = &rt->scheds[k].stats;
-#define READ(f) out->f += atomic_load_explicit(&st->f, memory_order_relaxed)
-    READ(switches);
-    READ(parks);
-    READ(wakes);
-    READ(remote_sent);
-    READ(stack_saves);
-    READ(spawned);
-    READ(live);
-    READ(stacks);
-#undef READ
-  }
-  runtime_leave();
-  return 0;
-}
-
 /* ---- Scheduler threads --------------------------------------------------------------------- */
 
 typedef struct thread_state {
   void *altstack;
-#ifdef SMARM_HAVE_TSAN
-  sigset_t old_mask;
-#endif
 } thread_state_t;
-
-/* TSan only: it runs a signal's handler when the receiving thread next passes one of its
-** interceptors, and a scheduler parked in a raw futex system call passes none until it is woken
-** for another reason. A SIGCHLD that libuv's IO thread needs (process.run) or a signal that
-** smarm.signal.wait waits for could then stay unhandled for good. Under TSan the schedulers block
-** them, so the kernel hands them to a thread that can take them (the IO thread unblocks them);
-** elsewhere a handler runs at once in whichever thread the kernel picks. */
-static void tsan_block_async_signals(thread_state_t *ts)
-{
-#ifdef SMARM_HAVE_TSAN
-  sigset_t set;
-  smarm_io_signal_set(&set);
-  pthread_sigmask(SIG_BLOCK, &set, &ts->old_mask);
-#else
-  (void)ts;
-#endif
-}
-
-static void tsan_restore_signals(thread_state_t *ts)
-{
-#ifdef SMARM_HAVE_TSAN
-  pthread_sigmask(SIG_SETMASK, &ts->old_mask, NULL);
-#else
-  (void)ts;
-#endif
-}
 
 static void pin_to_cpu(unsigned index)
 {
@@ -178,7 +65,6 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
     pthread_attr_destroy(&attr);
   }
   fiber_init_thread(&s->main_fiber, lo, size);
-  tsan_block_async_signals(ts);
   sched_tls = s;
   ts->altstack = NULL;
   overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
@@ -193,7 +79,6 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
   if (s->rt->cfg.on_sched_stop)
     s->rt->cfg.on_sched_stop(s->index, s->rt->cfg.userdata);
   overflow_thread_leave(ts->altstack);
-  tsan_restore_signals(ts);
   sched_tls = NULL;
 }
 
@@ -270,7 +155,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
                          pthread_getaffinity_np(pthread_self(), sizeof old_affinity,
                                                 &old_affinity) == 0;
   int handler_installed = overflow_install() == 0;
-  atomic_store_explicit(&runtime_current, rt, memory_order_seq_cst);
+  runtime_publish(rt);
 
   unsigned started = 1;
   for (; started < rt->nsched; started++)
@@ -295,9 +180,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     pthread_join(threads[k], NULL);
   /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
-  atomic_exchange_explicit(&runtime_current, NULL, memory_order_seq_cst); /* an RMW: inbox.h */
-  while (atomic_load_explicit(&runtime_users, memory_order_seq_cst) != 0)
-    sched_yield();
+  runtime_unpublish();
   for (unsigned k = 0; k < rt->nsched; k++)
     sched_drain_and_free(&rt->scheds[k]);
 

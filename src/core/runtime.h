@@ -23,10 +23,14 @@ typedef struct runtime {
   uint32_t gen_base;          /* first generation of this runtime's pids (sched_gen_base) */
 } runtime_t;
 
-/* For threads that may not be scheduler threads: the running runtime (NULL if none), kept alive
-** until runtime_leave(), which must follow every non-NULL result. */
+/* any_thread.c. For threads that may not be scheduler threads: the running runtime (NULL if
+** none), kept alive until runtime_leave(), which must follow every non-NULL result. */
 runtime_t *runtime_enter(void);
 void runtime_leave(void);
+/* smarm_run's thread: makes rt the running runtime / unmakes it and waits until no thread is
+** between runtime_enter and runtime_leave any more. */
+void runtime_publish(runtime_t *rt);
+void runtime_unpublish(void);
 
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void runtime_request_stop(runtime_t *rt);

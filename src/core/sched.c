@@ -44,8 +44,20 @@ int64_t smarm_now_ns(void)
 
 /* ---- Run queue (owner only: a plain FIFO through actor.run_next) ------------------------- */
 
+/* For assertions: the states of an actor parked in no queue. */
+static inline int actor_is_parked(const actor_t *a)
+{
+  return a->state == ACTOR_WAIT_MSG || a->state == ACTOR_SLEEPING ||
+         a->state == ACTOR_WAIT_REPLY || a->state == ACTOR_WAIT_WAKE;
+}
+
 static inline void runq_push(sched_t *s, actor_t *a)
 {
+  /* RUNNABLE means "queued once": pushing a queued or dead actor, another scheduler's (actors
+  ** never migrate), or one whose timer is still armed would corrupt the queue or the heap. */
+  SMARM_ASSERT(a->sched == s);
+  SMARM_ASSERT(a->state != ACTOR_RUNNABLE && a->state != ACTOR_DEAD);
+  SMARM_ASSERT(a->timer.index < 0);
   a->state = ACTOR_RUNNABLE;
   a->run_next = NULL;
   if (s->run_tail)
@@ -175,6 +187,7 @@ void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 
 void sched_wake(sched_t *s, actor_t *a)
 {
+  SMARM_ASSERT(actor_is_parked(a));
   if (a->timer.index >= 0)
     timer_remove(&s->timers, &a->timer);
   runq_push(s, a);
@@ -185,96 +198,10 @@ static void fire_timers(sched_t *s, int64_t now)
   deadline_t *t;
   while ((t = timer_first(&s->timers)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
+    SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
     timer_remove(&s->timers, t);
     a->timed_out = 1;
     runq_push(s, a);
-  }
-}
-
-void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
-{
-  if (inbox_push(&target->inbox, m))
-    stat_add(&s->stats.wakes, 1);
-  stat_add(&s->stats.remote_sent, 1);
-}
-
-typedef struct spawn_request {
-  smarm_actor_fn fn;
-  void *arg;
-  size_t stack_size;
-  void *data;
-} spawn_request_t;
-
-/* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
-** the request's own block: every request is allocated with room for the answer. */
-static void reply(sched_t *s, smarm_msg_t *m, int64_t answer)
-{
-  smarm_pid_t asker = m->from;
-  m->kind = MSG_REPLY;
-  m->to = asker;
-  m->from = 0;
-  memcpy(m->data, &answer, sizeof answer);
-  sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
-}
-
-static void deliver(sched_t *s, smarm_msg_t *m)
-{
-  actor_t *a;
-  switch (m->kind) {
-  case MSG_USER:
-    a = sched_lookup(s, m->to);
-    if (!a) { /* the receiver died after the send: dropped, as documented */
-      msg_release(m);
-      return;
-    }
-    sched_deliver(s, a, m);
-    return;
-  case MSG_SPAWN: {
-    spawn_request_t *req = (spawn_request_t *)m->data;
-    smarm_pid_t pid = 0;
-    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
-    reply(s, m, rc < 0 ? rc : (int64_t)pid);
-    return;
-  }
-  case MSG_ALIVE:
-    reply(s, m, sched_lookup(s, m->to) != NULL);
-    return;
-  case MSG_REPLY:
-    a = sched_lookup(s, m->to);
-    if (a && a->state == ACTOR_WAIT_REPLY) {
-      memcpy(&a->reply, m->data, sizeof a->reply);
-      sched_wake(s, a);
-    }
-    free(m);
-    return;
-  case MSG_STOP:
-    s->stopping = 1;
-    free(m);
-    return;
-  case MSG_WAKE: {
-    uint64_t token;
-    memcpy(&token, m->data, sizeof token);
-    a = sched_lookup(s, m->to);
-    free(m);
-    if (!a || token != a->await_token)
-      return; /* gone, or an await that timed out: nobody waits for it */
-    a->await_woken = token; /* kept if the actor has not parked yet */
-    if (a->state == ACTOR_WAIT_WAKE)
-      sched_wake(s, a);
-    return;
-  }
-  default:
-    SMARM_CHECK(0, "unknown inbox item");
-  }
-}
-
-void sched_take_inbox(sched_t *s)
-{
-  smarm_msg_t *m = inbox_take_all(&s->inbox);
-  while (m) {
-    smarm_msg_t *next = m->next;
-    deliver(s, m);
-    m = next;
   }
 }
 
@@ -507,6 +434,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
     goto nomem;
   }
   a->sched = s;
+  a->state = ACTOR_NEW;
   a->pid = make_pid(s->index, index, s->table.entries[index].gen);
   a->timed_out = 0;
   a->timer.index = -1;
@@ -537,17 +465,10 @@ nomem:
 
 /* ---- Public API: the calling actor --------------------------------------------------------- */
 
-static inline actor_t *self_actor(sched_t **s_out)
-{
-  sched_t *s = sched_tls;
-  *s_out = s;
-  return s ? s->current : NULL;
-}
-
 void smarm_yield(void)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (!self)
     return;
   sched_poll(s);
@@ -584,7 +505,7 @@ int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
 int smarm_sleep(int64_t ns)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
   if (ns <= 0) {
@@ -598,7 +519,7 @@ int smarm_sleep(int64_t ns)
 uint64_t smarm_await_token(void)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (!self)
     return 0;
   return self->await_token += 1; /* starts at 1: 0 is never a token */
@@ -607,7 +528,7 @@ uint64_t smarm_await_token(void)
 int smarm_await(uint64_t token, int64_t timeout_ns)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
   if (token == 0 || token != self->await_token)
@@ -624,67 +545,10 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
   return self->await_woken == token ? 0 : -ETIMEDOUT;
 }
 
-int smarm_wake(smarm_pid_t pid, uint64_t token) { return smarm_wake_many(&pid, &token, 1); }
-
-/* Any thread reaches the actors' schedulers through the runtime's users count (runtime.c):
-** either it sees no runtime, or scheduler 0 waits for it before draining inboxes. The wakes are
-** chained per scheduler (newest first, so that each scheduler takes them in order) and each
-** chain goes out in one push; a scheduler caller counts them in its own statistics. */
-int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
-{
-  if (n == 0)
-    return 0;
-  runtime_t *rt = runtime_enter();
-  if (!rt)
-    return -ESRCH;
-  struct chain {
-    sched_t *target;
-    smarm_msg_t *newest, *oldest;
-  } chains[8];
-  int nchains = 0, rc = 0;
-  sched_t *self = sched_tls;
-  for (size_t i = 0; i <= n; i++) {
-    /* past the last pair, or no room for one more scheduler: push what is chained */
-    if (i == n || nchains == (int)(sizeof chains / sizeof *chains)) {
-      for (int c = 0; c < nchains; c++) {
-        int woke = inbox_push_chain(&chains[c].target->inbox, chains[c].newest, chains[c].oldest);
-        if (self) {
-          stat_add(&self->stats.wakes, (uint64_t)woke);
-          stat_add(&self->stats.remote_sent, 1);
-        }
-      }
-      nchains = 0;
-      if (i == n)
-        break;
-    }
-    unsigned k = smarm_pid_sched(pids[i]);
-    if (k >= rt->nsched || smarm_pid_gen(pids[i]) == 0) {
-      rc = rc ? rc : -EINVAL;
-      continue;
-    }
-    smarm_msg_t *m = msg_new(MSG_WAKE, sizeof tokens[i]);
-    if (!m) {
-      rc = rc ? rc : -ENOMEM;
-      continue;
-    }
-    memcpy(m->data, &tokens[i], sizeof tokens[i]);
-    m->to = pids[i];
-    int c = 0;
-    while (c < nchains && chains[c].target != &rt->scheds[k])
-      c++;
-    if (c == nchains)
-      chains[nchains++] = (struct chain){&rt->scheds[k], NULL, m};
-    m->next = chains[c].newest;
-    chains[c].newest = m;
-  }
-  runtime_leave();
-  return rc;
-}
-
 void smarm_exit(void)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (self)
     actor_exit(s, self);
 }
@@ -692,21 +556,21 @@ void smarm_exit(void)
 smarm_pid_t smarm_self(void)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   return self ? self->pid : 0;
 }
 
 void *smarm_actor_data(void)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   return self ? self->data : NULL;
 }
 
 void smarm_actor_set_data(void *data)
 {
   sched_t *s;
-  actor_t *self = self_actor(&s);
+  actor_t *self = sched_self(&s);
   if (self)
     self->data = data;
 }
@@ -725,86 +589,10 @@ int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                 smarm_pid_t *pid_out)
 {
   sched_t *s;
-  if (!self_actor(&s))
+  if (!sched_self(&s))
     return -EPERM;
   return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
                            pid_out);
-}
-
-static unsigned pick_any(sched_t *s)
-{
-  runtime_t *rt = s->rt;
-  unsigned start = atomic_fetch_add_explicit(&rt->spawn_rr, 1, memory_order_relaxed) % rt->nsched;
-  unsigned best = start;
-  uint64_t best_live = UINT64_MAX;
-  for (unsigned i = 0; i < rt->nsched; i++) {
-    unsigned k = (start + i) % rt->nsched;
-    uint64_t live = atomic_load_explicit(&rt->scheds[k].stats.live, memory_order_relaxed);
-    if (live < best_live) {
-      best_live = live;
-      best = k;
-    }
-  }
-  return best;
-}
-
-/* Sends request m to scheduler k and parks the caller until that scheduler's MSG_REPLY (see
-** deliver) brings the answer. */
-static int64_t ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
-{
-  m->from = self->pid;
-  self->state = ACTOR_WAIT_REPLY;
-  sched_push_remote(s, &s->rt->scheds[k], m);
-  sched_park(s, self);
-  return self->reply;
-}
-
-int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                   smarm_pid_t *pid_out)
-{
-  sched_t *s;
-  actor_t *self = self_actor(&s);
-  if (!self)
-    return -EPERM;
-  size_t stack_size = opts ? opts->stack_size : 0;
-  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)))
-    return -EINVAL;
-  if (sched == SMARM_SCHED_ANY)
-    sched = (int)pick_any(s);
-  if (sched < 0 || (unsigned)sched >= s->rt->nsched)
-    return -EINVAL;
-  if ((unsigned)sched == s->index)
-    return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
-  _Static_assert(sizeof(spawn_request_t) >= sizeof(int64_t), "room for the reply");
-  smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
-  if (!m)
-    return -ENOMEM;
-  spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
-  memcpy(m->data, &req, sizeof req);
-  int64_t answer = ask(s, self, (unsigned)sched, m);
-  if (answer < 0)
-    return (int)answer;
-  if (pid_out)
-    *pid_out = (smarm_pid_t)answer;
-  return 0;
-}
-
-int smarm_alive(smarm_pid_t pid)
-{
-  sched_t *s;
-  actor_t *self = self_actor(&s);
-  if (!self)
-    return -EPERM;
-  unsigned k = smarm_pid_sched(pid);
-  if (k == s->index)
-    return sched_lookup(s, pid) != NULL;
-  if (k >= s->rt->nsched)
-    return 0;
-  smarm_msg_t *m = msg_new(MSG_ALIVE, sizeof(int64_t));
-  if (!m)
-    return -ENOMEM;
-  m->to = pid;
-  return (int)ask(s, self, k, m);
 }
 
 /* ---- Setup and teardown -------------------------------------------------------------------- */

@@ -21,7 +21,7 @@
 #include "../arch/context.h"
 #include "../smarm.h"
 #include "check.h"
-#include "fiber.h"
+#include "annotate.h"
 #include "inbox.h"
 #include "mailbox.h"
 #include "stack.h"
@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 enum actor_state {
+  ACTOR_NEW,         /* being built by spawn, not queued yet */
   ACTOR_RUNNING,
   ACTOR_RUNNABLE,    /* in the run queue */
   ACTOR_WAIT_MSG,    /* parked in receive (maybe with a timer) */
@@ -144,6 +145,14 @@ void sched_park(sched_t *s, actor_t *self);           /* self->state already set
 void sched_take_inbox(sched_t *s);
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
 void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
+
+/* The calling actor (NULL outside an actor); *s_out gets the calling thread's scheduler. */
+static inline actor_t *sched_self(sched_t **s_out)
+{
+  sched_t *s = sched_tls;
+  *s_out = s;
+  return s ? s->current : NULL;
+}
 
 /* Owner-side count bump, visible to readers on other threads. */
 static inline void stat_add(_Atomic uint64_t *c, uint64_t n)

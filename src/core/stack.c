@@ -5,7 +5,7 @@
 #include "stack.h"
 
 #include "check.h"
-#include "fiber.h"
+#include "annotate.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -31,8 +31,6 @@
 #define _GNU_SOURCE
 #include "io.h"
 
-#include "core/signals.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -52,7 +50,55 @@ static pthread_t io_thread;
 static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
 static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
 
-#define IO_INTERRUPT_SIGNAL SMARM_IO_INTERRUPT_SIGNAL /* core/signals.h */
+/* Sent to pool threads blocked in a work function at the stop; ignored by default, so harmless
+** where nobody handles it. */
+#define IO_INTERRUPT_SIGNAL SIGURG
+
+/* The asynchronous signals whose handlers belong on the IO thread (io_sched_thread_enter). */
+static void io_signal_set(sigset_t *set)
+{
+  sigemptyset(set);
+  sigaddset(set, SIGCHLD);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGHUP);
+  sigaddset(set, IO_INTERRUPT_SIGNAL);
+}
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+static _Thread_local sigset_t sched_old_mask;
+
+void io_sched_thread_enter(unsigned sched, void *userdata)
+{
+  (void)sched;
+  (void)userdata;
+  sigset_t set;
+  io_signal_set(&set);
+  pthread_sigmask(SIG_BLOCK, &set, &sched_old_mask);
+}
+
+void io_sched_thread_leave(unsigned sched, void *userdata)
+{
+  (void)sched;
+  (void)userdata;
+  pthread_sigmask(SIG_SETMASK, &sched_old_mask, NULL);
+}
+#else
+void io_sched_thread_enter(unsigned sched, void *userdata)
+{
+  (void)sched;
+  (void)userdata;
+}
+
+void io_sched_thread_leave(unsigned sched, void *userdata)
+{
+  (void)sched;
+  (void)userdata;
+}
+#endif
 typedef struct busy_worker {
   pthread_t thread;
   struct busy_worker *prev, *next;
@@ -281,9 +327,9 @@ static void *io_main(void *arg)
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
   /* This thread (started by an actor's scheduler) takes the signals libuv handles even where the
-  ** schedulers block them (runtime.c, TSan builds). */
+  ** schedulers block them (io_sched_thread_enter, TSan builds). */
   sigset_t async_set;
-  smarm_io_signal_set(&async_set);
+  io_signal_set(&async_set);
   pthread_sigmask(SIG_UNBLOCK, &async_set, NULL);
   int64_t busy_at = smarm_now_ns();
   uint64_t seen = io_activity;

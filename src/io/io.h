@@ -112,6 +112,18 @@ void io_on_stop(io_stop_fn fn);
 ** up rather than retry (io_interrupted). */
 void io_shutdown(void);
 
+/* The scheduler threads of a runtime that uses the IO thread call these from their
+** smarm_config_t on_sched_start / on_sched_stop hooks (the Lua binding does). Under
+** ThreadSanitizer they block the asynchronous signals whose handlers belong on the IO thread
+** (SIGCHLD for processes, SIGINT/SIGTERM/SIGHUP for smarm.signal, the interrupt signal of the
+** stop): TSan runs a handler only when the receiving thread next passes one of its
+** interceptors, and a scheduler parked in a raw futex call passes none, so such a signal could
+** stay unhandled for good; blocked there, the kernel hands it to the IO thread, which unblocks
+** them. Elsewhere a handler runs at once in whichever thread the kernel picks, and these do
+** nothing. */
+void io_sched_thread_enter(unsigned sched, void *userdata);
+void io_sched_thread_leave(unsigned sched, void *userdata);
+
 /* For work functions: 1 once the IO layer is stopping, when a system call that failed with EINTR
 ** must not be retried. */
 int io_interrupted(void);

@@ -292,6 +292,7 @@ static void on_sched_start(unsigned k, void *ud)
 {
   lrun_t *run = ud;
   lvm_t *vm = &run->vms[k];
+  io_sched_thread_enter(k, NULL);
   if (k == 0) {
     vm->L = run->caller;
     vm->owned = 0;
@@ -328,6 +329,7 @@ static void on_sched_stop(unsigned k, void *ud)
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
   }
   vm->L = NULL;
+  io_sched_thread_leave(k, NULL);
 }
 
 /* ---- Parking safely ------------------------------------------------------------------------ */

@@ -13,8 +13,8 @@
 **    __tsan_switch_to_fiber(target, 0) right before the switch (flag 0: the switch synchronises,
 **    which is true, since both sides run on one thread).
 */
-#ifndef SMARM_CORE_FIBER_H
-#define SMARM_CORE_FIBER_H
+#ifndef SMARM_CORE_ANNOTATE_H
+#define SMARM_CORE_ANNOTATE_H
 
 #include <stddef.h>
 

@@ -1,0 +1,187 @@
+/*
+** The protocol between schedulers: everything one scheduler's inbox carries from other threads,
+** and how its owner delivers each item.
+**
+** Items are message blocks of the kinds in message.h. Messages (MSG_USER) go to the receiver's
+** mailbox; wakes (MSG_WAKE, from smarm_wake on any thread) to an actor awaiting that token;
+** requests (MSG_SPAWN, MSG_ALIVE) are answered with their own block turned into a MSG_REPLY to
+** the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the scheduler's loop.
+** Only the owner of a scheduler touches its actors, so every question about them (may I spawn
+** here, is this pid alive) travels as such a request.
+**
+** Order: one producer's pushes onto one inbox are taken in push order (inbox.h), and an actor
+** never changes scheduler, so whatever one actor sends another (messages, requests) arrives in
+** the order sent.
+**
+** Everything here runs on a scheduler thread; sched_push_remote() is the one place that writes
+** another scheduler's inbox (any thread's wakes go through any_thread.c).
+*/
+#include "runtime.h"
+#include "sched.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
+{
+  if (inbox_push(&target->inbox, m))
+    stat_add(&s->stats.wakes, 1);
+  stat_add(&s->stats.remote_sent, 1);
+}
+
+typedef struct spawn_request {
+  smarm_actor_fn fn;
+  void *arg;
+  size_t stack_size;
+  void *data;
+} spawn_request_t;
+
+/* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
+** the request's own block: every request is allocated with room for the answer. */
+static void reply(sched_t *s, smarm_msg_t *m, int64_t answer)
+{
+  smarm_pid_t asker = m->from;
+  m->kind = MSG_REPLY;
+  m->to = asker;
+  m->from = 0;
+  memcpy(m->data, &answer, sizeof answer);
+  sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
+}
+
+static void deliver(sched_t *s, smarm_msg_t *m)
+{
+  actor_t *a;
+  switch (m->kind) {
+  case MSG_USER:
+    a = sched_lookup(s, m->to);
+    if (!a) { /* the receiver died after the send: dropped, as documented */
+      msg_release(m);
+      return;
+    }
+    sched_deliver(s, a, m);
+    return;
+  case MSG_SPAWN: {
+    spawn_request_t *req = (spawn_request_t *)m->data;
+    smarm_pid_t pid = 0;
+    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
+    reply(s, m, rc < 0 ? rc : (int64_t)pid);
+    return;
+  }
+  case MSG_ALIVE:
+    reply(s, m, sched_lookup(s, m->to) != NULL);
+    return;
+  case MSG_REPLY:
+    a = sched_lookup(s, m->to);
+    if (a && a->state == ACTOR_WAIT_REPLY) {
+      memcpy(&a->reply, m->data, sizeof a->reply);
+      sched_wake(s, a);
+    }
+    free(m);
+    return;
+  case MSG_STOP:
+    s->stopping = 1;
+    free(m);
+    return;
+  case MSG_WAKE: {
+    uint64_t token;
+    memcpy(&token, m->data, sizeof token);
+    a = sched_lookup(s, m->to);
+    free(m);
+    if (!a || token != a->await_token)
+      return; /* gone, or an await that timed out: nobody waits for it */
+    a->await_woken = token; /* kept if the actor has not parked yet */
+    if (a->state == ACTOR_WAIT_WAKE)
+      sched_wake(s, a);
+    return;
+  }
+  default:
+    SMARM_CHECK(0, "unknown inbox item");
+  }
+}
+
+void sched_take_inbox(sched_t *s)
+{
+  smarm_msg_t *m = inbox_take_all(&s->inbox);
+  while (m) {
+    smarm_msg_t *next = m->next;
+    deliver(s, m);
+    m = next;
+  }
+}
+
+static unsigned pick_any(sched_t *s)
+{
+  runtime_t *rt = s->rt;
+  unsigned start = atomic_fetch_add_explicit(&rt->spawn_rr, 1, memory_order_relaxed) % rt->nsched;
+  unsigned best = start;
+  uint64_t best_live = UINT64_MAX;
+  for (unsigned i = 0; i < rt->nsched; i++) {
+    unsigned k = (start + i) % rt->nsched;
+    uint64_t live = atomic_load_explicit(&rt->scheds[k].stats.live, memory_order_relaxed);
+    if (live < best_live) {
+      best_live = live;
+      best = k;
+    }
+  }
+  return best;
+}
+
+/* Sends request m to scheduler k and parks the caller until that scheduler's MSG_REPLY (see
+** deliver) brings the answer. */
+static int64_t ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
+{
+  m->from = self->pid;
+  self->state = ACTOR_WAIT_REPLY;
+  sched_push_remote(s, &s->rt->scheds[k], m);
+  sched_park(s, self);
+  return self->reply;
+}
+
+int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                   smarm_pid_t *pid_out)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  size_t stack_size = opts ? opts->stack_size : 0;
+  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)))
+    return -EINVAL;
+  if (sched == SMARM_SCHED_ANY)
+    sched = (int)pick_any(s);
+  if (sched < 0 || (unsigned)sched >= s->rt->nsched)
+    return -EINVAL;
+  if ((unsigned)sched == s->index)
+    return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
+  _Static_assert(sizeof(spawn_request_t) >= sizeof(int64_t), "room for the reply");
+  smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
+  if (!m)
+    return -ENOMEM;
+  spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
+  memcpy(m->data, &req, sizeof req);
+  int64_t answer = ask(s, self, (unsigned)sched, m);
+  if (answer < 0)
+    return (int)answer;
+  if (pid_out)
+    *pid_out = (smarm_pid_t)answer;
+  return 0;
+}
+
+int smarm_alive(smarm_pid_t pid)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  unsigned k = smarm_pid_sched(pid);
+  if (k == s->index)
+    return sched_lookup(s, pid) != NULL;
+  if (k >= s->rt->nsched)
+    return 0;
+  smarm_msg_t *m = msg_new(MSG_ALIVE, sizeof(int64_t));
+  if (!m)
+    return -ENOMEM;
+  m->to = pid;
+  return (int)ask(s, self, k, m);
+}
