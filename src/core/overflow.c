@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "runtime.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,10 +87,11 @@ int overflow_install(void)
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGSEGV, &sa, &old_segv) != 0)
-    return -1;
+    return -errno;
   if (sigaction(SIGBUS, &sa, &old_bus) != 0) {
+    int err = -errno;
     sigaction(SIGSEGV, &old_segv, NULL);
-    return -1;
+    return err;
   }
   return 0;
 }
@@ -110,17 +112,18 @@ int overflow_thread_enter(void **altstack_out)
 {
   altstack_t *as = malloc(sizeof *as);
   if (!as)
-    return -1;
+    return -ENOMEM;
   as->mem = mmap(NULL, ALTSTACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (as->mem == MAP_FAILED) {
     free(as);
-    return -1;
+    return -ENOMEM;
   }
   stack_t ss = {.ss_sp = as->mem, .ss_size = ALTSTACK_BYTES, .ss_flags = 0};
   if (sigaltstack(&ss, &as->old) != 0) {
+    int err = -errno;
     munmap(as->mem, ALTSTACK_BYTES);
     free(as);
-    return -1;
+    return err;
   }
   *altstack_out = as;
   return 0;

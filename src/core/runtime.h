@@ -35,7 +35,7 @@ void runtime_unpublish(void);
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void runtime_request_stop(runtime_t *rt);
 
-/* Per-thread setup and teardown of the overflow reporter (overflow.c). */
+/* Per-thread setup and teardown of the overflow reporter (overflow.c): 0 or a negative errno. */
 int overflow_install(void);
 void overflow_uninstall(void);
 int overflow_thread_enter(void **altstack_out);

@@ -25,7 +25,7 @@ int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port)
     uv_ip6_name(in6, out, size);
     return 6;
   }
-  return -1;
+  return -EAFNOSUPPORT;
 }
 
 typedef struct resolving {

@@ -23,7 +23,7 @@ typedef struct dns_req {
 
 struct sockaddr;
 
-/* An IPv4 or IPv6 address as numeric text and its port; returns 4 or 6, or -1 for another
+/* An IPv4 or IPv6 address as numeric text and its port; returns 4 or 6, or -EAFNOSUPPORT for another
 ** family. (Also for the names of sockets, tcp.c.) */
 int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port);
 

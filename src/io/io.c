@@ -516,7 +516,7 @@ int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
     grown *= 2;
   char *more = realloc(*data, grown);
   if (!more)
-    return -1;
+    return -ENOMEM;
   *data = more;
   *cap = grown;
   return 0;

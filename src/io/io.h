@@ -129,7 +129,7 @@ void io_sched_thread_leave(unsigned sched, void *userdata);
 int io_interrupted(void);
 
 /* For libuv allocation callbacks: grows *data (capacity *cap, of which len bytes are used) by
-** doubling, from `room` up, until at least `room` bytes are free. 0, or -1 when out of memory
+** doubling, from `room` up, until at least `room` bytes are free. 0, or -ENOMEM when out of memory
 ** (the buffer stays as it was). */
 int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room);
 
