@@ -424,8 +424,44 @@ typedef struct lfile {
   int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
   int closing; /* close() came while busy: the last of them closes */
   int handed;  /* sent in a message: another actor has it */
+  uint32_t run; /* the run that made it (lsmarm_run_generation): its end closed the file */
   char *path;
 } lfile_t;
+
+/* Registry key of the VM's open files (weak keys: file userdata -> true), for lio_end_run. */
+static const char open_files_key = 0;
+
+/* A file of a run that has ended: that run's end closed its descriptor, whose number may be
+** another file's now. */
+static int file_stale(const lfile_t *f) { return f->run != lsmarm_run_generation(); }
+
+/* Sets the metatable of the new file userdata on top and records it as open in its VM. */
+static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
+{
+  f->fd = fd;
+  f->busy = f->closing = f->handed = 0;
+  f->run = lsmarm_run_generation();
+  f->path = path;
+  luaL_getmetatable(L, FILE_MT);
+  lua_setmetatable(L, -2);
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, (void *)&open_files_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
 
 static void post_file_close(lfile_t *f);
 
@@ -442,6 +478,8 @@ static void file_leave(lfile_t *f)
 static lfile_t *check_file(lua_State *L, const char *fname)
 {
   lfile_t *f = luaL_checkudata(L, 1, FILE_MT);
+  if (file_stale(f))
+    luaL_error(L, "smarm.fs.%s: the file belongs to an earlier run", fname);
   if (f->handed)
     luaL_error(L, "smarm.fs.%s: the file was handed to another actor", fname);
   if (f->fd < 0 || f->closing)
@@ -482,12 +520,8 @@ static int l_open(lua_State *L)
   int n = run(L, r, "fs.open", r->path);
   if (!n) {
     lfile_t *f = lua_newuserdata(L, sizeof *f);
-    f->fd = r->fd;
-    f->busy = f->closing = f->handed = 0;
-    f->path = r->path; /* kept for messages */
+    file_made(L, f, r->fd, r->path); /* the path is kept for messages */
     r->path = NULL;
-    luaL_getmetatable(L, FILE_MT);
-    lua_setmetatable(L, -2);
     n = 1;
   }
   lio_unbox(L, box);
@@ -583,7 +617,8 @@ static int f_close(lua_State *L)
 static int f_gc(lua_State *L)
 {
   lfile_t *f = lua_touserdata(L, 1);
-  post_file_close(f);
+  if (!file_stale(f)) /* a stale file's descriptor went with its run (lio_end_run) */
+    post_file_close(f);
   free(f->path);
   f->path = NULL;
   return 0;
@@ -592,7 +627,8 @@ static int f_gc(lua_State *L)
 static int f_tostring(lua_State *L)
 {
   lfile_t *f = lua_touserdata(L, 1);
-  lua_pushfstring(L, "fs.file (%s)", f->fd < 0 ? "closed" : f->path ? f->path : "?");
+  lua_pushfstring(L, "fs.file (%s)", file_stale(f) ? "closed with an earlier run"
+                                    : f->fd < 0 ? "closed" : f->path ? f->path : "?");
   return 1;
 }
 
@@ -601,6 +637,8 @@ int lio_file_handle_of(lua_State *L, int idx, void **file, ltcp_handle_t *h)
   lfile_t *f = luaL_testudata(L, idx, FILE_MT);
   if (!f)
     return 0;
+  if (file_stale(f))
+    luaL_error(L, "smarm.send: the file belongs to an earlier run");
   if (f->handed || f->fd < 0 || f->closing)
     luaL_error(L, "smarm.send: the file is %s", f->handed ? "handed to another actor" : "closed");
   if (f->busy)
@@ -622,11 +660,29 @@ void lio_file_handed_over(void *file)
 void lio_push_file(lua_State *L, const ltcp_handle_t *h)
 {
   lfile_t *f = lua_newuserdata(L, sizeof *f);
-  f->fd = h->fd;
-  f->busy = f->closing = f->handed = 0;
-  f->path = strdup("(a file handed over)");
-  luaL_getmetatable(L, FILE_MT);
-  lua_setmetatable(L, -2);
+  file_made(L, f, h->fd, strdup("(a file handed over)"));
+}
+
+void lio_end_run(lua_State *L)
+{
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    lfile_t *f = lua_touserdata(L, -2);
+    if (f->fd >= 0) /* no pool work is in flight any more (io_shutdown): close it here */
+      close(f->fd);
+    f->fd = -1;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
 void lio_drop_file(const ltcp_handle_t *h)

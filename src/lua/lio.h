@@ -28,6 +28,10 @@ void lio_file_handed_over(void *file);
 void lio_push_file(lua_State *L, const struct ltcp_handle *h);
 void lio_drop_file(const struct ltcp_handle *h); /* nobody received it: close it (any thread) */
 
+/* After a run (the IO thread has stopped): closes the files of the run still open in L's VM, the
+** one VM that outlives its runs; their handles are stale from now on. */
+void lio_end_run(lua_State *L);
+
 /* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" (just the reason without
 ** a subject) and libuv's error name. Returns how many values it pushed. */
 int lio_push_failure(lua_State *L, int err, const char *subject);

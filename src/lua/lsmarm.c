@@ -178,6 +178,12 @@ typedef struct lrun {
 
 static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
 
+/* Bumped by smarm.run's caller before the schedulers start and after they have been joined, so
+** scheduler threads read it without a race (thread creation and join order the accesses). */
+static uint32_t run_generation;
+
+uint32_t lsmarm_run_generation(void) { return run_generation; }
+
 /* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
 ** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
@@ -1032,8 +1038,11 @@ static int l_run(lua_State *L)
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.userdata = &run;
   current_run = &run;
+  run_generation++; /* handles made from here on belong to this run */
   int rc = smarm_run(&cfg, lactor_main, main);
   io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
+  lio_end_run(L); /* the run's files still open in this VM (the others are closed) */
+  run_generation++; /* every handle of the run is stale now: its sockets and files are closed */
   current_run = NULL;
   ljx_after_switch(L);
   free(run.vms);

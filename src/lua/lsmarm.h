@@ -22,6 +22,10 @@ int lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const c
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
 int64_t lsmarm_timeout_ns(lua_Number seconds);
 
+/* Which run is going on: a number that changes when a run starts and again when it ends, so a
+** handle (socket, file) stamped with it at its making is known stale once its run is over. */
+uint32_t lsmarm_run_generation(void);
+
 /* package.preload["smarm.core"] = the binding, in L's VM. */
 void lsmarm_preload(lua_State *L);
 

@@ -42,7 +42,12 @@ typedef struct lsock {
   int sending;    /* sends of this handle parked in the IO thread now */
   int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
+  uint32_t run;   /* the run that made it (lsmarm_run_generation): its end closed the socket */
 } lsock_t;
+
+/* A socket of a run that has ended: its id and descriptor were closed with that run, and the
+** number may be another socket's now, so nothing may be done with either. */
+static int stale(const lsock_t *s) { return s->run != lsmarm_run_generation(); }
 
 static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 {
@@ -53,6 +58,7 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
   s->listener = listener;
   s->state = OPEN;
   s->timeout = -1;
+  s->run = lsmarm_run_generation();
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
 }
@@ -69,6 +75,8 @@ static lsock_t *test_sock(lua_State *L, int idx, int listener)
 
 static void check_open(lua_State *L, const lsock_t *s, const char *fname)
 {
+  if (stale(s))
+    luaL_error(L, "smarm.tcp.%s: the socket belongs to an earlier run", fname);
   if (s->state == CLOSED)
     luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
   if (s->state == HANDED_OVER)
@@ -453,7 +461,7 @@ static void post_close_id(uint64_t id)
 
 static void post_close(lsock_t *s)
 {
-  if (s->state != OPEN)
+  if (s->state != OPEN || stale(s)) /* a stale id names nothing of a later IO loop, but why ask */
     return;
   s->state = CLOSED;
   post_close_id(s->id);
@@ -530,7 +538,8 @@ static int m_tostring(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
   lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn",
-                  s->state == OPEN ? "open" : s->state == CLOSED ? "closed" : "handed over");
+                  stale(s) ? "closed with an earlier run" : s->state == OPEN ? "open"
+                  : s->state == CLOSED ? "closed" : "handed over");
   return 1;
 }
 
