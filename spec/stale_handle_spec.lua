@@ -4,6 +4,8 @@
 -- Its __gc in a later run must not close anything of that run either.
 local smarm = require("smarm")
 
+local fd_count = dofile("spec/support/fds.lua")
+
 -- A connected pair (client, server side) and the listener, inside an actor.
 local function pair()
   local server = assert(smarm.tcp.listen("127.0.0.1", 0))
@@ -96,6 +98,19 @@ describe("handles of an earlier run", function()
     local f = assert(io.open(path))
     assert.are.equal("old run", f:read("*a"))
     f:close()
+  end)
+
+  it("have their descriptors closed by the end of their run", function()
+    local before = fd_count()
+    local kept = smarm.run(function()
+      local files = {}
+      for i = 1, 20 do files[i] = assert(smarm.fs.open(dir .. "/kept" .. i, "w")) end
+      local client, conn, server = pair()
+      return { files = files, client = client, conn = conn, server = server }
+    end)
+    local after = fd_count()
+    assert.are.equal(20, #kept.files) -- all still referenced here
+    assert.is_true(after < before + 20, before .. " descriptors before, " .. after .. " after")
   end)
 
   it("raise between runs as well", function()
