@@ -11,6 +11,10 @@
 **   smarm -v                            versions
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
+**
+** This file parses the command line and loads the script; how a script or the prompt then runs
+** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with SMARM_LUA_DIR (the
+** source tree's lua/ folder, an absolute path): the executable works from any directory.
 */
 #define _GNU_SOURCE
 #include "lsmarm.h"
