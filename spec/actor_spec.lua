@@ -435,6 +435,56 @@ describe("parking where it would corrupt LuaJIT", function()
     assert.are.equal(5, last)
   end)
 
+  it("refuses a receive that would wait (in a finalizer, a hook, a callback); a poll still works", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "void qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));")
+    -- Each try: receive with a timeout, a selective one with a timeout, then a poll (0: no park).
+    local function tries(out)
+      local function try(...)
+        local ok, e = pcall(smarm.receive, ...)
+        out[#out + 1] = ok and "ok" or e:match("cannot park [^(]*"):gsub("%s+$", "")
+      end
+      try(0.01)
+      try(function() return true end, 0.01)
+      local ok, a, b = pcall(smarm.receive, 0)
+      out[#out + 1] = ok and (tostring(a) .. "," .. tostring(b)) or a
+    end
+    local r = smarm.run(function()
+      local out = { gc = {}, hook = {}, ffi = {} }
+      local p = newproxy(true)
+      getmetatable(p).__gc = function() tries(out.gc) end
+      p = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      debug.sethook(function()
+        debug.sethook()
+        tries(out.hook)
+      end, "", 1)
+      local _ = out.hook.x -- a few instructions for the count hook
+      debug.sethook()
+      local arr = ffi.new("int[2]", 2, 1)
+      local cmp = ffi.cast("int (*)(const void *, const void *)", function(a, b)
+        if #out.ffi == 0 then tries(out.ffi) end
+        return ffi.cast("const int *", a)[0] - ffi.cast("const int *", b)[0]
+      end)
+      ffi.C.qsort(arr, 2, ffi.sizeof("int"), cmp)
+      cmp:free()
+      -- the VM still parks and receives afterwards
+      smarm.send(smarm.self(), "after")
+      out.after = smarm.receive(0.01)
+      out.timeout = select(2, smarm.receive(0.001))
+      return out
+    end)
+    assert.are.same({ "cannot park inside a __gc finalizer", "cannot park inside a __gc finalizer",
+      "nil,timeout" }, r.gc)
+    assert.are.same({ "cannot park inside a debug hook", "cannot park inside a debug hook",
+      "nil,timeout" }, r.hook)
+    assert.are.same({ "cannot park inside an FFI callback", "cannot park inside an FFI callback",
+      "nil,timeout" }, r.ffi)
+    assert.are.equal("after", r.after)
+    assert.are.equal("timeout", r.timeout)
+  end)
+
   it("is refused outside an actor", function()
     assert.has_error(function() smarm.yield() end, "smarm.yield: not inside an actor (call it from smarm.run)")
     assert.has_error(function() smarm.sleep(0) end)

@@ -1,5 +1,7 @@
 -- smarm.spawn_on: functions moving between VMs, messages across schedulers, require safety.
 local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: receive limits below only guard against a hang
 
 package.path = "spec/fixtures/?.lua;" .. package.path
 
@@ -13,7 +15,7 @@ describe("smarm.spawn_on", function()
         smarm.send(me, { sched = smarm.scheduler(), v = a * config.factor, name = config.name,
           self = smarm.self() })
       end, 4, { changed = false })
-      local got = smarm.receive(5)
+      local got = guard.receive("the spawned actor's report")
       got.pid_matches = got.self == p
       got.pid_sched = tostring(p):match("^<(%d+)%.")
       return got
@@ -32,7 +34,7 @@ describe("smarm.spawn_on", function()
       smarm.spawn_on(2, function()
         smarm.send(me, fmt("%s-%d", type(smarm.receive), smarm.scheduler()))
       end)
-      return smarm.receive(5)
+      return guard.receive("the spawned actor's report")
     end, { schedulers = 2 })
     assert.are.equal("function-2", r)
   end)
@@ -57,7 +59,7 @@ describe("smarm.spawn_on", function()
   it("spawns by 'module.function' name", function()
     local r = smarm.run(function()
       smarm.spawn_on(2, "smarm_slow_module.where", smarm.self(), "named")
-      return smarm.receive(5)
+      return guard.receive("the named function's report")
     end, { schedulers = 2 })
     assert.are.equal("named", r.tag)
     assert.are.equal(2, r.sched)
@@ -68,8 +70,9 @@ describe("smarm.spawn_on", function()
       local me = smarm.self()
       local c = { 0, 0 }
       for _ = 1, 40 do
-        smarm.spawn_on("any", function() smarm.send(me, smarm.scheduler()); smarm.sleep(10) end)
-        local k = smarm.receive(5)
+        -- each stays alive (parked) until the run ends, so that it counts for the balance
+        smarm.spawn_on("any", function() smarm.send(me, smarm.scheduler()); smarm.receive() end)
+        local k = guard.receive("a spawned actor's scheduler")
         c[k] = c[k] + 1
       end
       return c
@@ -96,9 +99,10 @@ describe("smarm.spawn_on", function()
 
   it("reports a bad 'module.function' in the new actor, which dies alone", function()
     local still = smarm.run(function()
-      smarm.spawn_on(2, "no_such_module_here.fn")
-      smarm.spawn_on(2, "smarm_slow_module.nothing")
-      smarm.sleep(0.05)
+      local a = smarm.spawn_on(2, "no_such_module_here.fn")
+      local b = smarm.spawn_on(2, "smarm_slow_module.nothing")
+      guard.ended(a, "the actor of a missing module")
+      guard.ended(b, "the actor of a missing function")
       return "alive"
     end, { schedulers = 2 })
     assert.are.equal("alive", still)
@@ -110,16 +114,16 @@ describe("smarm.spawn_on", function()
       local me = smarm.self()
       local pids = {}
       for i = 1, n do
+        -- no wall-clock budget: an actor may wait as long as the other spawns take
         pids[i] = smarm.spawn_on(i % 2 + 1, function(v)
-          local m = smarm.receive(10)
+          local m = smarm.receive(HANG)
           smarm.send(me, { v = v * m, sched = smarm.scheduler() })
         end, i)
       end
       for i = 1, n do smarm.send(pids[i], 2) end
       local sum, per = 0, { 0, 0 }
       for _ = 1, n do
-        local r = smarm.receive(10)
-        if not r then break end
+        local r = guard.receive("an actor's answer")
         sum = sum + r.v
         per[r.sched] = per[r.sched] + 1
       end
@@ -140,7 +144,7 @@ describe("require while a loader is parked", function()
       for i = 1, 3 do
         smarm.spawn(function() got[i] = require("smarm_slow_module") end)
       end
-      while not (got[1] and got[2] and got[3]) do smarm.sleep(0.005) end
+      guard.wait(function() return got[1] and got[2] and got[3] end, "three requirers")
       return got[1] == got[2] and got[2] == got[3], _G.smarm_slow_module_loads
     end)
     assert.is_true(same)
@@ -152,13 +156,13 @@ describe("require while a loader is parked", function()
     _G.smarm_stuck_module_mode = "park"
     smarm.run(function()
       smarm.spawn(require, "smarm_stuck_module") -- parks in the top level until the run ends
-      smarm.sleep(0.01)
+      smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
     _G.smarm_stuck_module_mode = nil
     local got = smarm.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, require("smarm_stuck_module")) end)
-      return smarm.receive(5)
+      return guard.receive("the requirer's module")
     end)
     assert.are.same({}, got) -- loaded (mode nil), not "timeout" or a loop error
     -- and outside a run, too
@@ -166,7 +170,7 @@ describe("require while a loader is parked", function()
     _G.smarm_stuck_module_mode = "park"
     smarm.run(function()
       smarm.spawn(require, "smarm_stuck_module")
-      smarm.sleep(0.01)
+      smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
     _G.smarm_stuck_module_mode = "plain"
     assert.are.equal("plain", require("smarm_stuck_module").mode)
@@ -182,7 +186,7 @@ describe("require while a loader is parked", function()
         _G.smarm_stuck_module_mode = "second"
         smarm.send(me, require("smarm_stuck_module"))
       end)
-      return smarm.receive(5)
+      return guard.receive("the second requirer's module")
     end)
     _G.smarm_stuck_module_mode = nil
     assert.are.same({ mode = "second" }, got)

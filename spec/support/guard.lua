@@ -1,0 +1,47 @@
+-- Hang guards for the specs, loaded with dofile("spec/support/guard.lua") (busted and
+-- spec/support/runner.lua alike). A spec waits for events: a message, smarm.alive turning
+-- false, a counter reaching its value; never a sleep standing in for one. Each wait still has a
+-- limit, so that a bug fails the spec with a message instead of hanging the run. The limit only
+-- guards against a hang: machines differ 10x in speed (sanitizers, valgrind, qemu, busy
+-- neighbours), so it is long, and reaching it is always a failure, never an expected outcome.
+-- guard.HANG is a number: it travels as an upvalue into smarm.spawn_on bodies, the functions
+-- here do not (use smarm.receive(HANG) there).
+local smarm = require("smarm")
+
+local guard = { HANG = 120 } -- seconds
+
+local function hung(what, how)
+  error(string.format("%s: %s within %d s (a hang guard: something never happened)",
+    what or "spec", how, guard.HANG), 3)
+end
+
+-- smarm.receive([match]) under the guard: the message, or raises "<what>: no message ...".
+function guard.receive(what, match)
+  local msg, err
+  if match then
+    msg, err = smarm.receive(match, guard.HANG)
+  else
+    msg, err = smarm.receive(guard.HANG)
+  end
+  if msg == nil and err == "timeout" then hung(what, "no message") end
+  return msg
+end
+
+-- Polls pred() (sleeping 1 ms between tries) until it returns a true value, which it returns;
+-- raises "<what>: still not so ..." past the guard.
+function guard.wait(pred, what)
+  local deadline = smarm.now() + guard.HANG
+  while true do
+    local v = pred()
+    if v then return v end
+    if smarm.now() > deadline then hung(what, "still not so") end
+    smarm.sleep(0.001)
+  end
+end
+
+-- Waits until pid's actor has ended (it may be on any scheduler).
+function guard.ended(pid, what)
+  guard.wait(function() return not smarm.alive(pid) end, what or ("actor " .. tostring(pid)))
+end
+
+return guard
