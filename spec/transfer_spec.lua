@@ -192,3 +192,90 @@ describe("require while a loader is parked", function()
     assert.are.same({ mode = "second" }, got)
   end)
 end)
+
+describe("handing sockets and files over", function()
+  -- The sender's handles are handed over as soon as smarm.send (or spawn_on) returns: every
+  -- call on them raises at once (docs/api.md, smarm.tcp and smarm.fs), while the receivers'
+  -- handles work. Nothing here waits on the sender's handles, so a hand-over that did not
+  -- happen fails these checks instead of hanging on a socket two actors think is theirs.
+  it("refuses the sender's handles at once, on this scheduler and another", function()
+    local path = os.tmpname()
+    local fh = assert(io.open(path, "w"))
+    fh:write("file bytes")
+    fh:close()
+    local r = smarm.run(function()
+      local me = smarm.self()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local function pair()
+        local c = assert(smarm.tcp.connect("127.0.0.1", port))
+        return c, assert(server:accept())
+      end
+      local out = {}
+      local function refused(fn, ...)
+        local ok, e = pcall(fn, ...)
+        return ok and "not refused" or tostring(e):gsub("^[^:]*:%d+: ", "")
+      end
+      -- receivers: each reads a line from its socket, the file from offset 0, and answers
+      local function serve(owner, m)
+        smarm.send(owner, { m.tag, m.conn:receive(), m.file:read(4, 0) })
+        m.conn:close()
+        m.file:close()
+      end
+      local here = smarm.spawn(function() serve(me, smarm.receive()) end)
+      local there = smarm.spawn_on(2, function(owner) -- serve, on scheduler 2
+        local m = smarm.receive()
+        smarm.send(owner, { m.tag, m.conn:receive(), m.file:read(4, 0) })
+        m.conn:close()
+        m.file:close()
+      end, me)
+      local peers = {}
+      for i, to in ipairs({ here, there }) do
+        local c, peer = pair()
+        local f = assert(smarm.fs.open(path, "r"))
+        peers[i] = peer
+        smarm.send(to, { tag = i, conn = c, file = f })
+        out[i] = {
+          conn = tostring(c),
+          conn_name = refused(c.getsockname, c),
+          conn_send = refused(c.send, c, "x"),
+          conn_close = refused(c.close, c),
+          file_read = refused(f.read, f, 1, 0),
+          file_close = refused(f.close, f),
+          resend = refused(smarm.send, me, { f }),
+        }
+      end
+      -- a spawn_on argument is handed over the same way
+      local c3, peer3 = pair()
+      smarm.spawn_on(2, function(owner, conn)
+        smarm.send(owner, { 3, conn:receive() })
+        conn:close()
+      end, me, c3)
+      out[3] = { conn = tostring(c3), conn_receive = refused(c3.receive, c3) }
+      for i = 1, 3 do peers[i] = peers[i] or peer3; peers[i]:send("line " .. i .. "\n") end
+      out.served = {}
+      for _ = 1, 3 do
+        local m = guard.receive("a receiver's answer")
+        out.served[m[1]] = m
+      end
+      for i = 1, 3 do peers[i]:close() end
+      server:close()
+      return out
+    end, { schedulers = 2 })
+    os.remove(path)
+    for i = 1, 2 do
+      assert.are.same({
+        conn = "tcp.conn (handed over)",
+        conn_name = "smarm.tcp.getsockname: the socket was handed to another actor",
+        conn_send = "smarm.tcp.send: the socket was handed to another actor",
+        conn_close = "smarm.tcp.close: the socket was handed to another actor",
+        file_read = "smarm.fs.read: the file was handed to another actor",
+        file_close = "smarm.fs.close: the file was handed to another actor",
+        resend = "smarm.send: the file is handed to another actor",
+      }, r[i])
+    end
+    assert.are.same({ conn = "tcp.conn (handed over)",
+      conn_receive = "smarm.tcp.receive: the socket was handed to another actor" }, r[3])
+    assert.are.same({ { 1, "line 1", "file" }, { 2, "line 2", "file" }, { 3, "line 3" } }, r.served)
+  end)
+end)
