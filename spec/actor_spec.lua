@@ -1,6 +1,8 @@
 -- smarm's Lua actors: run, spawn, self, pids, yield from anywhere, sleep, exit, errors.
 -- Runs under busted on the LuaJIT built by deps/luajit.sh (release and checking variants).
 local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 describe("smarm.run", function()
   it("runs the main actor and returns its results", function()
@@ -48,10 +50,10 @@ describe("smarm.run", function()
     end)
     local r = smarm.run(function()
       local me = smarm.self()
-      local p = smarm.spawn(function() smarm.send(me, smarm.receive(5)) end)
+      local p = smarm.spawn(function() smarm.send(me, smarm.receive(HANG)) end)
       smarm.send(old[2], "stale") -- dropped: it does not reach p, which may sit in the same slot
       smarm.send(p, "fresh")
-      return { got = smarm.receive(5), same = old[1] == me or old[2] == p,
+      return { got = guard.receive("the fresh actor's echo"), same = old[1] == me or old[2] == p,
         alive = smarm.alive(old[1]) or smarm.alive(old[2]) }
     end)
     assert.are.same({ got = "fresh", same = false, alive = false }, r)
@@ -235,7 +237,7 @@ describe("smarm.spawn and pids", function()
       smarm.send(there, "end")
       smarm.yield()
       out.here_after = smarm.alive(here)
-      local deadline = smarm.now() + 5
+      local deadline = smarm.now() + HANG -- a hang guard
       repeat out.there_after = smarm.alive(there) until not out.there_after or smarm.now() > deadline
       -- from inside a __gc finalizer a remote question cannot park; a local one needs not
       local p = newproxy(true)

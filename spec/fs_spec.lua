@@ -1,6 +1,8 @@
 -- smarm.fs: files through the IO thread (src/lua/lio.c, src/io/io.c).
 local smarm = require("smarm")
 local fd_count = dofile("spec/support/fds.lua")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 local function tmpdir()
   local d = os.tmpname()
@@ -67,14 +69,14 @@ describe("smarm.fs", function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
       local w = assert(smarm.fs.open(dir .. "/fifo", "w")) -- both opens meet
-      local r = smarm.receive(5)[1]
+      local r = guard.receive("the reader's open")[1]
       r:close() -- the IO thread closes it soon, not at once: write until the write fails
       local out
-      for _ = 1, 500 do
+      local deadline = smarm.now() + HANG
+      repeat
         out = { w:write("hello") }
-        if not out[1] then break end
-        smarm.sleep(0.01)
-      end
+        if out[1] then smarm.sleep(0.001) end
+      until not out[1] or smarm.now() > deadline
       w:close()
       return out
     end)
@@ -121,7 +123,7 @@ describe("smarm.fs", function()
       local ticks = 0
       for _ = 1, 50 do smarm.yield(); ticks = ticks + 1 end
       assert(smarm.fs.writefile(fifo, "through the pipe"))
-      return smarm.receive(5), ticks
+      return guard.receive("the FIFO's contents"), ticks
     end, { schedulers = 1 })
     os.execute("rm -rf " .. dir)
     assert.are.equal(50, ticks)
@@ -141,7 +143,7 @@ describe("smarm.fs", function()
         end, me, dir .. "/f" .. i, i)
       end
       local good = 0
-      for _ = 1, n do if smarm.receive(10) then good = good + 1 end end
+      for _ = 1, n do if guard.receive("an actor's answer") then good = good + 1 end end
       return good
     end, { schedulers = 2 })
     os.execute("rm -rf " .. dir)
@@ -162,7 +164,7 @@ describe("smarm.fs", function()
     end)
     os.execute("rm -rf " .. dir)
     assert.are.equal("main done", r)
-    assert.is_true(os.time() - t0 < 10)
+    assert.is_true(os.time() - t0 < HANG) -- only that it was not waited for without end
     -- and the next runtime's IO works
     assert.are.equal("ENOENT", select(3, smarm.run(function() return smarm.fs.readfile(fifo) end)))
   end)
@@ -237,7 +239,7 @@ describe("smarm.fs.open", function()
       smarm.spawn_on(2, function(owner, p) -- another scheduler reads it meanwhile
         smarm.send(owner, { smarm.fs.stat(p).size, #smarm.fs.readfile(p) })
       end, me, path)
-      local half = smarm.receive(5)
+      local half = guard.receive("the other scheduler's view")
       assert(w:write(("b"):rep(4096)))
       assert(w:close())
       local whole = smarm.fs.readfile(path)
@@ -263,15 +265,17 @@ describe("smarm.fs.open", function()
       assert(f:close()) -- waits for the read in flight before the descriptor goes
       local after = select(2, pcall(function() f:read(1) end))
       assert(smarm.fs.writefile(fifo, "12345"))
-      local got = smarm.receive(5)
+      local got = guard.receive("the reader's bytes")
       for i = 1, 50 do -- opened and dropped without close
         local g = assert(smarm.fs.open(dir .. "/other" .. i, "w"))
         g = nil -- luacheck: ignore
       end
       collectgarbage()
       collectgarbage()
-      smarm.sleep(0.05) -- the posted closes run on the pool
-      return { got = got, after = after, open = fd_count() }
+      -- the posted closes run on the pool: wait until they have
+      local open = guard.wait(function() local n = fd_count(); return n <= before + 8 and n end,
+        "closes of collected files", 0.01)
+      return { got = got, after = after, open = open }
     end)
     os.execute("rm -rf " .. dir)
     assert.is_true(r.open <= before + 8, before .. " descriptors before, " .. r.open .. " with 50 dropped")
@@ -294,16 +298,18 @@ describe("files in messages", function()
         m.file:close()
       end, me)
       smarm.send(reader, { file = f })
-      local got = smarm.receive(5)
+      local got = guard.receive("the reader's answer")
       local old = select(2, pcall(function() f:read(1) end))
       -- to an actor that has ended: the file is closed for it
       local gone = smarm.spawn_on(2, function() end)
-      smarm.sleep(0.02)
+      guard.ended(gone)
       for i = 1, 20 do
         smarm.send(gone, { file = assert(smarm.fs.open(dir .. "/f", "r")) })
       end
-      smarm.sleep(0.1)
-      return { got = got, old = old, open = fd_count() }
+      -- dropped on scheduler 2, their closes posted: wait until they have run
+      local open = guard.wait(function() local n = fd_count(); return n <= before + 8 and n end,
+        "closes of files sent to an actor that is gone", 0.01)
+      return { got = got, old = old, open = open }
     end, { schedulers = 2 })
     os.execute("rm -rf " .. dir)
     assert.are.equal("bytes", r.got[1])

@@ -27,15 +27,15 @@ function guard.receive(what, match)
   return msg
 end
 
--- Polls pred() (sleeping 1 ms between tries) until it returns a true value, which it returns;
--- raises "<what>: still not so ..." past the guard.
-function guard.wait(pred, what)
+-- Polls pred() (sleeping `every` seconds, default 0.001, between tries) until it returns a true
+-- value, which it returns; raises "<what>: still not so ..." past the guard.
+function guard.wait(pred, what, every)
   local deadline = smarm.now() + guard.HANG
   while true do
     local v = pred()
     if v then return v end
     if smarm.now() > deadline then hung(what, "still not so") end
-    smarm.sleep(0.001)
+    smarm.sleep(every or 0.001)
   end
 end
 
