@@ -14,7 +14,7 @@ end
 describe("smarm.fs", function()
   it("writes and reads back files, binary and large", function()
     local dir = tmpdir()
-    local ok, small, big_ok = smarm.run(function()
+    local ok, small, big_ok = guard.run(function()
       local bin = ("\0\1\2\255 line\n"):rep(100)
       local big = {}
       for i = 1, 100000 do big[i] = string.format("%07d\n", i) end
@@ -33,7 +33,7 @@ describe("smarm.fs", function()
 
   it("returns nil, message, code on failure", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       out.missing = { smarm.fs.readfile(dir .. "/nope") }
       out.nodir = { smarm.fs.writefile(dir .. "/no/such/dir/f", "x") }
@@ -65,7 +65,7 @@ describe("smarm.fs", function()
   it("returns EPIPE for a write to a FIFO whose reader is gone, and the process lives", function()
     local dir = tmpdir()
     assert(os.execute("mkfifo " .. dir .. "/fifo") == 0)
-    local res = smarm.run(function()
+    local res = guard.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
       local w = assert(smarm.fs.open(dir .. "/fifo", "w")) -- both opens meet
@@ -88,7 +88,7 @@ describe("smarm.fs", function()
 
   it("stats, renames, lists, removes", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       assert(smarm.fs.writefile(dir .. "/b.txt", "12345"))
       assert(smarm.fs.mkdir(dir .. "/a", tonumber("750", 8)))
@@ -115,7 +115,7 @@ describe("smarm.fs", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
     assert(os.execute("mkfifo " .. fifo) == 0)
-    local got, ticks = smarm.run(function()
+    local got, ticks = guard.run(function()
       local me = smarm.self()
       -- opening a FIFO blocks until a writer comes: the reader's thread would hang if the read
       -- ran on its scheduler
@@ -132,7 +132,7 @@ describe("smarm.fs", function()
 
   it("serves many actors on every scheduler at once", function()
     local dir = tmpdir()
-    local good = smarm.run(function()
+    local good = guard.run(function()
       local me = smarm.self()
       local n = 200
       for i = 1, n do
@@ -157,7 +157,7 @@ describe("smarm.fs", function()
     -- open(2) of a FIFO blocks a pool thread until a writer comes, and none will: the IO thread's
     -- stop interrupts it (io.h), the request completes with nobody to wake, and run returns
     local t0 = os.time()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       smarm.spawn(function() smarm.fs.readfile(fifo) end)
       smarm.yield()
       return "main done"
@@ -166,11 +166,11 @@ describe("smarm.fs", function()
     assert.are.equal("main done", r)
     assert.is_true(os.time() - t0 < HANG) -- only that it was not waited for without end
     -- and the next runtime's IO works
-    assert.are.equal("ENOENT", select(3, smarm.run(function() return smarm.fs.readfile(fifo) end)))
+    assert.are.equal("ENOENT", select(3, guard.run(function() return smarm.fs.readfile(fifo) end)))
   end)
 
   it("raises on misuse", function()
-    local e1, e2, e3 = smarm.run(function()
+    local e1, e2, e3 = guard.run(function()
       local _, a = pcall(function() smarm.fs.readfile(nil) end)
       local _, b = pcall(function() smarm.fs.writefile("/tmp/x", {}) end)
       local _, c = pcall(function() smarm.fs.mkdir("/tmp/x", "rwx") end)
@@ -188,7 +188,7 @@ end)
 describe("smarm.fs.open", function()
   it("reads and writes at offsets and at the file's position, and closes", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       local f = assert(smarm.fs.open(dir .. "/data", "w+", tonumber("600", 8)))
       out.w1 = f:write("hello ")
@@ -231,7 +231,7 @@ describe("smarm.fs.open", function()
 
   it("shows a half-written file as far as it is written", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local path = dir .. "/half"
       local w = assert(smarm.fs.open(path, "w"))
@@ -256,7 +256,7 @@ describe("smarm.fs.open", function()
     local fifo = dir .. "/fifo"
     assert(os.execute("mkfifo " .. fifo) == 0)
     local before = fd_count()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       -- a reader parks in read on a FIFO (opened read-write so the open does not block)
       local f = assert(smarm.fs.open(fifo, "r+"))
@@ -288,7 +288,7 @@ describe("files in messages", function()
   it("hand an open file to an actor on another scheduler; a lost one is closed", function()
     local dir = tmpdir()
     local before = fd_count()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       assert(smarm.fs.writefile(dir .. "/f", "shared bytes"))
       local f = assert(smarm.fs.open(dir .. "/f", "r"))

@@ -12,7 +12,7 @@ end
 
 describe("smarm.process.run", function()
   it("returns the exit status and what the program wrote, fed from stdin", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "sh", "-c", "echo out; echo err >&2; cat; exit 3" }, { stdin = "fed\n" })
     end)
     assert.are.equal(3, r.status)
@@ -22,14 +22,14 @@ describe("smarm.process.run", function()
   end)
 
   it("survives a program that does not read its stdin (no SIGPIPE for the runtime)", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "true" }, { stdin = ("x"):rep(4 * 1024 * 1024) })
     end)
     assert.are.equal(0, r.status)
   end)
 
   it("runs in a folder with an environment, and collects large output", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "sh", "-c", "echo $FOO; pwd; head -c 3000000 /dev/zero" },
         { env = { FOO = "bar" }, cwd = "/tmp" })
     end)
@@ -39,7 +39,7 @@ describe("smarm.process.run", function()
   end)
 
   it("reports a program that cannot start, one killed by a signal, and a timeout", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return { missing = { smarm.process.run({ "/no/such/program" }) },
         killed = smarm.process.run({ "sh", "-c", "kill -TERM $$" }),
         slow = { smarm.process.run({ "sleep", "5" }, { timeout = 0.2 }) } }
@@ -53,7 +53,7 @@ describe("smarm.process.run", function()
   it("parks only the caller: other actors run while a program runs", function()
     -- the program runs until the main actor, which ticks meanwhile, creates a file after 5 ticks
     local flag = fresh_path()
-    local ticks, r = smarm.run(function()
+    local ticks, r = guard.run(function()
       local done, r = false, nil
       smarm.spawn(function()
         r = smarm.process.run({ "sh", "-c", 'while [ ! -e "$1" ]; do sleep 0.01; done', "sh", flag },
@@ -76,7 +76,7 @@ describe("smarm.process.run", function()
   it("kills a program still running when the runtime ends", function()
     local t0 = os.time()
     local started = fresh_path()
-    smarm.run(function()
+    guard.run(function()
       -- a duration no other test uses, so that the count below sees only this program; it says
       -- when it has started by creating a file
       smarm.spawn(function()
@@ -95,7 +95,7 @@ describe("smarm.process.run", function()
   end)
 
   it("raises on misuse", function()
-    local e1, e2 = smarm.run(function()
+    local e1, e2 = guard.run(function()
       return select(2, pcall(function() smarm.process.run("ls") end)),
         select(2, pcall(function() smarm.process.run({ "ls", {} }) end))
     end)
@@ -110,7 +110,7 @@ describe("smarm.signal.wait", function()
     -- action). The IO thread takes requests in order: a file request made after a wait was
     -- submitted completes only after that wait is registered. So each scheduler has a helper
     -- that spawns a local waiter, lets it park, makes such a request and reports.
-    local got = smarm.run(function()
+    local got = guard.run(function()
       local me = smarm.self()
       for k = 1, 2 do
         smarm.spawn_on(k, function(owner, hang)
@@ -128,7 +128,7 @@ describe("smarm.signal.wait", function()
   end)
 
   it("times out, and refuses names it does not know", function()
-    local r, e = smarm.run(function()
+    local r, e = guard.run(function()
       return { smarm.signal.wait("SIGHUP", 0.05) }, select(2, pcall(function() smarm.signal.wait("SIGKILL") end))
     end)
     assert.are.same({ nil, "timeout" }, r)

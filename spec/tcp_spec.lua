@@ -24,7 +24,7 @@ end
 
 describe("smarm.tcp", function()
   it("echoes lines between actors on different schedulers", function()
-    local got = smarm.run(function()
+    local got = guard.run(function()
       local server, port = listen()
       smarm.spawn(function()
         local c = assert(server:accept())
@@ -57,7 +57,7 @@ describe("smarm.tcp", function()
 
   it("connects by name, trying each address the name has", function()
     -- "localhost" may resolve to ::1 before 127.0.0.1; the server listens on 127.0.0.1 only
-    local got = smarm.run(function()
+    local got = guard.run(function()
       local server, port = listen()
       smarm.spawn(function()
         local c = assert(server:accept())
@@ -74,7 +74,7 @@ describe("smarm.tcp", function()
   end)
 
   it("reassembles lines and exact sizes split across packets", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server, port = listen()
       smarm.spawn(function()
         local c = assert(server:accept())
@@ -106,7 +106,7 @@ describe("smarm.tcp", function()
   end)
 
   it("returns what arrived when the peer closes mid-transfer", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server, port = listen()
       smarm.spawn(function()
         local c = assert(server:accept())
@@ -136,7 +136,7 @@ describe("smarm.tcp", function()
   end)
 
   it("reports a send to a peer that is gone, without a SIGPIPE", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server, port = listen()
       local me = smarm.self()
       smarm.spawn(function()
@@ -162,7 +162,7 @@ describe("smarm.tcp", function()
   end)
 
   it("moves 100 MiB to a slow reader with bounded buffering", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server, port = listen()
       local progress = { sent = 0, received = 0, most_ahead = 0 }
       local total = 100 * 1024 * 1024
@@ -197,7 +197,7 @@ describe("smarm.tcp", function()
   end)
 
   it("times out accept, receive and send, and the socket stays usable", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       local server, port = listen()
       server:settimeout(0.05)
@@ -243,7 +243,7 @@ describe("smarm.tcp", function()
   end)
 
   it("times out a connect that gets no answer", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       -- a listener that never accepts, with a backlog of 1: once its queue is full the kernel
       -- drops further handshakes, so a connect waits for an answer that does not come
       local server = assert(smarm.tcp.listen("127.0.0.1", 0, 1))
@@ -264,7 +264,7 @@ describe("smarm.tcp", function()
   end)
 
   it("refuses, reports an address in use, and raises on misuse", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       local server, port = listen()
       out.inuse = { smarm.tcp.listen("127.0.0.1", port) }
@@ -295,7 +295,7 @@ describe("smarm.tcp", function()
   end)
 
   it("closes the sockets of collected handles", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server, port = listen()
       local me = smarm.self()
       smarm.spawn(function()
@@ -320,7 +320,7 @@ describe("smarm.tcp", function()
     -- both ends of every connection are in this process: two descriptors each
     local n = math.min(10000, math.floor((limit - 1000) / 2))
     local before = fd_count()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0, 4096))
       local _, port = server:getsockname()
       local me = smarm.self()
@@ -404,7 +404,7 @@ describe("10,000 connections", function()
       -- seen all n at once by now
       print("good " .. good)
     ]]
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0, 4096))
       local _, port = server:getsockname()
       local live, most = 0, 0
@@ -444,7 +444,7 @@ end)
 
 describe("handing sockets between actors", function()
   it("moves connections to workers on another scheduler, in messages and spawn_on arguments", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
       local me = smarm.self()
@@ -498,7 +498,7 @@ describe("handing sockets between actors", function()
   end)
 
   it("hands over the bytes already read ahead with the socket", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
       local me = smarm.self()
@@ -521,7 +521,7 @@ describe("handing sockets between actors", function()
   end)
 
   it("refuses to hand over a socket another actor is waiting on", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
       local me = smarm.self()
@@ -542,7 +542,7 @@ describe("handing sockets between actors", function()
   end)
 
   it("closes a socket sent to an actor that is gone, and keeps it when a send fails", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
       local out = {}
@@ -580,7 +580,7 @@ end)
 
 describe("smarm.dns", function()
   it("resolves localhost, and reports a name that does not resolve", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return { ok = smarm.dns.getaddrinfo("localhost", 8080), bad = { smarm.dns.getaddrinfo("no-such-host.invalid") },
         num = smarm.dns.getaddrinfo("127.0.0.1") }
     end)
@@ -594,7 +594,7 @@ describe("smarm.dns", function()
     assert.is_nil(r.bad[1])
     assert.matches("no%-such%-host%.invalid: ", r.bad[2])
     assert.matches("^EAI_", r.bad[3]) -- EAI_NONAME, or EAI_AGAIN where no resolver answers
-    local e = select(2, smarm.run(function() return pcall(function() smarm.dns.getaddrinfo({}) end) end))
+    local e = select(2, guard.run(function() return pcall(function() smarm.dns.getaddrinfo({}) end) end))
     assert.matches("bad argument #1 to 'getaddrinfo' %(string expected, got table%)", e)
   end)
 end)

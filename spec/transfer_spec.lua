@@ -7,7 +7,7 @@ package.path = "spec/fixtures/?.lua;" .. package.path
 
 describe("smarm.spawn_on", function()
   it("starts an actor on the scheduler asked, with copied arguments and upvalues", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local config = { factor = 10, name = "cfg" }
       local p = smarm.spawn_on(2, function(a, t)
@@ -28,7 +28,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("re-binds loaded modules and globals by name in the target VM", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local fmt = string.format
       smarm.spawn_on(2, function()
@@ -40,7 +40,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("names an upvalue that cannot move", function()
-    local err = smarm.run(function()
+    local err = guard.run(function()
       local helper = function() end
       local ok, e = pcall(smarm.spawn_on, 2, function() helper() end)
       return (not ok) and e
@@ -49,7 +49,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("names an argument that cannot move", function()
-    local err = smarm.run(function()
+    local err = guard.run(function()
       local ok, e = pcall(smarm.spawn_on, 2, function() end, { cb = print })
       return (not ok) and e
     end, { schedulers = 2 })
@@ -57,7 +57,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("spawns by 'module.function' name", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       smarm.spawn_on(2, "smarm_slow_module.where", smarm.self(), "named")
       return guard.receive("the named function's report")
     end, { schedulers = 2 })
@@ -66,7 +66,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("balances with 'any'", function()
-    local counts = smarm.run(function()
+    local counts = guard.run(function()
       local me = smarm.self()
       local c = { 0, 0 }
       for _ = 1, 40 do
@@ -82,7 +82,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("rejects bad arguments", function()
-    local e1, e2, e3, e4, e5 = smarm.run(function()
+    local e1, e2, e3, e4, e5 = guard.run(function()
       local _, a = pcall(function() smarm.spawn_on(3, function() end) end)
       local _, b = pcall(function() smarm.spawn_on(1, 42) end)
       local _, c = pcall(function() smarm.spawn_on(2, print) end)
@@ -98,7 +98,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("reports a bad 'module.function' in the new actor, which dies alone", function()
-    local still = smarm.run(function()
+    local still = guard.run(function()
       local a = smarm.spawn_on(2, "no_such_module_here.fn")
       local b = smarm.spawn_on(2, "smarm_slow_module.nothing")
       guard.ended(a, "the actor of a missing module")
@@ -110,7 +110,7 @@ describe("smarm.spawn_on", function()
 
   it("runs thousands of actors across schedulers, messages crossing both ways", function()
     local n = 2000
-    local total, by = smarm.run(function()
+    local total, by = guard.run(function()
       local me = smarm.self()
       local pids = {}
       for i = 1, n do
@@ -137,7 +137,7 @@ end)
 
 describe("require while a loader is parked", function()
   it("gives the module to every requirer, loading it once", function()
-    local same, loads = smarm.run(function()
+    local same, loads = guard.run(function()
       package.loaded.smarm_slow_module = nil
       _G.smarm_slow_module_loads = 0
       local got = {}
@@ -154,12 +154,12 @@ describe("require while a loader is parked", function()
   it("loads a module afresh after a run stopped its loader half-way", function()
     package.loaded.smarm_stuck_module = nil
     _G.smarm_stuck_module_mode = "park"
-    smarm.run(function()
+    guard.run(function()
       smarm.spawn(require, "smarm_stuck_module") -- parks in the top level until the run ends
       smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
     _G.smarm_stuck_module_mode = nil
-    local got = smarm.run(function()
+    local got = guard.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, require("smarm_stuck_module")) end)
       return guard.receive("the requirer's module")
@@ -168,7 +168,7 @@ describe("require while a loader is parked", function()
     -- and outside a run, too
     package.loaded.smarm_stuck_module = nil
     _G.smarm_stuck_module_mode = "park"
-    smarm.run(function()
+    guard.run(function()
       smarm.spawn(require, "smarm_stuck_module")
       smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
@@ -177,7 +177,7 @@ describe("require while a loader is parked", function()
   end)
 
   it("lets a waiting requirer load a module whose loader exited in its top level", function()
-    local got = smarm.run(function()
+    local got = guard.run(function()
       package.loaded.smarm_stuck_module = nil
       _G.smarm_stuck_module_mode = "exit"
       smarm.spawn(require, "smarm_stuck_module") -- ends its actor half-way through loading
@@ -203,7 +203,7 @@ describe("handing sockets and files over", function()
     local fh = assert(io.open(path, "w"))
     fh:write("file bytes")
     fh:close()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()

@@ -44,4 +44,38 @@ function guard.ended(pid, what)
   guard.wait(function() return not smarm.alive(pid) end, what or ("actor " .. tostring(pid)))
 end
 
+-- smarm.run(fn, opts) under a watchdog: should the run still be going after guard.RUN_LIMIT
+-- seconds (a bug left something waiting for good), a background shell prints
+-- "<file:line>: smarm.run still running after N s ..." on stderr and ends the process with
+-- SIGTERM, so the spec file fails with a message naming the run instead of holding the whole
+-- suite until an outer timeout. The watchdog ends within a second of the run's end (or of the
+-- process's). Costs one shell per run.
+guard.RUN_LIMIT = 600 -- seconds: far beyond any run of the specs on a 10x slower machine
+
+local function own_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  return pid
+end
+
+function guard.run(fn, opts)
+  local info = debug.getinfo(2, "Sl")
+  local where = (info.short_src .. ":" .. info.currentline):gsub("[^%w%./_:%-]", "_")
+  local armed = os.tmpname() -- the watchdog runs while this file exists
+  local pid = own_pid()
+  os.execute(string.format([[sh -c 'n=0; while [ -e %s ] && kill -0 %d 2>/dev/null; do
+    if [ $n -ge %d ]; then
+      echo "%s: smarm.run still running after %d s: ended by the watchdog (spec/support/guard.lua)" >&2
+      rm -f %s; kill -TERM %d; exit 0
+    fi; sleep 1; n=$((n+1)); done' </dev/null >/dev/null &]], armed, pid, guard.RUN_LIMIT, where,
+    guard.RUN_LIMIT, armed, pid))
+  local function finish(ok, ...)
+    os.remove(armed)
+    if not ok then error((...), 0) end
+    return ...
+  end
+  return finish(pcall(smarm.run, fn, opts))
+end
+
 return guard
