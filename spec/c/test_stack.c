@@ -359,6 +359,7 @@ static void main_idle_trim(void *arg)
   for (int i = 0; i < IDLE_ACTORS; i++)
     CHECK_EQ(smarm_spawn(idle_actor, &jobs[i], NULL, &pids[i]), 0);
   smarm_yield(); /* all fill their buffers and wait */
+  int64_t freed_at = smarm_now_ns();
   for (int i = 0; i < IDLE_ACTORS; i++)
     CHECK_EQ(smarm_send(pids[i], smarm_msg_new(1)), 0);
   smarm_sleep(50 * MS); /* they end; the scheduler idles: a trim pass runs, keeping them */
@@ -366,7 +367,10 @@ static void main_idle_trim(void *arg)
   int warm = idle_resident(jobs, &counted);
   if (counted < IDLE_ACTORS / 2)
     SKIP("buffers not on actor stacks (sanitizer fake stacks?): trim not checked");
-  CHECK(warm >= counted - 2); /* just freed: nothing given back yet */
+  /* just freed: nothing given back yet (unless this thread stalled past the 1 s delay, as on a
+  ** loaded machine it may: then there is nothing to check here) */
+  if (smarm_now_ns() - freed_at < 800 * MS)
+    CHECK(warm >= counted - 2);
   /* a second unused, and the next pass gives them back (polled: a slow machine takes longer) */
   WAIT_UNTIL(idle_resident(jobs, &counted) <= IDLE_KEEP + 2, 100 * MS);
   int later = idle_resident(jobs, &counted);
