@@ -437,9 +437,10 @@ describe("parking where it would corrupt LuaJIT", function()
     assert.are.equal(5, last)
   end)
 
-  it("refuses a receive that would wait (in a finalizer, a hook, a callback); a poll still works", function()
+  it("refuses a receive that would wait: in a finalizer, a hook, a callback", function()
     local ffi = require("ffi")
-    pcall(ffi.cdef, "void qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));")
+    pcall(ffi.cdef, "void qsort(void *base, size_t n, size_t size, "
+      .. "int (*cmp)(const void *, const void *));")
     -- Each try: receive with a timeout, a selective one with a timeout, then a poll (0: no park).
     local function tries(out)
       local function try(...)

@@ -56,7 +56,8 @@ describe("smarm.process.run", function()
     local ticks, r = guard.run(function()
       local done, r = false, nil
       smarm.spawn(function()
-        r = smarm.process.run({ "sh", "-c", 'while [ ! -e "$1" ]; do sleep 0.01; done', "sh", flag },
+        local wait_for_flag = 'while [ ! -e "$1" ]; do sleep 0.01; done'
+        r = smarm.process.run({ "sh", "-c", wait_for_flag, "sh", flag },
           { timeout = HANG }) -- a hang guard
         done = true
       end)
@@ -87,8 +88,8 @@ describe("smarm.process.run", function()
     end)
     os.remove(started)
     assert.is_true(os.time() - t0 < 25) -- killed: not waited for (29.5 s)
-    local p = io.popen("for d in /proc/[0-9]*; do { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null; echo; done"
-      .. " | grep -c '^sleep 29.5 $'")
+    local p = io.popen("for d in /proc/[0-9]*; do { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null; "
+      .. "echo; done | grep -c '^sleep 29.5 $'")
     local left = tonumber(p:read("*a"))
     p:close()
     assert.are.equal(0, left)

@@ -239,7 +239,9 @@ describe("handing sockets and files over", function()
         -- one socket or file would go on to fail in less clear ways)
         out[i] = { conn = tostring(c), conn_name = refused(c.getsockname, c),
           file_read = refused(f.read, f, 1, 0) }
-        if out[i].conn_name == "not refused" or out[i].file_read == "not refused" then return out end
+        if out[i].conn_name == "not refused" or out[i].file_read == "not refused" then
+          return out
+        end
         out[i].conn_send = refused(c.send, c, "x")
         out[i].conn_close = refused(c.close, c)
         out[i].file_close = refused(f.close, f)

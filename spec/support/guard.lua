@@ -66,7 +66,8 @@ function guard.run(fn, opts)
   local pid = own_pid()
   os.execute(string.format([[sh -c 'n=0; while [ -e %s ] && kill -0 %d 2>/dev/null; do
     if [ $n -ge %d ]; then
-      echo "%s: smarm.run still running after %d s: ended by the watchdog (spec/support/guard.lua)" >&2
+      echo "%s: smarm.run still running after %d s: ended by the watchdog" \
+        "(spec/support/guard.lua)" >&2
       rm -f %s; kill -TERM %d; exit 0
     fi; sleep 1; n=$((n+1)); done' </dev/null >/dev/null &]], armed, pid, guard.RUN_LIMIT, where,
     guard.RUN_LIMIT, armed, pid))
