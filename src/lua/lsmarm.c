@@ -141,7 +141,7 @@ static void lactor_main(void *arg)
   lactor_t *la = arg;
   lua_State *co = la->co;
   smarm_actor_set_data(la);
-  ljx_after_switch(co);
+  lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
@@ -249,7 +249,7 @@ static int l_yield(lua_State *L)
   self_or_raise(L, "yield");
   lpark_check(L, "yield");
   smarm_yield();
-  ljx_after_switch(L);
+  lpark_resumed(L);
   return 0;
 }
 
@@ -261,7 +261,7 @@ static int l_sleep(lua_State *L)
   lpark_check(L, "sleep");
   int64_t ns = lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
-  ljx_after_switch(L);
+  lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
   return 0;
@@ -334,7 +334,7 @@ static int l_alive(lua_State *L)
     lpark_check(L, "alive");
   int rc = smarm_alive(pid);
   if (remote)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.alive: %s", strerror(-rc));
   lua_pushboolean(L, rc);
@@ -392,7 +392,7 @@ static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
@@ -603,7 +603,7 @@ static int l_spawn_on(lua_State *L)
   smarm_spawn_opts_t opts = {.data = shell};
   smarm_pid_t pid;
   int rc = smarm_spawn_on(where, remote_actor_main, block, &opts, &pid);
-  ljx_after_switch(L);
+  lpark_resumed(L);
   if (rc < 0) {
     free(shell);
     codec_abandon(block); /* any sockets in the arguments stay the caller's */
@@ -735,7 +735,7 @@ static int l_run(lua_State *L)
   lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
   lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
   current_run = NULL;
-  ljx_after_switch(L);
+  lpark_resumed(L);
   free(run.vms);
   call_after_run(L);
   if (rc < 0) {
