@@ -66,15 +66,18 @@ build_deps() {
     esac
   done
   mkdir -p "$BUILD"
+  # (set -e does not reach into a command list that is tested: each step says so itself)
   {
-    if [ -n "$host" ]; then LUAJIT_VARIANTS="$host" "$ROOT/deps/luajit.sh" "$BUILD/deps"; fi
+    if [ -n "$host" ]; then LUAJIT_VARIANTS="$host" "$ROOT/deps/luajit.sh" "$BUILD/deps" || return 1; fi
     case $cross in *luajit*)
-      LUAJIT_VARIANTS=check "$ROOT/deps/luajit.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- ;;
+      LUAJIT_VARIANTS=check "$ROOT/deps/luajit.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- ||
+        return 1 ;;
     esac
     if [ -n "$cross" ]; then
-      "$ROOT/deps/libuv.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- "$ROOT/cmake/aarch64-linux-gnu.cmake"
+      "$ROOT/deps/libuv.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- \
+        "$ROOT/cmake/aarch64-linux-gnu.cmake" || return 1
     fi
-  } >"$BUILD/deps.log" 2>&1 || { tail -n 30 "$BUILD/deps.log" >&2; return 1; }
+  } >"$BUILD/deps.log" 2>&1
 }
 
 # Configures and builds a preset into build/<preset>; output in build/<preset>.log.
@@ -87,7 +90,7 @@ build_preset() {
 cmd_build() {
   install_packages build
   install_packages lua
-  build_deps lua-release
+  build_deps lua-release || { tail -n 30 "$BUILD/deps.log" >&2; return 1; }
   build_preset release
   build_preset lua-release
 }
@@ -113,7 +116,7 @@ cmd_test() {
   case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
   start=$(date +%s)
   deps=ok
-  build_deps $presets || deps=FAILED
+  build_deps $presets || { deps=FAILED; tail -n 30 "$BUILD/deps.log" >&2; }
   say "deps $deps ($(($(date +%s) - start)) s)"
   dirs=""
   failed_builds=""
@@ -317,7 +320,7 @@ case "${1:-}" in
   deps)
     case "${2:-build}" in
       luajit) install_packages build && install_packages lua &&
-        build_deps lua-release lua-check ;;
+        { build_deps lua-release lua-check || { tail -n 30 "$BUILD/deps.log" >&2; exit 1; }; } ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
   *) sed -n '2,/^set -eu$/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
