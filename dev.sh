@@ -3,11 +3,12 @@
 # machine too), builds the pinned dependencies (deps/), builds CMake presets (CMakePresets.json)
 # under build/, and runs the job.
 #
-#   ./dev.sh test         every test: the variants of CMakePresets.json built, then their ctest
-#                         tests in one parallel ctest run (C tests in the release, ASan+UBSan,
-#                         TSan and aarch64-under-qemu builds, the release C tests under valgrind
-#                         memcheck, the busted specs on four LuaJIT builds, the specs on the
-#                         aarch64 build under qemu); ends "N passed, N failed, N skipped"
+#   ./dev.sh test         every test, in one parallel ctest run that also builds the LuaJITs
+#                         and the variants of CMakePresets.json: C tests in the release,
+#                         ASan+UBSan, TSan and aarch64-under-qemu builds, the release C tests
+#                         under valgrind memcheck, the busted specs on four LuaJIT builds, the
+#                         specs on the aarch64 build under qemu; ends "N passed, N failed,
+#                         N skipped" (the log: build/ctest.log)
 #   ./dev.sh build        the C core, its tests and the smarm executable (build/release,
 #                         build/lua-release/smarm)
 #   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
@@ -95,9 +96,52 @@ cmd_build() {
   build_preset lua-release
 }
 
-# The variants' tests, in one ctest run over their build trees (build/CTestTestfile.cmake names
-# them); each test's name starts with its variant ("tsan/stack.overflow_is_reported"), and the
-# counts come from ctest's JUnit file.
+# Writes build/CTestTestfile.cmake for one ctest run over the given (configured) presets: their
+# deps and builds as setup tests (ctest fixtures: "setup/luajit-tsan", "setup/build-tsan"), then
+# the tests of each build tree, which need their build. ctest orders it all and runs it in
+# parallel: the C tests run while the LuaJITs build. The deps share one lock (one download
+# cache), a build or deps step counts as two of ctest's slots (make -j2).
+write_test_plan() {
+  plan="$BUILD/CTestTestfile.cmake"
+  : >"$plan"
+  setup() { # setup <name> <fixture> <fixtures it needs> <cost> <command...>
+    s_name=$1 s_fixture=$2 s_needs=$3 s_cost=$4
+    shift 4
+    printf 'add_test(setup/%s' "$s_name" >>"$plan"
+    printf ' "%s"' "$@" >>"$plan"
+    printf ')\nset_tests_properties(setup/%s PROPERTIES FIXTURES_SETUP "%s" FIXTURES_REQUIRED "%s"' \
+      "$s_name" "$s_fixture" "$s_needs" >>"$plan"
+    printf ' PROCESSORS %s COST %s TIMEOUT 3600%s)\n' "$JOBS" "$s_cost" \
+      "$([ "${s_name%%-*}" = build ] || echo ' RESOURCE_LOCK deps')" >>"$plan"
+  }
+  uv=""
+  case " $* " in *" aarch64 "* | *" lua-aarch64 "*)
+    uv=libuv-aarch64
+    setup libuv-aarch64 libuv-aarch64 "" 800 "$ROOT/deps/libuv.sh" "$BUILD/deps-aarch64" \
+      aarch64-linux-gnu- "$ROOT/cmake/aarch64-linux-gnu.cmake" ;;
+  esac
+  for p in "$@"; do
+    needs=""
+    case $p in
+      lua-aarch64)
+        needs="luajit-aarch64;$uv"
+        setup luajit-aarch64 luajit-aarch64 "" 700 env LUAJIT_VARIANTS=check \
+          "$ROOT/deps/luajit.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- ;;
+      lua-*)
+        lj=${p#lua-}
+        needs="luajit-$lj"
+        cost=$(case $lj in tsan) echo 1000 ;; asan) echo 900 ;; *) echo 600 ;; esac)
+        setup "luajit-$lj" "luajit-$lj" "" "$cost" env LUAJIT_VARIANTS="$lj" \
+          "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
+      aarch64) needs=$uv ;;
+    esac
+    setup "build-$p" "built:$p" "$needs" 500 cmake --build "$BUILD/$p" -j "$JOBS"
+    printf 'subdirs("%s")\n' "$p" >>"$plan"
+  done
+}
+
+# Every variant's tests in one ctest run (write_test_plan); each test's name starts with its
+# variant ("tsan/stack.overflow_is_reported"), and the counts come from ctest's JUnit file.
 cmd_test() {
   variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua lua-aarch64"}
   variants=$(echo " $variants " | sed 's/ lua / lua-release lua-check lua-asan lua-tsan /')
@@ -115,39 +159,40 @@ cmd_test() {
   install_packages lua # libuv for the IO tests of every variant, LuaJIT's tools, busted
   case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
   start=$(date +%s)
-  deps=ok
-  build_deps $presets || { deps=FAILED; tail -n 30 "$BUILD/deps.log" >&2; }
-  say "deps $deps ($(($(date +%s) - start)) s)"
-  dirs=""
-  failed_builds=""
+  mkdir -p "$BUILD"
+  # configure every preset at once (the builds are steps of the ctest run)
   for p in $presets; do
-    t=$(date +%s)
-    case $deps/$p in
-      FAILED/aarch64 | FAILED/lua-*) ;;
-      *) if build_preset "$p"; then
-           dirs="$dirs \"$p\""
-           say "built $p ($(($(date +%s) - t)) s)"
-           continue
-         fi ;;
-    esac
-    say "build $p FAILED"
-    failed_builds="$failed_builds $p"
+    cmake --preset "$p" >"$BUILD/$p.log" 2>&1 && echo "$p" >"$BUILD/$p.configured" &
   done
-  printf 'subdirs(%s)\n' "$dirs" >"$BUILD/CTestTestfile.cmake"
-  t=$(date +%s)
-  names=$(echo $variants | sed 's/ /|/g')
-  say "testing$presets (ctest -j ${SMARM_TEST_JOBS:-$((JOBS * 2))}, output in build/ctest.log)"
+  wait
+  configured=""
+  failed=""
+  for p in $presets; do
+    if [ -f "$BUILD/$p.configured" ]; then
+      configured="$configured $p"
+      rm -f "$BUILD/$p.configured"
+    else
+      say "configure $p FAILED:"
+      tail -n 30 "$BUILD/$p.log" >&2
+      failed="$failed $p"
+    fi
+  done
+  # shellcheck disable=SC2086
+  write_test_plan $configured
+  say "configured$configured ($(($(date +%s) - start)) s); building and testing (ctest -j" \
+    "${SMARM_TEST_JOBS:-$((JOBS * 2))}, output in build/ctest.log)"
+  names=$(echo "setup" $variants | sed 's/ /|/g')
   rm -f "$BUILD/ctest.xml"
   status=0
-  [ -z "$dirs" ] || ctest --test-dir "$BUILD" -R "^($names)/" -j "${SMARM_TEST_JOBS:-$((JOBS * 2))}" \
+  [ -z "$configured" ] || ctest --test-dir "$BUILD" -R "^($names)/" -j "${SMARM_TEST_JOBS:-$((JOBS * 2))}" \
     --output-on-failure --no-label-summary --output-junit "$BUILD/ctest.xml" \
     >"$BUILD/ctest.log" 2>&1 || status=$?
-  say "tests $(($(date +%s) - t)) s, all $(($(date +%s) - start)) s"
+  say "$(($(date +%s) - start)) s"
   # the failed tests' output: from a failed test's line up to the next test's
   awk '/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / { show = $0 !~ / Passed / && $0 !~ /Skipped|Not Run \(Disabled\)/ }
     /^ *Start +[0-9]+: / { show = 0 } show' "$BUILD/ctest.log" >&2
   [ "$status" -eq 0 ] || sed -n '/^The following tests/,$p' "$BUILD/ctest.log" >&2
-  tally "$BUILD/ctest.xml" "$failed_builds" "$status"
+  tally "$BUILD/ctest.xml" "$failed" "$status"
 }
 
 # Prints each variant's counts and the total line from ctest's JUnit file: a test that ran and
@@ -167,7 +212,7 @@ tally() {
       st = $0
       sub(/.*status="/, "", st)
       sub(/".*/, "", st)
-      if (st == "run") pass[v]++
+      if (st == "run") { if (v != "setup") pass[v]++ }
       else if (st == "notrun" || st == "disabled") pending = v
       else fail[v]++
       next
@@ -184,6 +229,7 @@ tally() {
       for (i = 1; i <= nb; i++) { if (!(b[i] in seen)) order[++n] = b[i]; seen[b[i]] = 1; fail[b[i]]++ }
       for (i = 1; i <= n; i++) {
         v = order[i]
+        if (v == "setup" && !fail[v]) continue # the deps and builds: shown when they fail
         printf "  %-12s %d passed, %d failed, %d skipped\n", v, pass[v], fail[v], skip[v] > "/dev/stderr"
         P += pass[v]; F += fail[v]; S += skip[v]
       }

@@ -49,7 +49,7 @@ foreach(spec ${smarm_specs})
   math(EXPR timeout "180 * ${SMARM_TEST_SLOWNESS}")
   math(EXPR cost "2 * ${SMARM_TEST_SLOWNESS}")
   set_tests_properties(${test} PROPERTIES TIMEOUT ${timeout} COST ${cost}
-    ENVIRONMENT "${spec_env}" LABELS "lua;${name}")
+    ENVIRONMENT "${spec_env}" LABELS "lua;${name}" FIXTURES_REQUIRED ${SMARM_BUILT_FIXTURE})
   if(name IN_LIST SMARM_FD_HUNGRY_SPECS)
     math(EXPR cost "10 * ${SMARM_TEST_SLOWNESS}")
     set_tests_properties(${test} PROPERTIES RESOURCE_LOCK descriptors COST ${cost})
