@@ -46,9 +46,8 @@ foreach(spec ${smarm_specs})
   set(test ${SMARM_VARIANT}/${name})
   add_test(NAME ${test} COMMAND sh ${PROJECT_SOURCE_DIR}/cmake/fd-limit.sh ${fd_cap} ${runner}
     spec/${name}.lua WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  math(EXPR timeout "180 * ${SMARM_TEST_SLOWNESS}")
   math(EXPR cost "2 * ${SMARM_TEST_SLOWNESS}")
-  set_tests_properties(${test} PROPERTIES TIMEOUT ${timeout} COST ${cost}
+  set_tests_properties(${test} PROPERTIES TIMEOUT ${SMARM_TEST_TIMEOUT} COST ${cost}
     ENVIRONMENT "${spec_env}" LABELS "lua;${name}" FIXTURES_REQUIRED ${SMARM_BUILT_FIXTURE})
   if(name IN_LIST SMARM_FD_HUNGRY_SPECS)
     math(EXPR cost "10 * ${SMARM_TEST_SLOWNESS}")
