@@ -1,8 +1,16 @@
 #!/bin/sh
-# smarm's one entry point for building, benchmarking and testing. Installs what it needs from
-# Debian packages (as root, on a fresh Debian 12 machine too), builds with CMake under build/,
-# and runs the requested job.
+# smarm's one entry point: installs the Debian packages a job needs (as root, on a fresh Debian 12
+# machine too), builds the pinned dependencies (deps/), builds CMake presets (CMakePresets.json)
+# under build/, and runs the job.
 #
+#   ./dev.sh test         every test, in one parallel ctest run that also builds the LuaJITs
+#                         and the variants of CMakePresets.json: C tests in the release,
+#                         ASan+UBSan, TSan and aarch64-under-qemu builds, the release C tests
+#                         under valgrind memcheck, the busted specs on four LuaJIT builds, the
+#                         specs on the aarch64 build under qemu; ends "N passed, N failed,
+#                         N skipped" (the log: build/ctest.log)
+#   ./dev.sh build        the C core, its tests and the smarm executable (build/release,
+#                         build/lua-release/smarm)
 #   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
 #                         bench/yield.lua), the Lua scenarios at modest sizes, 1M parked
 #                         actors (bench/c/scale); ends with a table of the Lua scenarios
@@ -10,25 +18,19 @@
 #                         interleaved, then smarm's figures beside theirs (bench/peers/)
 #   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
 #   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
-#   ./dev.sh test         every test: C tests in the release, ASan+UBSan, TSan and aarch64
-#                         (cross-built, run under qemu-user) builds, the functional tests
-#                         under valgrind memcheck, the busted specs on four LuaJIT builds
-#                         (release, checking, and checking under ASan / TSan with the binding
-#                         under ASan+UBSan / TSan), and the same specs on the aarch64 build
-#                         under qemu-user; ends "N passed, N failed"
-#   ./dev.sh build        the release build only
-#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers, http;
-#                         `./dev.sh deps luajit` builds the pinned LuaJIT into build/deps
+#   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers,
+#                         http; `./dev.sh deps luajit` builds the pinned LuaJITs into build/deps
 #
-# Environment: SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the benchmark;
-# SMARM_TEST_VARIANTS picks test builds (default "release asan tsan aarch64 valgrind lua
-# lua-aarch64");
-# SMARM_PEERS_ROUNDS repeats the side-by-side run (default 2); SMARM_BUILD_DIR moves build/
-# elsewhere.
+# Environment: SMARM_TEST_VARIANTS picks the test variants (default: all of them, "release asan
+# tsan aarch64 valgrind lua-release lua-check lua-asan lua-tsan lua-aarch64"; "lua" stands for
+# the four native Lua ones); SMARM_TEST_JOBS is ctest's parallelism (default 2 per core).
+# SMARM_SWITCH_ROUNDS / _WARMUP / _RUNS / _BATCH tune the switch-cost benchmark;
+# SMARM_PEERS_ROUNDS repeats the side-by-side runs (default 2).
+# One variant by hand: cmake --preset asan && cmake --build --preset asan && ctest --preset asan
 set -eu
 
 ROOT=$(cd "$(dirname "$0")" && pwd)
-BUILD=${SMARM_BUILD_DIR:-"$ROOT/build"}
+BUILD="$ROOT/build"
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 say() { printf '%s\n' "dev.sh: $*" >&2; }
@@ -52,28 +54,191 @@ install_packages() {
   apt-get install -y -qq --no-install-recommends $missing >/dev/null
 }
 
-# configure <dir> <cmake args...>; then builds it.
-build_variant() {
+# The pinned LuaJIT builds the given presets link (build/deps, build/deps-aarch64) and the
+# aarch64 libuv; output in build/deps.log.
+build_deps() {
+  host=""
+  cross=""
+  for p in "$@"; do
+    case $p in
+      lua-release | lua-check | lua-asan | lua-tsan) host="$host ${p#lua-}" ;;
+      lua-aarch64) cross="luajit libuv" ;;
+      aarch64) cross="${cross:-libuv}" ;;
+    esac
+  done
   mkdir -p "$BUILD"
-  dir="$BUILD/$1"
-  shift
-  cmake -S "$ROOT" -B "$dir" -DSMARM_WERROR=ON "$@" >"$BUILD/$(basename "$dir").configure.log" 2>&1 &&
-    cmake --build "$dir" -j "$JOBS" >"$BUILD/$(basename "$dir").build.log" 2>&1 ||
-    { tail -n 40 "$BUILD/$(basename "$dir").build.log" "$BUILD/$(basename "$dir").configure.log" >&2 2>/dev/null; return 1; }
+  # (set -e does not reach into a command list that is tested: each step says so itself)
+  {
+    if [ -n "$host" ]; then LUAJIT_VARIANTS="$host" "$ROOT/deps/luajit.sh" "$BUILD/deps" || return 1; fi
+    case $cross in *luajit*)
+      LUAJIT_VARIANTS=check "$ROOT/deps/luajit.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- ||
+        return 1 ;;
+    esac
+    if [ -n "$cross" ]; then
+      "$ROOT/deps/libuv.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- \
+        "$ROOT/cmake/aarch64-linux-gnu.cmake" || return 1
+    fi
+  } >"$BUILD/deps.log" 2>&1
+}
+
+# Configures and builds a preset into build/<preset>; output in build/<preset>.log.
+build_preset() {
+  mkdir -p "$BUILD"
+  { cmake --preset "$1" && cmake --build --preset "$1" -j "$JOBS"; } >"$BUILD/$1.log" 2>&1 ||
+    { tail -n 40 "$BUILD/$1.log" >&2; return 1; }
 }
 
 cmd_build() {
   install_packages build
-  build_variant release -DCMAKE_BUILD_TYPE=Release
+  install_packages lua
+  build_deps lua-release || { tail -n 30 "$BUILD/deps.log" >&2; return 1; }
+  build_preset release
+  build_preset lua-release
 }
 
-# The smarm executable on the release LuaJIT, for the Lua benchmarks.
-build_lua_release() {
+# Writes build/CTestTestfile.cmake for one ctest run over the given (configured) presets: their
+# deps and builds as setup tests (ctest fixtures: "setup/luajit-tsan", "setup/build-tsan"), then
+# the tests of each build tree, which need their build. ctest orders it all and runs it in
+# parallel: the C tests run while the LuaJITs build, the slowest variants' chains first (COST).
+write_test_plan() {
+  plan="$BUILD/CTestTestfile.cmake"
+  : >"$plan"
+  setup() { # setup <name> <fixture> <fixtures it needs> <cost> <command...>
+    s_name=$1 s_fixture=$2 s_needs=$3 s_cost=$4
+    shift 4
+    printf 'add_test(setup/%s' "$s_name" >>"$plan"
+    printf ' "%s"' "$@" >>"$plan"
+    printf ')\nset_tests_properties(setup/%s PROPERTIES FIXTURES_SETUP "%s" FIXTURES_REQUIRED "%s"' \
+      "$s_name" "$s_fixture" "$s_needs" >>"$plan"
+    printf ' COST %s TIMEOUT 3600)\n' "$s_cost" >>"$plan"
+  }
+  cost() { case $1 in *tsan) echo 1000 ;; *asan) echo 900 ;; *aarch64) echo 800 ;; *) echo 700 ;; esac; }
+  uv=""
+  case " $* " in *" aarch64 "* | *" lua-aarch64 "*)
+    uv=libuv-aarch64
+    setup libuv-aarch64 libuv-aarch64 "" 800 "$ROOT/deps/libuv.sh" "$BUILD/deps-aarch64" \
+      aarch64-linux-gnu- "$ROOT/cmake/aarch64-linux-gnu.cmake" ;;
+  esac
+  for p in "$@"; do
+    needs=""
+    case $p in
+      lua-aarch64)
+        needs="luajit-aarch64;$uv"
+        setup luajit-aarch64 luajit-aarch64 "" 800 env LUAJIT_VARIANTS=check \
+          "$ROOT/deps/luajit.sh" "$BUILD/deps-aarch64" aarch64-linux-gnu- ;;
+      lua-*)
+        needs="luajit-${p#lua-}"
+        setup "$needs" "$needs" "" "$(cost "$p")" env LUAJIT_VARIANTS="${p#lua-}" \
+          "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
+      aarch64) needs=$uv ;;
+    esac
+    setup "build-$p" "built:$p" "$needs" "$(cost "$p")" cmake --build "$BUILD/$p" -j "$JOBS"
+    printf 'subdirs("%s")\n' "$p" >>"$plan"
+  done
+}
+
+# Every variant's tests in one ctest run (write_test_plan); each test's name starts with its
+# variant ("tsan/stack.overflow_is_reported"), and the counts come from ctest's JUnit file.
+cmd_test() {
+  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua lua-aarch64"}
+  variants=$(echo " $variants " | sed 's/ lua / lua-release lua-check lua-asan lua-tsan /')
+  presets=""
+  for v in $variants; do
+    case $v in
+      release | asan | tsan | aarch64 | lua-release | lua-check | lua-asan | lua-tsan | lua-aarch64)
+        p=$v ;;
+      valgrind) p=release ;;
+      *) say "unknown test variant '$v'"; exit 2 ;;
+    esac
+    case " $presets " in *" $p "*) ;; *) presets="$presets $p" ;; esac
+  done
   install_packages build
-  install_packages lua
-  "$ROOT/deps/luajit.sh" "$BUILD/deps"
-  build_variant lua-release -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
-    -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-release"
+  install_packages lua # libuv for the IO tests of every variant, LuaJIT's tools, busted
+  case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
+  start=$(date +%s)
+  mkdir -p "$BUILD"
+  # configure every preset at once (the builds are steps of the ctest run)
+  for p in $presets; do
+    cmake --preset "$p" >"$BUILD/$p.log" 2>&1 && echo "$p" >"$BUILD/$p.configured" &
+  done
+  wait
+  configured=""
+  failed=""
+  for p in $presets; do
+    if [ -f "$BUILD/$p.configured" ]; then
+      configured="$configured $p"
+      rm -f "$BUILD/$p.configured"
+    else
+      say "configure $p FAILED:"
+      tail -n 30 "$BUILD/$p.log" >&2
+      failed="$failed $p"
+    fi
+  done
+  # the LuaJIT tarball once, before its variants build side by side
+  case "$configured" in *lua-*)
+    LUAJIT_VARIANTS=fetch "$ROOT/deps/luajit.sh" "$BUILD/deps" >"$BUILD/deps.log" 2>&1 ||
+      tail -n 30 "$BUILD/deps.log" >&2 ;; # the LuaJIT steps will fail and say why
+  esac
+  # shellcheck disable=SC2086
+  write_test_plan $configured
+  say "configured$configured ($(($(date +%s) - start)) s); building and testing (ctest -j" \
+    "${SMARM_TEST_JOBS:-$((JOBS * 2))}, output in build/ctest.log)"
+  names=$(echo "setup" $variants | sed 's/ /|/g')
+  rm -f "$BUILD/ctest.xml"
+  status=0
+  [ -z "$configured" ] || ctest --test-dir "$BUILD" -R "^($names)/" -j "${SMARM_TEST_JOBS:-$((JOBS * 2))}" \
+    --output-on-failure --no-label-summary --output-junit "$BUILD/ctest.xml" \
+    >"$BUILD/ctest.log" 2>&1 || status=$?
+  say "$(($(date +%s) - start)) s"
+  # the failed tests' output: from a failed test's line up to the next test's
+  awk '/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / { show = $0 !~ / Passed / && $0 !~ /Skipped|Not Run \(Disabled\)/ }
+    /^ *Start +[0-9]+: / { show = 0 } show' "$BUILD/ctest.log" >&2
+  [ "$status" -eq 0 ] || sed -n '/^The following tests/,$p' "$BUILD/ctest.log" >&2
+  tally "$BUILD/ctest.xml" "$failed" "$status"
+}
+
+# Prints each variant's counts and the total line from ctest's JUnit file: a test that ran and
+# passed, failed (or timed out, crashed, or could not start), or was skipped (the C harness skips
+# a case or the case is not compiled into that build); each variant that did not build and a
+# ctest that failed without a failed test count one failure. Exits 1 if anything failed.
+tally() {
+  [ -f "$1" ] || : >"$1"
+  awk -v builds="$2" -v status="$3" '
+    /<testcase / {
+      if (pending != "") fail[pending]++ # not run, and not skipped
+      pending = ""
+      v = $0
+      sub(/.*<testcase name="/, "", v)
+      sub(/[\/"].*/, "", v)
+      if (!(v in seen)) { seen[v] = 1; order[++n] = v }
+      st = $0
+      sub(/.*status="/, "", st)
+      sub(/".*/, "", st)
+      if (st == "run") { if (v != "setup") pass[v]++ }
+      else if (st == "notrun" || st == "disabled") pending = v
+      else fail[v]++
+      next
+    }
+    pending != "" && /<skipped message=/ {
+      if ($0 ~ /SKIP_REGULAR_EXPRESSION_MATCHED|Disabled/) skip[pending]++
+      else fail[pending]++
+      pending = ""
+      next
+    }
+    END {
+      if (pending != "") fail[pending]++
+      nb = split(builds, b, " ")
+      for (i = 1; i <= nb; i++) { if (!(b[i] in seen)) order[++n] = b[i]; seen[b[i]] = 1; fail[b[i]]++ }
+      for (i = 1; i <= n; i++) {
+        v = order[i]
+        if (v == "setup" && !fail[v]) continue # the deps and builds: shown when they fail
+        printf "  %-12s %d passed, %d failed, %d skipped\n", v, pass[v], fail[v], skip[v] > "/dev/stderr"
+        P += pass[v]; F += fail[v]; S += skip[v]
+      }
+      if (status != 0 && F == 0) F = 1
+      printf "%d passed, %d failed, %d skipped\n", P, F, S
+      exit (F > 0 ? 1 : 0)
+    }' "$1"
 }
 
 # Runs a Lua benchmark script in plain mode; prints its output and keeps its lines in $results
@@ -85,7 +250,6 @@ lua_bench() {
 
 cmd_bench() {
   cmd_build
-  build_lua_release
   smarm="$BUILD/lua-release/smarm"
   results="$BUILD/bench-results.txt"
   : >"$results"
@@ -111,7 +275,7 @@ cmd_bench() {
 # smarm beside Go, Erlang, Tarantool and plain LuaJIT (bench/peers/README.md): every scenario
 # for smarm and each peer in turn, SMARM_PEERS_ROUNDS times, then the comparison table.
 cmd_bench_peers() {
-  build_lua_release
+  cmd_build
   install_packages peers
   out="$BUILD/peers"
   mkdir -p "$out"
@@ -173,7 +337,7 @@ http_load() {
 # examples/http_hello.lua (2 schedulers) and Go's net/http hello server (GOMAXPROCS=2) under the
 # same wrk load, one after the other, SMARM_PEERS_ROUNDS times (default 2).
 cmd_bench_http() {
-  build_lua_release
+  cmd_build
   install_packages peers
   install_packages http
   out="$BUILD/peers"
@@ -191,203 +355,6 @@ cmd_bench_http() {
   done
 }
 
-# Sums the "N passed, N failed" lines of a log (test binaries print one each; under ctest -V
-# they carry a "K: " prefix). Prints "passed failed".
-case_counts() {
-  sed -n 's/^\([0-9]*: \)\{0,1\}\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\2 \3/p' "$1" |
-    awk '{p+=$1; f+=$2} END {print p+0, f+0}'
-}
-
-# Appends "<name> <passed> <failed>" to $TOTALS from a log ending with busted's summary line
-# ("N successes / N failures / N errors"); a run that exited non-zero counts at least one
-# failure. Prints the log's end (and its FAIL blocks, spec/support/runner.lua's) if it failed.
-record_spec_run() {
-  name=$1
-  log=$2
-  status=$3
-  counts=$(sed -n 's/^\([0-9][0-9]*\) successes* \/ \([0-9][0-9]*\) failures* \/ \([0-9][0-9]*\) errors*.*/\1 \2 \3/p' "$log" | tail -n 1)
-  passed=$(echo "$counts" | awk '{print $1+0}')
-  failed=$(echo "$counts" | awk '{print $2+$3}')
-  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-  if [ "$status" -ne 0 ]; then
-    grep -A 12 '^FAIL' "$log" | head -n 80 >&2 || true
-    tail -n 40 "$log" >&2
-  fi
-  echo "$name $passed $failed" >>"$TOTALS"
-}
-
-# The descriptor limit for a spec run: the hard limit, at most $1 when given.
-spec_fd_limit() {
-  fds=$(ulimit -Hn)
-  if [ -n "${1:-}" ] && { [ "$fds" = unlimited ] || [ "$fds" -gt "$1" ]; }; then fds=$1; fi
-  echo "$fds"
-}
-
-# Runs ctest for one build; appends the per-case counts to $TOTALS.
-run_ctest() {
-  name=$1
-  shift
-  log="$BUILD/$name/ctest.log"
-  say "testing $name"
-  status=0
-  env "$@" ctest --test-dir "$BUILD/$name" -V --timeout 900 >"$log" 2>&1 || status=$?
-  # Each test binary ends with "N passed, N failed" over its cases.
-  set -- $(case_counts "$log")
-  passed=$1
-  failed=$2
-  crashed=$(grep -c -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)' "$log" || true)
-  if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
-    failed=$((crashed > 0 ? crashed : 1))
-  fi
-  grep -E '^[0-9]+: (FAIL|  )' "$log" >&2 || true
-  grep -E 'tests passed|tests failed' "$log" | sed "s/^/  [$name] /" >&2 || true
-  [ "$status" -eq 0 ] || tail -n 60 "$log" >&2
-  echo "$name $passed $failed" >>"$TOTALS"
-}
-
-# Memcheck over the functional tests of the release build: no invalid access, no leak.
-run_valgrind() {
-  say "testing under valgrind"
-  passed=0
-  failed=0
-  for t in actor mailbox runtime stack io tcp proc; do
-    [ -x "$BUILD/release/spec/c/test_$t" ] || continue
-    log="$BUILD/release/valgrind-$t.log"
-    status=0
-    SMARM_STRESS_SCALE=0.05 valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
-      --error-exitcode=99 "$BUILD/release/spec/c/test_$t" >"$log" 2>&1 || status=$?
-    set -- $(case_counts "$log")
-    p=$1
-    f=$2
-    if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    [ "$status" -eq 0 ] || tail -n 40 "$log" >&2
-    passed=$((passed + p))
-    failed=$((failed + f))
-  done
-  echo "valgrind $passed $failed" >>"$TOTALS"
-}
-
-# Builds LuaJIT (release, check, asan, tsan), the binding against each, and runs the busted specs
-# with each LuaJIT interpreter. The asan variant is the binding built with ASan+UBSan on LuaJIT's
-# checking build compiled with ASan: memory errors of the binding (codec, IO userdata) abort the
-# run. Leaks are not checked there (busted's own VM is never closed); the C variants check them.
-# The tsan variant is the same with TSan (races between actors' threads and the IO thread); its
-# descriptor limit stays at 2000, which sizes the connection specs for TSan's memory (a fiber's
-# state per actor).
-run_lua() {
-  if ! LUAJIT_VARIANTS="release check asan tsan" "$ROOT/deps/luajit.sh" "$BUILD/deps" \
-    >"$BUILD/luajit.log" 2>&1; then
-    tail -n 30 "$BUILD/luajit.log" >&2
-    echo "lua 0 1" >>"$TOTALS"
-    return 0
-  fi
-  multiarch=$(gcc -print-multiarch)
-  for lj in release check asan tsan; do
-    check=OFF
-    asan=OFF
-    tsan=OFF
-    [ "$lj" != release ] && check=ON
-    [ "$lj" = asan ] && asan=ON
-    [ "$lj" = tsan ] && tsan=ON
-    if ! build_variant "lua-$lj" -DCMAKE_BUILD_TYPE=Release -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF \
-      -DSMARM_LUAJIT_DIR="$BUILD/deps/luajit-$lj" -DSMARM_LUAJIT_CHECK=$check \
-      -DSMARM_ASAN=$asan -DSMARM_TSAN=$tsan; then
-      echo "lua-$lj 0 1" >>"$TOTALS"
-      continue
-    fi
-    say "testing lua-$lj (busted on LuaJIT $lj)"
-    log="$BUILD/lua-$lj/busted.log"
-    status=0
-    # the sockets specs hold 10,000 connections where the descriptor limit allows: raise the
-    # soft limit to the hard one for them (TSan: to 2000 at most, see above)
-    fds=$(spec_fd_limit "$([ "$lj" = tsan ] && echo 2000)")
-    (ulimit -n "$fds" 2>/dev/null || true
-      cd "$ROOT" && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-      SMARM_EXE="$BUILD/lua-$lj/smarm" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua" \
-      LUA_CPATH="$BUILD/lua-$lj/lua/?.so;/usr/lib/$multiarch/lua/5.1/?.so" \
-      timeout 1200 "$BUILD/deps/luajit-$lj/bin/luajit" /usr/bin/busted -o plainTerminal spec) \
-      >"$log" 2>&1 || status=$? # a hang fails the run (timeout's 124) instead of stalling it
-    record_spec_run "lua-$lj" "$log" "$status"
-  done
-}
-
-# The Lua binding built for aarch64 (LuaJIT's checking build and libuv, both cross-built from
-# pinned source), its specs run under qemu-user by spec/support/runner.lua: busted's C modules
-# exist only for the host. The descriptor limit stays at 2000 (the connection specs' size) to
-# keep the emulated run short.
-run_lua_aarch64() {
-  toolchain="$ROOT/cmake/aarch64-linux-gnu.cmake"
-  xdeps="$BUILD/deps-aarch64"
-  if ! { LUAJIT_VARIANTS=check "$ROOT/deps/luajit.sh" "$xdeps" aarch64-linux-gnu- &&
-    "$ROOT/deps/libuv.sh" "$xdeps" aarch64-linux-gnu- "$toolchain"; } >"$BUILD/deps-aarch64.log" 2>&1; then
-    tail -n 30 "$BUILD/deps-aarch64.log" >&2
-    echo "lua-aarch64 0 1" >>"$TOTALS"
-    return 0
-  fi
-  uv="$xdeps/libuv-aarch64-linux-gnu"
-  if ! build_variant lua-aarch64 -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release \
-    -DSMARM_TESTS=OFF -DSMARM_BENCH=OFF -DSMARM_LUAJIT_DIR="$xdeps/luajit-check" \
-    -DSMARM_LUAJIT_CHECK=ON -DSMARM_UV_LIB="$uv/lib/libuv_a.a" -DSMARM_UV_INCLUDE="$uv/include"; then
-    echo "lua-aarch64 0 1" >>"$TOTALS"
-    return 0
-  fi
-  say "testing lua-aarch64 (the specs under qemu-user)"
-  log="$BUILD/lua-aarch64/specs.log"
-  exe="qemu-aarch64 -L /usr/aarch64-linux-gnu $BUILD/lua-aarch64/smarm"
-  status=0
-  fds=$(spec_fd_limit 2000)
-  # shellcheck disable=SC2086
-  (ulimit -n "$fds" 2>/dev/null || true
-    cd "$ROOT" && SMARM_EXE="$exe" LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua" \
-    timeout 1200 $exe -n spec/support/runner.lua spec/*_spec.lua) >"$log" 2>&1 || status=$?
-  record_spec_run lua-aarch64 "$log" "$status"
-}
-
-cmd_test() {
-  variants=${SMARM_TEST_VARIANTS:-"release asan tsan aarch64 valgrind lua lua-aarch64"}
-  install_packages build
-  case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
-  case " $variants " in *" lua "* | *" lua-aarch64 "*) install_packages lua ;; esac
-  TOTALS=$(mktemp)
-  for v in $variants; do
-    case $v in
-      release) set -- -DCMAKE_BUILD_TYPE=Release ;;
-      asan) set -- -DCMAKE_BUILD_TYPE=Debug -DSMARM_ASAN=ON -DSMARM_BENCH=OFF ;;
-      tsan) set -- -DCMAKE_BUILD_TYPE=Debug -DSMARM_TSAN=ON -DSMARM_BENCH=OFF ;;
-      aarch64) set -- -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
-        -DCMAKE_BUILD_TYPE=Release -DSMARM_BENCH=OFF ;;
-      valgrind) set -- -DCMAKE_BUILD_TYPE=Release ;;
-      lua) run_lua; continue ;;
-      lua-aarch64) run_lua_aarch64; continue ;;
-      *) say "unknown test variant '$v'"; exit 2 ;;
-    esac
-    dir=$v
-    [ "$v" = valgrind ] && dir=release
-    if ! build_variant "$dir" "$@"; then
-      say "build $v FAILED"
-      echo "$v 0 1" >>"$TOTALS"
-      continue
-    fi
-    case $v in
-      release) run_ctest release ;;
-      asan) run_ctest asan SMARM_STRESS_SCALE=0.1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
-      tsan) run_ctest tsan SMARM_STRESS_SCALE=0.05 \
-        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
-      aarch64) run_ctest aarch64 SMARM_STRESS_SCALE=0.05 ;;
-      valgrind) run_valgrind ;;
-    esac
-  done
-  awk '{printf "  %-12s %s passed, %s failed\n", $1, $2, $3}' "$TOTALS" >&2
-  total_passed=$(awk '{s+=$2} END {print s+0}' "$TOTALS")
-  total_failed=$(awk '{s+=$3} END {print s+0}' "$TOTALS")
-  rm -f "$TOTALS"
-  echo "$total_passed passed, $total_failed failed"
-  [ "$total_failed" -eq 0 ]
-}
-
 case "${1:-}" in
   bench) cmd_bench ;;
   bench-peers) cmd_bench_peers ;;
@@ -400,8 +367,9 @@ case "${1:-}" in
   build) cmd_build ;;
   deps)
     case "${2:-build}" in
-      luajit) install_packages build && install_packages lua && "$ROOT/deps/luajit.sh" "$BUILD/deps" ;;
+      luajit) install_packages build && install_packages lua &&
+        { build_deps lua-release lua-check || { tail -n 30 "$BUILD/deps.log" >&2; exit 1; }; } ;;
       *) install_packages "${2:-build}" ;;
     esac ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -eu$/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 2 ;;
 esac

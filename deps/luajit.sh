@@ -15,7 +15,8 @@
 #
 # Usage: deps/luajit.sh <out-dir> [cross-prefix]   (e.g. build/deps; aarch64-linux-gnu-)
 # LUAJIT_VARIANTS names the variants to build (default "release check"; "asan" and "tsan" are not
-# built for a cross prefix). Idempotent: a variant already installed with this version is left alone.
+# built for a cross prefix; "fetch" only downloads the tarball, so that several variants can then
+# build at once). Idempotent: a variant already installed with this version is left alone.
 set -eu
 
 VERSION=2.1.0+openresty20250117
@@ -80,6 +81,7 @@ for v in ${LUAJIT_VARIANTS:-release check}; do
       [ -z "$CROSS" ] || continue
       build "$v" "-DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" \
         "-fsanitize=$([ "$v" = asan ] && echo address || echo thread)" ;;
+    fetch) ;;
     *) say "unknown variant '$v'"; exit 2 ;;
   esac
 done
