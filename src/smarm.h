@@ -101,10 +101,15 @@ void smarm_stop(void);
 
 /* ---- Actors ------------------------------------------------------------------------------- */
 
+typedef uint64_t smarm_ref_t; /* a unique reference (smarm_make_ref); 0 is never one */
+
 typedef struct smarm_spawn_opts {
   size_t stack_size; /* 0 = the runtime's default */
   void *data;        /* the actor's smarm_actor_data() from the start: an actor stopped before it
                         ever ran still reaches on_actor_stopped with it */
+  int link;          /* nonzero: link the caller and the new actor before either can run on */
+  smarm_ref_t *monitor; /* non-NULL: the caller monitors the new actor from the start; the
+                        monitor's ref is stored here */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
@@ -125,7 +130,8 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
 /* Pid of the calling actor, 0 outside an actor. */
 smarm_pid_t smarm_self(void);
 
-/* Ends the calling actor at once: its C frames are discarded (not unwound), its mailbox is freed.
+/* Ends the calling actor at once with reason SMARM_EXIT_NORMAL: its C frames are discarded (not
+** unwound), its mailbox is freed, and its links and monitors are told (see "Faults" below).
 ** Outside an actor it returns without effect. */
 void smarm_exit(void);
 
@@ -225,6 +231,83 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
 
 /* Number of messages queued in the caller's mailbox (those already delivered to it). */
 size_t smarm_mailbox_size(void);
+
+/* ---- Faults: exit reasons, links, monitors, exit signals ------------------------------------
+**
+** Erlang's contract (docs/design.md, "Faults"). Every actor ends with a reason: a code, and for
+** SMARM_EXIT_VALUE some bytes whose meaning belongs to the layer that made them (the Lua binding
+** stores a value encoded as a message). When an actor ends, every linked actor gets an exit
+** signal with its reason and every monitor a DOWN notice. An exit signal kills an actor that
+** does not trap exits unless its reason is SMARM_EXIT_NORMAL; a trapping actor receives it as
+** an EXIT notice instead, except SMARM_EXIT_KILL sent by smarm_exit_signal(), which always kills
+** (the victim's reason is then SMARM_EXIT_KILLED). Signals between one pair of actors (messages,
+** exit signals, notices) arrive in the order sent. A kill takes effect when the victim next
+** parks, yields or is resumed: at once for an actor that is parked or runnable; an actor
+** running on another scheduler dies at its next yield or parking call. Its C frames are
+** discarded like smarm_exit's, and on_actor_stopped (smarm_config_t) runs for its data. */
+
+enum smarm_exit_code {
+  SMARM_EXIT_NORMAL = 0, /* the actor's function returned, or smarm_exit() */
+  SMARM_EXIT_KILL,       /* as a signal only: untrappable (smarm_exit_signal) */
+  SMARM_EXIT_KILLED,     /* the reason of an actor that an untrappable kill ended */
+  SMARM_EXIT_NOPROC,     /* the pid named no live actor (link, monitor) */
+  SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
+};
+
+/* Ends the calling actor like smarm_exit() with reason `code` (any of the above but
+** SMARM_EXIT_KILL; with SMARM_EXIT_VALUE, `size` bytes at `data`, copied). Outside an actor, or
+** with a bad code, it returns without effect. */
+void smarm_exit_reason(int code, const void *data, size_t size);
+
+/* Sends an exit signal with that reason to `to`, as if from a linked actor that died, except
+** that SMARM_EXIT_KILL is untrappable and that no link is needed. A signal to oneself takes
+** effect before the call returns. Returns 0 (also when `to` is dead: nothing happens), -EINVAL
+** (pid 0, bad code), -ENOMEM, -EPERM outside an actor. */
+int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size);
+
+/* Links the caller and `pid` (both ways; linking twice is one link). A dead pid sends the caller
+** an exit signal with reason SMARM_EXIT_NOPROC at once. Returns 0, -EINVAL (pid 0 or self),
+** -ENOMEM, -EPERM. */
+int smarm_link(smarm_pid_t pid);
+
+/* Removes the link both ways; an exit signal of that link not yet received is dropped. 0 also
+** when there was no link. */
+int smarm_unlink(smarm_pid_t pid);
+
+/* Whether exit signals become EXIT notices in the mailbox (nonzero) or kill (0, the default).
+** Returns the previous setting, or -EPERM outside an actor. */
+int smarm_trap_exit(int on);
+
+/* A reference unique for the life of the process (any thread). */
+smarm_ref_t smarm_make_ref(void);
+
+/* Starts watching `pid`: when it ends (or at once, with SMARM_EXIT_NOPROC, if it is not alive),
+** the caller receives a DOWN notice carrying *ref_out. Each call is a separate monitor.
+** Returns 0, -EINVAL, -ENOMEM, -EPERM. */
+int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out);
+
+/* Stops the monitor `ref` of the caller; a DOWN of it that has not yet been received is
+** dropped; with `flush`, one already in the mailbox is removed too. Returns 1 if the monitor was
+** active, 0 if not (unknown, or its DOWN already arrived), -EPERM. */
+int smarm_demonitor(smarm_ref_t ref, int flush);
+
+/* Notices are messages of their own kinds, received like any other (smarm_receive); their
+** payload is a smarm_notice_t followed by the reason's bytes (SMARM_EXIT_VALUE). */
+enum smarm_msg_kind {
+  SMARM_MSG_USER = 0,
+  SMARM_MSG_EXIT, /* an exit signal turned into a message (smarm_trap_exit): pid sent it */
+  SMARM_MSG_DOWN, /* a monitored actor ended (pid), or was not alive: ref is the monitor's */
+};
+
+typedef struct smarm_notice {
+  smarm_pid_t pid;
+  smarm_ref_t ref;   /* DOWN: the monitor; EXIT: 0 */
+  int32_t reason;    /* enum smarm_exit_code */
+  uint32_t size;     /* bytes of a SMARM_EXIT_VALUE reason, right after this header */
+} smarm_notice_t;
+
+/* SMARM_MSG_USER, _EXIT or _DOWN. */
+int smarm_msg_kind(const smarm_msg_t *msg);
 
 /* ---- Statistics --------------------------------------------------------------------------- */
 

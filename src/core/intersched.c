@@ -16,6 +16,7 @@
 ** Everything here runs on a scheduler thread; sched_push_remote() is the one place that writes
 ** another scheduler's inbox (any thread's wakes go through any_thread.c).
 */
+#include "faults.h"
 #include "runtime.h"
 #include "sched.h"
 
@@ -30,19 +31,22 @@ void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
   stat_add(&s->stats.remote_sent, 1);
 }
 
+/* Every request's payload begins with the room for its answer. */
 typedef struct spawn_request {
+  int64_t answer; /* the new pid, or a negative errno */
   smarm_actor_fn fn;
   void *arg;
   size_t stack_size;
   void *data;
+  spawn_ties_t ties;
 } spawn_request_t;
 
 /* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
-** the request's own block: every request is allocated with room for the answer. */
-static void reply(sched_t *s, smarm_msg_t *m, int64_t answer)
+** the request's own block, as a reply of `kind`. */
+static void reply(sched_t *s, smarm_msg_t *m, uint16_t kind, int64_t answer)
 {
   smarm_pid_t asker = m->from;
-  m->kind = MSG_REPLY;
+  m->kind = kind;
   m->to = asker;
   m->from = 0;
   memcpy(m->data, &answer, sizeof answer);
@@ -64,21 +68,35 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
     smarm_pid_t pid = 0;
-    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
-    reply(s, m, rc < 0 ? rc : (int64_t)pid);
+    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &req->ties, &pid);
+    reply(s, m, MSG_SPAWN_REPLY, rc < 0 ? rc : (int64_t)pid);
     return;
   }
   case MSG_ALIVE:
-    reply(s, m, sched_lookup(s, m->to) != NULL);
+    reply(s, m, MSG_REPLY, sched_lookup(s, m->to) != NULL);
     return;
   case MSG_REPLY:
+  case MSG_SPAWN_REPLY: {
+    int64_t answer;
+    memcpy(&answer, m->data, sizeof answer);
     a = sched_lookup(s, m->to);
-    if (a && a->state == ACTOR_WAIT_REPLY) {
-      memcpy(&a->reply, m->data, sizeof a->reply);
+    if (a && a->state != ACTOR_WAIT_REPLY)
+      a = NULL;
+    if (m->kind == MSG_SPAWN_REPLY && answer > 0) {
+      /* The spawner's side of the ties, before anything the child sends can arrive. */
+      spawn_request_t *req = (spawn_request_t *)m->data;
+      if (req->ties.parent && !(a && faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0)) {
+        faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
+        answer = -ENOMEM;
+      }
+    }
+    if (a) {
+      a->reply = answer;
       sched_wake(s, a);
     }
     free(m);
     return;
+  }
   case MSG_STOP:
     s->stopping = 1;
     free(m);
@@ -96,7 +114,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     return;
   }
   default:
-    SMARM_CHECK(0, "unknown inbox item");
+    faults_deliver(s, m); /* the signals between actors */
   }
 }
 
@@ -152,19 +170,26 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     sched = (int)pick_any(s);
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
-  if ((unsigned)sched == s->index)
-    return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
-  _Static_assert(sizeof(spawn_request_t) >= sizeof(int64_t), "room for the reply");
-  smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
-  if (!m)
-    return -ENOMEM;
-  spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
-  memcpy(m->data, &req, sizeof req);
-  int64_t answer = ask(s, self, (unsigned)sched, m);
+  spawn_ties_t ties = spawn_ties_of(self, opts);
+  int64_t answer;
+  if ((unsigned)sched == s->index) {
+    smarm_pid_t pid = 0;
+    int rc = sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, &ties, &pid);
+    answer = rc < 0 ? rc : (int64_t)pid;
+  } else {
+    smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
+    if (!m)
+      return -ENOMEM;
+    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties};
+    memcpy(m->data, &req, sizeof req);
+    answer = ask(s, self, (unsigned)sched, m);
+  }
   if (answer < 0)
     return (int)answer;
   if (pid_out)
     *pid_out = (smarm_pid_t)answer;
+  if (ties.monitor)
+    *opts->monitor = ties.monitor;
   return 0;
 }
 

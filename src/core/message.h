@@ -19,13 +19,26 @@
 #include <stddef.h>
 #include <stdint.h>
 enum msg_kind {
-  MSG_USER = 0,
-  MSG_SPAWN,        /* payload: spawn_request_t; `to` is unused (addressed to the scheduler) */
+  MSG_USER = SMARM_MSG_USER,
+  MSG_EXIT_NOTICE = SMARM_MSG_EXIT, /* an exit signal a trapping actor receives as a message */
+  MSG_DOWN_NOTICE = SMARM_MSG_DOWN, /* a monitored actor ended */
+  MSG_SPAWN,        /* payload: spawn_request_t (its answer: pid or negative errno); `to` is
+                    ** unused (addressed to the scheduler) */
   MSG_ALIVE,        /* payload: room for the reply; `to` is the pid asked about, `from` the asker */
-  MSG_REPLY,        /* payload: int64_t answer (spawn: pid or negative errno; alive: 1 or 0);
-                    ** `to` is the asker, parked in ACTOR_WAIT_REPLY */
+  MSG_REPLY,        /* payload: int64_t answer (alive: 1 or 0); `to` is the asker, parked in
+                    ** ACTOR_WAIT_REPLY */
   MSG_STOP,         /* the runtime is stopping */
   MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
+  MSG_SPAWN_REPLY,  /* MSG_REPLY to a spawn request: its payload is still the spawn_request_t */
+  /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`
+  ** is the actor acted on, `from` the one acting. */
+  SIG_EXIT,         /* smarm_exit_signal: notice.pid sent it, notice.reason */
+  SIG_EXIT_LINK,    /* notice.pid, linked to `to`, ended with notice.reason */
+  SIG_LINK,         /* `from` links to `to` */
+  SIG_UNLINK,       /* `from` unlinks from `to` */
+  SIG_MONITOR,      /* `from` starts monitor notice.ref on `to` */
+  SIG_DEMONITOR,    /* the monitor notice.ref on `to` ends */
+  SIG_DOWN,         /* to the watcher `to`: notice.pid, watched by notice.ref, ended */
 };
 
 struct smarm_msg {

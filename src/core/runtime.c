@@ -170,7 +170,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     rc = -EAGAIN;
     runtime_request_stop(rt);
   } else {
-    rc = sched_spawn_local(s0, main_fn, arg, 0, NULL, &rt->main_pid);
+    rc = sched_spawn_local(s0, main_fn, arg, 0, NULL, NULL, &rt->main_pid);
     if (rc < 0)
       runtime_request_stop(rt);
   }

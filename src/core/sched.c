@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "sched.h"
 
+#include "faults.h"
 #include "runtime.h"
 
 #include <errno.h>
@@ -312,6 +313,8 @@ void sched_park(sched_t *s, actor_t *self)
   ** other and never reach the scheduler's stack, so timers must be checked here too. */
   sched_poll(s); /* may make self runnable again */
   sched_leave(s, self);
+  if (SMARM_UNLIKELY(self->exit_pending)) /* an exit signal woke it to die (faults.c) */
+    sched_die_pending(s, self);
 }
 
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
@@ -383,7 +386,9 @@ void sched_loop(sched_t *s)
 
 /* ---- Actor life ---------------------------------------------------------------------------- */
 
-static _Noreturn void actor_exit(sched_t *s, actor_t *a)
+/* Ends a, the running actor, with that reason: tells its links and monitors, frees its mailbox,
+** retires its pid and leaves its stack for the next actor to release. */
+static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
   a->state = ACTOR_DEAD;
   if (a->timer.index >= 0)
@@ -391,6 +396,9 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a)
   mailbox_clear(&a->mailbox);
   table_free(&s->table, smarm_pid_slot(a->pid));
   stat_add(&s->stats.live, (uint64_t)-1);
+  /* Notices go out once what others can see of it is gone (its pid is stale, it is not counted
+  ** live): whoever learns of the death and looks finds it dead. */
+  faults_on_death(s, a, code, data, size);
   if (s->index == 0 && a->pid == s->rt->main_pid) { /* main_pid is scheduler 0's */
     runtime_request_stop(s->rt);
     s->stopping = 1;
@@ -409,11 +417,37 @@ static void actor_entry(void *p)
   if (s->zombie)
     sched_bury(s);
   a->fn(a->arg);
-  actor_exit(s, a);
+  actor_exit(s, a, SMARM_EXIT_NORMAL, NULL, 0);
+}
+
+void sched_die_pending(sched_t *s, actor_t *a)
+{
+  SMARM_ASSERT(a == s->current && a->exit_pending && a->faults);
+  a->exit_pending = 0;
+  if (a->data && s->rt->cfg.on_actor_stopped) { /* its frames go: let the embedder let go too */
+    s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    a->data = NULL;
+  }
+  /* The reason stays in a->faults, which faults_on_death frees after the last notice. */
+  actor_faults_t *f = a->faults;
+  actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size);
+}
+
+/* Ties a new actor (not queued yet) to its spawner: its own side, and the spawner's when the
+** spawner is ours too (a remote spawner records its side when the answer reaches it). */
+static int spawn_tie(sched_t *s, actor_t *a, const spawn_ties_t *ties)
+{
+  if (faults_tie_child(s, a, ties) == 0) {
+    actor_t *parent = sched_lookup(s, ties->parent);
+    if (!parent || faults_tie_parent(s, parent, a->pid, ties) == 0)
+      return 0;
+  }
+  faults_destroy(s, a);
+  return -ENOMEM;
 }
 
 int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                      smarm_pid_t *pid_out)
+                      const spawn_ties_t *ties, smarm_pid_t *pid_out)
 {
   size_t size = stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
   if (!fn || !size)
@@ -435,6 +469,9 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   }
   a->sched = s;
   a->state = ACTOR_NEW;
+  a->trap_exit = 0;
+  a->exit_pending = 0;
+  a->faults = NULL;
   a->pid = make_pid(s->index, index, s->table.entries[index].gen);
   a->timed_out = 0;
   a->timer.index = -1;
@@ -449,9 +486,17 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->await_token = a->await_woken = 0;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
+  s->table.entries[index].actor = a;
+  if (ties && ties->parent && spawn_tie(s, a, ties) < 0) {
+    s->table.entries[index].actor = NULL;
+    fiber_destroy(&a->fiber);
+    stack_unbind(&s->stacks, slot);
+    a->run_next = s->free_actors;
+    s->free_actors = a;
+    goto nomem;
+  }
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
     build_first_frame(a);
-  s->table.entries[index].actor = a;
   runq_push(s, a);
   stat_add(&s->stats.spawned, 1);
   stat_add(&s->stats.live, 1);
@@ -472,10 +517,14 @@ void smarm_yield(void)
   if (!self)
     return;
   sched_poll(s);
+  if (SMARM_UNLIKELY(self->exit_pending)) /* an exit signal just taken in kills it */
+    sched_die_pending(s, self);
   if (!s->run_head && SMARM_LIKELY(!s->stopping))
     return; /* the scheduler decided: nobody else wants to run */
   runq_push(s, self);
   sched_leave(s, self);
+  if (SMARM_UNLIKELY(self->exit_pending))
+    sched_die_pending(s, self);
 }
 
 int64_t sched_deadline(int64_t timeout_ns)
@@ -535,6 +584,8 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
     return -EINVAL;
   if (inbox_maybe_nonempty(&s->inbox))
     sched_take_inbox(s); /* the wake may be there already */
+  if (SMARM_UNLIKELY(self->exit_pending) && timeout_ns != 0) /* a call that may park may die */
+    sched_die_pending(s, self);
   if (self->await_woken == token)
     return 0;
   if (timeout_ns == 0)
@@ -545,12 +596,16 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
   return self->await_woken == token ? 0 : -ETIMEDOUT;
 }
 
-void smarm_exit(void)
+void smarm_exit(void) { smarm_exit_reason(SMARM_EXIT_NORMAL, NULL, 0); }
+
+void smarm_exit_reason(int code, const void *data, size_t size)
 {
   sched_t *s;
   actor_t *self = sched_self(&s);
-  if (self)
-    actor_exit(s, self);
+  if (!self || code < SMARM_EXIT_NORMAL || code > SMARM_EXIT_VALUE || (size && !data) ||
+      size > UINT32_MAX)
+    return;
+  actor_exit(s, self, code, data, size);
 }
 
 smarm_pid_t smarm_self(void)
@@ -589,10 +644,15 @@ int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                 smarm_pid_t *pid_out)
 {
   sched_t *s;
-  if (!sched_self(&s))
+  actor_t *self = sched_self(&s);
+  if (!self)
     return -EPERM;
-  return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
-                           pid_out);
+  spawn_ties_t ties = spawn_ties_of(self, opts);
+  int rc = sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
+                             &ties, pid_out);
+  if (rc == 0 && ties.monitor)
+    *opts->monitor = ties.monitor;
+  return rc;
 }
 
 /* ---- Setup and teardown -------------------------------------------------------------------- */
@@ -622,6 +682,7 @@ void sched_destroy_actors(sched_t *s)
       continue;
     if (a->data && s->rt->cfg.on_actor_stopped)
       s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    faults_destroy(s, a);
     mailbox_clear(&a->mailbox);
     free(a->saved);
     if (a->slot->occupant == a)
@@ -637,6 +698,8 @@ void sched_destroy_actors(sched_t *s)
     s->free_actors = a->run_next;
     free(a);
   }
+  reftab_destroy(&s->watching);
+  reftab_destroy(&s->watchers);
   note_generations_used(&s->table);
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);

@@ -24,6 +24,7 @@
 #include "annotate.h"
 #include "inbox.h"
 #include "mailbox.h"
+#include "reftab.h"
 #include "stack.h"
 #include "timer.h"
 
@@ -41,6 +42,27 @@ enum actor_state {
   ACTOR_DEAD,
 };
 
+/* One monitor, as recorded by one side: the watcher's scheduler keeps it in its `watching`
+** table and the watcher's list, the target's scheduler in `watchers` and the target's list (two
+** records when they are on different schedulers, or the same scheduler). */
+typedef struct monitor {
+  reftab_node_t node;         /* key: the monitor's ref */
+  smarm_pid_t other;          /* watching: the target; watchers: the watcher */
+  struct actor *owner;        /* the actor whose list holds it */
+  struct monitor *prev, *next;
+} monitor_t;
+
+/* What an actor has to do with faults; allocated on first need, freed when it dies. */
+typedef struct actor_faults {
+  smarm_pid_t *links;         /* linked pids, in no order */
+  uint32_t nlinks, links_cap;
+  monitor_t *watching;        /* monitors this actor holds */
+  monitor_t *watchers;        /* monitors held on this actor */
+  int exit_code;              /* the reason of a pending death (actor.exit_pending) */
+  uint32_t exit_size;
+  void *exit_data;
+} actor_faults_t;
+
 typedef struct actor {
   ctx_t ctx;                  /* saved stack pointer while not running */
   struct actor *run_next;     /* run queue link; free-list link when dead */
@@ -48,6 +70,8 @@ typedef struct actor {
   smarm_pid_t pid;
   uint8_t state;              /* enum actor_state */
   uint8_t timed_out;          /* the timer fired while waiting */
+  uint8_t trap_exit;          /* smarm_trap_exit */
+  uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults */
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */
@@ -56,6 +80,7 @@ typedef struct actor {
   smarm_actor_fn fn;
   void *arg;
   void *data;                 /* smarm_actor_data() */
+  actor_faults_t *faults;     /* NULL until the actor links, monitors or is monitored */
   int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
@@ -104,6 +129,8 @@ typedef struct sched {
   actor_table_t table;
   stack_pool_t stacks;
   actor_t *free_actors;
+  reftab_t watching, watchers; /* monitors by ref (monitor_t) */
+  uint64_t ref_next, ref_end;  /* the block of refs this scheduler hands out (faults.c) */
   ctx_t main_ctx;
   fiber_t main_fiber;
   void *data;                 /* smarm_sched_data() */
@@ -128,8 +155,12 @@ void sched_destroy_actors(sched_t *s);
 void sched_drain_and_free(sched_t *s);
 
 /* Creates an actor on s (owner thread only). */
+struct spawn_ties;
+/* ties (may be NULL): who it is linked to or monitored by from the start (faults.h). */
 int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                      smarm_pid_t *pid_out);
+                      const struct spawn_ties *ties, smarm_pid_t *pid_out);
+/* Ends the running actor `a` with the reason of its pending death (faults_die_later). */
+_Noreturn void sched_die_pending(sched_t *s, actor_t *a);
 
 /* Owner-thread helpers used by the message layer (message.c). */
 actor_t *sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */

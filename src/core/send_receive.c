@@ -48,6 +48,8 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
     return -EINVAL;
   if (inbox_maybe_nonempty(&s->inbox))
     sched_take_inbox(s);
+  if (SMARM_UNLIKELY(self->exit_pending) && timeout_ns != 0) /* a call that may park may die */
+    sched_die_pending(s, self);
   /* cursor: the link to the first message not yet looked at. Only this actor removes messages
   ** from its mailbox, so the cursor stays valid while we park; arrivals append behind it. */
   smarm_msg_t **cursor = &self->mailbox.head;
