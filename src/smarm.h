@@ -309,6 +309,33 @@ typedef struct smarm_notice {
 /* SMARM_MSG_USER, _EXIT or _DOWN. */
 int smarm_msg_kind(const smarm_msg_t *msg);
 
+/* ---- Registered names ------------------------------------------------------------------------
+**
+** A name (a string of 1 to SMARM_NAME_MAX bytes) names at most one actor and an actor holds at
+** most one name; every scheduler sees the same names. A name is released when its actor ends,
+** before the actor's links and monitors are told. Lookups (whereis, send by name) are answered
+** by the caller's scheduler from a cache that a change of any name invalidates, so they take no
+** lock shared by all schedulers (docs/design.md, "Names"). */
+#define SMARM_NAME_MAX 255
+
+/* Gives `pid` the name. Returns 0, -EEXIST (the name is taken), -EBUSY (pid has a name),
+** -ESRCH (pid is not alive), -EINVAL (bad name, pid 0), -ENOMEM, -EPERM outside an actor. For
+** an actor of another scheduler the caller parks while that scheduler answers. */
+int smarm_register(const char *name, smarm_pid_t pid);
+
+/* Removes the name. Returns 0, -ENOENT (nobody holds it), -EINVAL, -EPERM. */
+int smarm_unregister(const char *name);
+
+/* The pid holding the name, or 0 (also outside an actor). */
+smarm_pid_t smarm_whereis(const char *name);
+
+/* smarm_send to the name's holder; -ENOENT (the caller keeps msg) when nobody holds it. */
+int smarm_send_named(const char *name, smarm_msg_t *msg);
+
+/* Calls fn(name, pid, ud) for each name registered when it is called (a snapshot: fn may itself
+** register or send). Returns how many, -ENOMEM or -EPERM. */
+int smarm_registered(void (*fn)(const char *name, smarm_pid_t pid, void *ud), void *ud);
+
 /* ---- Statistics --------------------------------------------------------------------------- */
 
 typedef struct smarm_stats {

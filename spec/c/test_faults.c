@@ -521,6 +521,157 @@ TEST(a_killed_actors_data_goes_to_on_actor_stopped)
   CHECK_EQ(smarm_run(&cfg, main_kill_with_data, NULL), 0);
 }
 
+
+/* ---- registered names ---- */
+
+static void name_holder(void *arg)
+{
+  const char *name = arg;
+  if (name)
+    CHECK_EQ(smarm_register(name, smarm_self()), 0);
+  wait_forever(NULL);
+}
+
+static void count_names(const char *name, smarm_pid_t pid, void *ud)
+{
+  (void)name;
+  (void)pid;
+  (*(int *)ud)++;
+}
+
+static void main_names(void *arg)
+{
+  int where = *(int *)arg;
+  smarm_pid_t a, b;
+  smarm_ref_t ref;
+  CHECK_EQ(smarm_spawn_on(where, name_holder, NULL, &(smarm_spawn_opts_t){.monitor = &ref}, &a), 0);
+  CHECK_EQ(smarm_spawn_on(where, name_holder, NULL, NULL, &b), 0);
+  CHECK_EQ(smarm_whereis("logger"), 0);
+  CHECK_EQ(smarm_register("logger", a), 0);
+  CHECK_EQ(smarm_whereis("logger"), a);
+  CHECK_EQ(smarm_register("logger", b), -EEXIST);
+  CHECK_EQ(smarm_register("other", a), -EBUSY); /* one name per actor */
+  CHECK_EQ(smarm_register("", a), -EINVAL);
+  CHECK_EQ(smarm_register(NULL, a), -EINVAL);
+  CHECK_EQ(smarm_register("x", 0), -EINVAL);
+  char long_name[SMARM_NAME_MAX + 2];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  CHECK_EQ(smarm_register(long_name, b), -EINVAL);
+  long_name[SMARM_NAME_MAX] = '\0';
+  CHECK_EQ(smarm_register(long_name, b), 0);
+  int n = 0;
+  CHECK_EQ(smarm_registered(count_names, &n), 2);
+  CHECK_EQ(n, 2);
+  /* send by name */
+  smarm_msg_t *m = smarm_msg_new(1);
+  CHECK_EQ(smarm_send_named("nobody", m), -ENOENT); /* the caller keeps it */
+  smarm_msg_free(m);
+  /* unregister, and a name again */
+  CHECK_EQ(smarm_unregister("nobody"), -ENOENT);
+  CHECK_EQ(smarm_unregister(long_name), 0);
+  CHECK_EQ(smarm_whereis(long_name), 0);
+  CHECK_EQ(smarm_register("b", b), 0);
+  /* the holder's death releases its name before its DOWN arrives */
+  CHECK_EQ(smarm_exit_signal(a, SMARM_EXIT_KILL, NULL, 0), 0);
+  const smarm_notice_t *note = expect_notice(SMARM_MSG_DOWN, &m);
+  (void)note;
+  smarm_msg_free(m);
+  CHECK_EQ(smarm_whereis("logger"), 0);
+  CHECK_EQ(smarm_register("logger", b), -EBUSY);
+  CHECK_EQ(smarm_unregister("b"), 0);
+  CHECK_EQ(smarm_register("logger", b), 0);
+  CHECK_EQ(smarm_whereis("logger"), b);
+  CHECK_EQ(smarm_register("dead", a), -ESRCH);
+  CHECK_EQ(smarm_exit_signal(b, SMARM_EXIT_KILL, NULL, 0), 0);
+}
+
+TEST(names_register_whereis_unregister_and_release_at_death)
+{
+  int here = 0, there = 1;
+  RUN(1, main_names, &here);
+  RUN(2, main_names, &there);
+}
+
+/* Another scheduler's cached answer follows a change of the name. */
+static void name_asker(void *arg)
+{
+  smarm_pid_t main = *(smarm_pid_t *)arg;
+  for (;;) {
+    int64_t q = test_recv_u64(WAIT);
+    if (q <= 0)
+      return;
+    test_send_u64(main, smarm_whereis("svc"));
+  }
+}
+
+static void main_name_cache(void *arg)
+{
+  (void)arg;
+  smarm_pid_t *me = malloc(sizeof *me), asker, h1, h2;
+  *me = smarm_self();
+  CHECK_EQ(smarm_spawn_on(1, name_asker, me, NULL, &asker), 0);
+  CHECK_EQ(smarm_spawn_on(1, name_holder, "svc", NULL, &h1), 0);
+  while (smarm_whereis("svc") != h1)
+    smarm_yield();
+  for (int round = 0; round < 50; round++) {
+    test_send_u64(asker, 1);
+    CHECK_EQ(test_recv_u64(WAIT), (int64_t)h1);
+    CHECK_EQ(smarm_unregister("svc"), 0);
+    CHECK_EQ(smarm_spawn_on(0, name_holder, NULL, NULL, &h2), 0);
+    CHECK_EQ(smarm_register("svc", h2), 0);
+    test_send_u64(asker, 1);
+    CHECK_EQ(test_recv_u64(WAIT), (int64_t)h2);
+    CHECK_EQ(smarm_exit_signal(h2, SMARM_EXIT_KILL, NULL, 0), 0);
+    while (smarm_whereis("svc") != 0)
+      smarm_yield();
+    test_send_u64(asker, 1);
+    CHECK_EQ(test_recv_u64(WAIT), 0);
+    CHECK_EQ(smarm_register("svc", h1), 0);
+  }
+  test_send_u64(asker, 0);
+  free(me);
+}
+
+TEST(a_name_change_reaches_every_schedulers_cache) { RUN(2, main_name_cache, NULL); }
+
+/* A holder that registers and dies over and over while another scheduler asks for it: every
+** answer is a pid that held the name, and after each DOWN nobody holds it. */
+static void register_and_die(void *arg)
+{
+  (void)arg;
+  CHECK_EQ(smarm_register("flicker", smarm_self()), 0);
+  smarm_yield();
+}
+
+static void main_name_race(void *arg)
+{
+  (void)arg;
+  int rounds = (int)(2000 * test_scale());
+  if (rounds < 100)
+    rounds = 100;
+  for (int i = 0; i < rounds; i++) {
+    smarm_pid_t pid;
+    smarm_ref_t ref;
+    CHECK_EQ(smarm_spawn_on(1, register_and_die, NULL, &(smarm_spawn_opts_t){.monitor = &ref},
+                            &pid), 0);
+    smarm_msg_t *m;
+    for (;;) {
+      smarm_pid_t seen = smarm_whereis("flicker");
+      if (seen != 0 && seen != pid)
+        CHECK_EQ(seen, pid);
+      if (smarm_receive(0, &m) == 0)
+        break;
+      smarm_yield();
+    }
+    CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_DOWN);
+    smarm_msg_free(m);
+    CHECK_EQ(smarm_whereis("flicker"), 0);
+  }
+}
+
+TEST(whereis_racing_with_the_holders_death) { RUN(2, main_name_race, NULL); }
+
 /* ---- stress: every monitor gets exactly one DOWN with the right reason ---- */
 
 enum { FATE_NORMAL, FATE_CRASH, FATE_KILLED };

@@ -324,6 +324,7 @@ void faults_destroy(sched_t *s, actor_t *a)
   while (f->watching)
     monitor_remove(s, 1, f->watching);
   free(f->links);
+  free(f->name);
   free(f->exit_data);
   free(f);
   a->faults = NULL;

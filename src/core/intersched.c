@@ -75,6 +75,10 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_ALIVE:
     reply(s, m, MSG_REPLY, sched_lookup(s, m->to) != NULL);
     return;
+  case MSG_REGISTER:
+    a = sched_lookup(s, m->to);
+    reply(s, m, MSG_REPLY, a ? names_register_local(s, a, (char *)m->data + sizeof(int64_t)) : -ESRCH);
+    return;
   case MSG_REPLY:
   case MSG_SPAWN_REPLY: {
     int64_t answer;
@@ -145,9 +149,7 @@ static unsigned pick_any(sched_t *s)
   return best;
 }
 
-/* Sends request m to scheduler k and parks the caller until that scheduler's MSG_REPLY (see
-** deliver) brings the answer. */
-static int64_t ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
+int64_t sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
 {
   m->from = self->pid;
   self->state = ACTOR_WAIT_REPLY;
@@ -182,7 +184,7 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
       return -ENOMEM;
     spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties};
     memcpy(m->data, &req, sizeof req);
-    answer = ask(s, self, (unsigned)sched, m);
+    answer = sched_ask(s, self, (unsigned)sched, m);
   }
   if (answer < 0)
     return (int)answer;
@@ -208,5 +210,5 @@ int smarm_alive(smarm_pid_t pid)
   if (!m)
     return -ENOMEM;
   m->to = pid;
-  return (int)ask(s, self, k, m);
+  return (int)sched_ask(s, self, k, m);
 }

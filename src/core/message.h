@@ -30,6 +30,7 @@ enum msg_kind {
   MSG_STOP,         /* the runtime is stopping */
   MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
   MSG_SPAWN_REPLY,  /* MSG_REPLY to a spawn request: its payload is still the spawn_request_t */
+  MSG_REGISTER,     /* payload: room for the answer, then a name; `to` is the pid to name */
   /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`
   ** is the actor acted on, `from` the one acting. */
   SIG_EXIT,         /* smarm_exit_signal: notice.pid sent it, notice.reason */

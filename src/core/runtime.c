@@ -147,6 +147,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     goto out_rt;
   }
   rt->gen_base = sched_gen_base();
+  names_init(&rt->names);
   for (unsigned k = 0; k < rt->nsched; k++)
     sched_init(&rt->scheds[k], rt, k);
 
@@ -183,6 +184,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   runtime_unpublish();
   for (unsigned k = 0; k < rt->nsched; k++)
     sched_drain_and_free(&rt->scheds[k]);
+  names_destroy(&rt->names);
 
   if (handler_installed)
     overflow_uninstall();

@@ -21,6 +21,7 @@ typedef struct runtime {
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
   uint32_t gen_base;          /* first generation of this runtime's pids (sched_gen_base) */
+  name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
 } runtime_t;
 
 /* any_thread.c. For threads that may not be scheduler threads: the running runtime (NULL if

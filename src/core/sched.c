@@ -396,6 +396,7 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
   mailbox_clear(&a->mailbox);
   table_free(&s->table, smarm_pid_slot(a->pid));
   stat_add(&s->stats.live, (uint64_t)-1);
+  names_on_death(s, a);
   /* Notices go out once what others can see of it is gone (its pid is stale, it is not counted
   ** live): whoever learns of the death and looks finds it dead. */
   faults_on_death(s, a, code, data, size);
@@ -698,6 +699,7 @@ void sched_destroy_actors(sched_t *s)
     s->free_actors = a->run_next;
     free(a);
   }
+  name_cache_destroy(&s->names);
   reftab_destroy(&s->watching);
   reftab_destroy(&s->watchers);
   note_generations_used(&s->table);

@@ -24,6 +24,7 @@
 #include "annotate.h"
 #include "inbox.h"
 #include "mailbox.h"
+#include "names.h"
 #include "reftab.h"
 #include "stack.h"
 #include "timer.h"
@@ -58,6 +59,7 @@ typedef struct actor_faults {
   uint32_t nlinks, links_cap;
   monitor_t *watching;        /* monitors this actor holds */
   monitor_t *watchers;        /* monitors held on this actor */
+  char *name;                 /* the name this scheduler registered for it (names.c) */
   int exit_code;              /* the reason of a pending death (actor.exit_pending) */
   uint32_t exit_size;
   void *exit_data;
@@ -131,6 +133,7 @@ typedef struct sched {
   actor_t *free_actors;
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
   uint64_t ref_next, ref_end;  /* the block of refs this scheduler hands out (faults.c) */
+  name_cache_t names;          /* names.c */
   ctx_t main_ctx;
   fiber_t main_fiber;
   void *data;                 /* smarm_sched_data() */
@@ -174,6 +177,9 @@ int64_t sched_deadline(int64_t timeout_ns);
 int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
 void sched_park(sched_t *s, actor_t *self);           /* self->state already set */
 void sched_take_inbox(sched_t *s);
+/* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
+** the caller until that scheduler's reply brings the answer (intersched.c). */
+int64_t sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
 void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
 
