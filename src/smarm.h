@@ -297,6 +297,7 @@ enum smarm_msg_kind {
   SMARM_MSG_USER = 0,
   SMARM_MSG_EXIT, /* an exit signal turned into a message (smarm_trap_exit): pid sent it */
   SMARM_MSG_DOWN, /* a monitored actor ended (pid), or was not alive: ref is the monitor's */
+  SMARM_MSG_REPLY, /* smarm_send_reply; its payload is the alias, then the reply's bytes */
 };
 
 typedef struct smarm_notice {
@@ -306,8 +307,34 @@ typedef struct smarm_notice {
   uint32_t size;     /* bytes of a SMARM_EXIT_VALUE reason, right after this header */
 } smarm_notice_t;
 
-/* SMARM_MSG_USER, _EXIT or _DOWN. */
+/* SMARM_MSG_USER, _EXIT, _DOWN or _REPLY. */
 int smarm_msg_kind(const smarm_msg_t *msg);
+
+/* ---- Requests and replies: aliases and receive marks (Erlang's gen call) ------------------
+**
+** A caller monitors the server (the monitor's ref is also the alias replies are sent through),
+** marks its mailbox, sends the request with its pid and the ref, and waits for a message after
+** the mark: the reply or the DOWN. The server answers with smarm_send_reply(). A reply that
+** arrives once the caller no longer holds the monitor (it gave up, or the call ended) is
+** dropped on arrival and never reaches the mailbox, and the wait never looks at the messages
+** queued before the mark, however many. */
+
+/* Like smarm_send, for a message whose payload begins with a smarm_ref_t alias: delivered as a
+** SMARM_MSG_REPLY only while `to` holds the monitor of that ref, else dropped. -EINVAL for a
+** payload smaller than a ref; otherwise returns like smarm_send. */
+int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg);
+
+/* A place in the caller's mailbox: every message that arrives later is after it. It stays
+** valid until a message before it is taken by anything but smarm_receive_after from it. */
+typedef struct smarm_mark {
+  void *at;
+} smarm_mark_t;
+smarm_mark_t smarm_mailbox_mark(void); /* {NULL} outside an actor */
+
+/* smarm_receive_match over the messages after `mark` only. Returns like it; -EINVAL for a NULL
+** mark or out. */
+int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64_t timeout_ns,
+                        smarm_msg_t **out);
 
 /* ---- Registered names ------------------------------------------------------------------------
 **

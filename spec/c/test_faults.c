@@ -672,6 +672,121 @@ static void main_name_race(void *arg)
 
 TEST(whereis_racing_with_the_holders_death) { RUN(2, main_name_race, NULL); }
 
+
+/* ---- requests and replies ---- */
+
+typedef struct request {
+  smarm_pid_t from;
+  smarm_ref_t alias;
+  uint64_t value; /* 0: die; 1: hold the reply until the next request; else answer value * 2 */
+} request_t;
+
+static void reply_to(const request_t *r, uint64_t value)
+{
+  smarm_msg_t *m = smarm_msg_new(sizeof(smarm_ref_t) + sizeof value);
+  memcpy(smarm_msg_data(m), &r->alias, sizeof r->alias);
+  memcpy((char *)smarm_msg_data(m) + sizeof r->alias, &value, sizeof value);
+  if (smarm_send_reply(r->from, m) < 0)
+    smarm_msg_free(m);
+}
+
+static void doubler(void *arg)
+{
+  (void)arg;
+  request_t held = {0, 0, 0};
+  smarm_msg_t *m;
+  while (smarm_receive(SMARM_FOREVER, &m) == 0) {
+    request_t r;
+    memcpy(&r, smarm_msg_data(m), sizeof r);
+    smarm_msg_free(m);
+    if (held.from) { /* answer the held one first: it arrives before this one's */
+      reply_to(&held, 1);
+      held.from = 0;
+    }
+    if (r.value == 0)
+      smarm_exit_reason(SMARM_EXIT_VALUE, "bye", 3);
+    if (r.value == 1)
+      held = r;
+    else
+      reply_to(&r, r.value * 2);
+  }
+}
+
+static int is_answer(const smarm_msg_t *m, void *ud)
+{
+  smarm_ref_t ref = *(smarm_ref_t *)ud;
+  int kind = smarm_msg_kind(m);
+  const void *d = smarm_msg_data((smarm_msg_t *)m);
+  return (kind == SMARM_MSG_REPLY && memcmp(d, &ref, sizeof ref) == 0) ||
+         (kind == SMARM_MSG_DOWN && ((const smarm_notice_t *)d)->ref == ref);
+}
+
+/* A call: >= 0 the answer, -1 the server ended (its DOWN), -2 timeout. */
+static int64_t call(smarm_pid_t server, uint64_t value, int64_t timeout_ns)
+{
+  smarm_ref_t ref;
+  CHECK_EQ(smarm_monitor(server, &ref), 0);
+  smarm_mark_t mark = smarm_mailbox_mark();
+  request_t r = {smarm_self(), ref, value};
+  smarm_msg_t *m = smarm_msg_new(sizeof r);
+  memcpy(smarm_msg_data(m), &r, sizeof r);
+  CHECK_EQ(smarm_send(server, m), 0);
+  int rc = smarm_receive_after(mark, is_answer, &ref, timeout_ns, &m);
+  if (rc == -ETIMEDOUT) {
+    smarm_demonitor(ref, 1);
+    return -2;
+  }
+  CHECK_EQ(rc, 0);
+  int64_t answer = -1;
+  if (smarm_msg_kind(m) == SMARM_MSG_REPLY) {
+    uint64_t v;
+    memcpy(&v, (char *)smarm_msg_data(m) + sizeof ref, sizeof v);
+    answer = (int64_t)v;
+    CHECK_EQ(smarm_demonitor(ref, 1), 1);
+  }
+  smarm_msg_free(m);
+  return answer;
+}
+
+static void main_call(void *arg)
+{
+  int where = *(int *)arg;
+  smarm_pid_t server;
+  CHECK_EQ(smarm_spawn_on(where, doubler, NULL, NULL, &server), 0);
+  /* unrelated messages queued before the call stay, in order */
+  int queued = 2000;
+  for (int i = 1; i <= queued; i++)
+    CHECK_EQ(test_send_u64(smarm_self(), (uint64_t)i), 0);
+  for (uint64_t v = 2; v < 50; v++)
+    CHECK_EQ(call(server, v, WAIT), (int64_t)(v * 2));
+  /* a reply that comes after the call gave up never reaches the mailbox */
+  CHECK_EQ(call(server, 1, 1000000), -2); /* 1 ms: the server holds this one */
+  CHECK_EQ(call(server, 21, WAIT), 42);   /* the held reply went out first, and was dropped */
+  for (int i = 1; i <= queued; i++)
+    CHECK_EQ(test_recv_u64(0), i);
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT); /* no stray reply, DOWN or monitor left */
+  /* the server dies during a call: its DOWN answers */
+  CHECK_EQ(call(server, 0, WAIT), -1);
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
+  /* a reply to a pid that holds no such monitor is dropped */
+  request_t fake = {smarm_self(), smarm_make_ref(), 3};
+  reply_to(&fake, 7);
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
+  smarm_mark_t none = {NULL};
+  CHECK_EQ(smarm_receive_after(none, NULL, NULL, 0, &m), -EINVAL);
+  m = smarm_msg_new(4);
+  CHECK_EQ(smarm_send_reply(smarm_self(), m), -EINVAL);
+  smarm_msg_free(m);
+}
+
+TEST(call_and_reply_through_an_alias)
+{
+  int here = 0, there = 1;
+  RUN(1, main_call, &here);
+  RUN(2, main_call, &there);
+}
+
 /* ---- stress: every monitor gets exactly one DOWN with the right reason ---- */
 
 enum { FATE_NORMAL, FATE_CRASH, FATE_KILLED };

@@ -288,6 +288,17 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
       return;
     }
     break; /* demonitored, or the watcher is gone */
+  case SIG_REPLY: {
+    smarm_ref_t alias;
+    memcpy(&alias, m->data, sizeof alias);
+    mon = monitor_find(s, 1, alias);
+    if (a && mon && mon->owner == a) {
+      m->kind = MSG_REPLY_NOTICE;
+      sched_deliver(s, a, m);
+      return;
+    }
+    break; /* the call gave up (or ended): nobody waits for it */
+  }
   default:
     SMARM_CHECK(0, "not a signal");
   }

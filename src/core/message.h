@@ -22,6 +22,7 @@ enum msg_kind {
   MSG_USER = SMARM_MSG_USER,
   MSG_EXIT_NOTICE = SMARM_MSG_EXIT, /* an exit signal a trapping actor receives as a message */
   MSG_DOWN_NOTICE = SMARM_MSG_DOWN, /* a monitored actor ended */
+  MSG_REPLY_NOTICE = SMARM_MSG_REPLY, /* a reply to a live alias */
   MSG_SPAWN,        /* payload: spawn_request_t (its answer: pid or negative errno); `to` is
                     ** unused (addressed to the scheduler) */
   MSG_ALIVE,        /* payload: room for the reply; `to` is the pid asked about, `from` the asker */
@@ -40,6 +41,8 @@ enum msg_kind {
   SIG_MONITOR,      /* `from` starts monitor notice.ref on `to` */
   SIG_DEMONITOR,    /* the monitor notice.ref on `to` ends */
   SIG_DOWN,         /* to the watcher `to`: notice.pid, watched by notice.ref, ended */
+  SIG_REPLY,        /* smarm_send_reply: delivered as MSG_REPLY_NOTICE while `to` holds the
+                    ** monitor whose ref the payload starts with, else dropped */
 };
 
 struct smarm_msg {
