@@ -8,9 +8,9 @@
 ** costs no Lua allocation at all.
 */
 #include "codec.h"
-#include "lsmarm.h"
-#include "lio.h"
-#include "ltcp.h"
+
+#include "lhandle.h"
+#include "lpid.h"
 
 #include <lauxlib.h>
 
@@ -20,8 +20,10 @@
 
 enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
 
-#define HANDLE_BYTES 22 /* flags (listener, queued, file, taken), 8-byte id, 8-byte timeout, 4-byte fd */
-#define HANDLE_TAKEN 8  /* flag: a decoder made this handle's userdata, which owns it now */
+/* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
+** 4-byte descriptor. */
+#define HANDLE_BYTES 23
+#define HANDLE_TAKEN 1 /* codec flag: a decoder made this handle's userdata, which owns it now */
 
 typedef struct enc {
   lua_State *L;
@@ -35,8 +37,8 @@ typedef struct enc {
   uint32_t ntables;
   int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int keys[CODEC_MAX_DEPTH + 1];
-  codec_moves_t *moves; /* the sockets met, in list order */
-  ltcp_handle_t handles[CODEC_MAX_HANDLES];
+  codec_moves_t *moves; /* the handles met, in list order */
+  lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
 /* The path of a failing value, built only when something fails. */
@@ -283,18 +285,21 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_bytes(e, &pid, sizeof pid);
       return;
     }
-    void *sock;
-    ltcp_handle_t h;
-    if (ltcp_handle_of(L, idx, &sock, &h) || lio_file_handle_of(L, idx, &sock, &h)) {
+    int nkinds = lhandle_kind_count();
+    for (int k = 0; k < nkinds; k++) {
+      void *ud;
+      lhandle_t h;
+      if (!lhandle_kind(k)->test(L, idx, &ud, &h))
+        continue;
       codec_moves_t *mv = e->moves;
       for (int i = 0; i < mv->n; i++)
-        if (mv->socks[i] == sock)
+        if (mv->uds[i] == ud)
           fail_at(e, e->nkeys, " holds a socket or file that is already in the message");
       if (mv->n == CODEC_MAX_HANDLES)
         fail_at(e, e->nkeys, " is one handle too many (at most 16 sockets and files in a message)");
       e->handles[mv->n] = h;
-      mv->socks[mv->n] = sock;
-      mv->file[mv->n] = h.file;
+      mv->uds[mv->n] = ud;
+      mv->kind[mv->n] = k;
       put_byte(e, T_HANDLE);
       put_byte(e, (unsigned char)mv->n++);
       return;
@@ -351,13 +356,13 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
   if (nh) {
     *out++ = T_HLIST;
     *out++ = (unsigned char)nh;
-    for (int i = 0; i < nh; i++) {
-      *out++ = (unsigned char)(e.handles[i].listener | e.handles[i].queued << 1 |
-                               e.handles[i].file << 2);
-      memcpy(out, &e.handles[i].id, 8);
-      memcpy(out + 8, &e.handles[i].timeout, 8);
-      memcpy(out + 16, &e.handles[i].fd, 4);
-      out += HANDLE_BYTES - 1;
+    for (int i = 0; i < nh; i++, out += HANDLE_BYTES) {
+      out[0] = 0;
+      out[1] = (unsigned char)moves->kind[i];
+      out[2] = e.handles[i].bits;
+      memcpy(out + 3, &e.handles[i].id, 8);
+      memcpy(out + 11, &e.handles[i].timeout, 8);
+      memcpy(out + 19, &e.handles[i].fd, 4);
     }
     smarm_msg_set_owning(m, 1);
   }
@@ -370,10 +375,7 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
 void codec_commit(codec_moves_t *moves)
 {
   for (int i = 0; i < moves->n; i++)
-    if (moves->file[i])
-      lio_file_handed_over(moves->socks[i]);
-    else
-      ltcp_handed_over(moves->socks[i]);
+    lhandle_kind(moves->kind[i])->handed_over(moves->uds[i]);
   moves->n = 0;
 }
 
@@ -384,9 +386,16 @@ void codec_abandon(smarm_msg_t *msg)
   smarm_msg_free(msg);
 }
 
-/* Reads the socket list at the start of a block, if any: returns how many (0 with none) and
+/* A handle of the list as read back: the kind's fields, its kind, and the codec's flags. */
+typedef struct listed {
+  lhandle_t h;
+  const lhandle_kind_t *kind;
+  int taken;
+} listed_t;
+
+/* Reads the handle list at the start of a block, if any: returns how many (0 with none) and
 ** advances *p past it; -1 if it is malformed. */
-static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_handle_t *out)
+static int read_handles(const unsigned char **p, const unsigned char *end, listed_t *out)
 {
   if (*p >= end || **p != T_HLIST)
     return 0;
@@ -396,14 +405,16 @@ static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_
   if (n < 1 || n > CODEC_MAX_HANDLES || end - *p < 2 + (ptrdiff_t)n * HANDLE_BYTES)
     return -1;
   const unsigned char *q = *p + 2;
+  int nkinds = lhandle_kind_count();
   for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
-    out[i].listener = q[0] & 1;
-    out[i].queued = q[0] >> 1 & 1;
-    out[i].file = q[0] >> 2 & 1;
-    out[i].taken = q[0] >> 3 & 1;
-    memcpy(&out[i].id, q + 1, 8);
-    memcpy(&out[i].timeout, q + 9, 8);
-    memcpy(&out[i].fd, q + 17, 4);
+    if (q[1] >= nkinds)
+      return -1;
+    out[i].taken = q[0] & HANDLE_TAKEN;
+    out[i].kind = lhandle_kind(q[1]);
+    out[i].h.bits = q[2];
+    memcpy(&out[i].h.id, q + 3, 8);
+    memcpy(&out[i].h.timeout, q + 11, 8);
+    memcpy(&out[i].h.fd, q + 19, 4);
   }
   *p = q;
   return n;
@@ -412,15 +423,11 @@ static int read_handles(const unsigned char **p, const unsigned char *end, ltcp_
 void codec_drop(smarm_msg_t *msg)
 {
   const unsigned char *p = smarm_msg_data(msg);
-  ltcp_handle_t hs[CODEC_MAX_HANDLES];
+  listed_t hs[CODEC_MAX_HANDLES];
   int n = read_handles(&p, p + smarm_msg_size(msg), hs);
   for (int i = 0; i < n; i++)
-    if (hs[i].taken)
-      continue; /* a decode that failed later made it a userdata: its __gc closes it */
-    else if (hs[i].file)
-      lio_drop_file(&hs[i]);
-    else
-      ltcp_drop_handle(&hs[i]);
+    if (!hs[i].taken) /* else a decode that failed later made it a userdata: its __gc closes it */
+      hs[i].kind->drop(&hs[i].h);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
@@ -539,7 +546,7 @@ static int dec_value(dec_t *d, int depth)
 void codec_decode(lua_State *L, smarm_msg_t *msg)
 {
   dec_t d;
-  ltcp_handle_t handles[CODEC_MAX_HANDLES];
+  listed_t handles[CODEC_MAX_HANDLES];
   d.L = L;
   d.p = smarm_msg_data(msg);
   d.end = d.p + smarm_msg_size(msg);
@@ -555,10 +562,7 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   ** its userdata owns it: a block dropped after a failed decode closes only the others
   ** (codec_drop), never one twice. */
   for (int i = 0; i < d.nhandles; i++) {
-    if (handles[i].file)
-      lio_push_file(L, &handles[i]);
-    else
-      ltcp_push_handle(L, &handles[i]);
+    handles[i].kind->push(L, &handles[i].h);
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
   d.handles_idx = base + 1;
@@ -578,5 +582,5 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   } else if (has_tables) {
     lua_remove(L, d.refs_idx);
   }
-  smarm_msg_set_owning(msg, 0); /* its sockets are the receiver's now */
+  smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
 }

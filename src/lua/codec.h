@@ -9,10 +9,14 @@
 ** raises `<path> is a <type>`, where path names the place, e.g. `message.handler` or
 ** `message.items[3]`.
 **
-** Format: optionally HLIST, a count and that many sockets (listener byte, id, timeout) first; then
-** a tag byte per value (a socket is HANDLE and its index in the list); numbers as 8 raw bytes, strings as a varint length and bytes,
-** tables as TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints),
-** key/value pairs, END; a table seen before as REF and its varint index.
+** Handles (sockets, files: lhandle.h) travel too, through the interface their modules register;
+** the codec knows no kind of handle.
+**
+** Format: optionally HLIST, a count and that many handles (codec flags, kind index, the kind's
+** bits, id, timeout, descriptor) first; then a tag byte per value (a handle is HANDLE and its
+** index in the list); numbers as 8 raw bytes, strings as a varint length and bytes, tables as
+** TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints), key/value
+** pairs, END; a table seen before as REF and its varint index.
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H
@@ -24,31 +28,30 @@
 /* Deeper nesting raises: the encoder and decoder recurse on the actor's C stack. */
 #define CODEC_MAX_DEPTH 200
 
-/* Sockets (smarm.tcp) and files (smarm.fs.open) travel too, at most CODEC_MAX_HANDLES per
-** message, each once: the block
-** then begins with their list and is owning (smarm_msg_set_owning), so that if nobody decodes it
-** the drop hook (codec_drop, installed by the binding) closes them. The sender's sockets are
-** handed over only when the caller commits the moves after a successful send. */
+/* Handles travel at most CODEC_MAX_HANDLES per message, each once: the block then begins with
+** their list and is owning (smarm_msg_set_owning), so that if nobody decodes it the drop hook
+** (codec_drop, installed by the binding) drops them. The sender's handles are handed over only
+** when the caller commits the moves after a successful send. */
 #define CODEC_MAX_HANDLES 16
 
 typedef struct codec_moves {
-  void *socks[CODEC_MAX_HANDLES]; /* the sender's socket or file userdata */
-  int file[CODEC_MAX_HANDLES];
+  void *uds[CODEC_MAX_HANDLES]; /* the sender's handle userdata */
+  int kind[CODEC_MAX_HANDLES];  /* their kinds (lhandle_kind) */
   int n;
 } codec_moves_t;
 
 /* Encodes the value at idx into a new message block (owned by the caller). Raises a Lua error
-** naming the path of a value that cannot be sent (nothing leaks). moves receives the sockets in
+** naming the path of a value that cannot be sent (nothing leaks). moves receives the handles in
 ** it: after sending the block, codec_commit(moves); if it is not sent, codec_abandon(block). */
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
-void codec_commit(codec_moves_t *moves); /* the sender's sockets are handed over */
-void codec_abandon(smarm_msg_t *msg);    /* frees an unsent block; the sockets stay the sender's */
+void codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
+void codec_abandon(smarm_msg_t *msg);    /* frees an unsent block; the handles stay the sender's */
 
-/* Pushes the value a message holds; the receiver now owns its sockets (the block is no longer
+/* Pushes the value a message holds; the receiver now owns its handles (the block is no longer
 ** owning). Raises on a block codec_encode did not make. */
 void codec_decode(lua_State *L, smarm_msg_t *msg);
 
-/* The drop hook: closes the sockets of a block nobody decoded. */
+/* The drop hook: drops (closes) the handles of a block nobody decoded. */
 void codec_drop(smarm_msg_t *msg);
 
 #endif

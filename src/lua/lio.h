@@ -1,43 +1,46 @@
 /*
-** smarm.fs (lio.c): files for Lua actors through the IO thread.
+** What the binding's IO modules share (lio.c): smarm.fs (lfs.c), smarm.dns (ldns.c),
+** smarm.process (lproc.c), smarm.signal (lsignal.c) and smarm.tcp (ltcp.c) each turn a call
+** into a request (src/io/io.h), run it for the calling actor, and return its results or
+** nil, message, code.
+**
+** Ownership: a request is boxed on the actor's Lua stack as soon as it is made (lio_box), so an
+** error raised while it is alive, or the actor being stopped while the IO thread works on it,
+** leaks nothing; the box's __gc drops the actor's reference. Arguments are copied into the
+** request (lio_copy_arg): the IO side may still work when the actor's values are gone.
 */
 #ifndef SMARM_LUA_LIO_H
 #define SMARM_LUA_LIO_H
 
 #include <lauxlib.h>
 #include <lua.h>
+
 #include <stddef.h>
+#include <stdint.h>
 
 struct io_req;
 
-/* Pushes a userdata that holds the caller's reference to req and releases it when collected: an
-** error raised while req is alive, or the actor being stopped while the IO thread works on it,
-** then leaks nothing. Returns the box's stack index; raises "not enough memory" when req is NULL
-** (pass a request constructor's result as it is). lio_unbox releases it at once (the box at idx
-** then holds nothing). */
+/* Pushes a userdata that holds the caller's reference to req and releases it when collected.
+** Returns the box's stack index; raises "not enough memory" when req is NULL (pass a request
+** constructor's result as it is). lio_unbox releases it at once (the box at idx then holds
+** nothing). */
 int lio_box(lua_State *L, struct io_req *req);
 void lio_unbox(lua_State *L, int idx);
 
 /* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
 char *lio_copy_arg(lua_State *L, int idx, size_t *len);
 
-/* Files travel in messages like sockets (codec.c; the handle's `file` flag): */
-struct ltcp_handle;
-int lio_file_handle_of(lua_State *L, int idx, void **file, struct ltcp_handle *h);
-void lio_file_handed_over(void *file);
-void lio_push_file(lua_State *L, const struct ltcp_handle *h);
-void lio_drop_file(const struct ltcp_handle *h); /* nobody received it: close it (any thread) */
+/* Runs an IO request for the calling actor (io_call_timeout; SMARM_FOREVER: no limit) under the
+** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is
+** refused; else returns 0 or the error (the call's, else the request's). */
+int lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
 
 /* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" (just the reason without
 ** a subject) and libuv's error name. Returns how many values it pushed. */
 int lio_push_failure(lua_State *L, int err, const char *subject);
 
-/* Sets module.fs (module: the stack index of the smarm.core table). */
-void lio_register(lua_State *L, int module);
-
-/* Registers the metatable `name` of a handle type (files here, sockets in ltcp.c) once per VM:
-** methods as __index, gc as __gc, tostring as __tostring, and a locked __metatable. */
-void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
-                          lua_CFunction gc, lua_CFunction tostring);
+/* Sets module[name] (module: the stack index of the smarm.core table) to a new table of the
+** functions. */
+void lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions);
 
 #endif

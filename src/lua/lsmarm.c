@@ -1,13 +1,14 @@
 /*
-** The Lua binding, module `smarm.core` (wrapped by lua/smarm/init.lua as `smarm`).
+** The Lua binding, module `smarm.core` (wrapped by lua/smarm/init.lua as `smarm`): VMs, actors,
+** messages and runs. The top of the binding: it registers the other files' functions.
 **
-** One LuaJIT VM per scheduler: scheduler 0 runs in the VM that called smarm.run (the caller's
-** own lua_State stays suspended inside run for the whole run); schedulers 1..N-1 each create a VM
-** on their own thread (on_sched_start), with the caller's package.path/cpath, and close it when
-** they stop. Each Lua actor is a coroutine (lua_newthread) of its scheduler's VM, anchored in the
-** registry and run by a protected call on the actor's own C stack; it parks by calling into the
-** C core from a classic lua_CFunction, so it can park from anywhere a C stack exists (sort
-** comparators, metamethods, pcall, nested coroutines, require).
+** One LuaJIT VM per scheduler (lvm.h): scheduler 0 runs in the VM that called smarm.run (the
+** caller's own lua_State stays suspended inside run for the whole run); schedulers 1..N-1 each
+** create a VM on their own thread (on_sched_start), with the caller's package.path/cpath, and
+** close it when they stop. Each Lua actor is a coroutine (lua_newthread) of its scheduler's VM,
+** anchored in the registry and run by a protected call on the actor's own C stack; it parks by
+** calling into the C core from a classic lua_CFunction (lpark.h), so it can park from anywhere a
+** C stack exists (sort comparators, metamethods, pcall, nested coroutines, require).
 **
 ** Ownership: an lactor_t (malloc'd) belongs to its actor; it is freed when the actor's body
 ** returns, or by on_actor_stopped when shutdown stops the actor where it stands.
@@ -17,21 +18,38 @@
 ** actor's saved queue (a Lua table), ahead of everything still in the core mailbox, so order is
 ** kept; every receive looks at the saved queue first.
 **
-** spawn_on transfers the function: its bytecode (string.dump), each upvalue either copied with
-** the codec or, when it is a loaded module, a function of one (local insert = table.insert) or a
-** global, re-bound by name (require, or the target's global of that name) in the target VM; or
-** names a function as "module.function". Arguments are copied like messages. All of it travels
-** as one codec-encoded block that the new actor decodes on its own stack (it may require
-** modules, which may park) and frees.
+** spawn_on moves the function as a transfer table (ltransfer.h), encoded by the codec with the
+** arguments into one block that the new actor decodes on its own stack (it may require modules,
+** which may park) and frees.
+**
+** A run's end makes every handle of it stale (lhandle.h): the run generation moves on once the
+** IO thread has stopped and the caller's VM has closed the run's files.
+**
+** The binding's files, each including only headers of the files below it:
+**   lsmarm.c   this module                       main.c   the executable
+**   ltcp.c lfs.c ldns.c lproc.c lsignal.c        the IO modules (smarm.tcp, .fs, .dns, ...)
+**   lio.c      their shared helpers               ltransfer.c   functions between VMs
+**   codec.c    messages                           lbench.c      clock and histograms
+**   lhandle.c  the neutral handle interface       lpid.c   pids     lpark.c   parking rules
+**   lvm.h      a scheduler's VM                   ljx.c    LuaJIT internals
 */
 #define _GNU_SOURCE
+#include "lsmarm.h"
+
 #include "codec.h"
 #include "io/io.h"
 #include "lbench.h"
-#include "lio.h"
-#include "ltcp.h"
+#include "ldns.h"
+#include "lfs.h"
+#include "lhandle.h"
 #include "ljx.h"
-#include "lsmarm.h"
+#include "lpark.h"
+#include "lpid.h"
+#include "lproc.h"
+#include "lsignal.h"
+#include "ltcp.h"
+#include "ltransfer.h"
+#include "lvm.h"
 #include "smarm.h"
 
 #include <lauxlib.h>
@@ -46,116 +64,9 @@
 #include <unistd.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char pid_mt_key, pid_intern_key, traceback_key, after_run_key;
+static const char traceback_key, after_run_key;
 
-/* ---- Pids: full userdata, interned per VM so that == and table keys work ------------------- */
-
-/* The magic makes a pid recognisable from its bytes alone (no metatable lookup on the hot path
-** of send); a userdata of another type of this size with this first word is not a concern. */
-#define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
-
-typedef struct lpid {
-  uint64_t magic;
-  smarm_pid_t pid;
-} lpid_t;
-
-/* The intern table's key for a pid: its 64 bits read as a double, with 1 added to the scheduler
-** field (the exponent). Schedulers are fewer than SMARM_SCHED_MAX = 1024, so the exponent is 1 to
-** 1024: a normal, finite, positive number, never NaN, zero or denormal, and different pids give
-** different numbers. A number key costs no allocation, unlike an 8-byte string. */
-static lua_Number pid_key(smarm_pid_t pid)
-{
-  union {
-    uint64_t u;
-    double d;
-  } k = {pid + ((uint64_t)1 << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS))};
-  return k.d;
-}
-
-static void push_registry(lua_State *L, const void *key)
-{
-  lua_pushlightuserdata(L, (void *)key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-}
-
-/* ---- Per-scheduler VMs ---------------------------------------------------------------------- */
-
-/* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
-** no lua_newthread, no registry slot and no garbage. */
-#define LVM_SPARE_COS 256
-
-typedef struct lvm {
-  lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
-  int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
-  int spare_count;
-  lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
-  int spare_ref[LVM_SPARE_COS];
-  int intern_ref, pid_mt_ref, traceback_ref; /* integer registry refs (vm_cache_refs) */
-} lvm_t;
-
-/* The calling scheduler's VM. Every caller below runs in an actor (its scheduler started and
-** made the VM's refs first), so it always has one. */
-static lvm_t *this_vm(void) { return smarm_sched_data(); }
-
-/* ---- Pids ----------------------------------------------------------------------------------- */
-
-static lpid_t *test_pid(lua_State *L, int idx)
-{
-  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
-    return NULL;
-  lpid_t *p = lua_touserdata(L, idx);
-  return p->magic == LPID_MAGIC ? p : NULL;
-}
-
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
-{
-  lvm_t *vm = this_vm();
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
-  lua_pushnumber(L, pid_key(pid));
-  lua_rawget(L, -2);
-  if (!lua_isnil(L, -1)) {
-    lua_remove(L, -2);
-    return;
-  }
-  lua_pop(L, 1);
-  lpid_t *p = lua_newuserdata(L, sizeof *p);
-  p->magic = LPID_MAGIC;
-  p->pid = pid;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
-  lua_setmetatable(L, -2);
-  lua_pushnumber(L, pid_key(pid));
-  lua_pushvalue(L, -2);
-  lua_rawset(L, -4);
-  lua_remove(L, -2);
-}
-
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
-{
-  lpid_t *p = test_pid(L, idx);
-  if (p)
-    *out = p->pid;
-  return p != NULL;
-}
-
-static int pid_tostring(lua_State *L)
-{
-  lpid_t *p = test_pid(L, 1);
-  if (!p)
-    return luaL_argerror(L, 1, "pid expected");
-  lua_pushfstring(L, "<%d.%d.%d>", (int)smarm_pid_sched(p->pid) + 1, (int)smarm_pid_slot(p->pid),
-                  (int)smarm_pid_gen(p->pid));
-  return 1;
-}
-
-static int pid_eq(lua_State *L)
-{
-  lpid_t *a = test_pid(L, 1), *b = test_pid(L, 2);
-  lua_pushboolean(L, a && b && a->pid == b->pid);
-  return 1;
-}
-
-/* ---- Per-scheduler VMs and per-actor state -------------------------------------------------- */
-
+/* ---- Per-actor state ------------------------------------------------------------------------ */
 
 typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
@@ -182,11 +93,8 @@ static lrun_t *current_run; /* set while smarm.run runs (one runtime per process
 ** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
 {
-  push_registry(vm->L, &pid_intern_key);
-  vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  push_registry(vm->L, &pid_mt_key);
-  vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  push_registry(vm->L, &traceback_key);
+  lpid_cache_refs(vm);
+  lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
@@ -324,55 +232,22 @@ static void on_sched_stop(unsigned k, void *ud)
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+    lpid_release_refs(vm);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
   }
   vm->L = NULL;
   io_sched_thread_leave(k, NULL);
 }
 
-/* ---- Parking safely ------------------------------------------------------------------------ */
+/* ---- Parking safely (lpark.h) ------------------------------------------------------------- */
 
 /* The calling actor's state, or a raised error naming the function. */
-static lactor_t *self_or_raise(lua_State *L, const char *fname)
-{
-  lactor_t *la = smarm_actor_data();
-  if (!la)
-    luaL_error(L, "smarm.%s: not inside an actor (call it from smarm.run)", fname);
-  return la;
-}
-
-/* Every function that can switch stacks goes through here right before it (design rules 1-4);
-** ljx_after_switch right after. */
-static void park_check(lua_State *L, const char *fname)
-{
-  const char *why = ljx_cannot_park(L);
-  if (why)
-    luaL_error(L, "smarm.%s: cannot park %s", fname, why);
-  ljx_before_switch(L);
-}
-
-int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
-{
-  self_or_raise(L, fname);
-  park_check(L, fname);
-  int rc = io_call_timeout(req, timeout_ns);
-  ljx_after_switch(L);
-  return rc < 0 ? rc : req->err;
-}
-
-int64_t lsmarm_timeout_ns(lua_Number seconds)
-{
-  if (!(seconds >= 0) || seconds >= 1e9) /* NaN, negative, or beyond 31 years: no limit */
-    return SMARM_FOREVER;
-  return (int64_t)(seconds * 1e9);
-}
+static lactor_t *self_or_raise(lua_State *L, const char *fname) { return lpark_actor(L, fname); }
 
 static int l_yield(lua_State *L)
 {
   self_or_raise(L, "yield");
-  park_check(L, "yield");
+  lpark_check(L, "yield");
   smarm_yield();
   ljx_after_switch(L);
   return 0;
@@ -383,7 +258,7 @@ static int l_sleep(lua_State *L)
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
   self_or_raise(L, "sleep");
-  park_check(L, "sleep");
+  lpark_check(L, "sleep");
   int64_t ns = lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
   ljx_after_switch(L);
@@ -414,7 +289,7 @@ static int l_exit(lua_State *L)
     return luaL_error(L, "smarm.exit: not inside an actor");
   /* Ending discards the C frames: never under a finalizer, a hook or compiled code, whose
   ** set-up LuaJIT would then never undo (the VM's GC and hooks would stay off for everyone). */
-  park_check(L, "exit");
+  lpark_check(L, "exit");
   if (la->is_main) {
     /* The main actor exiting is like its function returning nothing: run returns. */
     current_run->main_status = 0;
@@ -456,7 +331,7 @@ static int l_alive(lua_State *L)
   unsigned k = smarm_pid_sched(pid);
   int remote = (int)k != smarm_sched_index() && k < smarm_sched_count(); /* asked: it parks */
   if (remote)
-    park_check(L, "alive");
+    lpark_check(L, "alive");
   int rc = smarm_alive(pid);
   if (remote)
     ljx_after_switch(L);
@@ -468,7 +343,8 @@ static int l_alive(lua_State *L)
 
 static int l_is_pid(lua_State *L)
 {
-  lua_pushboolean(L, test_pid(L, 1) != NULL);
+  smarm_pid_t pid;
+  lua_pushboolean(L, lsmarm_to_pid(L, 1, &pid));
   return 1;
 }
 
@@ -512,7 +388,7 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
 {
   if (timeout_ns != 0)
-    park_check(L, "receive");
+    lpark_check(L, "receive");
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
@@ -635,197 +511,16 @@ static int l_receive(lua_State *L)
   }
 }
 
-/* ---- spawn_on: moving a function to another VM ------------------------------------------- */
+/* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
 
-/* Builds the transfer table for the function (or "mod.fn" string) at fn_idx and the arguments
-** from first on: {code = bytecode | name = "mod.fn", up = {[i] = {v = value} | {module = name}},
-** args = {n = count, ...}}; leaves it on the stack. Raises naming what cannot move. */
-static void build_transfer(lua_State *L, int fn_idx, int first, int nargs)
-{
-  lua_createtable(L, 0, 3);
-  int tr = lua_gettop(L);
-  if (lua_type(L, fn_idx) == LUA_TSTRING) {
-    lua_pushvalue(L, fn_idx);
-    lua_setfield(L, tr, "name");
-  } else {
-    if (lua_iscfunction(L, fn_idx))
-      luaL_argerror(L, 2, "a C function cannot move to another scheduler");
-    /* bytecode, with debug info so tracebacks keep names and lines */
-    lua_getglobal(L, "string");
-    lua_getfield(L, -1, "dump");
-    lua_remove(L, -2);
-    lua_pushvalue(L, fn_idx);
-    lua_call(L, 1, 1);
-    lua_setfield(L, tr, "code");
-    /* upvalues: modules by name, data by value */
-    lua_newtable(L);
-    int ups = lua_gettop(L);
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "loaded");
-    lua_remove(L, -2);
-    int loaded = lua_gettop(L);
-    lua_pushvalue(L, LUA_GLOBALSINDEX);
-    int globals = lua_gettop(L);
-    const char *name;
-    for (int i = 1; (name = lua_getupvalue(L, fn_idx, i)) != NULL; i++) {
-      int v = lua_gettop(L);
-      lua_createtable(L, 0, 1);
-      int entry = v + 1;
-      int found = 0;
-      int t = lua_type(L, v);
-      if (t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) {
-        /* A loaded module (by its package.loaded name) or a global (by its name): re-bound
-        ** in the target VM rather than copied. */
-        static const char *const how[2] = {"module", "global"};
-        int where[2] = {loaded, globals};
-        for (int w = 0; w < 2 && !found; w++) {
-          lua_pushnil(L);
-          while (lua_next(L, where[w]) != 0) {
-            if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, v)) {
-              lua_pop(L, 1);
-              lua_setfield(L, entry, how[w]); /* pops the key */
-              found = 1;
-              break;
-            }
-            lua_pop(L, 1);
-          }
-        }
-      }
-      if (!found && t == LUA_TFUNCTION) {
-        /* A function of a loaded module (local insert = table.insert): module + field. */
-        lua_pushnil(L);
-        while (!found && lua_next(L, loaded) != 0) {
-          if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
-            int mod = lua_gettop(L);
-            lua_pushnil(L);
-            while (lua_next(L, mod) != 0) {
-              if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, v)) {
-                lua_pop(L, 1);
-                lua_setfield(L, entry, "field"); /* pops the field name */
-                lua_pushvalue(L, mod - 1);
-                lua_setfield(L, entry, "module");
-                found = 1;
-                break;
-              }
-              lua_pop(L, 1);
-            }
-          }
-          lua_settop(L, entry + (found ? 0 : 1)); /* keep the outer key while iterating */
-        }
-        lua_settop(L, entry);
-      }
-      if (!found) {
-        /* Data: check now that it can travel, naming the upvalue if not. */
-        char root[96];
-        snprintf(root, sizeof root, "upvalue '%s'", name[0] ? name : "?");
-        codec_moves_t moves;
-        codec_abandon(codec_encode(L, v, root, &moves));
-        lua_pushvalue(L, v);
-        lua_setfield(L, entry, "v");
-      }
-      lua_pushvalue(L, entry);
-      lua_rawseti(L, ups, i);
-      lua_settop(L, globals);
-    }
-    lua_pop(L, 1); /* globals */
-    lua_pop(L, 1); /* loaded */
-    lua_setfield(L, tr, "up");
-  }
-  lua_createtable(L, nargs, 1);
-  for (int i = 0; i < nargs; i++) {
-    lua_pushvalue(L, first + i);
-    lua_rawseti(L, -2, i + 1);
-  }
-  lua_pushinteger(L, nargs);
-  lua_setfield(L, -2, "n");
-  lua_setfield(L, tr, "args");
-}
-
-/* Runs in the new actor's coroutine: rebuilds the function from the transfer block and calls
-** it. Upvalue 1: the block (light userdata), already owned by this call. */
-/* The last dot of "module.function" (both parts non-empty), or NULL if name has not that form. */
-static const char *module_function_dot(const char *name)
-{
-  const char *dot = strrchr(name, '.');
-  return dot && dot != name && dot[1] != '\0' ? dot : NULL;
-}
-
+/* Runs in the new actor's coroutine: decodes the transfer block (the actor's pending block while
+** it decodes, like a message) and calls the function it holds. Upvalue 1: the block (light
+** userdata), which the actor's state holds as pending until this call frees it. */
 static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
   push_message(L, smarm_actor_data(), block); /* frees the block */
-  int tr = lua_gettop(L);
-  lua_getfield(L, tr, "name");
-  if (lua_isstring(L, -1)) {
-    size_t n;
-    const char *full = lua_tolstring(L, -1, &n);
-    const char *dot = module_function_dot(full);
-    if (!dot) /* spawn_on checked it: only a malformed block gets here */
-      return luaL_error(L, "smarm.spawn_on: '%s' is not of the form module.function", full);
-    lua_getglobal(L, "require");
-    lua_pushlstring(L, full, (size_t)(dot - full));
-    lua_call(L, 1, 1);
-    if (!lua_istable(L, -1))
-      return luaL_error(L, "smarm.spawn_on: the module of '%s' is not a table", full);
-    lua_getfield(L, -1, dot + 1);
-    if (!lua_isfunction(L, -1))
-      return luaL_error(L, "smarm.spawn_on: %s is not a function", full);
-  } else {
-    lua_pop(L, 1);
-    lua_getfield(L, tr, "code");
-    size_t n;
-    const char *code = lua_tolstring(L, -1, &n);
-    if (!code || luaL_loadbuffer(L, code, n, "=spawn_on") != 0)
-      return luaL_error(L, "smarm.spawn_on: cannot load the function: %s",
-                        code ? lua_tostring(L, -1) : "no code");
-    int fn = lua_gettop(L);
-    lua_getfield(L, tr, "up");
-    int ups = lua_gettop(L);
-    for (int i = 1;; i++) {
-      lua_rawgeti(L, ups, i);
-      if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        break;
-      }
-      lua_getfield(L, -1, "module");
-      if (lua_isstring(L, -1)) {
-        lua_getglobal(L, "require");
-        lua_insert(L, -2);
-        lua_call(L, 1, 1);
-        lua_getfield(L, -2, "field");
-        if (lua_isstring(L, -1)) {
-          lua_gettable(L, -2);
-          lua_remove(L, -2);
-        } else {
-          lua_pop(L, 1);
-        }
-      } else {
-        lua_pop(L, 1);
-        lua_getfield(L, -1, "global");
-        if (lua_isstring(L, -1)) {
-          lua_rawget(L, LUA_GLOBALSINDEX);
-        } else {
-          lua_pop(L, 1);
-          lua_getfield(L, -1, "v");
-        }
-      }
-      lua_setupvalue(L, fn, i);
-      lua_pop(L, 1);
-    }
-    lua_settop(L, fn);
-  }
-  int fn = lua_gettop(L);
-  lua_getfield(L, tr, "args");
-  int args = lua_gettop(L);
-  lua_getfield(L, args, "n");
-  int nargs = (int)lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  luaL_checkstack(L, nargs + 2, "too many arguments");
-  lua_pushvalue(L, fn);
-  for (int i = 1; i <= nargs; i++)
-    lua_rawgeti(L, args, i);
-  lua_call(L, nargs, LUA_MULTRET);
-  return lua_gettop(L) - args;
+  return ltransfer_call(L, lua_gettop(L));
 }
 
 /* A fresh actor state with a coroutine of owner's VM anchored in the registry: a spare one, with
@@ -885,16 +580,16 @@ static int l_spawn_on(lua_State *L)
   if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
     return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
                                                luaL_typename(L, 2)));
-  if (t2 == LUA_TSTRING && !module_function_dot(lua_tostring(L, 2)))
+  if (t2 == LUA_TSTRING && !ltransfer_name_dot(lua_tostring(L, 2)))
     return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is not of the form module.function",
                                                lua_tostring(L, 2)));
   self_or_raise(L, "spawn_on");
   int nargs = lua_gettop(L) - 2;
-  build_transfer(L, 2, 3, nargs);
+  ltransfer_build(L, 2, 3, nargs);
   codec_moves_t moves;
   smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
   lua_pop(L, 1);
-  park_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
+  lpark_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
   /* The actor's state travels with the spawn as a shell holding the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
   ** its coroutine. */
@@ -967,7 +662,7 @@ static int l_after_run(lua_State *L)
 
 static void call_after_run(lua_State *L)
 {
-  push_registry(L, &after_run_key);
+  lvm_push_registry(L, &after_run_key);
   if (!lua_isfunction(L, -1)) {
     lua_pop(L, 1);
     return;
@@ -1034,8 +729,11 @@ static int l_run(lua_State *L)
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.userdata = &run;
   current_run = &run;
+  lhandle_next_run(); /* handles made from here on belong to this run */
   int rc = smarm_run(&cfg, lactor_main, main);
   io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
+  lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
+  lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
   current_run = NULL;
   ljx_after_switch(L);
   free(run.vms);
@@ -1045,7 +743,7 @@ static int l_run(lua_State *L)
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
                                                        : strerror(-rc));
   }
-  if (!run.main_done) { /* stopped by smarm.stop or the like before it returned */
+  if (!run.main_done) { /* smarm_stop() (from C: Lua has no stop) ended the run first */
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
     return 0;
   }
@@ -1070,45 +768,21 @@ static const luaL_Reg functions[] = {
   {NULL, NULL},
 };
 
-/* registry[key] = the value on top, unless it is set already; pops it. */
-static void set_registry_once(lua_State *L, const void *key)
-{
-  push_registry(L, key);
-  int set = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if (set) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_pushlightuserdata(L, (void *)key);
-  lua_insert(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-}
-
 int luaopen_smarm_core(lua_State *L)
 {
-  smarm_msg_set_drop_hook(codec_drop); /* undelivered messages close their sockets */
-  lua_createtable(L, 0, 3); /* the pids' metatable */
-  lua_pushcfunction(L, pid_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, pid_eq);
-  lua_setfield(L, -2, "__eq");
-  lua_pushliteral(L, "smarm.pid");
-  lua_setfield(L, -2, "__metatable");
-  set_registry_once(L, &pid_mt_key);
-  lua_newtable(L); /* the intern table: pid key -> pid userdata, weak values */
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "v");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  set_registry_once(L, &pid_intern_key);
+  smarm_msg_set_drop_hook(codec_drop); /* undelivered messages close their sockets and files */
+  lpid_open(L);
   lua_pushcfunction(L, add_traceback); /* one handler for every actor's protected call */
-  set_registry_once(L, &traceback_key);
+  lvm_set_registry_once(L, &traceback_key);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
-  lbench_register(L, lua_gettop(L));
-  lio_register(L, lua_gettop(L));
-  ltcp_register(L, lua_gettop(L));
+  int module = lua_gettop(L);
+  lbench_register(L, module);
+  lfs_register(L, module);
+  ldns_register(L, module);
+  lproc_register(L, module);
+  lsignal_register(L, module);
+  ltcp_register(L, module);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

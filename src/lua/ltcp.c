@@ -4,13 +4,20 @@
 ** kind and its timeout. Each call is a request that parks only the calling actor. Outcomes return
 ** (nil, "timeout"; nil, message, code with libuv's error name); misuse raises (wrong types, a
 ** closed socket, a second receive or accept on a socket while one waits).
+**
+** A connection's userdata also holds its descriptor, for sends straight from the actor's thread
+** (m_send). That is safe only while the IO thread keeps the socket open: a handle's own close
+** marks it closed before the IO thread closes it, and the end of a run closes every socket, so a
+** handle of an earlier run is stale (lhandle.h) and touches neither its id nor its descriptor.
+** Sockets travel in messages as a handle kind of their own (sock_kind).
 */
 #define _GNU_SOURCE
 #include "ltcp.h"
 
 #include "io/tcp.h"
+#include "lhandle.h"
 #include "lio.h"
-#include "lsmarm.h"
+#include "lpark.h"
 
 #include <lauxlib.h>
 
@@ -42,7 +49,12 @@ typedef struct lsock {
   int sending;    /* sends of this handle parked in the IO thread now */
   int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
+  uint32_t run;   /* the run that made it (lhandle_run_generation): its end closed the socket */
 } lsock_t;
+
+/* A socket of a run that has ended: its id and descriptor were closed with that run, and the
+** number may be another socket's now, so nothing may be done with either. */
+static int stale(const lsock_t *s) { return s->run != lhandle_run_generation(); }
 
 static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 {
@@ -53,6 +65,7 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
   s->listener = listener;
   s->state = OPEN;
   s->timeout = -1;
+  s->run = lhandle_run_generation();
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
 }
@@ -69,6 +82,8 @@ static lsock_t *test_sock(lua_State *L, int idx, int listener)
 
 static void check_open(lua_State *L, const lsock_t *s, const char *fname)
 {
+  if (stale(s))
+    luaL_error(L, "smarm.tcp.%s: the socket belongs to an earlier run", fname);
   if (s->state == CLOSED)
     luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
   if (s->state == HANDED_OVER)
@@ -87,7 +102,12 @@ static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fnam
   return s;
 }
 
-int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
+/* ---- Sockets in messages (lhandle.h): bits are listener (1) and queued (2) ------------------ */
+
+#define BIT_LISTENER 1
+#define BIT_QUEUED 2 /* writes through the IO thread may still be in flight: the next go that way */
+
+static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
 {
   lsock_t *s = test_sock(L, idx, -1);
   if (!s)
@@ -110,23 +130,21 @@ int ltcp_handle_of(lua_State *L, int idx, void **sock, ltcp_handle_t *h)
     io_post(&r->base);
   }
   *sock = s;
-  memset(h, 0, sizeof *h); /* every field: `file` and `taken` must read 0 for a socket */
   h->id = s->id;
   h->timeout = s->timeout;
-  h->listener = s->listener;
   h->fd = s->fd;
-  h->queued = s->unsure;
+  h->bits = (uint8_t)((s->listener ? BIT_LISTENER : 0) | (s->unsure ? BIT_QUEUED : 0));
   return 1;
 }
 
-void ltcp_handed_over(void *sock) { ((lsock_t *)sock)->state = HANDED_OVER; }
+static void sock_handed_over(void *sock) { ((lsock_t *)sock)->state = HANDED_OVER; }
 
-void ltcp_push_handle(lua_State *L, const ltcp_handle_t *h)
+static void sock_push(lua_State *L, const lhandle_t *h)
 {
-  push_sock(L, h->id, h->listener, h->fd);
+  push_sock(L, h->id, h->bits & BIT_LISTENER, h->fd);
   lsock_t *s = lua_touserdata(L, -1);
   s->timeout = h->timeout;
-  s->unsure = h->queued;
+  s->unsure = (h->bits & BIT_QUEUED) != 0;
 }
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
@@ -453,13 +471,15 @@ static void post_close_id(uint64_t id)
 
 static void post_close(lsock_t *s)
 {
-  if (s->state != OPEN)
+  if (s->state != OPEN || stale(s)) /* a stale id names nothing of a later IO loop, but why ask */
     return;
   s->state = CLOSED;
   post_close_id(s->id);
 }
 
-void ltcp_drop_handle(const ltcp_handle_t *h) { post_close_id(h->id); }
+static void sock_drop(const lhandle_t *h) { post_close_id(h->id); }
+
+static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push, sock_drop};
 
 static int m_close(lua_State *L)
 {
@@ -530,7 +550,8 @@ static int m_tostring(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
   lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn",
-                  s->state == OPEN ? "open" : s->state == CLOSED ? "closed" : "handed over");
+                  stale(s) ? "closed with an earlier run" : s->state == OPEN ? "open"
+                  : s->state == CLOSED ? "closed" : "handed over");
   return 1;
 }
 
@@ -553,9 +574,8 @@ static const luaL_Reg tcp_functions[] = {
 
 void ltcp_register(lua_State *L, int module)
 {
+  lhandle_register(&sock_kind);
   lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
   lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
-  lua_newtable(L);
-  luaL_register(L, NULL, tcp_functions);
-  lua_setfield(L, module, "tcp");
+  lio_add_table(L, module, "tcp", tcp_functions);
 }

@@ -11,6 +11,10 @@
 **   smarm -v                            versions
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
+**
+** This file parses the command line and loads the script; how a script or the prompt then runs
+** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with SMARM_LUA_DIR (the
+** source tree's lua/ folder, an absolute path): the executable works from any directory.
 */
 #define _GNU_SOURCE
 #include "lsmarm.h"
@@ -31,53 +35,20 @@
 #define SMARM_LUA_DIR "lua"
 #endif
 
-/* Runs in the caller's VM: (smarm, chunk, schedulers, nargs) -> results of the main actor. */
-static const char runner[] =
-  "local smarm, chunk, schedulers = ...\n"
-  "local opts = { schedulers = schedulers }\n"
-  "local args = _G.arg or { n = 0 }\n"
-  "return smarm.run(function() return chunk(unpack(args, 1, args.n or #args)) end, opts)\n";
-
-/* The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. Input
-** that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
-** other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
-** opened) is read with plain reads of the shared descriptor, which keep its position. */
-static const char prompt[] =
-  "local smarm, schedulers, interactive = ...\n"
-  "local function show(ok, ...)\n"
-  "  if not ok then io.stderr:write(tostring((...)), '\\n')\n"
-  "  elseif select('#', ...) > 0 then print(...) end\n"
-  "end\n"
-  "return smarm.run(function()\n"
-  "  local st, input, pending = smarm.fs.stat('/dev/stdin'), nil, ''\n"
-  "  if st and st.type ~= 'file' then input = smarm.fs.open('/dev/stdin', 'r') end\n"
-  "  local function read_line()\n"
-  "    if not input then return io.stdin:read('*l') end\n"
-  "    while true do\n"
-  "      local at = pending:find('\\n', 1, true)\n"
-  "      if at then\n"
-  "        local line = pending:sub(1, at - 1)\n"
-  "        pending = pending:sub(at + 1)\n"
-  "        return line\n"
-  "      end\n"
-  "      local chunk = input:read(4096)\n"
-  "      if not chunk or chunk == '' then\n"
-  "        local line = pending ~= '' and pending or nil\n"
-  "        pending = ''\n"
-  "        return line\n"
-  "      end\n"
-  "      pending = pending .. chunk\n"
-  "    end\n"
-  "  end\n"
-  "  while true do\n"
-  "    if interactive then io.stdout:write('> '); io.stdout:flush() end\n"
-  "    local line = read_line()\n"
-  "    if not line then if interactive then io.stdout:write('\\n') end; return end\n"
-  "    local f, err = loadstring('return ' .. line, '=stdin')\n"
-  "    if not f then f, err = loadstring(line, '=stdin') end\n"
-  "    if not f then io.stderr:write(err, '\\n') else show(xpcall(f, debug.traceback)) end\n"
-  "  end\n"
-  "end, { schedulers = schedulers })\n";
+/* Pushes the function `name` of lua/smarm/cli.lua (the runner of scripts and the prompt, found
+** on package.path, which names SMARM_LUA_DIR first). Returns 0, or an error status with the
+** message pushed. */
+static int push_cli_function(lua_State *L, const char *name)
+{
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "smarm.cli");
+  int status = lua_pcall(L, 1, 1, 0);
+  if (status != 0)
+    return status;
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  return 0;
+}
 
 static void usage(FILE *out)
 {
@@ -199,7 +170,9 @@ int main(int argc, char **argv)
       lua_close(L);
       return rc;
     }
-    luaL_loadbuffer(L, runner, sizeof runner - 1, "=smarm");
+    status = push_cli_function(L, "run");
+    if (status != 0)
+      return report(L, status);
     lua_pushvalue(L, smarm);
     lua_pushvalue(L, chunk);
     if (schedulers)
@@ -209,7 +182,9 @@ int main(int argc, char **argv)
     status = lua_pcall(L, 3, 0, 0);
   } else {
     set_arg(L, argv, argc, 0);
-    luaL_loadbuffer(L, prompt, sizeof prompt - 1, "=smarm");
+    status = push_cli_function(L, "prompt");
+    if (status != 0)
+      return report(L, status);
     lua_pushvalue(L, smarm);
     if (schedulers)
       lua_pushinteger(L, schedulers);

@@ -1,0 +1,62 @@
+-- The smarm executable's Lua side (src/lua/main.c): how a script and the prompt run as the main
+-- actor of a runtime. main.c parses the command line, loads the script and calls one of these in
+-- the VM it made; everything here runs in that VM.
+local cli = {}
+
+-- Runs chunk as the main actor with the script's arguments (the global `arg`, set by main.c
+-- like the lua interpreter does); returns its results.
+function cli.run(smarm, chunk, schedulers)
+  local args = _G.arg or { n = 0 }
+  return smarm.run(function() return chunk(unpack(args, 1, args.n or #args)) end,
+    { schedulers = schedulers })
+end
+
+local function show(ok, ...)
+  if not ok then
+    io.stderr:write(tostring((...)), "\n")
+  elseif select("#", ...) > 0 then
+    print(...)
+  end
+end
+
+-- The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. Input
+-- that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
+-- other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
+-- opened) is read with plain reads of the shared descriptor, which keep its position.
+function cli.prompt(smarm, schedulers, interactive)
+  return smarm.run(function()
+    local st, input, pending = smarm.fs.stat("/dev/stdin"), nil, ""
+    if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
+    local function read_line()
+      if not input then return io.stdin:read("*l") end
+      while true do
+        local at = pending:find("\n", 1, true)
+        if at then
+          local line = pending:sub(1, at - 1)
+          pending = pending:sub(at + 1)
+          return line
+        end
+        local chunk = input:read(4096)
+        if not chunk or chunk == "" then
+          local line = pending ~= "" and pending or nil
+          pending = ""
+          return line
+        end
+        pending = pending .. chunk
+      end
+    end
+    while true do
+      if interactive then io.stdout:write("> "); io.stdout:flush() end
+      local line = read_line()
+      if not line then
+        if interactive then io.stdout:write("\n") end
+        return
+      end
+      local f, err = loadstring("return " .. line, "=stdin")
+      if not f then f, err = loadstring(line, "=stdin") end
+      if not f then io.stderr:write(err, "\n") else show(xpcall(f, debug.traceback)) end
+    end
+  end, { schedulers = schedulers })
+end
+
+return cli

@@ -1,0 +1,201 @@
+/*
+** File-system work on libuv's pool (see fs.h). Everything here runs on a pool thread, except
+** fs_req_new and fs_post_close (any thread).
+*/
+#define _GNU_SOURCE
+#include "fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int read_all(fs_req_t *r)
+{
+  int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  size_t cap = 0;
+  if (fstat(fd, &r->st) == 0 && S_ISREG(r->st.st_mode) && r->st.st_size > 0)
+    cap = (size_t)r->st.st_size + 1; /* one more byte: a read returning 0 ends the loop */
+  if (cap < 4096)
+    cap = 4096;
+  r->data = malloc(cap);
+  int err = r->data ? 0 : -ENOMEM;
+  while (!err) {
+    if (r->len == cap) {
+      char *more = realloc(r->data, cap * 2);
+      if (!more) {
+        err = -ENOMEM;
+        break;
+      }
+      r->data = more;
+      cap *= 2;
+    }
+    ssize_t n = read(fd, r->data + r->len, cap - r->len);
+    if (n < 0 && errno == EINTR && !io_interrupted())
+      continue;
+    if (n < 0)
+      err = -errno;
+    else if (n == 0)
+      break;
+    else
+      r->len += (size_t)n;
+  }
+  close(fd);
+  return err;
+}
+
+/* Writes all len bytes of data to fd, at offset (negative: the file's position); 0 or -errno.
+** *done says how many went out either way. */
+static int write_fd(int fd, const char *data, size_t len, double offset, size_t *done)
+{
+  int err = 0;
+  *done = 0;
+  while (*done < len && !err) {
+    ssize_t n = offset >= 0 ? pwrite(fd, data + *done, len - *done, (off_t)offset + (off_t)*done)
+                            : write(fd, data + *done, len - *done);
+    if (n < 0 && (errno != EINTR || io_interrupted())) /* io.h: give up when stopping */
+      err = -errno;
+    else if (n > 0)
+      *done += (size_t)n;
+  }
+  return err;
+}
+
+static int write_all(fs_req_t *r)
+{
+  int fd = open(r->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, r->mode);
+  if (fd < 0)
+    return -errno;
+  size_t done;
+  int err = write_fd(fd, r->data, r->len, -1, &done);
+  if (close(fd) != 0 && !err)
+    err = -errno;
+  return err;
+}
+
+static int compare_entries(const void *a, const void *b)
+{
+  return strcmp(((const fs_entry_t *)a)->name, ((const fs_entry_t *)b)->name);
+}
+
+static int scan(fs_req_t *r)
+{
+  DIR *d = opendir(r->path);
+  if (!d)
+    return -errno;
+  size_t cap = 0;
+  int err = 0;
+  struct dirent *e;
+  errno = 0;
+  while (!err && (e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (r->count == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      fs_entry_t *more = realloc(r->entries, ncap * sizeof *more);
+      if (!more) {
+        err = -ENOMEM;
+        break;
+      }
+      r->entries = more;
+      cap = ncap;
+    }
+    char *name = strdup(e->d_name);
+    if (!name) {
+      err = -ENOMEM;
+      break;
+    }
+    r->entries[r->count].name = name;
+    r->entries[r->count++].type = DTTOIF(e->d_type); /* DT_UNKNOWN: 0 */
+  }
+  if (!err && errno)
+    err = -errno;
+  closedir(d);
+  if (!err && r->count > 1) /* qsort of an empty folder's NULL list would be undefined */
+    qsort(r->entries, r->count, sizeof *r->entries, compare_entries);
+  return err;
+}
+
+static void fs_work(io_req_t *req)
+{
+  fs_req_t *r = (fs_req_t *)req;
+  int err = 0;
+  switch (r->op) {
+  case FS_READFILE: err = read_all(r); break;
+  case FS_WRITEFILE: err = write_all(r); break;
+  case FS_STAT: err = stat(r->path, &r->st) == 0 ? 0 : -errno; break;
+  case FS_UNLINK: err = unlink(r->path) == 0 ? 0 : -errno; break;
+  case FS_RENAME: err = rename(r->path, r->path2) == 0 ? 0 : -errno; break;
+  case FS_MKDIR: err = mkdir(r->path, (mode_t)r->mode) == 0 ? 0 : -errno; break;
+  case FS_RMDIR: err = rmdir(r->path) == 0 ? 0 : -errno; break;
+  case FS_SCANDIR: err = scan(r); break;
+  case FS_OPEN:
+    r->fd = open(r->path, r->flags | O_CLOEXEC, r->mode);
+    err = r->fd < 0 ? -errno : 0;
+    break;
+  case FS_READ: {
+    ssize_t n;
+    do
+      n = r->offset >= 0 ? pread(r->fd, r->data, r->len, (off_t)r->offset)
+                         : read(r->fd, r->data, r->len);
+    while (n < 0 && errno == EINTR && !io_interrupted()); /* io.h: give up when stopping */
+    err = n < 0 ? -errno : 0;
+    r->len = n < 0 ? 0 : (size_t)n;
+    break;
+  }
+  case FS_WRITE: {
+    size_t done;
+    err = write_fd(r->fd, r->data, r->len, r->offset, &done);
+    r->len = done;
+    break;
+  }
+  case FS_CLOSE: err = close(r->fd) == 0 ? 0 : -errno; break;
+  }
+  req->err = err;
+}
+
+static void fs_free(io_req_t *req)
+{
+  fs_req_t *r = (fs_req_t *)req;
+  free(r->path);
+  free(r->path2);
+  free(r->data);
+  for (size_t i = 0; i < r->count; i++)
+    free(r->entries[i].name);
+  free(r->entries);
+}
+
+fs_req_t *fs_req_new(enum fs_op op)
+{
+  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
+  if (r) {
+    r->op = op;
+    r->fd = -1;
+    r->offset = -1;
+  }
+  return r;
+}
+
+void fs_post_close(int fd)
+{
+  fs_req_t *r = fs_req_new(FS_CLOSE);
+  if (r) {
+    r->fd = fd;
+    if (io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
+      close(fd);
+  } else {
+    close(fd);
+  }
+}
+
+const char *fs_type_name(mode_t m)
+{
+  return S_ISREG(m) ? "file" : S_ISDIR(m) ? "directory" : S_ISLNK(m) ? "link"
+       : S_ISFIFO(m) ? "fifo" : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"
+       : S_ISBLK(m) ? "block" : "unknown";
+}

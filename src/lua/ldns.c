@@ -1,0 +1,50 @@
+/*
+** smarm.dns: name resolution for Lua actors. getaddrinfo runs on the IO thread's pool
+** (src/io/dns.c) and parks only the caller; a timed-out lookup is abandoned (it cannot be
+** stopped) and its answer dropped.
+*/
+#include "ldns.h"
+
+#include "io/dns.h"
+#include "lio.h"
+#include "lpark.h"
+
+#include <lauxlib.h>
+
+/* getaddrinfo(host [, service [, timeout]]) -> { {addr =, family =, port =}, ... } */
+static int l_getaddrinfo(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checkstring(L, 2); /* a number too (a port) */
+  double timeout = luaL_optnumber(L, 3, -1);
+  lua_settop(L, 3);
+  dns_req_t *r = dns_req_new();
+  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  r->host = lio_copy_arg(L, 1, NULL);
+  if (!lua_isnil(L, 2))
+    r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
+  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "dns.getaddrinfo");
+  int n = 1;
+  if (err) {
+    n = lio_push_failure(L, err, r->host);
+  } else {
+    lua_createtable(L, (int)r->count, 0);
+    for (size_t i = 0; i < r->count; i++) {
+      lua_createtable(L, 0, 3);
+      lua_pushstring(L, r->entries[i].addr);
+      lua_setfield(L, -2, "addr");
+      lua_pushstring(L, r->entries[i].family == 6 ? "inet6" : "inet");
+      lua_setfield(L, -2, "family");
+      lua_pushinteger(L, r->entries[i].port);
+      lua_setfield(L, -2, "port");
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static const luaL_Reg functions[] = {{"getaddrinfo", l_getaddrinfo}, {NULL, NULL}};
+
+void ldns_register(lua_State *L, int module) { lio_add_table(L, module, "dns", functions); }

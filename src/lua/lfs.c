@@ -1,0 +1,437 @@
+/*
+** smarm.fs: the file system for Lua actors, done on libuv's pool (src/io/fs.c) so that a slow
+** disk parks only the calling actor. Every call copies its arguments into its request and
+** returns its results, or nil, message, code where the code is libuv's error name ("ENOENT").
+** Misuse (wrong argument types, outside an actor, a closed file) raises.
+**
+** Files (smarm.fs.open) are userdata that own their descriptor: it is closed by file:close(),
+** by __gc (a posted close: no switch inside __gc), when the file is handed to another actor in a
+** message (the receiver's handle owns it then), or at the end of the run that opened it
+** (lfs_end_run); a file of an earlier run is stale and touches no descriptor (lhandle.h).
+*/
+#define _GNU_SOURCE
+#include "lfs.h"
+
+#include "io/fs.h"
+#include "lhandle.h"
+#include "lio.h"
+
+#include <lauxlib.h>
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A request for op, boxed at the top of the stack (lio_box). */
+static fs_req_t *new_bare_request(lua_State *L, enum fs_op op)
+{
+  fs_req_t *r = fs_req_new(op);
+  lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  return r;
+}
+
+/* The same with path (argument 1) copied. */
+static fs_req_t *new_request(lua_State *L, enum fs_op op)
+{
+  luaL_checkstring(L, 1);
+  fs_req_t *r = new_bare_request(L, op);
+  r->path = lio_copy_arg(L, 1, NULL);
+  return r;
+}
+
+/* Runs r on the IO thread. Returns 0, or pushes nil, "<subject>: <reason>", code and returns 3. */
+static int run(lua_State *L, fs_req_t *r, const char *fname, const char *subject)
+{
+  int err = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+  return err ? lio_push_failure(L, err, subject) : 0;
+}
+
+static int l_readfile(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_READFILE);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.readfile", r->path);
+  if (!n) {
+    lua_pushlstring(L, r->data, r->len);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int l_writefile(lua_State *L)
+{
+  luaL_checkstring(L, 2);
+  lua_settop(L, 2);
+  fs_req_t *r = new_request(L, FS_WRITEFILE);
+  int box = lua_gettop(L);
+  r->data = lio_copy_arg(L, 2, &r->len);
+  r->mode = 0666;
+  int n = run(L, r, "fs.writefile", r->path);
+  if (!n) {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int l_stat(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_STAT);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.stat", r->path);
+  if (n) {
+    lio_unbox(L, box);
+    return n;
+  }
+  lua_createtable(L, 0, 5);
+  lua_pushnumber(L, (lua_Number)r->st.st_size);
+  lua_setfield(L, -2, "size");
+  lua_pushstring(L, fs_type_name(r->st.st_mode));
+  lua_setfield(L, -2, "type");
+  lua_pushnumber(L, (lua_Number)(r->st.st_mode & 07777));
+  lua_setfield(L, -2, "mode");
+  lua_pushnumber(L, (lua_Number)r->st.st_mtim.tv_sec + r->st.st_mtim.tv_nsec / 1e9);
+  lua_setfield(L, -2, "mtime");
+  lio_unbox(L, box);
+  return 1;
+}
+
+/* unlink, rmdir, rename, mkdir: true or nil, message, code. */
+static int simple(lua_State *L, enum fs_op op, const char *fname)
+{
+  int mode = 0;
+  if (op == FS_MKDIR) {
+    lua_Number m = luaL_optnumber(L, 2, 0777);
+    luaL_argcheck(L, m >= 0 && m <= 07777 && m == (int)m, 2, "mode from 0 to 4095 expected");
+    mode = (int)m;
+  }
+  if (op == FS_RENAME)
+    luaL_checkstring(L, 2);
+  lua_settop(L, op == FS_RENAME ? 2 : 1); /* the request's box goes above the arguments */
+  fs_req_t *r = new_request(L, op);
+  int box = lua_gettop(L);
+  r->mode = mode;
+  if (op == FS_RENAME)
+    r->path2 = lio_copy_arg(L, 2, NULL);
+  int n = run(L, r, fname, r->path);
+  if (!n) {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static int l_unlink(lua_State *L) { return simple(L, FS_UNLINK, "fs.unlink"); }
+static int l_rmdir(lua_State *L) { return simple(L, FS_RMDIR, "fs.rmdir"); }
+static int l_rename(lua_State *L) { return simple(L, FS_RENAME, "fs.rename"); }
+static int l_mkdir(lua_State *L) { return simple(L, FS_MKDIR, "fs.mkdir"); }
+
+
+static int l_scandir(lua_State *L)
+{
+  fs_req_t *r = new_request(L, FS_SCANDIR);
+  int box = lua_gettop(L);
+  int n = run(L, r, "fs.scandir", r->path);
+  if (n) {
+    lio_unbox(L, box);
+    return n;
+  }
+  lua_createtable(L, (int)r->count, 0);
+  for (size_t i = 0; i < r->count; i++) {
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, r->entries[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, fs_type_name(r->entries[i].type)); /* 0: "unknown" */
+    lua_setfield(L, -2, "type");
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  lio_unbox(L, box);
+  return 1;
+}
+
+/* ---- Files: smarm.fs.open and its handles ------------------------------------------------ */
+
+#define FILE_MT "smarm.fs.file"
+
+typedef struct lfile {
+  int fd;      /* -1 once closed or handed over */
+  int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
+  int closing; /* close() came while busy: the last of them closes */
+  int handed;  /* sent in a message: another actor has it */
+  uint32_t run; /* the run that made it (lhandle_run_generation): its end closed the file */
+  char *path;
+} lfile_t;
+
+/* Registry key of the VM's open files (weak keys: file userdata -> true), for lfs_end_run. */
+static const char open_files_key = 0;
+
+/* A file of a run that has ended: that run's end closed its descriptor, whose number may be
+** another file's now. */
+static int file_stale(const lfile_t *f) { return f->run != lhandle_run_generation(); }
+
+/* Makes the new file userdata on top a file of this run that owns fd: first records it as open
+** in its VM (which may raise for memory while the userdata has no __gc and owns nothing: a
+** decoder's block still closes the descriptor then), then gives it fd and its metatable. */
+static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
+{
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, (void *)&open_files_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  f->fd = fd;
+  f->busy = f->closing = f->handed = 0;
+  f->run = lhandle_run_generation();
+  f->path = path;
+  luaL_getmetatable(L, FILE_MT);
+  lua_setmetatable(L, -2);
+}
+
+static void post_file_close(lfile_t *f);
+
+/* Brackets a read or write: the descriptor must not be closed (and its number reused) while a
+** pool thread works with it, so a close that comes meanwhile waits for the last of them. */
+static void file_enter(lfile_t *f) { f->busy++; }
+
+static void file_leave(lfile_t *f)
+{
+  if (--f->busy == 0 && f->closing)
+    post_file_close(f);
+}
+
+static lfile_t *check_file(lua_State *L, const char *fname)
+{
+  lfile_t *f = luaL_checkudata(L, 1, FILE_MT);
+  if (file_stale(f))
+    luaL_error(L, "smarm.fs.%s: the file belongs to an earlier run", fname);
+  if (f->handed)
+    luaL_error(L, "smarm.fs.%s: the file was handed to another actor", fname);
+  if (f->fd < 0 || f->closing)
+    luaL_error(L, "smarm.fs.%s: the file is closed", fname);
+  return f;
+}
+
+static int flags_of(lua_State *L, const char *how)
+{
+  static const struct {
+    const char *how;
+    int flags;
+  } table[] = {
+    {"r", O_RDONLY}, {"r+", O_RDWR}, {"w", O_WRONLY | O_CREAT | O_TRUNC},
+    {"w+", O_RDWR | O_CREAT | O_TRUNC}, {"a", O_WRONLY | O_CREAT | O_APPEND},
+    {"a+", O_RDWR | O_CREAT | O_APPEND},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (strcmp(how, table[i].how) == 0)
+      return table[i].flags;
+  luaL_argerror(L, 2, "\"r\", \"r+\", \"w\", \"w+\", \"a\" or \"a+\" expected");
+  return 0;
+}
+
+/* open(path, flags [, mode]) -> file */
+static int l_open(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  int flags = flags_of(L, luaL_checkstring(L, 2));
+  lua_Number mode = luaL_optnumber(L, 3, 0666);
+  luaL_argcheck(L, mode >= 0 && mode <= 07777 && mode == (int)mode, 3,
+                "mode from 0 to 4095 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_request(L, FS_OPEN);
+  int box = lua_gettop(L);
+  r->flags = flags;
+  r->mode = (int)mode;
+  int n = run(L, r, "fs.open", r->path);
+  if (!n) {
+    lfile_t *f = lua_newuserdata(L, sizeof *f);
+    file_made(L, f, r->fd, r->path); /* the path is kept for messages */
+    r->path = NULL;
+    n = 1;
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+/* file:read(n [, offset]) -> bytes ("" at the end of the file) */
+static int f_read(lua_State *L)
+{
+  lfile_t *f = check_file(L, "read");
+  lua_Number n = luaL_checknumber(L, 2);
+  luaL_argcheck(L, n >= 0 && n < 4294967296.0 && n == (lua_Number)(size_t)n, 2,
+                "byte count expected");
+  lua_Number off = luaL_optnumber(L, 3, -1);
+  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_bare_request(L, FS_READ);
+  int box = lua_gettop(L);
+  r->fd = f->fd;
+  r->offset = off;
+  r->len = (size_t)n;
+  r->data = malloc(r->len ? r->len : 1);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  file_enter(f);
+  int k = run(L, r, "file.read", f->path);
+  file_leave(f);
+  if (!k) {
+    lua_pushlstring(L, r->data, r->len);
+    k = 1;
+  }
+  lio_unbox(L, box);
+  return k;
+}
+
+/* file:write(data [, offset]) -> bytes written */
+static int f_write(lua_State *L)
+{
+  lfile_t *f = check_file(L, "write");
+  luaL_checkstring(L, 2);
+  lua_Number off = luaL_optnumber(L, 3, -1);
+  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  lua_settop(L, 3);
+  fs_req_t *r = new_bare_request(L, FS_WRITE);
+  int box = lua_gettop(L);
+  r->fd = f->fd;
+  r->offset = off;
+  r->data = lio_copy_arg(L, 2, &r->len);
+  file_enter(f);
+  int k = run(L, r, "file.write", f->path);
+  file_leave(f);
+  if (!k) {
+    lua_pushnumber(L, (lua_Number)r->len);
+    k = 1;
+  }
+  lio_unbox(L, box);
+  return k;
+}
+
+static void post_file_close(lfile_t *f)
+{
+  if (f->fd < 0)
+    return;
+  fs_post_close(f->fd);
+  f->fd = -1;
+}
+
+static int f_close(lua_State *L)
+{
+  lfile_t *f = check_file(L, "close");
+  if (f->busy)
+    f->closing = 1;
+  else
+    post_file_close(f);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int f_gc(lua_State *L)
+{
+  lfile_t *f = lua_touserdata(L, 1);
+  if (!file_stale(f)) /* a stale file's descriptor went with its run (lfs_end_run) */
+    post_file_close(f);
+  free(f->path);
+  f->path = NULL;
+  return 0;
+}
+
+static int f_tostring(lua_State *L)
+{
+  lfile_t *f = lua_touserdata(L, 1);
+  lua_pushfstring(L, "fs.file (%s)", file_stale(f) ? "closed with an earlier run"
+                                    : f->fd < 0 ? "closed" : f->path ? f->path : "?");
+  return 1;
+}
+
+/* ---- Files in messages (lhandle.h): only the descriptor travels ------------------------------ */
+
+static int file_test(lua_State *L, int idx, void **file, lhandle_t *h)
+{
+  lfile_t *f = luaL_testudata(L, idx, FILE_MT);
+  if (!f)
+    return 0;
+  if (file_stale(f))
+    luaL_error(L, "smarm.send: the file belongs to an earlier run");
+  if (f->handed || f->fd < 0 || f->closing)
+    luaL_error(L, "smarm.send: the file is %s", f->handed ? "handed to another actor" : "closed");
+  if (f->busy)
+    luaL_error(L, "smarm.send: the file is in use by another actor");
+  memset(h, 0, sizeof *h);
+  h->fd = f->fd;
+  *file = f;
+  return 1;
+}
+
+static void file_handed_over(void *file)
+{
+  lfile_t *f = file;
+  f->handed = 1;
+  f->fd = -1; /* the new owner closes it */
+}
+
+static void file_push(lua_State *L, const lhandle_t *h)
+{
+  lfile_t *f = lua_newuserdata(L, sizeof *f);
+  file_made(L, f, h->fd, NULL);
+  f->path = strdup("(a file handed over)"); /* only after file_made, which may raise */
+}
+
+static void file_drop(const lhandle_t *h) { fs_post_close(h->fd); }
+
+static const lhandle_kind_t file_kind = {file_test, file_handed_over, file_push, file_drop};
+
+void lfs_end_run(lua_State *L)
+{
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    lfile_t *f = lua_touserdata(L, -2);
+    if (f->fd >= 0) /* no pool work is in flight any more (io_shutdown): close it here */
+      close(f->fd);
+    f->fd = -1;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_pushlightuserdata(L, (void *)&open_files_key);
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+static const luaL_Reg file_methods[] = {
+  {"read", f_read}, {"write", f_write}, {"close", f_close}, {NULL, NULL},
+};
+
+static const luaL_Reg fs_functions[] = {
+  {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
+  {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
+  {"mkdir", l_mkdir},       {"scandir", l_scandir},     {"open", l_open},
+  {NULL, NULL},
+};
+
+void lfs_register(lua_State *L, int module)
+{
+  lhandle_register(&file_kind);
+  lio_handle_metatable(L, FILE_MT, file_methods, f_gc, f_tostring);
+  lio_add_table(L, module, "fs", fs_functions);
+}

@@ -1,0 +1,70 @@
+/*
+** Handles (lhandle.c): Lua values that stand for something the IO layer owns, a socket
+** (ltcp.c) or a file (lfs.c). The module that owns a kind describes it here (lhandle_kind_t);
+** the rest of the binding, the codec above all, works with handles through that description
+** alone and knows no kind.
+**
+** Invariants:
+** - A handle belongs to the run that made it. Every handle records lhandle_run_generation() when
+**   it is made; once that run has ended (the generation moved on) the handle is stale: the run's
+**   end closed what it stood for, and its descriptor number may be another handle's by then. A
+**   stale handle acts like a closed one ("... belongs to an earlier run") and its __gc closes
+**   nothing.
+** - A handle travels in a message at most once per message; the sender's handle is handed over
+**   only once the message was sent, and whoever holds a block with handles nobody received drops
+**   them (the kind's drop closes them).
+*/
+#ifndef SMARM_LUA_LHANDLE_H
+#define SMARM_LUA_LHANDLE_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include <stdint.h>
+
+/* A handle as it travels inside a message: what the receiver needs to make its own userdata. The
+** fields mean what the kind says (a socket: its IO id, timeout, descriptor, listener/queued
+** bits; a file: its descriptor). */
+typedef struct lhandle {
+  uint64_t id;
+  double timeout;
+  int32_t fd;
+  uint8_t bits;
+} lhandle_t;
+
+typedef struct lhandle_kind {
+  /* 1 with *ud (the userdata) and *h set if the value at idx is a handle of this kind, 0 if it
+  ** is not one; raises "smarm.send: ..." if it is one that cannot travel (closed, stale, handed
+  ** over, in use by a parked actor). */
+  int (*test)(lua_State *L, int idx, void **ud, lhandle_t *h);
+  /* The sender's userdata, after the message holding it was sent: it is the receiver's now. */
+  void (*handed_over)(void *ud);
+  /* Pushes the receiver's new userdata for h (the receiving actor's thread). */
+  void (*push)(lua_State *L, const lhandle_t *h);
+  /* Nobody received h: close it (any thread, also during shutdown). */
+  void (*drop)(const lhandle_t *h);
+} lhandle_kind_t;
+
+/* At most this many kinds; a kind is named in messages by its index. */
+#define LHANDLE_KINDS 8
+
+/* Registers kind (a static of its module) once per process, from any thread (every VM's module
+** load registers its kinds again: a no-op). Returns its index. */
+int lhandle_register(const lhandle_kind_t *kind);
+
+/* The registered kinds: index 0 .. lhandle_kind_count()-1. A thread that has registered every
+** kind itself (its VM loaded the module) may read them without a lock. */
+int lhandle_kind_count(void);
+const lhandle_kind_t *lhandle_kind(int index);
+
+/* The generation of runs: changes when smarm.run starts a run and again when the run has ended
+** (lsmarm.c, on the caller's thread while no scheduler runs). */
+uint32_t lhandle_run_generation(void);
+void lhandle_next_run(void);
+
+/* Registers the metatable `name` of a handle type once per VM: methods as __index, gc as __gc,
+** tostring as __tostring, and a locked __metatable. */
+void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
+                          lua_CFunction gc, lua_CFunction tostring);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+** Parking from Lua (lpark.c): the checks every binding function makes before it may switch
+** stacks (design rules 1-4). A function that can park calls lpark_actor (it must run in an
+** actor), then lpark_check right before the switch, and ljx_after_switch right after it.
+*/
+#ifndef SMARM_LUA_LPARK_H
+#define SMARM_LUA_LPARK_H
+
+#include <lua.h>
+
+#include <stdint.h>
+
+/* The calling actor's data (the binding's lactor_t), or a raised error
+** "smarm.<fname>: not inside an actor (call it from smarm.run)". */
+void *lpark_actor(lua_State *L, const char *fname);
+
+/* Raises "smarm.<fname>: cannot park <why>" where parking is refused (a __gc finalizer, a debug
+** hook, JIT-compiled code, an FFI callback); else stops recording a trace, as a switch must. */
+void lpark_check(lua_State *L, const char *fname);
+
+/* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
+int64_t lsmarm_timeout_ns(lua_Number seconds);
+
+#endif

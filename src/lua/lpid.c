@@ -1,0 +1,121 @@
+/*
+** Pids in Lua (see lpid.h). The intern table (weak values) maps a key made from the pid's bits
+** to its userdata; the userdata carries a magic word, so a pid is recognised from its bytes alone
+** (no metatable lookup on the hot path of send).
+*/
+#include "lpid.h"
+
+#include <lauxlib.h>
+
+#include <stdint.h>
+
+/* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
+static const char pid_mt_key, pid_intern_key;
+
+/* A userdata of another type of this size with this first word is not a concern. */
+#define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
+
+typedef struct lpid {
+  uint64_t magic;
+  smarm_pid_t pid;
+} lpid_t;
+
+/* The intern table's key for a pid: its 64 bits read as a double, with 1 added to the scheduler
+** field (the exponent). Schedulers are fewer than SMARM_SCHED_MAX = 1024, so the exponent is 1 to
+** 1024: a normal, finite, positive number, never NaN, zero or denormal, and different pids give
+** different numbers. A number key costs no allocation, unlike an 8-byte string. */
+static lua_Number pid_key(smarm_pid_t pid)
+{
+  union {
+    uint64_t u;
+    double d;
+  } k = {pid + ((uint64_t)1 << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS))};
+  return k.d;
+}
+
+static lpid_t *test_pid(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
+    return NULL;
+  lpid_t *p = lua_touserdata(L, idx);
+  return p->magic == LPID_MAGIC ? p : NULL;
+}
+
+void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
+{
+  lvm_t *vm = this_vm();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
+  lua_pushnumber(L, pid_key(pid));
+  lua_rawget(L, -2);
+  if (!lua_isnil(L, -1)) {
+    lua_remove(L, -2);
+    return;
+  }
+  lua_pop(L, 1);
+  lpid_t *p = lua_newuserdata(L, sizeof *p);
+  p->magic = LPID_MAGIC;
+  p->pid = pid;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+  lua_setmetatable(L, -2);
+  lua_pushnumber(L, pid_key(pid));
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -4);
+  lua_remove(L, -2);
+}
+
+int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
+{
+  lpid_t *p = test_pid(L, idx);
+  if (p)
+    *out = p->pid;
+  return p != NULL;
+}
+
+static int pid_tostring(lua_State *L)
+{
+  lpid_t *p = test_pid(L, 1);
+  if (!p)
+    return luaL_argerror(L, 1, "pid expected");
+  lua_pushfstring(L, "<%d.%d.%d>", (int)smarm_pid_sched(p->pid) + 1, (int)smarm_pid_slot(p->pid),
+                  (int)smarm_pid_gen(p->pid));
+  return 1;
+}
+
+static int pid_eq(lua_State *L)
+{
+  lpid_t *a = test_pid(L, 1), *b = test_pid(L, 2);
+  lua_pushboolean(L, a && b && a->pid == b->pid);
+  return 1;
+}
+
+void lpid_open(lua_State *L)
+{
+  lua_createtable(L, 0, 3); /* the pids' metatable */
+  lua_pushcfunction(L, pid_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, pid_eq);
+  lua_setfield(L, -2, "__eq");
+  lua_pushliteral(L, "smarm.pid");
+  lua_setfield(L, -2, "__metatable");
+  lvm_set_registry_once(L, &pid_mt_key);
+  lua_newtable(L); /* the intern table: pid key -> pid userdata, weak values */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lvm_set_registry_once(L, &pid_intern_key);
+}
+
+void lpid_cache_refs(lvm_t *vm)
+{
+  lvm_push_registry(vm->L, &pid_intern_key);
+  vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  lvm_push_registry(vm->L, &pid_mt_key);
+  vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+}
+
+void lpid_release_refs(lvm_t *vm)
+{
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+}

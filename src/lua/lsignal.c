@@ -1,0 +1,53 @@
+/*
+** smarm.signal: waiting for a signal in Lua actors. The IO thread holds one libuv signal handle
+** per signal while at least one actor waits for it (src/io/proc.c), so the signal's default
+** action applies again when nobody waits. Only the names below can be waited for.
+*/
+#include "lsignal.h"
+
+#include "io/proc.h"
+#include "lio.h"
+#include "lpark.h"
+
+#include <lauxlib.h>
+
+#include <signal.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  int signum;
+} signal_names[] = {
+  {"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGHUP", SIGHUP},
+  {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGQUIT", SIGQUIT},
+};
+
+/* wait(name [, timeout]) -> name | nil, "timeout" */
+static int l_signal_wait(lua_State *L)
+{
+  const char *name = luaL_checkstring(L, 1);
+  int signum = 0;
+  for (size_t i = 0; i < sizeof signal_names / sizeof *signal_names; i++)
+    if (strcmp(name, signal_names[i].name) == 0)
+      signum = signal_names[i].signum;
+  if (!signum)
+    return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
+  double timeout = luaL_optnumber(L, 2, -1);
+  lua_settop(L, 2);
+  proc_req_t *r = proc_signal_new();
+  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  r->signum = signum;
+  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "signal.wait");
+  int n = 1;
+  if (err) {
+    n = lio_push_failure(L, err, NULL);
+  } else {
+    lua_pushstring(L, name);
+  }
+  lio_unbox(L, box);
+  return n;
+}
+
+static const luaL_Reg functions[] = {{"wait", l_signal_wait}, {NULL, NULL}};
+
+void lsignal_register(lua_State *L, int module) { lio_add_table(L, module, "signal", functions); }

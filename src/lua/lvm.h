@@ -1,0 +1,57 @@
+/*
+** A scheduler's LuaJIT VM as the binding's files share it. Scheduler 0 uses the VM that called
+** smarm.run; schedulers 1..N-1 make their own on their own thread (lsmarm.c, on_sched_start) and
+** close it when they stop. A VM is touched only by its scheduler's thread, so nothing here is
+** atomic; the core keeps the pointer as the scheduler's data (smarm_sched_data).
+**
+** The refs are integer registry refs in the VM's own registry, made once per run and VM
+** (lightuserdata keys find the values once; the hot paths use the refs).
+*/
+#ifndef SMARM_LUA_LVM_H
+#define SMARM_LUA_LVM_H
+
+#include "smarm.h"
+
+#include <lua.h>
+
+/* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
+** no lua_newthread, no registry slot and no garbage. */
+#define LVM_SPARE_COS 256
+
+typedef struct lvm {
+  lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
+  int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
+  int spare_count;
+  lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
+  int spare_ref[LVM_SPARE_COS];
+  int intern_ref, pid_mt_ref; /* lpid.c: the intern table and the pids' metatable */
+  int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
+} lvm_t;
+
+/* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
+** VM's refs first), so it always has one. */
+static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
+
+/* Pushes registry[key] (a lightuserdata key: the address of a static of the caller's). */
+static inline void lvm_push_registry(lua_State *L, const void *key)
+{
+  lua_pushlightuserdata(L, (void *)key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+/* registry[key] = the value on top, unless it is set already; pops it. */
+static inline void lvm_set_registry_once(lua_State *L, const void *key)
+{
+  lvm_push_registry(L, key);
+  int set = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (set) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushlightuserdata(L, (void *)key);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+#endif
