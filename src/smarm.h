@@ -110,6 +110,8 @@ typedef struct smarm_spawn_opts {
   int link;          /* nonzero: link the caller and the new actor before either can run on */
   smarm_ref_t *monitor; /* non-NULL: the caller monitors the new actor from the start; the
                         monitor's ref is stored here */
+  const char *name;  /* non-NULL: registered for the new actor before it can run (a taken name
+                        fails the spawn with -EEXIST) */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
@@ -258,6 +260,15 @@ enum smarm_exit_code {
 ** SMARM_EXIT_KILL; with SMARM_EXIT_VALUE, `size` bytes at `data`, copied). Outside an actor, or
 ** with a bad code, it returns without effect. */
 void smarm_exit_reason(int code, const void *data, size_t size);
+
+/* Sets the reason the calling actor ends with when its function returns or it calls
+** smarm_exit() (copied; a kill still ends it with its own reason). Returns 0, -EINVAL (bad code),
+** -ENOMEM, -EPERM outside an actor. */
+int smarm_set_exit_reason(int code, const void *data, size_t size);
+
+/* Whether anything would hear of the calling actor's end: a link, or a monitor on it. 1 or 0
+** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
+int smarm_is_watched(void);
 
 /* Sends an exit signal with that reason to `to`, as if from a linked actor that died, except
 ** that SMARM_EXIT_KILL is untrappable and that no link is needed. A signal to oneself takes

@@ -61,4 +61,25 @@ end
 
 _G.require = guarded_require -- luacheck: ignore (the point is to replace the global)
 
+-- Faults (docs/api.md): the Erlang-shaped sugar over the C functions of lfaults.c.
+local exit_self, exit_signal = core.exit, core._exit_signal
+
+-- exit([reason]) ends this actor; exit(pid or name, reason) sends an exit signal.
+function core.exit(...)
+  if select("#", ...) >= 2 then return exit_signal(...) end
+  return exit_self(...)
+end
+
+function core.spawn_link(fn, ...) return core.spawn_opt({ link = true }, fn, ...) end
+function core.spawn_monitor(fn, ...) return core.spawn_opt({ monitor = true }, fn, ...) end
+
+-- demonitor(ref [, "flush"]) -> whether the monitor was active; "flush" also drops its DOWN
+-- if it already arrived (from the core's mailbox and from the messages a receive set aside).
+local demonitor = core._demonitor
+function core.demonitor(ref, opt)
+  local was, flush = demonitor(ref, opt)
+  if flush then core._flush_down(ref) end
+  return was
+end
+
 return core

@@ -593,6 +593,51 @@ TEST(names_register_whereis_unregister_and_release_at_death)
   RUN(2, main_names, &there);
 }
 
+
+/* A child spawned with a name holds it before it runs: its first act sees it. */
+static void check_own_name(void *arg)
+{
+  smarm_pid_t main = *(smarm_pid_t *)arg;
+  test_send_u64(main, smarm_whereis("named") == smarm_self());
+  wait_forever(NULL);
+}
+
+static void main_spawn_named(void *arg)
+{
+  int where = *(int *)arg;
+  smarm_pid_t *me = malloc(sizeof *me), pid, other;
+  *me = smarm_self();
+  smarm_ref_t ref;
+  smarm_spawn_opts_t opts = {.name = "named", .monitor = &ref, .link = 1};
+  CHECK_EQ(smarm_spawn_on(where, check_own_name, me, &opts, &pid), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 1);
+  CHECK_EQ(smarm_whereis("named"), pid);
+  /* a taken name fails the spawn, which then leaves nothing behind */
+  CHECK_EQ(smarm_spawn_on(where, check_own_name, me, &opts, &other), -EEXIST);
+  smarm_spawn_opts_t bad = {.name = ""};
+  CHECK_EQ(smarm_spawn_on(where, noop, NULL, &bad, &other), -EINVAL);
+  CHECK_EQ(smarm_spawn(noop, NULL, &bad, &other), -EINVAL);
+  CHECK_EQ(smarm_unlink(pid), 0);
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
+  smarm_msg_t *m;
+  const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+  if (n)
+    CHECK_EQ(n->ref, ref);
+  smarm_msg_free(m);
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
+  smarm_stats_t st;
+  while (smarm_stats_read(-1, &st) == 0 && st.live != 1)
+    smarm_yield();
+  free(me);
+}
+
+TEST(spawn_with_a_name_registers_it_before_the_child_runs)
+{
+  int here = 0, there = 1;
+  RUN(1, main_spawn_named, &here);
+  RUN(2, main_spawn_named, &there);
+}
+
 /* Another scheduler's cached answer follows a change of the name. */
 static void name_asker(void *arg)
 {

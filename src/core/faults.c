@@ -194,18 +194,32 @@ static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t f
   signal_send(s, m);
 }
 
+/* Stores a reason in a->faults (copying its bytes). 0 or -ENOMEM. */
+static int store_reason(actor_t *a, int code, const void *data, size_t size)
+{
+  actor_faults_t *f = faults_of(a);
+  void *copy = NULL;
+  if (code != SMARM_EXIT_VALUE)
+    size = 0;
+  if (!f || (size && !(copy = malloc(size)))) {
+    free(copy);
+    return -ENOMEM;
+  }
+  if (size)
+    memcpy(copy, data, size);
+  free(f->exit_data);
+  f->exit_code = code;
+  f->exit_data = copy;
+  f->exit_size = (uint32_t)size;
+  return 0;
+}
+
 void faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
   if (a->state == ACTOR_DEAD || a->exit_pending)
     return;
-  actor_faults_t *f = faults_of(a);
-  void *copy = NULL;
-  if (code == SMARM_EXIT_VALUE && size && (copy = malloc(size)))
-    memcpy(copy, data, size);
-  SMARM_CHECK(f && (copy || code != SMARM_EXIT_VALUE || !size), "out of memory killing an actor");
-  f->exit_code = code;
-  f->exit_data = copy;
-  f->exit_size = (uint32_t)(copy ? size : 0);
+  SMARM_CHECK(store_reason(a, code, data, size) == 0, "out of memory killing an actor");
+  a->faults->reason_set = 0;
   a->exit_pending = 1;
   if (a->state != ACTOR_RUNNING && a->state != ACTOR_RUNNABLE && a->state != ACTOR_WAIT_REPLY)
     sched_wake(s, a);
@@ -396,6 +410,28 @@ int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size)
   if (self->exit_pending) /* a signal to oneself that kills takes effect now */
     sched_die_pending(s, self);
   return 0;
+}
+
+int smarm_set_exit_reason(int code, const void *data, size_t size)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (!valid_code(code) || (size && !data) || size > UINT32_MAX)
+    return -EINVAL;
+  if (store_reason(self, code, data, size) < 0)
+    return -ENOMEM;
+  self->faults->reason_set = 1;
+  return 0;
+}
+
+int smarm_is_watched(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  actor_faults_t *f = self ? self->faults : NULL;
+  return f && (f->nlinks || f->watchers);
 }
 
 int smarm_link(smarm_pid_t pid)

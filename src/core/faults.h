@@ -18,17 +18,20 @@ typedef struct spawn_ties { /* struct tag declared in sched.h */
   smarm_pid_t parent; /* the spawning actor; 0: no ties */
   int link;
   smarm_ref_t monitor; /* 0: none */
+  const char *name;    /* registered before it runs; NULL: none */
 } spawn_ties_t;
 
 /* The ties that opts ask for, with a new ref for a monitor. */
 static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
 {
-  spawn_ties_t t = {0, 0, 0};
+  spawn_ties_t t = {0, 0, 0, NULL};
   if (opts && (opts->link || opts->monitor)) {
     t.parent = self->pid;
     t.link = opts->link != 0;
     t.monitor = opts->monitor ? smarm_make_ref() : 0;
   }
+  if (opts)
+    t.name = opts->name;
   return t;
 }
 

@@ -67,6 +67,8 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     return;
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
+    if (req->ties.name)
+      req->ties.name = (const char *)(req + 1);
     smarm_pid_t pid = 0;
     int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &req->ties, &pid);
     reply(s, m, MSG_SPAWN_REPLY, rc < 0 ? rc : (int64_t)pid);
@@ -166,7 +168,8 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   if (!self)
     return -EPERM;
   size_t stack_size = opts ? opts->stack_size : 0;
-  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)))
+  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)) ||
+      (opts && opts->name && !names_valid(opts->name)))
     return -EINVAL;
   if (sched == SMARM_SCHED_ANY)
     sched = (int)pick_any(s);
@@ -179,11 +182,14 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     int rc = sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, &ties, &pid);
     answer = rc < 0 ? rc : (int64_t)pid;
   } else {
-    smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
+    size_t name_len = ties.name ? strlen(ties.name) + 1 : 0;
+    smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t) + name_len);
     if (!m)
       return -ENOMEM;
     spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties};
     memcpy(m->data, &req, sizeof req);
+    if (name_len) /* the request's ties.name points here */
+      memcpy(m->data + sizeof req, ties.name, name_len);
     answer = sched_ask(s, self, (unsigned)sched, m);
   }
   if (answer < 0)

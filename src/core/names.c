@@ -195,7 +195,7 @@ void names_on_death(sched_t *s, actor_t *a)
 
 /* ---- The public API ------------------------------------------------------------------------ */
 
-static int valid_name(const char *name)
+int names_valid(const char *name)
 {
   return name && name[0] && strlen(name) <= SMARM_NAME_MAX;
 }
@@ -206,7 +206,7 @@ int smarm_register(const char *name, smarm_pid_t pid)
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
-  if (!valid_name(name) || smarm_pid_gen(pid) == 0)
+  if (!names_valid(name) || smarm_pid_gen(pid) == 0)
     return -EINVAL;
   unsigned k = smarm_pid_sched(pid);
   if (k == s->index) {
@@ -229,7 +229,7 @@ int smarm_unregister(const char *name)
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  if (!valid_name(name))
+  if (!names_valid(name))
     return -EINVAL;
   name_registry_t *r = &s->rt->names;
   pthread_mutex_lock(&r->lock);
@@ -245,7 +245,7 @@ int smarm_unregister(const char *name)
 smarm_pid_t smarm_whereis(const char *name)
 {
   sched_t *s;
-  if (!sched_self(&s) || !valid_name(name))
+  if (!sched_self(&s) || !names_valid(name))
     return 0;
   return names_lookup(s, name);
 }
@@ -255,7 +255,7 @@ int smarm_send_named(const char *name, smarm_msg_t *msg)
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  if (!valid_name(name))
+  if (!names_valid(name))
     return -EINVAL;
   smarm_pid_t pid = names_lookup(s, name);
   return pid ? smarm_send(pid, msg) : -ENOENT;

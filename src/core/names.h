@@ -57,6 +57,8 @@ struct actor;
 smarm_pid_t names_lookup(struct sched *s, const char *name);
 /* On the holder's scheduler, as it dies: removes its name if it still holds it. */
 void names_on_death(struct sched *s, struct actor *a);
+/* Whether name is one (1 to SMARM_NAME_MAX bytes). */
+int names_valid(const char *name);
 /* On pid's scheduler: registers name for the live actor a (register's work, names.c). */
 int names_register_local(struct sched *s, struct actor *a, const char *name);
 

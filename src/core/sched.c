@@ -410,6 +410,15 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
   abort();
 }
 
+/* Ends a with the reason smarm_set_exit_reason stored, or normally. */
+static _Noreturn void exit_as_set(sched_t *s, actor_t *a)
+{
+  actor_faults_t *f = a->faults;
+  if (f && f->reason_set)
+    actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size); /* freed with a->faults */
+  actor_exit(s, a, SMARM_EXIT_NORMAL, NULL, 0);
+}
+
 static void actor_entry(void *p)
 {
   actor_t *a = p;
@@ -418,7 +427,7 @@ static void actor_entry(void *p)
   if (s->zombie)
     sched_bury(s);
   a->fn(a->arg);
-  actor_exit(s, a, SMARM_EXIT_NORMAL, NULL, 0);
+  exit_as_set(s, a);
 }
 
 void sched_die_pending(sched_t *s, actor_t *a)
@@ -443,7 +452,6 @@ static int spawn_tie(sched_t *s, actor_t *a, const spawn_ties_t *ties)
     if (!parent || faults_tie_parent(s, parent, a->pid, ties) == 0)
       return 0;
   }
-  faults_destroy(s, a);
   return -ENOMEM;
 }
 
@@ -488,13 +496,20 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   s->table.entries[index].actor = a;
-  if (ties && ties->parent && spawn_tie(s, a, ties) < 0) {
+  rc = ties && ties->name ? names_register_local(s, a, ties->name) : 0;
+  if (rc == 0 && ties && ties->parent && spawn_tie(s, a, ties) < 0) {
+    names_on_death(s, a);
+    rc = -ENOMEM;
+  }
+  if (rc < 0) {
+    faults_destroy(s, a);
     s->table.entries[index].actor = NULL;
     fiber_destroy(&a->fiber);
     stack_unbind(&s->stacks, slot);
     a->run_next = s->free_actors;
     s->free_actors = a;
-    goto nomem;
+    table_free(&s->table, index);
+    return rc;
   }
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
     build_first_frame(a);
@@ -597,7 +612,13 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
   return self->await_woken == token ? 0 : -ETIMEDOUT;
 }
 
-void smarm_exit(void) { smarm_exit_reason(SMARM_EXIT_NORMAL, NULL, 0); }
+void smarm_exit(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (self)
+    exit_as_set(s, self);
+}
 
 void smarm_exit_reason(int code, const void *data, size_t size)
 {
@@ -648,6 +669,8 @@ int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
+  if (opts && opts->name && !names_valid(opts->name))
+    return -EINVAL;
   spawn_ties_t ties = spawn_ties_of(self, opts);
   int rc = sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
                              &ties, pid_out);

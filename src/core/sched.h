@@ -60,7 +60,9 @@ typedef struct actor_faults {
   monitor_t *watching;        /* monitors this actor holds */
   monitor_t *watchers;        /* monitors held on this actor */
   char *name;                 /* the name this scheduler registered for it (names.c) */
-  int exit_code;              /* the reason of a pending death (actor.exit_pending) */
+  int reason_set;             /* exit_* hold smarm_set_exit_reason's reason */
+  int exit_code;              /* the reason of a pending death (actor.exit_pending), or the
+                                 one set (reason_set) */
   uint32_t exit_size;
   void *exit_data;
 } actor_faults_t;

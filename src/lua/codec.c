@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
+enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF };
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
@@ -285,6 +285,12 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_bytes(e, &pid, sizeof pid);
       return;
     }
+    smarm_ref_t ref;
+    if (lsmarm_to_ref(L, idx, &ref)) {
+      put_byte(e, T_SREF);
+      put_bytes(e, &ref, sizeof ref);
+      return;
+    }
     int nkinds = lhandle_kind_count();
     for (int k = 0; k < nkinds; k++) {
       void *ud;
@@ -499,6 +505,12 @@ static int dec_value(dec_t *d, int depth)
     lsmarm_push_pid(L, pid);
     return 1;
   }
+  case T_SREF: {
+    smarm_ref_t ref;
+    get_bytes(d, &ref, sizeof ref);
+    lsmarm_push_ref(L, ref);
+    return 1;
+  }
   case T_HANDLE: {
     unsigned char i = get_byte(d);
     if (i >= d->nhandles)
@@ -543,17 +555,18 @@ static int dec_value(dec_t *d, int depth)
   }
 }
 
-void codec_decode(lua_State *L, smarm_msg_t *msg)
+/* Decodes the bytes [p, p + n), whose handle list (if any) is at `list` (inside a block whose
+** handles may be taken; NULL: none allowed). */
+static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char *list)
 {
   dec_t d;
   listed_t handles[CODEC_MAX_HANDLES];
   d.L = L;
-  d.p = smarm_msg_data(msg);
-  d.end = d.p + smarm_msg_size(msg);
+  d.p = p;
+  d.end = d.p + n;
   d.ntables = 0;
-  unsigned char *list = smarm_msg_data(msg);
   d.nhandles = read_handles(&d.p, d.end, handles);
-  if (d.nhandles < 0)
+  if (d.nhandles < 0 || (d.nhandles > 0 && !list))
     malformed(&d);
   int base = d.nhandles > 0 ? lua_gettop(L) : 0;
   luaL_checkstack(L, d.nhandles + 8, "message");
@@ -582,5 +595,15 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   } else if (has_tables) {
     lua_remove(L, d.refs_idx);
   }
+}
+
+void codec_decode(lua_State *L, smarm_msg_t *msg)
+{
+  decode_range(L, smarm_msg_data(msg), smarm_msg_size(msg), smarm_msg_data(msg));
   smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
+}
+
+void codec_decode_bytes(lua_State *L, const void *p, size_t n)
+{
+  decode_range(L, (unsigned char *)p, n, NULL);
 }

@@ -51,6 +51,10 @@ void codec_abandon(smarm_msg_t *msg);    /* frees an unsent block; the handles s
 ** owning). Raises on a block codec_encode did not make. */
 void codec_decode(lua_State *L, smarm_msg_t *msg);
 
+/* Pushes the value of bytes that codec_encode made without handles (an exit reason inside a
+** notice). Raises on malformed bytes or a handle list. */
+void codec_decode_bytes(lua_State *L, const void *p, size_t n);
+
 /* The drop hook: drops (closes) the handles of a block nobody decoded. */
 void codec_drop(smarm_msg_t *msg);
 

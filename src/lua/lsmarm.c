@@ -40,6 +40,7 @@
 #include "io/io.h"
 #include "lbench.h"
 #include "ldns.h"
+#include "lfaults.h"
 #include "lfs.h"
 #include "lhandle.h"
 #include "ljx.h"
@@ -94,20 +95,41 @@ static lrun_t *current_run; /* set while smarm.run runs (one runtime per process
 static void vm_cache_refs(lvm_t *vm)
 {
   lpid_cache_refs(vm);
+  lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-/* Message handler for an actor's protected call: the error plus a traceback. */
+/* Message handler for an actor's protected call. The main actor's error becomes its text and
+** traceback (smarm.run raises that); any other actor's becomes the table of its exit reason,
+** { error = <the value>, traceback = "stack traceback: ..." }, with the text a report prints as
+** `message` (set_error_reason takes it out). The text is the value itself for a string or a
+** number, its __tostring when it has one (called here, while protected), else its type. */
 static int add_traceback(lua_State *L)
 {
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      return 1;
+  const char *msg = NULL;
+  int t = lua_type(L, 1);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, 1); /* a copy: tostring must not change the error value itself */
+    msg = lua_tostring(L, -1);
+  } else if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
+    msg = lua_tostring(L, -1);
+  } else {
     msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
-  luaL_traceback(L, L, msg, 1);
+  lactor_t *la = smarm_actor_data();
+  if (!la || la->is_main) {
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+  }
+  int msg_idx = lua_gettop(L);
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, -2, "error");
+  luaL_traceback(L, L, NULL, 1);
+  lua_setfield(L, -2, "traceback");
+  lua_pushvalue(L, msg_idx);
+  lua_setfield(L, -2, "message");
   return 1;
 }
 
@@ -135,6 +157,42 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
   free(la);
 }
 
+/* An actor's body raised (the error value on co's top): it ends with the reason
+** { error = <the value>, traceback = "<text>" }, and its report goes to stderr unless something
+** hears of its end (a link or a monitor: smarm_is_watched). */
+static void set_error_reason(lua_State *co)
+{
+  /* The handler's table; a bare string when even the handler failed (out of memory). */
+  const char *msg = lua_tostring(co, -1), *trace = "";
+  if (lua_istable(co, -1)) {
+    lua_getfield(co, -1, "message");
+    lua_getfield(co, -2, "traceback");
+    msg = lua_tostring(co, -2);
+    trace = lua_tostring(co, -1);
+    lua_pop(co, 2); /* both strings stay alive in the table until the report is printed */
+  }
+  if (!smarm_is_watched()) {
+    char name[64];
+    smarm_pid_t self = smarm_self();
+    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
+             smarm_pid_gen(self));
+    fprintf(stderr, "smarm: actor %s died: %s\n%s\n", name, msg ? msg : "(no message)",
+            trace ? trace : "");
+    fflush(stderr);
+  }
+  if (lua_istable(co, -1)) { /* the text was for the report, not the reason */
+    lua_pushnil(co);
+    lua_setfield(co, -2, "message");
+  }
+  smarm_msg_t *block;
+  int code = lfaults_encode_reason(co, -1, &block);
+  if (code == SMARM_EXIT_VALUE && !block) /* out of memory: the reason's code says little, but */
+    code = SMARM_EXIT_KILLED;             /* never "normal" for a crash */
+  smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
+                        block ? smarm_msg_size(block) : 0);
+  smarm_msg_free(block);
+}
+
 /* The C body of every Lua actor: runs on the actor's stack. */
 static void lactor_main(void *arg)
 {
@@ -154,14 +212,8 @@ static void lactor_main(void *arg)
     lactor_free(la, CO_KEEP);
     return;
   }
-  if (status != 0) {
-    char name[64];
-    smarm_pid_t self = smarm_self();
-    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
-             smarm_pid_gen(self));
-    fprintf(stderr, "smarm: actor %s died: %s\n", name, lua_tostring(co, -1));
-    fflush(stderr);
-  }
+  if (status != 0)
+    set_error_reason(co);
   lua_settop(co, 0);
   lactor_free(la, CO_RECYCLE);
 }
@@ -233,6 +285,7 @@ static void on_sched_stop(unsigned k, void *ud)
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
     lpid_release_refs(vm);
+    lfaults_release_refs(vm);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
   }
   vm->L = NULL;
@@ -290,6 +343,15 @@ static int l_exit(lua_State *L)
   /* Ending discards the C frames: never under a finalizer, a hook or compiled code, whose
   ** set-up LuaJIT would then never undo (the VM's GC and hooks would stay off for everyone). */
   lpark_check(L, "exit");
+  smarm_msg_t *block;
+  int code = lfaults_encode_reason(L, 1, &block);
+  if (code == SMARM_EXIT_VALUE && !block)
+    return luaL_error(L, "not enough memory");
+  int rc = smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
+                                 block ? smarm_msg_size(block) : 0);
+  smarm_msg_free(block);
+  if (rc < 0)
+    return luaL_error(L, "smarm.exit: %s", strerror(-rc));
   if (la->is_main) {
     /* The main actor exiting is like its function returning nothing: run returns. */
     current_run->main_status = 0;
@@ -353,8 +415,8 @@ static int l_is_pid(lua_State *L)
 static int l_send(lua_State *L)
 {
   smarm_pid_t to;
-  if (!lsmarm_to_pid(L, 1, &to))
-    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  if (!lsmarm_to_pid(L, 1, &to) && !(to = lfaults_check_target(L, 1)))
+    return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
   self_or_raise(L, "send");
@@ -378,7 +440,10 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 {
   smarm_msg_free(la->pending);
   la->pending = msg;
-  codec_decode(L, msg);
+  if (smarm_msg_kind(msg) == SMARM_MSG_USER)
+    codec_decode(L, msg);
+  else
+    lfaults_push_notice(L, msg); /* EXIT or DOWN */
   la->pending = NULL;
   smarm_msg_free(msg);
 }
@@ -455,6 +520,33 @@ static int call_match(lua_State *L, int match_idx)
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return yes;
+}
+
+/* _flush_down(ref): removes a DOWN notice of ref from the saved queue (demonitor's flush; the
+** core flushes its mailbox). */
+static int l_flush_down(lua_State *L)
+{
+  lactor_t *la = self_or_raise(L, "demonitor");
+  if (la->saved_last < la->saved_first)
+    return 0;
+  int q = push_saved(L, la);
+  for (int i = la->saved_first; i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    int hit = 0;
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "smarm");
+      lua_getfield(L, -2, "ref");
+      hit = lua_isstring(L, -2) && strcmp(lua_tostring(L, -2), "DOWN") == 0 &&
+            lua_equal(L, -1, 1);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    if (hit) {
+      saved_take(L, la, q, i);
+      return 0;
+    }
+  }
+  return 0;
 }
 
 static int l_receive(lua_State *L)
@@ -564,56 +656,6 @@ static void remote_actor_main(void *arg)
   lactor_main(la);
 }
 
-static int l_spawn_on(lua_State *L)
-{
-  int where;
-  int nsched = (int)smarm_sched_count();
-  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "any") == 0) {
-    where = SMARM_SCHED_ANY;
-  } else {
-    lua_Number k = luaL_checknumber(L, 1);
-    luaL_argcheck(L, k >= 1 && k <= nsched && k == (lua_Number)(int)k, 1,
-                  "scheduler index or \"any\" expected");
-    where = (int)k - 1;
-  }
-  int t2 = lua_type(L, 2);
-  if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
-    return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
-                                               luaL_typename(L, 2)));
-  if (t2 == LUA_TSTRING && !ltransfer_name_dot(lua_tostring(L, 2)))
-    return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is not of the form module.function",
-                                               lua_tostring(L, 2)));
-  self_or_raise(L, "spawn_on");
-  int nargs = lua_gettop(L) - 2;
-  ltransfer_build(L, 2, 3, nargs);
-  codec_moves_t moves;
-  smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
-  lua_pop(L, 1);
-  lpark_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
-  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
-  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
-  ** its coroutine. */
-  lactor_t *shell = calloc(1, sizeof *shell);
-  if (!shell) {
-    codec_abandon(block);
-    return luaL_error(L, "not enough memory");
-  }
-  shell->coref = shell->savedref = LUA_NOREF;
-  shell->pending = block;
-  smarm_spawn_opts_t opts = {.data = shell};
-  smarm_pid_t pid;
-  int rc = smarm_spawn_on(where, remote_actor_main, block, &opts, &pid);
-  ljx_after_switch(L);
-  if (rc < 0) {
-    free(shell);
-    codec_abandon(block); /* any sockets in the arguments stay the caller's */
-    return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
-  }
-  codec_commit(&moves);
-  lsmarm_push_pid(L, pid);
-  return 1;
-}
-
 /* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
@@ -631,20 +673,129 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
   return la;
 }
 
+/* What spawn_opt's options ask for (spawn, spawn_on and spawn_opt all come here). */
+typedef struct spawn_req {
+  int where;          /* a scheduler (0-based), SMARM_SCHED_ANY, or SPAWN_HERE */
+  int link, monitor;
+  const char *name;   /* NULL: none */
+} spawn_req_t;
+
+#define SPAWN_HERE (-2) /* this scheduler, sharing the function's upvalues (no copy) */
+
+/* Pushes pid (and the monitor's ref when asked); raises "smarm.<fname>: ..." on failure. */
+static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int rc,
+                      smarm_pid_t pid, smarm_ref_t ref)
+{
+  if (rc == -EEXIST)
+    return luaL_error(L, "smarm.%s: the name '%s' is taken", fname, r->name);
+  if (rc < 0)
+    return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
+  lsmarm_push_pid(L, pid);
+  if (!r->monitor)
+    return 1;
+  lsmarm_push_ref(L, ref);
+  return 2;
+}
+
+/* Spawns the function (or "module.function") at fn_idx with the arguments from fn_idx + 1 on. */
+static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int fn_idx)
+{
+  int nargs = lua_gettop(L) - fn_idx;
+  smarm_ref_t ref = 0;
+  smarm_spawn_opts_t opts = {.link = r->link, .monitor = r->monitor ? &ref : NULL,
+                             .name = r->name};
+  smarm_pid_t pid = 0;
+  int rc;
+  if (r->where == SPAWN_HERE) {
+    luaL_checktype(L, fn_idx, LUA_TFUNCTION);
+    self_or_raise(L, fname);
+    lactor_t *la = new_lactor(L, fn_idx, fn_idx + 1, nargs);
+    opts.data = la; /* stopped before it runs: on_actor_stopped frees it */
+    rc = smarm_spawn(lactor_main, la, &opts, &pid);
+    if (rc < 0)
+      lactor_free(la, CO_RELEASE);
+    return spawn_done(L, fname, r, rc, pid, ref);
+  }
+  int t = lua_type(L, fn_idx);
+  if (t != LUA_TFUNCTION && t != LUA_TSTRING)
+    return luaL_argerror(L, fn_idx,
+                         lua_pushfstring(L, "function or \"module.function\" expected, got %s",
+                                         luaL_typename(L, fn_idx)));
+  if (t == LUA_TSTRING && !ltransfer_name_dot(lua_tostring(L, fn_idx)))
+    return luaL_argerror(L, fn_idx, lua_pushfstring(L, "'%s' is not of the form module.function",
+                                                    lua_tostring(L, fn_idx)));
+  self_or_raise(L, fname);
+  ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
+  codec_moves_t moves;
+  smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
+  lua_pop(L, 1);
+  lpark_check(L, fname); /* a spawn on another scheduler waits for its answer */
+  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
+  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
+  ** its coroutine. */
+  lactor_t *shell = calloc(1, sizeof *shell);
+  if (!shell) {
+    codec_abandon(block);
+    return luaL_error(L, "not enough memory");
+  }
+  shell->coref = shell->savedref = LUA_NOREF;
+  shell->pending = block;
+  opts.data = shell;
+  rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
+  ljx_after_switch(L);
+  if (rc < 0) {
+    free(shell);
+    codec_abandon(block); /* any sockets in the arguments stay the caller's */
+  } else {
+    codec_commit(&moves);
+  }
+  return spawn_done(L, fname, r, rc, pid, ref);
+}
+
+/* A scheduler argument: 1..N or "any". */
+static int check_where(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) == LUA_TSTRING && strcmp(lua_tostring(L, idx), "any") == 0)
+    return SMARM_SCHED_ANY;
+  lua_Number k = luaL_checknumber(L, idx);
+  luaL_argcheck(L, k >= 1 && k <= (int)smarm_sched_count() && k == (lua_Number)(int)k, idx,
+                "scheduler index or \"any\" expected");
+  return (int)k - 1;
+}
+
 static int l_spawn(lua_State *L)
 {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  self_or_raise(L, "spawn");
-  lactor_t *la = new_lactor(L, 1, 2, lua_gettop(L) - 1);
-  smarm_spawn_opts_t opts = {.data = la}; /* stopped before it runs: on_actor_stopped frees it */
-  smarm_pid_t pid;
-  int rc = smarm_spawn(lactor_main, la, &opts, &pid);
-  if (rc < 0) {
-    lactor_free(la, CO_RELEASE);
-    return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  return spawn_lua(L, "spawn", &r, 1);
+}
+
+static int l_spawn_on(lua_State *L)
+{
+  spawn_req_t r = {check_where(L, 1), 0, 0, NULL};
+  return spawn_lua(L, "spawn_on", &r, 2);
+}
+
+/* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name. */
+static int l_spawn_opt(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  lua_getfield(L, 1, "on");
+  if (!lua_isnil(L, -1))
+    r.where = check_where(L, lua_gettop(L));
+  lua_getfield(L, 1, "link");
+  r.link = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "monitor");
+  r.monitor = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "name");
+  if (!lua_isnil(L, -1)) {
+    size_t n;
+    r.name = lua_tolstring(L, -1, &n);
+    luaL_argcheck(L, r.name && n >= 1 && n <= SMARM_NAME_MAX && strlen(r.name) == n, 1,
+                  "opts.name must be a string of 1 to 255 bytes");
   }
-  lsmarm_push_pid(L, pid);
-  return 1;
+  lua_pop(L, 4); /* opts (argument 1) keeps the name's string alive */
+  return spawn_lua(L, "spawn_opt", &r, 2);
 }
 
 /* ---- smarm.run ------------------------------------------------------------------------------ */
@@ -765,6 +916,7 @@ static const luaL_Reg functions[] = {
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
+  {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
   {NULL, NULL},
 };
 
@@ -782,6 +934,7 @@ int luaopen_smarm_core(lua_State *L)
   ldns_register(L, module);
   lproc_register(L, module);
   lsignal_register(L, module);
+  lfaults_register(L, module);
   ltcp_register(L, module);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
