@@ -279,3 +279,70 @@ describe("registered names", function()
     end)
   end)
 end)
+
+describe("smarm.call and smarm.reply", function()
+  local function doubler()
+    while true do
+      local m = smarm.receive()
+      if m.smarm == "CALL" then
+        if m.request == "die" then error("asked to die") end
+        if m.request == "hold" then
+          local held = m.from
+          local nxt = smarm.receive() -- answer the held call only when the next one comes
+          smarm.reply(held, "late")
+          smarm.reply(nxt.from, nxt.request * 2)
+        else
+          smarm.reply(m.from, m.request * 2)
+        end
+      end
+    end
+  end
+
+  it("answers, across schedulers and by name", function()
+    both(function(where)
+      local server = smarm.spawn_opt({ on = where, name = "calc" }, doubler)
+      assert.are.equal(42, smarm.call(server, 21))
+      assert.are.equal(8, smarm.call("calc", 4))
+      smarm.kill(server)
+    end)
+  end)
+
+  it("gives nil and the reason when the server is dead, dies, or does not answer in time", function()
+    both(function(where)
+      local server = smarm.spawn_on(where, doubler)
+      assert.are.same({ nil, "noproc" }, { smarm.call("nobody", 1) })
+      local r, why = smarm.call(server, "die")
+      assert.is_nil(r)
+      assert.matches("asked to die", why.error)
+      assert.are.same({ nil, "noproc" }, { smarm.call(server, 1) })
+      server = smarm.spawn_on(where, doubler)
+      -- the late reply arrives after the call gave up: it never reaches the mailbox
+      assert.are.same({ nil, "timeout" }, { smarm.call(server, "hold", 0.001) })
+      assert.are.equal(6, smarm.call(server, 3))
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+      smarm.kill(server)
+    end)
+  end)
+
+  it("leaves older messages alone and in order", function()
+    smarm.run(function()
+      local server = smarm.spawn_on(2, doubler)
+      for i = 1, 1000 do smarm.send(smarm.self(), i) end
+      for i = 1, 20 do assert.are.equal(i * 2, smarm.call(server, i)) end
+      for i = 1, 1000 do assert.are.equal(i, smarm.receive(0)) end
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+    end, { schedulers = 2 })
+  end)
+
+  it("raises for a request that cannot be sent, leaving no monitor behind", function()
+    smarm.run(function()
+      local server = smarm.spawn(doubler)
+      assert.has_error(function() smarm.call(server, function() end) end)
+      assert.has_error(function() smarm.call(smarm.self(), 1) end)
+      assert.has_error(function() smarm.reply({}, 1) end)
+      smarm.kill(server)
+      smarm.yield()
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) }) -- no DOWN of a leftover monitor
+    end)
+  end)
+end)

@@ -297,6 +297,11 @@ smarm_ref_t smarm_make_ref(void);
 ** Returns 0, -EINVAL, -ENOMEM, -EPERM. */
 int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out);
 
+/* smarm_monitor with a ref the caller made (smarm_make_ref) and uses for no other monitor, so
+** that it can be put in a request before the monitor exists (smarm.call). -EINVAL for ref 0 or
+** one of the caller's monitors. */
+int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref);
+
 /* Stops the monitor `ref` of the caller; a DOWN of it that has not yet been received is
 ** dropped; with `flush`, one already in the mailbox is removed too. Returns 1 if the monitor was
 ** active, 0 if not (unknown, or its DOWN already arrived), -EPERM. */
@@ -308,7 +313,7 @@ enum smarm_msg_kind {
   SMARM_MSG_USER = 0,
   SMARM_MSG_EXIT, /* an exit signal turned into a message (smarm_trap_exit): pid sent it */
   SMARM_MSG_DOWN, /* a monitored actor ended (pid), or was not alive: ref is the monitor's */
-  SMARM_MSG_REPLY, /* smarm_send_reply; its payload is the alias, then the reply's bytes */
+  SMARM_MSG_REPLY, /* smarm_send_reply; its payload is the reply's bytes, then the alias */
 };
 
 typedef struct smarm_notice {
@@ -330,9 +335,10 @@ int smarm_msg_kind(const smarm_msg_t *msg);
 ** dropped on arrival and never reaches the mailbox, and the wait never looks at the messages
 ** queued before the mark, however many. */
 
-/* Like smarm_send, for a message whose payload begins with a smarm_ref_t alias: delivered as a
-** SMARM_MSG_REPLY only while `to` holds the monitor of that ref, else dropped. -EINVAL for a
-** payload smaller than a ref; otherwise returns like smarm_send. */
+/* Like smarm_send, for a message whose payload ends with a smarm_ref_t alias (its last 8 bytes,
+** so that a payload's own format keeps its start): delivered as a SMARM_MSG_REPLY only while
+** `to` holds the monitor of that ref, else dropped. -EINVAL for a payload smaller than a ref;
+** otherwise returns like smarm_send. */
 int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg);
 
 /* A place in the caller's mailbox: every message that arrives later is after it. It stays

@@ -728,9 +728,9 @@ typedef struct request {
 
 static void reply_to(const request_t *r, uint64_t value)
 {
-  smarm_msg_t *m = smarm_msg_new(sizeof(smarm_ref_t) + sizeof value);
-  memcpy(smarm_msg_data(m), &r->alias, sizeof r->alias);
-  memcpy((char *)smarm_msg_data(m) + sizeof r->alias, &value, sizeof value);
+  smarm_msg_t *m = smarm_msg_new(sizeof value + sizeof(smarm_ref_t));
+  memcpy(smarm_msg_data(m), &value, sizeof value);
+  memcpy((char *)smarm_msg_data(m) + sizeof value, &r->alias, sizeof r->alias);
   if (smarm_send_reply(r->from, m) < 0)
     smarm_msg_free(m);
 }
@@ -762,7 +762,8 @@ static int is_answer(const smarm_msg_t *m, void *ud)
   smarm_ref_t ref = *(smarm_ref_t *)ud;
   int kind = smarm_msg_kind(m);
   const void *d = smarm_msg_data((smarm_msg_t *)m);
-  return (kind == SMARM_MSG_REPLY && memcmp(d, &ref, sizeof ref) == 0) ||
+  return (kind == SMARM_MSG_REPLY &&
+          memcmp((const char *)d + smarm_msg_size(m) - sizeof ref, &ref, sizeof ref) == 0) ||
          (kind == SMARM_MSG_DOWN && ((const smarm_notice_t *)d)->ref == ref);
 }
 
@@ -785,7 +786,7 @@ static int64_t call(smarm_pid_t server, uint64_t value, int64_t timeout_ns)
   int64_t answer = -1;
   if (smarm_msg_kind(m) == SMARM_MSG_REPLY) {
     uint64_t v;
-    memcpy(&v, (char *)smarm_msg_data(m) + sizeof ref, sizeof v);
+    memcpy(&v, smarm_msg_data(m), sizeof v);
     answer = (int64_t)v;
     CHECK_EQ(smarm_demonitor(ref, 1), 1);
   }

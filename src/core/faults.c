@@ -303,8 +303,8 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
     }
     break; /* demonitored, or the watcher is gone */
   case SIG_REPLY: {
-    smarm_ref_t alias;
-    memcpy(&alias, m->data, sizeof alias);
+    smarm_ref_t alias; /* the payload's last bytes (smarm_send_reply checked the size) */
+    memcpy(&alias, m->data + m->size - sizeof alias, sizeof alias);
     mon = monitor_find(s, 1, alias);
     if (a && mon && mon->owner == a) {
       m->kind = MSG_REPLY_NOTICE;
@@ -483,20 +483,29 @@ int smarm_trap_exit(int on)
 
 int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out)
 {
+  if (!ref_out)
+    return -EINVAL;
+  smarm_ref_t ref = smarm_make_ref();
+  int rc = smarm_monitor_ref(pid, ref);
+  if (rc == 0)
+    *ref_out = ref;
+  return rc;
+}
+
+int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref)
+{
   sched_t *s;
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
-  if (smarm_pid_gen(pid) == 0 || !ref_out)
+  if (smarm_pid_gen(pid) == 0 || !ref || monitor_find(s, 1, ref))
     return -EINVAL;
-  smarm_ref_t ref = smarm_make_ref();
   smarm_msg_t *m = signal_new(SIG_MONITOR, pid, self->pid, self->pid, ref, SMARM_EXIT_NORMAL,
                               NULL, 0);
   if (!m || monitor_add(s, self, 1, ref, pid) < 0) {
     msg_release(m);
     return -ENOMEM;
   }
-  *ref_out = ref;
   signal_send(s, m);
   return 0;
 }

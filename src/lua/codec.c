@@ -319,14 +319,14 @@ static void enc_value(enc_t *e, int idx, int depth)
 }
 
 /* A string message straight into its block: no buffer to grow and copy from. */
-static smarm_msg_t *encode_string(lua_State *L, int idx)
+static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
 {
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
   unsigned char head[11];
   head[0] = T_STR;
   size_t h = 1 + varint(head + 1, n);
-  smarm_msg_t *m = smarm_msg_new(h + n);
+  smarm_msg_t *m = smarm_msg_new(h + n + tail);
   if (!m)
     luaL_error(L, "not enough memory");
   unsigned char *out = smarm_msg_data(m);
@@ -337,12 +337,18 @@ static smarm_msg_t *encode_string(lua_State *L, int idx)
 
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
+  return codec_encode_tail(L, idx, root, moves, 0);
+}
+
+smarm_msg_t *codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                               size_t tail)
+{
   enc_t e;
   moves->n = 0;
   e.moves = moves;
   idx = abs_index(L, idx);
   if (lua_type(L, idx) == LUA_TSTRING)
-    return encode_string(L, idx);
+    return encode_string(L, idx, tail);
   e.L = L;
   luaL_checkstack(L, 8, "message");
   e.buf = e.local;
@@ -355,7 +361,7 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
   enc_value(&e, idx, 0);
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
-  smarm_msg_t *m = smarm_msg_new(head + e.len);
+  smarm_msg_t *m = smarm_msg_new(head + e.len + tail);
   if (!m)
     luaL_error(L, "not enough memory");
   unsigned char *out = smarm_msg_data(m);
@@ -597,9 +603,14 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   }
 }
 
-void codec_decode(lua_State *L, smarm_msg_t *msg)
+void codec_decode(lua_State *L, smarm_msg_t *msg) { codec_decode_head(L, msg, 0); }
+
+void codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
 {
-  decode_range(L, smarm_msg_data(msg), smarm_msg_size(msg), smarm_msg_data(msg));
+  size_t n = smarm_msg_size(msg);
+  if (n < tail)
+    luaL_error(L, "malformed message");
+  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg));
   smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
 }
 

@@ -44,12 +44,17 @@ typedef struct codec_moves {
 ** naming the path of a value that cannot be sent (nothing leaks). moves receives the handles in
 ** it: after sending the block, codec_commit(moves); if it is not sent, codec_abandon(block). */
 smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
+/* The same with `tail` more bytes at the end of the block, for the caller (a reply's alias). */
+smarm_msg_t *codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                               size_t tail);
 void codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
 void codec_abandon(smarm_msg_t *msg);    /* frees an unsent block; the handles stay the sender's */
 
 /* Pushes the value a message holds; the receiver now owns its handles (the block is no longer
 ** owning). Raises on a block codec_encode did not make. */
 void codec_decode(lua_State *L, smarm_msg_t *msg);
+/* The same for a block made by codec_encode_tail with that tail. */
+void codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 
 /* Pushes the value of bytes that codec_encode made without handles (an exit reason inside a
 ** notice). Raises on malformed bytes or a handle list. */

@@ -440,8 +440,11 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 {
   smarm_msg_free(la->pending);
   la->pending = msg;
-  if (smarm_msg_kind(msg) == SMARM_MSG_USER)
+  int kind = smarm_msg_kind(msg);
+  if (kind == SMARM_MSG_USER)
     codec_decode(L, msg);
+  else if (kind == SMARM_MSG_REPLY) /* a call's answer: the value, then the alias */
+    codec_decode_head(L, msg, sizeof(smarm_ref_t));
   else
     lfaults_push_notice(L, msg); /* EXIT or DOWN */
   la->pending = NULL;
@@ -520,6 +523,143 @@ static int call_match(lua_State *L, int match_idx)
   int yes = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return yes;
+}
+
+/* ---- call and reply ------------------------------------------------------------------------ */
+
+/* The answer to the call of monitor `ud`: its reply (the alias is the payload's last bytes) or
+** the DOWN of that monitor. */
+static int is_call_answer(const smarm_msg_t *m, void *ud)
+{
+  smarm_ref_t ref = *(smarm_ref_t *)ud, alias;
+  const unsigned char *d = smarm_msg_data((smarm_msg_t *)m);
+  switch (smarm_msg_kind(m)) {
+  case SMARM_MSG_REPLY:
+    memcpy(&alias, d + smarm_msg_size(m) - sizeof alias, sizeof alias);
+    return alias == ref;
+  case SMARM_MSG_DOWN:
+    return ((const smarm_notice_t *)d)->ref == ref;
+  default:
+    return 0;
+  }
+}
+
+/* call(to, request [, timeout]) -> reply | nil, reason. Monitors the server (the monitor's ref
+** is the alias the reply comes through), marks the mailbox, sends
+** { smarm = "CALL", from = { pid =, ref = }, request = }, and waits for the reply or the DOWN
+** after the mark only. Whatever the outcome, the monitor is gone and no reply or DOWN of it is
+** left in the mailbox; a reply that comes later is dropped before it reaches it. */
+static int l_call(lua_State *L)
+{
+  lactor_t *la = self_or_raise(L, "call");
+  luaL_checkany(L, 2);
+  smarm_pid_t to = lfaults_check_target(L, 1);
+  int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Number s = luaL_checknumber(L, 3);
+    luaL_argcheck(L, s >= 0 && s == s, 3, "non-negative timeout expected");
+    timeout = lsmarm_timeout_ns(s);
+  }
+  if (!to) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "noproc");
+    return 2;
+  }
+  if (to == smarm_self())
+    return luaL_error(L, "smarm.call: an actor cannot call itself");
+  /* The request is made (and may raise: it may not be sendable) before the monitor exists. */
+  smarm_ref_t ref = smarm_make_ref();
+  lua_createtable(L, 0, 3);
+  lua_pushliteral(L, "CALL");
+  lua_setfield(L, -2, "smarm");
+  lua_createtable(L, 0, 2);
+  lsmarm_push_pid(L, smarm_self());
+  lua_setfield(L, -2, "pid");
+  lsmarm_push_ref(L, ref);
+  lua_setfield(L, -2, "ref");
+  lua_setfield(L, -2, "from");
+  lua_pushvalue(L, 2);
+  lua_setfield(L, -2, "request");
+  codec_moves_t moves;
+  smarm_msg_t *m = codec_encode(L, -1, "request", &moves);
+  smarm_mark_t mark = smarm_mailbox_mark(); /* before the monitor: a dead server's DOWN may come
+                                             ** at once */
+  int rc = smarm_monitor_ref(to, ref);
+  if (rc < 0) {
+    codec_abandon(m);
+    return luaL_error(L, "smarm.call: %s", strerror(-rc));
+  }
+  rc = smarm_send(to, m);
+  if (rc < 0) {
+    codec_abandon(m);
+    smarm_demonitor(ref, 1);
+    if (rc != -ESRCH)
+      return luaL_error(L, "smarm.call: %s", strerror(-rc));
+    lua_pushnil(L);
+    lua_pushliteral(L, "noproc");
+    return 2;
+  }
+  codec_commit(&moves);
+  if (timeout != 0)
+    lpark_check(L, "call");
+  rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
+  if (timeout != 0)
+    ljx_after_switch(L);
+  if (rc == -ETIMEDOUT) {
+    smarm_demonitor(ref, 1);
+    /* a reply that arrived while the monitor still held goes too */
+    if (smarm_receive_after(mark, is_call_answer, &ref, 0, &m) == 0)
+      smarm_msg_free(m);
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    return 2;
+  }
+  if (rc < 0) {
+    smarm_demonitor(ref, 1);
+    return luaL_error(L, "smarm.call: %s", strerror(-rc));
+  }
+  if (smarm_msg_kind(m) == SMARM_MSG_DOWN) { /* the server ended: its reason */
+    const smarm_notice_t *n = smarm_msg_data(m);
+    lua_pushnil(L);
+    smarm_msg_t *keep = m; /* freed if decoding the reason raises: it is pending */
+    smarm_msg_free(la->pending);
+    la->pending = keep;
+    lfaults_push_reason(L, n->reason, n + 1, n->size);
+    la->pending = NULL;
+    smarm_msg_free(keep);
+    return 2;
+  }
+  smarm_demonitor(ref, 1);
+  push_message(L, la, m);
+  return 1;
+}
+
+/* reply(from, value): answers a call; from is the request's `from`. A caller that gave up (or
+** ended) never sees it. */
+static int l_reply(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkany(L, 2);
+  self_or_raise(L, "reply");
+  lua_getfield(L, 1, "pid");
+  lua_getfield(L, 1, "ref");
+  smarm_pid_t pid;
+  smarm_ref_t ref;
+  if (!lsmarm_to_pid(L, -2, &pid) || !lsmarm_to_ref(L, -1, &ref))
+    return luaL_argerror(L, 1, "a call's `from` expected");
+  lua_pop(L, 2);
+  codec_moves_t moves;
+  smarm_msg_t *m = codec_encode_tail(L, 2, "reply", &moves, sizeof ref);
+  memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof ref, &ref, sizeof ref);
+  int rc = smarm_send_reply(pid, m);
+  if (rc < 0) {
+    codec_abandon(m);
+    if (rc != -ESRCH) /* a caller that ended: nobody to answer */
+      return luaL_error(L, "smarm.reply: %s", strerror(-rc));
+    return 0;
+  }
+  codec_commit(&moves);
+  return 0;
 }
 
 /* _flush_down(ref): removes a DOWN notice of ref from the saved queue (demonitor's flush; the
@@ -917,6 +1057,7 @@ static const luaL_Reg functions[] = {
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
   {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
+  {"call", l_call},       {"reply", l_reply},
   {NULL, NULL},
 };
 
