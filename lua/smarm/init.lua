@@ -70,9 +70,6 @@ function core.exit(...)
   return exit_self(...)
 end
 
-function core.spawn_link(fn, ...) return core.spawn_opt({ link = true }, fn, ...) end
-function core.spawn_monitor(fn, ...) return core.spawn_opt({ monitor = true }, fn, ...) end
-
 -- demonitor(ref [, "flush"]) -> whether the monitor was active; "flush" also drops its DOWN
 -- if it already arrived (from the core's mailbox and from the messages a receive set aside).
 local demonitor = core._demonitor

@@ -915,6 +915,18 @@ static int l_spawn_on(lua_State *L)
   return spawn_lua(L, "spawn_on", &r, 2);
 }
 
+static int l_spawn_link(lua_State *L)
+{
+  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL};
+  return spawn_lua(L, "spawn_link", &r, 1);
+}
+
+static int l_spawn_monitor(lua_State *L)
+{
+  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL};
+  return spawn_lua(L, "spawn_monitor", &r, 1);
+}
+
 /* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name. */
 static int l_spawn_opt(lua_State *L)
 {
@@ -1057,6 +1069,7 @@ static const luaL_Reg functions[] = {
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
   {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
+  {"spawn_link", l_spawn_link}, {"spawn_monitor", l_spawn_monitor},
   {"call", l_call},       {"reply", l_reply},
   {NULL, NULL},
 };
