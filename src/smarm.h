@@ -373,6 +373,9 @@ int smarm_unregister(const char *name);
 /* The pid holding the name, or 0 (also outside an actor). */
 smarm_pid_t smarm_whereis(const char *name);
 
+/* The name the calling actor holds, or NULL; valid until its name changes. */
+const char *smarm_own_name(void);
+
 /* smarm_send to the name's holder; -ENOENT (the caller keeps msg) when nobody holds it. */
 int smarm_send_named(const char *name, smarm_msg_t *msg);
 

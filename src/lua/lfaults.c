@@ -33,11 +33,25 @@ static const char *const code_names[] = {
 ** "tostring(value) (an exit reason that cannot be sent: why)". */
 typedef struct encode_job {
   smarm_msg_t *block;
+  int report;       /* encode { pid = self, name = name, reason = value } instead */
+  const char *name; /* the report's name (may be NULL) */
 } encode_job_t;
 
 static int encode_reason(lua_State *L)
 {
   encode_job_t *job = lua_touserdata(L, 2);
+  if (job->report) {
+    lua_createtable(L, 0, 3);
+    lsmarm_push_pid(L, smarm_self());
+    lua_setfield(L, -2, "pid");
+    if (job->name) {
+      lua_pushstring(L, job->name);
+      lua_setfield(L, -2, "name");
+    }
+    lua_pushvalue(L, 1);
+    lua_setfield(L, -2, "reason");
+    lua_replace(L, 1);
+  }
   if (lua_gettop(L) >= 3) {
     lua_getglobal(L, "tostring");
     lua_pushvalue(L, 1);
@@ -57,6 +71,33 @@ static int encode_reason(lua_State *L)
   return 0;
 }
 
+/* Runs the encoder protected on the value at idx (twice if it cannot be sent). */
+static smarm_msg_t *encode_protected(lua_State *L, int idx, encode_job_t *job)
+{
+  int top = lua_gettop(L);
+  for (int attempt = 0; attempt < 2 && !job->block; attempt++) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->encode_reason_ref);
+    lua_pushvalue(L, idx);
+    lua_pushlightuserdata(L, job);
+    if (attempt)
+      lua_pushvalue(L, top + 1); /* why the first attempt failed */
+    if (lua_pcall(L, attempt ? 3 : 2, 0, 0) == 0)
+      break;
+    if (attempt) /* out of memory even for the description */
+      break;
+  }
+  lua_settop(L, top);
+  return job->block;
+}
+
+smarm_msg_t *lfaults_encode_report(lua_State *L, int idx, const char *name)
+{
+  if (idx < 0 && idx > LUA_REGISTRYINDEX)
+    idx = lua_gettop(L) + idx + 1;
+  encode_job_t job = {NULL, 1, name};
+  return encode_protected(L, idx, &job);
+}
+
 int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
 {
   *block = NULL;
@@ -72,21 +113,8 @@ int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
   }
   /* The encoder is a cached function and the arguments need no allocation: nothing here can
   ** raise outside the protected call (this runs at an actor's end, unprotected). */
-  encode_job_t job = {NULL};
-  int top = lua_gettop(L);
-  for (int attempt = 0; attempt < 2 && !job.block; attempt++) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->encode_reason_ref);
-    lua_pushvalue(L, idx);
-    lua_pushlightuserdata(L, &job);
-    if (attempt)
-      lua_pushvalue(L, top + 1); /* why the first attempt failed */
-    if (lua_pcall(L, attempt ? 3 : 2, 0, 0) == 0)
-      break;
-    if (attempt) /* out of memory even for the description */
-      break;
-  }
-  lua_settop(L, top);
-  *block = job.block;
+  encode_job_t job = {NULL, 0, NULL};
+  *block = encode_protected(L, idx, &job);
   return SMARM_EXIT_VALUE;
 }
 

@@ -20,6 +20,10 @@
 ** out of memory (the caller reports SMARM_EXIT_KILLED's kind of failure as it sees fit). */
 int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block);
 
+/* Encodes the crash report { pid = self, name = name (if not NULL), reason = <value at idx> }
+** (never raises); NULL when out of memory. */
+smarm_msg_t *lfaults_encode_report(lua_State *L, int idx, const char *name);
+
 /* Pushes a reason's Lua value (raises only when out of memory). */
 void lfaults_push_reason(lua_State *L, int code, const void *data, size_t size);
 

@@ -58,6 +58,7 @@
 #include <lualib.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@
 #include <unistd.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char traceback_key, after_run_key;
+static const char traceback_key, after_run_key, last_traceback_key;
 
 /* ---- Per-actor state ------------------------------------------------------------------------ */
 
@@ -90,6 +91,11 @@ typedef struct lrun {
 
 static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
 
+/* The actor that runs a run's on_crash (init.lua starts it); 0: crash reports go to stderr.
+** Written by the main actor on scheduler 1 (and cleared by run's end), read by any scheduler
+** when an actor crashes: relaxed is enough, the report is only sent to it. */
+static _Atomic smarm_pid_t crash_reporter;
+
 /* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
 ** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
@@ -100,27 +106,20 @@ static void vm_cache_refs(lvm_t *vm)
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-/* Message handler for an actor's protected call. The main actor's error becomes its text and
-** traceback (smarm.run raises that); any other actor's becomes the table of its exit reason,
+/* Message handler for an actor's protected call: the error becomes the table of its exit reason,
 ** { error = <the value>, traceback = "stack traceback: ..." }, with the text a report prints as
-** `message` (set_error_reason takes it out). The text is the value itself for a string or a
-** number, its __tostring when it has one (called here, while protected), else its type. */
+** `message` (set_error_reason and smarm.run take it out). The text is the value itself for a
+** string or a number, its __tostring when it has one (called here, while protected), else its
+** type. */
 static int add_traceback(lua_State *L)
 {
-  const char *msg = NULL;
   int t = lua_type(L, 1);
   if (t == LUA_TSTRING || t == LUA_TNUMBER) {
     lua_pushvalue(L, 1); /* a copy: tostring must not change the error value itself */
-    msg = lua_tostring(L, -1);
-  } else if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
-    msg = lua_tostring(L, -1);
-  } else {
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  lactor_t *la = smarm_actor_data();
-  if (!la || la->is_main) {
-    luaL_traceback(L, L, msg, 1);
-    return 1;
+    lua_tostring(L, -1);
+  } else if (!luaL_callmeta(L, 1, "__tostring") || lua_type(L, -1) != LUA_TSTRING) {
+    lua_settop(L, 1);
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   int msg_idx = lua_gettop(L);
   lua_createtable(L, 0, 3);
@@ -171,7 +170,16 @@ static void set_error_reason(lua_State *co)
     trace = lua_tostring(co, -1);
     lua_pop(co, 2); /* both strings stay alive in the table until the report is printed */
   }
-  if (!smarm_is_watched()) {
+  smarm_pid_t reporter = atomic_load_explicit(&crash_reporter, memory_order_relaxed);
+  if (!smarm_is_watched() && reporter) {
+    if (lua_istable(co, -1)) { /* the report carries the reason, without the text */
+      lua_pushnil(co);
+      lua_setfield(co, -2, "message");
+    }
+    smarm_msg_t *report = lfaults_encode_report(co, -1, smarm_own_name());
+    if (report && smarm_send(reporter, report) < 0)
+      smarm_msg_free(report);
+  } else if (!smarm_is_watched()) {
     char name[64];
     smarm_pid_t self = smarm_self();
     snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
@@ -952,6 +960,24 @@ static int l_spawn_opt(lua_State *L)
 
 /* ---- smarm.run ------------------------------------------------------------------------------ */
 
+/* _set_crash_reporter(pid): the run's on_crash actor (init.lua). */
+static int l_set_crash_reporter(lua_State *L)
+{
+  smarm_pid_t pid;
+  if (!lsmarm_to_pid(L, 1, &pid))
+    return luaL_argerror(L, 1, "pid expected");
+  atomic_store_explicit(&crash_reporter, pid, memory_order_relaxed);
+  return 0;
+}
+
+/* last_traceback(): the text and traceback of the error that ended the last smarm.run of this VM
+** (the value itself is what run raised), or nil when it did not end with an error. */
+static int l_last_traceback(lua_State *L)
+{
+  lvm_push_registry(L, &last_traceback_key);
+  return 1;
+}
+
 /* _after_run(fn): fn is called in the caller's VM each time a run has ended (every actor gone);
 ** init.lua uses it to forget module loaders the end of a run stopped. One per VM. */
 static int l_after_run(lua_State *L)
@@ -1027,6 +1053,9 @@ static int l_run(lua_State *L)
   int main_ref = main->coref;
   lua_State *co = main->co;
 
+  lua_pushlightuserdata(L, (void *)&last_traceback_key); /* this run's error has none yet */
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
   cfg.on_sched_start = on_sched_start;
   cfg.on_sched_stop = on_sched_stop;
   cfg.on_actor_stopped = on_actor_stopped;
@@ -1038,6 +1067,7 @@ static int l_run(lua_State *L)
   lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
   lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
   current_run = NULL;
+  atomic_store_explicit(&crash_reporter, 0, memory_order_relaxed);
   ljx_after_switch(L);
   free(run.vms);
   call_after_run(L);
@@ -1051,8 +1081,20 @@ static int l_run(lua_State *L)
     return 0;
   }
   if (run.main_status != 0) {
+    /* The handler's table: raise the value the main actor raised, keep the text and traceback
+    ** for smarm.last_traceback(). A bare value when even the handler failed (out of memory). */
     lua_xmove(co, L, 1);
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    if (lua_istable(L, -1)) {
+      int t = lua_gettop(L);
+      lua_pushlightuserdata(L, (void *)&last_traceback_key);
+      lua_getfield(L, t, "message");
+      lua_pushliteral(L, "\n");
+      lua_getfield(L, t, "traceback");
+      lua_concat(L, 3);
+      lua_rawset(L, LUA_REGISTRYINDEX);
+      lua_getfield(L, t, "error");
+    }
     return lua_error(L);
   }
   int nres = lua_gettop(co);
@@ -1070,7 +1112,8 @@ static const luaL_Reg functions[] = {
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
   {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
   {"spawn_link", l_spawn_link}, {"spawn_monitor", l_spawn_monitor},
-  {"call", l_call},       {"reply", l_reply},
+  {"call", l_call},       {"reply", l_reply},     {"last_traceback", l_last_traceback},
+  {"_set_crash_reporter", l_set_crash_reporter},
   {NULL, NULL},
 };
 
