@@ -74,7 +74,11 @@ typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
-  int saved_first, saved_last; /* its messages are q[first..last]; empty when last < first */
+  int saved_first, saved_last; /* its messages are in q[first..last], with holes; empty when
+                                  saved_count is 0 */
+  int saved_count;
+  unsigned saved_epoch; /* bumped whenever the messages are renumbered (a receive under way
+                           then looks for its message again) */
   smarm_msg_t *pending; /* a block being decoded: freed here if decoding raised */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
@@ -480,8 +484,12 @@ static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
   return 1;
 }
 
-/* The saved queue: messages a match refused, q[saved_first..saved_last], oldest first. Pushes
-** it and returns its index. */
+/* The saved queue: messages a match refused, oldest first, in q[saved_first..saved_last]. Taking
+** one from the middle leaves a hole (q[i] = nil) rather than shifting the rest, so a selective
+** receive from a long backlog costs O(1) per message taken. When holes outnumber the messages,
+** or the queue empties, it is renumbered from 1 (amortised O(1)) and saved_epoch moves on: a
+** receive whose match function itself received then looks for its message again.
+** Pushes it and returns its index. */
 static int push_saved(lua_State *L, lactor_t *la)
 {
   if (la->savedref == LUA_NOREF) {
@@ -497,29 +505,53 @@ static int push_saved(lua_State *L, lactor_t *la)
 /* Appends (a copy of) the value on top to the saved queue at q; the value stays on top. */
 static void saved_append(lua_State *L, lactor_t *la, int q)
 {
+  if (la->saved_count == 0)
+    la->saved_first = la->saved_last + 1;
   lua_pushvalue(L, -1);
   lua_rawseti(L, q, ++la->saved_last);
+  la->saved_count++;
 }
 
-/* Removes q[i] (saved_first <= i <= saved_last), keeping the others in order; pushes it. */
+/* Renumbers the messages to q[1..count], in order (no receive may be under way). */
+static void saved_compact(lua_State *L, lactor_t *la, int q)
+{
+  int to = 1;
+  for (int i = la->saved_first; i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushnil(L);
+    lua_rawseti(L, q, i);
+    lua_rawseti(L, q, to++);
+  }
+  la->saved_first = 1;
+  la->saved_last = to - 1;
+  la->saved_epoch++;
+}
+
+/* Removes q[i] (present) and pushes it. */
 static void saved_take(lua_State *L, lactor_t *la, int q, int i)
 {
   lua_rawgeti(L, q, i);
-  if (i == la->saved_first) {
-    lua_pushnil(L);
-    lua_rawseti(L, q, la->saved_first++);
-  } else {
-    for (int k = i; k < la->saved_last; k++) {
-      lua_rawgeti(L, q, k + 1);
-      lua_rawseti(L, q, k);
-    }
-    lua_pushnil(L);
-    lua_rawseti(L, q, la->saved_last--);
-  }
-  if (la->saved_last < la->saved_first) { /* empty: start again at 1 (the array part) */
+  lua_pushnil(L);
+  lua_rawseti(L, q, i);
+  if (--la->saved_count == 0) { /* empty: start again at 1 (the array part) */
     la->saved_first = 1;
     la->saved_last = 0;
+    la->saved_epoch++;
+    return;
   }
+  if (i == la->saved_first) { /* skip the holes at the front: a message follows */
+    for (int hole = 1; hole;) {
+      lua_rawgeti(L, q, ++la->saved_first);
+      hole = lua_isnil(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  if (la->saved_last - la->saved_first + 1 > 2 * la->saved_count + 16)
+    saved_compact(L, la, q); /* leaves the taken value on top */
 }
 
 /* Calls the match function at match_idx on the value on top (left in place); returns truth. */
@@ -675,7 +707,7 @@ static int l_reply(lua_State *L)
 static int l_flush_down(lua_State *L)
 {
   lactor_t *la = self_or_raise(L, "demonitor");
-  if (la->saved_last < la->saved_first)
+  if (la->saved_count == 0)
     return 0;
   int q = push_saved(L, la);
   for (int i = la->saved_first; i <= la->saved_last; i++) {
@@ -697,12 +729,86 @@ static int l_flush_down(lua_State *L)
   return 0;
 }
 
+/* The index of a message rawequal to the value on top, or 0. Decoded tables are fresh objects,
+** so a table is found only as itself; equal scalars cannot be told apart, and taking the oldest
+** of them is the same as taking this one. */
+static int saved_find(lua_State *L, lactor_t *la, int q)
+{
+  for (int i = la->saved_first; la->saved_count && i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 1);
+    if (same)
+      return i;
+  }
+  return 0;
+}
+
+/* The receive proper: one pass over the saved queue, then over new messages appended to it as
+** they come. Every message is looked at in order, including those a receive inside the match
+** set aside (they join the end), and one that such a receive took meanwhile (its slot is empty
+** when the match returns) is skipped. */
+static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout)
+{
+  int q = push_saved(L, la);
+  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
+  for (int i = la->saved_count ? la->saved_first : la->saved_last + 1;; i++) {
+    if (i > la->saved_last) { /* all seen: the next message from the mailbox joins the queue */
+      int64_t left = timeout;
+      if (timeout > 0) {
+        left = deadline - smarm_now_ns();
+        if (left < 0)
+          left = 0;
+      }
+      if (mailbox_next(L, la, left) == 2)
+        return 2;
+      /* Into the saved queue before the match runs, so an error there loses nothing. */
+      saved_append(L, la, q);
+      lua_pop(L, 1);
+      i = la->saved_last;
+    }
+    lua_rawgeti(L, q, i);
+    if (lua_isnil(L, -1)) { /* a hole */
+      lua_pop(L, 1);
+      continue;
+    }
+    if (!match_idx) {
+      lua_pop(L, 1);
+      saved_take(L, la, q, i);
+      return 1;
+    }
+    unsigned epoch = la->saved_epoch;
+    int yes = call_match(L, match_idx); /* may receive: take, set aside, renumber */
+    if (epoch != la->saved_epoch) {
+      int at = yes ? saved_find(L, la, q) : 0;
+      lua_pop(L, 1);
+      if (at) {
+        saved_take(L, la, q, at);
+        return 1;
+      }
+      i = la->saved_first - 1; /* numbers changed: look again from the oldest */
+      continue;
+    }
+    lua_pop(L, 1);
+    lua_rawgeti(L, q, i);
+    int still_there = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (yes && still_there) {
+      saved_take(L, la, q, i);
+      return 1;
+    }
+  }
+}
+
 static int l_receive(lua_State *L)
 {
+  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout) */
   int match_idx = 0, timeout_idx = 1;
-  if (lua_isfunction(L, 1)) {
-    match_idx = 1;
+  if (lua_isfunction(L, 1) || (lua_isnil(L, 1) && lua_gettop(L) >= 2)) {
+    match_idx = lua_isfunction(L, 1) ? 1 : 0;
     timeout_idx = 2;
+  } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
+    return luaL_argerror(L, 1, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, 1)));
   }
   int64_t timeout = SMARM_FOREVER;
   if (!lua_isnoneornil(L, timeout_idx)) {
@@ -712,43 +818,9 @@ static int l_receive(lua_State *L)
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
-  if (!match_idx && la->saved_last < la->saved_first)
+  if (!match_idx && la->saved_count == 0)
     return mailbox_next(L, la, timeout); /* the common case: straight from the mailbox */
-  int q = push_saved(L, la);
-  /* Older messages first: those already refused once (the match may differ now). The bounds
-  ** are re-read each time round: a match may itself receive. */
-  for (int i = la->saved_first; i <= la->saved_last; i++) {
-    if (!match_idx) {
-      saved_take(L, la, q, i);
-      return 1;
-    }
-    lua_rawgeti(L, q, i);
-    int yes = call_match(L, match_idx);
-    lua_pop(L, 1);
-    if (yes) {
-      saved_take(L, la, q, i);
-      return 1;
-    }
-  }
-  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
-  for (;;) {
-    int64_t left = timeout;
-    if (timeout > 0) {
-      left = deadline - smarm_now_ns();
-      if (left < 0)
-        left = 0;
-    }
-    if (mailbox_next(L, la, left) == 2)
-      return 2;
-    /* Into the saved queue before the match runs, so an error there loses nothing. */
-    saved_append(L, la, q);
-    if (call_match(L, match_idx)) {
-      lua_pop(L, 1);
-      saved_take(L, la, q, la->saved_last);
-      return 1;
-    }
-    lua_pop(L, 1);
-  }
+  return receive_in(L, la, match_idx, timeout);
 }
 
 /* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
@@ -784,6 +856,8 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->savedref = LUA_NOREF;
   la->saved_first = 1;
   la->saved_last = 0;
+  la->saved_count = 0;
+  la->saved_epoch = 0;
   la->pending = NULL;
 }
 
