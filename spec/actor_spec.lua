@@ -1,6 +1,8 @@
 -- smarm's Lua actors: run, spawn, self, pids, yield from anywhere, sleep, exit, errors.
 -- Runs under busted on the LuaJIT built by deps/luajit.sh (release and checking variants).
 local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 describe("smarm.run", function()
   it("runs the main actor and returns its results", function()
@@ -59,10 +61,10 @@ describe("smarm.run", function()
     end)
     local r = smarm.run(function()
       local me = smarm.self()
-      local p = smarm.spawn(function() smarm.send(me, smarm.receive(5)) end)
+      local p = smarm.spawn(function() smarm.send(me, smarm.receive(HANG)) end)
       smarm.send(old[2], "stale") -- dropped: it does not reach p, which may sit in the same slot
       smarm.send(p, "fresh")
-      return { got = smarm.receive(5), same = old[1] == me or old[2] == p,
+      return { got = guard.receive("the fresh actor's echo"), same = old[1] == me or old[2] == p,
         alive = smarm.alive(old[1]) or smarm.alive(old[2]) }
     end)
     assert.are.same({ got = "fresh", same = false, alive = false }, r)
@@ -246,7 +248,7 @@ describe("smarm.spawn and pids", function()
       smarm.send(there, "end")
       smarm.yield()
       out.here_after = smarm.alive(here)
-      local deadline = smarm.now() + 5
+      local deadline = smarm.now() + HANG -- a hang guard
       repeat out.there_after = smarm.alive(there) until not out.there_after or smarm.now() > deadline
       -- from inside a __gc finalizer a remote question cannot park; a local one needs not
       local p = newproxy(true)
@@ -444,6 +446,57 @@ describe("parking where it would corrupt LuaJIT", function()
     assert.matches("cannot park inside an FFI callback", err)
     assert.are.equal(1, first)
     assert.are.equal(5, last)
+  end)
+
+  it("refuses a receive that would wait: in a finalizer, a hook, a callback", function()
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "void qsort(void *base, size_t n, size_t size, "
+      .. "int (*cmp)(const void *, const void *));")
+    -- Each try: receive with a timeout, a selective one with a timeout, then a poll (0: no park).
+    local function tries(out)
+      local function try(...)
+        local ok, e = pcall(smarm.receive, ...)
+        out[#out + 1] = ok and "ok" or e:match("cannot park [^(]*"):gsub("%s+$", "")
+      end
+      try(0.01)
+      try(function() return true end, 0.01)
+      local ok, a, b = pcall(smarm.receive, 0)
+      out[#out + 1] = ok and (tostring(a) .. "," .. tostring(b)) or a
+    end
+    local r = smarm.run(function()
+      local out = { gc = {}, hook = {}, ffi = {} }
+      local p = newproxy(true)
+      getmetatable(p).__gc = function() tries(out.gc) end
+      p = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      debug.sethook(function()
+        debug.sethook()
+        tries(out.hook)
+      end, "", 1)
+      local _ = out.hook.x -- a few instructions for the count hook
+      debug.sethook()
+      local arr = ffi.new("int[2]", 2, 1)
+      local cmp = ffi.cast("int (*)(const void *, const void *)", function(a, b)
+        if #out.ffi == 0 then tries(out.ffi) end
+        return ffi.cast("const int *", a)[0] - ffi.cast("const int *", b)[0]
+      end)
+      ffi.C.qsort(arr, 2, ffi.sizeof("int"), cmp)
+      cmp:free()
+      -- the VM still parks and receives afterwards
+      smarm.send(smarm.self(), "after")
+      out.after = smarm.receive(0.01)
+      out.timeout = select(2, smarm.receive(0.001))
+      return out
+    end)
+    assert.are.same({ "cannot park inside a __gc finalizer", "cannot park inside a __gc finalizer",
+      "nil,timeout" }, r.gc)
+    assert.are.same({ "cannot park inside a debug hook", "cannot park inside a debug hook",
+      "nil,timeout" }, r.hook)
+    assert.are.same({ "cannot park inside an FFI callback", "cannot park inside an FFI callback",
+      "nil,timeout" }, r.ffi)
+    assert.are.equal("after", r.after)
+    assert.are.equal("timeout", r.timeout)
   end)
 
   it("is refused outside an actor", function()

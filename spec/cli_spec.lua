@@ -43,7 +43,7 @@ describe("the smarm executable", function()
     local s = script([[
       local smarm = require("smarm")
       local p = smarm.spawn(function(me) smarm.send(me, "pong") end, smarm.self())
-      print(arg[0]:match("%.lua$") ~= nil, arg[1], arg[2], select("#", ...), smarm.receive(1))
+      print(arg[0]:match("%.lua$") ~= nil, arg[1], arg[2], select("#", ...), smarm.receive(120))
     ]])
     local out, err, status = sh(exe .. " -s 2 " .. s .. " one two")
     os.remove(s)
@@ -112,15 +112,21 @@ describe("the smarm executable", function()
   end)
 
   it("lets the other actors run while the prompt waits for a line", function()
-    local lines = os.tmpname()
+    local lines, flag = os.tmpname(), os.tmpname()
+    os.remove(flag)
     local f = assert(io.open(lines, "w"))
+    -- the ticker creates the flag file at its 10th tick
     f:write("smarm = require('smarm'); t = { n = 0 }; ",
-      "smarm.spawn(function() while true do t.n = t.n + 1; smarm.sleep(0.01) end end)\n")
+      "smarm.spawn(function() while true do t.n = t.n + 1; ",
+      "if t.n == 10 then io.open('", flag, "', 'w'):close() end; smarm.sleep(0.01) end end)\n")
     f:close()
-    -- one scheduler: the ticker shares it with the prompt's actor
-    local out, _, status = sh("(cat " .. lines .. "; sleep 0.5; echo 'print(t.n >= 10)'; " ..
+    -- one scheduler: the ticker shares it with the prompt's actor, which waits for the next
+    -- line, sent once the flag exists (the shell gives up after 120 s: a hang guard)
+    local out, _, status = sh("(cat " .. lines .. "; i=0; while [ ! -e " .. flag .. " ] && " ..
+      "[ $i -lt 12000 ]; do sleep 0.01; i=$((i+1)); done; echo 'print(t.n >= 10)'; " ..
       "printf 'print(\"last line, no newline\")') | " .. exe .. " -s 1")
     os.remove(lines)
+    os.remove(flag)
     assert.are.equal(0, status)
     assert.are.equal("true\nlast line, no newline\n", out)
   end)
@@ -151,7 +157,7 @@ describe("the smarm executable", function()
       "smarm = require('smarm')",
       -- globals do not travel: the function finds smarm in its own VM
       "p = smarm.spawn_on(2, function(me) local s = require('smarm'); s.send(me, s.scheduler()) end, smarm.self())",
-      "smarm.receive(1)",
+      "smarm.receive(120)", -- a hang guard
       "error('oops')",
       "print('after')",
     }, "\n") .. "\n")

@@ -1,6 +1,8 @@
 -- smarm.fs: files through the IO thread (src/lua/lio.c, src/io/io.c).
 local smarm = require("smarm")
 local fd_count = dofile("spec/support/fds.lua")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 local function tmpdir()
   local d = os.tmpname()
@@ -12,7 +14,7 @@ end
 describe("smarm.fs", function()
   it("writes and reads back files, binary and large", function()
     local dir = tmpdir()
-    local ok, small, big_ok = smarm.run(function()
+    local ok, small, big_ok = guard.run(function()
       local bin = ("\0\1\2\255 line\n"):rep(100)
       local big = {}
       for i = 1, 100000 do big[i] = string.format("%07d\n", i) end
@@ -31,7 +33,7 @@ describe("smarm.fs", function()
 
   it("returns nil, message, code on failure", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       out.missing = { smarm.fs.readfile(dir .. "/nope") }
       out.nodir = { smarm.fs.writefile(dir .. "/no/such/dir/f", "x") }
@@ -63,18 +65,18 @@ describe("smarm.fs", function()
   it("returns EPIPE for a write to a FIFO whose reader is gone, and the process lives", function()
     local dir = tmpdir()
     assert(os.execute("mkfifo " .. dir .. "/fifo") == 0)
-    local res = smarm.run(function()
+    local res = guard.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
       local w = assert(smarm.fs.open(dir .. "/fifo", "w")) -- both opens meet
-      local r = smarm.receive(5)[1]
+      local r = guard.receive("the reader's open")[1]
       r:close() -- the IO thread closes it soon, not at once: write until the write fails
       local out
-      for _ = 1, 500 do
+      local deadline = smarm.now() + HANG
+      repeat
         out = { w:write("hello") }
-        if not out[1] then break end
-        smarm.sleep(0.01)
-      end
+        if out[1] then smarm.sleep(0.001) end
+      until not out[1] or smarm.now() > deadline
       w:close()
       return out
     end)
@@ -86,7 +88,7 @@ describe("smarm.fs", function()
 
   it("stats, renames, lists, removes", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       assert(smarm.fs.writefile(dir .. "/b.txt", "12345"))
       assert(smarm.fs.mkdir(dir .. "/a", tonumber("750", 8)))
@@ -113,7 +115,7 @@ describe("smarm.fs", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
     assert(os.execute("mkfifo " .. fifo) == 0)
-    local got, ticks = smarm.run(function()
+    local got, ticks = guard.run(function()
       local me = smarm.self()
       -- opening a FIFO blocks until a writer comes: the reader's thread would hang if the read
       -- ran on its scheduler
@@ -121,7 +123,7 @@ describe("smarm.fs", function()
       local ticks = 0
       for _ = 1, 50 do smarm.yield(); ticks = ticks + 1 end
       assert(smarm.fs.writefile(fifo, "through the pipe"))
-      return smarm.receive(5), ticks
+      return guard.receive("the FIFO's contents"), ticks
     end, { schedulers = 1 })
     os.execute("rm -rf " .. dir)
     assert.are.equal(50, ticks)
@@ -130,7 +132,7 @@ describe("smarm.fs", function()
 
   it("serves many actors on every scheduler at once", function()
     local dir = tmpdir()
-    local good = smarm.run(function()
+    local good = guard.run(function()
       local me = smarm.self()
       local n = 200
       for i = 1, n do
@@ -141,7 +143,7 @@ describe("smarm.fs", function()
         end, me, dir .. "/f" .. i, i)
       end
       local good = 0
-      for _ = 1, n do if smarm.receive(10) then good = good + 1 end end
+      for _ = 1, n do if guard.receive("an actor's answer") then good = good + 1 end end
       return good
     end, { schedulers = 2 })
     os.execute("rm -rf " .. dir)
@@ -155,20 +157,20 @@ describe("smarm.fs", function()
     -- open(2) of a FIFO blocks a pool thread until a writer comes, and none will: the IO thread's
     -- stop interrupts it (io.h), the request completes with nobody to wake, and run returns
     local t0 = os.time()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       smarm.spawn(function() smarm.fs.readfile(fifo) end)
       smarm.yield()
       return "main done"
     end)
     os.execute("rm -rf " .. dir)
     assert.are.equal("main done", r)
-    assert.is_true(os.time() - t0 < 10)
+    assert.is_true(os.time() - t0 < HANG) -- only that it was not waited for without end
     -- and the next runtime's IO works
-    assert.are.equal("ENOENT", select(3, smarm.run(function() return smarm.fs.readfile(fifo) end)))
+    assert.are.equal("ENOENT", select(3, guard.run(function() return smarm.fs.readfile(fifo) end)))
   end)
 
   it("raises on misuse", function()
-    local e1, e2, e3 = smarm.run(function()
+    local e1, e2, e3 = guard.run(function()
       local _, a = pcall(function() smarm.fs.readfile(nil) end)
       local _, b = pcall(function() smarm.fs.writefile("/tmp/x", {}) end)
       local _, c = pcall(function() smarm.fs.mkdir("/tmp/x", "rwx") end)
@@ -186,7 +188,7 @@ end)
 describe("smarm.fs.open", function()
   it("reads and writes at offsets and at the file's position, and closes", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local out = {}
       local f = assert(smarm.fs.open(dir .. "/data", "w+", tonumber("600", 8)))
       out.w1 = f:write("hello ")
@@ -229,7 +231,7 @@ describe("smarm.fs.open", function()
 
   it("shows a half-written file as far as it is written", function()
     local dir = tmpdir()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local path = dir .. "/half"
       local w = assert(smarm.fs.open(path, "w"))
@@ -237,7 +239,7 @@ describe("smarm.fs.open", function()
       smarm.spawn_on(2, function(owner, p) -- another scheduler reads it meanwhile
         smarm.send(owner, { smarm.fs.stat(p).size, #smarm.fs.readfile(p) })
       end, me, path)
-      local half = smarm.receive(5)
+      local half = guard.receive("the other scheduler's view")
       assert(w:write(("b"):rep(4096)))
       assert(w:close())
       local whole = smarm.fs.readfile(path)
@@ -254,7 +256,7 @@ describe("smarm.fs.open", function()
     local fifo = dir .. "/fifo"
     assert(os.execute("mkfifo " .. fifo) == 0)
     local before = fd_count()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       -- a reader parks in read on a FIFO (opened read-write so the open does not block)
       local f = assert(smarm.fs.open(fifo, "r+"))
@@ -263,15 +265,17 @@ describe("smarm.fs.open", function()
       assert(f:close()) -- waits for the read in flight before the descriptor goes
       local after = select(2, pcall(function() f:read(1) end))
       assert(smarm.fs.writefile(fifo, "12345"))
-      local got = smarm.receive(5)
+      local got = guard.receive("the reader's bytes")
       for i = 1, 50 do -- opened and dropped without close
         local g = assert(smarm.fs.open(dir .. "/other" .. i, "w"))
         g = nil -- luacheck: ignore
       end
       collectgarbage()
       collectgarbage()
-      smarm.sleep(0.05) -- the posted closes run on the pool
-      return { got = got, after = after, open = fd_count() }
+      -- the posted closes run on the pool: wait until they have
+      local open = guard.wait(function() local n = fd_count(); return n <= before + 8 and n end,
+        "closes of collected files", 0.01)
+      return { got = got, after = after, open = open }
     end)
     os.execute("rm -rf " .. dir)
     assert.is_true(r.open <= before + 8, before .. " descriptors before, " .. r.open .. " with 50 dropped")
@@ -284,7 +288,7 @@ describe("files in messages", function()
   it("hand an open file to an actor on another scheduler; a lost one is closed", function()
     local dir = tmpdir()
     local before = fd_count()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       assert(smarm.fs.writefile(dir .. "/f", "shared bytes"))
       local f = assert(smarm.fs.open(dir .. "/f", "r"))
@@ -294,16 +298,18 @@ describe("files in messages", function()
         m.file:close()
       end, me)
       smarm.send(reader, { file = f })
-      local got = smarm.receive(5)
+      local got = guard.receive("the reader's answer")
       local old = select(2, pcall(function() f:read(1) end))
       -- to an actor that has ended: the file is closed for it
       local gone = smarm.spawn_on(2, function() end)
-      smarm.sleep(0.02)
+      guard.ended(gone)
       for i = 1, 20 do
         smarm.send(gone, { file = assert(smarm.fs.open(dir .. "/f", "r")) })
       end
-      smarm.sleep(0.1)
-      return { got = got, old = old, open = fd_count() }
+      -- dropped on scheduler 2, their closes posted: wait until they have run
+      local open = guard.wait(function() local n = fd_count(); return n <= before + 8 and n end,
+        "closes of files sent to an actor that is gone", 0.01)
+      return { got = got, old = old, open = open }
     end, { schedulers = 2 })
     os.execute("rm -rf " .. dir)
     assert.are.equal("bytes", r.got[1])

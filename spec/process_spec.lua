@@ -1,9 +1,18 @@
 -- smarm.process and smarm.signal on the IO thread (src/io/proc.c, src/lua/lio.c).
 local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
+
+-- A path that does not exist yet, for a program to wait for or to create.
+local function fresh_path()
+  local p = os.tmpname()
+  os.remove(p)
+  return p
+end
 
 describe("smarm.process.run", function()
   it("returns the exit status and what the program wrote, fed from stdin", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "sh", "-c", "echo out; echo err >&2; cat; exit 3" }, { stdin = "fed\n" })
     end)
     assert.are.equal(3, r.status)
@@ -13,14 +22,14 @@ describe("smarm.process.run", function()
   end)
 
   it("survives a program that does not read its stdin (no SIGPIPE for the runtime)", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "true" }, { stdin = ("x"):rep(4 * 1024 * 1024) })
     end)
     assert.are.equal(0, r.status)
   end)
 
   it("runs in a folder with an environment, and collects large output", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return smarm.process.run({ "sh", "-c", "echo $FOO; pwd; head -c 3000000 /dev/zero" },
         { env = { FOO = "bar" }, cwd = "/tmp" })
     end)
@@ -30,7 +39,7 @@ describe("smarm.process.run", function()
   end)
 
   it("reports a program that cannot start, one killed by a signal, and a timeout", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       return { missing = { smarm.process.run({ "/no/such/program" }) },
         killed = smarm.process.run({ "sh", "-c", "kill -TERM $$" }),
         slow = { smarm.process.run({ "sleep", "5" }, { timeout = 0.2 }) } }
@@ -42,33 +51,52 @@ describe("smarm.process.run", function()
   end)
 
   it("parks only the caller: other actors run while a program runs", function()
-    local ticks = smarm.run(function()
-      local done = false
-      smarm.spawn(function() smarm.process.run({ "sleep", "0.2" }); done = true end)
+    -- the program runs until the main actor, which ticks meanwhile, creates a file after 5 ticks
+    local flag = fresh_path()
+    local ticks, r = guard.run(function()
+      local done, r = false, nil
+      smarm.spawn(function()
+        local wait_for_flag = 'while [ ! -e "$1" ]; do sleep 0.01; done'
+        r = smarm.process.run({ "sh", "-c", wait_for_flag, "sh", flag },
+          { timeout = HANG }) -- a hang guard
+        done = true
+      end)
       local ticks = 0
-      while not done do smarm.sleep(0.01); ticks = ticks + 1 end
-      return ticks
+      while not done do
+        smarm.sleep(0.01)
+        ticks = ticks + 1
+        if ticks == 5 then assert(smarm.fs.writefile(flag, "go")) end
+      end
+      return ticks, r
     end, { schedulers = 1 })
+    os.remove(flag)
+    assert.are.equal(0, r.status)
     assert.is_true(ticks >= 5)
   end)
 
   it("kills a program still running when the runtime ends", function()
     local t0 = os.time()
-    smarm.run(function()
-      -- a duration no other test uses, so that the count below sees only this program
-      smarm.spawn(function() smarm.process.run({ "sleep", "29.5" }) end)
-      smarm.sleep(0.1) -- it has started; the main actor ends, and the runtime with it
+    local started = fresh_path()
+    guard.run(function()
+      -- a duration no other test uses, so that the count below sees only this program; it says
+      -- when it has started by creating a file
+      smarm.spawn(function()
+        smarm.process.run({ "sh", "-c", 'echo > "$1"; exec sleep 29.5', "sh", started })
+      end)
+      guard.wait(function() return smarm.fs.stat(started) end, "the program's start", 0.01)
+      -- the main actor ends, and the runtime with it
     end)
-    assert.is_true(os.time() - t0 < 10)
-    local p = io.popen("for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done"
-      .. " | grep -c '^sleep 29.5 $'")
+    os.remove(started)
+    assert.is_true(os.time() - t0 < 25) -- killed: not waited for (29.5 s)
+    local p = io.popen("for d in /proc/[0-9]*; do { tr '\\0' ' ' < $d/cmdline; } 2>/dev/null; "
+      .. "echo; done | grep -c '^sleep 29.5 $'")
     local left = tonumber(p:read("*a"))
     p:close()
     assert.are.equal(0, left)
   end)
 
   it("raises on misuse", function()
-    local e1, e2 = smarm.run(function()
+    local e1, e2 = guard.run(function()
       return select(2, pcall(function() smarm.process.run("ls") end)),
         select(2, pcall(function() smarm.process.run({ "ls", {} }) end))
     end)
@@ -79,20 +107,29 @@ end)
 
 describe("smarm.signal.wait", function()
   it("wakes every actor waiting for a signal the process receives", function()
-    local got = smarm.run(function()
+    -- Raising the signal before a waiter is in place would end the process (SIGUSR1's default
+    -- action). The IO thread takes requests in order: a file request made after a wait was
+    -- submitted completes only after that wait is registered. So each scheduler has a helper
+    -- that spawns a local waiter, lets it park, makes such a request and reports.
+    local got = guard.run(function()
       local me = smarm.self()
-      for _ = 1, 2 do
-        smarm.spawn_on("any", function(owner) smarm.send(owner, smarm.signal.wait("SIGUSR1", 5)) end, me)
+      for k = 1, 2 do
+        smarm.spawn_on(k, function(owner, hang)
+          smarm.spawn(function() smarm.send(owner, smarm.signal.wait("SIGUSR1", hang)) end)
+          smarm.yield() -- the waiter (this scheduler) runs until it parks in its wait
+          smarm.fs.stat("/")
+          smarm.send(owner, "waiting")
+        end, me, HANG)
       end
-      smarm.sleep(0.05)
+      for _ = 1, 2 do assert(guard.receive("a waiter in place") == "waiting") end
       smarm.process.run({ "sh", "-c", "kill -USR1 $PPID" }) -- the shell's parent is this process
-      return { smarm.receive(5), smarm.receive(5) }
+      return { guard.receive("a woken waiter"), guard.receive("a woken waiter") }
     end, { schedulers = 2 })
     assert.are.same({ "SIGUSR1", "SIGUSR1" }, got)
   end)
 
   it("times out, and refuses names it does not know", function()
-    local r, e = smarm.run(function()
+    local r, e = guard.run(function()
       return { smarm.signal.wait("SIGHUP", 0.05) }, select(2, pcall(function() smarm.signal.wait("SIGKILL") end))
     end)
     assert.are.same({ nil, "timeout" }, r)

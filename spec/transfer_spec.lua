@@ -1,11 +1,13 @@
 -- smarm.spawn_on: functions moving between VMs, messages across schedulers, require safety.
 local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG -- seconds: receive limits below only guard against a hang
 
 package.path = "spec/fixtures/?.lua;" .. package.path
 
 describe("smarm.spawn_on", function()
   it("starts an actor on the scheduler asked, with copied arguments and upvalues", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local config = { factor = 10, name = "cfg" }
       local p = smarm.spawn_on(2, function(a, t)
@@ -13,7 +15,7 @@ describe("smarm.spawn_on", function()
         smarm.send(me, { sched = smarm.scheduler(), v = a * config.factor, name = config.name,
           self = smarm.self() })
       end, 4, { changed = false })
-      local got = smarm.receive(5)
+      local got = guard.receive("the spawned actor's report")
       got.pid_matches = got.self == p
       got.pid_sched = tostring(p):match("^<(%d+)%.")
       return got
@@ -26,19 +28,19 @@ describe("smarm.spawn_on", function()
   end)
 
   it("re-binds loaded modules and globals by name in the target VM", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       local me = smarm.self()
       local fmt = string.format
       smarm.spawn_on(2, function()
         smarm.send(me, fmt("%s-%d", type(smarm.receive), smarm.scheduler()))
       end)
-      return smarm.receive(5)
+      return guard.receive("the spawned actor's report")
     end, { schedulers = 2 })
     assert.are.equal("function-2", r)
   end)
 
   it("names an upvalue that cannot move", function()
-    local err = smarm.run(function()
+    local err = guard.run(function()
       local helper = function() end
       local ok, e = pcall(smarm.spawn_on, 2, function() helper() end)
       return (not ok) and e
@@ -47,7 +49,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("names an argument that cannot move", function()
-    local err = smarm.run(function()
+    local err = guard.run(function()
       local ok, e = pcall(smarm.spawn_on, 2, function() end, { cb = print })
       return (not ok) and e
     end, { schedulers = 2 })
@@ -55,21 +57,22 @@ describe("smarm.spawn_on", function()
   end)
 
   it("spawns by 'module.function' name", function()
-    local r = smarm.run(function()
+    local r = guard.run(function()
       smarm.spawn_on(2, "smarm_slow_module.where", smarm.self(), "named")
-      return smarm.receive(5)
+      return guard.receive("the named function's report")
     end, { schedulers = 2 })
     assert.are.equal("named", r.tag)
     assert.are.equal(2, r.sched)
   end)
 
   it("balances with 'any'", function()
-    local counts = smarm.run(function()
+    local counts = guard.run(function()
       local me = smarm.self()
       local c = { 0, 0 }
       for _ = 1, 40 do
-        smarm.spawn_on("any", function() smarm.send(me, smarm.scheduler()); smarm.sleep(10) end)
-        local k = smarm.receive(5)
+        -- each stays alive (parked) until the run ends, so that it counts for the balance
+        smarm.spawn_on("any", function() smarm.send(me, smarm.scheduler()); smarm.receive() end)
+        local k = guard.receive("a spawned actor's scheduler")
         c[k] = c[k] + 1
       end
       return c
@@ -79,7 +82,7 @@ describe("smarm.spawn_on", function()
   end)
 
   it("rejects bad arguments", function()
-    local e1, e2, e3, e4, e5 = smarm.run(function()
+    local e1, e2, e3, e4, e5 = guard.run(function()
       local _, a = pcall(function() smarm.spawn_on(3, function() end) end)
       local _, b = pcall(function() smarm.spawn_on(1, 42) end)
       local _, c = pcall(function() smarm.spawn_on(2, print) end)
@@ -95,10 +98,11 @@ describe("smarm.spawn_on", function()
   end)
 
   it("reports a bad 'module.function' in the new actor, which dies alone", function()
-    local still = smarm.run(function()
-      smarm.spawn_on(2, "no_such_module_here.fn")
-      smarm.spawn_on(2, "smarm_slow_module.nothing")
-      smarm.sleep(0.05)
+    local still = guard.run(function()
+      local a = smarm.spawn_on(2, "no_such_module_here.fn")
+      local b = smarm.spawn_on(2, "smarm_slow_module.nothing")
+      guard.ended(a, "the actor of a missing module")
+      guard.ended(b, "the actor of a missing function")
       return "alive"
     end, { schedulers = 2 })
     assert.are.equal("alive", still)
@@ -106,20 +110,20 @@ describe("smarm.spawn_on", function()
 
   it("runs thousands of actors across schedulers, messages crossing both ways", function()
     local n = 2000
-    local total, by = smarm.run(function()
+    local total, by = guard.run(function()
       local me = smarm.self()
       local pids = {}
       for i = 1, n do
+        -- no wall-clock budget: an actor may wait as long as the other spawns take
         pids[i] = smarm.spawn_on(i % 2 + 1, function(v)
-          local m = smarm.receive(10)
+          local m = smarm.receive(HANG)
           smarm.send(me, { v = v * m, sched = smarm.scheduler() })
         end, i)
       end
       for i = 1, n do smarm.send(pids[i], 2) end
       local sum, per = 0, { 0, 0 }
       for _ = 1, n do
-        local r = smarm.receive(10)
-        if not r then break end
+        local r = guard.receive("an actor's answer")
         sum = sum + r.v
         per[r.sched] = per[r.sched] + 1
       end
@@ -133,14 +137,14 @@ end)
 
 describe("require while a loader is parked", function()
   it("gives the module to every requirer, loading it once", function()
-    local same, loads = smarm.run(function()
+    local same, loads = guard.run(function()
       package.loaded.smarm_slow_module = nil
       _G.smarm_slow_module_loads = 0
       local got = {}
       for i = 1, 3 do
         smarm.spawn(function() got[i] = require("smarm_slow_module") end)
       end
-      while not (got[1] and got[2] and got[3]) do smarm.sleep(0.005) end
+      guard.wait(function() return got[1] and got[2] and got[3] end, "three requirers")
       return got[1] == got[2] and got[2] == got[3], _G.smarm_slow_module_loads
     end)
     assert.is_true(same)
@@ -150,30 +154,30 @@ describe("require while a loader is parked", function()
   it("loads a module afresh after a run stopped its loader half-way", function()
     package.loaded.smarm_stuck_module = nil
     _G.smarm_stuck_module_mode = "park"
-    smarm.run(function()
+    guard.run(function()
       smarm.spawn(require, "smarm_stuck_module") -- parks in the top level until the run ends
-      smarm.sleep(0.01)
+      smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
     _G.smarm_stuck_module_mode = nil
-    local got = smarm.run(function()
+    local got = guard.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, require("smarm_stuck_module")) end)
-      return smarm.receive(5)
+      return guard.receive("the requirer's module")
     end)
     assert.are.same({}, got) -- loaded (mode nil), not "timeout" or a loop error
     -- and outside a run, too
     package.loaded.smarm_stuck_module = nil
     _G.smarm_stuck_module_mode = "park"
-    smarm.run(function()
+    guard.run(function()
       smarm.spawn(require, "smarm_stuck_module")
-      smarm.sleep(0.01)
+      smarm.yield() -- the loader (this scheduler) runs until it parks
     end)
     _G.smarm_stuck_module_mode = "plain"
     assert.are.equal("plain", require("smarm_stuck_module").mode)
   end)
 
   it("lets a waiting requirer load a module whose loader exited in its top level", function()
-    local got = smarm.run(function()
+    local got = guard.run(function()
       package.loaded.smarm_stuck_module = nil
       _G.smarm_stuck_module_mode = "exit"
       smarm.spawn(require, "smarm_stuck_module") -- ends its actor half-way through loading
@@ -182,9 +186,100 @@ describe("require while a loader is parked", function()
         _G.smarm_stuck_module_mode = "second"
         smarm.send(me, require("smarm_stuck_module"))
       end)
-      return smarm.receive(5)
+      return guard.receive("the second requirer's module")
     end)
     _G.smarm_stuck_module_mode = nil
     assert.are.same({ mode = "second" }, got)
+  end)
+end)
+
+describe("handing sockets and files over", function()
+  -- The sender's handles are handed over as soon as smarm.send (or spawn_on) returns: every
+  -- call on them raises at once (docs/api.md, smarm.tcp and smarm.fs), while the receivers'
+  -- handles work. Nothing here waits on the sender's handles, so a hand-over that did not
+  -- happen fails these checks instead of hanging on a socket two actors think is theirs.
+  it("refuses the sender's handles at once, on this scheduler and another", function()
+    local path = os.tmpname()
+    local fh = assert(io.open(path, "w"))
+    fh:write("file bytes")
+    fh:close()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local function pair()
+        local c = assert(smarm.tcp.connect("127.0.0.1", port))
+        return c, assert(server:accept())
+      end
+      local out = {}
+      local function refused(fn, ...)
+        local ok, e = pcall(fn, ...)
+        return ok and "not refused" or tostring(e):gsub("^[^:]*:%d+: ", "")
+      end
+      -- receivers: each reads a line from its socket, the file from offset 0, and answers
+      local function serve(owner, m)
+        smarm.send(owner, { m.tag, m.conn:receive(), m.file:read(4, 0) })
+        m.conn:close()
+        m.file:close()
+      end
+      local here = smarm.spawn(function() serve(me, smarm.receive()) end)
+      local there = smarm.spawn_on(2, function(owner) -- serve, on scheduler 2
+        local m = smarm.receive()
+        smarm.send(owner, { m.tag, m.conn:receive(), m.file:read(4, 0) })
+        m.conn:close()
+        m.file:close()
+      end, me)
+      local peers = {}
+      for i, to in ipairs({ here, there }) do
+        local c, peer = pair()
+        local f = assert(smarm.fs.open(path, "r"))
+        peers[i] = peer
+        smarm.send(to, { tag = i, conn = c, file = f })
+        -- harmless probes first; should a handle still work, the run ends here (two owners of
+        -- one socket or file would go on to fail in less clear ways)
+        out[i] = { conn = tostring(c), conn_name = refused(c.getsockname, c),
+          file_read = refused(f.read, f, 1, 0) }
+        if out[i].conn_name == "not refused" or out[i].file_read == "not refused" then
+          return out
+        end
+        out[i].conn_send = refused(c.send, c, "x")
+        out[i].conn_close = refused(c.close, c)
+        out[i].file_close = refused(f.close, f)
+        out[i].resend = refused(smarm.send, me, { f })
+      end
+      -- a spawn_on argument is handed over the same way
+      local c3, peer3 = pair()
+      smarm.spawn_on(2, function(owner, conn)
+        smarm.send(owner, { 3, conn:receive() })
+        conn:close()
+      end, me, c3)
+      out[3] = { conn = tostring(c3) }
+      if out[3].conn ~= "tcp.conn (handed over)" then return out end
+      out[3].conn_receive = refused(c3.receive, c3)
+      for i = 1, 3 do peers[i] = peers[i] or peer3; peers[i]:send("line " .. i .. "\n") end
+      out.served = {}
+      for _ = 1, 3 do
+        local m = guard.receive("a receiver's answer")
+        out.served[m[1]] = m
+      end
+      for i = 1, 3 do peers[i]:close() end
+      server:close()
+      return out
+    end, { schedulers = 2 })
+    os.remove(path)
+    for i = 1, 2 do
+      assert.are.same({
+        conn = "tcp.conn (handed over)",
+        conn_name = "smarm.tcp.getsockname: the socket was handed to another actor",
+        conn_send = "smarm.tcp.send: the socket was handed to another actor",
+        conn_close = "smarm.tcp.close: the socket was handed to another actor",
+        file_read = "smarm.fs.read: the file was handed to another actor",
+        file_close = "smarm.fs.close: the file was handed to another actor",
+        resend = "smarm.send: the file is handed to another actor",
+      }, r[i])
+    end
+    assert.are.same({ conn = "tcp.conn (handed over)",
+      conn_receive = "smarm.tcp.receive: the socket was handed to another actor" }, r[3])
+    assert.are.same({ { 1, "line 1", "file" }, { 2, "line 2", "file" }, { 3, "line 3" } }, r.served)
   end)
 end)

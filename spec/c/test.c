@@ -1,15 +1,34 @@
 /* The harness behind test.h. */
 #include "test.h"
 
-test_case_t test_cases[TEST_MAX];
-int test_count;
+static test_case_t *test_first, **test_tail = &test_first;
 int test_failures;
+int test_checks;
+static const char *test_skipped; /* why the running case skipped, or NULL */
+
+void test_register(test_case_t *tc)
+{
+  tc->next = NULL;
+  *test_tail = tc;
+  test_tail = &tc->next;
+}
+
+void test_skip(const char *why)
+{
+  __atomic_store_n(&test_skipped, why ? why : "(no reason given)", __ATOMIC_RELEASE);
+}
 
 double test_scale(void)
 {
   const char *s = getenv("SMARM_STRESS_SCALE");
   double v = s ? atof(s) : 1.0;
   return v > 0 ? v : 1.0;
+}
+
+int test_scaled(int n, int min)
+{
+  double v = n * test_scale();
+  return v < min ? min : (int)v;
 }
 
 int test_send_u64(smarm_pid_t to, uint64_t v)
@@ -36,28 +55,58 @@ int64_t test_recv_u64(int64_t timeout_ns)
   return (int64_t)v;
 }
 
+static int wanted(const test_case_t *tc, int argc, char **argv)
+{
+  if (argc <= 1)
+    return 1;
+  for (int j = 1; j < argc; j++)
+    if (strcmp(argv[j], tc->name) == 0)
+      return 1;
+  return 0;
+}
+
 int test_main(int argc, char **argv)
 {
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
-  for (int i = 0; i < test_count; i++) {
-    if (argc > 1) {
-      int wanted = 0;
-      for (int j = 1; j < argc; j++)
-        wanted |= strcmp(argv[j], test_cases[i].name) == 0;
-      if (!wanted)
-        continue;
-    }
-    test_failures = 0;
-    test_cases[i].fn();
-    if (test_failures == 0) {
-      passed++;
-      printf("ok %s\n", test_cases[i].name);
-    } else {
-      failed++;
-      printf("FAIL %s (%d checks)\n", test_cases[i].name, test_failures);
+  if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+    for (test_case_t *tc = test_first; tc; tc = tc->next)
+      printf("%s\n", tc->name);
+    return 0;
+  }
+  for (int j = 1; j < argc; j++) {
+    test_case_t *tc = test_first;
+    while (tc && strcmp(tc->name, argv[j]) != 0)
+      tc = tc->next;
+    if (!tc) {
+      fprintf(stderr, "%s: no case named '%s' (--list names them)\n", argv[0], argv[j]);
+      return 2;
     }
   }
-  printf("%d passed, %d failed\n", passed, failed);
+  for (test_case_t *tc = test_first; tc; tc = tc->next) {
+    if (!wanted(tc, argc, argv))
+      continue;
+    __atomic_store_n(&test_failures, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&test_checks, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&test_skipped, NULL, __ATOMIC_RELAXED);
+    tc->fn();
+    int failures = __atomic_load_n(&test_failures, __ATOMIC_RELAXED);
+    int checks = __atomic_load_n(&test_checks, __ATOMIC_RELAXED);
+    const char *skip = __atomic_load_n(&test_skipped, __ATOMIC_ACQUIRE);
+    if (failures > 0) {
+      failed++;
+      printf("FAIL %s (%d of %d checks)\n", tc->name, failures, checks);
+    } else if (skip) {
+      skipped++;
+      printf("skip %s: %s\n", tc->name, skip);
+    } else if (checks == 0) {
+      failed++;
+      printf("FAIL %s (no CHECK ran)\n", tc->name);
+    } else {
+      passed++;
+      printf("ok %s\n", tc->name);
+    }
+  }
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

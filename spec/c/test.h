@@ -1,8 +1,11 @@
 /*
 ** A small test harness for the C core. Each spec/c/test_<module>.c holds TEST() cases and ends
-** with TEST_MAIN(). A case fails when one of its CHECKs fails; a CHECK prints both sides and
-** lets the case go on (many CHECKs run inside actors, where jumping out is not an option).
-** `test_x name...` runs only the named cases. The last line is "N passed, N failed".
+** with TEST_MAIN(). A case fails when one of its CHECKs fails, or when it ran no CHECK at all (a
+** case that checks nothing proves nothing); a CHECK prints both sides and lets the case go on
+** (many CHECKs run inside actors, where jumping out is not an option). SKIP("why") ends a case
+** that cannot run here; it is reported "skip <name>: <why>" and counted apart.
+** `test_x name...` runs only the named cases (an unknown name is an error); `test_x --list`
+** prints every case's name, one a line. The last line is "N passed, N failed, N skipped".
 */
 #ifndef SMARM_TEST_H
 #define SMARM_TEST_H
@@ -17,24 +20,37 @@
 typedef struct test_case {
   const char *name;
   void (*fn)(void);
+  struct test_case *next;
 } test_case_t;
 
-#define TEST_MAX 128
-extern test_case_t test_cases[TEST_MAX];
-extern int test_count;
-extern int test_failures; /* CHECK failures in the running case */
+/* Adds a case at the end of the list (TEST() does it before main). */
+void test_register(test_case_t *tc);
+
+/* Of the running case; updated atomically (CHECKs run on scheduler threads too). */
+extern int test_failures; /* CHECKs that failed */
+extern int test_checks;   /* CHECKs that ran */
+/* Marks the running case skipped, with why (a string literal); see SKIP. */
+void test_skip(const char *why);
 
 #define TEST(name)                                                                             \
   static void name(void);                                                                      \
   __attribute__((constructor)) static void register_##name(void)                              \
   {                                                                                            \
-    if (test_count < TEST_MAX)                                                                 \
-      test_cases[test_count++] = (test_case_t){#name, name};                                   \
+    static test_case_t tc_ = {#name, name, NULL};                                              \
+    test_register(&tc_);                                                                       \
   }                                                                                            \
   static void name(void)
 
+/* Ends the calling function (the case, or the main actor a case runs) as skipped. */
+#define SKIP(why)                                                                              \
+  do {                                                                                         \
+    test_skip(why);                                                                            \
+    return;                                                                                    \
+  } while (0)
+
 #define CHECK(cond)                                                                            \
   do {                                                                                         \
+    __atomic_add_fetch(&test_checks, 1, __ATOMIC_RELAXED);                                     \
     if (!(cond)) {                                                                             \
       __atomic_add_fetch(&test_failures, 1, __ATOMIC_RELAXED);                                 \
       fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);              \
@@ -44,6 +60,7 @@ extern int test_failures; /* CHECK failures in the running case */
 #define CHECK_EQ(a, b)                                                                         \
   do {                                                                                         \
     long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
+    __atomic_add_fetch(&test_checks, 1, __ATOMIC_RELAXED);                                     \
     if (check_a_ != check_b_) {                                                                \
       __atomic_add_fetch(&test_failures, 1, __ATOMIC_RELAXED);                                 \
       fprintf(stderr, "  %s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld\n", __FILE__, __LINE__, \
@@ -68,8 +85,23 @@ extern int test_failures; /* CHECK failures in the running case */
 #define RUN_IO(nsched_, fn_, arg_)                                                            \
   RUN_HOOKED(nsched_, fn_, arg_, io_sched_thread_enter, io_sched_thread_leave)
 
+/* A receive or wait timeout that only guards against a hang: long enough for a machine 10x
+** slower than a developer's (sanitizers, valgrind, qemu, busy neighbours) never to reach it. */
+#define TEST_HANG_GUARD_NS (120LL * 1000 * 1000 * 1000)
+
+/* Inside an actor: polls cond every poll_ns until it holds or TEST_HANG_GUARD_NS has passed (a
+** hang guard, not a time limit: follow it with a CHECK of cond). */
+#define WAIT_UNTIL(cond, poll_ns)                                                              \
+  do {                                                                                         \
+    int64_t wait_end_ = smarm_now_ns() + TEST_HANG_GUARD_NS;                                   \
+    while (!(cond) && smarm_now_ns() < wait_end_)                                              \
+      smarm_sleep(poll_ns);                                                                    \
+  } while (0)
+
 /* Scale factor for stress sizes: SMARM_STRESS_SCALE (default 1; sanitizer runs use less). */
 double test_scale(void);
+/* n scaled by test_scale(), at least min. */
+int test_scaled(int n, int min);
 
 /* Sends a message holding one 64-bit value; returns smarm_send's result. */
 int test_send_u64(smarm_pid_t to, uint64_t v);

@@ -274,7 +274,8 @@ static void main_alive(void *arg)
   smarm_yield(); /* `here` takes its message and ends */
   CHECK_EQ(smarm_alive(here), 0);
   int answer;
-  for (int i = 0; i < 100000 && (answer = smarm_alive(there)) == 1; i++)
+  int64_t until = smarm_now_ns() + TEST_HANG_GUARD_NS; /* a hang guard */
+  while ((answer = smarm_alive(there)) == 1 && smarm_now_ns() < until)
     smarm_yield(); /* `there` ends on its own thread, soon */
   CHECK_EQ(answer, 0);
   CHECK_EQ(smarm_alive(0), 0);
@@ -379,7 +380,7 @@ static void main_timers_during_pingpong(void *arg)
   smarm_msg_t *m = smarm_msg_new(8);
   int64_t t0 = smarm_now_ns();
   /* Local ping-pong switches actor to actor and never idles: timers must still fire. */
-  while (!st.sleeper_woke && smarm_now_ns() - t0 < 5LL * 1000 * 1000 * 1000) {
+  while (!st.sleeper_woke && smarm_now_ns() - t0 < TEST_HANG_GUARD_NS) {
     CHECK_EQ(smarm_send(st.partner, m), 0);
     CHECK_EQ(smarm_receive(SMARM_FOREVER, &m), 0);
   }
@@ -551,8 +552,7 @@ static void main_wake_many(void *arg)
     CHECK_EQ(smarm_spawn_on(i % 2, many_waiter, (void *)(intptr_t)i, NULL, NULL), 0);
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, many_waker, NULL), 0);
-  for (int i = 0; i < 500 && atomic_load(&many_woken) < MANY; i++)
-    smarm_sleep(10 * 1000 * 1000);
+  WAIT_UNTIL(atomic_load(&many_woken) >= MANY, 10 * 1000 * 1000);
   pthread_join(t, NULL);
   CHECK_EQ(atomic_load(&many_woken), MANY);
   CHECK_EQ(smarm_wake_many(NULL, NULL, 0), 0);

@@ -47,6 +47,8 @@ static sum_req_t *sum_new(int a, int b, int64_t delay_ns)
   return r;
 }
 
+static smarm_pid_t many_main; /* the adders report to it */
+
 static void adder(void *arg)
 {
   int k = (int)(intptr_t)arg;
@@ -57,11 +59,13 @@ static void adder(void *arg)
     CHECK_EQ(r->sum, k + i);
     io_req_release(&r->base);
   }
+  CHECK_EQ(test_send_u64(many_main, 1), 0);
 }
 
 static void main_many(void *arg)
 {
   (void)arg;
+  many_main = smarm_self();
   for (int k = 0; k < 50; k++)
     CHECK_EQ(smarm_spawn_on(SMARM_SCHED_ANY, adder, (void *)(intptr_t)k, NULL, NULL), 0);
   sum_req_t *r = sum_new(-5, 1, 0); /* an error result travels too */
@@ -69,7 +73,8 @@ static void main_many(void *arg)
   CHECK_EQ(r->base.err, -ERANGE);
   CHECK(strcmp(io_err_name(r->base.err), "ERANGE") == 0);
   io_req_release(&r->base);
-  smarm_sleep(200 * MS); /* the adders finish */
+  for (int k = 0; k < 50; k++) /* the adders finish */
+    CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), 1);
 }
 
 TEST(requests_from_many_actors_on_both_schedulers)
@@ -122,12 +127,14 @@ typedef struct block_req {
 
 static int blocked_pipe[2];
 static block_req_t *blocked;
+static _Atomic int block_started; /* the work function runs on a pool thread */
 
 static void block_work(io_req_t *req)
 {
   block_req_t *r = (block_req_t *)req;
   char c;
   ssize_t n;
+  atomic_store(&block_started, 1); /* a stop from here on interrupts the read (every 10 ms) */
   while ((n = read(r->fd, &c, 1)) < 0 && errno == EINTR && !io_interrupted())
     ;
   r->saw_eintr = n < 0 && errno == EINTR && io_interrupted();
@@ -145,7 +152,9 @@ static void main_leave_blocked(void *arg)
 {
   (void)arg;
   CHECK_EQ(smarm_spawn(blocked_caller, NULL, NULL, NULL), 0);
-  smarm_sleep(50 * MS); /* the read has started on a pool thread; main ends the runtime */
+  WAIT_UNTIL(atomic_load(&block_started), 1 * MS); /* the read starts on a pool thread */
+  CHECK(atomic_load(&block_started));
+  /* main ends the runtime */
 }
 
 TEST(shutdown_interrupts_blocked_pool_work)
@@ -153,10 +162,11 @@ TEST(shutdown_interrupts_blocked_pool_work)
   CHECK_EQ(pipe(blocked_pipe), 0);
   blocked = (block_req_t *)io_req_new(sizeof *blocked, block_work, NULL);
   blocked->fd = blocked_pipe[0];
+  atomic_store(&block_started, 0);
   int64_t t0 = smarm_now_ns();
   RUN_IO(1, main_leave_blocked, NULL);
   io_shutdown(); /* would wait for a writer forever without the interruption */
-  CHECK(smarm_now_ns() - t0 < 10000 * MS);
+  CHECK(smarm_now_ns() - t0 < TEST_HANG_GUARD_NS); /* not waited for without end */
   CHECK_EQ(blocked->saw_eintr, 1);
   CHECK_EQ(blocked->base.err, -EINTR);
   io_req_release(&blocked->base); /* the stopped actor's reference */

@@ -11,7 +11,7 @@
 
 #define MS (1000LL * 1000)
 /* Receives that must succeed wait this long, so a lost message fails a CHECK instead of hanging. */
-#define LONG_WAIT (10 * 1000 * MS)
+#define LONG_WAIT TEST_HANG_GUARD_NS /* only a hang guard (test.h) */
 
 static void noop(void *arg) { (void)arg; }
 
@@ -414,11 +414,11 @@ static void drip(void *arg)
 {
   drip_t *d = arg;
   uint32_t n = 0;
-  while (!load(&d->stop) && n < 20000) {
+  do { /* one at least, however late this actor starts */
     CHECK_EQ(test_send_u64(d->to, TAGGED(1, n)), 0);
     n++;
     smarm_sleep(MS);
-  }
+  } while (!load(&d->stop) && n < 20000);
   store(&d->finished, 1);
   CHECK_EQ(test_send_u64(d->to, TAGGED(4, n)), 0);
 }
@@ -761,8 +761,7 @@ typedef struct hoard_arg {
 static void hoard(void *arg)
 {
   hoard_arg_t *a = arg;
-  for (int i = 0; i < 100000 && smarm_mailbox_size() < a->want; i++)
-    smarm_sleep(100 * 1000);
+  WAIT_UNTIL(smarm_mailbox_size() >= a->want, 100 * 1000);
   store(&a->h->seen, smarm_mailbox_size());
   CHECK_EQ(test_send_u64(a->h->main, 1), 0);
   if (a->park) {
@@ -899,14 +898,15 @@ static void main_owning(void *arg)
   /* to a dead remote actor: dropped on arrival */
   smarm_pid_t dead;
   CHECK_EQ(smarm_spawn_on(1, exits_at_once, NULL, NULL, &dead), 0);
-  smarm_sleep(5 * 1000 * 1000);
+  WAIT_UNTIL(smarm_alive(dead) == 0, MS);
+  CHECK_EQ(smarm_alive(dead), 0);
   CHECK_EQ(smarm_send(dead, owning_msg()), 0);
   /* left in the mailbox of an actor that ends */
   smarm_pid_t holder;
   CHECK_EQ(smarm_spawn_on(1, holds_then_exits, NULL, NULL, &holder), 0);
   for (int i = 0; i < 3; i++)
     CHECK_EQ(smarm_send(holder, owning_msg()), 0);
-  smarm_sleep(60 * 1000 * 1000);
+  WAIT_UNTIL(atomic_load(&dropped) >= 5, MS); /* it ends (before or after they arrive) */
   CHECK_EQ(atomic_load(&dropped), 5);
 }
 

@@ -83,6 +83,8 @@ static void main_output(void *arg)
 
 TEST(programs_report_output_status_and_failures) { RUN_IO(1, main_output, NULL); io_shutdown(); }
 
+static smarm_pid_t timeout_main; /* the runners report to it */
+
 static void runner(void *arg)
 {
   int k = (int)(intptr_t)arg;
@@ -95,6 +97,7 @@ static void runner(void *arg)
   CHECK_EQ(io_call(&r->base), 0);
   CHECK(same(r->out, r->out_len, want));
   io_req_release(&r->base);
+  CHECK_EQ(test_send_u64(timeout_main, (uint64_t)k), 0);
 }
 
 static void main_timeout(void *arg)
@@ -106,10 +109,19 @@ static void main_timeout(void *arg)
   CHECK_EQ(io_call_timeout(&r->base, 50 * MS), -ETIMEDOUT);
   CHECK(smarm_now_ns() - t0 < 20000 * MS); /* killed, not waited for */
   io_req_release(&r->base);
-  /* many at once, from actors on both schedulers */
+  /* many at once, from actors on both schedulers; main waits for every one (a runner still in
+  ** io_call when the runtime ends would be stopped there, its request in flight) */
+  timeout_main = smarm_self();
   for (int k = 0; k < 20; k++)
     CHECK_EQ(smarm_spawn_on(k % 2, runner, (void *)(intptr_t)k, NULL, NULL), 0);
-  smarm_sleep(300 * MS);
+  uint64_t seen = 0;
+  for (int k = 0; k < 20; k++) {
+    int64_t v = test_recv_u64(TEST_HANG_GUARD_NS);
+    CHECK(v >= 0 && v < 20);
+    if (v >= 0 && v < 20)
+      seen |= 1ull << v;
+  }
+  CHECK_EQ(seen, (1ull << 20) - 1);
 }
 
 TEST(a_timed_out_program_is_killed) { RUN_IO(2, main_timeout, NULL); io_shutdown(); }
@@ -121,6 +133,8 @@ static void long_runner(void *arg)
   (void)arg;
   const char *const sleeper[] = {"/bin/sleep", "30", NULL};
   left_running = run_new(sleeper, NULL);
+  /* One scheduler: main runs again only once this actor parks in io_call, its request sent. */
+  CHECK_EQ(test_send_u64((smarm_pid_t)(uintptr_t)arg, 1), 0);
   io_call(&left_running->base); /* the runtime ends while this waits */
   CHECK(0);
 }
@@ -128,8 +142,8 @@ static void long_runner(void *arg)
 static void main_leave(void *arg)
 {
   (void)arg;
-  CHECK_EQ(smarm_spawn(long_runner, NULL, NULL, NULL), 0);
-  smarm_sleep(50 * MS);
+  CHECK_EQ(smarm_spawn(long_runner, (void *)(uintptr_t)smarm_self(), NULL, NULL), 0);
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), 1);
 }
 
 TEST(a_runtime_end_kills_its_programs)
@@ -177,12 +191,10 @@ static void main_signal(void *arg)
   CHECK_EQ(smarm_spawn_on(1, signal_waiter, NULL, NULL, NULL), 0);
   /* Raise only once the IO thread's handler is in place (else SIGHUP would end the test): it
   ** starts the handler and registers the waiter in one step. */
-  for (int i = 0; i < 10000 && !handler_installed(SIGHUP); i++)
-    smarm_sleep(1 * MS);
+  WAIT_UNTIL(handler_installed(SIGHUP), 1 * MS);
   CHECK(handler_installed(SIGHUP));
   kill(getpid(), SIGHUP);
-  for (int i = 0; i < 10000 && atomic_load(&woken) < 1; i++)
-    smarm_sleep(1 * MS);
+  WAIT_UNTIL(atomic_load(&woken) >= 1, 1 * MS);
   CHECK_EQ(atomic_load(&woken), 1);
 }
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #define MS (1000LL * 1000)
-#define LONG_WAIT (10 * 1000 * MS)
+#define LONG_WAIT TEST_HANG_GUARD_NS /* only a hang guard (test.h) */
 
 static void noop(void *arg) { (void)arg; }
 
@@ -111,8 +111,7 @@ static void main_park(void *arg)
           for (int i = 0; i < 10; i++)
             CHECK_EQ(test_send_u64(pid, (uint64_t)i), 0);
       }
-  for (int i = 0; i < 100000 && load(&parked_started) < n; i++)
-    smarm_sleep(100 * 1000);
+  WAIT_UNTIL(load(&parked_started) >= n, 100 * 1000);
   CHECK_EQ(load(&parked_started), n);
   smarm_sleep(2 * MS);
   /* The main actor ends: smarm_run must return, discarding every parked actor. */
@@ -313,8 +312,7 @@ static void main_hooks(void *arg)
   (void)arg;
   for (int k = HOOK_SCHEDS - 1; k >= 0; k--)
     CHECK_EQ(smarm_spawn_on(k, hook_actor, NULL, NULL, NULL), 0);
-  for (int i = 0; i < 100000 && load(&hooks.actors_done) < HOOK_SCHEDS; i++)
-    smarm_sleep(100 * 1000);
+  WAIT_UNTIL(load(&hooks.actors_done) >= HOOK_SCHEDS, 100 * 1000);
   CHECK_EQ(load(&hooks.actors_done), HOOK_SCHEDS);
   for (int k = 0; k < HOOK_SCHEDS; k++)
     CHECK_EQ(__atomic_load_n(&hooks.rec[k].stops, __ATOMIC_ACQUIRE), 0);
@@ -442,8 +440,7 @@ static void main_data(void *arg)
     CHECK_EQ(smarm_spawn_on(i % 2, data_actor, &jobs[i], NULL, NULL), 0);
   }
   for (int i = 0; i < 20; i++) {
-    for (int k = 0; k < 100000 && !load(&jobs[i].ok); k++)
-      smarm_sleep(100 * 1000);
+    WAIT_UNTIL(load(&jobs[i].ok), 100 * 1000);
     CHECK_EQ(load(&jobs[i].ok), 1);
     CHECK(smarm_actor_data() == &mine);
   }
@@ -514,12 +511,7 @@ static void main_stats(void *arg)
   m = NULL;
   CHECK_EQ(smarm_receive(LONG_WAIT, &m), 0);
   smarm_msg_free(m);
-  for (int i = 0; i < 100000; i++) {
-    CHECK_EQ(smarm_stats_read(1, &st1), 0);
-    if (st1.live == 0)
-      break;
-    smarm_sleep(100 * 1000);
-  }
+  WAIT_UNTIL(smarm_stats_read(1, &st1) == 0 && st1.live == 0, 100 * 1000);
   CHECK_EQ(st1.live, 0);
 }
 

@@ -47,6 +47,7 @@ static void post_close(uint64_t id)
 }
 
 static int echo_port;
+static smarm_pid_t echo_main; /* told when the server ends */
 
 static void echo_server(void *arg)
 {
@@ -73,6 +74,7 @@ static void echo_server(void *arg)
     CHECK_EQ(tcp_call(w, SMARM_FOREVER, NULL), 0);
   }
   post_close(cid);
+  CHECK_EQ(test_send_u64(echo_main, 7), 0);
 }
 
 static tcp_req_t *pending_accept;
@@ -89,6 +91,7 @@ static void waiting_acceptor(void *arg)
 static void main_echo(void *arg)
 {
   (void)arg;
+  echo_main = smarm_self();
   uint64_t lid = listen_on(&echo_port);
   CHECK_EQ(smarm_spawn_on(1, echo_server, (void *)(uintptr_t)lid, NULL, NULL), 0);
   tcp_req_t *c = tcp_req_new(IOTCP_CONNECT), *done;
@@ -127,7 +130,7 @@ static void main_echo(void *arg)
   b->want = 1;
   CHECK_EQ(tcp_call(b, SMARM_FOREVER, NULL), -EBADF);
   post_close(cid);
-  smarm_sleep(20 * MS); /* the server sees the close and ends */
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), 7); /* the server sees the close and ends */
   /* left open, with an accept waiting: the IO thread's stop closes it */
   CHECK_EQ(smarm_spawn(waiting_acceptor, (void *)(uintptr_t)lid, NULL, NULL), 0);
   smarm_yield();

@@ -1,0 +1,82 @@
+-- Hang guards for the specs, loaded with dofile("spec/support/guard.lua") (busted and
+-- spec/support/runner.lua alike). A spec waits for events: a message, smarm.alive turning
+-- false, a counter reaching its value; never a sleep standing in for one. Each wait still has a
+-- limit, so that a bug fails the spec with a message instead of hanging the run. The limit only
+-- guards against a hang: machines differ 10x in speed (sanitizers, valgrind, qemu, busy
+-- neighbours), so it is long, and reaching it is always a failure, never an expected outcome.
+-- guard.HANG is a number: it travels as an upvalue into smarm.spawn_on bodies, the functions
+-- here do not (use smarm.receive(HANG) there).
+local smarm = require("smarm")
+
+local guard = { HANG = 120 } -- seconds
+
+local function hung(what, how)
+  error(string.format("%s: %s within %d s (a hang guard: something never happened)",
+    what or "spec", how, guard.HANG), 3)
+end
+
+-- smarm.receive([match]) under the guard: the message, or raises "<what>: no message ...".
+function guard.receive(what, match)
+  local msg, err
+  if match then
+    msg, err = smarm.receive(match, guard.HANG)
+  else
+    msg, err = smarm.receive(guard.HANG)
+  end
+  if msg == nil and err == "timeout" then hung(what, "no message") end
+  return msg
+end
+
+-- Polls pred() (sleeping `every` seconds, default 0.001, between tries) until it returns a true
+-- value, which it returns; raises "<what>: still not so ..." past the guard.
+function guard.wait(pred, what, every)
+  local deadline = smarm.now() + guard.HANG
+  while true do
+    local v = pred()
+    if v then return v end
+    if smarm.now() > deadline then hung(what, "still not so") end
+    smarm.sleep(every or 0.001)
+  end
+end
+
+-- Waits until pid's actor has ended (it may be on any scheduler).
+function guard.ended(pid, what)
+  guard.wait(function() return not smarm.alive(pid) end, what or ("actor " .. tostring(pid)))
+end
+
+-- smarm.run(fn, opts) under a watchdog: should the run still be going after guard.RUN_LIMIT
+-- seconds (a bug left something waiting for good), a background shell prints
+-- "<file:line>: smarm.run still running after N s ..." on stderr and ends the process with
+-- SIGTERM, so the spec file fails with a message naming the run instead of holding the whole
+-- suite until an outer timeout. The watchdog ends within a second of the run's end (or of the
+-- process's). Costs one shell per run.
+guard.RUN_LIMIT = 600 -- seconds: far beyond any run of the specs on a 10x slower machine
+
+local function own_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  return pid
+end
+
+function guard.run(fn, opts)
+  local info = debug.getinfo(2, "Sl")
+  local where = (info.short_src .. ":" .. info.currentline):gsub("[^%w%./_:%-]", "_")
+  local armed = os.tmpname() -- the watchdog runs while this file exists
+  local pid = own_pid()
+  os.execute(string.format([[sh -c 'n=0; while [ -e %s ] && kill -0 %d 2>/dev/null; do
+    if [ $n -ge %d ]; then
+      echo "%s: smarm.run still running after %d s: ended by the watchdog" \
+        "(spec/support/guard.lua)" >&2
+      rm -f %s; kill -TERM %d; exit 0
+    fi; sleep 1; n=$((n+1)); done' </dev/null >/dev/null &]], armed, pid, guard.RUN_LIMIT, where,
+    guard.RUN_LIMIT, armed, pid))
+  local function finish(ok, ...)
+    os.remove(armed)
+    if not ok then error((...), 0) end
+    return ...
+  end
+  return finish(pcall(smarm.run, fn, opts))
+end
+
+return guard
