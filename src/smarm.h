@@ -137,6 +137,22 @@ smarm_pid_t smarm_self(void);
 ** Outside an actor it returns without effect. */
 void smarm_exit(void);
 
+/* Cleanups: work to do if the calling actor ends while it is inside some call (it is killed, it
+** calls smarm_exit, or the runtime stops it where it is parked), since its C frames are then
+** discarded, not unwound. smarm_cleanup_push registers c (c->fn and c->arg set by the caller; c
+** stays the caller's and valid until popped: a variable of the calling frame is fine);
+** smarm_cleanup_pop(c) unregisters it without running it, and must name the last one pushed.
+** When the actor ends, its cleanups run newest first: on its own stack for a kill or an exit,
+** on its scheduler's thread for a stop at shutdown (then fn must not call actor functions).
+** Outside an actor both do nothing. The IO layer's io_call uses them. */
+typedef struct smarm_cleanup {
+  void (*fn)(void *arg);
+  void *arg;
+  struct smarm_cleanup *next; /* the runtime's */
+} smarm_cleanup_t;
+void smarm_cleanup_push(smarm_cleanup_t *c);
+void smarm_cleanup_pop(smarm_cleanup_t *c);
+
 /* Lets the scheduler decide again: inbox, timers, then every other runnable actor goes first.
 ** Returns at once when nothing else is runnable. */
 void smarm_yield(void);

@@ -85,13 +85,21 @@ TEST(requests_from_many_actors_on_both_schedulers)
   CHECK_EQ(atomic_load(&freed_total), 50 * 20 + 1);
 }
 
-static sum_req_t *in_flight[3];
+static _Atomic int sums_done; /* slow works that ran to their end with the right sum */
+
+static void slow_sum_free(io_req_t *req)
+{
+  sum_req_t *r = (sum_req_t *)req;
+  if (r->sum == 3)
+    atomic_fetch_add(&sums_done, 1);
+  sum_free(req);
+}
 
 static void slow_caller(void *arg)
 {
-  int k = (int)(intptr_t)arg;
+  (void)arg;
   sum_req_t *r = sum_new(1, 2, 100 * MS);
-  in_flight[k] = r; /* the actor's reference, as the Lua layer keeps it in a userdata */
+  r->base.free_fields = slow_sum_free;
   io_call(&r->base); /* the runtime ends while this waits: the actor never returns */
   CHECK(0);
 }
@@ -107,14 +115,49 @@ static void main_leave_early(void *arg)
 TEST(runtime_ends_with_requests_in_flight)
 {
   atomic_store(&freed_total, 0);
+  atomic_store(&sums_done, 0);
   RUN_IO(1, main_leave_early, NULL);
-  io_shutdown(); /* waits for the three slow works; their completions find no runtime */
-  CHECK_EQ(atomic_load(&freed_total), 0); /* the actors' references still hold them */
-  for (int i = 0; i < 3; i++) {
-    CHECK_EQ(in_flight[i]->sum, 3); /* the work ran to its end */
-    io_req_release(&in_flight[i]->base); /* what the Lua layer's __gc does */
-  }
+  /* The stopped actors' references went with them (io_call's cleanup); the IO side's go when
+  ** the works complete, which io_shutdown waits for: each request is freed exactly once. */
+  io_shutdown();
   CHECK_EQ(atomic_load(&freed_total), 3);
+  CHECK_EQ(atomic_load(&sums_done), 3); /* the works ran to their end first */
+}
+
+/* A killed actor's request is released with it, and one on the loop is cancelled. */
+static void killed_caller(void *arg)
+{
+  (void)arg;
+  sum_req_t *r = sum_new(1, 2, 100 * MS);
+  r->base.free_fields = slow_sum_free;
+  io_call(&r->base); /* killed while it waits */
+  CHECK(0);
+}
+
+static void main_kill_caller(void *arg)
+{
+  (void)arg;
+  smarm_pid_t pid;
+  smarm_ref_t ref;
+  CHECK_EQ(smarm_spawn(killed_caller, NULL, &(smarm_spawn_opts_t){.monitor = &ref}, &pid), 0);
+  smarm_yield(); /* it submits and parks */
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive(TEST_HANG_GUARD_NS, &m), 0); /* its DOWN */
+  CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_DOWN);
+  smarm_msg_free(m);
+  WAIT_UNTIL(atomic_load(&freed_total) == 1, 1 * MS); /* freed once the work completes */
+  CHECK_EQ(atomic_load(&freed_total), 1);
+}
+
+TEST(a_killed_actors_request_is_released)
+{
+  atomic_store(&freed_total, 0);
+  atomic_store(&sums_done, 0);
+  RUN_IO(2, main_kill_caller, NULL);
+  io_shutdown();
+  CHECK_EQ(atomic_load(&freed_total), 1);
+  CHECK_EQ(atomic_load(&sums_done), 1);
 }
 
 /* ---- blocked pool work at the stop ---- */
@@ -162,6 +205,8 @@ TEST(shutdown_interrupts_blocked_pool_work)
   CHECK_EQ(pipe(blocked_pipe), 0);
   blocked = (block_req_t *)io_req_new(sizeof *blocked, block_work, NULL);
   blocked->fd = blocked_pipe[0];
+  atomic_fetch_add(&blocked->base.refs, 1); /* the test's, to read the result afterwards (the
+                                             ** stopped actor's goes with it) */
   atomic_store(&block_started, 0);
   int64_t t0 = smarm_now_ns();
   RUN_IO(1, main_leave_blocked, NULL);
@@ -169,7 +214,7 @@ TEST(shutdown_interrupts_blocked_pool_work)
   CHECK(smarm_now_ns() - t0 < TEST_HANG_GUARD_NS); /* not waited for without end */
   CHECK_EQ(blocked->saw_eintr, 1);
   CHECK_EQ(blocked->base.err, -EINTR);
-  io_req_release(&blocked->base); /* the stopped actor's reference */
+  io_req_release(&blocked->base); /* the test's reference */
   close(blocked_pipe[0]);
   close(blocked_pipe[1]);
 }

@@ -386,6 +386,16 @@ void sched_loop(sched_t *s)
 
 /* ---- Actor life ---------------------------------------------------------------------------- */
 
+/* Runs (and forgets) a's cleanups, newest first. */
+static void run_cleanups(actor_t *a)
+{
+  while (a->cleanups) {
+    smarm_cleanup_t *c = a->cleanups;
+    a->cleanups = c->next;
+    c->fn(c->arg);
+  }
+}
+
 /* Ends a, the running actor, with that reason: tells its links and monitors, frees its mailbox,
 ** retires its pid and leaves its stack for the next actor to release. */
 static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *data, size_t size)
@@ -393,6 +403,7 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
   a->state = ACTOR_DEAD;
   if (a->timer.index >= 0)
     timer_remove(&s->timers, &a->timer);
+  run_cleanups(a);
   mailbox_clear(&a->mailbox);
   table_free(&s->table, smarm_pid_slot(a->pid));
   stat_add(&s->stats.live, (uint64_t)-1);
@@ -481,6 +492,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->trap_exit = 0;
   a->exit_pending = 0;
   a->faults = NULL;
+  a->cleanups = NULL;
   a->pid = make_pid(s->index, index, s->table.entries[index].gen);
   a->timed_out = 0;
   a->timer.index = -1;
@@ -612,6 +624,26 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
   return self->await_woken == token ? 0 : -ETIMEDOUT;
 }
 
+void smarm_cleanup_push(smarm_cleanup_t *c)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return;
+  c->next = self->cleanups;
+  self->cleanups = c;
+}
+
+void smarm_cleanup_pop(smarm_cleanup_t *c)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return;
+  SMARM_CHECK(self->cleanups == c, "smarm_cleanup_pop of a cleanup that is not the last pushed");
+  self->cleanups = c->next;
+}
+
 void smarm_exit(void)
 {
   sched_t *s;
@@ -704,6 +736,10 @@ void sched_destroy_actors(sched_t *s)
     actor_t *a = s->table.entries[i].actor;
     if (!a)
       continue;
+    if (a->cleanups) { /* they live on its stack: bring its bytes back first */
+      make_resident(s, a);
+      run_cleanups(a);
+    }
     if (a->data && s->rt->cfg.on_actor_stopped)
       s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     faults_destroy(s, a);

@@ -85,6 +85,7 @@ typedef struct actor {
   void *arg;
   void *data;                 /* smarm_actor_data() */
   actor_faults_t *faults;     /* NULL until the actor links, monitors or is monitored */
+  smarm_cleanup_t *cleanups;  /* smarm_cleanup_push, newest first */
   int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */

@@ -448,10 +448,22 @@ static int await_done(io_req_t *req, int64_t timeout_ns)
   return rc;
 }
 
-int io_call(io_req_t *req)
+int io_call(io_req_t *req) { return io_call_timeout(req, SMARM_FOREVER); }
+
+/* The caller's cleanup while it waits (smarm_cleanup_push): it ended in the middle (killed, or
+** stopped at shutdown), so its reference is released here, and a request on the loop is
+** cancelled (a socket's receive or accept would otherwise wait for good). */
+static void abandon(void *p)
 {
-  int rc = submit_waited(req);
-  return rc < 0 ? rc : await_done(req, SMARM_FOREVER);
+  io_req_t *req = p;
+  cancel_req_t *c;
+  if (req->cancel && /* cancel_on_loop looks at `completed`, on the loop's thread */
+      (c = (cancel_req_t *)io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free))) {
+    atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
+    c->target = req;
+    io_post(&c->base);
+  }
+  io_req_release(req);
 }
 
 int io_call_timeout(io_req_t *req, int64_t timeout_ns)
@@ -459,7 +471,11 @@ int io_call_timeout(io_req_t *req, int64_t timeout_ns)
   int rc = submit_waited(req);
   if (rc < 0)
     return rc;
-  if (await_done(req, timeout_ns) == 0)
+  smarm_cleanup_t cleanup = {abandon, req, NULL};
+  smarm_cleanup_push(&cleanup);
+  rc = await_done(req, timeout_ns);
+  smarm_cleanup_pop(&cleanup);
+  if (rc == 0)
     return 0;
   /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
   ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */

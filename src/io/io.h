@@ -86,7 +86,10 @@ void io_req_release(io_req_t *req);
 /* From an actor: submits req and parks until its work is done. Returns 0 (req->err holds the
 ** work's result), or a negative errno when the request could not be submitted (-ENOMEM, -EPERM
 ** outside an actor, -ECANCELED when the IO thread cannot start); then the IO side holds no
-** reference and the caller keeps its own. */
+** reference and the caller keeps its own. If the actor ends while it waits (killed, or stopped
+** at shutdown), the caller's reference is released for it and a request on the loop is
+** cancelled: a caller that keeps its reference where it outlives it (the Lua binding's box)
+** hands it over for the call. */
 int io_call(io_req_t *req);
 
 /* io_call with a time limit (SMARM_FOREVER: none). When it runs out, the IO thread is asked to

@@ -81,11 +81,36 @@ static int request_gc(lua_State *L)
   return 0;
 }
 
+/* The box on L's stack (the calling function's frame) that holds req, or NULL. */
+static io_req_t **find_box(lua_State *L, io_req_t *req)
+{
+  lua_pushlightuserdata(L, (void *)&req_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  io_req_t **found = NULL;
+  for (int i = lua_gettop(L) - 1; i >= 1 && !found; i--) {
+    if (lua_type(L, i) != LUA_TUSERDATA || !lua_getmetatable(L, i))
+      continue;
+    io_req_t **box = lua_touserdata(L, i);
+    if (lua_rawequal(L, -1, -2) && *box == req)
+      found = box;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
 int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
 {
   lpark_actor(L, fname);
   lpark_check(L, fname);
+  /* The box's reference is io_call's for the call: if the actor ends meanwhile (killed, or
+  ** stopped at the run's end), io_call's cleanup releases it and the box must not again. */
+  io_req_t **box = find_box(L, req);
+  if (!box) /* every IO function boxes its request first (lio_box) */
+    return luaL_error(L, "smarm.%s: the request is not boxed (a binding bug)", fname);
+  *box = NULL;
   int rc = io_call_timeout(req, timeout_ns);
+  *box = req;
   ljx_after_switch(L);
   return rc < 0 ? rc : req->err;
 }
