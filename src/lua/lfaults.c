@@ -330,7 +330,7 @@ static int l_register(lua_State *L)
     lpark_check(L, "register"); /* another scheduler's actor: it parks for the answer */
   int rc = smarm_register(name, pid);
   if (remote)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   switch (rc) {
   case 0:
     return 0;

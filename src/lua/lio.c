@@ -111,7 +111,7 @@ int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *
   *box = NULL;
   int rc = io_call_timeout(req, timeout_ns);
   *box = req;
-  ljx_after_switch(L);
+  lpark_resumed(L);
   return rc < 0 ? rc : req->err;
 }
 

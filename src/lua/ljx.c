@@ -65,3 +65,5 @@ void ljx_before_switch(lua_State *L)
 }
 
 void ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
+
+int ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }

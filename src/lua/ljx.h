@@ -21,4 +21,8 @@ void ljx_before_switch(lua_State *L);
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
 void ljx_after_switch(lua_State *L);
 
+/* Whether the VM's current state is L (design rule 4's invariant, checked by lpark_resumed in
+** the checking builds). */
+int ljx_is_current(lua_State *L);
+
 #endif

@@ -9,6 +9,9 @@
 
 #include <lauxlib.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 void *lpark_actor(lua_State *L, const char *fname)
 {
   void *la = smarm_actor_data();
@@ -23,6 +26,18 @@ void lpark_check(lua_State *L, const char *fname)
   if (why)
     luaL_error(L, "smarm.%s: cannot park %s", fname, why);
   ljx_before_switch(L);
+}
+
+void lpark_resumed(lua_State *L)
+{
+  ljx_after_switch(L);
+#ifdef LUA_USE_ASSERT
+  if (!ljx_is_current(L)) {
+    fprintf(stderr, "smarm: after a switch, the VM's current state is not the resumed actor's "
+                    "(design rule 4)\n");
+    abort();
+  }
+#endif
 }
 
 int64_t lsmarm_timeout_ns(lua_Number seconds)

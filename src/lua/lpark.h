@@ -18,6 +18,11 @@ void *lpark_actor(lua_State *L, const char *fname);
 ** hook, JIT-compiled code, an FFI callback); else stops recording a trace, as a switch must. */
 void lpark_check(lua_State *L, const char *fname);
 
+/* Right after a switch back into L's actor (and into the caller of smarm.run): makes L the VM's
+** current state again (ljx_after_switch); the checking builds then check that it is, so that a
+** switch that leaves another coroutine current aborts there rather than corrupting later. */
+void lpark_resumed(lua_State *L);
+
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
 int64_t lsmarm_timeout_ns(lua_Number seconds);
 

@@ -211,7 +211,7 @@ static void lactor_main(void *arg)
   lactor_t *la = arg;
   lua_State *co = la->co;
   smarm_actor_set_data(la);
-  ljx_after_switch(co);
+  lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
@@ -314,7 +314,7 @@ static int l_yield(lua_State *L)
   self_or_raise(L, "yield");
   lpark_check(L, "yield");
   smarm_yield();
-  ljx_after_switch(L);
+  lpark_resumed(L);
   return 0;
 }
 
@@ -326,7 +326,7 @@ static int l_sleep(lua_State *L)
   lpark_check(L, "sleep");
   int64_t ns = lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
-  ljx_after_switch(L);
+  lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
   return 0;
@@ -408,7 +408,7 @@ static int l_alive(lua_State *L)
     lpark_check(L, "alive");
   int rc = smarm_alive(pid);
   if (remote)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.alive: %s", strerror(-rc));
   lua_pushboolean(L, rc);
@@ -472,7 +472,7 @@ static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
@@ -644,7 +644,7 @@ static int l_call(lua_State *L)
     lpark_check(L, "call");
   rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
   if (timeout != 0)
-    ljx_after_switch(L);
+    lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     smarm_demonitor(ref, 1);
     /* a reply that arrived while the monitor still held goes too */
@@ -964,7 +964,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   shell->pending = block;
   opts.data = shell;
   rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
-  ljx_after_switch(L);
+  lpark_resumed(L);
   if (rc < 0) {
     free(shell);
     codec_abandon(block); /* any sockets in the arguments stay the caller's */
@@ -1142,7 +1142,7 @@ static int l_run(lua_State *L)
   lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
   current_run = NULL;
   atomic_store_explicit(&crash_reporter, 0, memory_order_relaxed);
-  ljx_after_switch(L);
+  lpark_resumed(L);
   free(run.vms);
   call_after_run(L);
   if (rc < 0) {
