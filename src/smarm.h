@@ -31,6 +31,16 @@ extern "C" {
 
 #define SMARM_VERSION "0.1.0"
 
+/* Every function of this API is visible outside the library; everything else of smarm is built
+** hidden (-fvisibility=hidden), and its internal names of external linkage start with sm_, so
+** that neither a program linking libsmarm.a nor a C module loaded by the smarm executable meets
+** them. */
+#if defined(__GNUC__)
+#define SMARM_API __attribute__((visibility("default")))
+#else
+#define SMARM_API
+#endif
+
 /* A pid names an actor for its whole life and never names another one: it packs the owning
 ** scheduler, a slot in that scheduler's actor table and the slot's generation, which changes
 ** each time the slot is reused (a slot whose generations are used up is retired, not reused).
@@ -84,7 +94,7 @@ typedef struct smarm_config {
 } smarm_config_t;
 
 /* Fills cfg with the defaults. */
-void smarm_config_init(smarm_config_t *cfg);
+SMARM_API void smarm_config_init(smarm_config_t *cfg);
 
 /* Runs a runtime on the calling thread (scheduler 0) plus cfg->schedulers - 1 new threads. The
 ** main actor runs main_fn(arg) on scheduler 0. Returns when the main actor ends or smarm_stop()
@@ -92,12 +102,12 @@ void smarm_config_init(smarm_config_t *cfg);
 ** not unwound), and all threads, stacks and messages are released. Returns 0, -EINVAL for a bad
 ** config, -EBUSY if a runtime is already running in this process, or -ENOMEM/-EAGAIN when
 ** resources could not be obtained. cfg may be NULL for the defaults. */
-int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
+SMARM_API int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
 
 /* Asks the running runtime to stop (from any thread; idempotent; no effect when none runs).
 ** smarm_run() returns soon after. Called from an actor, it does not return to the caller's code:
 ** the actor is stopped too. */
-void smarm_stop(void);
+SMARM_API void smarm_stop(void);
 
 /* ---- Actors ------------------------------------------------------------------------------- */
 
@@ -118,24 +128,24 @@ typedef struct smarm_spawn_opts {
 ** or parks. opts may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
 ** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL (NULL fn, stack
 ** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). */
-int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                smarm_pid_t *pid_out);
+SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                          smarm_pid_t *pid_out);
 
 /* Like smarm_spawn, on scheduler `sched` (0-based) or SMARM_SCHED_ANY (the scheduler with the
 ** fewest live actors; ties go round robin). A spawn on another scheduler parks the caller until
 ** that scheduler has created the actor, so that *pid_out is known on return. `arg` crosses
 ** threads as a plain pointer: what it points to must stay valid until the new actor is done
 ** with it. */
-int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                   smarm_pid_t *pid_out);
+SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
+                             const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
 /* Pid of the calling actor, 0 outside an actor. */
-smarm_pid_t smarm_self(void);
+SMARM_API smarm_pid_t smarm_self(void);
 
 /* Ends the calling actor at once with reason SMARM_EXIT_NORMAL: its C frames are discarded (not
 ** unwound), its mailbox is freed, and its links and monitors are told (see "Faults" below).
 ** Outside an actor it returns without effect. */
-void smarm_exit(void);
+SMARM_API void smarm_exit(void);
 
 /* Cleanups: work to do if the calling actor ends while it is inside some call (it is killed, it
 ** calls smarm_exit, or the runtime stops it where it is parked), since its C frames are then
@@ -144,22 +154,22 @@ void smarm_exit(void);
 ** smarm_cleanup_pop(c) unregisters it without running it, and must name the last one pushed.
 ** When the actor ends, its cleanups run newest first: on its own stack for a kill or an exit,
 ** on its scheduler's thread for a stop at shutdown (then fn must not call actor functions).
-** Outside an actor both do nothing. The IO layer's io_call uses them. */
+** Outside an actor both do nothing. The IO layer's sm_io_call uses them. */
 typedef struct smarm_cleanup {
   void (*fn)(void *arg);
   void *arg;
   struct smarm_cleanup *next; /* the runtime's */
 } smarm_cleanup_t;
-void smarm_cleanup_push(smarm_cleanup_t *c);
-void smarm_cleanup_pop(smarm_cleanup_t *c);
+SMARM_API void smarm_cleanup_push(smarm_cleanup_t *c);
+SMARM_API void smarm_cleanup_pop(smarm_cleanup_t *c);
 
 /* Lets the scheduler decide again: inbox, timers, then every other runnable actor goes first.
 ** Returns at once when nothing else is runnable. */
-void smarm_yield(void);
+SMARM_API void smarm_yield(void);
 
 /* Parks the calling actor for at least ns nanoseconds (<= 0: yield). Returns 0, -EPERM, or
 ** -ENOMEM (no memory for the timer). */
-int smarm_sleep(int64_t ns);
+SMARM_API int smarm_sleep(int64_t ns);
 
 /* Waiting for work another thread does (the IO thread): the actor takes a token, hands its pid and
 ** the token to that thread with the work, and parks in smarm_await(); the thread calls
@@ -167,41 +177,41 @@ int smarm_sleep(int64_t ns);
 ** and a wake for an older token (an await that timed out) or a dead actor is ignored. Whatever the
 ** two sides share (the work's result) must be written before smarm_wake() and is visible to the
 ** actor after smarm_await() returns 0 (the wake travels through the owner's inbox). */
-uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
+SMARM_API uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
 
 /* Parks until smarm_wake(self, token) or timeout_ns (SMARM_FOREVER: no limit). Returns 0 when
 ** woken, -ETIMEDOUT, -EINVAL (not the caller's current token), -EPERM or -ENOMEM (timer). */
-int smarm_await(uint64_t token, int64_t timeout_ns);
+SMARM_API int smarm_await(uint64_t token, int64_t timeout_ns);
 
 /* From any thread while the runtime runs: wakes `pid` if it awaits `token`. Returns 0 (also when
 ** the actor is gone: nothing to do), -ENOMEM, -EINVAL (a pid that cannot exist) or -ESRCH (no
 ** runtime is running). */
-int smarm_wake(smarm_pid_t pid, uint64_t token);
+SMARM_API int smarm_wake(smarm_pid_t pid, uint64_t token);
 
 /* smarm_wake for n (pid, token) pairs at once: one push (one compare-and-swap, at most one
 ** wake-up) per scheduler concerned. Returns 0 or the first error (the others are still woken). */
-int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
+SMARM_API int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
 
 /* Whether pid names a live actor: 1 yes, 0 no (it ended, or never existed in this runtime). For
 ** an actor of another scheduler the caller parks while that scheduler answers (one round trip).
 ** -EPERM outside an actor, -ENOMEM. The answer may be stale as soon as it is given. */
-int smarm_alive(smarm_pid_t pid);
+SMARM_API int smarm_alive(smarm_pid_t pid);
 
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
-void *smarm_actor_data(void);
-void smarm_actor_set_data(void *data);
+SMARM_API void *smarm_actor_data(void);
+SMARM_API void smarm_actor_set_data(void *data);
 
 /* Scheduler of the caller (0-based; -1 outside the runtime) and how many there are (0 when no
 ** runtime is running). */
-int smarm_sched_index(void);
-unsigned smarm_sched_count(void);
+SMARM_API int smarm_sched_index(void);
+SMARM_API unsigned smarm_sched_count(void);
 
 /* One user pointer per scheduler, set by on_sched_start (the Lua layer keeps its VM here). */
-void *smarm_sched_data(void);
-void smarm_sched_set_data(void *data);
+SMARM_API void *smarm_sched_data(void);
+SMARM_API void smarm_sched_set_data(void *data);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-int64_t smarm_now_ns(void);
+SMARM_API int64_t smarm_now_ns(void);
 
 /* ---- Messages ----------------------------------------------------------------------------- */
 
@@ -211,7 +221,7 @@ int64_t smarm_now_ns(void);
 ** which must smarm_msg_free() it. */
 typedef struct smarm_msg smarm_msg_t;
 
-smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
+SMARM_API smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
 
 /* A message may own resources that must be released if nobody takes them (the Lua layer's
 ** sockets travel this way). An owning message passes through the drop hook whenever it is freed:
@@ -220,12 +230,12 @@ smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4
 ** the message not owning before freeing it. The hook is one per process, set before use; it may
 ** run on any scheduler thread and must not park. */
 typedef void (*smarm_msg_hook)(smarm_msg_t *msg);
-void smarm_msg_set_drop_hook(smarm_msg_hook hook);
-void smarm_msg_set_owning(smarm_msg_t *msg, int owning);
-void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
-void *smarm_msg_data(smarm_msg_t *msg);
-size_t smarm_msg_size(const smarm_msg_t *msg);
-smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
+SMARM_API void smarm_msg_set_drop_hook(smarm_msg_hook hook);
+SMARM_API void smarm_msg_set_owning(smarm_msg_t *msg, int owning);
+SMARM_API void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
+SMARM_API void *smarm_msg_data(smarm_msg_t *msg);
+SMARM_API size_t smarm_msg_size(const smarm_msg_t *msg);
+SMARM_API smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 
 /* Queues msg for `to`. Messages from one sender to one receiver arrive in the order sent.
 ** Returns 0 and takes ownership of msg: it is delivered, or dropped and freed if the receiver
@@ -233,22 +243,23 @@ smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 ** Returns -ESRCH when the receiver is on the caller's scheduler and dead, or on a scheduler this
 ** runtime does not have (a pid of an earlier runtime), -EINVAL for pid 0 or a NULL msg, -EPERM
 ** outside an actor; on failure the caller keeps msg. */
-int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
+SMARM_API int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
 /* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,
 ** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
 ** -ENOMEM (no memory for the timer). */
-int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
+SMARM_API int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
 
 /* Selective receive: takes the oldest message for which match(msg, ud) returns nonzero; the
 ** others stay queued in their order. Each call scans the mailbox from its oldest message, then
 ** only messages that arrive while it waits. match runs on the caller's stack and must not park
 ** or receive. Returns like smarm_receive. */
 typedef int (*smarm_match_fn)(const smarm_msg_t *msg, void *ud);
-int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out);
+SMARM_API int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns,
+                                  smarm_msg_t **out);
 
 /* Number of messages queued in the caller's mailbox (those already delivered to it). */
-size_t smarm_mailbox_size(void);
+SMARM_API size_t smarm_mailbox_size(void);
 
 /* ---- Faults: exit reasons, links, monitors, exit signals ------------------------------------
 **
@@ -275,53 +286,53 @@ enum smarm_exit_code {
 /* Ends the calling actor like smarm_exit() with reason `code` (any of the above but
 ** SMARM_EXIT_KILL; with SMARM_EXIT_VALUE, `size` bytes at `data`, copied). Outside an actor, or
 ** with a bad code, it returns without effect. */
-void smarm_exit_reason(int code, const void *data, size_t size);
+SMARM_API void smarm_exit_reason(int code, const void *data, size_t size);
 
 /* Sets the reason the calling actor ends with when its function returns or it calls
 ** smarm_exit() (copied; a kill still ends it with its own reason). Returns 0, -EINVAL (bad code),
 ** -ENOMEM, -EPERM outside an actor. */
-int smarm_set_exit_reason(int code, const void *data, size_t size);
+SMARM_API int smarm_set_exit_reason(int code, const void *data, size_t size);
 
 /* Whether anything would hear of the calling actor's end: a link, or a monitor on it. 1 or 0
 ** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
-int smarm_is_watched(void);
+SMARM_API int smarm_is_watched(void);
 
 /* Sends an exit signal with that reason to `to`, as if from a linked actor that died, except
 ** that SMARM_EXIT_KILL is untrappable and that no link is needed. A signal to oneself takes
 ** effect before the call returns. Returns 0 (also when `to` is dead: nothing happens), -EINVAL
 ** (pid 0, bad code), -ENOMEM, -EPERM outside an actor. */
-int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size);
+SMARM_API int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size);
 
 /* Links the caller and `pid` (both ways; linking twice is one link). A dead pid sends the caller
 ** an exit signal with reason SMARM_EXIT_NOPROC at once. Returns 0, -EINVAL (pid 0 or self),
 ** -ENOMEM, -EPERM. */
-int smarm_link(smarm_pid_t pid);
+SMARM_API int smarm_link(smarm_pid_t pid);
 
 /* Removes the link both ways; an exit signal of that link not yet received is dropped. 0 also
 ** when there was no link. */
-int smarm_unlink(smarm_pid_t pid);
+SMARM_API int smarm_unlink(smarm_pid_t pid);
 
 /* Whether exit signals become EXIT notices in the mailbox (nonzero) or kill (0, the default).
 ** Returns the previous setting, or -EPERM outside an actor. */
-int smarm_trap_exit(int on);
+SMARM_API int smarm_trap_exit(int on);
 
 /* A reference unique for the life of the process (any thread). */
-smarm_ref_t smarm_make_ref(void);
+SMARM_API smarm_ref_t smarm_make_ref(void);
 
 /* Starts watching `pid`: when it ends (or at once, with SMARM_EXIT_NOPROC, if it is not alive),
 ** the caller receives a DOWN notice carrying *ref_out. Each call is a separate monitor.
 ** Returns 0, -EINVAL, -ENOMEM, -EPERM. */
-int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out);
+SMARM_API int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out);
 
 /* smarm_monitor with a ref the caller made (smarm_make_ref) and uses for no other monitor, so
 ** that it can be put in a request before the monitor exists (smarm.call). -EINVAL for ref 0 or
 ** one of the caller's monitors. */
-int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref);
+SMARM_API int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref);
 
 /* Stops the monitor `ref` of the caller; a DOWN of it that has not yet been received is
 ** dropped; with `flush`, one already in the mailbox is removed too. Returns 1 if the monitor was
 ** active, 0 if not (unknown, or its DOWN already arrived), -EPERM. */
-int smarm_demonitor(smarm_ref_t ref, int flush);
+SMARM_API int smarm_demonitor(smarm_ref_t ref, int flush);
 
 /* Notices are messages of their own kinds, received like any other (smarm_receive); their
 ** payload is a smarm_notice_t followed by the reason's bytes (SMARM_EXIT_VALUE). */
@@ -340,7 +351,7 @@ typedef struct smarm_notice {
 } smarm_notice_t;
 
 /* SMARM_MSG_USER, _EXIT, _DOWN or _REPLY. */
-int smarm_msg_kind(const smarm_msg_t *msg);
+SMARM_API int smarm_msg_kind(const smarm_msg_t *msg);
 
 /* ---- Requests and replies: aliases and receive marks (Erlang's gen call) ------------------
 **
@@ -355,19 +366,19 @@ int smarm_msg_kind(const smarm_msg_t *msg);
 ** so that a payload's own format keeps its start): delivered as a SMARM_MSG_REPLY only while
 ** `to` holds the monitor of that ref, else dropped. -EINVAL for a payload smaller than a ref;
 ** otherwise returns like smarm_send. */
-int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg);
+SMARM_API int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg);
 
 /* A place in the caller's mailbox: every message that arrives later is after it. It stays
 ** valid until a message before it is taken by anything but smarm_receive_after from it. */
 typedef struct smarm_mark {
   void *at;
 } smarm_mark_t;
-smarm_mark_t smarm_mailbox_mark(void); /* {NULL} outside an actor */
+SMARM_API smarm_mark_t smarm_mailbox_mark(void); /* {NULL} outside an actor */
 
 /* smarm_receive_match over the messages after `mark` only. Returns like it; -EINVAL for a NULL
 ** mark or out. */
-int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64_t timeout_ns,
-                        smarm_msg_t **out);
+SMARM_API int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud,
+                                  int64_t timeout_ns, smarm_msg_t **out);
 
 /* ---- Registered names ------------------------------------------------------------------------
 **
@@ -381,23 +392,23 @@ int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64
 /* Gives `pid` the name. Returns 0, -EEXIST (the name is taken), -EBUSY (pid has a name),
 ** -ESRCH (pid is not alive), -EINVAL (bad name, pid 0), -ENOMEM, -EPERM outside an actor. For
 ** an actor of another scheduler the caller parks while that scheduler answers. */
-int smarm_register(const char *name, smarm_pid_t pid);
+SMARM_API int smarm_register(const char *name, smarm_pid_t pid);
 
 /* Removes the name. Returns 0, -ENOENT (nobody holds it), -EINVAL, -EPERM. */
-int smarm_unregister(const char *name);
+SMARM_API int smarm_unregister(const char *name);
 
 /* The pid holding the name, or 0 (also outside an actor). */
-smarm_pid_t smarm_whereis(const char *name);
+SMARM_API smarm_pid_t smarm_whereis(const char *name);
 
 /* The name the calling actor holds, or NULL; valid until its name changes. */
-const char *smarm_own_name(void);
+SMARM_API const char *smarm_own_name(void);
 
 /* smarm_send to the name's holder; -ENOENT (the caller keeps msg) when nobody holds it. */
-int smarm_send_named(const char *name, smarm_msg_t *msg);
+SMARM_API int smarm_send_named(const char *name, smarm_msg_t *msg);
 
 /* Calls fn(name, pid, ud) for each name registered when it is called (a snapshot: fn may itself
 ** register or send). Returns how many, -ENOMEM or -EPERM. */
-int smarm_registered(void (*fn)(const char *name, smarm_pid_t pid, void *ud), void *ud);
+SMARM_API int smarm_registered(void (*fn)(const char *name, smarm_pid_t pid, void *ud), void *ud);
 
 /* ---- Statistics --------------------------------------------------------------------------- */
 
@@ -415,7 +426,7 @@ typedef struct smarm_stats {
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without
 ** stopping anyone, so a sum is a snapshot of moving values. Any thread may call it. Returns 0,
 ** -EINVAL (NULL out, sched < -1 or too large), or -EPERM when no runtime is running. */
-int smarm_stats_read(int sched, smarm_stats_t *out);
+SMARM_API int smarm_stats_read(int sched, smarm_stats_t *out);
 
 #ifdef __cplusplus
 }

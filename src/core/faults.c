@@ -21,7 +21,7 @@
 ** way.
 **
 ** Dying. An exit signal that must kill an actor other than the running one records the reason
-** and makes the actor runnable (faults_die_later); the actor then ends itself when it resumes
+** and makes the actor runnable (sm_faults_die_later); the actor then ends itself when it resumes
 ** (sched.c, sched_leave), on its own stack like smarm_exit, so that whatever the binding keeps on
 ** it is released the usual way. The running actor dies at its next yield or parking call.
 */
@@ -44,7 +44,7 @@ static _Atomic uint64_t ref_counter = 1;
 
 smarm_ref_t smarm_make_ref(void)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   if (!s)
     return atomic_fetch_add_explicit(&ref_counter, 1, memory_order_relaxed);
   if (s->ref_next == s->ref_end) {
@@ -156,7 +156,7 @@ static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, 
 {
   if (code != SMARM_EXIT_VALUE)
     size = 0;
-  smarm_msg_t *m = msg_new(kind, sizeof(smarm_notice_t) + size);
+  smarm_msg_t *m = sm_msg_new(kind, sizeof(smarm_notice_t) + size);
   if (!m)
     return NULL;
   m->to = to;
@@ -177,17 +177,17 @@ static void signal_send(sched_t *s, smarm_msg_t *m)
 {
   unsigned k = smarm_pid_sched(m->to);
   if (k == s->index)
-    faults_deliver(s, m);
+    sm_faults_deliver(s, m);
   else if (k < s->rt->nsched)
-    sched_push_remote(s, &s->rt->scheds[k], m);
+    sm_sched_push_remote(s, &s->rt->scheds[k], m);
   else
-    faults_deliver(s, m); /* finds no actor: answered as for a dead one */
+    sm_faults_deliver(s, m); /* finds no actor: answered as for a dead one */
 }
 
 /* signal_new + signal_send, for the cases where running out of memory must not lose the
 ** signal's meaning: there is no way to report it, so it ends the process with a clear message. */
-static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
-                   smarm_ref_t ref, int code, const void *data, size_t size)
+static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t from,
+                        smarm_pid_t pid, smarm_ref_t ref, int code, const void *data, size_t size)
 {
   smarm_msg_t *m = signal_new(kind, to, from, pid, ref, code, data, size);
   SMARM_CHECK(m != NULL, "out of memory sending a link or monitor signal");
@@ -214,7 +214,7 @@ static int store_reason(actor_t *a, int code, const void *data, size_t size)
   return 0;
 }
 
-void faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
   if (a->state == ACTOR_DEAD || a->exit_pending)
     return;
@@ -222,7 +222,7 @@ void faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t
   a->faults->reason_set = 0;
   a->exit_pending = 1;
   if (a->state != ACTOR_RUNNING && a->state != ACTOR_RUNNABLE && a->state != ACTOR_WAIT_REPLY)
-    sched_wake(s, a);
+    sm_sched_wake(s, a);
 }
 
 /* An exit signal reaches a (alive): drop it, turn it into an EXIT notice, or kill a. */
@@ -230,26 +230,26 @@ static void exit_signal_arrives(sched_t *s, actor_t *a, smarm_msg_t *m, int via_
 {
   smarm_notice_t *n = notice_of(m);
   if (via_link && !(a->faults && links_remove(a, n->pid))) {
-    msg_release(m); /* unlinked meanwhile */
+    sm_msg_release(m); /* unlinked meanwhile */
     return;
   }
   if (!via_link && n->reason == SMARM_EXIT_KILL) {
-    faults_die_later(s, a, SMARM_EXIT_KILLED, NULL, 0);
+    sm_faults_die_later(s, a, SMARM_EXIT_KILLED, NULL, 0);
   } else if (a->trap_exit) {
     m->kind = MSG_EXIT_NOTICE;
     m->from = n->pid;
     n->ref = 0;
-    sched_deliver(s, a, m);
+    sm_sched_deliver(s, a, m);
     return;
   } else if (n->reason != SMARM_EXIT_NORMAL || n->pid == a->pid) {
-    faults_die_later(s, a, n->reason, n + 1, n->size);
+    sm_faults_die_later(s, a, n->reason, n + 1, n->size);
   }
-  msg_release(m);
+  sm_msg_release(m);
 }
 
-void faults_deliver(sched_t *s, smarm_msg_t *m)
+void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
 {
-  actor_t *a = sched_lookup(s, m->to);
+  actor_t *a = sm_sched_lookup(s, m->to);
   smarm_notice_t *n = notice_of(m);
   monitor_t *mon;
   switch (m->kind) {
@@ -258,7 +258,7 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
     if (a)
       exit_signal_arrives(s, a, m, m->kind == SIG_EXIT_LINK);
     else
-      msg_release(m);
+      sm_msg_release(m);
     return;
   case SIG_LINK:
     if (!a) { /* the answer goes back in this very block */
@@ -298,7 +298,7 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
       monitor_remove(s, 1, mon);
       m->kind = MSG_DOWN_NOTICE;
       m->from = n->pid;
-      sched_deliver(s, a, m);
+      sm_sched_deliver(s, a, m);
       return;
     }
     break; /* demonitored, or the watcher is gone */
@@ -308,7 +308,7 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
     mon = monitor_find(s, 1, alias);
     if (a && mon && mon->owner == a) {
       m->kind = MSG_REPLY_NOTICE;
-      sched_deliver(s, a, m);
+      sm_sched_deliver(s, a, m);
       return;
     }
     break; /* the call gave up (or ended): nobody waits for it */
@@ -316,10 +316,10 @@ void faults_deliver(sched_t *s, smarm_msg_t *m)
   default:
     SMARM_CHECK(0, "not a signal");
   }
-  msg_release(m);
+  sm_msg_release(m);
 }
 
-void faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
   actor_faults_t *f = a->faults;
   if (!f)
@@ -333,13 +333,14 @@ void faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t 
   }
   while (f->watching) {
     monitor_t *m = f->watching;
-    signal_post(s, SIG_DEMONITOR, m->other, a->pid, a->pid, m->node.key, SMARM_EXIT_NORMAL, NULL, 0);
+    signal_post(s, SIG_DEMONITOR, m->other, a->pid, a->pid, m->node.key, SMARM_EXIT_NORMAL, NULL,
+                0);
     monitor_remove(s, 1, m);
   }
-  faults_destroy(s, a);
+  sm_faults_destroy(s, a);
 }
 
-void faults_destroy(sched_t *s, actor_t *a)
+void sm_faults_destroy(sched_t *s, actor_t *a)
 {
   actor_faults_t *f = a->faults;
   if (!f)
@@ -370,22 +371,23 @@ static int tie(sched_t *s, actor_t *a, smarm_pid_t other, int watching, const sp
   return 0;
 }
 
-int faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t)
+int sm_faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t)
 {
   return tie(s, child, t->parent, 0, t);
 }
 
-int faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t)
+int sm_faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t)
 {
   return tie(s, parent, child, 1, t);
 }
 
-void faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
+void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 {
   if (t->link)
     signal_post(s, SIG_EXIT_LINK, child, t->parent, t->parent, 0, SMARM_EXIT_NOPROC, NULL, 0);
   if (t->monitor)
-    signal_post(s, SIG_DEMONITOR, child, t->parent, t->parent, t->monitor, SMARM_EXIT_NORMAL, NULL, 0);
+    signal_post(s, SIG_DEMONITOR, child, t->parent, t->parent, t->monitor, SMARM_EXIT_NORMAL,
+                NULL, 0);
 }
 
 /* ---- The public API ------------------------------------------------------------------------ */
@@ -408,7 +410,7 @@ int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size)
     return -ENOMEM;
   signal_send(s, m);
   if (self->exit_pending) /* a signal to oneself that kills takes effect now */
-    sched_die_pending(s, self);
+    sm_sched_die_pending(s, self);
   return 0;
 }
 
@@ -446,7 +448,7 @@ int smarm_link(smarm_pid_t pid)
     return 0;
   smarm_msg_t *m = signal_new(SIG_LINK, pid, self->pid, self->pid, 0, SMARM_EXIT_NORMAL, NULL, 0);
   if (!m || links_add(self, pid) < 0) {
-    msg_release(m);
+    sm_msg_release(m);
     return -ENOMEM;
   }
   signal_send(s, m);
@@ -503,7 +505,7 @@ int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref)
   smarm_msg_t *m = signal_new(SIG_MONITOR, pid, self->pid, self->pid, ref, SMARM_EXIT_NORMAL,
                               NULL, 0);
   if (!m || monitor_add(s, self, 1, ref, pid) < 0) {
-    msg_release(m);
+    sm_msg_release(m);
     return -ENOMEM;
   }
   signal_send(s, m);
@@ -513,7 +515,8 @@ int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref)
 /* For smarm_demonitor's flush: a DOWN notice of `ref` in the mailbox. */
 static int is_down_of(const smarm_msg_t *m, void *ref)
 {
-  return m->kind == MSG_DOWN_NOTICE && ((const smarm_notice_t *)m->data)->ref == *(smarm_ref_t *)ref;
+  return m->kind == MSG_DOWN_NOTICE &&
+         ((const smarm_notice_t *)m->data)->ref == *(smarm_ref_t *)ref;
 }
 
 int smarm_demonitor(smarm_ref_t ref, int flush)
@@ -533,7 +536,7 @@ int smarm_demonitor(smarm_ref_t ref, int flush)
                            ** was dropped when its monitor was, above) */
     for (smarm_msg_t **at = &self->mailbox.head; *at; at = &(*at)->next)
       if (is_down_of(*at, &ref)) {
-        msg_release(mailbox_take_at(&self->mailbox, at));
+        sm_msg_release(mailbox_take_at(&self->mailbox, at));
         break;
       }
   }

@@ -36,27 +36,27 @@ static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_
 }
 
 /* Handles a SIG_* item addressed to an actor of s (takes ownership of m). */
-void faults_deliver(sched_t *s, smarm_msg_t *m);
+void sm_faults_deliver(sched_t *s, smarm_msg_t *m);
 
 /* Makes `a` die with that reason when it next runs (at once if it is parked, except in
 ** ACTOR_WAIT_REPLY, which ends in one round trip). The first reason wins. */
-void faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size);
+void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size);
 
 /* Called by the dying actor `a` (on its own stack, before its pid goes stale): sends every
 ** linked actor an exit signal and every watcher a DOWN, ends the monitors it holds, and frees
 ** a->faults. */
-void faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size);
+void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size);
 
 /* The new actor's side of its ties (on the child's scheduler, before it can run), and the
 ** parent's side (on the parent's scheduler, when it learns the child's pid). Return 0 or
 ** -ENOMEM. */
-int faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t);
-int faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t);
+int sm_faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t);
+int sm_faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t);
 
 /* The spawn failed or its parent is gone: undoes the child's side with signals. */
-void faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t);
+void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t);
 
 /* Shutdown: frees a's records without telling anyone (every actor is going). */
-void faults_destroy(sched_t *s, actor_t *a);
+void sm_faults_destroy(sched_t *s, actor_t *a);
 
 #endif

@@ -56,12 +56,12 @@ struct smarm_msg {
   _Alignas(16) unsigned char data[];
 };
 
-smarm_msg_t *msg_new(uint32_t kind, size_t size);
+smarm_msg_t *sm_msg_new(uint32_t kind, size_t size);
 
 /* Frees a message, running the drop hook first if it is owning (every free goes through here). */
-void msg_release(smarm_msg_t *m);
+void sm_msg_release(smarm_msg_t *m);
 
 /* Frees a chain of messages linked through next. */
-void msg_free_chain(smarm_msg_t *m);
+void sm_msg_free_chain(smarm_msg_t *m);
 
 #endif

@@ -101,32 +101,32 @@ static void table_delete(name_table_t *t, name_entry_t *e)
 
 /* ---- The registry and the caches ----------------------------------------------------------- */
 
-void names_init(name_registry_t *r)
+void sm_names_init(name_registry_t *r)
 {
   pthread_mutex_init(&r->lock, NULL);
   memset(&r->table, 0, sizeof r->table);
   atomic_store_explicit(&r->version, 1, memory_order_relaxed);
 }
 
-void names_destroy(name_registry_t *r)
+void sm_names_destroy(name_registry_t *r)
 {
   table_clear(&r->table);
   pthread_mutex_destroy(&r->lock);
 }
 
-void name_cache_destroy(name_cache_t *c) { table_clear(&c->table); }
+void sm_name_cache_destroy(name_cache_t *c) { table_clear(&c->table); }
 
 /* Under the lock: the change is visible to a cache once it reads the new version. */
 static void registry_changed(name_registry_t *r)
 {
-  /* release: pairs with the acquire in names_lookup, so a cache that sees the new version
+  /* release: pairs with the acquire in sm_names_lookup, so a cache that sees the new version
   ** then reads the table (under the lock) sees the change. */
   atomic_fetch_add_explicit(&r->version, 1, memory_order_release);
 }
 
 #define CACHE_MAX 1024 /* names a scheduler remembers before it starts over */
 
-smarm_pid_t names_lookup(sched_t *s, const char *name)
+smarm_pid_t sm_names_lookup(sched_t *s, const char *name)
 {
   name_registry_t *r = &s->rt->names;
   name_cache_t *c = &s->names;
@@ -149,7 +149,7 @@ smarm_pid_t names_lookup(sched_t *s, const char *name)
   return pid;
 }
 
-int names_register_local(sched_t *s, actor_t *a, const char *name)
+int sm_names_register_local(sched_t *s, actor_t *a, const char *name)
 {
   name_registry_t *r = &s->rt->names;
   actor_faults_t *f = a->faults ? a->faults : (a->faults = calloc(1, sizeof *a->faults));
@@ -177,7 +177,7 @@ int names_register_local(sched_t *s, actor_t *a, const char *name)
   return rc;
 }
 
-void names_on_death(sched_t *s, actor_t *a)
+void sm_names_on_death(sched_t *s, actor_t *a)
 {
   if (!a->faults || !a->faults->name)
     return;
@@ -195,7 +195,7 @@ void names_on_death(sched_t *s, actor_t *a)
 
 /* ---- The public API ------------------------------------------------------------------------ */
 
-int names_valid(const char *name)
+int sm_names_valid(const char *name)
 {
   return name && name[0] && strlen(name) <= SMARM_NAME_MAX;
 }
@@ -206,22 +206,22 @@ int smarm_register(const char *name, smarm_pid_t pid)
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
-  if (!names_valid(name) || smarm_pid_gen(pid) == 0)
+  if (!sm_names_valid(name) || smarm_pid_gen(pid) == 0)
     return -EINVAL;
   unsigned k = smarm_pid_sched(pid);
   if (k == s->index) {
-    actor_t *a = sched_lookup(s, pid);
-    return a ? names_register_local(s, a, name) : -ESRCH;
+    actor_t *a = sm_sched_lookup(s, pid);
+    return a ? sm_names_register_local(s, a, name) : -ESRCH;
   }
   if (k >= s->rt->nsched)
     return -ESRCH;
   size_t len = strlen(name);
-  smarm_msg_t *m = msg_new(MSG_REGISTER, sizeof(int64_t) + len + 1);
+  smarm_msg_t *m = sm_msg_new(MSG_REGISTER, sizeof(int64_t) + len + 1);
   if (!m)
     return -ENOMEM;
   m->to = pid;
   memcpy(m->data + sizeof(int64_t), name, len + 1);
-  return (int)sched_ask(s, self, k, m);
+  return (int)sm_sched_ask(s, self, k, m);
 }
 
 int smarm_unregister(const char *name)
@@ -229,7 +229,7 @@ int smarm_unregister(const char *name)
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  if (!names_valid(name))
+  if (!sm_names_valid(name))
     return -EINVAL;
   name_registry_t *r = &s->rt->names;
   pthread_mutex_lock(&r->lock);
@@ -259,9 +259,9 @@ const char *smarm_own_name(void)
 smarm_pid_t smarm_whereis(const char *name)
 {
   sched_t *s;
-  if (!sched_self(&s) || !names_valid(name))
+  if (!sched_self(&s) || !sm_names_valid(name))
     return 0;
-  return names_lookup(s, name);
+  return sm_names_lookup(s, name);
 }
 
 int smarm_send_named(const char *name, smarm_msg_t *msg)
@@ -269,9 +269,9 @@ int smarm_send_named(const char *name, smarm_msg_t *msg)
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  if (!names_valid(name))
+  if (!sm_names_valid(name))
     return -EINVAL;
-  smarm_pid_t pid = names_lookup(s, name);
+  smarm_pid_t pid = sm_names_lookup(s, name);
   return pid ? smarm_send(pid, msg) : -ENOENT;
 }
 

@@ -47,19 +47,19 @@ typedef struct name_cache {
   uint64_t version;
 } name_cache_t;
 
-void names_init(name_registry_t *r);
-void names_destroy(name_registry_t *r);
-void name_cache_destroy(name_cache_t *c);
+void sm_names_init(name_registry_t *r);
+void sm_names_destroy(name_registry_t *r);
+void sm_name_cache_destroy(name_cache_t *c);
 
 struct sched;
 struct actor;
 /* The pid holding `name`, 0 if none (the caller's scheduler, through its cache). */
-smarm_pid_t names_lookup(struct sched *s, const char *name);
+smarm_pid_t sm_names_lookup(struct sched *s, const char *name);
 /* On the holder's scheduler, as it dies: removes its name if it still holds it. */
-void names_on_death(struct sched *s, struct actor *a);
+void sm_names_on_death(struct sched *s, struct actor *a);
 /* Whether name is one (1 to SMARM_NAME_MAX bytes). */
-int names_valid(const char *name);
+int sm_names_valid(const char *name);
 /* On pid's scheduler: registers name for the live actor a (register's work, names.c). */
-int names_register_local(struct sched *s, struct actor *a, const char *name);
+int sm_names_register_local(struct sched *s, struct actor *a, const char *name);
 
 #endif

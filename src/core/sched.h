@@ -5,7 +5,7 @@
 ** stack pool, its actor table and every actor in it. Actors never migrate. Other threads reach a
 ** scheduler only through its inbox (inbox.h) and read its statistics (relaxed atomics).
 **
-** Control flow. The thread's own stack runs sched_loop(): it takes in the inbox, fires timers,
+** Control flow. The thread's own stack runs sm_sched_loop(): it takes in the inbox, fires timers,
 ** and switches to the first runnable actor; when none is runnable it spins, then parks. Actors
 ** switch to each other directly (one switch per yield), and back to the scheduler's own stack
 ** only when nothing is runnable, when the next actor's stack must first be copied into its slot
@@ -104,7 +104,7 @@ typedef struct actor_table {
   uint32_t cap, used;         /* entries allocated / ever handed out */
   uint32_t free_head, free_tail; /* FIFO of free entries (index + 1; 0 = none): reuse the
                                     oldest, so a slot's generation advances as slowly as possible */
-  uint32_t gen_base;          /* the first generation of every new entry (sched_gen_base) */
+  uint32_t gen_base;          /* the first generation of every new entry (sm_sched_gen_base) */
 } actor_table_t;
 
 typedef struct sched_stats {
@@ -127,7 +127,7 @@ typedef struct sched {
   uint32_t ticks;             /* yields since timers were last checked */
   int stopping;
   int64_t spin_ns;
-  int64_t last_trim_ns;       /* when idle last gave stack memory back (stack_pool_trim) */
+  int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   size_t default_stack;
   timer_heap_t timers;
@@ -146,50 +146,51 @@ typedef struct sched {
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
+extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 
-void sched_init(sched_t *s, struct runtime *rt, unsigned index);
+void sm_sched_init(sched_t *s, struct runtime *rt, unsigned index);
 
 /* The generation a new runtime's actor tables start at: past every generation an earlier
-** runtime of this process used (see sched.c). Called once per runtime, before sched_init. */
-uint32_t sched_gen_base(void);
+** runtime of this process used (see sched.c). Called once per runtime, before sm_sched_init. */
+uint32_t sm_sched_gen_base(void);
 /* Runs actors until the runtime stops. */
-void sched_loop(sched_t *s);
-/* After sched_loop returned: releases every actor and stack (owner thread). */
-void sched_destroy_actors(sched_t *s);
+void sm_sched_loop(sched_t *s);
+/* After sm_sched_loop returned: releases every actor and stack (owner thread). */
+void sm_sched_destroy_actors(sched_t *s);
 /* After every scheduler thread has ended: frees what is left in the inbox. */
-void sched_drain_and_free(sched_t *s);
+void sm_sched_drain_and_free(sched_t *s);
 
 /* Creates an actor on s (owner thread only). */
 struct spawn_ties;
 /* ties (may be NULL): who it is linked to or monitored by from the start (faults.h). */
-int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                      const struct spawn_ties *ties, smarm_pid_t *pid_out);
-/* Ends the running actor `a` with the reason of its pending death (faults_die_later). */
-_Noreturn void sched_die_pending(sched_t *s, actor_t *a);
+int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
+                         const struct spawn_ties *ties, smarm_pid_t *pid_out);
+/* Ends the running actor `a` with the reason of its pending death (sm_faults_die_later). */
+_Noreturn void sm_sched_die_pending(sched_t *s, actor_t *a);
 
 /* Owner-thread helpers used by the message layer (message.c). */
-actor_t *sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
-void sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
-void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m); /* into a's mailbox; wakes a receive */
+actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
+void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
+/* Into a's mailbox; wakes a receive. */
+void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
 /* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
 ** one past the end of time). */
-int64_t sched_deadline(int64_t timeout_ns);
+int64_t sm_sched_deadline(int64_t timeout_ns);
 /* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
 ** passed, 0 when woken, -ENOMEM when no timer could be made. */
-int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
-void sched_park(sched_t *s, actor_t *self);           /* self->state already set */
-void sched_take_inbox(sched_t *s);
+int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
+void sm_sched_park(sched_t *s, actor_t *self);           /* self->state already set */
+void sm_sched_take_inbox(sched_t *s);
 /* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
 ** the caller until that scheduler's reply brings the answer (intersched.c). */
-int64_t sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
+int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
-void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
+void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
 
 /* The calling actor (NULL outside an actor); *s_out gets the calling thread's scheduler. */
 static inline actor_t *sched_self(sched_t **s_out)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   *s_out = s;
   return s ? s->current : NULL;
 }

@@ -17,7 +17,7 @@
 /* Sends msg as `kind` (MSG_USER, or SIG_REPLY which the receiver's scheduler may drop). */
 static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   actor_t *self = s ? s->current : NULL;
   if (!self)
     return -EPERM;
@@ -30,16 +30,16 @@ static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
   msg->from = self->pid;
   msg->to = to;
   if (k != s->index) {
-    sched_push_remote(s, &s->rt->scheds[k], msg);
+    sm_sched_push_remote(s, &s->rt->scheds[k], msg);
     return 0;
   }
-  actor_t *a = sched_lookup(s, to);
+  actor_t *a = sm_sched_lookup(s, to);
   if (!a)
     return -ESRCH;
   if (kind == MSG_USER)
-    sched_deliver(s, a, msg);
+    sm_sched_deliver(s, a, msg);
   else
-    faults_deliver(s, msg); /* a reply: delivered only to a live alias */
+    sm_faults_deliver(s, msg); /* a reply: delivered only to a live alias */
   return 0;
 }
 
@@ -68,10 +68,10 @@ static int receive_from(sched_t *s, actor_t *self, smarm_msg_t **cursor, smarm_m
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
     if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
-      deadline = sched_deadline(timeout_ns);
+      deadline = sm_sched_deadline(timeout_ns);
       deadline_set = 1;
     }
-    int rc = sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
+    int rc = sm_sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
     if (rc < 0)
       return rc;
     expired = rc;
@@ -87,9 +87,9 @@ static actor_t *receiver(sched_t **s_out, int64_t timeout_ns)
     return NULL;
   sched_t *s = *s_out;
   if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
+    sm_sched_take_inbox(s);
   if (SMARM_UNLIKELY(self->exit_pending) && timeout_ns != 0)
-    sched_die_pending(s, self);
+    sm_sched_die_pending(s, self);
   return self;
 }
 
@@ -133,11 +133,11 @@ int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
 
 size_t smarm_mailbox_size(void)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   actor_t *self = s ? s->current : NULL;
   if (!self)
     return 0;
   if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
+    sm_sched_take_inbox(s);
   return self->mailbox.count;
 }

@@ -280,22 +280,22 @@ static void enc_value(enc_t *e, int idx, int depth)
     return;
   case LUA_TUSERDATA: {
     smarm_pid_t pid;
-    if (lsmarm_to_pid(L, idx, &pid)) {
+    if (sm_lsmarm_to_pid(L, idx, &pid)) {
       put_byte(e, T_PID);
       put_bytes(e, &pid, sizeof pid);
       return;
     }
     smarm_ref_t ref;
-    if (lsmarm_to_ref(L, idx, &ref)) {
+    if (sm_lsmarm_to_ref(L, idx, &ref)) {
       put_byte(e, T_SREF);
       put_bytes(e, &ref, sizeof ref);
       return;
     }
-    int nkinds = lhandle_kind_count();
+    int nkinds = sm_lhandle_kind_count();
     for (int k = 0; k < nkinds; k++) {
       void *ud;
       lhandle_t h;
-      if (!lhandle_kind(k)->test(L, idx, &ud, &h))
+      if (!sm_lhandle_kind(k)->test(L, idx, &ud, &h))
         continue;
       codec_moves_t *mv = e->moves;
       for (int i = 0; i < mv->n; i++)
@@ -335,13 +335,13 @@ static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
   return m;
 }
 
-smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return codec_encode_tail(L, idx, root, moves, 0);
+  return sm_codec_encode_tail(L, idx, root, moves, 0);
 }
 
-smarm_msg_t *codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                               size_t tail)
+smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                                  size_t tail)
 {
   enc_t e;
   moves->n = 0;
@@ -384,14 +384,14 @@ smarm_msg_t *codec_encode_tail(lua_State *L, int idx, const char *root, codec_mo
   return m;
 }
 
-void codec_commit(codec_moves_t *moves)
+void sm_codec_commit(codec_moves_t *moves)
 {
   for (int i = 0; i < moves->n; i++)
-    lhandle_kind(moves->kind[i])->handed_over(moves->uds[i]);
+    sm_lhandle_kind(moves->kind[i])->handed_over(moves->uds[i]);
   moves->n = 0;
 }
 
-void codec_abandon(smarm_msg_t *msg)
+void sm_codec_abandon(smarm_msg_t *msg)
 {
   if (msg)
     smarm_msg_set_owning(msg, 0);
@@ -417,12 +417,12 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   if (n < 1 || n > CODEC_MAX_HANDLES || end - *p < 2 + (ptrdiff_t)n * HANDLE_BYTES)
     return -1;
   const unsigned char *q = *p + 2;
-  int nkinds = lhandle_kind_count();
+  int nkinds = sm_lhandle_kind_count();
   for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
     if (q[1] >= nkinds)
       return -1;
     out[i].taken = q[0] & HANDLE_TAKEN;
-    out[i].kind = lhandle_kind(q[1]);
+    out[i].kind = sm_lhandle_kind(q[1]);
     out[i].h.bits = q[2];
     memcpy(&out[i].h.id, q + 3, 8);
     memcpy(&out[i].h.timeout, q + 11, 8);
@@ -432,7 +432,7 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   return n;
 }
 
-void codec_drop(smarm_msg_t *msg)
+void sm_codec_drop(smarm_msg_t *msg)
 {
   const unsigned char *p = smarm_msg_data(msg);
   listed_t hs[CODEC_MAX_HANDLES];
@@ -508,13 +508,13 @@ static int dec_value(dec_t *d, int depth)
   case T_PID: {
     smarm_pid_t pid;
     get_bytes(d, &pid, sizeof pid);
-    lsmarm_push_pid(L, pid);
+    sm_lsmarm_push_pid(L, pid);
     return 1;
   }
   case T_SREF: {
     smarm_ref_t ref;
     get_bytes(d, &ref, sizeof ref);
-    lsmarm_push_ref(L, ref);
+    sm_lsmarm_push_ref(L, ref);
     return 1;
   }
   case T_HANDLE: {
@@ -579,7 +579,7 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   /* Sockets and files become their userdata first, before anything else of the decode can fail
   ** (out of memory, a malformed block). Each one's entry in the block is marked taken as soon as
   ** its userdata owns it: a block dropped after a failed decode closes only the others
-  ** (codec_drop), never one twice. */
+  ** (sm_codec_drop), never one twice. */
   for (int i = 0; i < d.nhandles; i++) {
     handles[i].kind->push(L, &handles[i].h);
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
@@ -603,9 +603,9 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   }
 }
 
-void codec_decode(lua_State *L, smarm_msg_t *msg) { codec_decode_head(L, msg, 0); }
+void sm_codec_decode(lua_State *L, smarm_msg_t *msg) { sm_codec_decode_head(L, msg, 0); }
 
-void codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
+void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
 {
   size_t n = smarm_msg_size(msg);
   if (n < tail)
@@ -614,7 +614,7 @@ void codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
   smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
 }
 
-void codec_decode_bytes(lua_State *L, const void *p, size_t n)
+void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n)
 {
   decode_range(L, (unsigned char *)p, n, NULL);
 }

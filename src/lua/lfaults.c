@@ -28,9 +28,9 @@ static const char *const code_names[] = {
   [SMARM_EXIT_NOPROC] = "noproc",
 };
 
-/* The reason encoder, called protected (lfaults_encode_reason) with (value, job [, why]): encodes
-** the value into job->block; with `why` (the first attempt's error), encodes instead the string
-** "tostring(value) (an exit reason that cannot be sent: why)". */
+/* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):
+** encodes the value into job->block; with `why` (the first attempt's error), encodes instead the
+** string "tostring(value) (an exit reason that cannot be sent: why)". */
 typedef struct encode_job {
   smarm_msg_t *block;
   int report;       /* encode { pid = self, name = name, reason = value } instead */
@@ -42,7 +42,7 @@ static int encode_reason(lua_State *L)
   encode_job_t *job = lua_touserdata(L, 2);
   if (job->report) {
     lua_createtable(L, 0, 3);
-    lsmarm_push_pid(L, smarm_self());
+    sm_lsmarm_push_pid(L, smarm_self());
     lua_setfield(L, -2, "pid");
     if (job->name) {
       lua_pushstring(L, job->name);
@@ -62,9 +62,9 @@ static int encode_reason(lua_State *L)
     lua_replace(L, 1);
   }
   codec_moves_t moves;
-  smarm_msg_t *b = codec_encode(L, 1, "reason", &moves);
+  smarm_msg_t *b = sm_codec_encode(L, 1, "reason", &moves);
   if (moves.n) { /* every notice gets a copy of a reason: a socket or file cannot be one */
-    codec_abandon(b);
+    sm_codec_abandon(b);
     return luaL_error(L, "reason holds a socket or file");
   }
   job->block = b;
@@ -90,7 +90,7 @@ static smarm_msg_t *encode_protected(lua_State *L, int idx, encode_job_t *job)
   return job->block;
 }
 
-smarm_msg_t *lfaults_encode_report(lua_State *L, int idx, const char *name)
+smarm_msg_t *sm_lfaults_encode_report(lua_State *L, int idx, const char *name)
 {
   if (idx < 0 && idx > LUA_REGISTRYINDEX)
     idx = lua_gettop(L) + idx + 1;
@@ -98,7 +98,7 @@ smarm_msg_t *lfaults_encode_report(lua_State *L, int idx, const char *name)
   return encode_protected(L, idx, &job);
 }
 
-int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
+int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
 {
   *block = NULL;
   if (idx < 0 && idx > LUA_REGISTRYINDEX)
@@ -118,17 +118,17 @@ int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
   return SMARM_EXIT_VALUE;
 }
 
-void lfaults_push_reason(lua_State *L, int code, const void *data, size_t size)
+void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size)
 {
   if (code >= 0 && code < (int)(sizeof code_names / sizeof *code_names))
     lua_pushstring(L, code_names[code]);
   else if (code == SMARM_EXIT_VALUE && size)
-    codec_decode_bytes(L, data, size);
+    sm_codec_decode_bytes(L, data, size);
   else
     lua_pushnil(L);
 }
 
-void lfaults_push_notice(lua_State *L, smarm_msg_t *m)
+void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 {
   const smarm_notice_t *n = smarm_msg_data(m);
   int down = smarm_msg_kind(m) == SMARM_MSG_DOWN;
@@ -136,12 +136,12 @@ void lfaults_push_notice(lua_State *L, smarm_msg_t *m)
   lua_pushstring(L, down ? "DOWN" : "EXIT");
   lua_setfield(L, -2, "smarm");
   if (down) {
-    lsmarm_push_ref(L, n->ref);
+    sm_lsmarm_push_ref(L, n->ref);
     lua_setfield(L, -2, "ref");
   }
-  lsmarm_push_pid(L, n->pid);
+  sm_lsmarm_push_pid(L, n->pid);
   lua_setfield(L, -2, "pid");
-  lfaults_push_reason(L, n->reason, n + 1, n->size);
+  sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
   lua_setfield(L, -2, "reason");
 }
 
@@ -156,10 +156,10 @@ static const char *check_name(lua_State *L, int idx)
   return name;
 }
 
-smarm_pid_t lfaults_check_target(lua_State *L, int idx)
+smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
 {
   smarm_pid_t pid;
-  if (lsmarm_to_pid(L, idx, &pid))
+  if (sm_lsmarm_to_pid(L, idx, &pid))
     return pid;
   if (lua_type(L, idx) == LUA_TSTRING)
     return smarm_whereis(check_name(L, idx));
@@ -170,7 +170,7 @@ smarm_pid_t lfaults_check_target(lua_State *L, int idx)
 /* A target that must exist: a pid, or a name somebody holds (Erlang's badarg otherwise). */
 static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
 {
-  smarm_pid_t pid = lfaults_check_target(L, idx);
+  smarm_pid_t pid = sm_lfaults_check_target(L, idx);
   if (!pid)
     luaL_error(L, "smarm.%s: no actor is registered as '%s'", fname, lua_tostring(L, idx));
   return pid;
@@ -185,15 +185,15 @@ static int raise_errno(lua_State *L, const char *fname, int rc)
 
 static int l_ref(lua_State *L)
 {
-  lpark_actor(L, "ref");
-  lsmarm_push_ref(L, smarm_make_ref());
+  sm_lpark_actor(L, "ref");
+  sm_lsmarm_push_ref(L, smarm_make_ref());
   return 1;
 }
 
 static int l_is_ref(lua_State *L)
 {
   smarm_ref_t ref;
-  lua_pushboolean(L, lsmarm_to_ref(L, 1, &ref));
+  lua_pushboolean(L, sm_lsmarm_to_ref(L, 1, &ref));
   return 1;
 }
 
@@ -201,8 +201,8 @@ static int l_is_ref(lua_State *L)
 
 static int l_link(lua_State *L)
 {
-  lpark_actor(L, "link");
-  smarm_pid_t pid = lfaults_check_target(L, 1);
+  sm_lpark_actor(L, "link");
+  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
   if (!pid) /* a name nobody holds: like a dead pid, an exit signal with noproc */
     return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
   if (pid == smarm_self())
@@ -215,7 +215,7 @@ static int l_link(lua_State *L)
 
 static int l_unlink(lua_State *L)
 {
-  lpark_actor(L, "unlink");
+  sm_lpark_actor(L, "unlink");
   smarm_pid_t pid = check_live_target(L, 1, "unlink");
   int rc = smarm_unlink(pid);
   if (rc < 0)
@@ -226,7 +226,7 @@ static int l_unlink(lua_State *L)
 static int l_trap_exit(lua_State *L)
 {
   luaL_checkany(L, 1);
-  lpark_actor(L, "trap_exit");
+  sm_lpark_actor(L, "trap_exit");
   lua_pushboolean(L, smarm_trap_exit(lua_toboolean(L, 1)) == 1);
   return 1;
 }
@@ -234,13 +234,13 @@ static int l_trap_exit(lua_State *L)
 /* exit_signal(pid or name, reason): exit/2. A signal to oneself may end the caller at once. */
 static int l_exit_signal(lua_State *L)
 {
-  lpark_actor(L, "exit");
+  sm_lpark_actor(L, "exit");
   smarm_pid_t pid = check_live_target(L, 1, "exit");
   luaL_checkany(L, 2);
   if (pid == smarm_self())
-    lpark_check(L, "exit");
+    sm_lpark_check(L, "exit");
   smarm_msg_t *block;
-  int code = lfaults_encode_reason(L, 2, &block);
+  int code = sm_lfaults_encode_reason(L, 2, &block);
   if (code == SMARM_EXIT_VALUE && !block)
     return luaL_error(L, "not enough memory");
   int rc = smarm_exit_signal(pid, code, block ? smarm_msg_data(block) : NULL,
@@ -253,10 +253,10 @@ static int l_exit_signal(lua_State *L)
 
 static int l_kill(lua_State *L)
 {
-  lpark_actor(L, "kill");
+  sm_lpark_actor(L, "kill");
   smarm_pid_t pid = check_live_target(L, 1, "kill");
   if (pid == smarm_self())
-    lpark_check(L, "kill");
+    sm_lpark_check(L, "kill");
   int rc = smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0);
   if (rc < 0)
     return raise_errno(L, "kill", rc);
@@ -267,8 +267,8 @@ static int l_kill(lua_State *L)
 
 static int l_monitor(lua_State *L)
 {
-  lpark_actor(L, "monitor");
-  smarm_pid_t pid = lfaults_check_target(L, 1);
+  sm_lpark_actor(L, "monitor");
+  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
   smarm_ref_t ref;
   if (!pid) {
     /* A name nobody holds: DOWN with noproc at once, as a message of our own (no monitor). */
@@ -276,30 +276,30 @@ static int l_monitor(lua_State *L)
     lua_createtable(L, 0, 4);
     lua_pushliteral(L, "DOWN");
     lua_setfield(L, -2, "smarm");
-    lsmarm_push_ref(L, ref);
+    sm_lsmarm_push_ref(L, ref);
     lua_setfield(L, -2, "ref");
     lua_pushvalue(L, 1);
     lua_setfield(L, -2, "pid");
     lua_pushliteral(L, "noproc");
     lua_setfield(L, -2, "reason");
     codec_moves_t moves;
-    smarm_msg_t *m = codec_encode(L, -1, "notice", &moves);
+    smarm_msg_t *m = sm_codec_encode(L, -1, "notice", &moves);
     if (smarm_send(smarm_self(), m) < 0)
       smarm_msg_free(m);
-    lsmarm_push_ref(L, ref);
+    sm_lsmarm_push_ref(L, ref);
     return 1;
   }
   int rc = smarm_monitor(pid, &ref);
   if (rc < 0)
     return raise_errno(L, "monitor", rc);
-  lsmarm_push_ref(L, ref);
+  sm_lsmarm_push_ref(L, ref);
   return 1;
 }
 
 static int l_demonitor(lua_State *L)
 {
   smarm_ref_t ref;
-  if (!lsmarm_to_ref(L, 1, &ref))
+  if (!sm_lsmarm_to_ref(L, 1, &ref))
     return luaL_argerror(L, 1, lua_pushfstring(L, "ref expected, got %s", luaL_typename(L, 1)));
   int flush = 0;
   if (!lua_isnoneornil(L, 2)) {
@@ -307,7 +307,7 @@ static int l_demonitor(lua_State *L)
     luaL_argcheck(L, strcmp(opt, "flush") == 0, 2, "\"flush\" expected");
     flush = 1;
   }
-  lpark_actor(L, "demonitor");
+  sm_lpark_actor(L, "demonitor");
   int rc = smarm_demonitor(ref, flush);
   if (rc < 0)
     return raise_errno(L, "demonitor", rc);
@@ -322,15 +322,15 @@ static int l_register(lua_State *L)
 {
   const char *name = check_name(L, 1);
   smarm_pid_t pid;
-  if (!lsmarm_to_pid(L, 2, &pid))
+  if (!sm_lsmarm_to_pid(L, 2, &pid))
     return luaL_argerror(L, 2, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 2)));
-  lpark_actor(L, "register");
+  sm_lpark_actor(L, "register");
   int remote = (int)smarm_pid_sched(pid) != smarm_sched_index();
   if (remote)
-    lpark_check(L, "register"); /* another scheduler's actor: it parks for the answer */
+    sm_lpark_check(L, "register"); /* another scheduler's actor: it parks for the answer */
   int rc = smarm_register(name, pid);
   if (remote)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   switch (rc) {
   case 0:
     return 0;
@@ -351,7 +351,7 @@ static int l_register(lua_State *L)
 static int l_unregister(lua_State *L)
 {
   const char *name = check_name(L, 1);
-  lpark_actor(L, "unregister");
+  sm_lpark_actor(L, "unregister");
   int rc = smarm_unregister(name);
   if (rc == -ENOENT)
     return luaL_error(L, "smarm.unregister: no actor is registered as '%s'", name);
@@ -363,10 +363,10 @@ static int l_unregister(lua_State *L)
 static int l_whereis(lua_State *L)
 {
   const char *name = check_name(L, 1);
-  lpark_actor(L, "whereis");
+  sm_lpark_actor(L, "whereis");
   smarm_pid_t pid = smarm_whereis(name);
   if (pid)
-    lsmarm_push_pid(L, pid);
+    sm_lsmarm_push_pid(L, pid);
   else
     lua_pushnil(L);
   return 1;
@@ -382,7 +382,7 @@ static void add_name(const char *name, smarm_pid_t pid, void *ud)
 
 static int l_registered(lua_State *L)
 {
-  lpark_actor(L, "registered");
+  sm_lpark_actor(L, "registered");
   lua_newtable(L);
   int rc = smarm_registered(add_name, L);
   if (rc < 0)
@@ -407,15 +407,18 @@ static const luaL_Reg functions[] = {
   {NULL, NULL},
 };
 
-void lfaults_cache_refs(lvm_t *vm)
+void sm_lfaults_cache_refs(lvm_t *vm)
 {
   lua_pushcfunction(vm->L, encode_reason);
   vm->encode_reason_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-void lfaults_release_refs(lvm_t *vm) { luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->encode_reason_ref); }
+void sm_lfaults_release_refs(lvm_t *vm)
+{
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->encode_reason_ref);
+}
 
-void lfaults_register(lua_State *L, int module_idx)
+void sm_lfaults_register(lua_State *L, int module_idx)
 {
   for (const luaL_Reg *f = functions; f->name; f++) {
     lua_pushcfunction(L, f->func);

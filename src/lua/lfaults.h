@@ -18,28 +18,28 @@
 /* Encodes the reason at idx (never raises): returns its code; for SMARM_EXIT_VALUE *block gets
 ** a block holding its bytes (the caller frees it), else NULL. NULL with SMARM_EXIT_VALUE means
 ** out of memory (the caller reports SMARM_EXIT_KILLED's kind of failure as it sees fit). */
-int lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block);
+int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block);
 
 /* Encodes the crash report { pid = self, name = name (if not NULL), reason = <value at idx> }
 ** (never raises); NULL when out of memory. */
-smarm_msg_t *lfaults_encode_report(lua_State *L, int idx, const char *name);
+smarm_msg_t *sm_lfaults_encode_report(lua_State *L, int idx, const char *name);
 
 /* Pushes a reason's Lua value (raises only when out of memory). */
-void lfaults_push_reason(lua_State *L, int code, const void *data, size_t size);
+void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size);
 
 /* Pushes the table of a notice (smarm_msg_kind EXIT or DOWN); the message stays the caller's. */
-void lfaults_push_notice(lua_State *L, smarm_msg_t *m);
+void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m);
 
 /* The pid the argument at idx names: a pid, or a registered name (0 if nobody holds it). Raises
 ** "bad argument" for anything else. */
-smarm_pid_t lfaults_check_target(lua_State *L, int idx);
+smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx);
 
 /* Makes / releases vm's ref to the reason encoder (a run's start and end, like lpid's). */
 struct lvm;
-void lfaults_cache_refs(struct lvm *vm);
-void lfaults_release_refs(struct lvm *vm);
+void sm_lfaults_cache_refs(struct lvm *vm);
+void sm_lfaults_release_refs(struct lvm *vm);
 
 /* Adds the functions to the module table at idx. */
-void lfaults_register(lua_State *L, int module_idx);
+void sm_lfaults_register(lua_State *L, int module_idx);
 
 #endif

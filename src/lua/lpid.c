@@ -71,12 +71,12 @@ static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key,
   lua_remove(L, -2);
 }
 
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
+void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
 {
   push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt_ref);
 }
 
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
+int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 {
   lpid_t *p = test_pid(L, idx);
   if (p)
@@ -84,12 +84,12 @@ int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
   return p != NULL;
 }
 
-void lsmarm_push_ref(lua_State *L, smarm_ref_t ref)
+void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref)
 {
   push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref);
 }
 
-int lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
+int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
 {
   lpid_t *p = test_ident(L, idx, LREF_MAGIC);
   if (p)
@@ -130,7 +130,7 @@ static int pid_eq(lua_State *L)
   return 1;
 }
 
-void lpid_open(lua_State *L)
+void sm_lpid_open(lua_State *L)
 {
   lua_createtable(L, 0, 3); /* the pids' metatable */
   lua_pushcfunction(L, pid_tostring);
@@ -156,7 +156,7 @@ void lpid_open(lua_State *L)
   lvm_set_registry_once(L, &pid_intern_key);
 }
 
-void lpid_cache_refs(lvm_t *vm)
+void sm_lpid_cache_refs(lvm_t *vm)
 {
   lvm_push_registry(vm->L, &pid_intern_key);
   vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
@@ -166,7 +166,7 @@ void lpid_cache_refs(lvm_t *vm)
   vm->ref_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-void lpid_release_refs(lvm_t *vm)
+void sm_lpid_release_refs(lvm_t *vm)
 {
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);

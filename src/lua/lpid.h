@@ -13,19 +13,19 @@
 #include <lua.h>
 
 /* Push the interned pid value of this VM / read one (returns 0 if idx is not a pid). Only from
-** a scheduler's thread whose VM has its refs (lpid_cache_refs). */
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
+** a scheduler's thread whose VM has its refs (sm_lpid_cache_refs). */
+void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
+int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 
 /* The same for refs (smarm.ref(), monitors): printed #Ref<0.high.low>. */
-void lsmarm_push_ref(lua_State *L, smarm_ref_t ref);
-int lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out);
+void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref);
+int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out);
 
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */
-void lpid_open(lua_State *L);
+void sm_lpid_open(lua_State *L);
 
 /* Makes / releases vm's refs to them (a run's start and end on the scheduler's thread). */
-void lpid_cache_refs(lvm_t *vm);
-void lpid_release_refs(lvm_t *vm);
+void sm_lpid_cache_refs(lvm_t *vm);
+void sm_lpid_release_refs(lvm_t *vm);
 
 #endif

@@ -104,8 +104,8 @@ static _Atomic smarm_pid_t crash_reporter;
 ** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
 {
-  lpid_cache_refs(vm);
-  lfaults_cache_refs(vm);
+  sm_lpid_cache_refs(vm);
+  sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
@@ -180,7 +180,7 @@ static void set_error_reason(lua_State *co)
       lua_pushnil(co);
       lua_setfield(co, -2, "message");
     }
-    smarm_msg_t *report = lfaults_encode_report(co, -1, smarm_own_name());
+    smarm_msg_t *report = sm_lfaults_encode_report(co, -1, smarm_own_name());
     if (report && smarm_send(reporter, report) < 0)
       smarm_msg_free(report);
   } else if (!smarm_is_watched()) {
@@ -197,7 +197,7 @@ static void set_error_reason(lua_State *co)
     lua_setfield(co, -2, "message");
   }
   smarm_msg_t *block;
-  int code = lfaults_encode_reason(co, -1, &block);
+  int code = sm_lfaults_encode_reason(co, -1, &block);
   if (code == SMARM_EXIT_VALUE && !block) /* out of memory: the reason's code says little, but */
     code = SMARM_EXIT_KILLED;             /* never "normal" for a crash */
   smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
@@ -211,7 +211,7 @@ static void lactor_main(void *arg)
   lactor_t *la = arg;
   lua_State *co = la->co;
   smarm_actor_set_data(la);
-  lpark_resumed(co);
+  sm_lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
@@ -239,7 +239,7 @@ static void on_actor_stopped(void *data, void *ud)
 
 /* Makes require("smarm.core") find this very code in L's VM, whether it came as a loadable
 ** module or is linked into the smarm executable. */
-void lsmarm_preload(lua_State *L)
+void sm_lsmarm_preload(lua_State *L)
 {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
@@ -257,14 +257,14 @@ static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
   lua_pushstring(L, cpath);
   lua_setfield(L, -2, "cpath");
   lua_pop(L, 1);
-  lsmarm_preload(L);
+  sm_lsmarm_preload(L);
 }
 
 static void on_sched_start(unsigned k, void *ud)
 {
   lrun_t *run = ud;
   lvm_t *vm = &run->vms[k];
-  io_sched_thread_enter(k, NULL);
+  sm_io_sched_thread_enter(k, NULL);
   if (k == 0) {
     vm->L = run->caller;
     vm->owned = 0;
@@ -296,25 +296,25 @@ static void on_sched_stop(unsigned k, void *ud)
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
-    lpid_release_refs(vm);
-    lfaults_release_refs(vm);
+    sm_lpid_release_refs(vm);
+    sm_lfaults_release_refs(vm);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
   }
   vm->L = NULL;
-  io_sched_thread_leave(k, NULL);
+  sm_io_sched_thread_leave(k, NULL);
 }
 
 /* ---- Parking safely (lpark.h) ------------------------------------------------------------- */
 
 /* The calling actor's state, or a raised error naming the function. */
-static lactor_t *self_or_raise(lua_State *L, const char *fname) { return lpark_actor(L, fname); }
+static lactor_t *self_or_raise(lua_State *L, const char *fname) { return sm_lpark_actor(L, fname); }
 
 static int l_yield(lua_State *L)
 {
   self_or_raise(L, "yield");
-  lpark_check(L, "yield");
+  sm_lpark_check(L, "yield");
   smarm_yield();
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   return 0;
 }
 
@@ -323,10 +323,10 @@ static int l_sleep(lua_State *L)
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
   self_or_raise(L, "sleep");
-  lpark_check(L, "sleep");
-  int64_t ns = lsmarm_timeout_ns(s);
+  sm_lpark_check(L, "sleep");
+  int64_t ns = sm_lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
   return 0;
@@ -343,7 +343,7 @@ static int l_self(lua_State *L)
   smarm_pid_t pid = smarm_self();
   if (!pid || !smarm_actor_data())
     return luaL_error(L, "smarm.self: not inside an actor");
-  lsmarm_push_pid(L, pid);
+  sm_lsmarm_push_pid(L, pid);
   return 1;
 }
 
@@ -354,9 +354,9 @@ static int l_exit(lua_State *L)
     return luaL_error(L, "smarm.exit: not inside an actor");
   /* Ending discards the C frames: never under a finalizer, a hook or compiled code, whose
   ** set-up LuaJIT would then never undo (the VM's GC and hooks would stay off for everyone). */
-  lpark_check(L, "exit");
+  sm_lpark_check(L, "exit");
   smarm_msg_t *block;
-  int code = lfaults_encode_reason(L, 1, &block);
+  int code = sm_lfaults_encode_reason(L, 1, &block);
   if (code == SMARM_EXIT_VALUE && !block)
     return luaL_error(L, "not enough memory");
   int rc = smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
@@ -399,16 +399,16 @@ static int l_schedulers(lua_State *L)
 static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
-  if (!lsmarm_to_pid(L, 1, &pid))
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
     return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
   self_or_raise(L, "alive");
   unsigned k = smarm_pid_sched(pid);
   int remote = (int)k != smarm_sched_index() && k < smarm_sched_count(); /* asked: it parks */
   if (remote)
-    lpark_check(L, "alive");
+    sm_lpark_check(L, "alive");
   int rc = smarm_alive(pid);
   if (remote)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.alive: %s", strerror(-rc));
   lua_pushboolean(L, rc);
@@ -418,7 +418,7 @@ static int l_alive(lua_State *L)
 static int l_is_pid(lua_State *L)
 {
   smarm_pid_t pid;
-  lua_pushboolean(L, lsmarm_to_pid(L, 1, &pid));
+  lua_pushboolean(L, sm_lsmarm_to_pid(L, 1, &pid));
   return 1;
 }
 
@@ -427,21 +427,21 @@ static int l_is_pid(lua_State *L)
 static int l_send(lua_State *L)
 {
   smarm_pid_t to;
-  if (!lsmarm_to_pid(L, 1, &to) && !(to = lfaults_check_target(L, 1)))
+  if (!sm_lsmarm_to_pid(L, 1, &to) && !(to = sm_lfaults_check_target(L, 1)))
     return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
   self_or_raise(L, "send");
   codec_moves_t moves;
-  smarm_msg_t *m = codec_encode(L, 2, "message", &moves);
+  smarm_msg_t *m = sm_codec_encode(L, 2, "message", &moves);
   int rc = smarm_send(to, m);
   if (rc < 0) {
-    codec_abandon(m); /* any sockets in it stay the sender's */
+    sm_codec_abandon(m); /* any sockets in it stay the sender's */
     if (rc != -ESRCH) /* a dead receiver just drops the message */
       return luaL_error(L, "smarm.send: %s", strerror(-rc));
     return 0;
   }
-  codec_commit(&moves);
+  sm_codec_commit(&moves);
   return 0;
 }
 
@@ -454,11 +454,11 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
   la->pending = msg;
   int kind = smarm_msg_kind(msg);
   if (kind == SMARM_MSG_USER)
-    codec_decode(L, msg);
+    sm_codec_decode(L, msg);
   else if (kind == SMARM_MSG_REPLY) /* a call's answer: the value, then the alias */
-    codec_decode_head(L, msg, sizeof(smarm_ref_t));
+    sm_codec_decode_head(L, msg, sizeof(smarm_ref_t));
   else
-    lfaults_push_notice(L, msg); /* EXIT or DOWN */
+    sm_lfaults_push_notice(L, msg); /* EXIT or DOWN */
   la->pending = NULL;
   smarm_msg_free(msg);
 }
@@ -468,11 +468,11 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
 {
   if (timeout_ns != 0)
-    lpark_check(L, "receive");
+    sm_lpark_check(L, "receive");
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
@@ -593,12 +593,12 @@ static int l_call(lua_State *L)
 {
   lactor_t *la = self_or_raise(L, "call");
   luaL_checkany(L, 2);
-  smarm_pid_t to = lfaults_check_target(L, 1);
+  smarm_pid_t to = sm_lfaults_check_target(L, 1);
   int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
   if (!lua_isnoneornil(L, 3)) {
     lua_Number s = luaL_checknumber(L, 3);
     luaL_argcheck(L, s >= 0 && s == s, 3, "non-negative timeout expected");
-    timeout = lsmarm_timeout_ns(s);
+    timeout = sm_lsmarm_timeout_ns(s);
   }
   if (!to) {
     lua_pushnil(L);
@@ -613,25 +613,25 @@ static int l_call(lua_State *L)
   lua_pushliteral(L, "CALL");
   lua_setfield(L, -2, "smarm");
   lua_createtable(L, 0, 2);
-  lsmarm_push_pid(L, smarm_self());
+  sm_lsmarm_push_pid(L, smarm_self());
   lua_setfield(L, -2, "pid");
-  lsmarm_push_ref(L, ref);
+  sm_lsmarm_push_ref(L, ref);
   lua_setfield(L, -2, "ref");
   lua_setfield(L, -2, "from");
   lua_pushvalue(L, 2);
   lua_setfield(L, -2, "request");
   codec_moves_t moves;
-  smarm_msg_t *m = codec_encode(L, -1, "request", &moves);
+  smarm_msg_t *m = sm_codec_encode(L, -1, "request", &moves);
   smarm_mark_t mark = smarm_mailbox_mark(); /* before the monitor: a dead server's DOWN may come
                                              ** at once */
   int rc = smarm_monitor_ref(to, ref);
   if (rc < 0) {
-    codec_abandon(m);
+    sm_codec_abandon(m);
     return luaL_error(L, "smarm.call: %s", strerror(-rc));
   }
   rc = smarm_send(to, m);
   if (rc < 0) {
-    codec_abandon(m);
+    sm_codec_abandon(m);
     smarm_demonitor(ref, 1);
     if (rc != -ESRCH)
       return luaL_error(L, "smarm.call: %s", strerror(-rc));
@@ -639,12 +639,12 @@ static int l_call(lua_State *L)
     lua_pushliteral(L, "noproc");
     return 2;
   }
-  codec_commit(&moves);
+  sm_codec_commit(&moves);
   if (timeout != 0)
-    lpark_check(L, "call");
+    sm_lpark_check(L, "call");
   rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
   if (timeout != 0)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     smarm_demonitor(ref, 1);
     /* a reply that arrived while the monitor still held goes too */
@@ -664,7 +664,7 @@ static int l_call(lua_State *L)
     smarm_msg_t *keep = m; /* freed if decoding the reason raises: it is pending */
     smarm_msg_free(la->pending);
     la->pending = keep;
-    lfaults_push_reason(L, n->reason, n + 1, n->size);
+    sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
     la->pending = NULL;
     smarm_msg_free(keep);
     return 2;
@@ -685,20 +685,20 @@ static int l_reply(lua_State *L)
   lua_getfield(L, 1, "ref");
   smarm_pid_t pid;
   smarm_ref_t ref;
-  if (!lsmarm_to_pid(L, -2, &pid) || !lsmarm_to_ref(L, -1, &ref))
+  if (!sm_lsmarm_to_pid(L, -2, &pid) || !sm_lsmarm_to_ref(L, -1, &ref))
     return luaL_argerror(L, 1, "a call's `from` expected");
   lua_pop(L, 2);
   codec_moves_t moves;
-  smarm_msg_t *m = codec_encode_tail(L, 2, "reply", &moves, sizeof ref);
+  smarm_msg_t *m = sm_codec_encode_tail(L, 2, "reply", &moves, sizeof ref);
   memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof ref, &ref, sizeof ref);
   int rc = smarm_send_reply(pid, m);
   if (rc < 0) {
-    codec_abandon(m);
+    sm_codec_abandon(m);
     if (rc != -ESRCH) /* a caller that ended: nobody to answer */
       return luaL_error(L, "smarm.reply: %s", strerror(-rc));
     return 0;
   }
-  codec_commit(&moves);
+  sm_codec_commit(&moves);
   return 0;
 }
 
@@ -814,7 +814,7 @@ static int l_receive(lua_State *L)
   if (!lua_isnoneornil(L, timeout_idx)) {
     lua_Number s = luaL_checknumber(L, timeout_idx);
     luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
-    timeout = lsmarm_timeout_ns(s);
+    timeout = sm_lsmarm_timeout_ns(s);
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
@@ -832,7 +832,7 @@ static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
   push_message(L, smarm_actor_data(), block); /* frees the block */
-  return ltransfer_call(L, lua_gettop(L));
+  return sm_ltransfer_call(L, lua_gettop(L));
 }
 
 /* A fresh actor state with a coroutine of owner's VM anchored in the registry: a spare one, with
@@ -912,10 +912,10 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
     return luaL_error(L, "smarm.%s: the name '%s' is taken", fname, r->name);
   if (rc < 0)
     return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
-  lsmarm_push_pid(L, pid);
+  sm_lsmarm_push_pid(L, pid);
   if (!r->monitor)
     return 1;
-  lsmarm_push_ref(L, ref);
+  sm_lsmarm_push_ref(L, ref);
   return 2;
 }
 
@@ -943,33 +943,33 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
     return luaL_argerror(L, fn_idx,
                          lua_pushfstring(L, "function or \"module.function\" expected, got %s",
                                          luaL_typename(L, fn_idx)));
-  if (t == LUA_TSTRING && !ltransfer_name_dot(lua_tostring(L, fn_idx)))
+  if (t == LUA_TSTRING && !sm_ltransfer_name_dot(lua_tostring(L, fn_idx)))
     return luaL_argerror(L, fn_idx, lua_pushfstring(L, "'%s' is not of the form module.function",
                                                     lua_tostring(L, fn_idx)));
   self_or_raise(L, fname);
-  ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
+  sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
   codec_moves_t moves;
-  smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
+  smarm_msg_t *block = sm_codec_encode(L, -1, "argument", &moves);
   lua_pop(L, 1);
-  lpark_check(L, fname); /* a spawn on another scheduler waits for its answer */
+  sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer */
   /* The actor's state travels with the spawn as a shell holding the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
   ** its coroutine. */
   lactor_t *shell = calloc(1, sizeof *shell);
   if (!shell) {
-    codec_abandon(block);
+    sm_codec_abandon(block);
     return luaL_error(L, "not enough memory");
   }
   shell->coref = shell->savedref = LUA_NOREF;
   shell->pending = block;
   opts.data = shell;
   rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   if (rc < 0) {
     free(shell);
-    codec_abandon(block); /* any sockets in the arguments stay the caller's */
+    sm_codec_abandon(block); /* any sockets in the arguments stay the caller's */
   } else {
-    codec_commit(&moves);
+    sm_codec_commit(&moves);
   }
   return spawn_done(L, fname, r, rc, pid, ref);
 }
@@ -1038,7 +1038,7 @@ static int l_spawn_opt(lua_State *L)
 static int l_set_crash_reporter(lua_State *L)
 {
   smarm_pid_t pid;
-  if (!lsmarm_to_pid(L, 1, &pid))
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
     return luaL_argerror(L, 1, "pid expected");
   atomic_store_explicit(&crash_reporter, pid, memory_order_relaxed);
   return 0;
@@ -1135,14 +1135,14 @@ static int l_run(lua_State *L)
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.userdata = &run;
   current_run = &run;
-  lhandle_next_run(); /* handles made from here on belong to this run */
+  sm_lhandle_next_run(); /* handles made from here on belong to this run */
   int rc = smarm_run(&cfg, lactor_main, main);
-  io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
-  lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
-  lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
+  sm_io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
+  sm_lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
+  sm_lhandle_next_run(); /* the run's handles are stale now: their sockets and files are closed */
   current_run = NULL;
   atomic_store_explicit(&crash_reporter, 0, memory_order_relaxed);
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   free(run.vms);
   call_after_run(L);
   if (rc < 0) {
@@ -1193,20 +1193,20 @@ static const luaL_Reg functions[] = {
 
 int luaopen_smarm_core(lua_State *L)
 {
-  smarm_msg_set_drop_hook(codec_drop); /* undelivered messages close their sockets and files */
-  lpid_open(L);
+  smarm_msg_set_drop_hook(sm_codec_drop); /* undelivered messages close their sockets and files */
+  sm_lpid_open(L);
   lua_pushcfunction(L, add_traceback); /* one handler for every actor's protected call */
   lvm_set_registry_once(L, &traceback_key);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   int module = lua_gettop(L);
-  lbench_register(L, module);
-  lfs_register(L, module);
-  ldns_register(L, module);
-  lproc_register(L, module);
-  lsignal_register(L, module);
-  lfaults_register(L, module);
-  ltcp_register(L, module);
+  sm_lbench_register(L, module);
+  sm_lfs_register(L, module);
+  sm_ldns_register(L, module);
+  sm_lproc_register(L, module);
+  sm_lsignal_register(L, module);
+  sm_lfaults_register(L, module);
+  sm_ltcp_register(L, module);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     return 1;
   }
   luaL_openlibs(L);
-  lsmarm_preload(L);
+  sm_lsmarm_preload(L);
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", SMARM_LUA_DIR, SMARM_LUA_DIR,
