@@ -18,14 +18,25 @@ describe("smarm.run", function()
     end
   end)
 
-  it("raises the main actor's error with its traceback", function()
+  it("raises the main actor's own error value, its traceback kept aside", function()
     local ok, err = pcall(smarm.run, function()
       smarm.yield()
       error("main failed")
     end)
     assert.is_false(ok)
-    assert.matches("main failed", err)
-    assert.matches("stack traceback", err)
+    assert.matches("^spec/actor_spec.lua:%d+: main failed$", err)
+    assert.matches("main failed\nstack traceback", smarm.last_traceback())
+    local value = { code = 42 }
+    ok, err = pcall(smarm.run, function() error(value) end)
+    assert.is_false(ok)
+    assert.are.equal(value, err) -- the very table
+    assert.matches("^%(error object is a table value%)\nstack traceback", smarm.last_traceback())
+    local shown = setmetatable({}, { __tostring = function() return "shown error" end })
+    ok, err = pcall(smarm.run, function() error(shown) end, { schedulers = 2 })
+    assert.are.equal(shown, err)
+    assert.matches("^shown error\nstack traceback", smarm.last_traceback())
+    assert.are.equal(1, smarm.run(function() return 1 end))
+    assert.is_nil(smarm.last_traceback())
   end)
 
   it("stops the actors still alive when the main actor returns", function()

@@ -188,7 +188,7 @@ describe("smarm.send / smarm.receive", function()
       local _, c = pcall(function() smarm.receive("soon") end)
       return a, b, c
     end)
-    assert.matches("bad argument #1 to 'send' %(pid expected, got nil%)", e1)
+    assert.matches("bad argument #1 to 'send' %(pid or name expected, got nil%)", e1)
     assert.matches("bad argument #2 to 'send' %(message expected, got nil%)", e2)
     assert.matches("bad argument #1 to 'receive' %(number expected, got string%)", e3)
     assert.has_error(function() smarm.send(nil, 1) end)

@@ -31,6 +31,16 @@ extern "C" {
 
 #define SMARM_VERSION "0.1.0"
 
+/* Every function of this API is visible outside the library; everything else of smarm is built
+** hidden (-fvisibility=hidden), and its internal names of external linkage start with sm_, so
+** that neither a program linking libsmarm.a nor a C module loaded by the smarm executable meets
+** them. */
+#if defined(__GNUC__)
+#define SMARM_API __attribute__((visibility("default")))
+#else
+#define SMARM_API
+#endif
+
 /* A pid names an actor for its whole life and never names another one: it packs the owning
 ** scheduler, a slot in that scheduler's actor table and the slot's generation, which changes
 ** each time the slot is reused (a slot whose generations are used up is retired, not reused).
@@ -84,7 +94,7 @@ typedef struct smarm_config {
 } smarm_config_t;
 
 /* Fills cfg with the defaults. */
-void smarm_config_init(smarm_config_t *cfg);
+SMARM_API void smarm_config_init(smarm_config_t *cfg);
 
 /* Runs a runtime on the calling thread (scheduler 0) plus cfg->schedulers - 1 new threads. The
 ** main actor runs main_fn(arg) on scheduler 0. Returns when the main actor ends or smarm_stop()
@@ -92,50 +102,74 @@ void smarm_config_init(smarm_config_t *cfg);
 ** not unwound), and all threads, stacks and messages are released. Returns 0, -EINVAL for a bad
 ** config, -EBUSY if a runtime is already running in this process, or -ENOMEM/-EAGAIN when
 ** resources could not be obtained. cfg may be NULL for the defaults. */
-int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
+SMARM_API int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg);
 
 /* Asks the running runtime to stop (from any thread; idempotent; no effect when none runs).
 ** smarm_run() returns soon after. Called from an actor, it does not return to the caller's code:
 ** the actor is stopped too. */
-void smarm_stop(void);
+SMARM_API void smarm_stop(void);
 
 /* ---- Actors ------------------------------------------------------------------------------- */
+
+typedef uint64_t smarm_ref_t; /* a unique reference (smarm_make_ref); 0 is never one */
 
 typedef struct smarm_spawn_opts {
   size_t stack_size; /* 0 = the runtime's default */
   void *data;        /* the actor's smarm_actor_data() from the start: an actor stopped before it
                         ever ran still reaches on_actor_stopped with it */
+  int link;          /* nonzero: link the caller and the new actor before either can run on */
+  smarm_ref_t *monitor; /* non-NULL: the caller monitors the new actor from the start; the
+                        monitor's ref is stored here */
+  const char *name;  /* non-NULL: registered for the new actor before it can run (a taken name
+                        fails the spawn with -EEXIST) */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
 ** or parks. opts may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
 ** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL (NULL fn, stack
 ** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). */
-int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                smarm_pid_t *pid_out);
+SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                          smarm_pid_t *pid_out);
 
 /* Like smarm_spawn, on scheduler `sched` (0-based) or SMARM_SCHED_ANY (the scheduler with the
 ** fewest live actors; ties go round robin). A spawn on another scheduler parks the caller until
 ** that scheduler has created the actor, so that *pid_out is known on return. `arg` crosses
 ** threads as a plain pointer: what it points to must stay valid until the new actor is done
 ** with it. */
-int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                   smarm_pid_t *pid_out);
+SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
+                             const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
 /* Pid of the calling actor, 0 outside an actor. */
-smarm_pid_t smarm_self(void);
+SMARM_API smarm_pid_t smarm_self(void);
 
-/* Ends the calling actor at once: its C frames are discarded (not unwound), its mailbox is freed.
+/* Ends the calling actor at once with reason SMARM_EXIT_NORMAL: its C frames are discarded (not
+** unwound), its mailbox is freed, and its links and monitors are told (see "Faults" below).
 ** Outside an actor it returns without effect. */
-void smarm_exit(void);
+SMARM_API void smarm_exit(void);
+
+/* Cleanups: work to do if the calling actor ends while it is inside some call (it is killed, it
+** calls smarm_exit, or the runtime stops it where it is parked), since its C frames are then
+** discarded, not unwound. smarm_cleanup_push registers c (c->fn and c->arg set by the caller; c
+** stays the caller's and valid until popped: a variable of the calling frame is fine);
+** smarm_cleanup_pop(c) unregisters it without running it, and must name the last one pushed.
+** When the actor ends, its cleanups run newest first: on its own stack for a kill or an exit,
+** on its scheduler's thread for a stop at shutdown (then fn must not call actor functions).
+** Outside an actor both do nothing. The IO layer's sm_io_call uses them. */
+typedef struct smarm_cleanup {
+  void (*fn)(void *arg);
+  void *arg;
+  struct smarm_cleanup *next; /* the runtime's */
+} smarm_cleanup_t;
+SMARM_API void smarm_cleanup_push(smarm_cleanup_t *c);
+SMARM_API void smarm_cleanup_pop(smarm_cleanup_t *c);
 
 /* Lets the scheduler decide again: inbox, timers, then every other runnable actor goes first.
 ** Returns at once when nothing else is runnable. */
-void smarm_yield(void);
+SMARM_API void smarm_yield(void);
 
 /* Parks the calling actor for at least ns nanoseconds (<= 0: yield). Returns 0, -EPERM, or
 ** -ENOMEM (no memory for the timer). */
-int smarm_sleep(int64_t ns);
+SMARM_API int smarm_sleep(int64_t ns);
 
 /* Waiting for work another thread does (the IO thread): the actor takes a token, hands its pid and
 ** the token to that thread with the work, and parks in smarm_await(); the thread calls
@@ -143,41 +177,41 @@ int smarm_sleep(int64_t ns);
 ** and a wake for an older token (an await that timed out) or a dead actor is ignored. Whatever the
 ** two sides share (the work's result) must be written before smarm_wake() and is visible to the
 ** actor after smarm_await() returns 0 (the wake travels through the owner's inbox). */
-uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
+SMARM_API uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
 
 /* Parks until smarm_wake(self, token) or timeout_ns (SMARM_FOREVER: no limit). Returns 0 when
 ** woken, -ETIMEDOUT, -EINVAL (not the caller's current token), -EPERM or -ENOMEM (timer). */
-int smarm_await(uint64_t token, int64_t timeout_ns);
+SMARM_API int smarm_await(uint64_t token, int64_t timeout_ns);
 
 /* From any thread while the runtime runs: wakes `pid` if it awaits `token`. Returns 0 (also when
 ** the actor is gone: nothing to do), -ENOMEM, -EINVAL (a pid that cannot exist) or -ESRCH (no
 ** runtime is running). */
-int smarm_wake(smarm_pid_t pid, uint64_t token);
+SMARM_API int smarm_wake(smarm_pid_t pid, uint64_t token);
 
 /* smarm_wake for n (pid, token) pairs at once: one push (one compare-and-swap, at most one
 ** wake-up) per scheduler concerned. Returns 0 or the first error (the others are still woken). */
-int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
+SMARM_API int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n);
 
 /* Whether pid names a live actor: 1 yes, 0 no (it ended, or never existed in this runtime). For
 ** an actor of another scheduler the caller parks while that scheduler answers (one round trip).
 ** -EPERM outside an actor, -ENOMEM. The answer may be stale as soon as it is given. */
-int smarm_alive(smarm_pid_t pid);
+SMARM_API int smarm_alive(smarm_pid_t pid);
 
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
-void *smarm_actor_data(void);
-void smarm_actor_set_data(void *data);
+SMARM_API void *smarm_actor_data(void);
+SMARM_API void smarm_actor_set_data(void *data);
 
 /* Scheduler of the caller (0-based; -1 outside the runtime) and how many there are (0 when no
 ** runtime is running). */
-int smarm_sched_index(void);
-unsigned smarm_sched_count(void);
+SMARM_API int smarm_sched_index(void);
+SMARM_API unsigned smarm_sched_count(void);
 
 /* One user pointer per scheduler, set by on_sched_start (the Lua layer keeps its VM here). */
-void *smarm_sched_data(void);
-void smarm_sched_set_data(void *data);
+SMARM_API void *smarm_sched_data(void);
+SMARM_API void smarm_sched_set_data(void *data);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-int64_t smarm_now_ns(void);
+SMARM_API int64_t smarm_now_ns(void);
 
 /* ---- Messages ----------------------------------------------------------------------------- */
 
@@ -187,7 +221,7 @@ int64_t smarm_now_ns(void);
 ** which must smarm_msg_free() it. */
 typedef struct smarm_msg smarm_msg_t;
 
-smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
+SMARM_API smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
 
 /* A message may own resources that must be released if nobody takes them (the Lua layer's
 ** sockets travel this way). An owning message passes through the drop hook whenever it is freed:
@@ -196,12 +230,12 @@ smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4
 ** the message not owning before freeing it. The hook is one per process, set before use; it may
 ** run on any scheduler thread and must not park. */
 typedef void (*smarm_msg_hook)(smarm_msg_t *msg);
-void smarm_msg_set_drop_hook(smarm_msg_hook hook);
-void smarm_msg_set_owning(smarm_msg_t *msg, int owning);
-void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
-void *smarm_msg_data(smarm_msg_t *msg);
-size_t smarm_msg_size(const smarm_msg_t *msg);
-smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
+SMARM_API void smarm_msg_set_drop_hook(smarm_msg_hook hook);
+SMARM_API void smarm_msg_set_owning(smarm_msg_t *msg, int owning);
+SMARM_API void smarm_msg_free(smarm_msg_t *msg);   /* NULL is allowed */
+SMARM_API void *smarm_msg_data(smarm_msg_t *msg);
+SMARM_API size_t smarm_msg_size(const smarm_msg_t *msg);
+SMARM_API smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 
 /* Queues msg for `to`. Messages from one sender to one receiver arrive in the order sent.
 ** Returns 0 and takes ownership of msg: it is delivered, or dropped and freed if the receiver
@@ -209,22 +243,172 @@ smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_send */
 ** Returns -ESRCH when the receiver is on the caller's scheduler and dead, or on a scheduler this
 ** runtime does not have (a pid of an earlier runtime), -EINVAL for pid 0 or a NULL msg, -EPERM
 ** outside an actor; on failure the caller keeps msg. */
-int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
+SMARM_API int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
 /* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,
 ** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
 ** -ENOMEM (no memory for the timer). */
-int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
+SMARM_API int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
 
 /* Selective receive: takes the oldest message for which match(msg, ud) returns nonzero; the
 ** others stay queued in their order. Each call scans the mailbox from its oldest message, then
 ** only messages that arrive while it waits. match runs on the caller's stack and must not park
 ** or receive. Returns like smarm_receive. */
 typedef int (*smarm_match_fn)(const smarm_msg_t *msg, void *ud);
-int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out);
+SMARM_API int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns,
+                                  smarm_msg_t **out);
 
 /* Number of messages queued in the caller's mailbox (those already delivered to it). */
-size_t smarm_mailbox_size(void);
+SMARM_API size_t smarm_mailbox_size(void);
+
+/* ---- Faults: exit reasons, links, monitors, exit signals ------------------------------------
+**
+** Erlang's contract (docs/design.md, "Faults"). Every actor ends with a reason: a code, and for
+** SMARM_EXIT_VALUE some bytes whose meaning belongs to the layer that made them (the Lua binding
+** stores a value encoded as a message). When an actor ends, every linked actor gets an exit
+** signal with its reason and every monitor a DOWN notice. An exit signal kills an actor that
+** does not trap exits unless its reason is SMARM_EXIT_NORMAL; a trapping actor receives it as
+** an EXIT notice instead, except SMARM_EXIT_KILL sent by smarm_exit_signal(), which always kills
+** (the victim's reason is then SMARM_EXIT_KILLED). Signals between one pair of actors (messages,
+** exit signals, notices) arrive in the order sent. A kill takes effect when the victim next
+** parks, yields or is resumed: at once for an actor that is parked or runnable; an actor
+** running on another scheduler dies at its next yield or parking call. Its C frames are
+** discarded like smarm_exit's, and on_actor_stopped (smarm_config_t) runs for its data. */
+
+enum smarm_exit_code {
+  SMARM_EXIT_NORMAL = 0, /* the actor's function returned, or smarm_exit() */
+  SMARM_EXIT_KILL,       /* as a signal only: untrappable (smarm_exit_signal) */
+  SMARM_EXIT_KILLED,     /* the reason of an actor that an untrappable kill ended */
+  SMARM_EXIT_NOPROC,     /* the pid named no live actor (link, monitor) */
+  SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
+};
+
+/* Ends the calling actor like smarm_exit() with reason `code` (any of the above but
+** SMARM_EXIT_KILL; with SMARM_EXIT_VALUE, `size` bytes at `data`, copied). Outside an actor, or
+** with a bad code, it returns without effect. */
+SMARM_API void smarm_exit_reason(int code, const void *data, size_t size);
+
+/* Sets the reason the calling actor ends with when its function returns or it calls
+** smarm_exit() (copied; a kill still ends it with its own reason). Returns 0, -EINVAL (bad code),
+** -ENOMEM, -EPERM outside an actor. */
+SMARM_API int smarm_set_exit_reason(int code, const void *data, size_t size);
+
+/* Whether anything would hear of the calling actor's end: a link, or a monitor on it. 1 or 0
+** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
+SMARM_API int smarm_is_watched(void);
+
+/* Sends an exit signal with that reason to `to`, as if from a linked actor that died, except
+** that SMARM_EXIT_KILL is untrappable and that no link is needed. A signal to oneself takes
+** effect before the call returns. Returns 0 (also when `to` is dead: nothing happens), -EINVAL
+** (pid 0, bad code), -ENOMEM, -EPERM outside an actor. */
+SMARM_API int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size);
+
+/* Links the caller and `pid` (both ways; linking twice is one link). A dead pid sends the caller
+** an exit signal with reason SMARM_EXIT_NOPROC at once. Returns 0, -EINVAL (pid 0 or self),
+** -ENOMEM, -EPERM. */
+SMARM_API int smarm_link(smarm_pid_t pid);
+
+/* Removes the link both ways; an exit signal of that link not yet received is dropped. 0 also
+** when there was no link. */
+SMARM_API int smarm_unlink(smarm_pid_t pid);
+
+/* Whether exit signals become EXIT notices in the mailbox (nonzero) or kill (0, the default).
+** Returns the previous setting, or -EPERM outside an actor. */
+SMARM_API int smarm_trap_exit(int on);
+
+/* A reference unique for the life of the process (any thread). */
+SMARM_API smarm_ref_t smarm_make_ref(void);
+
+/* Starts watching `pid`: when it ends (or at once, with SMARM_EXIT_NOPROC, if it is not alive),
+** the caller receives a DOWN notice carrying *ref_out. Each call is a separate monitor.
+** Returns 0, -EINVAL, -ENOMEM, -EPERM. */
+SMARM_API int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out);
+
+/* smarm_monitor with a ref the caller made (smarm_make_ref) and uses for no other monitor, so
+** that it can be put in a request before the monitor exists (smarm.call). -EINVAL for ref 0 or
+** one of the caller's monitors. */
+SMARM_API int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref);
+
+/* Stops the monitor `ref` of the caller; a DOWN of it that has not yet been received is
+** dropped; with `flush`, one already in the mailbox is removed too. Returns 1 if the monitor was
+** active, 0 if not (unknown, or its DOWN already arrived), -EPERM. */
+SMARM_API int smarm_demonitor(smarm_ref_t ref, int flush);
+
+/* Notices are messages of their own kinds, received like any other (smarm_receive); their
+** payload is a smarm_notice_t followed by the reason's bytes (SMARM_EXIT_VALUE). */
+enum smarm_msg_kind {
+  SMARM_MSG_USER = 0,
+  SMARM_MSG_EXIT, /* an exit signal turned into a message (smarm_trap_exit): pid sent it */
+  SMARM_MSG_DOWN, /* a monitored actor ended (pid), or was not alive: ref is the monitor's */
+  SMARM_MSG_REPLY, /* smarm_send_reply; its payload is the reply's bytes, then the alias */
+};
+
+typedef struct smarm_notice {
+  smarm_pid_t pid;
+  smarm_ref_t ref;   /* DOWN: the monitor; EXIT: 0 */
+  int32_t reason;    /* enum smarm_exit_code */
+  uint32_t size;     /* bytes of a SMARM_EXIT_VALUE reason, right after this header */
+} smarm_notice_t;
+
+/* SMARM_MSG_USER, _EXIT, _DOWN or _REPLY. */
+SMARM_API int smarm_msg_kind(const smarm_msg_t *msg);
+
+/* ---- Requests and replies: aliases and receive marks (Erlang's gen call) ------------------
+**
+** A caller monitors the server (the monitor's ref is also the alias replies are sent through),
+** marks its mailbox, sends the request with its pid and the ref, and waits for a message after
+** the mark: the reply or the DOWN. The server answers with smarm_send_reply(). A reply that
+** arrives once the caller no longer holds the monitor (it gave up, or the call ended) is
+** dropped on arrival and never reaches the mailbox, and the wait never looks at the messages
+** queued before the mark, however many. */
+
+/* Like smarm_send, for a message whose payload ends with a smarm_ref_t alias (its last 8 bytes,
+** so that a payload's own format keeps its start): delivered as a SMARM_MSG_REPLY only while
+** `to` holds the monitor of that ref, else dropped. -EINVAL for a payload smaller than a ref;
+** otherwise returns like smarm_send. */
+SMARM_API int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg);
+
+/* A place in the caller's mailbox: every message that arrives later is after it. It stays
+** valid until a message before it is taken by anything but smarm_receive_after from it. */
+typedef struct smarm_mark {
+  void *at;
+} smarm_mark_t;
+SMARM_API smarm_mark_t smarm_mailbox_mark(void); /* {NULL} outside an actor */
+
+/* smarm_receive_match over the messages after `mark` only. Returns like it; -EINVAL for a NULL
+** mark or out. */
+SMARM_API int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud,
+                                  int64_t timeout_ns, smarm_msg_t **out);
+
+/* ---- Registered names ------------------------------------------------------------------------
+**
+** A name (a string of 1 to SMARM_NAME_MAX bytes) names at most one actor and an actor holds at
+** most one name; every scheduler sees the same names. A name is released when its actor ends,
+** before the actor's links and monitors are told. Lookups (whereis, send by name) are answered
+** by the caller's scheduler from a cache that a change of any name invalidates, so they take no
+** lock shared by all schedulers (docs/design.md, "Names"). */
+#define SMARM_NAME_MAX 255
+
+/* Gives `pid` the name. Returns 0, -EEXIST (the name is taken), -EBUSY (pid has a name),
+** -ESRCH (pid is not alive), -EINVAL (bad name, pid 0), -ENOMEM, -EPERM outside an actor. For
+** an actor of another scheduler the caller parks while that scheduler answers. */
+SMARM_API int smarm_register(const char *name, smarm_pid_t pid);
+
+/* Removes the name. Returns 0, -ENOENT (nobody holds it), -EINVAL, -EPERM. */
+SMARM_API int smarm_unregister(const char *name);
+
+/* The pid holding the name, or 0 (also outside an actor). */
+SMARM_API smarm_pid_t smarm_whereis(const char *name);
+
+/* The name the calling actor holds, or NULL; valid until its name changes. */
+SMARM_API const char *smarm_own_name(void);
+
+/* smarm_send to the name's holder; -ENOENT (the caller keeps msg) when nobody holds it. */
+SMARM_API int smarm_send_named(const char *name, smarm_msg_t *msg);
+
+/* Calls fn(name, pid, ud) for each name registered when it is called (a snapshot: fn may itself
+** register or send). Returns how many, -ENOMEM or -EPERM. */
+SMARM_API int smarm_registered(void (*fn)(const char *name, smarm_pid_t pid, void *ud), void *ud);
 
 /* ---- Statistics --------------------------------------------------------------------------- */
 
@@ -242,7 +426,7 @@ typedef struct smarm_stats {
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without
 ** stopping anyone, so a sum is a snapshot of moving values. Any thread may call it. Returns 0,
 ** -EINVAL (NULL out, sched < -1 or too large), or -EPERM when no runtime is running. */
-int smarm_stats_read(int sched, smarm_stats_t *out);
+SMARM_API int smarm_stats_read(int sched, smarm_stats_t *out);
 
 #ifdef __cplusplus
 }

@@ -102,7 +102,7 @@ int main(void)
       floor_ns = t1 - t0;
   }
   static histogram_t ps;
-  hist_reset(&ps);
+  sm_hist_reset(&ps);
   char buf[MSG];
   memset(buf, 'e', sizeof buf);
   long samples = rounds / batch > 0 ? rounds / batch : 1;
@@ -118,7 +118,7 @@ int main(void)
         exact(fd, buf, MSG, 0);
       }
       int64_t ns = now_ns() - t0 - floor_ns;
-      hist_record(&ps, (uint64_t)(ns > 0 ? ns : 0) * 1000 / (uint64_t)batch);
+      sm_hist_record(&ps, (uint64_t)(ns > 0 ? ns : 0) * 1000 / (uint64_t)batch);
     }
   }
   close(fd);
@@ -126,9 +126,9 @@ int main(void)
   close(listener);
   printf("scenario=echo variant=c_threads schedulers=2 p50_ns=%.3f p90_ns=%.3f p99_ns=%.3f "
          "p999_ns=%.3f max_ns=%.3f per_op_ns=%.3f ops=%ld floor_ns=%ld\n",
-         hist_quantile(&ps, 0.5) / 1000.0, hist_quantile(&ps, 0.9) / 1000.0,
-         hist_quantile(&ps, 0.99) / 1000.0, hist_quantile(&ps, 0.999) / 1000.0,
-         hist_quantile(&ps, 1.0) / 1000.0, hist_mean(&ps) / 1000.0, samples * batch * runs,
+         sm_hist_quantile(&ps, 0.5) / 1000.0, sm_hist_quantile(&ps, 0.9) / 1000.0,
+         sm_hist_quantile(&ps, 0.99) / 1000.0, sm_hist_quantile(&ps, 0.999) / 1000.0,
+         sm_hist_quantile(&ps, 1.0) / 1000.0, sm_hist_mean(&ps) / 1000.0, samples * batch * runs,
          (long)floor_ns);
   return 0;
 }

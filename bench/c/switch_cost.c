@@ -56,8 +56,8 @@ typedef struct result {
 
 static void result_reset(result_t *r)
 {
-  hist_reset(&r->ps);
-  hist_reset(&r->ccyc);
+  sm_hist_reset(&r->ps);
+  sm_hist_reset(&r->ccyc);
   r->total_ns = 0;
   r->total_cyc = 0;
   r->floor_ns = r->floor_cyc = 0;
@@ -69,18 +69,18 @@ static void result_reset(result_t *r)
 static void measure_floor(result_t *r)
 {
   static histogram_t ns, cyc;
-  hist_reset(&ns);
-  hist_reset(&cyc);
+  sm_hist_reset(&ns);
+  sm_hist_reset(&cyc);
   for (int i = 0; i < 20000; i++) {
     int64_t t0 = wall_ns();
     uint64_t c0 = cycles_begin();
     uint64_t c1 = cycles_end();
     int64_t t1 = wall_ns();
-    hist_record(&ns, (uint64_t)(t1 - t0));
-    hist_record(&cyc, c1 - c0);
+    sm_hist_record(&ns, (uint64_t)(t1 - t0));
+    sm_hist_record(&cyc, c1 - c0);
   }
-  r->floor_ns = (double)hist_quantile(&ns, 0.5);
-  r->floor_cyc = (double)hist_quantile(&cyc, 0.5);
+  r->floor_ns = (double)sm_hist_quantile(&ns, 0.5);
+  r->floor_cyc = (double)sm_hist_quantile(&cyc, 0.5);
   /* The two lenses' exchange rate: long enough that the brackets' own cost does not matter. */
   int64_t t0 = wall_ns();
   uint64_t c0 = cycles_begin();
@@ -120,8 +120,8 @@ static inline __attribute__((always_inline)) void measure(op_fn op, void *ctx, i
       int64_t t1 = wall_ns();
       double ns = (double)(t1 - t0) - r->floor_ns;
       double cyc = (double)(c1 - c0) - r->floor_cyc;
-      hist_record(&r->ps, ns > 0 ? (uint64_t)(ns * 1000.0 / per_sample_ops) : 0);
-      hist_record(&r->ccyc, cyc > 0 ? (uint64_t)(cyc * 100.0 / per_sample_ops) : 0);
+      sm_hist_record(&r->ps, ns > 0 ? (uint64_t)(ns * 1000.0 / per_sample_ops) : 0);
+      sm_hist_record(&r->ccyc, cyc > 0 ? (uint64_t)(cyc * 100.0 / per_sample_ops) : 0);
       r->total_ns += t1 - t0;
       r->total_cyc += c1 - c0;
       r->ops += (long)per_sample_ops;
@@ -136,9 +136,9 @@ static void print_result(const char *mode, unsigned schedulers, const result_t *
          "p50_ns=%.1f p90_ns=%.1f p99_ns=%.1f max_ns=%.1f p50_cyc=%.1f ghz=%.3f floor_ns=%.1f "
          "ops=%ld%s%s\n",
          mode, schedulers, knobs.rounds, knobs.runs, knobs.batch,
-         hist_quantile(&r->ps, 0.5) / 1000.0, hist_quantile(&r->ps, 0.9) / 1000.0,
-         hist_quantile(&r->ps, 0.99) / 1000.0, hist_quantile(&r->ps, 1.0) / 1000.0,
-         hist_quantile(&r->ccyc, 0.5) / 100.0,
+         sm_hist_quantile(&r->ps, 0.5) / 1000.0, sm_hist_quantile(&r->ps, 0.9) / 1000.0,
+         sm_hist_quantile(&r->ps, 0.99) / 1000.0, sm_hist_quantile(&r->ps, 1.0) / 1000.0,
+         sm_hist_quantile(&r->ccyc, 0.5) / 100.0,
          r->ghz, r->floor_ns, r->ops,
          extra ? " " : "", extra ? extra : "");
   fflush(stdout);
@@ -350,8 +350,8 @@ static void run_parallel(unsigned n)
     return;
   result_reset(&result);
   for (unsigned k = 0; k < n; k++) {
-    hist_merge(&result.ps, &par.results[k].ps);
-    hist_merge(&result.ccyc, &par.results[k].ccyc);
+    sm_hist_merge(&result.ps, &par.results[k].ps);
+    sm_hist_merge(&result.ccyc, &par.results[k].ccyc);
     result.total_ns += par.results[k].total_ns;
     result.total_cyc += par.results[k].total_cyc;
     result.floor_ns += par.results[k].floor_ns / n;

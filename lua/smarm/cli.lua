@@ -7,8 +7,10 @@ local cli = {}
 -- like the lua interpreter does); returns its results.
 function cli.run(smarm, chunk, schedulers)
   local args = _G.arg or { n = 0 }
-  return smarm.run(function() return chunk(unpack(args, 1, args.n or #args)) end,
+  local ok, err = pcall(smarm.run, function() return chunk(unpack(args, 1, args.n or #args)) end,
     { schedulers = schedulers })
+  -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
+  if not ok then error(smarm.last_traceback() or tostring(err), 0) end
 end
 
 local function show(ok, ...)

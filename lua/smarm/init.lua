@@ -61,4 +61,43 @@ end
 
 _G.require = guarded_require -- luacheck: ignore (the point is to replace the global)
 
+-- Faults (docs/api.md): the Erlang-shaped sugar over the C functions of lfaults.c.
+local exit_self, exit_signal = core.exit, core._exit_signal
+
+-- exit([reason]) ends this actor; exit(pid or name, reason) sends an exit signal.
+function core.exit(...)
+  if select("#", ...) >= 2 then return exit_signal(...) end
+  return exit_self(...)
+end
+
+-- run(fn [, opts]): opts.on_crash = f replaces the printing of crash reports with f(report)
+-- (report = { pid =, name =, reason = }), called in an actor of scheduler 1 in the caller's VM,
+-- one report at a time. An error in f is printed, and f goes on with the next report.
+local run = core.run
+function core.run(fn, opts)
+  local on_crash = type(opts) == "table" and opts.on_crash
+  if not on_crash then return run(fn, opts) end
+  if type(on_crash) ~= "function" then
+    error("bad argument #2 to 'run' (opts.on_crash must be a function)", 2)
+  end
+  return run(function(...)
+    core._set_crash_reporter(core.spawn(function()
+      while true do
+        local ok, err = pcall(on_crash, core.receive())
+        if not ok then io.stderr:write("smarm: on_crash: ", tostring(err), "\n") end
+      end
+    end))
+    return fn(...)
+  end, opts)
+end
+
+-- demonitor(ref [, "flush"]) -> whether the monitor was active; "flush" also drops its DOWN
+-- if it already arrived (from the core's mailbox and from the messages a receive set aside).
+local demonitor = core._demonitor
+function core.demonitor(ref, opt)
+  local was, flush = demonitor(ref, opt)
+  if flush then core._flush_down(ref) end
+  return was
+end
+
 return core

@@ -70,7 +70,7 @@ void test_skip(const char *why);
 
 /* Runs fn as the main actor of a runtime with `schedulers` threads and checks smarm_run's result;
 ** RUN_HOOKED also sets the schedulers' start and stop hooks (tests of the IO thread pass
-** io_sched_thread_enter/leave, as the Lua binding does). */
+** sm_io_sched_thread_enter/leave, as the Lua binding does). */
 #define RUN_HOOKED(nsched_, fn_, arg_, start_, stop_)                                         \
   do {                                                                                         \
     smarm_config_t run_cfg_;                                                                   \
@@ -83,7 +83,7 @@ void test_skip(const char *why);
 #define RUN(nsched_, fn_, arg_) RUN_HOOKED(nsched_, fn_, arg_, NULL, NULL)
 /* For tests of the IO thread (they include io/io.h). */
 #define RUN_IO(nsched_, fn_, arg_)                                                            \
-  RUN_HOOKED(nsched_, fn_, arg_, io_sched_thread_enter, io_sched_thread_leave)
+  RUN_HOOKED(nsched_, fn_, arg_, sm_io_sched_thread_enter, sm_io_sched_thread_leave)
 
 /* A receive or wait timeout that only guards against a hang: long enough for a machine 10x
 ** slower than a developer's (sanitizers, valgrind, qemu, busy neighbours) never to reach it. */

@@ -1,5 +1,5 @@
 /* The raw context switch (src/arch/<arch>/switch.S, context.c), below the scheduler: callee-saved
-** registers, stack alignment, the first frame ctx_make builds, many switches back and forth. */
+** registers, stack alignment, the first frame sm_ctx_make builds, many switches back and forth. */
 #include "test.h"
 
 #include "arch/context.h"
@@ -39,7 +39,7 @@ static uint64_t mix64(uint64_t x)
 **
 ** test_switch_probe(p, from, to), written in assembly below, saves its caller's callee-saved
 ** state, loads p->in[] into every callee-saved register of the ABI (including the frame pointer
-** and, on x86-64, MXCSR and the x87 control word), calls smarm_ctx_switch(from, to) and, when
+** and, on x86-64, MXCSR and the x87 control word), calls sm_ctx_switch(from, to) and, when
 ** switched back to, stores those registers into p->out[] before restoring the caller's state.
 ** Nothing compiled from C runs between the loads, the switch and the stores. Both sides of a
 ** switch use it, with different values, so any register the switch loses or leaks shows up.
@@ -62,7 +62,7 @@ static const char *const reg_names[NREGS] = {"x19", "x20", "x21", "x22", "x23", 
 typedef struct probe {
   uint64_t in[NREGS];
   uint64_t out[NREGS];
-  uint64_t sp_before; /* sp just before the call to smarm_ctx_switch */
+  uint64_t sp_before; /* sp just before the call to sm_ctx_switch */
   uint64_t sp_after;  /* sp just after it returned */
 } probe_t;
 
@@ -114,7 +114,7 @@ __asm__(".text\n"
         "  movq 32(%rax), %r14\n"
         "  movq 40(%rax), %r15\n"
         "  movq %rsp, " STR(OFF_SP_BEFORE) "(%rax)\n"
-        "  call smarm_ctx_switch@PLT\n"
+        "  call sm_ctx_switch@PLT\n"
         "  movq 8(%rsp), %rax\n"
         "  movq %rsp, " STR(OFF_SP_AFTER) "(%rax)\n"
         "  movq %rbx, " STR(OFF_OUT) "+0(%rax)\n"
@@ -173,7 +173,7 @@ __asm__(".text\n"
         "  str x9, [x0, #" STR(OFF_SP_BEFORE) "]\n"
         "  mov x0, x1\n"
         "  mov x1, x2\n"
-        "  bl smarm_ctx_switch\n"
+        "  bl sm_ctx_switch\n"
         "  ldr x0, [sp, #160]\n"
         "  mov x9, sp\n"
         "  str x9, [x0, #" STR(OFF_SP_AFTER) "]\n"
@@ -271,7 +271,7 @@ TEST(switch_preserves_callee_saved_registers)
   test_stack_t st = stack_new();
   probe_env_t e;
   memset(&e, 0, sizeof e);
-  ctx_make(&e.fiber, st.top, probe_fiber, &e);
+  sm_ctx_make(&e.fiber, st.top, probe_fiber, &e);
   int mismatches = 0, misaligned = 0, moved = 0;
   for (uint64_t round = 0; round < PROBE_ROUNDS; round++) {
     probe_t p;
@@ -319,7 +319,7 @@ static void entry_fn(void *arg)
   e->mxcsr = mxcsr;
   e->fcw = fcw;
 #endif
-  smarm_ctx_switch(&e->fiber, &e->main);
+  sm_ctx_switch(&e->fiber, &e->main);
   abort(); /* never resumed */
 }
 
@@ -331,7 +331,7 @@ TEST(new_context_entry_is_aligned_and_clean)
     void *top = (char *)st.top - 16 * shift - 4096 * (shift & 1);
     entry_env_t e;
     memset(&e, 0, sizeof e);
-    ctx_make(&e.fiber, top, entry_fn, &e);
+    sm_ctx_make(&e.fiber, top, entry_fn, &e);
     CHECK_EQ((uintptr_t)e.fiber.sp & 15, 0);
 #if defined(__x86_64__)
     /* A new context starts with the default FP control state, whatever the creator has. */
@@ -340,7 +340,7 @@ TEST(new_context_entry_is_aligned_and_clean)
     __asm__ volatile("stmxcsr %0\n\tfnstcw %1\n\tldmxcsr %2\n\tfldcw %3"
                      : "=m"(saved_mxcsr), "=m"(saved_cw)
                      : "m"(mine), "m"(mine_cw));
-    smarm_ctx_switch(&e.main, &e.fiber);
+    sm_ctx_switch(&e.main, &e.fiber);
     uint32_t after_mxcsr;
     uint16_t after_cw;
     __asm__ volatile("stmxcsr %0\n\tfnstcw %1\n\tldmxcsr %2\n\tfldcw %3"
@@ -351,7 +351,7 @@ TEST(new_context_entry_is_aligned_and_clean)
     CHECK_EQ(after_mxcsr & ~MXCSR_FLAGS, 0x7F80); /* and ours came back */
     CHECK_EQ(after_cw, 0x0F7F);
 #else
-    smarm_ctx_switch(&e.main, &e.fiber);
+    sm_ctx_switch(&e.main, &e.fiber);
 #endif
     CHECK(e.arg_seen == &e);
     CHECK_EQ(e.frame & 15, 0);
@@ -367,7 +367,7 @@ TEST(initial_frame_fits_in_its_bound)
   unsigned char *top = st.top;
   memset(st.base, 0xA5, STACK_BYTES);
   ctx_t c;
-  ctx_make(&c, top, entry_fn, NULL);
+  sm_ctx_make(&c, top, entry_fn, NULL);
   CHECK((unsigned char *)c.sp >= top - CTX_INITIAL_FRAME_BYTES && (unsigned char *)c.sp < top);
   int outside = 0;
   for (unsigned char *b = st.base; b < top - CTX_INITIAL_FRAME_BYTES; b++)
@@ -415,7 +415,7 @@ static void ring_fn(void *arg)
     if (e->trace_len++ % RING != id)
       e->trace_bad++;
     ctx_t *next = id + 1 < RING ? &e->ctx[id + 1] : &e->main;
-    smarm_ctx_switch(&e->ctx[id], next);
+    sm_ctx_switch(&e->ctx[id], next);
     if (!e->parked_sp[id])
       e->parked_sp[id] = e->ctx[id].sp;
     else if (e->parked_sp[id] != e->ctx[id].sp)
@@ -432,12 +432,12 @@ TEST(switch_back_and_forth_1000_times)
   for (int i = 0; i < RING; i++) {
     st[i] = stack_new();
     args[i] = (ring_arg_t){&e, i};
-    ctx_make(&e.ctx[i], st[i].top, ring_fn, &args[i]);
+    sm_ctx_make(&e.ctx[i], st[i].top, ring_fn, &args[i]);
     e.id_seen[i] = -1;
   }
   volatile long laps_here = 0;
   for (long lap = 0; lap < LAPS; lap++) {
-    smarm_ctx_switch(&e.main, &e.ctx[0]);
+    sm_ctx_switch(&e.main, &e.ctx[0]);
     laps_here++;
     for (int i = 0; i < RING; i++)
       if (e.visits[i] != lap + 1)

@@ -20,13 +20,13 @@ typedef struct ctx {
 
 /* Saves the caller's state on its stack, stores the stack pointer in *from, switches to the
 ** stack saved in *to and returns there. *from may equal a context that will never be resumed. */
-void smarm_ctx_switch(ctx_t *from, ctx_t *to);
+void sm_ctx_switch(ctx_t *from, ctx_t *to);
 
 /* Prepares *ctx so that switching to it runs fn(arg) on the stack that ends at stack_top
 ** (exclusive; 16-byte aligned). Writes a few dozen bytes just below stack_top. */
-void ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg);
+void sm_ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg);
 
-/* Bytes that ctx_make writes below stack_top. */
+/* Bytes that sm_ctx_make writes below stack_top. */
 #define CTX_INITIAL_FRAME_BYTES 192
 
 #endif

@@ -4,9 +4,9 @@
 ** smarm_sched_count. Nothing else in the core is called from outside the scheduler threads.
 **
 ** Such a caller must never touch a runtime that smarm_run() has freed. It reaches the runtime
-** through runtime_enter()/runtime_leave(), which count it in runtime_users; smarm_run() clears
-** runtime_current, waits for the count to reach zero, and only then drains the inboxes and frees
-** the runtime. Between enter and leave a caller only pushes onto inboxes (which take any
+** through sm_runtime_enter()/sm_runtime_leave(), which count it in runtime_users; smarm_run()
+** clears runtime_current, waits for the count to reach zero, and only then drains the inboxes and
+** frees the runtime. Between enter and leave a caller only pushes onto inboxes (which take any
 ** thread's pushes, inbox.h) and reads relaxed statistics.
 */
 #include "runtime.h"
@@ -16,16 +16,16 @@
 #include <stdatomic.h>
 #include <string.h>
 
-/* Set while a runtime runs (runtime_publish); read by the entry points above from any thread.
+/* Set while a runtime runs (sm_runtime_publish); read by the entry points above from any thread.
 ** Such a reader may still be using the runtime when smarm_run() wants to free it, so readers
-** announce themselves in runtime_users around the use (runtime_enter/leave), and smarm_run()
+** announce themselves in runtime_users around the use (sm_runtime_enter/leave), and smarm_run()
 ** frees only after clearing runtime_current and seeing runtime_users at zero.
 ** Both sides store before they load, all seq_cst (the Dekker pattern of inbox.h): either the
 ** reader sees NULL, or smarm_run() sees the reader's count and waits for it. */
 static _Atomic(runtime_t *) runtime_current;
 static _Atomic int runtime_users;
 
-runtime_t *runtime_enter(void)
+runtime_t *sm_runtime_enter(void)
 {
   atomic_fetch_add_explicit(&runtime_users, 1, memory_order_seq_cst);
   runtime_t *rt = atomic_load_explicit(&runtime_current, memory_order_seq_cst);
@@ -34,38 +34,38 @@ runtime_t *runtime_enter(void)
   return rt;
 }
 
-void runtime_leave(void) { atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release); }
+void sm_runtime_leave(void) { atomic_fetch_sub_explicit(&runtime_users, 1, memory_order_release); }
 
-void runtime_publish(runtime_t *rt)
+void sm_runtime_publish(runtime_t *rt)
 {
   atomic_store_explicit(&runtime_current, rt, memory_order_seq_cst);
 }
 
-void runtime_unpublish(void)
+void sm_runtime_unpublish(void)
 {
   atomic_exchange_explicit(&runtime_current, NULL, memory_order_seq_cst); /* an RMW: inbox.h */
   while (atomic_load_explicit(&runtime_users, memory_order_seq_cst) != 0)
     sched_yield();
 }
 
-void runtime_request_stop(runtime_t *rt)
+void sm_runtime_request_stop(runtime_t *rt)
 {
   if (atomic_exchange_explicit(&rt->stop_requested, 1, memory_order_acq_rel))
     return;
   for (unsigned k = 0; k < rt->nsched; k++) {
-    smarm_msg_t *m = msg_new(MSG_STOP, 0);
+    smarm_msg_t *m = sm_msg_new(MSG_STOP, 0);
     SMARM_CHECK(m != NULL, "out of memory stopping the runtime");
-    inbox_push(&rt->scheds[k].inbox, m);
+    sm_inbox_push(&rt->scheds[k].inbox, m);
   }
 }
 
 void smarm_stop(void)
 {
-  runtime_t *rt = runtime_enter();
+  runtime_t *rt = sm_runtime_enter();
   if (!rt)
     return;
-  runtime_request_stop(rt);
-  runtime_leave();
+  sm_runtime_request_stop(rt);
+  sm_runtime_leave();
   if (smarm_self()) {
     /* An actor asked: its scheduler's inbox now holds the stop item, which its next decision
     ** takes in; it then leaves this actor for good (released with the others). */
@@ -76,21 +76,21 @@ void smarm_stop(void)
 
 unsigned smarm_sched_count(void)
 {
-  runtime_t *rt = runtime_enter();
+  runtime_t *rt = sm_runtime_enter();
   if (!rt)
     return 0;
   unsigned n = rt->nsched;
-  runtime_leave();
+  sm_runtime_leave();
   return n;
 }
 
 int smarm_stats_read(int sched, smarm_stats_t *out)
 {
-  runtime_t *rt = runtime_enter();
+  runtime_t *rt = sm_runtime_enter();
   if (!rt)
     return -EPERM;
   if (!out || sched < -1 || sched >= (int)rt->nsched) {
-    runtime_leave();
+    sm_runtime_leave();
     return -EINVAL;
   }
   memset(out, 0, sizeof *out);
@@ -109,7 +109,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(stacks);
 #undef READ
   }
-  runtime_leave();
+  sm_runtime_leave();
   return 0;
 }
 
@@ -123,7 +123,7 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
 {
   if (n == 0)
     return 0;
-  runtime_t *rt = runtime_enter();
+  runtime_t *rt = sm_runtime_enter();
   if (!rt)
     return -ESRCH;
   struct chain {
@@ -131,12 +131,13 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
     smarm_msg_t *newest, *oldest;
   } chains[8];
   int nchains = 0, rc = 0;
-  sched_t *self = sched_tls;
+  sched_t *self = sm_sched_tls;
   for (size_t i = 0; i <= n; i++) {
     /* past the last pair, or no room for one more scheduler: push what is chained */
     if (i == n || nchains == (int)(sizeof chains / sizeof *chains)) {
       for (int c = 0; c < nchains; c++) {
-        int woke = inbox_push_chain(&chains[c].target->inbox, chains[c].newest, chains[c].oldest);
+        int woke = sm_inbox_push_chain(&chains[c].target->inbox, chains[c].newest,
+                                       chains[c].oldest);
         if (self) {
           stat_add(&self->stats.wakes, (uint64_t)woke);
           stat_add(&self->stats.remote_sent, 1);
@@ -151,7 +152,7 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
       rc = rc ? rc : -EINVAL;
       continue;
     }
-    smarm_msg_t *m = msg_new(MSG_WAKE, sizeof tokens[i]);
+    smarm_msg_t *m = sm_msg_new(MSG_WAKE, sizeof tokens[i]);
     if (!m) {
       rc = rc ? rc : -ENOMEM;
       continue;
@@ -166,6 +167,6 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
     m->next = chains[c].newest;
     chains[c].newest = m;
   }
-  runtime_leave();
+  sm_runtime_leave();
   return rc;
 }

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void inbox_init(inbox_t *in)
+void sm_inbox_init(inbox_t *in)
 {
   atomic_init(&in->head, NULL);
   atomic_init(&in->parked, 0);
@@ -37,14 +37,14 @@ static int futex_wait(_Atomic uint32_t *word, uint32_t expected, int64_t timeout
   return errno != EAGAIN;
 }
 
-int inbox_push(inbox_t *in, smarm_msg_t *m) { return inbox_push_chain(in, m, m); }
+int sm_inbox_push(inbox_t *in, smarm_msg_t *m) { return sm_inbox_push_chain(in, m, m); }
 
-int inbox_push_chain(inbox_t *in, smarm_msg_t *m, smarm_msg_t *oldest)
+int sm_inbox_push_chain(inbox_t *in, smarm_msg_t *m, smarm_msg_t *oldest)
 {
   smarm_msg_t *old = atomic_load_explicit(&in->head, memory_order_relaxed);
   do {
     oldest->next = old;
-    /* P1. Release publishes m's contents to the owner's acquire exchange in inbox_take_all;
+    /* P1. Release publishes m's contents to the owner's acquire exchange in sm_inbox_take_all;
     ** seq_cst also orders it before P2 (pairs with O1/O2, see inbox.h). */
   } while (!atomic_compare_exchange_weak_explicit(&in->head, &old, m, memory_order_seq_cst,
                                                   memory_order_relaxed));
@@ -59,7 +59,7 @@ int inbox_push_chain(inbox_t *in, smarm_msg_t *m, smarm_msg_t *oldest)
   return 0;
 }
 
-smarm_msg_t *inbox_take_all(inbox_t *in)
+smarm_msg_t *sm_inbox_take_all(inbox_t *in)
 {
   /* Acquire pairs with the producers' P1 CAS: their writes to the items are visible. */
   smarm_msg_t *m = atomic_exchange_explicit(&in->head, NULL, memory_order_acquire);
@@ -73,7 +73,7 @@ smarm_msg_t *inbox_take_all(inbox_t *in)
   return fifo;
 }
 
-int inbox_park(inbox_t *in, int64_t timeout_ns)
+int sm_inbox_park(inbox_t *in, int64_t timeout_ns)
 {
   atomic_exchange_explicit(&in->parked, 1, memory_order_seq_cst);        /* O1, see inbox.h */
   if (atomic_load_explicit(&in->head, memory_order_seq_cst) != NULL) {  /* O2 */

@@ -28,9 +28,9 @@
 ** and real hardware keeps it (x86 xchg; arm64 stlr then ldar), but qemu-user running arm64 code
 ** on an x86 host (our aarch64 CI) puts its fences before stlr and after ldar, none between: the
 ** host's store buffer can let O2 pass O1, and the wake-up is lost (the likely cause of a hang
-** of ping_pong_no_spin that CI saw once). A read-modify-write is a full barrier everywhere. Every "store, then load
-** the other side's word" in smarm (the IO loop's io_spinning, runtime_current at shutdown)
-** stores with an exchange for the same reason.
+** of ping_pong_no_spin that CI saw once). A read-modify-write is a full barrier everywhere. Every
+** "store, then load the other side's word" in smarm (the IO loop's io_spinning, runtime_current at
+** shutdown) stores with an exchange for the same reason.
 */
 #ifndef SMARM_CORE_INBOX_H
 #define SMARM_CORE_INBOX_H
@@ -47,14 +47,14 @@ typedef struct inbox {
   char pad[SMARM_CACHE_PAD - sizeof(void *) - sizeof(uint32_t)];
 } inbox_t;
 
-void inbox_init(inbox_t *in);
+void sm_inbox_init(inbox_t *in);
 
 /* Producer side (any thread). Takes ownership of m. Returns 1 if it had to wake the owner with
 ** a syscall, else 0. */
-int inbox_push(inbox_t *in, smarm_msg_t *m);
+int sm_inbox_push(inbox_t *in, smarm_msg_t *m);
 
 /* The same for a chain linked newest first through `next`, newest..oldest: one CAS for all. */
-int inbox_push_chain(inbox_t *in, smarm_msg_t *newest, smarm_msg_t *oldest);
+int sm_inbox_push_chain(inbox_t *in, smarm_msg_t *newest, smarm_msg_t *oldest);
 
 /* Owner side: a cheap look (relaxed), for polling in hot loops. */
 static inline int inbox_maybe_nonempty(inbox_t *in)
@@ -63,10 +63,10 @@ static inline int inbox_maybe_nonempty(inbox_t *in)
 }
 
 /* Owner side: detaches everything pushed so far, oldest first (NULL if empty). */
-smarm_msg_t *inbox_take_all(inbox_t *in);
+smarm_msg_t *sm_inbox_take_all(inbox_t *in);
 
 /* Owner side: sleeps until a push wakes it, or timeout_ns passes (<0: no timeout). Returns 1 if
 ** it slept in the kernel, 0 if the re-check found work (or a wake got in first) and it did not. */
-int inbox_park(inbox_t *in, int64_t timeout_ns);
+int sm_inbox_park(inbox_t *in, int64_t timeout_ns);
 
 #endif

@@ -13,9 +13,10 @@
 ** never changes scheduler, so whatever one actor sends another (messages, requests) arrives in
 ** the order sent.
 **
-** Everything here runs on a scheduler thread; sched_push_remote() is the one place that writes
+** Everything here runs on a scheduler thread; sm_sched_push_remote() is the one place that writes
 ** another scheduler's inbox (any thread's wakes go through any_thread.c).
 */
+#include "faults.h"
 #include "runtime.h"
 #include "sched.h"
 
@@ -23,30 +24,33 @@
 #include <stdatomic.h>
 #include <string.h>
 
-void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
+void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
 {
-  if (inbox_push(&target->inbox, m))
+  if (sm_inbox_push(&target->inbox, m))
     stat_add(&s->stats.wakes, 1);
   stat_add(&s->stats.remote_sent, 1);
 }
 
+/* Every request's payload begins with the room for its answer. */
 typedef struct spawn_request {
+  int64_t answer; /* the new pid, or a negative errno */
   smarm_actor_fn fn;
   void *arg;
   size_t stack_size;
   void *data;
+  spawn_ties_t ties;
 } spawn_request_t;
 
 /* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
-** the request's own block: every request is allocated with room for the answer. */
-static void reply(sched_t *s, smarm_msg_t *m, int64_t answer)
+** the request's own block, as a reply of `kind`. */
+static void reply(sched_t *s, smarm_msg_t *m, uint16_t kind, int64_t answer)
 {
   smarm_pid_t asker = m->from;
-  m->kind = MSG_REPLY;
+  m->kind = kind;
   m->to = asker;
   m->from = 0;
   memcpy(m->data, &answer, sizeof answer);
-  sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
+  sm_sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
 }
 
 static void deliver(sched_t *s, smarm_msg_t *m)
@@ -54,31 +58,54 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   actor_t *a;
   switch (m->kind) {
   case MSG_USER:
-    a = sched_lookup(s, m->to);
+    a = sm_sched_lookup(s, m->to);
     if (!a) { /* the receiver died after the send: dropped, as documented */
-      msg_release(m);
+      sm_msg_release(m);
       return;
     }
-    sched_deliver(s, a, m);
+    sm_sched_deliver(s, a, m);
     return;
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
+    if (req->ties.name)
+      req->ties.name = (const char *)(req + 1);
     smarm_pid_t pid = 0;
-    int rc = sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &pid);
-    reply(s, m, rc < 0 ? rc : (int64_t)pid);
+    int rc = sm_sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &req->ties,
+                                  &pid);
+    reply(s, m, MSG_SPAWN_REPLY, rc < 0 ? rc : (int64_t)pid);
     return;
   }
   case MSG_ALIVE:
-    reply(s, m, sched_lookup(s, m->to) != NULL);
+    reply(s, m, MSG_REPLY, sm_sched_lookup(s, m->to) != NULL);
+    return;
+  case MSG_REGISTER:
+    a = sm_sched_lookup(s, m->to);
+    reply(s, m, MSG_REPLY,
+          a ? sm_names_register_local(s, a, (char *)m->data + sizeof(int64_t)) : -ESRCH);
     return;
   case MSG_REPLY:
-    a = sched_lookup(s, m->to);
-    if (a && a->state == ACTOR_WAIT_REPLY) {
-      memcpy(&a->reply, m->data, sizeof a->reply);
-      sched_wake(s, a);
+  case MSG_SPAWN_REPLY: {
+    int64_t answer;
+    memcpy(&answer, m->data, sizeof answer);
+    a = sm_sched_lookup(s, m->to);
+    if (a && a->state != ACTOR_WAIT_REPLY)
+      a = NULL;
+    if (m->kind == MSG_SPAWN_REPLY && answer > 0) {
+      /* The spawner's side of the ties, before anything the child sends can arrive. */
+      spawn_request_t *req = (spawn_request_t *)m->data;
+      if (req->ties.parent &&
+          !(a && sm_faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0)) {
+        sm_faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
+        answer = -ENOMEM;
+      }
+    }
+    if (a) {
+      a->reply = answer;
+      sm_sched_wake(s, a);
     }
     free(m);
     return;
+  }
   case MSG_STOP:
     s->stopping = 1;
     free(m);
@@ -86,23 +113,23 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_WAKE: {
     uint64_t token;
     memcpy(&token, m->data, sizeof token);
-    a = sched_lookup(s, m->to);
+    a = sm_sched_lookup(s, m->to);
     free(m);
     if (!a || token != a->await_token)
       return; /* gone, or an await that timed out: nobody waits for it */
     a->await_woken = token; /* kept if the actor has not parked yet */
     if (a->state == ACTOR_WAIT_WAKE)
-      sched_wake(s, a);
+      sm_sched_wake(s, a);
     return;
   }
   default:
-    SMARM_CHECK(0, "unknown inbox item");
+    sm_faults_deliver(s, m); /* the signals between actors */
   }
 }
 
-void sched_take_inbox(sched_t *s)
+void sm_sched_take_inbox(sched_t *s)
 {
-  smarm_msg_t *m = inbox_take_all(&s->inbox);
+  smarm_msg_t *m = sm_inbox_take_all(&s->inbox);
   while (m) {
     smarm_msg_t *next = m->next;
     deliver(s, m);
@@ -127,14 +154,12 @@ static unsigned pick_any(sched_t *s)
   return best;
 }
 
-/* Sends request m to scheduler k and parks the caller until that scheduler's MSG_REPLY (see
-** deliver) brings the answer. */
-static int64_t ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
+int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
 {
   m->from = self->pid;
   self->state = ACTOR_WAIT_REPLY;
-  sched_push_remote(s, &s->rt->scheds[k], m);
-  sched_park(s, self);
+  sm_sched_push_remote(s, &s->rt->scheds[k], m);
+  sm_sched_park(s, self);
   return self->reply;
 }
 
@@ -146,25 +171,36 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   if (!self)
     return -EPERM;
   size_t stack_size = opts ? opts->stack_size : 0;
-  if (!fn || (stack_size && !stack_round_size(&s->stacks, stack_size)))
+  if (!fn || (stack_size && !sm_stack_round_size(&s->stacks, stack_size)) ||
+      (opts && opts->name && !sm_names_valid(opts->name)))
     return -EINVAL;
   if (sched == SMARM_SCHED_ANY)
     sched = (int)pick_any(s);
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
-  if ((unsigned)sched == s->index)
-    return sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, pid_out);
-  _Static_assert(sizeof(spawn_request_t) >= sizeof(int64_t), "room for the reply");
-  smarm_msg_t *m = msg_new(MSG_SPAWN, sizeof(spawn_request_t));
-  if (!m)
-    return -ENOMEM;
-  spawn_request_t req = {fn, arg, stack_size, opts ? opts->data : NULL};
-  memcpy(m->data, &req, sizeof req);
-  int64_t answer = ask(s, self, (unsigned)sched, m);
+  spawn_ties_t ties = spawn_ties_of(self, opts);
+  int64_t answer;
+  if ((unsigned)sched == s->index) {
+    smarm_pid_t pid = 0;
+    int rc = sm_sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, &ties, &pid);
+    answer = rc < 0 ? rc : (int64_t)pid;
+  } else {
+    size_t name_len = ties.name ? strlen(ties.name) + 1 : 0;
+    smarm_msg_t *m = sm_msg_new(MSG_SPAWN, sizeof(spawn_request_t) + name_len);
+    if (!m)
+      return -ENOMEM;
+    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties};
+    memcpy(m->data, &req, sizeof req);
+    if (name_len) /* the request's ties.name points here */
+      memcpy(m->data + sizeof req, ties.name, name_len);
+    answer = sm_sched_ask(s, self, (unsigned)sched, m);
+  }
   if (answer < 0)
     return (int)answer;
   if (pid_out)
     *pid_out = (smarm_pid_t)answer;
+  if (ties.monitor)
+    *opts->monitor = ties.monitor;
   return 0;
 }
 
@@ -176,12 +212,12 @@ int smarm_alive(smarm_pid_t pid)
     return -EPERM;
   unsigned k = smarm_pid_sched(pid);
   if (k == s->index)
-    return sched_lookup(s, pid) != NULL;
+    return sm_sched_lookup(s, pid) != NULL;
   if (k >= s->rt->nsched)
     return 0;
-  smarm_msg_t *m = msg_new(MSG_ALIVE, sizeof(int64_t));
+  smarm_msg_t *m = sm_msg_new(MSG_ALIVE, sizeof(int64_t));
   if (!m)
     return -ENOMEM;
   m->to = pid;
-  return (int)ask(s, self, k, m);
+  return (int)sm_sched_ask(s, self, k, m);
 }

@@ -48,7 +48,7 @@ static inline smarm_msg_t *mailbox_take_at(mailbox_t *mb, smarm_msg_t **at)
 /* Frees every queued message. */
 static inline void mailbox_clear(mailbox_t *mb)
 {
-  msg_free_chain(mb->head);
+  sm_msg_free_chain(mb->head);
   mailbox_init(mb);
 }
 

@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-smarm_msg_t *msg_new(uint32_t kind, size_t size)
+smarm_msg_t *sm_msg_new(uint32_t kind, size_t size)
 {
   if (size > UINT32_MAX)
     return NULL;
@@ -32,7 +32,7 @@ void smarm_msg_set_drop_hook(smarm_msg_hook hook)
 
 void smarm_msg_set_owning(smarm_msg_t *msg, int owning) { msg->owning = owning != 0; }
 
-void msg_release(smarm_msg_t *m)
+void sm_msg_release(smarm_msg_t *m)
 {
   if (m && m->owning) {
     smarm_msg_hook hook = atomic_load_explicit(&drop_hook, memory_order_acquire);
@@ -42,9 +42,9 @@ void msg_release(smarm_msg_t *m)
   free(m);
 }
 
-smarm_msg_t *smarm_msg_new(size_t size) { return msg_new(MSG_USER, size); }
+smarm_msg_t *smarm_msg_new(size_t size) { return sm_msg_new(MSG_USER, size); }
 
-void smarm_msg_free(smarm_msg_t *msg) { msg_release(msg); }
+void smarm_msg_free(smarm_msg_t *msg) { sm_msg_release(msg); }
 
 void *smarm_msg_data(smarm_msg_t *msg) { return msg->data; }
 
@@ -52,11 +52,11 @@ size_t smarm_msg_size(const smarm_msg_t *msg) { return msg->size; }
 
 smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg) { return msg->from; }
 
-void msg_free_chain(smarm_msg_t *m)
+void sm_msg_free_chain(smarm_msg_t *m)
 {
   while (m) {
     smarm_msg_t *next = m->next;
-    msg_release(m);
+    sm_msg_release(m);
     m = next;
   }
 }

@@ -19,13 +19,30 @@
 #include <stddef.h>
 #include <stdint.h>
 enum msg_kind {
-  MSG_USER = 0,
-  MSG_SPAWN,        /* payload: spawn_request_t; `to` is unused (addressed to the scheduler) */
+  MSG_USER = SMARM_MSG_USER,
+  MSG_EXIT_NOTICE = SMARM_MSG_EXIT, /* an exit signal a trapping actor receives as a message */
+  MSG_DOWN_NOTICE = SMARM_MSG_DOWN, /* a monitored actor ended */
+  MSG_REPLY_NOTICE = SMARM_MSG_REPLY, /* a reply to a live alias */
+  MSG_SPAWN,        /* payload: spawn_request_t (its answer: pid or negative errno); `to` is
+                    ** unused (addressed to the scheduler) */
   MSG_ALIVE,        /* payload: room for the reply; `to` is the pid asked about, `from` the asker */
-  MSG_REPLY,        /* payload: int64_t answer (spawn: pid or negative errno; alive: 1 or 0);
-                    ** `to` is the asker, parked in ACTOR_WAIT_REPLY */
+  MSG_REPLY,        /* payload: int64_t answer (alive: 1 or 0); `to` is the asker, parked in
+                    ** ACTOR_WAIT_REPLY */
   MSG_STOP,         /* the runtime is stopping */
   MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
+  MSG_SPAWN_REPLY,  /* MSG_REPLY to a spawn request: its payload is still the spawn_request_t */
+  MSG_REGISTER,     /* payload: room for the answer, then a name; `to` is the pid to name */
+  /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`
+  ** is the actor acted on, `from` the one acting. */
+  SIG_EXIT,         /* smarm_exit_signal: notice.pid sent it, notice.reason */
+  SIG_EXIT_LINK,    /* notice.pid, linked to `to`, ended with notice.reason */
+  SIG_LINK,         /* `from` links to `to` */
+  SIG_UNLINK,       /* `from` unlinks from `to` */
+  SIG_MONITOR,      /* `from` starts monitor notice.ref on `to` */
+  SIG_DEMONITOR,    /* the monitor notice.ref on `to` ends */
+  SIG_DOWN,         /* to the watcher `to`: notice.pid, watched by notice.ref, ended */
+  SIG_REPLY,        /* smarm_send_reply: delivered as MSG_REPLY_NOTICE while `to` holds the
+                    ** monitor whose ref the payload starts with, else dropped */
 };
 
 struct smarm_msg {
@@ -39,12 +56,12 @@ struct smarm_msg {
   _Alignas(16) unsigned char data[];
 };
 
-smarm_msg_t *msg_new(uint32_t kind, size_t size);
+smarm_msg_t *sm_msg_new(uint32_t kind, size_t size);
 
 /* Frees a message, running the drop hook first if it is owning (every free goes through here). */
-void msg_release(smarm_msg_t *m);
+void sm_msg_release(smarm_msg_t *m);
 
 /* Frees a chain of messages linked through next. */
-void msg_free_chain(smarm_msg_t *m);
+void sm_msg_free_chain(smarm_msg_t *m);
 
 #endif

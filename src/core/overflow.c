@@ -49,7 +49,7 @@ static char *put_u64(char *p, uint64_t v)
 
 static void on_fault(int sig, siginfo_t *info, void *uctx)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   actor_t *a = s ? s->current : NULL;
   if (a && a->slot && stack_in_guard(a->slot, info->si_addr)) {
     char buf[256], *p = buf;
@@ -79,7 +79,7 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
   }
 }
 
-int overflow_install(void)
+int sm_overflow_install(void)
 {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -96,7 +96,7 @@ int overflow_install(void)
   return 0;
 }
 
-void overflow_uninstall(void)
+void sm_overflow_uninstall(void)
 {
   sigaction(SIGSEGV, &old_segv, NULL);
   sigaction(SIGBUS, &old_bus, NULL);
@@ -108,7 +108,7 @@ typedef struct altstack {
   void *mem;
 } altstack_t;
 
-int overflow_thread_enter(void **altstack_out)
+int sm_overflow_thread_enter(void **altstack_out)
 {
   altstack_t *as = malloc(sizeof *as);
   if (!as)
@@ -129,7 +129,7 @@ int overflow_thread_enter(void **altstack_out)
   return 0;
 }
 
-void overflow_thread_leave(void *p)
+void sm_overflow_thread_leave(void *p)
 {
   altstack_t *as = p;
   if (!as)

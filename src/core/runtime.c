@@ -6,7 +6,7 @@
 **
 ** Stop: the first smarm_stop() (or the main actor's end) pushes a stop item onto every
 ** scheduler's inbox; a scheduler that takes it in stops running actors, returns from
-** sched_loop() and releases its own actors and stacks (it owns them). Scheduler 0 then joins the
+** sm_sched_loop() and releases its own actors and stacks (it owns them). Scheduler 0 then joins the
 ** other threads. Only when every scheduler thread has ended can nobody push any more, so only then
 ** does scheduler 0's thread free what is left in the inboxes (messages sent to schedulers that
 ** had already stopped).
@@ -65,9 +65,9 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
     pthread_attr_destroy(&attr);
   }
   fiber_init_thread(&s->main_fiber, lo, size);
-  sched_tls = s;
+  sm_sched_tls = s;
   ts->altstack = NULL;
-  overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
+  sm_overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
   if (s->rt->cfg.pin_threads)
     pin_to_cpu(s->index);
   if (s->rt->cfg.on_sched_start)
@@ -78,14 +78,14 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
 {
   if (s->rt->cfg.on_sched_stop)
     s->rt->cfg.on_sched_stop(s->index, s->rt->cfg.userdata);
-  overflow_thread_leave(ts->altstack);
-  sched_tls = NULL;
+  sm_overflow_thread_leave(ts->altstack);
+  sm_sched_tls = NULL;
 }
 
 static void run_scheduler(sched_t *s)
 {
-  sched_loop(s);
-  sched_destroy_actors(s);
+  sm_sched_loop(s);
+  sm_sched_destroy_actors(s);
 }
 
 static void *scheduler_thread(void *p)
@@ -146,16 +146,17 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     rc = -ENOMEM;
     goto out_rt;
   }
-  rt->gen_base = sched_gen_base();
+  rt->gen_base = sm_sched_gen_base();
+  sm_names_init(&rt->names);
   for (unsigned k = 0; k < rt->nsched; k++)
-    sched_init(&rt->scheds[k], rt, k);
+    sm_sched_init(&rt->scheds[k], rt, k);
 
   cpu_set_t old_affinity;
   int restore_affinity = rt->cfg.pin_threads &&
                          pthread_getaffinity_np(pthread_self(), sizeof old_affinity,
                                                 &old_affinity) == 0;
-  int handler_installed = overflow_install() == 0;
-  runtime_publish(rt);
+  int handler_installed = sm_overflow_install() == 0;
+  sm_runtime_publish(rt);
 
   unsigned started = 1;
   for (; started < rt->nsched; started++)
@@ -168,11 +169,11 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   rc = 0;
   if (started < rt->nsched) {
     rc = -EAGAIN;
-    runtime_request_stop(rt);
+    sm_runtime_request_stop(rt);
   } else {
-    rc = sched_spawn_local(s0, main_fn, arg, 0, NULL, &rt->main_pid);
+    rc = sm_sched_spawn_local(s0, main_fn, arg, 0, NULL, NULL, &rt->main_pid);
     if (rc < 0)
-      runtime_request_stop(rt);
+      sm_runtime_request_stop(rt);
   }
   run_scheduler(s0);
   thread_leave(s0, &ts);
@@ -180,12 +181,13 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     pthread_join(threads[k], NULL);
   /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
-  runtime_unpublish();
+  sm_runtime_unpublish();
   for (unsigned k = 0; k < rt->nsched; k++)
-    sched_drain_and_free(&rt->scheds[k]);
+    sm_sched_drain_and_free(&rt->scheds[k]);
+  sm_names_destroy(&rt->names);
 
   if (handler_installed)
-    overflow_uninstall();
+    sm_overflow_uninstall();
   if (restore_affinity)
     pthread_setaffinity_np(pthread_self(), sizeof old_affinity, &old_affinity);
 out_rt:

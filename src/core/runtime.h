@@ -20,25 +20,26 @@ typedef struct runtime {
   smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
-  uint32_t gen_base;          /* first generation of this runtime's pids (sched_gen_base) */
+  uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
+  name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
 } runtime_t;
 
 /* any_thread.c. For threads that may not be scheduler threads: the running runtime (NULL if
-** none), kept alive until runtime_leave(), which must follow every non-NULL result. */
-runtime_t *runtime_enter(void);
-void runtime_leave(void);
+** none), kept alive until sm_runtime_leave(), which must follow every non-NULL result. */
+runtime_t *sm_runtime_enter(void);
+void sm_runtime_leave(void);
 /* smarm_run's thread: makes rt the running runtime / unmakes it and waits until no thread is
-** between runtime_enter and runtime_leave any more. */
-void runtime_publish(runtime_t *rt);
-void runtime_unpublish(void);
+** between sm_runtime_enter and sm_runtime_leave any more. */
+void sm_runtime_publish(runtime_t *rt);
+void sm_runtime_unpublish(void);
 
 /* Sends every scheduler a stop item (once per runtime; any thread). */
-void runtime_request_stop(runtime_t *rt);
+void sm_runtime_request_stop(runtime_t *rt);
 
 /* Per-thread setup and teardown of the overflow reporter (overflow.c): 0 or a negative errno. */
-int overflow_install(void);
-void overflow_uninstall(void);
-int overflow_thread_enter(void **altstack_out);
-void overflow_thread_leave(void *altstack);
+int sm_overflow_install(void);
+void sm_overflow_uninstall(void);
+int sm_overflow_thread_enter(void **altstack_out);
+void sm_overflow_thread_leave(void *altstack);
 
 #endif

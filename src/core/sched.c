@@ -3,7 +3,7 @@
 **
 ** Everything in this file runs on the owning scheduler's thread, on its own stack or on one of its
 ** actors' stacks, and touches only that scheduler's state (no atomics, no locks); the one
-** exception is sched_push_remote(), which pushes onto another scheduler's inbox.
+** exception is sm_sched_push_remote(), which pushes onto another scheduler's inbox.
 **
 ** Invariants:
 **  - s->current is the running actor, NULL while on the scheduler's own stack.
@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "sched.h"
 
+#include "faults.h"
 #include "runtime.h"
 
 #include <errno.h>
@@ -28,7 +29,7 @@
 
 /* initial-exec: one instruction per access even when smarm is inside a loadable module (the
 ** Lua binding); the general-dynamic model would call __tls_get_addr on every yield. */
-__attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
+__attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 
 /* Timers are checked at least every this many decisions (yields and parks) of a busy scheduler,
 ** and always when it runs out of work; reading the clock on every yield would cost more than
@@ -96,7 +97,7 @@ static smarm_pid_t make_pid(unsigned sched, uint32_t slot, uint32_t gen)
 #define GEN_BASE_LIMIT (1u << (SMARM_PID_GEN_BITS - 1))
 static _Atomic uint32_t next_gen_base = 1;
 
-uint32_t sched_gen_base(void)
+uint32_t sm_sched_gen_base(void)
 {
   uint32_t base = atomic_load_explicit(&next_gen_base, memory_order_relaxed);
   if (base > GEN_BASE_LIMIT) { /* start over, and say so: the schedulers only ever raise it */
@@ -165,7 +166,7 @@ static void table_free(actor_table_t *t, uint32_t i)
   t->free_tail = i + 1;
 }
 
-actor_t *sched_lookup(sched_t *s, smarm_pid_t pid)
+actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid)
 {
   uint32_t i = smarm_pid_slot(pid);
   if (smarm_pid_sched(pid) != s->index || i >= s->table.used)
@@ -178,18 +179,18 @@ actor_t *sched_lookup(sched_t *s, smarm_pid_t pid)
 
 /* ---- Waking, timers, inbox ----------------------------------------------------------------- */
 
-void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
+void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 {
   mailbox_append(&a->mailbox, m);
   if (a->state == ACTOR_WAIT_MSG)
-    sched_wake(s, a);
+    sm_sched_wake(s, a);
 }
 
-void sched_wake(sched_t *s, actor_t *a)
+void sm_sched_wake(sched_t *s, actor_t *a)
 {
   SMARM_ASSERT(actor_is_parked(a));
   if (a->timer.index >= 0)
-    timer_remove(&s->timers, &a->timer);
+    sm_timer_remove(&s->timers, &a->timer);
   runq_push(s, a);
 }
 
@@ -199,7 +200,7 @@ static void fire_timers(sched_t *s, int64_t now)
   while ((t = timer_first(&s->timers)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
-    timer_remove(&s->timers, t);
+    sm_timer_remove(&s->timers, t);
     a->timed_out = 1;
     runq_push(s, a);
   }
@@ -209,7 +210,7 @@ static void fire_timers(sched_t *s, int64_t now)
 static inline void sched_poll(sched_t *s)
 {
   if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
+    sm_sched_take_inbox(s);
   if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS)) {
     s->ticks = 0;
     if (s->timers.count)
@@ -226,7 +227,7 @@ static void actor_entry(void *p);
 static void build_first_frame(actor_t *a)
 {
   fiber_unpoison(a->slot->lo, stack_depth(a->slot));
-  ctx_make(&a->ctx, stack_top(a->slot), actor_entry, a);
+  sm_ctx_make(&a->ctx, stack_top(a->slot), actor_entry, a);
   a->slot->occupant = a;
 }
 
@@ -238,7 +239,7 @@ static void sched_bury(sched_t *s)
   fiber_destroy(&z->fiber);
   if (z->slot->occupant == z)
     z->slot->occupant = NULL;
-  stack_unbind(&s->stacks, z->slot);
+  sm_stack_unbind(&s->stacks, z->slot);
   z->slot = NULL;
   z->run_next = s->free_actors;
   s->free_actors = z;
@@ -261,7 +262,7 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
   s->current = to;
   stat_add(&s->stats.switches, 1);
   fiber_before_switch(from_fiber, to_fiber, from && from->state == ACTOR_DEAD);
-  smarm_ctx_switch(from_ctx, to_ctx);
+  sm_ctx_switch(from_ctx, to_ctx);
   /* Resumed: we are `from` again, on the same scheduler (actors never migrate). */
   fiber_after_switch(from_fiber);
   if (s->zombie)
@@ -277,12 +278,12 @@ static void make_resident(sched_t *s, actor_t *a)
     return;
   actor_t *o = slot->occupant;
   if (o) {
-    o->saved = stack_save(slot, o->ctx.sp, &o->saved_len);
+    o->saved = sm_stack_save(slot, o->ctx.sp, &o->saved_len);
     slot->occupant = NULL;
     stat_add(&s->stats.stack_saves, 1);
   }
   if (a->saved) {
-    stack_restore(slot, a->saved, a->saved_len);
+    sm_stack_restore(slot, a->saved, a->saved_len);
     a->saved = NULL;
     slot->occupant = a;
   } else {
@@ -306,12 +307,14 @@ static inline __attribute__((always_inline)) void sched_leave(sched_t *s, actor_
   sched_switch(s, self, next);
 }
 
-void sched_park(sched_t *s, actor_t *self)
+void sm_sched_park(sched_t *s, actor_t *self)
 {
   /* A decision point like yield: actors that only exchange messages switch straight to each
   ** other and never reach the scheduler's stack, so timers must be checked here too. */
   sched_poll(s); /* may make self runnable again */
   sched_leave(s, self);
+  if (SMARM_UNLIKELY(self->exit_pending)) /* an exit signal woke it to die (faults.c) */
+    sm_sched_die_pending(s, self);
 }
 
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
@@ -342,7 +345,7 @@ static void sched_idle(sched_t *s)
   /* About to sleep anyway: give back the memory of stacks nobody has used for a second or more
   ** (at most one pass a second; while some may be given back later, sleep at most until then). */
   if (now - s->last_trim_ns >= STACK_TRIM_PERIOD_NS) {
-    s->trim_pending = stack_pool_trim(&s->stacks);
+    s->trim_pending = sm_stack_pool_trim(&s->stacks);
     s->last_trim_ns = now;
   }
   if (s->trim_pending) {
@@ -350,17 +353,17 @@ static void sched_idle(sched_t *s)
     if (timeout < 0 || timeout > until_trim)
       timeout = until_trim;
   }
-  if (inbox_park(&s->inbox, timeout))
+  if (sm_inbox_park(&s->inbox, timeout))
     stat_add(&s->stats.parks, 1);
 }
 
-void sched_loop(sched_t *s)
+void sm_sched_loop(sched_t *s)
 {
   for (;;) {
     if (s->zombie)
       sched_bury(s);
     if (inbox_maybe_nonempty(&s->inbox))
-      sched_take_inbox(s);
+      sm_sched_take_inbox(s);
     if (s->stopping)
       return;
     if (s->timers.count) {
@@ -383,22 +386,48 @@ void sched_loop(sched_t *s)
 
 /* ---- Actor life ---------------------------------------------------------------------------- */
 
-static _Noreturn void actor_exit(sched_t *s, actor_t *a)
+/* Runs (and forgets) a's cleanups, newest first. */
+static void run_cleanups(actor_t *a)
+{
+  while (a->cleanups) {
+    smarm_cleanup_t *c = a->cleanups;
+    a->cleanups = c->next;
+    c->fn(c->arg);
+  }
+}
+
+/* Ends a, the running actor, with that reason: tells its links and monitors, frees its mailbox,
+** retires its pid and leaves its stack for the next actor to release. */
+static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
   a->state = ACTOR_DEAD;
   if (a->timer.index >= 0)
-    timer_remove(&s->timers, &a->timer);
+    sm_timer_remove(&s->timers, &a->timer);
+  run_cleanups(a);
   mailbox_clear(&a->mailbox);
   table_free(&s->table, smarm_pid_slot(a->pid));
   stat_add(&s->stats.live, (uint64_t)-1);
+  sm_names_on_death(s, a);
+  /* Notices go out once what others can see of it is gone (its pid is stale, it is not counted
+  ** live): whoever learns of the death and looks finds it dead. */
+  sm_faults_on_death(s, a, code, data, size);
   if (s->index == 0 && a->pid == s->rt->main_pid) { /* main_pid is scheduler 0's */
-    runtime_request_stop(s->rt);
+    sm_runtime_request_stop(s->rt);
     s->stopping = 1;
   }
   s->zombie = a;
   sched_leave(s, a);
   SMARM_CHECK(0, "a dead actor was resumed");
   abort();
+}
+
+/* Ends a with the reason smarm_set_exit_reason stored, or normally. */
+static _Noreturn void exit_as_set(sched_t *s, actor_t *a)
+{
+  actor_faults_t *f = a->faults;
+  if (f && f->reason_set)
+    actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size); /* freed with a->faults */
+  actor_exit(s, a, SMARM_EXIT_NORMAL, NULL, 0);
 }
 
 static void actor_entry(void *p)
@@ -409,13 +438,38 @@ static void actor_entry(void *p)
   if (s->zombie)
     sched_bury(s);
   a->fn(a->arg);
-  actor_exit(s, a);
+  exit_as_set(s, a);
 }
 
-int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                      smarm_pid_t *pid_out)
+void sm_sched_die_pending(sched_t *s, actor_t *a)
 {
-  size_t size = stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
+  SMARM_ASSERT(a == s->current && a->exit_pending && a->faults);
+  a->exit_pending = 0;
+  if (a->data && s->rt->cfg.on_actor_stopped) { /* its frames go: let the embedder let go too */
+    s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    a->data = NULL;
+  }
+  /* The reason stays in a->faults, which sm_faults_on_death frees after the last notice. */
+  actor_faults_t *f = a->faults;
+  actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size);
+}
+
+/* Ties a new actor (not queued yet) to its spawner: its own side, and the spawner's when the
+** spawner is ours too (a remote spawner records its side when the answer reaches it). */
+static int spawn_tie(sched_t *s, actor_t *a, const spawn_ties_t *ties)
+{
+  if (sm_faults_tie_child(s, a, ties) == 0) {
+    actor_t *parent = sm_sched_lookup(s, ties->parent);
+    if (!parent || sm_faults_tie_parent(s, parent, a->pid, ties) == 0)
+      return 0;
+  }
+  return -ENOMEM;
+}
+
+int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
+                         const spawn_ties_t *ties, smarm_pid_t *pid_out)
+{
+  size_t size = sm_stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
   if (!fn || !size)
     return -EINVAL;
   uint32_t index;
@@ -427,7 +481,7 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
     s->free_actors = a->run_next;
   else if (!(a = malloc(sizeof *a)))
     goto nomem;
-  stack_slot_t *slot = stack_bind(&s->stacks, size);
+  stack_slot_t *slot = sm_stack_bind(&s->stacks, size);
   if (!slot) {
     a->run_next = s->free_actors;
     s->free_actors = a;
@@ -435,6 +489,10 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   }
   a->sched = s;
   a->state = ACTOR_NEW;
+  a->trap_exit = 0;
+  a->exit_pending = 0;
+  a->faults = NULL;
+  a->cleanups = NULL;
   a->pid = make_pid(s->index, index, s->table.entries[index].gen);
   a->timed_out = 0;
   a->timer.index = -1;
@@ -449,9 +507,24 @@ int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_siz
   a->await_token = a->await_woken = 0;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
+  s->table.entries[index].actor = a;
+  rc = ties && ties->name ? sm_names_register_local(s, a, ties->name) : 0;
+  if (rc == 0 && ties && ties->parent && spawn_tie(s, a, ties) < 0) {
+    sm_names_on_death(s, a);
+    rc = -ENOMEM;
+  }
+  if (rc < 0) {
+    sm_faults_destroy(s, a);
+    s->table.entries[index].actor = NULL;
+    fiber_destroy(&a->fiber);
+    sm_stack_unbind(&s->stacks, slot);
+    a->run_next = s->free_actors;
+    s->free_actors = a;
+    table_free(&s->table, index);
+    return rc;
+  }
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
     build_first_frame(a);
-  s->table.entries[index].actor = a;
   runq_push(s, a);
   stat_add(&s->stats.spawned, 1);
   stat_add(&s->stats.live, 1);
@@ -472,13 +545,17 @@ void smarm_yield(void)
   if (!self)
     return;
   sched_poll(s);
+  if (SMARM_UNLIKELY(self->exit_pending)) /* an exit signal just taken in kills it */
+    sm_sched_die_pending(s, self);
   if (!s->run_head && SMARM_LIKELY(!s->stopping))
     return; /* the scheduler decided: nobody else wants to run */
   runq_push(s, self);
   sched_leave(s, self);
+  if (SMARM_UNLIKELY(self->exit_pending))
+    sm_sched_die_pending(s, self);
 }
 
-int64_t sched_deadline(int64_t timeout_ns)
+int64_t sm_sched_deadline(int64_t timeout_ns)
 {
   if (timeout_ns < 0)
     return -1;
@@ -486,17 +563,17 @@ int64_t sched_deadline(int64_t timeout_ns)
   return timeout_ns <= INT64_MAX - now ? now + timeout_ns : -1; /* past the end of time: none */
 }
 
-int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
+int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
 {
   if (deadline >= 0) {
     self->timer.deadline = deadline;
-    int rc = timer_add(&s->timers, &self->timer);
+    int rc = sm_timer_add(&s->timers, &self->timer);
     if (rc < 0)
       return rc;
   }
   SMARM_ASSERT(!self->timed_out); /* only this function's timer sets it, and it clears it */
   self->state = state;
-  sched_park(s, self); /* woken (the timer removed) or by the timer */
+  sm_sched_park(s, self); /* woken (the timer removed) or by the timer */
   int expired = self->timed_out;
   self->timed_out = 0;
   return expired;
@@ -512,7 +589,7 @@ int smarm_sleep(int64_t ns)
     smarm_yield();
     return 0;
   }
-  int rc = sched_park_until(s, self, ACTOR_SLEEPING, sched_deadline(ns));
+  int rc = sm_sched_park_until(s, self, ACTOR_SLEEPING, sm_sched_deadline(ns));
   return rc < 0 ? rc : 0;
 }
 
@@ -534,15 +611,37 @@ int smarm_await(uint64_t token, int64_t timeout_ns)
   if (token == 0 || token != self->await_token)
     return -EINVAL;
   if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s); /* the wake may be there already */
+    sm_sched_take_inbox(s); /* the wake may be there already */
+  if (SMARM_UNLIKELY(self->exit_pending) && timeout_ns != 0) /* a call that may park may die */
+    sm_sched_die_pending(s, self);
   if (self->await_woken == token)
     return 0;
   if (timeout_ns == 0)
     return -ETIMEDOUT;
-  int rc = sched_park_until(s, self, ACTOR_WAIT_WAKE, sched_deadline(timeout_ns));
+  int rc = sm_sched_park_until(s, self, ACTOR_WAIT_WAKE, sm_sched_deadline(timeout_ns));
   if (rc < 0)
     return rc;
   return self->await_woken == token ? 0 : -ETIMEDOUT;
+}
+
+void smarm_cleanup_push(smarm_cleanup_t *c)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return;
+  c->next = self->cleanups;
+  self->cleanups = c;
+}
+
+void smarm_cleanup_pop(smarm_cleanup_t *c)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return;
+  SMARM_CHECK(self->cleanups == c, "smarm_cleanup_pop of a cleanup that is not the last pushed");
+  self->cleanups = c->next;
 }
 
 void smarm_exit(void)
@@ -550,7 +649,17 @@ void smarm_exit(void)
   sched_t *s;
   actor_t *self = sched_self(&s);
   if (self)
-    actor_exit(s, self);
+    exit_as_set(s, self);
+}
+
+void smarm_exit_reason(int code, const void *data, size_t size)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self || code < SMARM_EXIT_NORMAL || code > SMARM_EXIT_VALUE || (size && !data) ||
+      size > UINT32_MAX)
+    return;
+  actor_exit(s, self, code, data, size);
 }
 
 smarm_pid_t smarm_self(void)
@@ -575,58 +684,70 @@ void smarm_actor_set_data(void *data)
     self->data = data;
 }
 
-int smarm_sched_index(void) { return sched_tls ? (int)sched_tls->index : -1; }
+int smarm_sched_index(void) { return sm_sched_tls ? (int)sm_sched_tls->index : -1; }
 
-void *smarm_sched_data(void) { return sched_tls ? sched_tls->data : NULL; }
+void *smarm_sched_data(void) { return sm_sched_tls ? sm_sched_tls->data : NULL; }
 
 void smarm_sched_set_data(void *data)
 {
-  if (sched_tls)
-    sched_tls->data = data;
+  if (sm_sched_tls)
+    sm_sched_tls->data = data;
 }
 
 int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                 smarm_pid_t *pid_out)
 {
   sched_t *s;
-  if (!sched_self(&s))
+  actor_t *self = sched_self(&s);
+  if (!self)
     return -EPERM;
-  return sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
-                           pid_out);
+  if (opts && opts->name && !sm_names_valid(opts->name))
+    return -EINVAL;
+  spawn_ties_t ties = spawn_ties_of(self, opts);
+  int rc = sm_sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
+                                &ties, pid_out);
+  if (rc == 0 && ties.monitor)
+    *opts->monitor = ties.monitor;
+  return rc;
 }
 
 /* ---- Setup and teardown -------------------------------------------------------------------- */
 
-void sched_init(sched_t *s, runtime_t *rt, unsigned index)
+void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
 {
   memset(s, 0, sizeof *s);
-  inbox_init(&s->inbox);
+  sm_inbox_init(&s->inbox);
   s->index = index;
   s->rt = rt;
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
-  timer_heap_init(&s->timers);
+  sm_timer_heap_init(&s->timers);
   s->table.gen_base = rt->gen_base;
   unsigned budget = rt->cfg.max_stacks / rt->nsched;
-  stack_pool_init(&s->stacks, budget ? budget : 1);
+  sm_stack_pool_init(&s->stacks, budget ? budget : 1);
 }
 
-void sched_destroy_actors(sched_t *s)
+void sm_sched_destroy_actors(sched_t *s)
 {
   if (s->zombie)
     sched_bury(s);
-  timer_heap_destroy(&s->timers); /* it points into the actors freed below */
+  sm_timer_heap_destroy(&s->timers); /* it points into the actors freed below */
   for (uint32_t i = 0; i < s->table.used; i++) {
     actor_t *a = s->table.entries[i].actor;
     if (!a)
       continue;
+    if (a->cleanups) { /* they live on its stack: bring its bytes back first */
+      make_resident(s, a);
+      run_cleanups(a);
+    }
     if (a->data && s->rt->cfg.on_actor_stopped)
       s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    sm_faults_destroy(s, a);
     mailbox_clear(&a->mailbox);
     free(a->saved);
     if (a->slot->occupant == a)
       a->slot->occupant = NULL;
-    stack_unbind(&s->stacks, a->slot);
+    sm_stack_unbind(&s->stacks, a->slot);
     fiber_destroy(&a->fiber);
     free(a);
     s->table.entries[i].actor = NULL;
@@ -637,11 +758,14 @@ void sched_destroy_actors(sched_t *s)
     s->free_actors = a->run_next;
     free(a);
   }
+  sm_name_cache_destroy(&s->names);
+  reftab_destroy(&s->watching);
+  reftab_destroy(&s->watchers);
   note_generations_used(&s->table);
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);
   s->run_head = s->run_tail = s->handoff = NULL;
-  stack_pool_destroy(&s->stacks);
+  sm_stack_pool_destroy(&s->stacks);
 }
 
-void sched_drain_and_free(sched_t *s) { msg_free_chain(inbox_take_all(&s->inbox)); }
+void sm_sched_drain_and_free(sched_t *s) { sm_msg_free_chain(sm_inbox_take_all(&s->inbox)); }

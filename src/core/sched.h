@@ -5,7 +5,7 @@
 ** stack pool, its actor table and every actor in it. Actors never migrate. Other threads reach a
 ** scheduler only through its inbox (inbox.h) and read its statistics (relaxed atomics).
 **
-** Control flow. The thread's own stack runs sched_loop(): it takes in the inbox, fires timers,
+** Control flow. The thread's own stack runs sm_sched_loop(): it takes in the inbox, fires timers,
 ** and switches to the first runnable actor; when none is runnable it spins, then parks. Actors
 ** switch to each other directly (one switch per yield), and back to the scheduler's own stack
 ** only when nothing is runnable, when the next actor's stack must first be copied into its slot
@@ -24,6 +24,8 @@
 #include "annotate.h"
 #include "inbox.h"
 #include "mailbox.h"
+#include "names.h"
+#include "reftab.h"
 #include "stack.h"
 #include "timer.h"
 
@@ -41,6 +43,30 @@ enum actor_state {
   ACTOR_DEAD,
 };
 
+/* One monitor, as recorded by one side: the watcher's scheduler keeps it in its `watching`
+** table and the watcher's list, the target's scheduler in `watchers` and the target's list (two
+** records when they are on different schedulers, or the same scheduler). */
+typedef struct monitor {
+  reftab_node_t node;         /* key: the monitor's ref */
+  smarm_pid_t other;          /* watching: the target; watchers: the watcher */
+  struct actor *owner;        /* the actor whose list holds it */
+  struct monitor *prev, *next;
+} monitor_t;
+
+/* What an actor has to do with faults; allocated on first need, freed when it dies. */
+typedef struct actor_faults {
+  smarm_pid_t *links;         /* linked pids, in no order */
+  uint32_t nlinks, links_cap;
+  monitor_t *watching;        /* monitors this actor holds */
+  monitor_t *watchers;        /* monitors held on this actor */
+  char *name;                 /* the name this scheduler registered for it (names.c) */
+  int reason_set;             /* exit_* hold smarm_set_exit_reason's reason */
+  int exit_code;              /* the reason of a pending death (actor.exit_pending), or the
+                                 one set (reason_set) */
+  uint32_t exit_size;
+  void *exit_data;
+} actor_faults_t;
+
 typedef struct actor {
   ctx_t ctx;                  /* saved stack pointer while not running */
   struct actor *run_next;     /* run queue link; free-list link when dead */
@@ -48,6 +74,8 @@ typedef struct actor {
   smarm_pid_t pid;
   uint8_t state;              /* enum actor_state */
   uint8_t timed_out;          /* the timer fired while waiting */
+  uint8_t trap_exit;          /* smarm_trap_exit */
+  uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults */
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */
@@ -56,6 +84,8 @@ typedef struct actor {
   smarm_actor_fn fn;
   void *arg;
   void *data;                 /* smarm_actor_data() */
+  actor_faults_t *faults;     /* NULL until the actor links, monitors or is monitored */
+  smarm_cleanup_t *cleanups;  /* smarm_cleanup_push, newest first */
   int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
@@ -74,7 +104,7 @@ typedef struct actor_table {
   uint32_t cap, used;         /* entries allocated / ever handed out */
   uint32_t free_head, free_tail; /* FIFO of free entries (index + 1; 0 = none): reuse the
                                     oldest, so a slot's generation advances as slowly as possible */
-  uint32_t gen_base;          /* the first generation of every new entry (sched_gen_base) */
+  uint32_t gen_base;          /* the first generation of every new entry (sm_sched_gen_base) */
 } actor_table_t;
 
 typedef struct sched_stats {
@@ -97,13 +127,16 @@ typedef struct sched {
   uint32_t ticks;             /* yields since timers were last checked */
   int stopping;
   int64_t spin_ns;
-  int64_t last_trim_ns;       /* when idle last gave stack memory back (stack_pool_trim) */
+  int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   size_t default_stack;
   timer_heap_t timers;
   actor_table_t table;
   stack_pool_t stacks;
   actor_t *free_actors;
+  reftab_t watching, watchers; /* monitors by ref (monitor_t) */
+  uint64_t ref_next, ref_end;  /* the block of refs this scheduler hands out (faults.c) */
+  name_cache_t names;          /* names.c */
   ctx_t main_ctx;
   fiber_t main_fiber;
   void *data;                 /* smarm_sched_data() */
@@ -113,43 +146,51 @@ typedef struct sched {
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sched_tls;
+extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 
-void sched_init(sched_t *s, struct runtime *rt, unsigned index);
+void sm_sched_init(sched_t *s, struct runtime *rt, unsigned index);
 
 /* The generation a new runtime's actor tables start at: past every generation an earlier
-** runtime of this process used (see sched.c). Called once per runtime, before sched_init. */
-uint32_t sched_gen_base(void);
+** runtime of this process used (see sched.c). Called once per runtime, before sm_sched_init. */
+uint32_t sm_sched_gen_base(void);
 /* Runs actors until the runtime stops. */
-void sched_loop(sched_t *s);
-/* After sched_loop returned: releases every actor and stack (owner thread). */
-void sched_destroy_actors(sched_t *s);
+void sm_sched_loop(sched_t *s);
+/* After sm_sched_loop returned: releases every actor and stack (owner thread). */
+void sm_sched_destroy_actors(sched_t *s);
 /* After every scheduler thread has ended: frees what is left in the inbox. */
-void sched_drain_and_free(sched_t *s);
+void sm_sched_drain_and_free(sched_t *s);
 
 /* Creates an actor on s (owner thread only). */
-int sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                      smarm_pid_t *pid_out);
+struct spawn_ties;
+/* ties (may be NULL): who it is linked to or monitored by from the start (faults.h). */
+int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
+                         const struct spawn_ties *ties, smarm_pid_t *pid_out);
+/* Ends the running actor `a` with the reason of its pending death (sm_faults_die_later). */
+_Noreturn void sm_sched_die_pending(sched_t *s, actor_t *a);
 
 /* Owner-thread helpers used by the message layer (message.c). */
-actor_t *sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
-void sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
-void sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m); /* into a's mailbox; wakes a receive */
+actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
+void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
+/* Into a's mailbox; wakes a receive. */
+void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
 /* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
 ** one past the end of time). */
-int64_t sched_deadline(int64_t timeout_ns);
+int64_t sm_sched_deadline(int64_t timeout_ns);
 /* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
 ** passed, 0 when woken, -ENOMEM when no timer could be made. */
-int sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
-void sched_park(sched_t *s, actor_t *self);           /* self->state already set */
-void sched_take_inbox(sched_t *s);
+int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
+void sm_sched_park(sched_t *s, actor_t *self);           /* self->state already set */
+void sm_sched_take_inbox(sched_t *s);
+/* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
+** the caller until that scheduler's reply brings the answer (intersched.c). */
+int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
-void sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
+void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
 
 /* The calling actor (NULL outside an actor); *s_out gets the calling thread's scheduler. */
 static inline actor_t *sched_self(sched_t **s_out)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   *s_out = s;
   return s ? s->current : NULL;
 }

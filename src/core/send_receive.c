@@ -7,15 +7,17 @@
 ** turn). Since an actor never changes scheduler, all messages from one sender to one receiver
 ** take the same path, which keeps them in order.
 */
+#include "faults.h"
 #include "runtime.h"
 #include "sched.h"
 
 #include <errno.h>
 #include <stdint.h>
 
-int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
+/* Sends msg as `kind` (MSG_USER, or SIG_REPLY which the receiver's scheduler may drop). */
+static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   actor_t *self = s ? s->current : NULL;
   if (!self)
     return -EPERM;
@@ -24,33 +26,36 @@ int smarm_send(smarm_pid_t to, smarm_msg_t *msg)
   unsigned k = smarm_pid_sched(to);
   if (k >= s->rt->nsched)
     return -ESRCH; /* an earlier runtime's pid, say: dead here */
-  msg->kind = MSG_USER;
+  msg->kind = kind;
   msg->from = self->pid;
   msg->to = to;
   if (k != s->index) {
-    sched_push_remote(s, &s->rt->scheds[k], msg);
+    sm_sched_push_remote(s, &s->rt->scheds[k], msg);
     return 0;
   }
-  actor_t *a = sched_lookup(s, to);
+  actor_t *a = sm_sched_lookup(s, to);
   if (!a)
     return -ESRCH;
-  sched_deliver(s, a, msg);
+  if (kind == MSG_USER)
+    sm_sched_deliver(s, a, msg);
+  else
+    sm_faults_deliver(s, msg); /* a reply: delivered only to a live alias */
   return 0;
 }
 
-int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out)
+int smarm_send(smarm_pid_t to, smarm_msg_t *msg) { return send_as(to, msg, MSG_USER); }
+
+int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg)
 {
-  sched_t *s = sched_tls;
-  actor_t *self = s ? s->current : NULL;
-  if (!self)
-    return -EPERM;
-  if (!out)
+  if (msg && msg->size < sizeof(smarm_ref_t))
     return -EINVAL;
-  if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
-  /* cursor: the link to the first message not yet looked at. Only this actor removes messages
-  ** from its mailbox, so the cursor stays valid while we park; arrivals append behind it. */
-  smarm_msg_t **cursor = &self->mailbox.head;
+  return send_as(to, msg, SIG_REPLY);
+}
+
+/* Selective receive from the link `cursor` of self's mailbox on (see smarm_receive_match). */
+static int receive_from(sched_t *s, actor_t *self, smarm_msg_t **cursor, smarm_match_fn match,
+                        void *ud, int64_t timeout_ns, smarm_msg_t **out)
+{
   int64_t deadline = -1;
   int deadline_set = 0, expired = 0;
   for (;;) {
@@ -63,14 +68,62 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
     if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
-      deadline = sched_deadline(timeout_ns);
+      deadline = sm_sched_deadline(timeout_ns);
       deadline_set = 1;
     }
-    int rc = sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
+    int rc = sm_sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
     if (rc < 0)
       return rc;
     expired = rc;
   }
+}
+
+/* The calling actor with its inbox taken in, or NULL (-EPERM). A call that may park may die
+** (an exit signal just taken in). */
+static actor_t *receiver(sched_t **s_out, int64_t timeout_ns)
+{
+  actor_t *self = sched_self(s_out);
+  if (!self)
+    return NULL;
+  sched_t *s = *s_out;
+  if (inbox_maybe_nonempty(&s->inbox))
+    sm_sched_take_inbox(s);
+  if (SMARM_UNLIKELY(self->exit_pending) && timeout_ns != 0)
+    sm_sched_die_pending(s, self);
+  return self;
+}
+
+int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smarm_msg_t **out)
+{
+  sched_t *s;
+  actor_t *self = receiver(&s, timeout_ns);
+  if (!self)
+    return -EPERM;
+  if (!out)
+    return -EINVAL;
+  /* The cursor is the link to the first message not yet looked at. Only this actor removes
+  ** messages from its mailbox, so it stays valid while we park; arrivals append behind it. */
+  return receive_from(s, self, &self->mailbox.head, match, ud, timeout_ns, out);
+}
+
+smarm_mark_t smarm_mailbox_mark(void)
+{
+  sched_t *s;
+  actor_t *self = receiver(&s, 0);
+  smarm_mark_t mark = {self ? (void *)self->mailbox.tailp : NULL};
+  return mark;
+}
+
+int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64_t timeout_ns,
+                        smarm_msg_t **out)
+{
+  sched_t *s;
+  actor_t *self = receiver(&s, timeout_ns);
+  if (!self)
+    return -EPERM;
+  if (!out || !mark.at)
+    return -EINVAL;
+  return receive_from(s, self, (smarm_msg_t **)mark.at, match, ud, timeout_ns, out);
 }
 
 int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
@@ -80,11 +133,11 @@ int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
 
 size_t smarm_mailbox_size(void)
 {
-  sched_t *s = sched_tls;
+  sched_t *s = sm_sched_tls;
   actor_t *self = s ? s->current : NULL;
   if (!self)
     return 0;
   if (inbox_maybe_nonempty(&s->inbox))
-    sched_take_inbox(s);
+    sm_sched_take_inbox(s);
   return self->mailbox.count;
 }

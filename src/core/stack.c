@@ -21,7 +21,7 @@
 #endif
 #endif
 
-void stack_pool_init(stack_pool_t *pool, uint32_t budget)
+void sm_stack_pool_init(stack_pool_t *pool, uint32_t budget)
 {
   memset(pool, 0, sizeof *pool);
   pool->budget = budget ? budget : 1;
@@ -30,7 +30,7 @@ void stack_pool_init(stack_pool_t *pool, uint32_t budget)
   pool->guard = (STACK_GUARD_BYTES + pool->page - 1) & ~(pool->page - 1);
 }
 
-size_t stack_round_size(const stack_pool_t *pool, size_t size)
+size_t sm_stack_round_size(const stack_pool_t *pool, size_t size)
 {
   if (size < STACK_MIN_BYTES)
     size = STACK_MIN_BYTES;
@@ -117,7 +117,7 @@ static void slot_unmap(stack_slot_t *slot)
   free(s);
 }
 
-void stack_pool_destroy(stack_pool_t *pool)
+void sm_stack_pool_destroy(stack_pool_t *pool)
 {
   stack_class_t *c = pool->classes;
   while (c) {
@@ -184,7 +184,7 @@ static stack_class_t *class_to_share(stack_pool_t *pool, size_t size)
   return best;
 }
 
-stack_slot_t *stack_bind(stack_pool_t *pool, size_t size)
+stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size)
 {
   stack_class_t *c = class_for(pool, size);
   if (!c)
@@ -240,7 +240,7 @@ __attribute__((no_sanitize_address)) static int went_deep(const stack_slot_t *sl
   return any != 0;
 }
 
-void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
+void sm_stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
 {
   SMARM_ASSERT(slot->bound > 0);
   if (--slot->bound > 0)
@@ -260,7 +260,7 @@ void stack_unbind(stack_pool_t *pool, stack_slot_t *slot)
   c->free_count++;
 }
 
-int stack_pool_trim(stack_pool_t *pool)
+int sm_stack_pool_trim(stack_pool_t *pool)
 {
   uint32_t pass = pool->trim_passes++;
   int pending = 0;
@@ -282,7 +282,7 @@ int stack_pool_trim(stack_pool_t *pool)
   return pending;
 }
 
-void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
+void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
 {
   char *top = stack_top(slot);
   SMARM_CHECK((const char *)sp >= slot->lo && (const char *)sp < top, "saved sp outside its stack");
@@ -296,7 +296,7 @@ void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
   return buf;
 }
 
-void stack_restore(stack_slot_t *slot, void *saved, size_t len)
+void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len)
 {
   char *dst = (char *)stack_top(slot) - len;
   fiber_unpoison(dst, len);

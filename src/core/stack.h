@@ -15,7 +15,7 @@
 **
 ** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
 ** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED); free slots beyond the
-** STACK_FREE_KEEP most recently used of their size are dropped whole by stack_pool_trim(), which
+** STACK_FREE_KEEP most recently used of their size are dropped whole by sm_stack_pool_trim(), which
 ** the scheduler calls when it goes idle, at most once a second, and which drops only slots that
 ** were already free at its previous pass: a slot must stay unused for a second or more. So
 ** bursts of spawns and exits, even with idle gaps between them, pay no syscalls and no page
@@ -41,7 +41,7 @@
 #define STACK_FREE_KEEP 64
 #define STACK_MIN_BYTES (16 * 1024)
 #define STACK_MAX_BYTES ((size_t)1 << 30)
-#define STACK_TRIM_PERIOD_NS INT64_C(1000000000) /* stack_pool_trim at most this often */
+#define STACK_TRIM_PERIOD_NS INT64_C(1000000000) /* sm_stack_pool_trim at most this often */
 #define STACK_COLOR_SPAN (32 * 1024) /* see slot_colour() */
 
 struct actor;
@@ -74,19 +74,19 @@ typedef struct stack_class {
 typedef struct stack_pool {
   stack_class_t *classes;
   uint32_t mapped;           /* slots mapped in all classes */
-  uint32_t budget;           /* most slots this pool may map (see stack_bind) */
+  uint32_t budget;           /* most slots this pool may map (see sm_stack_bind) */
   size_t page;
   size_t guard;              /* STACK_GUARD_BYTES rounded up to whole pages */
   uint32_t colors;           /* slots mapped so far: picks the next slot's colour */
-  uint32_t trim_passes;      /* stack_pool_trim calls so far */
+  uint32_t trim_passes;      /* sm_stack_pool_trim calls so far */
 } stack_pool_t;
 
-void stack_pool_init(stack_pool_t *pool, uint32_t budget);
+void sm_stack_pool_init(stack_pool_t *pool, uint32_t budget);
 /* Unmaps everything. No actor may be bound any more. */
-void stack_pool_destroy(stack_pool_t *pool);
+void sm_stack_pool_destroy(stack_pool_t *pool);
 
 /* Rounds a requested stack size to what the pool hands out; 0 if out of range. */
-size_t stack_round_size(const stack_pool_t *pool, size_t size);
+size_t sm_stack_round_size(const stack_pool_t *pool, size_t size);
 
 /* Binds a new actor to a slot of at least `size` bytes (already rounded): a free slot of that
 ** size; else a new one while the budget allows (unmapping a free slot of another size to make
@@ -94,23 +94,23 @@ size_t stack_round_size(const stack_pool_t *pool, size_t size);
 ** shared; else, with no such slot,
 ** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
 ** for want of a stack of its size). NULL only when mapping fails (-ENOMEM). */
-stack_slot_t *stack_bind(stack_pool_t *pool, size_t size);
+stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size);
 
 /* The actor bound to slot is gone (it must not be the occupant any more). */
-void stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
+void sm_stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
 
 /* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size that
 ** were free already at the previous call (a walk of the free lists; the scheduler calls it at
 ** most once a second). Returns whether a later call may drop more (the scheduler then wakes
 ** for it). */
-int stack_pool_trim(stack_pool_t *pool);
+int sm_stack_pool_trim(stack_pool_t *pool);
 
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a
 ** message when memory is exhausted (there is no way to go on without the bytes). */
-void *stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
+void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
 
 /* Copies saved bytes back to the top of the slot and frees the block. */
-void stack_restore(stack_slot_t *slot, void *saved, size_t len);
+void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len);
 
 static inline void *stack_top(const stack_slot_t *slot) { return slot->top; }
 

@@ -6,18 +6,18 @@
 #include <errno.h>
 #include <stdlib.h>
 
-void timer_heap_init(timer_heap_t *h)
+void sm_timer_heap_init(timer_heap_t *h)
 {
   h->items = NULL;
   h->count = h->cap = 0;
 }
 
-void timer_heap_destroy(timer_heap_t *h)
+void sm_timer_heap_destroy(timer_heap_t *h)
 {
   for (uint32_t i = 0; i < h->count; i++)
     h->items[i]->index = -1;
   free(h->items);
-  timer_heap_init(h);
+  sm_timer_heap_init(h);
 }
 
 static void place(timer_heap_t *h, uint32_t i, deadline_t *t)
@@ -56,7 +56,7 @@ static void sift_down(timer_heap_t *h, uint32_t i)
   place(h, i, t);
 }
 
-int timer_add(timer_heap_t *h, deadline_t *t)
+int sm_timer_add(timer_heap_t *h, deadline_t *t)
 {
   if (h->count == h->cap) {
     uint32_t cap = h->cap ? h->cap * 2 : 64;
@@ -71,7 +71,7 @@ int timer_add(timer_heap_t *h, deadline_t *t)
   return 0;
 }
 
-void timer_remove(timer_heap_t *h, deadline_t *t)
+void sm_timer_remove(timer_heap_t *h, deadline_t *t)
 {
   if (t->index < 0)
     return;

@@ -20,11 +20,11 @@ typedef struct timer_heap {
   uint32_t count, cap;
 } timer_heap_t;
 
-void timer_heap_init(timer_heap_t *h);
-void timer_heap_destroy(timer_heap_t *h);
+void sm_timer_heap_init(timer_heap_t *h);
+void sm_timer_heap_destroy(timer_heap_t *h);
 /* Returns 0 or -ENOMEM. */
-int timer_add(timer_heap_t *h, deadline_t *t);
-void timer_remove(timer_heap_t *h, deadline_t *t);
+int sm_timer_add(timer_heap_t *h, deadline_t *t);
+void sm_timer_remove(timer_heap_t *h, deadline_t *t);
 static inline deadline_t *timer_first(const timer_heap_t *h) { return h->count ? h->items[0] : 0; }
 
 #endif

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <uv.h>
 
-int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port)
+int sm_dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port)
 {
   if (sa->sa_family == AF_INET) {
     const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
@@ -51,7 +51,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
   for (struct addrinfo *a = status == 0 ? res : NULL; a; a = a->ai_next) {
     dns_entry_t e;
     memset(&e, 0, sizeof e);
-    e.family = dns_addr_text(a->ai_addr, e.addr, sizeof e.addr, &e.port);
+    e.family = sm_dns_addr_text(a->ai_addr, e.addr, sizeof e.addr, &e.port);
     if (e.family < 0)
       continue;
     int dup = 0;
@@ -110,7 +110,7 @@ static void dns_free(io_req_t *req)
   free(r->entries);
 }
 
-dns_req_t *dns_req_new(void)
+dns_req_t *sm_dns_req_new(void)
 {
-  return (dns_req_t *)io_req_new_loop(sizeof(dns_req_t), dns_on_loop, dns_cancel, dns_free);
+  return (dns_req_t *)sm_io_req_new_loop(sizeof(dns_req_t), dns_on_loop, dns_cancel, dns_free);
 }

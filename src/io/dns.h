@@ -23,11 +23,11 @@ typedef struct dns_req {
 
 struct sockaddr;
 
-/* An IPv4 or IPv6 address as numeric text and its port; returns 4 or 6, or -EAFNOSUPPORT for another
-** family. (Also for the names of sockets, tcp.c.) */
-int dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port);
+/* An IPv4 or IPv6 address as numeric text and its port; returns 4 or 6, or -EAFNOSUPPORT for
+** another family. (Also for the names of sockets, tcp.c.) */
+int sm_dns_addr_text(const struct sockaddr *sa, char *out, size_t size, int *port);
 
 /* A request (runs on the IO thread; a timed-out one is abandoned), or NULL. */
-dns_req_t *dns_req_new(void);
+dns_req_t *sm_dns_req_new(void);
 
 #endif

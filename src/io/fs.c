@@ -1,6 +1,6 @@
 /*
 ** File-system work on libuv's pool (see fs.h). Everything here runs on a pool thread, except
-** fs_req_new and fs_post_close (any thread).
+** sm_fs_req_new and sm_fs_post_close (any thread).
 */
 #define _GNU_SOURCE
 #include "fs.h"
@@ -36,7 +36,7 @@ static int read_all(fs_req_t *r)
       cap *= 2;
     }
     ssize_t n = read(fd, r->data + r->len, cap - r->len);
-    if (n < 0 && errno == EINTR && !io_interrupted())
+    if (n < 0 && errno == EINTR && !sm_io_interrupted())
       continue;
     if (n < 0)
       err = -errno;
@@ -58,7 +58,7 @@ static int write_fd(int fd, const char *data, size_t len, double offset, size_t 
   while (*done < len && !err) {
     ssize_t n = offset >= 0 ? pwrite(fd, data + *done, len - *done, (off_t)offset + (off_t)*done)
                             : write(fd, data + *done, len - *done);
-    if (n < 0 && (errno != EINTR || io_interrupted())) /* io.h: give up when stopping */
+    if (n < 0 && (errno != EINTR || sm_io_interrupted())) /* io.h: give up when stopping */
       err = -errno;
     else if (n > 0)
       *done += (size_t)n;
@@ -143,7 +143,7 @@ static void fs_work(io_req_t *req)
     do
       n = r->offset >= 0 ? pread(r->fd, r->data, r->len, (off_t)r->offset)
                          : read(r->fd, r->data, r->len);
-    while (n < 0 && errno == EINTR && !io_interrupted()); /* io.h: give up when stopping */
+    while (n < 0 && errno == EINTR && !sm_io_interrupted()); /* io.h: give up when stopping */
     err = n < 0 ? -errno : 0;
     r->len = n < 0 ? 0 : (size_t)n;
     break;
@@ -170,9 +170,9 @@ static void fs_free(io_req_t *req)
   free(r->entries);
 }
 
-fs_req_t *fs_req_new(enum fs_op op)
+fs_req_t *sm_fs_req_new(enum fs_op op)
 {
-  fs_req_t *r = (fs_req_t *)io_req_new(sizeof *r, fs_work, fs_free);
+  fs_req_t *r = (fs_req_t *)sm_io_req_new(sizeof *r, fs_work, fs_free);
   if (r) {
     r->op = op;
     r->fd = -1;
@@ -181,19 +181,19 @@ fs_req_t *fs_req_new(enum fs_op op)
   return r;
 }
 
-void fs_post_close(int fd)
+void sm_fs_post_close(int fd)
 {
-  fs_req_t *r = fs_req_new(FS_CLOSE);
+  fs_req_t *r = sm_fs_req_new(FS_CLOSE);
   if (r) {
     r->fd = fd;
-    if (io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
+    if (sm_io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
       close(fd);
   } else {
     close(fd);
   }
 }
 
-const char *fs_type_name(mode_t m)
+const char *sm_fs_type_name(mode_t m)
 {
   return S_ISREG(m) ? "file" : S_ISDIR(m) ? "directory" : S_ISLNK(m) ? "link"
        : S_ISFIFO(m) ? "fifo" : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"

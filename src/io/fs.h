@@ -6,7 +6,7 @@
 **
 ** Descriptors: an open file's descriptor belongs to whoever holds the file (the Lua handle); a
 ** read or write names it, and its owner keeps it open until the request is done. Reads and
-** writes that fail with EINTR retry, except while the IO layer stops (io_interrupted): then
+** writes that fail with EINTR retry, except while the IO layer stops (sm_io_interrupted): then
 ** the call gives up, so a read of a terminal cannot keep smarm.run waiting.
 */
 #ifndef SMARM_IO_FS_H
@@ -52,14 +52,14 @@ typedef struct fs_req {
 } fs_req_t;
 
 /* A request for op (fd -1, offset -1, the rest zeroed) that runs on the pool, or NULL. */
-fs_req_t *fs_req_new(enum fs_op op);
+fs_req_t *sm_fs_req_new(enum fs_op op);
 
 /* Closes fd without waiting, on the pool, from any thread (also inside __gc); here, at once, when
 ** there is no IO thread to post it to (the runtime has ended) or no memory for the request. */
-void fs_post_close(int fd);
+void sm_fs_post_close(int fd);
 
 /* A name for a file type: "file", "directory", "link", "fifo", "socket", "char", "block" or
 ** "unknown". */
-const char *fs_type_name(mode_t mode);
+const char *sm_fs_type_name(mode_t mode);
 
 #endif

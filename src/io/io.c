@@ -16,17 +16,18 @@
 ** libuv hands a pool thread's results to the loop thread under its own lock, so what the work
 ** wrote is visible to the loop thread, and the inbox's release/acquire carries it to the actor.
 **
-** Start and stop: the first io_call() of a runtime starts the thread (under io_lock; later calls
-** see io_ready with an acquire load). io_shutdown() runs when the runtime has ended and nobody can
-** submit: it asks the loop to stop (io_stopping, then a wake); the loop finishes the work in flight
-** (a completion then finds no runtime and wakes nobody), closes its handle, and the thread ends.
+** Start and stop: the first sm_io_call() of a runtime starts the thread (under io_lock; later calls
+** see io_ready with an acquire load). sm_io_shutdown() runs when the runtime has ended and nobody
+** can submit: it asks the loop to stop (io_stopping, then a wake); the loop finishes the work in
+** flight (a completion then finds no runtime and wakes nobody), closes its handle, and the thread
+** ends.
 **
 ** Interrupting blocked pool work at the stop: a pool thread running a work function links itself
 ** into busy_workers (under busy_lock) for the time of the call. Once stopping, a timer on the loop
 ** sends IO_INTERRUPT_SIGNAL to every busy worker every 10 ms while pool work is in flight; the
 ** signal's handler does nothing and is installed without SA_RESTART, so a blocked system call
-** returns EINTR, and work functions that see io_interrupted() give up. A signal that arrives just
-** before the call blocks is not lost for good: the next tick sends another.
+** returns EINTR, and work functions that see sm_io_interrupted() give up. A signal that arrives
+** just before the call blocks is not lost for good: the next tick sends another.
 */
 #define _GNU_SOURCE
 #include "io.h"
@@ -42,7 +43,7 @@
 
 static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int io_ready;      /* the thread runs and accepts requests */
-static _Atomic int io_stopping;   /* set by io_shutdown before its wake */
+static _Atomic int io_stopping;   /* set by sm_io_shutdown before its wake */
 static _Atomic(io_req_t *) io_queue;
 static uv_loop_t io_loop;
 static uv_async_t io_async;
@@ -54,7 +55,7 @@ static uint64_t io_activity;      /* loop thread only: requests taken and comple
 ** where nobody handles it. */
 #define IO_INTERRUPT_SIGNAL SIGURG
 
-/* The asynchronous signals whose handlers belong on the IO thread (io_sched_thread_enter). */
+/* The asynchronous signals whose handlers belong on the IO thread (sm_io_sched_thread_enter). */
 static void io_signal_set(sigset_t *set)
 {
   sigemptyset(set);
@@ -71,7 +72,7 @@ static void io_signal_set(sigset_t *set)
 #if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
 static _Thread_local sigset_t sched_old_mask;
 
-void io_sched_thread_enter(unsigned sched, void *userdata)
+void sm_io_sched_thread_enter(unsigned sched, void *userdata)
 {
   (void)sched;
   (void)userdata;
@@ -80,20 +81,20 @@ void io_sched_thread_enter(unsigned sched, void *userdata)
   pthread_sigmask(SIG_BLOCK, &set, &sched_old_mask);
 }
 
-void io_sched_thread_leave(unsigned sched, void *userdata)
+void sm_io_sched_thread_leave(unsigned sched, void *userdata)
 {
   (void)sched;
   (void)userdata;
   pthread_sigmask(SIG_SETMASK, &sched_old_mask, NULL);
 }
 #else
-void io_sched_thread_enter(unsigned sched, void *userdata)
+void sm_io_sched_thread_enter(unsigned sched, void *userdata)
 {
   (void)sched;
   (void)userdata;
 }
 
-void io_sched_thread_leave(unsigned sched, void *userdata)
+void sm_io_sched_thread_leave(unsigned sched, void *userdata)
 {
   (void)sched;
   (void)userdata;
@@ -111,7 +112,7 @@ static uv_timer_t interrupt_timer;  /* loop thread only, while stopping */
 
 static void on_interrupt_signal(int sig) { (void)sig; }
 
-int io_interrupted(void) { return atomic_load_explicit(&io_stopping, memory_order_relaxed); }
+int sm_io_interrupted(void) { return atomic_load_explicit(&io_stopping, memory_order_relaxed); }
 
 /* size bytes, plus a uv_work_t after them for pool work. */
 static io_req_t *req_alloc(size_t size, int pool, io_free_fn free_fields)
@@ -127,8 +128,8 @@ static io_req_t *req_alloc(size_t size, int pool, io_free_fn free_fields)
   return req;
 }
 
-io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
-                          io_free_fn free_fields)
+io_req_t *sm_io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
+                             io_free_fn free_fields)
 {
   io_req_t *req = req_alloc(size, 0, free_fields);
   if (req) {
@@ -138,7 +139,7 @@ io_req_t *io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
   return req;
 }
 
-io_req_t *io_req_new(size_t size, io_work_fn work, io_free_fn free_fields)
+io_req_t *sm_io_req_new(size_t size, io_work_fn work, io_free_fn free_fields)
 {
   io_req_t *req = req_alloc(size, 1, free_fields);
   if (req)
@@ -146,7 +147,7 @@ io_req_t *io_req_new(size_t size, io_work_fn work, io_free_fn free_fields)
   return req;
 }
 
-void io_req_release(io_req_t *req)
+void sm_io_req_release(io_req_t *req)
 {
   if (!req || atomic_fetch_sub_explicit(&req->refs, 1, memory_order_acq_rel) != 1)
     return;
@@ -169,7 +170,7 @@ static void flush_wakes(void)
   nwakes = 0;
 }
 
-void io_complete(io_req_t *req)
+void sm_io_complete(io_req_t *req)
 {
   io_activity++;
   req->completed = 1;
@@ -179,7 +180,7 @@ void io_complete(io_req_t *req)
     wake_pids[nwakes] = req->pid;
     wake_tokens[nwakes++] = req->token;
   }
-  io_req_release(req);
+  sm_io_req_release(req);
 }
 
 static void work_cb(uv_work_t *w)
@@ -209,7 +210,7 @@ static void after_work_cb(uv_work_t *w, int status)
   pool_in_flight--;
   if (status == UV_ECANCELED)
     req->err = -ECANCELED;
-  io_complete(req);
+  sm_io_complete(req);
 }
 
 /* Stopping: every 10 ms, interrupt the pool threads still in a work function (see the top). */
@@ -225,7 +226,7 @@ static void interrupt_tick(uv_timer_t *t)
   pthread_mutex_unlock(&busy_lock);
 }
 
-/* A cancel request (io_call_timeout): it holds a reference to the request it cancels. */
+/* A cancel request (sm_io_call_timeout): it holds a reference to the request it cancels. */
 typedef struct cancel_req {
   io_req_t base;
   io_req_t *target;
@@ -238,15 +239,15 @@ static void cancel_on_loop(io_req_t *req, void *loop)
   io_req_t *target = ((cancel_req_t *)req)->target;
   if (!target->completed && target->cancel)
     target->cancel(target);
-  io_complete(req);
+  sm_io_complete(req);
 }
 
-static void cancel_free(io_req_t *req) { io_req_release(((cancel_req_t *)req)->target); }
+static void cancel_free(io_req_t *req) { sm_io_req_release(((cancel_req_t *)req)->target); }
 
 static io_stop_fn stop_hooks[4];
 static int nstop_hooks;
 
-void io_on_stop(io_stop_fn fn)
+void sm_io_on_stop(io_stop_fn fn)
 {
   pthread_mutex_lock(&io_lock);
   int known = 0;
@@ -299,7 +300,7 @@ static void drain(uv_loop_t *loop)
     int rc = uv_queue_work(loop, w, work_cb, after_work_cb);
     if (rc < 0) { /* cannot happen with a valid loop; fail the request rather than hang */
       req->err = rc;
-      io_complete(req);
+      sm_io_complete(req);
     } else {
       pool_in_flight++;
     }
@@ -327,7 +328,7 @@ static void *io_main(void *arg)
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
   /* This thread (started by an actor's scheduler) takes the signals libuv handles even where the
-  ** schedulers block them (io_sched_thread_enter, TSan builds). */
+  ** schedulers block them (sm_io_sched_thread_enter, TSan builds). */
   sigset_t async_set;
   io_signal_set(&async_set);
   pthread_sigmask(SIG_UNBLOCK, &async_set, NULL);
@@ -448,36 +449,52 @@ static int await_done(io_req_t *req, int64_t timeout_ns)
   return rc;
 }
 
-int io_call(io_req_t *req)
+int sm_io_call(io_req_t *req) { return sm_io_call_timeout(req, SMARM_FOREVER); }
+
+/* The caller's cleanup while it waits (smarm_cleanup_push): it ended in the middle (killed, or
+** stopped at shutdown), so its reference is released here, and a request on the loop is
+** cancelled (a socket's receive or accept would otherwise wait for good). */
+static void abandon(void *p)
 {
-  int rc = submit_waited(req);
-  return rc < 0 ? rc : await_done(req, SMARM_FOREVER);
+  io_req_t *req = p;
+  cancel_req_t *c;
+  if (req->cancel && /* cancel_on_loop looks at `completed`, on the loop's thread */
+      (c = (cancel_req_t *)sm_io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free))) {
+    atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
+    c->target = req;
+    sm_io_post(&c->base);
+  }
+  sm_io_req_release(req);
 }
 
-int io_call_timeout(io_req_t *req, int64_t timeout_ns)
+int sm_io_call_timeout(io_req_t *req, int64_t timeout_ns)
 {
   int rc = submit_waited(req);
   if (rc < 0)
     return rc;
-  if (await_done(req, timeout_ns) == 0)
+  smarm_cleanup_t cleanup = {abandon, req, NULL};
+  smarm_cleanup_push(&cleanup);
+  rc = await_done(req, timeout_ns);
+  smarm_cleanup_pop(&cleanup);
+  if (rc == 0)
     return 0;
   /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
   ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */
   cancel_req_t *c;
-  while (!(c = (cancel_req_t *)io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free)))
+  while (!(c = (cancel_req_t *)sm_io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free)))
     smarm_sleep(1000 * 1000);
   atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
   c->target = req;
-  io_call(&c->base); /* fails only without an IO thread: then nothing is left to cancel */
-  io_req_release(&c->base);
+  sm_io_call(&c->base); /* fails only without an IO thread: then nothing is left to cancel */
+  sm_io_req_release(&c->base);
   return req->completed && req->err != -ETIMEDOUT ? 0 : -ETIMEDOUT;
 }
 
-int io_post(io_req_t *req)
+int sm_io_post(io_req_t *req)
 {
   if (!atomic_load_explicit(&io_ready, memory_order_acquire) ||
       atomic_load_explicit(&io_stopping, memory_order_acquire)) {
-    io_req_release(req);
+    sm_io_req_release(req);
     return -ECANCELED;
   }
   req->waited = 0;
@@ -485,7 +502,7 @@ int io_post(io_req_t *req)
   return 0;
 }
 
-void io_shutdown(void)
+void sm_io_shutdown(void)
 {
   pthread_mutex_lock(&io_lock);
   if (atomic_load_explicit(&io_ready, memory_order_relaxed)) {
@@ -499,7 +516,7 @@ void io_shutdown(void)
     while (left) {
       io_req_t *next = left->next;
       left->err = -ECANCELED;
-      io_complete(left);
+      sm_io_complete(left);
       left = next;
     }
     flush_wakes();
@@ -507,7 +524,7 @@ void io_shutdown(void)
   pthread_mutex_unlock(&io_lock);
 }
 
-int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
+int sm_io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
 {
   if (*cap - len >= room)
     return 0;
@@ -522,5 +539,5 @@ int io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
   return 0;
 }
 
-const char *io_err_name(int err) { return uv_err_name(err); }
-const char *io_strerror(int err) { return uv_strerror(err); }
+const char *sm_io_err_name(int err) { return uv_err_name(err); }
+const char *sm_io_strerror(int err) { return uv_strerror(err); }

@@ -65,7 +65,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *out)
 {
   running_t *k = h->data;
   buf_t *b = h == (uv_handle_t *)&k->out ? &k->bout : &k->berr;
-  if (io_buf_reserve(&b->data, &b->cap, b->len, hint < 4096 ? 4096 : hint) < 0) {
+  if (sm_io_buf_reserve(&b->data, &b->cap, b->len, hint < 4096 ? 4096 : hint) < 0) {
     *out = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
     return;
   }
@@ -262,7 +262,7 @@ static void on_signal(uv_signal_t *h, int signum)
   uv_signal_stop(&w->handle);
   for (size_t i = 0; i < n; i++) {
     list[i]->base.uv = NULL;
-    io_complete(&list[i]->base);
+    sm_io_complete(&list[i]->base);
   }
   free(list);
 }
@@ -337,19 +337,19 @@ static void stop_signals(void *loop)
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
 static void register_stop(void)
 {
-  io_on_stop(stop_programs);
-  io_on_stop(stop_signals);
+  sm_io_on_stop(stop_programs);
+  sm_io_on_stop(stop_signals);
 }
 
-proc_req_t *proc_run_new(void)
+proc_req_t *sm_proc_run_new(void)
 {
   pthread_once(&registered, register_stop);
-  return (proc_req_t *)io_req_new_loop(sizeof(proc_req_t), run_on_loop, run_cancel, proc_free);
+  return (proc_req_t *)sm_io_req_new_loop(sizeof(proc_req_t), run_on_loop, run_cancel, proc_free);
 }
 
-proc_req_t *proc_signal_new(void)
+proc_req_t *sm_proc_signal_new(void)
 {
   pthread_once(&registered, register_stop);
-  return (proc_req_t *)io_req_new_loop(sizeof(proc_req_t), signal_on_loop, signal_cancel,
-                                       proc_free);
+  return (proc_req_t *)sm_io_req_new_loop(sizeof(proc_req_t), signal_on_loop, signal_cancel,
+                                          proc_free);
 }

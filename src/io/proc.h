@@ -32,7 +32,7 @@ typedef struct proc_req {
   int signum;
 } proc_req_t;
 
-proc_req_t *proc_run_new(void);     /* a request to run argv */
-proc_req_t *proc_signal_new(void);  /* a request to wait for signum */
+proc_req_t *sm_proc_run_new(void);     /* a request to run argv */
+proc_req_t *sm_proc_signal_new(void);  /* a request to wait for signum */
 
 #endif

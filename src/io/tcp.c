@@ -34,7 +34,8 @@ typedef struct sock {
   int lerr;                   /* a listening error, reported to the next accept */
 } sock_t;
 
-/* ---- Ids: slot index (low 32 bits) and a generation, so a closed socket's id never matches ---- */
+/* ---- Ids: slot index (low 32 bits) and a generation, so a closed socket's id never matches ----
+** */
 
 typedef struct slot {
   sock_t *sock;
@@ -162,7 +163,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
       s->len -= s->start;
       s->start = 0;
     }
-    if (io_buf_reserve(&s->buf, &s->cap, s->len, READ_CHUNK) < 0) {
+    if (sm_io_buf_reserve(&s->buf, &s->cap, s->len, READ_CHUNK) < 0) {
       *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
       return;
     }
@@ -238,7 +239,7 @@ static void serve_receive(sock_t *s)
   tcp_req_t *r = s->receive;
   if (r && try_receive(s, r)) {
     s->receive = NULL;
-    io_complete(&r->base);
+    sm_io_complete(&r->base);
   }
   if (s->len - s->start >= READ_HIGH)
     read_pause(s);
@@ -503,8 +504,8 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     int len = sizeof ss;
     int rc = r->peer ? uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len)
                      : uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len);
-    if (rc == 0 && dns_addr_text((struct sockaddr *)&ss, r->addr, sizeof r->addr,
-                                 &r->addr_port) < 0)
+    if (rc == 0 && sm_dns_addr_text((struct sockaddr *)&ss, r->addr, sizeof r->addr,
+                                    &r->addr_port) < 0)
       rc = UV_EAFNOSUPPORT;
     finish(r, rc);
     return;
@@ -562,12 +563,12 @@ static void close_all(void *loop)
 }
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
-static void register_stop(void) { io_on_stop(close_all); }
+static void register_stop(void) { sm_io_on_stop(close_all); }
 
-tcp_req_t *tcp_req_new(enum tcp_op op)
+tcp_req_t *sm_tcp_req_new(enum tcp_op op)
 {
   pthread_once(&registered, register_stop);
-  tcp_req_t *r = (tcp_req_t *)io_req_new_loop(sizeof *r, tcp_on_loop, tcp_cancel, tcp_free);
+  tcp_req_t *r = (tcp_req_t *)sm_io_req_new_loop(sizeof *r, tcp_on_loop, tcp_cancel, tcp_free);
   if (r)
     r->op = op;
   return r;

@@ -52,6 +52,6 @@ typedef struct tcp_req {
 } tcp_req_t;
 
 /* A request for op (a zeroed tcp_req_t that runs on the IO thread), or NULL. */
-tcp_req_t *tcp_req_new(enum tcp_op op);
+tcp_req_t *sm_tcp_req_new(enum tcp_op op);
 
 #endif

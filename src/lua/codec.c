@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST };
+enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF };
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
@@ -280,16 +280,22 @@ static void enc_value(enc_t *e, int idx, int depth)
     return;
   case LUA_TUSERDATA: {
     smarm_pid_t pid;
-    if (lsmarm_to_pid(L, idx, &pid)) {
+    if (sm_lsmarm_to_pid(L, idx, &pid)) {
       put_byte(e, T_PID);
       put_bytes(e, &pid, sizeof pid);
       return;
     }
-    int nkinds = lhandle_kind_count();
+    smarm_ref_t ref;
+    if (sm_lsmarm_to_ref(L, idx, &ref)) {
+      put_byte(e, T_SREF);
+      put_bytes(e, &ref, sizeof ref);
+      return;
+    }
+    int nkinds = sm_lhandle_kind_count();
     for (int k = 0; k < nkinds; k++) {
       void *ud;
       lhandle_t h;
-      if (!lhandle_kind(k)->test(L, idx, &ud, &h))
+      if (!sm_lhandle_kind(k)->test(L, idx, &ud, &h))
         continue;
       codec_moves_t *mv = e->moves;
       for (int i = 0; i < mv->n; i++)
@@ -313,14 +319,14 @@ static void enc_value(enc_t *e, int idx, int depth)
 }
 
 /* A string message straight into its block: no buffer to grow and copy from. */
-static smarm_msg_t *encode_string(lua_State *L, int idx)
+static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
 {
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
   unsigned char head[11];
   head[0] = T_STR;
   size_t h = 1 + varint(head + 1, n);
-  smarm_msg_t *m = smarm_msg_new(h + n);
+  smarm_msg_t *m = smarm_msg_new(h + n + tail);
   if (!m)
     luaL_error(L, "not enough memory");
   unsigned char *out = smarm_msg_data(m);
@@ -329,14 +335,20 @@ static smarm_msg_t *encode_string(lua_State *L, int idx)
   return m;
 }
 
-smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+{
+  return sm_codec_encode_tail(L, idx, root, moves, 0);
+}
+
+smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                                  size_t tail)
 {
   enc_t e;
   moves->n = 0;
   e.moves = moves;
   idx = abs_index(L, idx);
   if (lua_type(L, idx) == LUA_TSTRING)
-    return encode_string(L, idx);
+    return encode_string(L, idx, tail);
   e.L = L;
   luaL_checkstack(L, 8, "message");
   e.buf = e.local;
@@ -349,7 +361,7 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
   enc_value(&e, idx, 0);
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
-  smarm_msg_t *m = smarm_msg_new(head + e.len);
+  smarm_msg_t *m = smarm_msg_new(head + e.len + tail);
   if (!m)
     luaL_error(L, "not enough memory");
   unsigned char *out = smarm_msg_data(m);
@@ -372,14 +384,14 @@ smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t
   return m;
 }
 
-void codec_commit(codec_moves_t *moves)
+void sm_codec_commit(codec_moves_t *moves)
 {
   for (int i = 0; i < moves->n; i++)
-    lhandle_kind(moves->kind[i])->handed_over(moves->uds[i]);
+    sm_lhandle_kind(moves->kind[i])->handed_over(moves->uds[i]);
   moves->n = 0;
 }
 
-void codec_abandon(smarm_msg_t *msg)
+void sm_codec_abandon(smarm_msg_t *msg)
 {
   if (msg)
     smarm_msg_set_owning(msg, 0);
@@ -405,12 +417,12 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   if (n < 1 || n > CODEC_MAX_HANDLES || end - *p < 2 + (ptrdiff_t)n * HANDLE_BYTES)
     return -1;
   const unsigned char *q = *p + 2;
-  int nkinds = lhandle_kind_count();
+  int nkinds = sm_lhandle_kind_count();
   for (int i = 0; i < n; i++, q += HANDLE_BYTES) {
     if (q[1] >= nkinds)
       return -1;
     out[i].taken = q[0] & HANDLE_TAKEN;
-    out[i].kind = lhandle_kind(q[1]);
+    out[i].kind = sm_lhandle_kind(q[1]);
     out[i].h.bits = q[2];
     memcpy(&out[i].h.id, q + 3, 8);
     memcpy(&out[i].h.timeout, q + 11, 8);
@@ -420,7 +432,7 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   return n;
 }
 
-void codec_drop(smarm_msg_t *msg)
+void sm_codec_drop(smarm_msg_t *msg)
 {
   const unsigned char *p = smarm_msg_data(msg);
   listed_t hs[CODEC_MAX_HANDLES];
@@ -496,7 +508,13 @@ static int dec_value(dec_t *d, int depth)
   case T_PID: {
     smarm_pid_t pid;
     get_bytes(d, &pid, sizeof pid);
-    lsmarm_push_pid(L, pid);
+    sm_lsmarm_push_pid(L, pid);
+    return 1;
+  }
+  case T_SREF: {
+    smarm_ref_t ref;
+    get_bytes(d, &ref, sizeof ref);
+    sm_lsmarm_push_ref(L, ref);
     return 1;
   }
   case T_HANDLE: {
@@ -543,24 +561,25 @@ static int dec_value(dec_t *d, int depth)
   }
 }
 
-void codec_decode(lua_State *L, smarm_msg_t *msg)
+/* Decodes the bytes [p, p + n), whose handle list (if any) is at `list` (inside a block whose
+** handles may be taken; NULL: none allowed). */
+static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char *list)
 {
   dec_t d;
   listed_t handles[CODEC_MAX_HANDLES];
   d.L = L;
-  d.p = smarm_msg_data(msg);
-  d.end = d.p + smarm_msg_size(msg);
+  d.p = p;
+  d.end = d.p + n;
   d.ntables = 0;
-  unsigned char *list = smarm_msg_data(msg);
   d.nhandles = read_handles(&d.p, d.end, handles);
-  if (d.nhandles < 0)
+  if (d.nhandles < 0 || (d.nhandles > 0 && !list))
     malformed(&d);
   int base = d.nhandles > 0 ? lua_gettop(L) : 0;
   luaL_checkstack(L, d.nhandles + 8, "message");
   /* Sockets and files become their userdata first, before anything else of the decode can fail
   ** (out of memory, a malformed block). Each one's entry in the block is marked taken as soon as
   ** its userdata owns it: a block dropped after a failed decode closes only the others
-  ** (codec_drop), never one twice. */
+  ** (sm_codec_drop), never one twice. */
   for (int i = 0; i < d.nhandles; i++) {
     handles[i].kind->push(L, &handles[i].h);
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
@@ -582,5 +601,20 @@ void codec_decode(lua_State *L, smarm_msg_t *msg)
   } else if (has_tables) {
     lua_remove(L, d.refs_idx);
   }
+}
+
+void sm_codec_decode(lua_State *L, smarm_msg_t *msg) { sm_codec_decode_head(L, msg, 0); }
+
+void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
+{
+  size_t n = smarm_msg_size(msg);
+  if (n < tail)
+    luaL_error(L, "malformed message");
+  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg));
   smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
+}
+
+void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n)
+{
+  decode_range(L, (unsigned char *)p, n, NULL);
 }

@@ -30,28 +30,39 @@
 
 /* Handles travel at most CODEC_MAX_HANDLES per message, each once: the block then begins with
 ** their list and is owning (smarm_msg_set_owning), so that if nobody decodes it the drop hook
-** (codec_drop, installed by the binding) drops them. The sender's handles are handed over only
+** (sm_codec_drop, installed by the binding) drops them. The sender's handles are handed over only
 ** when the caller commits the moves after a successful send. */
 #define CODEC_MAX_HANDLES 16
 
 typedef struct codec_moves {
   void *uds[CODEC_MAX_HANDLES]; /* the sender's handle userdata */
-  int kind[CODEC_MAX_HANDLES];  /* their kinds (lhandle_kind) */
+  int kind[CODEC_MAX_HANDLES];  /* their kinds (sm_lhandle_kind) */
   int n;
 } codec_moves_t;
 
 /* Encodes the value at idx into a new message block (owned by the caller). Raises a Lua error
 ** naming the path of a value that cannot be sent (nothing leaks). moves receives the handles in
-** it: after sending the block, codec_commit(moves); if it is not sent, codec_abandon(block). */
-smarm_msg_t *codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
-void codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
-void codec_abandon(smarm_msg_t *msg);    /* frees an unsent block; the handles stay the sender's */
+** it: after sending the block, sm_codec_commit(moves); if it is not sent, sm_codec_abandon(block).
+** */
+smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
+/* The same with `tail` more bytes at the end of the block, for the caller (a reply's alias). */
+smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                                  size_t tail);
+void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
+/* Frees an unsent block; the handles stay the sender's. */
+void sm_codec_abandon(smarm_msg_t *msg);
 
 /* Pushes the value a message holds; the receiver now owns its handles (the block is no longer
-** owning). Raises on a block codec_encode did not make. */
-void codec_decode(lua_State *L, smarm_msg_t *msg);
+** owning). Raises on a block sm_codec_encode did not make. */
+void sm_codec_decode(lua_State *L, smarm_msg_t *msg);
+/* The same for a block made by sm_codec_encode_tail with that tail. */
+void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
+
+/* Pushes the value of bytes that sm_codec_encode made without handles (an exit reason inside a
+** notice). Raises on malformed bytes or a handle list. */
+void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n);
 
 /* The drop hook: drops (closes) the handles of a block nobody decoded. */
-void codec_drop(smarm_msg_t *msg);
+void sm_codec_drop(smarm_msg_t *msg);
 
 #endif

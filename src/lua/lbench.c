@@ -47,7 +47,7 @@ static histogram_t *check_hist(lua_State *L, int idx)
 static int l_histogram(lua_State *L)
 {
   histogram_t *h = lua_newuserdata(L, sizeof *h);
-  hist_reset(h);
+  sm_hist_reset(h);
   luaL_getmetatable(L, HIST_MT);
   lua_setmetatable(L, -2);
   return 1;
@@ -57,7 +57,7 @@ static int h_record(lua_State *L)
 {
   histogram_t *h = check_hist(L, 1);
   lua_Number v = luaL_checknumber(L, 2);
-  hist_record(h, v > 0 ? (uint64_t)v : 0);
+  sm_hist_record(h, v > 0 ? (uint64_t)v : 0);
   return 0;
 }
 
@@ -66,7 +66,7 @@ static int h_quantile(lua_State *L)
   histogram_t *h = check_hist(L, 1);
   lua_Number q = luaL_checknumber(L, 2);
   luaL_argcheck(L, q >= 0 && q <= 1, 2, "quantile from 0 to 1 expected");
-  lua_pushnumber(L, (lua_Number)hist_quantile(h, q));
+  lua_pushnumber(L, (lua_Number)sm_hist_quantile(h, q));
   return 1;
 }
 
@@ -84,19 +84,19 @@ static int h_max(lua_State *L)
 
 static int h_mean(lua_State *L)
 {
-  lua_pushnumber(L, hist_mean(check_hist(L, 1)));
+  lua_pushnumber(L, sm_hist_mean(check_hist(L, 1)));
   return 1;
 }
 
 static int h_reset(lua_State *L)
 {
-  hist_reset(check_hist(L, 1));
+  sm_hist_reset(check_hist(L, 1));
   return 0;
 }
 
 static int h_merge(lua_State *L)
 {
-  hist_merge(check_hist(L, 1), check_hist(L, 2));
+  sm_hist_merge(check_hist(L, 1), check_hist(L, 2));
   return 0;
 }
 
@@ -127,7 +127,7 @@ static int h_import(lua_State *L)
   uint64_t head[2];
   memcpy(head, s, sizeof head);
   histogram_t add;
-  hist_reset(&add);
+  sm_hist_reset(&add);
   add.count = head[0];
   add.max = head[1];
   for (size_t off = 16; off < n; off += 16) {
@@ -136,7 +136,7 @@ static int h_import(lua_State *L)
     luaL_argcheck(L, pair[0] < HIST_BUCKETS, 2, "not a histogram export");
     add.counts[pair[0]] += pair[1];
   }
-  hist_merge(h, &add);
+  sm_hist_merge(h, &add);
   return 0;
 }
 
@@ -147,7 +147,7 @@ static const luaL_Reg hist_methods[] = {
   {NULL, NULL},
 };
 
-void lbench_register(lua_State *L, int module)
+void sm_lbench_register(lua_State *L, int module)
 {
   if (luaL_newmetatable(L, HIST_MT)) {
     lua_newtable(L);

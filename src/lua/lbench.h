@@ -5,6 +5,6 @@
 #include <lua.h>
 
 /* Adds clock, cycles and histogram to the module table at index `module`. */
-void lbench_register(lua_State *L, int module);
+void sm_lbench_register(lua_State *L, int module);
 
 #endif

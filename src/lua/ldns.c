@@ -19,15 +19,15 @@ static int l_getaddrinfo(lua_State *L)
     luaL_checkstring(L, 2); /* a number too (a port) */
   double timeout = luaL_optnumber(L, 3, -1);
   lua_settop(L, 3);
-  dns_req_t *r = dns_req_new();
-  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
-  r->host = lio_copy_arg(L, 1, NULL);
+  dns_req_t *r = sm_dns_req_new();
+  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  r->host = sm_lio_copy_arg(L, 1, NULL);
   if (!lua_isnil(L, 2))
-    r->service = lio_copy_arg(L, 2, NULL); /* a number converts */
-  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "dns.getaddrinfo");
+    r->service = sm_lio_copy_arg(L, 2, NULL); /* a number converts */
+  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "dns.getaddrinfo");
   int n = 1;
   if (err) {
-    n = lio_push_failure(L, err, r->host);
+    n = sm_lio_push_failure(L, err, r->host);
   } else {
     lua_createtable(L, (int)r->count, 0);
     for (size_t i = 0; i < r->count; i++) {
@@ -41,10 +41,10 @@ static int l_getaddrinfo(lua_State *L)
       lua_rawseti(L, -2, (int)i + 1);
     }
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
 static const luaL_Reg functions[] = {{"getaddrinfo", l_getaddrinfo}, {NULL, NULL}};
 
-void ldns_register(lua_State *L, int module) { lio_add_table(L, module, "dns", functions); }
+void sm_ldns_register(lua_State *L, int module) { sm_lio_add_table(L, module, "dns", functions); }

@@ -7,6 +7,6 @@
 #include <lua.h>
 
 /* Sets module.dns (module: the stack index of the smarm.core table). */
-void ldns_register(lua_State *L, int module);
+void sm_ldns_register(lua_State *L, int module);
 
 #endif

@@ -7,7 +7,7 @@
 ** Files (smarm.fs.open) are userdata that own their descriptor: it is closed by file:close(),
 ** by __gc (a posted close: no switch inside __gc), when the file is handed to another actor in a
 ** message (the receiver's handle owns it then), or at the end of the run that opened it
-** (lfs_end_run); a file of an earlier run is stale and touches no descriptor (lhandle.h).
+** (sm_lfs_end_run); a file of an earlier run is stale and touches no descriptor (lhandle.h).
 */
 #define _GNU_SOURCE
 #include "lfs.h"
@@ -24,11 +24,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A request for op, boxed at the top of the stack (lio_box). */
+/* A request for op, boxed at the top of the stack (sm_lio_box). */
 static fs_req_t *new_bare_request(lua_State *L, enum fs_op op)
 {
-  fs_req_t *r = fs_req_new(op);
-  lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  fs_req_t *r = sm_fs_req_new(op);
+  sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   return r;
 }
 
@@ -37,15 +37,15 @@ static fs_req_t *new_request(lua_State *L, enum fs_op op)
 {
   luaL_checkstring(L, 1);
   fs_req_t *r = new_bare_request(L, op);
-  r->path = lio_copy_arg(L, 1, NULL);
+  r->path = sm_lio_copy_arg(L, 1, NULL);
   return r;
 }
 
 /* Runs r on the IO thread. Returns 0, or pushes nil, "<subject>: <reason>", code and returns 3. */
 static int run(lua_State *L, fs_req_t *r, const char *fname, const char *subject)
 {
-  int err = lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
-  return err ? lio_push_failure(L, err, subject) : 0;
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+  return err ? sm_lio_push_failure(L, err, subject) : 0;
 }
 
 static int l_readfile(lua_State *L)
@@ -57,7 +57,7 @@ static int l_readfile(lua_State *L)
     lua_pushlstring(L, r->data, r->len);
     n = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -67,14 +67,14 @@ static int l_writefile(lua_State *L)
   lua_settop(L, 2);
   fs_req_t *r = new_request(L, FS_WRITEFILE);
   int box = lua_gettop(L);
-  r->data = lio_copy_arg(L, 2, &r->len);
+  r->data = sm_lio_copy_arg(L, 2, &r->len);
   r->mode = 0666;
   int n = run(L, r, "fs.writefile", r->path);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -84,19 +84,19 @@ static int l_stat(lua_State *L)
   int box = lua_gettop(L);
   int n = run(L, r, "fs.stat", r->path);
   if (n) {
-    lio_unbox(L, box);
+    sm_lio_unbox(L, box);
     return n;
   }
   lua_createtable(L, 0, 5);
   lua_pushnumber(L, (lua_Number)r->st.st_size);
   lua_setfield(L, -2, "size");
-  lua_pushstring(L, fs_type_name(r->st.st_mode));
+  lua_pushstring(L, sm_fs_type_name(r->st.st_mode));
   lua_setfield(L, -2, "type");
   lua_pushnumber(L, (lua_Number)(r->st.st_mode & 07777));
   lua_setfield(L, -2, "mode");
   lua_pushnumber(L, (lua_Number)r->st.st_mtim.tv_sec + r->st.st_mtim.tv_nsec / 1e9);
   lua_setfield(L, -2, "mtime");
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return 1;
 }
 
@@ -116,13 +116,13 @@ static int simple(lua_State *L, enum fs_op op, const char *fname)
   int box = lua_gettop(L);
   r->mode = mode;
   if (op == FS_RENAME)
-    r->path2 = lio_copy_arg(L, 2, NULL);
+    r->path2 = sm_lio_copy_arg(L, 2, NULL);
   int n = run(L, r, fname, r->path);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -138,7 +138,7 @@ static int l_scandir(lua_State *L)
   int box = lua_gettop(L);
   int n = run(L, r, "fs.scandir", r->path);
   if (n) {
-    lio_unbox(L, box);
+    sm_lio_unbox(L, box);
     return n;
   }
   lua_createtable(L, (int)r->count, 0);
@@ -146,11 +146,11 @@ static int l_scandir(lua_State *L)
     lua_createtable(L, 0, 2);
     lua_pushstring(L, r->entries[i].name);
     lua_setfield(L, -2, "name");
-    lua_pushstring(L, fs_type_name(r->entries[i].type)); /* 0: "unknown" */
+    lua_pushstring(L, sm_fs_type_name(r->entries[i].type)); /* 0: "unknown" */
     lua_setfield(L, -2, "type");
     lua_rawseti(L, -2, (int)i + 1);
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return 1;
 }
 
@@ -163,16 +163,16 @@ typedef struct lfile {
   int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
   int closing; /* close() came while busy: the last of them closes */
   int handed;  /* sent in a message: another actor has it */
-  uint32_t run; /* the run that made it (lhandle_run_generation): its end closed the file */
+  uint32_t run; /* the run that made it (sm_lhandle_run_generation): its end closed the file */
   char *path;
 } lfile_t;
 
-/* Registry key of the VM's open files (weak keys: file userdata -> true), for lfs_end_run. */
+/* Registry key of the VM's open files (weak keys: file userdata -> true), for sm_lfs_end_run. */
 static const char open_files_key = 0;
 
 /* A file of a run that has ended: that run's end closed its descriptor, whose number may be
 ** another file's now. */
-static int file_stale(const lfile_t *f) { return f->run != lhandle_run_generation(); }
+static int file_stale(const lfile_t *f) { return f->run != sm_lhandle_run_generation(); }
 
 /* Makes the new file userdata on top a file of this run that owns fd: first records it as open
 ** in its VM (which may raise for memory while the userdata has no __gc and owns nothing: a
@@ -198,7 +198,7 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
   lua_pop(L, 1);
   f->fd = fd;
   f->busy = f->closing = f->handed = 0;
-  f->run = lhandle_run_generation();
+  f->run = sm_lhandle_run_generation();
   f->path = path;
   luaL_getmetatable(L, FILE_MT);
   lua_setmetatable(L, -2);
@@ -265,7 +265,7 @@ static int l_open(lua_State *L)
     r->path = NULL;
     n = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -294,7 +294,7 @@ static int f_read(lua_State *L)
     lua_pushlstring(L, r->data, r->len);
     k = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return k;
 }
 
@@ -310,7 +310,7 @@ static int f_write(lua_State *L)
   int box = lua_gettop(L);
   r->fd = f->fd;
   r->offset = off;
-  r->data = lio_copy_arg(L, 2, &r->len);
+  r->data = sm_lio_copy_arg(L, 2, &r->len);
   file_enter(f);
   int k = run(L, r, "file.write", f->path);
   file_leave(f);
@@ -318,7 +318,7 @@ static int f_write(lua_State *L)
     lua_pushnumber(L, (lua_Number)r->len);
     k = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return k;
 }
 
@@ -326,7 +326,7 @@ static void post_file_close(lfile_t *f)
 {
   if (f->fd < 0)
     return;
-  fs_post_close(f->fd);
+  sm_fs_post_close(f->fd);
   f->fd = -1;
 }
 
@@ -344,7 +344,7 @@ static int f_close(lua_State *L)
 static int f_gc(lua_State *L)
 {
   lfile_t *f = lua_touserdata(L, 1);
-  if (!file_stale(f)) /* a stale file's descriptor went with its run (lfs_end_run) */
+  if (!file_stale(f)) /* a stale file's descriptor went with its run (sm_lfs_end_run) */
     post_file_close(f);
   free(f->path);
   f->path = NULL;
@@ -392,11 +392,11 @@ static void file_push(lua_State *L, const lhandle_t *h)
   f->path = strdup("(a file handed over)"); /* only after file_made, which may raise */
 }
 
-static void file_drop(const lhandle_t *h) { fs_post_close(h->fd); }
+static void file_drop(const lhandle_t *h) { sm_fs_post_close(h->fd); }
 
 static const lhandle_kind_t file_kind = {file_test, file_handed_over, file_push, file_drop};
 
-void lfs_end_run(lua_State *L)
+void sm_lfs_end_run(lua_State *L)
 {
   lua_pushlightuserdata(L, (void *)&open_files_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
@@ -407,7 +407,7 @@ void lfs_end_run(lua_State *L)
   lua_pushnil(L);
   while (lua_next(L, -2) != 0) {
     lfile_t *f = lua_touserdata(L, -2);
-    if (f->fd >= 0) /* no pool work is in flight any more (io_shutdown): close it here */
+    if (f->fd >= 0) /* no pool work is in flight any more (sm_io_shutdown): close it here */
       close(f->fd);
     f->fd = -1;
     lua_pop(L, 1);
@@ -429,9 +429,9 @@ static const luaL_Reg fs_functions[] = {
   {NULL, NULL},
 };
 
-void lfs_register(lua_State *L, int module)
+void sm_lfs_register(lua_State *L, int module)
 {
-  lhandle_register(&file_kind);
-  lio_handle_metatable(L, FILE_MT, file_methods, f_gc, f_tostring);
-  lio_add_table(L, module, "fs", fs_functions);
+  sm_lhandle_register(&file_kind);
+  sm_lio_handle_metatable(L, FILE_MT, file_methods, f_gc, f_tostring);
+  sm_lio_add_table(L, module, "fs", fs_functions);
 }

@@ -8,10 +8,10 @@
 
 /* Sets module.fs (module: the stack index of the smarm.core table) and registers files as a
 ** handle kind (lhandle.h). */
-void lfs_register(lua_State *L, int module);
+void sm_lfs_register(lua_State *L, int module);
 
 /* After a run (the IO thread has stopped): closes the files of the run still open in L's VM, the
 ** one VM that outlives its runs; their handles are stale from now on. */
-void lfs_end_run(lua_State *L);
+void sm_lfs_end_run(lua_State *L);
 
 #endif

@@ -18,7 +18,7 @@ static _Atomic int nkinds;
 
 static uint32_t run_generation;
 
-int lhandle_register(const lhandle_kind_t *kind)
+int sm_lhandle_register(const lhandle_kind_t *kind)
 {
   pthread_mutex_lock(&kinds_lock);
   int n = atomic_load_explicit(&nkinds, memory_order_relaxed), i = 0;
@@ -30,26 +30,26 @@ int lhandle_register(const lhandle_kind_t *kind)
   }
   if (i == n) {
     kinds[i] = kind;
-    /* pairs with the acquire in lhandle_kind_count */
+    /* pairs with the acquire in sm_lhandle_kind_count */
     atomic_store_explicit(&nkinds, n + 1, memory_order_release);
   }
   pthread_mutex_unlock(&kinds_lock);
   return i;
 }
 
-int lhandle_kind_count(void)
+int sm_lhandle_kind_count(void)
 {
-  return atomic_load_explicit(&nkinds, memory_order_acquire); /* pairs with lhandle_register */
+  return atomic_load_explicit(&nkinds, memory_order_acquire); /* pairs with sm_lhandle_register */
 }
 
-const lhandle_kind_t *lhandle_kind(int index) { return kinds[index]; }
+const lhandle_kind_t *sm_lhandle_kind(int index) { return kinds[index]; }
 
-uint32_t lhandle_run_generation(void) { return run_generation; }
+uint32_t sm_lhandle_run_generation(void) { return run_generation; }
 
-void lhandle_next_run(void) { run_generation++; }
+void sm_lhandle_next_run(void) { run_generation++; }
 
-void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
-                          lua_CFunction gc, lua_CFunction tostring)
+void sm_lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
+                             lua_CFunction gc, lua_CFunction tostring)
 {
   if (luaL_newmetatable(L, name)) {
     lua_newtable(L);

@@ -5,7 +5,7 @@
 ** alone and knows no kind.
 **
 ** Invariants:
-** - A handle belongs to the run that made it. Every handle records lhandle_run_generation() when
+** - A handle belongs to the run that made it. Every handle records sm_lhandle_run_generation() when
 **   it is made; once that run has ended (the generation moved on) the handle is stale: the run's
 **   end closed what it stood for, and its descriptor number may be another handle's by then. A
 **   stale handle acts like a closed one ("... belongs to an earlier run") and its __gc closes
@@ -32,7 +32,7 @@ typedef struct lhandle {
   uint8_t bits;
 } lhandle_t;
 
-typedef struct lhandle_kind {
+typedef struct sm_lhandle_kind {
   /* 1 with *ud (the userdata) and *h set if the value at idx is a handle of this kind, 0 if it
   ** is not one; raises "smarm.send: ..." if it is one that cannot travel (closed, stale, handed
   ** over, in use by a parked actor). */
@@ -50,21 +50,21 @@ typedef struct lhandle_kind {
 
 /* Registers kind (a static of its module) once per process, from any thread (every VM's module
 ** load registers its kinds again: a no-op). Returns its index. */
-int lhandle_register(const lhandle_kind_t *kind);
+int sm_lhandle_register(const lhandle_kind_t *kind);
 
-/* The registered kinds: index 0 .. lhandle_kind_count()-1. A thread that has registered every
+/* The registered kinds: index 0 .. sm_lhandle_kind_count()-1. A thread that has registered every
 ** kind itself (its VM loaded the module) may read them without a lock. */
-int lhandle_kind_count(void);
-const lhandle_kind_t *lhandle_kind(int index);
+int sm_lhandle_kind_count(void);
+const lhandle_kind_t *sm_lhandle_kind(int index);
 
 /* The generation of runs: changes when smarm.run starts a run and again when the run has ended
 ** (lsmarm.c, on the caller's thread while no scheduler runs). */
-uint32_t lhandle_run_generation(void);
-void lhandle_next_run(void);
+uint32_t sm_lhandle_run_generation(void);
+void sm_lhandle_next_run(void);
 
 /* Registers the metatable `name` of a handle type once per VM: methods as __index, gc as __gc,
 ** tostring as __tostring, and a locked __metatable. */
-void lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
-                          lua_CFunction gc, lua_CFunction tostring);
+void sm_lio_handle_metatable(lua_State *L, const char *name, const luaL_Reg *methods,
+                             lua_CFunction gc, lua_CFunction tostring);
 
 #endif

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int lio_push_failure(lua_State *L, int err, const char *subject)
+int sm_lio_push_failure(lua_State *L, int err, const char *subject)
 {
   lua_pushnil(L);
   if (err == -ETIMEDOUT) {
@@ -22,14 +22,14 @@ int lio_push_failure(lua_State *L, int err, const char *subject)
     return 2;
   }
   if (subject)
-    lua_pushfstring(L, "%s: %s", subject, io_strerror(err));
+    lua_pushfstring(L, "%s: %s", subject, sm_io_strerror(err));
   else
-    lua_pushstring(L, io_strerror(err));
-  lua_pushstring(L, io_err_name(err));
+    lua_pushstring(L, sm_io_strerror(err));
+  lua_pushstring(L, sm_io_err_name(err));
   return 3;
 }
 
-char *lio_copy_arg(lua_State *L, int idx, size_t *len)
+char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
   size_t n;
   const char *s = luaL_checklstring(L, idx, &n);
@@ -46,7 +46,7 @@ static const char req_mt_key = 0;
 
 static int request_gc(lua_State *L);
 
-int lio_box(lua_State *L, io_req_t *req)
+int sm_lio_box(lua_State *L, io_req_t *req)
 {
   if (!req)
     return luaL_error(L, "not enough memory");
@@ -68,29 +68,54 @@ int lio_box(lua_State *L, io_req_t *req)
   return lua_gettop(L);
 }
 
-void lio_unbox(lua_State *L, int idx)
+void sm_lio_unbox(lua_State *L, int idx)
 {
   io_req_t **box = lua_touserdata(L, idx);
-  io_req_release(*box);
+  sm_io_req_release(*box);
   *box = NULL;
 }
 
 static int request_gc(lua_State *L)
 {
-  lio_unbox(L, 1);
+  sm_lio_unbox(L, 1);
   return 0;
 }
 
-int lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
+/* The box on L's stack (the calling function's frame) that holds req, or NULL. */
+static io_req_t **find_box(lua_State *L, io_req_t *req)
 {
-  lpark_actor(L, fname);
-  lpark_check(L, fname);
-  int rc = io_call_timeout(req, timeout_ns);
-  lpark_resumed(L);
+  lua_pushlightuserdata(L, (void *)&req_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  io_req_t **found = NULL;
+  for (int i = lua_gettop(L) - 1; i >= 1 && !found; i--) {
+    if (lua_type(L, i) != LUA_TUSERDATA || !lua_getmetatable(L, i))
+      continue;
+    io_req_t **box = lua_touserdata(L, i);
+    if (lua_rawequal(L, -1, -2) && *box == req)
+      found = box;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return found;
+}
+
+int sm_lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
+{
+  sm_lpark_actor(L, fname);
+  sm_lpark_check(L, fname);
+  /* The box's reference is sm_io_call's for the call: if the actor ends meanwhile (killed, or
+  ** stopped at the run's end), sm_io_call's cleanup releases it and the box must not again. */
+  io_req_t **box = find_box(L, req);
+  if (!box) /* every IO function boxes its request first (sm_lio_box) */
+    return luaL_error(L, "smarm.%s: the request is not boxed (a binding bug)", fname);
+  *box = NULL;
+  int rc = sm_io_call_timeout(req, timeout_ns);
+  *box = req;
+  sm_lpark_resumed(L);
   return rc < 0 ? rc : req->err;
 }
 
-void lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions)
+void sm_lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions)
 {
   lua_newtable(L);
   luaL_register(L, NULL, functions);

@@ -4,10 +4,10 @@
 ** into a request (src/io/io.h), run it for the calling actor, and return its results or
 ** nil, message, code.
 **
-** Ownership: a request is boxed on the actor's Lua stack as soon as it is made (lio_box), so an
+** Ownership: a request is boxed on the actor's Lua stack as soon as it is made (sm_lio_box), so an
 ** error raised while it is alive, or the actor being stopped while the IO thread works on it,
 ** leaks nothing; the box's __gc drops the actor's reference. Arguments are copied into the
-** request (lio_copy_arg): the IO side may still work when the actor's values are gone.
+** request (sm_lio_copy_arg): the IO side may still work when the actor's values are gone.
 */
 #ifndef SMARM_LUA_LIO_H
 #define SMARM_LUA_LIO_H
@@ -22,25 +22,25 @@ struct io_req;
 
 /* Pushes a userdata that holds the caller's reference to req and releases it when collected.
 ** Returns the box's stack index; raises "not enough memory" when req is NULL (pass a request
-** constructor's result as it is). lio_unbox releases it at once (the box at idx then holds
+** constructor's result as it is). sm_lio_unbox releases it at once (the box at idx then holds
 ** nothing). */
-int lio_box(lua_State *L, struct io_req *req);
-void lio_unbox(lua_State *L, int idx);
+int sm_lio_box(lua_State *L, struct io_req *req);
+void sm_lio_unbox(lua_State *L, int idx);
 
 /* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
-char *lio_copy_arg(lua_State *L, int idx, size_t *len);
+char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len);
 
-/* Runs an IO request for the calling actor (io_call_timeout; SMARM_FOREVER: no limit) under the
+/* Runs an IO request for the calling actor (sm_io_call_timeout; SMARM_FOREVER: no limit) under the
 ** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is
 ** refused; else returns 0 or the error (the call's, else the request's). */
-int lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
+int sm_lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
 
 /* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" (just the reason without
 ** a subject) and libuv's error name. Returns how many values it pushed. */
-int lio_push_failure(lua_State *L, int err, const char *subject);
+int sm_lio_push_failure(lua_State *L, int err, const char *subject);
 
 /* Sets module[name] (module: the stack index of the smarm.core table) to a new table of the
 ** functions. */
-void lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions);
+void sm_lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions);
 
 #endif

@@ -41,7 +41,7 @@ static int in_ffi_callback(lua_State *L)
   return 0;
 }
 
-const char *ljx_cannot_park(lua_State *L)
+const char *sm_ljx_cannot_park(lua_State *L)
 {
   global_State *g = G(L);
   if (g->hookmask & HOOK_GC)
@@ -55,7 +55,7 @@ const char *ljx_cannot_park(lua_State *L)
   return NULL;
 }
 
-void ljx_before_switch(lua_State *L)
+void sm_ljx_before_switch(lua_State *L)
 {
 #if LJ_HASJIT
   lj_trace_abort(G(L));
@@ -64,6 +64,6 @@ void ljx_before_switch(lua_State *L)
 #endif
 }
 
-void ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
+void sm_ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
 
-int ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
+int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }

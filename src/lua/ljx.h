@@ -12,17 +12,17 @@
 ** debug hook (the VM holds state for them that another actor's Lua code would clobber), inside
 ** an FFI callback (the FFI keeps one callback state per VM), or with JIT-compiled code on the
 ** stack (a compiled FFI call: switching there corrupts the VM). */
-const char *ljx_cannot_park(lua_State *L);
+const char *sm_ljx_cannot_park(lua_State *L);
 
 /* Right before a switch: stop recording a trace (a trace must not span actors). */
-void ljx_before_switch(lua_State *L);
+void sm_ljx_before_switch(lua_State *L);
 
 /* Right after a switch back into L's actor: make L the VM's current state again (other actors
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
-void ljx_after_switch(lua_State *L);
+void sm_ljx_after_switch(lua_State *L);
 
-/* Whether the VM's current state is L (design rule 4's invariant, checked by lpark_resumed in
+/* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
 ** the checking builds). */
-int ljx_is_current(lua_State *L);
+int sm_ljx_is_current(lua_State *L);
 
 #endif

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void *lpark_actor(lua_State *L, const char *fname)
+void *sm_lpark_actor(lua_State *L, const char *fname)
 {
   void *la = smarm_actor_data();
   if (!la)
@@ -20,19 +20,19 @@ void *lpark_actor(lua_State *L, const char *fname)
   return la;
 }
 
-void lpark_check(lua_State *L, const char *fname)
+void sm_lpark_check(lua_State *L, const char *fname)
 {
-  const char *why = ljx_cannot_park(L);
+  const char *why = sm_ljx_cannot_park(L);
   if (why)
     luaL_error(L, "smarm.%s: cannot park %s", fname, why);
-  ljx_before_switch(L);
+  sm_ljx_before_switch(L);
 }
 
-void lpark_resumed(lua_State *L)
+void sm_lpark_resumed(lua_State *L)
 {
-  ljx_after_switch(L);
+  sm_ljx_after_switch(L);
 #ifdef LUA_USE_ASSERT
-  if (!ljx_is_current(L)) {
+  if (!sm_ljx_is_current(L)) {
     fprintf(stderr, "smarm: after a switch, the VM's current state is not the resumed actor's "
                     "(design rule 4)\n");
     abort();
@@ -40,7 +40,7 @@ void lpark_resumed(lua_State *L)
 #endif
 }
 
-int64_t lsmarm_timeout_ns(lua_Number seconds)
+int64_t sm_lsmarm_timeout_ns(lua_Number seconds)
 {
   if (!(seconds >= 0) || seconds >= 1e9) /* NaN, negative, or beyond 31 years: no limit */
     return SMARM_FOREVER;

@@ -1,7 +1,7 @@
 /*
 ** Parking from Lua (lpark.c): the checks every binding function makes before it may switch
-** stacks (design rules 1-4). A function that can park calls lpark_actor (it must run in an
-** actor), then lpark_check right before the switch, and ljx_after_switch right after it.
+** stacks (design rules 1-4). A function that can park calls sm_lpark_actor (it must run in an
+** actor), then sm_lpark_check right before the switch, and sm_ljx_after_switch right after it.
 */
 #ifndef SMARM_LUA_LPARK_H
 #define SMARM_LUA_LPARK_H
@@ -12,18 +12,18 @@
 
 /* The calling actor's data (the binding's lactor_t), or a raised error
 ** "smarm.<fname>: not inside an actor (call it from smarm.run)". */
-void *lpark_actor(lua_State *L, const char *fname);
+void *sm_lpark_actor(lua_State *L, const char *fname);
 
 /* Raises "smarm.<fname>: cannot park <why>" where parking is refused (a __gc finalizer, a debug
 ** hook, JIT-compiled code, an FFI callback); else stops recording a trace, as a switch must. */
-void lpark_check(lua_State *L, const char *fname);
+void sm_lpark_check(lua_State *L, const char *fname);
 
 /* Right after a switch back into L's actor (and into the caller of smarm.run): makes L the VM's
-** current state again (ljx_after_switch); the checking builds then check that it is, so that a
+** current state again (sm_ljx_after_switch); the checking builds then check that it is, so that a
 ** switch that leaves another coroutine current aborts there rather than corrupting later. */
-void lpark_resumed(lua_State *L);
+void sm_lpark_resumed(lua_State *L);
 
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
-int64_t lsmarm_timeout_ns(lua_Number seconds);
+int64_t sm_lsmarm_timeout_ns(lua_Number seconds);
 
 #endif

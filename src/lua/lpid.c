@@ -1,7 +1,7 @@
 /*
-** Pids in Lua (see lpid.h). The intern table (weak values) maps a key made from the pid's bits
-** to its userdata; the userdata carries a magic word, so a pid is recognised from its bytes alone
-** (no metatable lookup on the hot path of send).
+** Pids and refs in Lua (see lpid.h). The intern table (weak values) maps a key made from the
+** value's bits to its userdata; the userdata carries a magic word, so a pid or ref is recognised
+** from its bytes alone (no metatable lookup on the hot path of send).
 */
 #include "lpid.h"
 
@@ -10,14 +10,15 @@
 #include <stdint.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char pid_mt_key, pid_intern_key;
+static const char pid_mt_key, ref_mt_key, pid_intern_key;
 
 /* A userdata of another type of this size with this first word is not a concern. */
 #define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
+#define LREF_MAGIC UINT64_C(0x736d61726d726566) /* "smarmref" */
 
 typedef struct lpid {
-  uint64_t magic;
-  smarm_pid_t pid;
+  uint64_t magic; /* LPID_MAGIC or LREF_MAGIC */
+  uint64_t pid;   /* the pid, or the ref */
 } lpid_t;
 
 /* The intern table's key for a pid: its 64 bits read as a double, with 1 added to the scheduler
@@ -33,19 +34,26 @@ static lua_Number pid_key(smarm_pid_t pid)
   return k.d;
 }
 
-static lpid_t *test_pid(lua_State *L, int idx)
+/* A ref's key: minus its value, exact while refs stay below 2^53 (a process would have to make a
+** million refs a second for three centuries), and negative, so never a pid's key. */
+static lua_Number ref_key(smarm_ref_t ref) { return -(lua_Number)ref; }
+
+static lpid_t *test_ident(lua_State *L, int idx, uint64_t magic)
 {
   if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
     return NULL;
   lpid_t *p = lua_touserdata(L, idx);
-  return p->magic == LPID_MAGIC ? p : NULL;
+  return p->magic == magic ? p : NULL;
 }
 
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
+static lpid_t *test_pid(lua_State *L, int idx) { return test_ident(L, idx, LPID_MAGIC); }
+
+/* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. */
+static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, int mt_ref)
 {
   lvm_t *vm = this_vm();
   lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
-  lua_pushnumber(L, pid_key(pid));
+  lua_pushnumber(L, key);
   lua_rawget(L, -2);
   if (!lua_isnil(L, -1)) {
     lua_remove(L, -2);
@@ -53,22 +61,56 @@ void lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
   }
   lua_pop(L, 1);
   lpid_t *p = lua_newuserdata(L, sizeof *p);
-  p->magic = LPID_MAGIC;
-  p->pid = pid;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+  p->magic = magic;
+  p->pid = v;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, mt_ref);
   lua_setmetatable(L, -2);
-  lua_pushnumber(L, pid_key(pid));
+  lua_pushnumber(L, key);
   lua_pushvalue(L, -2);
   lua_rawset(L, -4);
   lua_remove(L, -2);
 }
 
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
+void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
+{
+  push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt_ref);
+}
+
+int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 {
   lpid_t *p = test_pid(L, idx);
   if (p)
     *out = p->pid;
   return p != NULL;
+}
+
+void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref)
+{
+  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref);
+}
+
+int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
+{
+  lpid_t *p = test_ident(L, idx, LREF_MAGIC);
+  if (p)
+    *out = p->pid;
+  return p != NULL;
+}
+
+static int ref_tostring(lua_State *L)
+{
+  lpid_t *p = test_ident(L, 1, LREF_MAGIC);
+  if (!p)
+    return luaL_argerror(L, 1, "ref expected");
+  lua_pushfstring(L, "#Ref<0.%d.%d>", (int)(p->pid >> 32), (int)(uint32_t)p->pid);
+  return 1;
+}
+
+static int ref_eq(lua_State *L)
+{
+  lpid_t *a = test_ident(L, 1, LREF_MAGIC), *b = test_ident(L, 2, LREF_MAGIC);
+  lua_pushboolean(L, a && b && a->pid == b->pid);
+  return 1;
 }
 
 static int pid_tostring(lua_State *L)
@@ -88,7 +130,7 @@ static int pid_eq(lua_State *L)
   return 1;
 }
 
-void lpid_open(lua_State *L)
+void sm_lpid_open(lua_State *L)
 {
   lua_createtable(L, 0, 3); /* the pids' metatable */
   lua_pushcfunction(L, pid_tostring);
@@ -98,7 +140,15 @@ void lpid_open(lua_State *L)
   lua_pushliteral(L, "smarm.pid");
   lua_setfield(L, -2, "__metatable");
   lvm_set_registry_once(L, &pid_mt_key);
-  lua_newtable(L); /* the intern table: pid key -> pid userdata, weak values */
+  lua_createtable(L, 0, 3); /* the refs' metatable */
+  lua_pushcfunction(L, ref_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, ref_eq);
+  lua_setfield(L, -2, "__eq");
+  lua_pushliteral(L, "smarm.ref");
+  lua_setfield(L, -2, "__metatable");
+  lvm_set_registry_once(L, &ref_mt_key);
+  lua_newtable(L); /* the intern table: pid or ref key -> userdata, weak values */
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "v");
   lua_setfield(L, -2, "__mode");
@@ -106,16 +156,19 @@ void lpid_open(lua_State *L)
   lvm_set_registry_once(L, &pid_intern_key);
 }
 
-void lpid_cache_refs(lvm_t *vm)
+void sm_lpid_cache_refs(lvm_t *vm)
 {
   lvm_push_registry(vm->L, &pid_intern_key);
   vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   lvm_push_registry(vm->L, &pid_mt_key);
   vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  lvm_push_registry(vm->L, &ref_mt_key);
+  vm->ref_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-void lpid_release_refs(lvm_t *vm)
+void sm_lpid_release_refs(lvm_t *vm)
 {
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->ref_mt_ref);
 }

@@ -1,7 +1,8 @@
 /*
-** Pids in Lua (lpid.c): full userdata interned per VM, so that == and table keys work: one VM
-** never holds two userdata for the same pid while either is reachable. A pid names an actor on
-** any scheduler; it is only ever copied (between VMs: by the codec, as its 64 bits).
+** Pids and refs in Lua (lpid.c): full userdata interned per VM, so that == and table keys work:
+** one VM never holds two userdata for the same pid (or ref) while either is reachable. A pid
+** names an actor on any scheduler; a ref is a value unique in the process (smarm_make_ref). Both
+** are only ever copied (between VMs: by the codec, as their 64 bits).
 */
 #ifndef SMARM_LUA_LPID_H
 #define SMARM_LUA_LPID_H
@@ -12,15 +13,19 @@
 #include <lua.h>
 
 /* Push the interned pid value of this VM / read one (returns 0 if idx is not a pid). Only from
-** a scheduler's thread whose VM has its refs (lpid_cache_refs). */
-void lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
-int lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
+** a scheduler's thread whose VM has its refs (sm_lpid_cache_refs). */
+void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
+int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
+
+/* The same for refs (smarm.ref(), monitors): printed #Ref<0.high.low>. */
+void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref);
+int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out);
 
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */
-void lpid_open(lua_State *L);
+void sm_lpid_open(lua_State *L);
 
 /* Makes / releases vm's refs to them (a run's start and end on the scheduler's thread). */
-void lpid_cache_refs(lvm_t *vm);
-void lpid_release_refs(lvm_t *vm);
+void sm_lpid_cache_refs(lvm_t *vm);
+void sm_lpid_release_refs(lvm_t *vm);
 
 #endif

@@ -47,17 +47,17 @@ static int l_run(lua_State *L)
   if (!lua_isnoneornil(L, 2))
     luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  proc_req_t *r = proc_run_new();
-  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  proc_req_t *r = sm_proc_run_new();
+  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->argv = string_list(L, 1, "argv");
   double timeout = -1;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "cwd");
     if (!lua_isnil(L, -1))
-      r->cwd = lio_copy_arg(L, lua_gettop(L), NULL);
+      r->cwd = sm_lio_copy_arg(L, lua_gettop(L), NULL);
     lua_getfield(L, 2, "stdin");
     if (!lua_isnil(L, -1))
-      r->input = lio_copy_arg(L, lua_gettop(L), &r->input_len);
+      r->input = sm_lio_copy_arg(L, lua_gettop(L), &r->input_len);
     lua_getfield(L, 2, "timeout");
     if (!lua_isnil(L, -1))
       timeout = luaL_checknumber(L, -1);
@@ -78,10 +78,10 @@ static int l_run(lua_State *L)
     }
     lua_settop(L, box);
   }
-  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "process.run");
+  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "process.run");
   int n = 1;
   if (err) {
-    n = lio_push_failure(L, err, r->argv[0]);
+    n = sm_lio_push_failure(L, err, r->argv[0]);
   } else {
     lua_createtable(L, 0, 4);
     lua_pushnumber(L, (lua_Number)r->status);
@@ -95,10 +95,13 @@ static int l_run(lua_State *L)
     lua_pushlstring(L, r->err ? r->err : "", r->err_len);
     lua_setfield(L, -2, "stderr");
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
 static const luaL_Reg functions[] = {{"run", l_run}, {NULL, NULL}};
 
-void lproc_register(lua_State *L, int module) { lio_add_table(L, module, "process", functions); }
+void sm_lproc_register(lua_State *L, int module)
+{
+  sm_lio_add_table(L, module, "process", functions);
+}

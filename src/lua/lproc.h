@@ -7,6 +7,6 @@
 #include <lua.h>
 
 /* Sets module.process (module: the stack index of the smarm.core table). */
-void lproc_register(lua_State *L, int module);
+void sm_lproc_register(lua_State *L, int module);
 
 #endif

@@ -34,20 +34,23 @@ static int l_signal_wait(lua_State *L)
     return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
   double timeout = luaL_optnumber(L, 2, -1);
   lua_settop(L, 2);
-  proc_req_t *r = proc_signal_new();
-  int box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  proc_req_t *r = sm_proc_signal_new();
+  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->signum = signum;
-  int err = lsmarm_io_call(L, &r->base, lsmarm_timeout_ns(timeout), "signal.wait");
+  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "signal.wait");
   int n = 1;
   if (err) {
-    n = lio_push_failure(L, err, NULL);
+    n = sm_lio_push_failure(L, err, NULL);
   } else {
     lua_pushstring(L, name);
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
 static const luaL_Reg functions[] = {{"wait", l_signal_wait}, {NULL, NULL}};
 
-void lsignal_register(lua_State *L, int module) { lio_add_table(L, module, "signal", functions); }
+void sm_lsignal_register(lua_State *L, int module)
+{
+  sm_lio_add_table(L, module, "signal", functions);
+}

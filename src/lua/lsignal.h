@@ -7,6 +7,6 @@
 #include <lua.h>
 
 /* Sets module.signal (module: the stack index of the smarm.core table). */
-void lsignal_register(lua_State *L, int module);
+void sm_lsignal_register(lua_State *L, int module);
 
 #endif

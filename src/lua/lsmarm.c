@@ -40,6 +40,7 @@
 #include "io/io.h"
 #include "lbench.h"
 #include "ldns.h"
+#include "lfaults.h"
 #include "lfs.h"
 #include "lhandle.h"
 #include "ljx.h"
@@ -57,6 +58,7 @@
 #include <lualib.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +66,7 @@
 #include <unistd.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char traceback_key, after_run_key;
+static const char traceback_key, after_run_key, last_traceback_key;
 
 /* ---- Per-actor state ------------------------------------------------------------------------ */
 
@@ -72,7 +74,11 @@ typedef struct lactor {
   lua_State *co; /* the actor's coroutine */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
-  int saved_first, saved_last; /* its messages are q[first..last]; empty when last < first */
+  int saved_first, saved_last; /* its messages are in q[first..last], with holes; empty when
+                                  saved_count is 0 */
+  int saved_count;
+  unsigned saved_epoch; /* bumped whenever the messages are renumbered (a receive under way
+                           then looks for its message again) */
   smarm_msg_t *pending; /* a block being decoded: freed here if decoding raised */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
@@ -89,25 +95,44 @@ typedef struct lrun {
 
 static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
 
+/* The actor that runs a run's on_crash (init.lua starts it); 0: crash reports go to stderr.
+** Written by the main actor on scheduler 1 (and cleared by run's end), read by any scheduler
+** when an actor crashes: relaxed is enough, the report is only sent to it. */
+static _Atomic smarm_pid_t crash_reporter;
+
 /* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
 ** only for finding the values once, per VM). */
 static void vm_cache_refs(lvm_t *vm)
 {
-  lpid_cache_refs(vm);
+  sm_lpid_cache_refs(vm);
+  sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
-/* Message handler for an actor's protected call: the error plus a traceback. */
+/* Message handler for an actor's protected call: the error becomes the table of its exit reason,
+** { error = <the value>, traceback = "stack traceback: ..." }, with the text a report prints as
+** `message` (set_error_reason and smarm.run take it out). The text is the value itself for a
+** string or a number, its __tostring when it has one (called here, while protected), else its
+** type. */
 static int add_traceback(lua_State *L)
 {
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  int t = lua_type(L, 1);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, 1); /* a copy: tostring must not change the error value itself */
+    lua_tostring(L, -1);
+  } else if (!luaL_callmeta(L, 1, "__tostring") || lua_type(L, -1) != LUA_TSTRING) {
+    lua_settop(L, 1);
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
-  luaL_traceback(L, L, msg, 1);
+  int msg_idx = lua_gettop(L);
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, -2, "error");
+  luaL_traceback(L, L, NULL, 1);
+  lua_setfield(L, -2, "traceback");
+  lua_pushvalue(L, msg_idx);
+  lua_setfield(L, -2, "message");
   return 1;
 }
 
@@ -135,13 +160,58 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
   free(la);
 }
 
+/* An actor's body raised (the error value on co's top): it ends with the reason
+** { error = <the value>, traceback = "<text>" }, and its report goes to stderr unless something
+** hears of its end (a link or a monitor: smarm_is_watched). */
+static void set_error_reason(lua_State *co)
+{
+  /* The handler's table; a bare string when even the handler failed (out of memory). */
+  const char *msg = lua_tostring(co, -1), *trace = "";
+  if (lua_istable(co, -1)) {
+    lua_getfield(co, -1, "message");
+    lua_getfield(co, -2, "traceback");
+    msg = lua_tostring(co, -2);
+    trace = lua_tostring(co, -1);
+    lua_pop(co, 2); /* both strings stay alive in the table until the report is printed */
+  }
+  smarm_pid_t reporter = atomic_load_explicit(&crash_reporter, memory_order_relaxed);
+  if (!smarm_is_watched() && reporter) {
+    if (lua_istable(co, -1)) { /* the report carries the reason, without the text */
+      lua_pushnil(co);
+      lua_setfield(co, -2, "message");
+    }
+    smarm_msg_t *report = sm_lfaults_encode_report(co, -1, smarm_own_name());
+    if (report && smarm_send(reporter, report) < 0)
+      smarm_msg_free(report);
+  } else if (!smarm_is_watched()) {
+    char name[64];
+    smarm_pid_t self = smarm_self();
+    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
+             smarm_pid_gen(self));
+    fprintf(stderr, "smarm: actor %s died: %s\n%s\n", name, msg ? msg : "(no message)",
+            trace ? trace : "");
+    fflush(stderr);
+  }
+  if (lua_istable(co, -1)) { /* the text was for the report, not the reason */
+    lua_pushnil(co);
+    lua_setfield(co, -2, "message");
+  }
+  smarm_msg_t *block;
+  int code = sm_lfaults_encode_reason(co, -1, &block);
+  if (code == SMARM_EXIT_VALUE && !block) /* out of memory: the reason's code says little, but */
+    code = SMARM_EXIT_KILLED;             /* never "normal" for a crash */
+  smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
+                        block ? smarm_msg_size(block) : 0);
+  smarm_msg_free(block);
+}
+
 /* The C body of every Lua actor: runs on the actor's stack. */
 static void lactor_main(void *arg)
 {
   lactor_t *la = arg;
   lua_State *co = la->co;
   smarm_actor_set_data(la);
-  lpark_resumed(co);
+  sm_lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
@@ -154,14 +224,8 @@ static void lactor_main(void *arg)
     lactor_free(la, CO_KEEP);
     return;
   }
-  if (status != 0) {
-    char name[64];
-    smarm_pid_t self = smarm_self();
-    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
-             smarm_pid_gen(self));
-    fprintf(stderr, "smarm: actor %s died: %s\n", name, lua_tostring(co, -1));
-    fflush(stderr);
-  }
+  if (status != 0)
+    set_error_reason(co);
   lua_settop(co, 0);
   lactor_free(la, CO_RECYCLE);
 }
@@ -175,7 +239,7 @@ static void on_actor_stopped(void *data, void *ud)
 
 /* Makes require("smarm.core") find this very code in L's VM, whether it came as a loadable
 ** module or is linked into the smarm executable. */
-void lsmarm_preload(lua_State *L)
+void sm_lsmarm_preload(lua_State *L)
 {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
@@ -193,14 +257,14 @@ static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
   lua_pushstring(L, cpath);
   lua_setfield(L, -2, "cpath");
   lua_pop(L, 1);
-  lsmarm_preload(L);
+  sm_lsmarm_preload(L);
 }
 
 static void on_sched_start(unsigned k, void *ud)
 {
   lrun_t *run = ud;
   lvm_t *vm = &run->vms[k];
-  io_sched_thread_enter(k, NULL);
+  sm_io_sched_thread_enter(k, NULL);
   if (k == 0) {
     vm->L = run->caller;
     vm->owned = 0;
@@ -232,24 +296,25 @@ static void on_sched_stop(unsigned k, void *ud)
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
-    lpid_release_refs(vm);
+    sm_lpid_release_refs(vm);
+    sm_lfaults_release_refs(vm);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
   }
   vm->L = NULL;
-  io_sched_thread_leave(k, NULL);
+  sm_io_sched_thread_leave(k, NULL);
 }
 
 /* ---- Parking safely (lpark.h) ------------------------------------------------------------- */
 
 /* The calling actor's state, or a raised error naming the function. */
-static lactor_t *self_or_raise(lua_State *L, const char *fname) { return lpark_actor(L, fname); }
+static lactor_t *self_or_raise(lua_State *L, const char *fname) { return sm_lpark_actor(L, fname); }
 
 static int l_yield(lua_State *L)
 {
   self_or_raise(L, "yield");
-  lpark_check(L, "yield");
+  sm_lpark_check(L, "yield");
   smarm_yield();
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   return 0;
 }
 
@@ -258,10 +323,10 @@ static int l_sleep(lua_State *L)
   lua_Number s = luaL_checknumber(L, 1);
   luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
   self_or_raise(L, "sleep");
-  lpark_check(L, "sleep");
-  int64_t ns = lsmarm_timeout_ns(s);
+  sm_lpark_check(L, "sleep");
+  int64_t ns = sm_lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
-  lpark_resumed(L);
+  sm_lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.sleep: %s", strerror(-rc));
   return 0;
@@ -278,7 +343,7 @@ static int l_self(lua_State *L)
   smarm_pid_t pid = smarm_self();
   if (!pid || !smarm_actor_data())
     return luaL_error(L, "smarm.self: not inside an actor");
-  lsmarm_push_pid(L, pid);
+  sm_lsmarm_push_pid(L, pid);
   return 1;
 }
 
@@ -289,7 +354,16 @@ static int l_exit(lua_State *L)
     return luaL_error(L, "smarm.exit: not inside an actor");
   /* Ending discards the C frames: never under a finalizer, a hook or compiled code, whose
   ** set-up LuaJIT would then never undo (the VM's GC and hooks would stay off for everyone). */
-  lpark_check(L, "exit");
+  sm_lpark_check(L, "exit");
+  smarm_msg_t *block;
+  int code = sm_lfaults_encode_reason(L, 1, &block);
+  if (code == SMARM_EXIT_VALUE && !block)
+    return luaL_error(L, "not enough memory");
+  int rc = smarm_set_exit_reason(code, block ? smarm_msg_data(block) : NULL,
+                                 block ? smarm_msg_size(block) : 0);
+  smarm_msg_free(block);
+  if (rc < 0)
+    return luaL_error(L, "smarm.exit: %s", strerror(-rc));
   if (la->is_main) {
     /* The main actor exiting is like its function returning nothing: run returns. */
     current_run->main_status = 0;
@@ -325,16 +399,16 @@ static int l_schedulers(lua_State *L)
 static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
-  if (!lsmarm_to_pid(L, 1, &pid))
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
     return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
   self_or_raise(L, "alive");
   unsigned k = smarm_pid_sched(pid);
   int remote = (int)k != smarm_sched_index() && k < smarm_sched_count(); /* asked: it parks */
   if (remote)
-    lpark_check(L, "alive");
+    sm_lpark_check(L, "alive");
   int rc = smarm_alive(pid);
   if (remote)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   if (rc < 0)
     return luaL_error(L, "smarm.alive: %s", strerror(-rc));
   lua_pushboolean(L, rc);
@@ -344,7 +418,7 @@ static int l_alive(lua_State *L)
 static int l_is_pid(lua_State *L)
 {
   smarm_pid_t pid;
-  lua_pushboolean(L, lsmarm_to_pid(L, 1, &pid));
+  lua_pushboolean(L, sm_lsmarm_to_pid(L, 1, &pid));
   return 1;
 }
 
@@ -353,21 +427,21 @@ static int l_is_pid(lua_State *L)
 static int l_send(lua_State *L)
 {
   smarm_pid_t to;
-  if (!lsmarm_to_pid(L, 1, &to))
-    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  if (!sm_lsmarm_to_pid(L, 1, &to) && !(to = sm_lfaults_check_target(L, 1)))
+    return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
   self_or_raise(L, "send");
   codec_moves_t moves;
-  smarm_msg_t *m = codec_encode(L, 2, "message", &moves);
+  smarm_msg_t *m = sm_codec_encode(L, 2, "message", &moves);
   int rc = smarm_send(to, m);
   if (rc < 0) {
-    codec_abandon(m); /* any sockets in it stay the sender's */
+    sm_codec_abandon(m); /* any sockets in it stay the sender's */
     if (rc != -ESRCH) /* a dead receiver just drops the message */
       return luaL_error(L, "smarm.send: %s", strerror(-rc));
     return 0;
   }
-  codec_commit(&moves);
+  sm_codec_commit(&moves);
   return 0;
 }
 
@@ -378,7 +452,13 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 {
   smarm_msg_free(la->pending);
   la->pending = msg;
-  codec_decode(L, msg);
+  int kind = smarm_msg_kind(msg);
+  if (kind == SMARM_MSG_USER)
+    sm_codec_decode(L, msg);
+  else if (kind == SMARM_MSG_REPLY) /* a call's answer: the value, then the alias */
+    sm_codec_decode_head(L, msg, sizeof(smarm_ref_t));
+  else
+    sm_lfaults_push_notice(L, msg); /* EXIT or DOWN */
   la->pending = NULL;
   smarm_msg_free(msg);
 }
@@ -388,11 +468,11 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
 {
   if (timeout_ns != 0)
-    lpark_check(L, "receive");
+    sm_lpark_check(L, "receive");
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
-    lpark_resumed(L);
+    sm_lpark_resumed(L);
   if (rc == -ETIMEDOUT) {
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
@@ -404,8 +484,12 @@ static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
   return 1;
 }
 
-/* The saved queue: messages a match refused, q[saved_first..saved_last], oldest first. Pushes
-** it and returns its index. */
+/* The saved queue: messages a match refused, oldest first, in q[saved_first..saved_last]. Taking
+** one from the middle leaves a hole (q[i] = nil) rather than shifting the rest, so a selective
+** receive from a long backlog costs O(1) per message taken. When holes outnumber the messages,
+** or the queue empties, it is renumbered from 1 (amortised O(1)) and saved_epoch moves on: a
+** receive whose match function itself received then looks for its message again.
+** Pushes it and returns its index. */
 static int push_saved(lua_State *L, lactor_t *la)
 {
   if (la->savedref == LUA_NOREF) {
@@ -421,29 +505,53 @@ static int push_saved(lua_State *L, lactor_t *la)
 /* Appends (a copy of) the value on top to the saved queue at q; the value stays on top. */
 static void saved_append(lua_State *L, lactor_t *la, int q)
 {
+  if (la->saved_count == 0)
+    la->saved_first = la->saved_last + 1;
   lua_pushvalue(L, -1);
   lua_rawseti(L, q, ++la->saved_last);
+  la->saved_count++;
 }
 
-/* Removes q[i] (saved_first <= i <= saved_last), keeping the others in order; pushes it. */
+/* Renumbers the messages to q[1..count], in order (no receive may be under way). */
+static void saved_compact(lua_State *L, lactor_t *la, int q)
+{
+  int to = 1;
+  for (int i = la->saved_first; i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pushnil(L);
+    lua_rawseti(L, q, i);
+    lua_rawseti(L, q, to++);
+  }
+  la->saved_first = 1;
+  la->saved_last = to - 1;
+  la->saved_epoch++;
+}
+
+/* Removes q[i] (present) and pushes it. */
 static void saved_take(lua_State *L, lactor_t *la, int q, int i)
 {
   lua_rawgeti(L, q, i);
-  if (i == la->saved_first) {
-    lua_pushnil(L);
-    lua_rawseti(L, q, la->saved_first++);
-  } else {
-    for (int k = i; k < la->saved_last; k++) {
-      lua_rawgeti(L, q, k + 1);
-      lua_rawseti(L, q, k);
-    }
-    lua_pushnil(L);
-    lua_rawseti(L, q, la->saved_last--);
-  }
-  if (la->saved_last < la->saved_first) { /* empty: start again at 1 (the array part) */
+  lua_pushnil(L);
+  lua_rawseti(L, q, i);
+  if (--la->saved_count == 0) { /* empty: start again at 1 (the array part) */
     la->saved_first = 1;
     la->saved_last = 0;
+    la->saved_epoch++;
+    return;
   }
+  if (i == la->saved_first) { /* skip the holes at the front: a message follows */
+    for (int hole = 1; hole;) {
+      lua_rawgeti(L, q, ++la->saved_first);
+      hole = lua_isnil(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  if (la->saved_last - la->saved_first + 1 > 2 * la->saved_count + 16)
+    saved_compact(L, la, q); /* leaves the taken value on top */
 }
 
 /* Calls the match function at match_idx on the value on top (left in place); returns truth. */
@@ -457,58 +565,262 @@ static int call_match(lua_State *L, int match_idx)
   return yes;
 }
 
+/* ---- call and reply ------------------------------------------------------------------------ */
+
+/* The answer to the call of monitor `ud`: its reply (the alias is the payload's last bytes) or
+** the DOWN of that monitor. */
+static int is_call_answer(const smarm_msg_t *m, void *ud)
+{
+  smarm_ref_t ref = *(smarm_ref_t *)ud, alias;
+  const unsigned char *d = smarm_msg_data((smarm_msg_t *)m);
+  switch (smarm_msg_kind(m)) {
+  case SMARM_MSG_REPLY:
+    memcpy(&alias, d + smarm_msg_size(m) - sizeof alias, sizeof alias);
+    return alias == ref;
+  case SMARM_MSG_DOWN:
+    return ((const smarm_notice_t *)d)->ref == ref;
+  default:
+    return 0;
+  }
+}
+
+/* call(to, request [, timeout]) -> reply | nil, reason. Monitors the server (the monitor's ref
+** is the alias the reply comes through), marks the mailbox, sends
+** { smarm = "CALL", from = { pid =, ref = }, request = }, and waits for the reply or the DOWN
+** after the mark only. Whatever the outcome, the monitor is gone and no reply or DOWN of it is
+** left in the mailbox; a reply that comes later is dropped before it reaches it. */
+static int l_call(lua_State *L)
+{
+  lactor_t *la = self_or_raise(L, "call");
+  luaL_checkany(L, 2);
+  smarm_pid_t to = sm_lfaults_check_target(L, 1);
+  int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
+  if (!lua_isnoneornil(L, 3)) {
+    lua_Number s = luaL_checknumber(L, 3);
+    luaL_argcheck(L, s >= 0 && s == s, 3, "non-negative timeout expected");
+    timeout = sm_lsmarm_timeout_ns(s);
+  }
+  if (!to) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "noproc");
+    return 2;
+  }
+  if (to == smarm_self())
+    return luaL_error(L, "smarm.call: an actor cannot call itself");
+  /* The request is made (and may raise: it may not be sendable) before the monitor exists. */
+  smarm_ref_t ref = smarm_make_ref();
+  lua_createtable(L, 0, 3);
+  lua_pushliteral(L, "CALL");
+  lua_setfield(L, -2, "smarm");
+  lua_createtable(L, 0, 2);
+  sm_lsmarm_push_pid(L, smarm_self());
+  lua_setfield(L, -2, "pid");
+  sm_lsmarm_push_ref(L, ref);
+  lua_setfield(L, -2, "ref");
+  lua_setfield(L, -2, "from");
+  lua_pushvalue(L, 2);
+  lua_setfield(L, -2, "request");
+  codec_moves_t moves;
+  smarm_msg_t *m = sm_codec_encode(L, -1, "request", &moves);
+  smarm_mark_t mark = smarm_mailbox_mark(); /* before the monitor: a dead server's DOWN may come
+                                             ** at once */
+  int rc = smarm_monitor_ref(to, ref);
+  if (rc < 0) {
+    sm_codec_abandon(m);
+    return luaL_error(L, "smarm.call: %s", strerror(-rc));
+  }
+  rc = smarm_send(to, m);
+  if (rc < 0) {
+    sm_codec_abandon(m);
+    smarm_demonitor(ref, 1);
+    if (rc != -ESRCH)
+      return luaL_error(L, "smarm.call: %s", strerror(-rc));
+    lua_pushnil(L);
+    lua_pushliteral(L, "noproc");
+    return 2;
+  }
+  sm_codec_commit(&moves);
+  if (timeout != 0)
+    sm_lpark_check(L, "call");
+  rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
+  if (timeout != 0)
+    sm_lpark_resumed(L);
+  if (rc == -ETIMEDOUT) {
+    smarm_demonitor(ref, 1);
+    /* a reply that arrived while the monitor still held goes too */
+    if (smarm_receive_after(mark, is_call_answer, &ref, 0, &m) == 0)
+      smarm_msg_free(m);
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");
+    return 2;
+  }
+  if (rc < 0) {
+    smarm_demonitor(ref, 1);
+    return luaL_error(L, "smarm.call: %s", strerror(-rc));
+  }
+  if (smarm_msg_kind(m) == SMARM_MSG_DOWN) { /* the server ended: its reason */
+    const smarm_notice_t *n = smarm_msg_data(m);
+    lua_pushnil(L);
+    smarm_msg_t *keep = m; /* freed if decoding the reason raises: it is pending */
+    smarm_msg_free(la->pending);
+    la->pending = keep;
+    sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
+    la->pending = NULL;
+    smarm_msg_free(keep);
+    return 2;
+  }
+  smarm_demonitor(ref, 1);
+  push_message(L, la, m);
+  return 1;
+}
+
+/* reply(from, value): answers a call; from is the request's `from`. A caller that gave up (or
+** ended) never sees it. */
+static int l_reply(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkany(L, 2);
+  self_or_raise(L, "reply");
+  lua_getfield(L, 1, "pid");
+  lua_getfield(L, 1, "ref");
+  smarm_pid_t pid;
+  smarm_ref_t ref;
+  if (!sm_lsmarm_to_pid(L, -2, &pid) || !sm_lsmarm_to_ref(L, -1, &ref))
+    return luaL_argerror(L, 1, "a call's `from` expected");
+  lua_pop(L, 2);
+  codec_moves_t moves;
+  smarm_msg_t *m = sm_codec_encode_tail(L, 2, "reply", &moves, sizeof ref);
+  memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof ref, &ref, sizeof ref);
+  int rc = smarm_send_reply(pid, m);
+  if (rc < 0) {
+    sm_codec_abandon(m);
+    if (rc != -ESRCH) /* a caller that ended: nobody to answer */
+      return luaL_error(L, "smarm.reply: %s", strerror(-rc));
+    return 0;
+  }
+  sm_codec_commit(&moves);
+  return 0;
+}
+
+/* _flush_down(ref): removes a DOWN notice of ref from the saved queue (demonitor's flush; the
+** core flushes its mailbox). */
+static int l_flush_down(lua_State *L)
+{
+  lactor_t *la = self_or_raise(L, "demonitor");
+  if (la->saved_count == 0)
+    return 0;
+  int q = push_saved(L, la);
+  for (int i = la->saved_first; i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    int hit = 0;
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "smarm");
+      lua_getfield(L, -2, "ref");
+      hit = lua_isstring(L, -2) && strcmp(lua_tostring(L, -2), "DOWN") == 0 &&
+            lua_equal(L, -1, 1);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    if (hit) {
+      saved_take(L, la, q, i);
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* The index of a message rawequal to the value on top, or 0. Decoded tables are fresh objects,
+** so a table is found only as itself; equal scalars cannot be told apart, and taking the oldest
+** of them is the same as taking this one. */
+static int saved_find(lua_State *L, lactor_t *la, int q)
+{
+  for (int i = la->saved_first; la->saved_count && i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 1);
+    if (same)
+      return i;
+  }
+  return 0;
+}
+
+/* The receive proper: one pass over the saved queue, then over new messages appended to it as
+** they come. Every message is looked at in order, including those a receive inside the match
+** set aside (they join the end), and one that such a receive took meanwhile (its slot is empty
+** when the match returns) is skipped. */
+static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout)
+{
+  int q = push_saved(L, la);
+  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
+  for (int i = la->saved_count ? la->saved_first : la->saved_last + 1;; i++) {
+    if (i > la->saved_last) { /* all seen: the next message from the mailbox joins the queue */
+      int64_t left = timeout;
+      if (timeout > 0) {
+        left = deadline - smarm_now_ns();
+        if (left < 0)
+          left = 0;
+      }
+      if (mailbox_next(L, la, left) == 2)
+        return 2;
+      /* Into the saved queue before the match runs, so an error there loses nothing. */
+      saved_append(L, la, q);
+      lua_pop(L, 1);
+      i = la->saved_last;
+    }
+    lua_rawgeti(L, q, i);
+    if (lua_isnil(L, -1)) { /* a hole */
+      lua_pop(L, 1);
+      continue;
+    }
+    if (!match_idx) {
+      lua_pop(L, 1);
+      saved_take(L, la, q, i);
+      return 1;
+    }
+    unsigned epoch = la->saved_epoch;
+    int yes = call_match(L, match_idx); /* may receive: take, set aside, renumber */
+    if (epoch != la->saved_epoch) {
+      int at = yes ? saved_find(L, la, q) : 0;
+      lua_pop(L, 1);
+      if (at) {
+        saved_take(L, la, q, at);
+        return 1;
+      }
+      i = la->saved_first - 1; /* numbers changed: look again from the oldest */
+      continue;
+    }
+    lua_pop(L, 1);
+    lua_rawgeti(L, q, i);
+    int still_there = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (yes && still_there) {
+      saved_take(L, la, q, i);
+      return 1;
+    }
+  }
+}
+
 static int l_receive(lua_State *L)
 {
+  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout) */
   int match_idx = 0, timeout_idx = 1;
-  if (lua_isfunction(L, 1)) {
-    match_idx = 1;
+  if (lua_isfunction(L, 1) || (lua_isnil(L, 1) && lua_gettop(L) >= 2)) {
+    match_idx = lua_isfunction(L, 1) ? 1 : 0;
     timeout_idx = 2;
+  } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
+    return luaL_argerror(L, 1, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, 1)));
   }
   int64_t timeout = SMARM_FOREVER;
   if (!lua_isnoneornil(L, timeout_idx)) {
     lua_Number s = luaL_checknumber(L, timeout_idx);
     luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
-    timeout = lsmarm_timeout_ns(s);
+    timeout = sm_lsmarm_timeout_ns(s);
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
-  if (!match_idx && la->saved_last < la->saved_first)
+  if (!match_idx && la->saved_count == 0)
     return mailbox_next(L, la, timeout); /* the common case: straight from the mailbox */
-  int q = push_saved(L, la);
-  /* Older messages first: those already refused once (the match may differ now). The bounds
-  ** are re-read each time round: a match may itself receive. */
-  for (int i = la->saved_first; i <= la->saved_last; i++) {
-    if (!match_idx) {
-      saved_take(L, la, q, i);
-      return 1;
-    }
-    lua_rawgeti(L, q, i);
-    int yes = call_match(L, match_idx);
-    lua_pop(L, 1);
-    if (yes) {
-      saved_take(L, la, q, i);
-      return 1;
-    }
-  }
-  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
-  for (;;) {
-    int64_t left = timeout;
-    if (timeout > 0) {
-      left = deadline - smarm_now_ns();
-      if (left < 0)
-        left = 0;
-    }
-    if (mailbox_next(L, la, left) == 2)
-      return 2;
-    /* Into the saved queue before the match runs, so an error there loses nothing. */
-    saved_append(L, la, q);
-    if (call_match(L, match_idx)) {
-      lua_pop(L, 1);
-      saved_take(L, la, q, la->saved_last);
-      return 1;
-    }
-    lua_pop(L, 1);
-  }
+  return receive_in(L, la, match_idx, timeout);
 }
 
 /* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
@@ -520,7 +832,7 @@ static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
   push_message(L, smarm_actor_data(), block); /* frees the block */
-  return ltransfer_call(L, lua_gettop(L));
+  return sm_ltransfer_call(L, lua_gettop(L));
 }
 
 /* A fresh actor state with a coroutine of owner's VM anchored in the registry: a spare one, with
@@ -544,6 +856,8 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->savedref = LUA_NOREF;
   la->saved_first = 1;
   la->saved_last = 0;
+  la->saved_count = 0;
+  la->saved_epoch = 0;
   la->pending = NULL;
 }
 
@@ -564,56 +878,6 @@ static void remote_actor_main(void *arg)
   lactor_main(la);
 }
 
-static int l_spawn_on(lua_State *L)
-{
-  int where;
-  int nsched = (int)smarm_sched_count();
-  if (lua_type(L, 1) == LUA_TSTRING && strcmp(lua_tostring(L, 1), "any") == 0) {
-    where = SMARM_SCHED_ANY;
-  } else {
-    lua_Number k = luaL_checknumber(L, 1);
-    luaL_argcheck(L, k >= 1 && k <= nsched && k == (lua_Number)(int)k, 1,
-                  "scheduler index or \"any\" expected");
-    where = (int)k - 1;
-  }
-  int t2 = lua_type(L, 2);
-  if (t2 != LUA_TFUNCTION && t2 != LUA_TSTRING)
-    return luaL_argerror(L, 2, lua_pushfstring(L, "function or \"module.function\" expected, got %s",
-                                               luaL_typename(L, 2)));
-  if (t2 == LUA_TSTRING && !ltransfer_name_dot(lua_tostring(L, 2)))
-    return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is not of the form module.function",
-                                               lua_tostring(L, 2)));
-  self_or_raise(L, "spawn_on");
-  int nargs = lua_gettop(L) - 2;
-  ltransfer_build(L, 2, 3, nargs);
-  codec_moves_t moves;
-  smarm_msg_t *block = codec_encode(L, -1, "argument", &moves);
-  lua_pop(L, 1);
-  lpark_check(L, "spawn_on"); /* a spawn on another scheduler waits for its answer */
-  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
-  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
-  ** its coroutine. */
-  lactor_t *shell = calloc(1, sizeof *shell);
-  if (!shell) {
-    codec_abandon(block);
-    return luaL_error(L, "not enough memory");
-  }
-  shell->coref = shell->savedref = LUA_NOREF;
-  shell->pending = block;
-  smarm_spawn_opts_t opts = {.data = shell};
-  smarm_pid_t pid;
-  int rc = smarm_spawn_on(where, remote_actor_main, block, &opts, &pid);
-  lpark_resumed(L);
-  if (rc < 0) {
-    free(shell);
-    codec_abandon(block); /* any sockets in the arguments stay the caller's */
-    return luaL_error(L, "smarm.spawn_on: %s", strerror(-rc));
-  }
-  codec_commit(&moves);
-  lsmarm_push_pid(L, pid);
-  return 1;
-}
-
 /* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
@@ -631,23 +895,162 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
   return la;
 }
 
+/* What spawn_opt's options ask for (spawn, spawn_on and spawn_opt all come here). */
+typedef struct spawn_req {
+  int where;          /* a scheduler (0-based), SMARM_SCHED_ANY, or SPAWN_HERE */
+  int link, monitor;
+  const char *name;   /* NULL: none */
+} spawn_req_t;
+
+#define SPAWN_HERE (-2) /* this scheduler, sharing the function's upvalues (no copy) */
+
+/* Pushes pid (and the monitor's ref when asked); raises "smarm.<fname>: ..." on failure. */
+static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int rc,
+                      smarm_pid_t pid, smarm_ref_t ref)
+{
+  if (rc == -EEXIST)
+    return luaL_error(L, "smarm.%s: the name '%s' is taken", fname, r->name);
+  if (rc < 0)
+    return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
+  sm_lsmarm_push_pid(L, pid);
+  if (!r->monitor)
+    return 1;
+  sm_lsmarm_push_ref(L, ref);
+  return 2;
+}
+
+/* Spawns the function (or "module.function") at fn_idx with the arguments from fn_idx + 1 on. */
+static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int fn_idx)
+{
+  int nargs = lua_gettop(L) - fn_idx;
+  smarm_ref_t ref = 0;
+  smarm_spawn_opts_t opts = {.link = r->link, .monitor = r->monitor ? &ref : NULL,
+                             .name = r->name};
+  smarm_pid_t pid = 0;
+  int rc;
+  if (r->where == SPAWN_HERE) {
+    luaL_checktype(L, fn_idx, LUA_TFUNCTION);
+    self_or_raise(L, fname);
+    lactor_t *la = new_lactor(L, fn_idx, fn_idx + 1, nargs);
+    opts.data = la; /* stopped before it runs: on_actor_stopped frees it */
+    rc = smarm_spawn(lactor_main, la, &opts, &pid);
+    if (rc < 0)
+      lactor_free(la, CO_RELEASE);
+    return spawn_done(L, fname, r, rc, pid, ref);
+  }
+  int t = lua_type(L, fn_idx);
+  if (t != LUA_TFUNCTION && t != LUA_TSTRING)
+    return luaL_argerror(L, fn_idx,
+                         lua_pushfstring(L, "function or \"module.function\" expected, got %s",
+                                         luaL_typename(L, fn_idx)));
+  if (t == LUA_TSTRING && !sm_ltransfer_name_dot(lua_tostring(L, fn_idx)))
+    return luaL_argerror(L, fn_idx, lua_pushfstring(L, "'%s' is not of the form module.function",
+                                                    lua_tostring(L, fn_idx)));
+  self_or_raise(L, fname);
+  sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
+  codec_moves_t moves;
+  smarm_msg_t *block = sm_codec_encode(L, -1, "argument", &moves);
+  lua_pop(L, 1);
+  sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer */
+  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
+  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
+  ** its coroutine. */
+  lactor_t *shell = calloc(1, sizeof *shell);
+  if (!shell) {
+    sm_codec_abandon(block);
+    return luaL_error(L, "not enough memory");
+  }
+  shell->coref = shell->savedref = LUA_NOREF;
+  shell->pending = block;
+  opts.data = shell;
+  rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
+  sm_lpark_resumed(L);
+  if (rc < 0) {
+    free(shell);
+    sm_codec_abandon(block); /* any sockets in the arguments stay the caller's */
+  } else {
+    sm_codec_commit(&moves);
+  }
+  return spawn_done(L, fname, r, rc, pid, ref);
+}
+
+/* A scheduler argument: 1..N or "any". */
+static int check_where(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) == LUA_TSTRING && strcmp(lua_tostring(L, idx), "any") == 0)
+    return SMARM_SCHED_ANY;
+  lua_Number k = luaL_checknumber(L, idx);
+  luaL_argcheck(L, k >= 1 && k <= (int)smarm_sched_count() && k == (lua_Number)(int)k, idx,
+                "scheduler index or \"any\" expected");
+  return (int)k - 1;
+}
+
 static int l_spawn(lua_State *L)
 {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  self_or_raise(L, "spawn");
-  lactor_t *la = new_lactor(L, 1, 2, lua_gettop(L) - 1);
-  smarm_spawn_opts_t opts = {.data = la}; /* stopped before it runs: on_actor_stopped frees it */
-  smarm_pid_t pid;
-  int rc = smarm_spawn(lactor_main, la, &opts, &pid);
-  if (rc < 0) {
-    lactor_free(la, CO_RELEASE);
-    return luaL_error(L, "smarm.spawn: %s", strerror(-rc));
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  return spawn_lua(L, "spawn", &r, 1);
+}
+
+static int l_spawn_on(lua_State *L)
+{
+  spawn_req_t r = {check_where(L, 1), 0, 0, NULL};
+  return spawn_lua(L, "spawn_on", &r, 2);
+}
+
+static int l_spawn_link(lua_State *L)
+{
+  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL};
+  return spawn_lua(L, "spawn_link", &r, 1);
+}
+
+static int l_spawn_monitor(lua_State *L)
+{
+  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL};
+  return spawn_lua(L, "spawn_monitor", &r, 1);
+}
+
+/* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name. */
+static int l_spawn_opt(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  lua_getfield(L, 1, "on");
+  if (!lua_isnil(L, -1))
+    r.where = check_where(L, lua_gettop(L));
+  lua_getfield(L, 1, "link");
+  r.link = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "monitor");
+  r.monitor = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "name");
+  if (!lua_isnil(L, -1)) {
+    size_t n;
+    r.name = lua_tolstring(L, -1, &n);
+    luaL_argcheck(L, r.name && n >= 1 && n <= SMARM_NAME_MAX && strlen(r.name) == n, 1,
+                  "opts.name must be a string of 1 to 255 bytes");
   }
-  lsmarm_push_pid(L, pid);
-  return 1;
+  lua_pop(L, 4); /* opts (argument 1) keeps the name's string alive */
+  return spawn_lua(L, "spawn_opt", &r, 2);
 }
 
 /* ---- smarm.run ------------------------------------------------------------------------------ */
+
+/* _set_crash_reporter(pid): the run's on_crash actor (init.lua). */
+static int l_set_crash_reporter(lua_State *L)
+{
+  smarm_pid_t pid;
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
+    return luaL_argerror(L, 1, "pid expected");
+  atomic_store_explicit(&crash_reporter, pid, memory_order_relaxed);
+  return 0;
+}
+
+/* last_traceback(): the text and traceback of the error that ended the last smarm.run of this VM
+** (the value itself is what run raised), or nil when it did not end with an error. */
+static int l_last_traceback(lua_State *L)
+{
+  lvm_push_registry(L, &last_traceback_key);
+  return 1;
+}
 
 /* _after_run(fn): fn is called in the caller's VM each time a run has ended (every actor gone);
 ** init.lua uses it to forget module loaders the end of a run stopped. One per VM. */
@@ -724,18 +1127,22 @@ static int l_run(lua_State *L)
   int main_ref = main->coref;
   lua_State *co = main->co;
 
+  lua_pushlightuserdata(L, (void *)&last_traceback_key); /* this run's error has none yet */
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
   cfg.on_sched_start = on_sched_start;
   cfg.on_sched_stop = on_sched_stop;
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.userdata = &run;
   current_run = &run;
-  lhandle_next_run(); /* handles made from here on belong to this run */
+  sm_lhandle_next_run(); /* handles made from here on belong to this run */
   int rc = smarm_run(&cfg, lactor_main, main);
-  io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
-  lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
-  lhandle_next_run(); /* every handle of the run is stale now: its sockets and files are closed */
+  sm_io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
+  sm_lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
+  sm_lhandle_next_run(); /* the run's handles are stale now: their sockets and files are closed */
   current_run = NULL;
-  lpark_resumed(L);
+  atomic_store_explicit(&crash_reporter, 0, memory_order_relaxed);
+  sm_lpark_resumed(L);
   free(run.vms);
   call_after_run(L);
   if (rc < 0) {
@@ -748,8 +1155,20 @@ static int l_run(lua_State *L)
     return 0;
   }
   if (run.main_status != 0) {
+    /* The handler's table: raise the value the main actor raised, keep the text and traceback
+    ** for smarm.last_traceback(). A bare value when even the handler failed (out of memory). */
     lua_xmove(co, L, 1);
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    if (lua_istable(L, -1)) {
+      int t = lua_gettop(L);
+      lua_pushlightuserdata(L, (void *)&last_traceback_key);
+      lua_getfield(L, t, "message");
+      lua_pushliteral(L, "\n");
+      lua_getfield(L, t, "traceback");
+      lua_concat(L, 3);
+      lua_rawset(L, LUA_REGISTRYINDEX);
+      lua_getfield(L, t, "error");
+    }
     return lua_error(L);
   }
   int nres = lua_gettop(co);
@@ -765,24 +1184,29 @@ static const luaL_Reg functions[] = {
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
+  {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
+  {"spawn_link", l_spawn_link}, {"spawn_monitor", l_spawn_monitor},
+  {"call", l_call},       {"reply", l_reply},     {"last_traceback", l_last_traceback},
+  {"_set_crash_reporter", l_set_crash_reporter},
   {NULL, NULL},
 };
 
 int luaopen_smarm_core(lua_State *L)
 {
-  smarm_msg_set_drop_hook(codec_drop); /* undelivered messages close their sockets and files */
-  lpid_open(L);
+  smarm_msg_set_drop_hook(sm_codec_drop); /* undelivered messages close their sockets and files */
+  sm_lpid_open(L);
   lua_pushcfunction(L, add_traceback); /* one handler for every actor's protected call */
   lvm_set_registry_once(L, &traceback_key);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   int module = lua_gettop(L);
-  lbench_register(L, module);
-  lfs_register(L, module);
-  ldns_register(L, module);
-  lproc_register(L, module);
-  lsignal_register(L, module);
-  ltcp_register(L, module);
+  sm_lbench_register(L, module);
+  sm_lfs_register(L, module);
+  sm_ldns_register(L, module);
+  sm_lproc_register(L, module);
+  sm_lsignal_register(L, module);
+  sm_lfaults_register(L, module);
+  sm_ltcp_register(L, module);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -9,8 +9,8 @@
 #include <lua.h>
 
 /* package.preload["smarm.core"] = the binding, in L's VM. */
-void lsmarm_preload(lua_State *L);
+void sm_lsmarm_preload(lua_State *L);
 
-int luaopen_smarm_core(lua_State *L);
+__attribute__((visibility("default"))) int luaopen_smarm_core(lua_State *L);
 
 #endif

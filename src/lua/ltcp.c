@@ -49,12 +49,12 @@ typedef struct lsock {
   int sending;    /* sends of this handle parked in the IO thread now */
   int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
-  uint32_t run;   /* the run that made it (lhandle_run_generation): its end closed the socket */
+  uint32_t run;   /* the run that made it (sm_lhandle_run_generation): its end closed the socket */
 } lsock_t;
 
 /* A socket of a run that has ended: its id and descriptor were closed with that run, and the
 ** number may be another socket's now, so nothing may be done with either. */
-static int stale(const lsock_t *s) { return s->run != lhandle_run_generation(); }
+static int stale(const lsock_t *s) { return s->run != sm_lhandle_run_generation(); }
 
 static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 {
@@ -65,7 +65,7 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
   s->listener = listener;
   s->state = OPEN;
   s->timeout = -1;
-  s->run = lhandle_run_generation();
+  s->run = sm_lhandle_run_generation();
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
 }
@@ -116,10 +116,10 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
   if (s->busy) /* its bytes or connection would reach the waiting actor, not the receiver */
     luaL_error(L, "smarm.send: the socket is in use by another actor");
   if (s->rlen > s->rstart) { /* bytes read ahead go back to the IO side, ahead of the rest */
-    tcp_req_t *r = tcp_req_new(IOTCP_UNREAD);
+    tcp_req_t *r = sm_tcp_req_new(IOTCP_UNREAD);
     char *copy = r ? malloc(s->rlen - s->rstart) : NULL;
     if (!copy) {
-      io_req_release(r ? &r->base : NULL);
+      sm_io_req_release(r ? &r->base : NULL);
       luaL_error(L, "not enough memory");
     }
     memcpy(copy, s->rbuf + s->rstart, s->rlen - s->rstart);
@@ -127,7 +127,7 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
     r->data = copy;
     r->len = s->rlen - s->rstart;
     s->rstart = s->rlen = 0;
-    io_post(&r->base);
+    sm_io_post(&r->base);
   }
   *sock = s;
   h->id = s->id;
@@ -149,8 +149,8 @@ static void sock_push(lua_State *L, const lhandle_t *h)
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
 {
-  tcp_req_t *r = tcp_req_new(op);
-  *box = lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  tcp_req_t *r = sm_tcp_req_new(op);
+  *box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   return r;
 }
 
@@ -158,7 +158,7 @@ static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
 ** or a libuv error. Raises for misuse the IO thread found (a second waiting receive or accept). */
 static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fname)
 {
-  int err = lsmarm_io_call(L, &r->base, timeout_ns, fname);
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, fname);
   if (err == -EBUSY)
     luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
   return err;
@@ -185,9 +185,9 @@ static int push_error(lua_State *L, int err, int brief)
     return 2;
   }
   if (!brief || err == -ETIMEDOUT)
-    return lio_push_failure(L, err, NULL);
+    return sm_lio_push_failure(L, err, NULL);
   lua_pushnil(L);
-  lua_pushstring(L, io_err_name(err));
+  lua_pushstring(L, sm_io_err_name(err));
   return 2;
 }
 
@@ -206,7 +206,7 @@ static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int lis
     n = push_error(L, err, 0);
   else
     push_sock(L, r->new_id, listener, r->new_fd);
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -221,7 +221,7 @@ static int l_listen(lua_State *L)
   lua_settop(L, 3);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_LISTEN, &box);
-  r->host = lio_copy_arg(L, 1, NULL);
+  r->host = sm_lio_copy_arg(L, 1, NULL);
   r->port = port;
   r->backlog = (int)backlog;
   return new_sock_result(L, r, call(L, r, SMARM_FOREVER, "listen"), box, 1);
@@ -235,9 +235,9 @@ static int l_connect(lua_State *L)
   lua_settop(L, 3);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_CONNECT, &box);
-  r->host = lio_copy_arg(L, 1, NULL);
+  r->host = sm_lio_copy_arg(L, 1, NULL);
   r->port = port;
-  return new_sock_result(L, r, call(L, r, lsmarm_timeout_ns(timeout), "connect"), box, 0);
+  return new_sock_result(L, r, call(L, r, sm_lsmarm_timeout_ns(timeout), "connect"), box, 0);
 }
 
 /* ---- Methods ------------------------------------------------------------------------------- */
@@ -249,7 +249,7 @@ static int m_accept(lua_State *L)
   int box;
   tcp_req_t *r = new_req(L, IOTCP_ACCEPT, &box);
   r->id = s->id;
-  int err = sock_call(L, s, r, lsmarm_timeout_ns(s->timeout), "accept");
+  int err = sock_call(L, s, r, sm_lsmarm_timeout_ns(s->timeout), "accept");
   return new_sock_result(L, r, err, box, 0);
 }
 
@@ -307,7 +307,7 @@ static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, co
       keep_bytes(L, s, r->data, r->len);
     }
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   lua_settop(L, top);
   if (err && err != -ETIMEDOUT)
     s->rend = err;
@@ -323,7 +323,7 @@ static void push_bytes(lua_State *L, lsock_t *s, size_t n, size_t skip)
 
 static int64_t deadline_of(const lsock_t *s)
 {
-  int64_t ns = lsmarm_timeout_ns(s->timeout);
+  int64_t ns = sm_lsmarm_timeout_ns(s->timeout);
   return ns == SMARM_FOREVER ? -1 : smarm_now_ns() + ns;
 }
 
@@ -433,13 +433,13 @@ static int m_send(lua_State *L)
       return luaL_error(L, "not enough memory");
     memcpy(r->data, data + done, r->len);
     s->sending++;
-    err = sock_call(L, s, r, lsmarm_timeout_ns(s->timeout), "send");
+    err = sock_call(L, s, r, sm_lsmarm_timeout_ns(s->timeout), "send");
     s->sending--;
     if (err == -ETIMEDOUT)
       s->unsure = 1;
     else if (!err && !s->sending)
       s->unsure = 0; /* libuv writes a stream in order: everything queued before has gone out */
-    lio_unbox(L, box);
+    sm_lio_unbox(L, box);
   }
   if (err) { /* the third value: the bytes the kernel took straight from here (a lower bound) */
     int n = push_error(L, err, 1);
@@ -453,7 +453,7 @@ static int m_send(lua_State *L)
 static int m_settimeout(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, -1, "settimeout");
-  /* nil, negative or NaN: no limit (every reader goes through lsmarm_timeout_ns) */
+  /* nil, negative or NaN: no limit (every reader goes through sm_lsmarm_timeout_ns) */
   s->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
   lua_pushboolean(L, 1);
   return 1;
@@ -462,10 +462,10 @@ static int m_settimeout(lua_State *L)
 /* Closing does not wait: the request goes to the IO thread. */
 static void post_close_id(uint64_t id)
 {
-  tcp_req_t *r = tcp_req_new(IOTCP_CLOSE);
+  tcp_req_t *r = sm_tcp_req_new(IOTCP_CLOSE);
   if (r) {
     r->id = id;
-    io_post(&r->base);
+    sm_io_post(&r->base);
   }
 }
 
@@ -515,7 +515,7 @@ static int name(lua_State *L, int peer, const char *fname)
     lua_pushinteger(L, r->addr_port);
     n = 2;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -542,7 +542,7 @@ static int m_setoption(lua_State *L)
     lua_pushboolean(L, 1);
     n = 1;
   }
-  lio_unbox(L, box);
+  sm_lio_unbox(L, box);
   return n;
 }
 
@@ -572,10 +572,10 @@ static const luaL_Reg tcp_functions[] = {
   {NULL, NULL},
 };
 
-void ltcp_register(lua_State *L, int module)
+void sm_ltcp_register(lua_State *L, int module)
 {
-  lhandle_register(&sock_kind);
-  lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
-  lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
-  lio_add_table(L, module, "tcp", tcp_functions);
+  sm_lhandle_register(&sock_kind);
+  sm_lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
+  sm_lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
+  sm_lio_add_table(L, module, "tcp", tcp_functions);
 }

@@ -13,13 +13,13 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *ltransfer_name_dot(const char *name)
+const char *sm_ltransfer_name_dot(const char *name)
 {
   const char *dot = strrchr(name, '.');
   return dot && dot != name && dot[1] != '\0' ? dot : NULL;
 }
 
-void ltransfer_build(lua_State *L, int fn_idx, int first, int nargs)
+void sm_ltransfer_build(lua_State *L, int fn_idx, int first, int nargs)
 {
   lua_createtable(L, 0, 3);
   int tr = lua_gettop(L);
@@ -98,7 +98,7 @@ void ltransfer_build(lua_State *L, int fn_idx, int first, int nargs)
         char root[96];
         snprintf(root, sizeof root, "upvalue '%s'", name[0] ? name : "?");
         codec_moves_t moves;
-        codec_abandon(codec_encode(L, v, root, &moves));
+        sm_codec_abandon(sm_codec_encode(L, v, root, &moves));
         lua_pushvalue(L, v);
         lua_setfield(L, entry, "v");
       }
@@ -120,13 +120,13 @@ void ltransfer_build(lua_State *L, int fn_idx, int first, int nargs)
   lua_setfield(L, tr, "args");
 }
 
-int ltransfer_call(lua_State *L, int tr)
+int sm_ltransfer_call(lua_State *L, int tr)
 {
   lua_getfield(L, tr, "name");
   if (lua_isstring(L, -1)) {
     size_t n;
     const char *full = lua_tolstring(L, -1, &n);
-    const char *dot = ltransfer_name_dot(full);
+    const char *dot = sm_ltransfer_name_dot(full);
     if (!dot) /* spawn_on checked it: only a malformed block gets here */
       return luaL_error(L, "smarm.spawn_on: '%s' is not of the form module.function", full);
     lua_getglobal(L, "require");

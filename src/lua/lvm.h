@@ -24,8 +24,9 @@ typedef struct lvm {
   int spare_count;
   lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
   int spare_ref[LVM_SPARE_COS];
-  int intern_ref, pid_mt_ref; /* lpid.c: the intern table and the pids' metatable */
+  int intern_ref, pid_mt_ref, ref_mt_ref; /* lpid.c: the intern table, pids' and refs' metatables */
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
+  int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
 } lvm_t;
 
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the

@@ -79,7 +79,10 @@ static int report(lua_State *L, int status)
 {
   if (status != 0) {
     const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "smarm: %s\n", msg ? msg : "(error object is not a string)");
+    if (!msg && luaL_callmeta(L, -1, "__tostring"))
+      msg = lua_tostring(L, -1);
+    fprintf(stderr, "smarm: %s\n", msg ? msg : lua_pushfstring(L, "(error object is a %s value)",
+                                                                   luaL_typename(L, -1)));
     fflush(stderr);
     return 1;
   }
@@ -128,7 +131,7 @@ int main(int argc, char **argv)
     return 1;
   }
   luaL_openlibs(L);
-  lsmarm_preload(L);
+  sm_lsmarm_preload(L);
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", SMARM_LUA_DIR, SMARM_LUA_DIR,

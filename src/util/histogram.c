@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-void hist_reset(histogram_t *h) { memset(h, 0, sizeof *h); }
+void sm_hist_reset(histogram_t *h) { memset(h, 0, sizeof *h); }
 
 /* Values below 2^SUB have a bucket each; above, each power of two [2^e, 2^(e+1)) is split into
 ** 2^(SUB-1) linear sub-buckets of width 2^shift, shift = e - SUB + 1, and bucket
@@ -31,7 +31,7 @@ static uint64_t bucket_low(unsigned b, uint64_t *width)
   return top << shift;
 }
 
-void hist_record(histogram_t *h, uint64_t v)
+void sm_hist_record(histogram_t *h, uint64_t v)
 {
   h->counts[bucket_of(v)]++;
   h->count++;
@@ -39,7 +39,7 @@ void hist_record(histogram_t *h, uint64_t v)
     h->max = v;
 }
 
-void hist_merge(histogram_t *into, const histogram_t *from)
+void sm_hist_merge(histogram_t *into, const histogram_t *from)
 {
   for (unsigned i = 0; i < HIST_BUCKETS; i++)
     into->counts[i] += from->counts[i];
@@ -48,7 +48,7 @@ void hist_merge(histogram_t *into, const histogram_t *from)
     into->max = from->max;
 }
 
-uint64_t hist_quantile(const histogram_t *h, double q)
+uint64_t sm_hist_quantile(const histogram_t *h, double q)
 {
   if (h->count == 0)
     return 0;
@@ -69,7 +69,7 @@ uint64_t hist_quantile(const histogram_t *h, double q)
   return h->max;
 }
 
-double hist_mean(const histogram_t *h)
+double sm_hist_mean(const histogram_t *h)
 {
   if (h->count == 0)
     return 0;

@@ -18,12 +18,12 @@ typedef struct histogram {
   uint64_t counts[HIST_BUCKETS];
 } histogram_t;
 
-void hist_reset(histogram_t *h);
-void hist_record(histogram_t *h, uint64_t v);
-void hist_merge(histogram_t *into, const histogram_t *from);
+void sm_hist_reset(histogram_t *h);
+void sm_hist_record(histogram_t *h, uint64_t v);
+void sm_hist_merge(histogram_t *into, const histogram_t *from);
 /* Value at quantile q in [0, 1] (the middle of its bucket; the exact max for q = 1). */
-uint64_t hist_quantile(const histogram_t *h, double q);
+uint64_t sm_hist_quantile(const histogram_t *h, double q);
 /* Mean of the recorded values (bucket midpoints). */
-double hist_mean(const histogram_t *h);
+double sm_hist_mean(const histogram_t *h);
 
 #endif

@@ -11,7 +11,7 @@
 **   +96 d8 d9  +112 d10 d11  +128 d12 d13  +144 d14 d15
 **
 ** sp stays 16-byte aligned throughout (AAPCS64 requires SP mod 16 = 0 at all times, and Linux
-** has the hardware check it on sp-relative accesses): 160 is a multiple of 16 and ctx_make
+** has the hardware check it on sp-relative accesses): 160 is a multiple of 16 and sm_ctx_make
 ** builds frames at aligned addresses.
 ** The CFI describes every save slot relative to the CFA (sp + 160 while the frame is up), and
 ** because the frame on the stack being resumed has the same layout, it stays true across the
@@ -21,8 +21,8 @@
 /* Branch Target Identification: when the C code is built with -mbranch-protection=bti|standard,
 ** mark this object as BTI-ready (else the linker silently drops BTI for the whole program) and
 ** give the callable entry a landing pad (a call through a PLT or pointer needs one).
-** smarm_ctx_entry is only reached by `ret`, which BTI does not check. The saved x30 is not
-** PAC-signed (the first frame comes from ctx_make in C), so no PAC property is claimed. */
+** sm_ctx_entry is only reached by `ret`, which BTI does not check. The saved x30 is not
+** PAC-signed (the first frame comes from sm_ctx_make in C), so no PAC property is claimed. */
 #if defined(__ARM_FEATURE_BTI_DEFAULT) && __ARM_FEATURE_BTI_DEFAULT
 #define BTI_C hint 34 /* bti c */
 #define SMARM_FEATURE_BTI 1
@@ -32,10 +32,11 @@
 #endif
 
         .text
-        .globl  smarm_ctx_switch
-        .type   smarm_ctx_switch, %function
+        .globl  sm_ctx_switch
+        .hidden sm_ctx_switch
+        .type   sm_ctx_switch, %function
         .p2align 4
-smarm_ctx_switch:                       /* x0 = from ctx, x1 = to ctx */
+sm_ctx_switch:                       /* x0 = from ctx, x1 = to ctx */
         .cfi_startproc
         BTI_C
         sub     sp, sp, #160
@@ -108,35 +109,36 @@ smarm_ctx_switch:                       /* x0 = from ctx, x1 = to ctx */
         .cfi_restore d15
         ret
         .cfi_endproc
-        .size   smarm_ctx_switch, .-smarm_ctx_switch
+        .size   sm_ctx_switch, .-sm_ctx_switch
 
 /*
-** First code run on a new stack: ctx_make left fn in x19, arg in x20 and x29 = 0. The link
+** First code run on a new stack: sm_ctx_make left fn in x19, arg in x20 and x29 = 0. The link
 ** register is marked undefined so unwinders stop here, at the stack's base.
 **
-** ctx_make's first frame resumes at smarm_ctx_entry_resume, one instruction into the function
-** and its FDE, not at smarm_ctx_entry itself. Unwinders look a return address up at
+** sm_ctx_make's first frame resumes at sm_ctx_entry_resume, one instruction into the function
+** and its FDE, not at sm_ctx_entry itself. Unwinders look a return address up at
 ** address - 1; a backtrace taken inside the first switch to a new stack (after the stack
 ** change, before ret) would otherwise land outside this FDE and this symbol, in the padding
-** after smarm_ctx_switch. The label has no type or size, so debuggers and profilers still
-** name the code smarm_ctx_entry.
+** after sm_ctx_switch. The label has no type or size, so debuggers and profilers still
+** name the code sm_ctx_entry.
 */
-        .globl  smarm_ctx_entry
-        .type   smarm_ctx_entry, %function
+        .globl  sm_ctx_entry
+        .hidden sm_ctx_entry
+        .type   sm_ctx_entry, %function
         .p2align 4
-smarm_ctx_entry:
+sm_ctx_entry:
         .cfi_startproc
         .cfi_undefined x30
         nop
-        .globl  smarm_ctx_entry_resume
-        .hidden smarm_ctx_entry_resume
-smarm_ctx_entry_resume:
+        .globl  sm_ctx_entry_resume
+        .hidden sm_ctx_entry_resume
+sm_ctx_entry_resume:
         mov     x29, #0
         mov     x0, x20
         blr     x19
         brk     #0                      /* fn must not return */
         .cfi_endproc
-        .size   smarm_ctx_entry, .-smarm_ctx_entry
+        .size   sm_ctx_entry, .-sm_ctx_entry
 
         .section .note.GNU-stack,"",%progbits
 

@@ -1,16 +1,16 @@
 /*
-** First frame of a new x86-64 stack, laid out exactly as smarm_ctx_switch (switch.S) leaves a
+** First frame of a new x86-64 stack, laid out exactly as sm_ctx_switch (switch.S) leaves a
 ** suspended one, so that the first switch to it pops these values and "returns" into
-** smarm_ctx_entry (at smarm_ctx_entry_resume, see switch.S) with fn in r12 and arg in r13.
+** sm_ctx_entry (at sm_ctx_entry_resume, see switch.S) with fn in r12 and arg in r13.
 */
 #include "../context.h"
 
 #include <stdint.h>
 #include <string.h>
 
-void smarm_ctx_entry_resume(void); /* a label inside smarm_ctx_entry (switch.S) */
+void sm_ctx_entry_resume(void); /* a label inside sm_ctx_entry (switch.S) */
 
-void ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg)
+void sm_ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg)
 {
   /* 16 spare bytes at the top keep rsp 16-byte aligned when the trampoline starts (after ret
   ** popped the entry address), so its call gives fn the alignment the ABI promises. */
@@ -26,6 +26,6 @@ void ctx_make(ctx_t *ctx, void *stack_top, void (*fn)(void *), void *arg)
   frame[4] = (uint64_t)(uintptr_t)fn;     /* r12 */
   frame[5] = 0;                           /* rbx */
   frame[6] = 0;                           /* rbp: ends frame-pointer walks */
-  frame[7] = (uint64_t)(uintptr_t)smarm_ctx_entry_resume; /* return address */
+  frame[7] = (uint64_t)(uintptr_t)sm_ctx_entry_resume; /* return address */
   ctx->sp = frame;
 }

@@ -4,7 +4,7 @@
 ** Saved exactly: the callee-saved registers rbx, rbp, r12-r15, the stack pointer (in ctx->sp),
 ** the MXCSR control/status register and the x87 control word (psABI 3.2.1: both are
 ** "callee-saved" control state). The return address is the one pushed by the call to
-** smarm_ctx_switch. The direction flag is clear on both sides by the ABI.
+** sm_ctx_switch. The direction flag is clear on both sides by the ABI.
 **
 ** Frame left on a suspended stack, from ctx->sp upwards (64 bytes):
 **   +0  MXCSR (4 bytes)  +4  x87 CW (2 bytes, 2 unused)
@@ -23,10 +23,11 @@
 ** anywhere in here sees one coherent stack.
 */
         .text
-        .globl  smarm_ctx_switch
-        .type   smarm_ctx_switch, @function
+        .globl  sm_ctx_switch
+        .hidden sm_ctx_switch
+        .type   sm_ctx_switch, @function
         .p2align 4
-smarm_ctx_switch:                       /* rdi = from ctx, rsi = to ctx */
+sm_ctx_switch:                       /* rdi = from ctx, rsi = to ctx */
         .cfi_startproc
         pushq   %rbp
         .cfi_adjust_cfa_offset 8
@@ -85,35 +86,36 @@ smarm_ctx_switch:                       /* rdi = from ctx, rsi = to ctx */
         fldcw   4(%rsp)
         jmp     2b
         .cfi_endproc
-        .size   smarm_ctx_switch, .-smarm_ctx_switch
+        .size   sm_ctx_switch, .-sm_ctx_switch
 
 /*
-** First code run on a new stack: ctx_make left fn in r12, arg in r13 and rbp = 0. The return
+** First code run on a new stack: sm_ctx_make left fn in r12, arg in r13 and rbp = 0. The return
 ** address is marked undefined so debuggers, perf and unwinders stop here, at the stack's base;
 ** rbp = 0 ends frame-pointer walks at the same place.
 **
-** ctx_make's first frame resumes at smarm_ctx_entry_resume, one byte into the function
-** and its FDE, not at smarm_ctx_entry itself. Unwinders look a return address up at
+** sm_ctx_make's first frame resumes at sm_ctx_entry_resume, one byte into the function
+** and its FDE, not at sm_ctx_entry itself. Unwinders look a return address up at
 ** address - 1; a backtrace taken inside the first switch to a new stack (after the stack
 ** change, before ret) would otherwise land outside this FDE and this symbol, in the padding
-** after smarm_ctx_switch. The label has no type or size, so debuggers and profilers still
-** name the code smarm_ctx_entry.
+** after sm_ctx_switch. The label has no type or size, so debuggers and profilers still
+** name the code sm_ctx_entry.
 */
-        .globl  smarm_ctx_entry
-        .type   smarm_ctx_entry, @function
+        .globl  sm_ctx_entry
+        .hidden sm_ctx_entry
+        .type   sm_ctx_entry, @function
         .p2align 4
-smarm_ctx_entry:
+sm_ctx_entry:
         .cfi_startproc
         .cfi_undefined rip
         nop
-        .globl  smarm_ctx_entry_resume
-        .hidden smarm_ctx_entry_resume
-smarm_ctx_entry_resume:
+        .globl  sm_ctx_entry_resume
+        .hidden sm_ctx_entry_resume
+sm_ctx_entry_resume:
         xorl    %ebp, %ebp
         movq    %r13, %rdi
         callq   *%r12
         ud2                             /* fn must not return */
         .cfi_endproc
-        .size   smarm_ctx_entry, .-smarm_ctx_entry
+        .size   sm_ctx_entry, .-sm_ctx_entry
 
         .section .note.GNU-stack,"",@progbits

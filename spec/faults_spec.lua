@@ -1,0 +1,393 @@
+-- Faults in Lua: exit reasons, links, monitors, exit signals, kill, refs, registered names and
+-- spawn_opt, on one scheduler and across two (docs/api.md, "Faults").
+local smarm = require("smarm")
+
+local WAIT = 60 -- a hang guard in seconds, never a time budget
+
+-- Runs body(where) as the main actor twice: with the other actors on its own scheduler (1 of 1)
+-- and on the other one (2 of 2).
+local function both(body)
+  for _, n in ipairs({ 1, 2 }) do
+    smarm.run(function() return body(n) end, { schedulers = n })
+  end
+end
+
+local function wait_forever() smarm.receive() end
+
+local function next_notice(kind)
+  local m = assert(smarm.receive(function(m) return type(m) == "table" and m.smarm == kind end, WAIT))
+  return m
+end
+
+describe("exit reasons", function()
+  it("are normal, a value given to exit, killed, or an error table", function()
+    both(function(where)
+      local _, r1 = smarm.spawn_opt({ on = where, monitor = true }, function() end)
+      local d = next_notice("DOWN")
+      assert.are.equal(r1, d.ref)
+      assert.are.equal("normal", d.reason)
+
+      smarm.spawn_opt({ on = where, monitor = true }, function() smarm.exit({ code = 7, tags = { "a" } }) end)
+      d = next_notice("DOWN")
+      assert.are.same({ code = 7, tags = { "a" } }, d.reason)
+
+      local p = smarm.spawn_opt({ on = where, monitor = true }, wait_forever)
+      smarm.kill(p)
+      d = next_notice("DOWN")
+      assert.are.equal(p, d.pid)
+      assert.are.equal("killed", d.reason)
+
+      smarm.spawn_opt({ on = where, monitor = true }, function() error({ why = "table error" }) end)
+      d = next_notice("DOWN")
+      assert.is_table(d.reason)
+      assert.are.same({ why = "table error" }, d.reason.error)
+      assert.matches("stack traceback", d.reason.traceback)
+
+      smarm.spawn_opt({ on = where, monitor = true }, function() error("plain") end)
+      d = next_notice("DOWN")
+      assert.matches("plain", d.reason.error)
+    end)
+  end)
+
+  it("replace a value that cannot be sent by its tostring, and say so", function()
+    both(function(where)
+      smarm.spawn_opt({ on = where, monitor = true }, function() smarm.exit(function() end) end)
+      local d = next_notice("DOWN")
+      assert.matches("^function: .* %(an exit reason that cannot be sent: reason is a function%)$", d.reason)
+    end)
+  end)
+end)
+
+describe("monitors", function()
+  it("give noproc at once for a dead pid or an unknown name", function()
+    both(function(where)
+      local p = smarm.spawn_on(where, function() end)
+      while smarm.alive(p) do smarm.yield() end
+      local ref = smarm.monitor(p)
+      local d = next_notice("DOWN")
+      assert.are.equal(ref, d.ref)
+      assert.are.equal("noproc", d.reason)
+      ref = smarm.monitor("nobody-has-this")
+      d = next_notice("DOWN")
+      assert.are.equal(ref, d.ref)
+      assert.are.equal("noproc", d.reason)
+    end)
+  end)
+
+  it("stop with demonitor, and flush removes a DOWN already queued", function()
+    both(function(where)
+      local p = smarm.spawn_on(where, wait_forever)
+      local ref = smarm.monitor(p)
+      assert.is_true(smarm.demonitor(ref))
+      assert.is_false(smarm.demonitor(ref))
+      smarm.kill(p)
+      -- the DOWN of a monitor that ended never comes: a later monitor's DOWN comes alone
+      local q = smarm.spawn_on(where, function() end)
+      local r2 = smarm.monitor(q)
+      assert.are.equal(r2, next_notice("DOWN").ref)
+      local q2 = smarm.spawn_on(where, function() end)
+      local r3 = smarm.monitor(q2)
+      smarm.send(smarm.self(), "after")
+      -- set the DOWN aside by a receive that wants something else, then flush it
+      assert.are.equal("after", smarm.receive(function(m) return m == "after" end, WAIT))
+      while smarm.alive(q2) do smarm.yield() end
+      smarm.send(smarm.self(), "last")
+      assert.are.equal("last", smarm.receive(function(m) return m == "last" end, WAIT))
+      assert.is_false(smarm.demonitor(r3, "flush"))
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+    end)
+  end)
+
+  it("see the messages sent before a death, then its DOWN", function()
+    both(function(where)
+      local me = smarm.self()
+      smarm.spawn_opt({ on = where, monitor = true }, function(to)
+        for i = 1, 50 do smarm.send(to, i) end
+        error("done")
+      end, me)
+      for i = 1, 50 do assert.are.equal(i, smarm.receive(WAIT)) end
+      assert.are.equal("DOWN", smarm.receive(WAIT).smarm)
+    end)
+  end)
+
+  it("refs print as #Ref, compare with ==, key tables and travel in messages", function()
+    smarm.run(function()
+      local a, b = smarm.ref(), smarm.ref()
+      assert.matches("^#Ref<", tostring(a))
+      assert.is_true(a ~= b)
+      assert.is_true(smarm.is_ref(a))
+      assert.is_false(smarm.is_ref({}))
+      local t = { [a] = 1 }
+      local echo = smarm.spawn_on(2, function() local m = smarm.receive(); smarm.send(m.to, m.ref) end)
+      smarm.send(echo, { to = smarm.self(), ref = a })
+      local back = smarm.receive(WAIT)
+      assert.is_true(back == a)
+      assert.are.equal(1, t[back])
+    end, { schedulers = 2 })
+  end)
+end)
+
+describe("links", function()
+  it("spread a crash unless the other side traps exits", function()
+    both(function(where)
+      -- not trapping: the middle actor dies with the child's reason
+      local middle = smarm.spawn_opt({ monitor = true }, function()
+        smarm.spawn_link(function() error("child broke") end)
+        wait_forever()
+      end)
+      local d = next_notice("DOWN")
+      assert.are.equal(middle, d.pid)
+      assert.matches("child broke", d.reason.error)
+      -- trapping: the EXIT arrives as a message
+      smarm.trap_exit(true)
+      local child = smarm.spawn_opt({ on = where, link = true }, function() smarm.exit("bye") end)
+      local e = next_notice("EXIT")
+      assert.are.equal(child, e.pid)
+      assert.are.equal("bye", e.reason)
+      assert.is_true(smarm.trap_exit(false))
+    end)
+  end)
+
+  it("a normal exit kills no linked actor; linking to a dead pid gives noproc", function()
+    both(function(where)
+      local p = smarm.spawn_opt({ on = where, link = true }, function() end)
+      while smarm.alive(p) do smarm.yield() end
+      smarm.trap_exit(true)
+      smarm.link(p)
+      local e = next_notice("EXIT")
+      assert.are.equal("noproc", e.reason)
+      smarm.trap_exit(false)
+    end)
+  end)
+
+  it("unlink removes both sides", function()
+    both(function(where)
+      local p = smarm.spawn_opt({ on = where, link = true }, wait_forever)
+      smarm.unlink(p)
+      local ref = smarm.monitor(p)
+      smarm.exit(p, "stop")
+      local d = next_notice("DOWN")
+      assert.are.equal(ref, d.ref)
+      assert.are.equal("stop", d.reason) -- and we are still here
+    end)
+  end)
+end)
+
+describe("exit signals and kill", function()
+  it("kill cannot be trapped; other signals can", function()
+    both(function(where)
+      local me = smarm.self()
+      local p = smarm.spawn_opt({ on = where, monitor = true }, function()
+        smarm.trap_exit(true)
+        smarm.send(me, "trapping")
+        while true do
+          local m = smarm.receive()
+          if m.smarm == "EXIT" then smarm.send(me, m.reason) end
+        end
+      end)
+      assert.are.equal("trapping", smarm.receive(WAIT))
+      smarm.exit(p, "please")
+      assert.are.equal("please", smarm.receive(WAIT))
+      smarm.kill(p)
+      local d = next_notice("DOWN")
+      assert.are.equal("killed", d.reason)
+    end)
+  end)
+
+  it("end an actor parked anywhere, and pcall cannot catch them", function()
+    both(function(where)
+      local bodies = {
+        function() smarm.receive() end,
+        function() smarm.sleep(3600) end,
+        function() while true do smarm.yield() end end,
+        function() pcall(function() smarm.receive() end); error("pcall caught the kill") end,
+        function() table.sort({ 3, 2, 1 }, function(a, b) smarm.sleep(3600); return a < b end) end,
+      }
+      for _, body in ipairs(bodies) do
+        local p, ref = smarm.spawn_opt({ on = where, monitor = true }, body)
+        smarm.yield()
+        smarm.kill(p)
+        local d = next_notice("DOWN")
+        assert.are.equal(ref, d.ref)
+        assert.are.equal("killed", d.reason)
+      end
+    end)
+  end)
+
+  it("an exit signal to oneself ends the caller at once", function()
+    smarm.run(function()
+      local after = false
+      smarm.spawn_monitor(function() smarm.exit(smarm.self(), "me"); after = true end)
+      assert.are.equal("me", next_notice("DOWN").reason)
+      assert.is_false(after)
+    end)
+  end)
+end)
+
+describe("registered names", function()
+  it("register, whereis, send by name, registered, unregister, released at death", function()
+    both(function(where)
+      local p = smarm.spawn_on(where, function()
+        while true do
+          local m = smarm.receive()
+          smarm.send(m.from, m.n * 2)
+        end
+      end)
+      smarm.register("doubler", p)
+      assert.are.equal(p, smarm.whereis("doubler"))
+      smarm.send("doubler", { from = smarm.self(), n = 21 })
+      assert.are.equal(42, smarm.receive(WAIT))
+      assert.are.same({ "doubler" }, smarm.registered())
+      assert.has_error(function() smarm.register("doubler", smarm.self()) end,
+        "smarm.register: the name 'doubler' is taken")
+      local ref = smarm.monitor("doubler")
+      smarm.kill("doubler")
+      assert.are.equal(ref, next_notice("DOWN").ref)
+      assert.is_nil(smarm.whereis("doubler"))
+      assert.has_error(function() smarm.send("doubler", 1) end,
+        "smarm.send: no actor is registered as 'doubler'")
+      smarm.register("doubler", smarm.self())
+      smarm.unregister("doubler")
+      assert.is_nil(smarm.whereis("doubler"))
+      assert.has_error(function() smarm.unregister("doubler") end,
+        "smarm.unregister: no actor is registered as 'doubler'")
+    end)
+  end)
+
+  it("spawn_opt registers the name before the child runs", function()
+    both(function(where)
+      local me = smarm.self()
+      local p = smarm.spawn_opt({ on = where, name = "early" }, function()
+        smarm.send(me, smarm.whereis("early") == smarm.self())
+        smarm.receive()
+      end)
+      assert.is_true(smarm.receive(WAIT))
+      assert.has_error(function() smarm.spawn_opt({ on = where, name = "early" }, function() end) end,
+        "smarm.spawn_opt: the name 'early' is taken")
+      smarm.kill(p)
+    end)
+  end)
+
+  it("bad arguments raise", function()
+    smarm.run(function()
+      assert.has_error(function() smarm.register("", smarm.self()) end)
+      assert.has_error(function() smarm.register("x", "y") end)
+      assert.has_error(function() smarm.monitor(42) end)
+      assert.has_error(function() smarm.demonitor("ref") end)
+      assert.has_error(function() smarm.link({}) end)
+      assert.has_error(function() smarm.kill("no-such-name") end)
+    end)
+  end)
+end)
+
+describe("smarm.call and smarm.reply", function()
+  local function doubler()
+    while true do
+      local m = smarm.receive()
+      if m.smarm == "CALL" then
+        if m.request == "die" then error("asked to die") end
+        if m.request == "hold" then
+          local held = m.from
+          local nxt = smarm.receive() -- answer the held call only when the next one comes
+          smarm.reply(held, "late")
+          smarm.reply(nxt.from, nxt.request * 2)
+        else
+          smarm.reply(m.from, m.request * 2)
+        end
+      end
+    end
+  end
+
+  it("answers, across schedulers and by name", function()
+    both(function(where)
+      local server = smarm.spawn_opt({ on = where, name = "calc" }, doubler)
+      assert.are.equal(42, smarm.call(server, 21))
+      assert.are.equal(8, smarm.call("calc", 4))
+      smarm.kill(server)
+    end)
+  end)
+
+  it("gives nil and the reason when the server is dead, dies, or does not answer in time", function()
+    both(function(where)
+      local server = smarm.spawn_on(where, doubler)
+      assert.are.same({ nil, "noproc" }, { smarm.call("nobody", 1) })
+      local r, why = smarm.call(server, "die")
+      assert.is_nil(r)
+      assert.matches("asked to die", why.error)
+      assert.are.same({ nil, "noproc" }, { smarm.call(server, 1) })
+      server = smarm.spawn_on(where, doubler)
+      -- the late reply arrives after the call gave up: it never reaches the mailbox
+      assert.are.same({ nil, "timeout" }, { smarm.call(server, "hold", 0.001) })
+      assert.are.equal(6, smarm.call(server, 3))
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+      smarm.kill(server)
+    end)
+  end)
+
+  it("leaves older messages alone and in order", function()
+    smarm.run(function()
+      local server = smarm.spawn_on(2, doubler)
+      for i = 1, 1000 do smarm.send(smarm.self(), i) end
+      for i = 1, 20 do assert.are.equal(i * 2, smarm.call(server, i)) end
+      for i = 1, 1000 do assert.are.equal(i, smarm.receive(0)) end
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+    end, { schedulers = 2 })
+  end)
+
+  it("raises for a request that cannot be sent, leaving no monitor behind", function()
+    smarm.run(function()
+      local server = smarm.spawn(doubler)
+      assert.has_error(function() smarm.call(server, function() end) end)
+      assert.has_error(function() smarm.call(smarm.self(), 1) end)
+      assert.has_error(function() smarm.reply({}, 1) end)
+      smarm.kill(server)
+      smarm.yield()
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) }) -- no DOWN of a leftover monitor
+    end)
+  end)
+end)
+
+describe("crash reports", function()
+  it("go to on_crash instead of stderr when nothing hears of the crash", function()
+    local reports = {}
+    smarm.run(function()
+      local p = smarm.spawn_opt({ on = 2, name = "crasher" }, function()
+        smarm.receive()
+        error({ code = 3 })
+      end)
+      smarm.spawn_monitor(function() error("heard of: not reported") end) -- a monitor hears it
+      smarm.send(p, "go")
+      while #reports < 1 do smarm.sleep(0.001) end
+    end, { schedulers = 2, on_crash = function(r) reports[#reports + 1] = r end })
+    assert.are.equal(1, #reports)
+    assert.is_true(smarm.is_pid(reports[1].pid))
+    assert.are.equal("crasher", reports[1].name)
+    assert.are.same({ code = 3 }, reports[1].reason.error)
+    assert.matches("stack traceback", reports[1].reason.traceback)
+    assert.has_error(function() smarm.run(function() end, { on_crash = 1 }) end)
+  end)
+end)
+
+describe("a kill during IO", function()
+  it("cancels the request the actor waited for", function()
+    smarm.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local waiter, ref = smarm.spawn_monitor(function() server:accept() end)
+      smarm.yield() -- it parks in accept
+      smarm.kill(waiter)
+      assert.are.equal(ref, next_notice("DOWN").ref)
+      -- the killed accept no longer waits: another one may, and gets the next connection
+      smarm.spawn(function()
+        local c = assert(smarm.tcp.connect("127.0.0.1", port))
+        c:send("hi")
+        c:close()
+      end)
+      server:settimeout(WAIT)
+      local conn = assert(server:accept())
+      assert.are.equal("hi", conn:receive(2))
+      conn:close()
+      server:close()
+    end)
+  end)
+end)

@@ -1,0 +1,546 @@
+/*
+** Links, monitors, exit signals and the notices of an actor's death: Erlang's fault-handling
+** contract (docs/design.md, "Faults"; the rules are summed up in smarm.h).
+**
+** Records. Each actor's side lives with the actor, on its scheduler: its links (an array of
+** pids: linking is rare and an actor has few links), the monitors it holds and those held on it
+** (monitor_t, in per-scheduler tables by ref and in the actor's two lists, so that a server
+** watched by a hundred thousand callers still finds one in O(1) and a death walks only its own).
+**
+** Protocol. A link or monitor is recorded by the acting side first, then a signal tells the
+** other side (SIG_LINK, SIG_MONITOR), whose scheduler records its half, or answers at once for
+** an actor that is gone (an exit signal or a DOWN with reason NOPROC). When an actor dies it
+** sends SIG_EXIT_LINK to each linked pid and SIG_DOWN to each watcher, and SIG_DEMONITOR for each
+** monitor it held (so that long-lived targets do not keep dead watchers' records). A receiver
+** acts on a link's exit signal or a DOWN only while its own half still exists: unlink and
+** demonitor remove the half first, so a signal already on its way is dropped when it arrives
+** (Erlang's "not yet received" rule), with no acknowledgement round trip.
+**
+** One race is accepted, as in Erlang before OTP 23: an actor that unlinks and links again while
+** the other dies may see the first death's reason instead of NOPROC; it is an exit signal either
+** way.
+**
+** Dying. An exit signal that must kill an actor other than the running one records the reason
+** and makes the actor runnable (sm_faults_die_later); the actor then ends itself when it resumes
+** (sched.c, sched_leave), on its own stack like smarm_exit, so that whatever the binding keeps on
+** it is released the usual way. The running actor dies at its next yield or parking call.
+*/
+#include "faults.h"
+
+#include "runtime.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Refs ---------------------------------------------------------------------------------- */
+
+/* Refs come from one process-wide counter, which schedulers take in blocks so that making one
+** costs no atomic operation; a foreign thread takes one at a time. A 64-bit counter never wraps
+** in a process's life. */
+#define REF_BLOCK 4096
+static _Atomic uint64_t ref_counter = 1;
+
+smarm_ref_t smarm_make_ref(void)
+{
+  sched_t *s = sm_sched_tls;
+  if (!s)
+    return atomic_fetch_add_explicit(&ref_counter, 1, memory_order_relaxed);
+  if (s->ref_next == s->ref_end) {
+    s->ref_next = atomic_fetch_add_explicit(&ref_counter, REF_BLOCK, memory_order_relaxed);
+    s->ref_end = s->ref_next + REF_BLOCK;
+  }
+  return s->ref_next++;
+}
+
+/* ---- Records ------------------------------------------------------------------------------- */
+
+static actor_faults_t *faults_of(actor_t *a)
+{
+  if (!a->faults)
+    a->faults = calloc(1, sizeof *a->faults);
+  return a->faults;
+}
+
+static int links_find(const actor_faults_t *f, smarm_pid_t pid)
+{
+  for (uint32_t i = 0; f && i < f->nlinks; i++)
+    if (f->links[i] == pid)
+      return (int)i;
+  return -1;
+}
+
+/* Adds pid to a's links (once). 0 or -ENOMEM. */
+static int links_add(actor_t *a, smarm_pid_t pid)
+{
+  actor_faults_t *f = faults_of(a);
+  if (!f)
+    return -ENOMEM;
+  if (links_find(f, pid) >= 0)
+    return 0;
+  if (f->nlinks == f->links_cap) {
+    uint32_t cap = f->links_cap ? f->links_cap * 2 : 4;
+    smarm_pid_t *l = realloc(f->links, cap * sizeof *l);
+    if (!l)
+      return -ENOMEM;
+    f->links = l;
+    f->links_cap = cap;
+  }
+  f->links[f->nlinks++] = pid;
+  return 0;
+}
+
+/* Removes pid from a's links; returns whether it was there. */
+static int links_remove(actor_t *a, smarm_pid_t pid)
+{
+  actor_faults_t *f = a->faults;
+  int i = links_find(f, pid);
+  if (i < 0)
+    return 0;
+  f->links[i] = f->links[--f->nlinks];
+  return 1;
+}
+
+/* Records a monitor on a's side. watching: a holds it on `other`; else `other` holds it on a. */
+static int monitor_add(sched_t *s, actor_t *a, int watching, smarm_ref_t ref, smarm_pid_t other)
+{
+  actor_faults_t *f = faults_of(a);
+  monitor_t *m = f ? malloc(sizeof *m) : NULL;
+  if (!m)
+    return -ENOMEM;
+  m->node.key = ref;
+  m->other = other;
+  m->owner = a;
+  if (reftab_insert(watching ? &s->watching : &s->watchers, &m->node) < 0) {
+    free(m);
+    return -ENOMEM;
+  }
+  monitor_t **head = watching ? &f->watching : &f->watchers;
+  m->prev = NULL;
+  m->next = *head;
+  if (*head)
+    (*head)->prev = m;
+  *head = m;
+  return 0;
+}
+
+static monitor_t *monitor_find(sched_t *s, int watching, smarm_ref_t ref)
+{
+  reftab_node_t *n = reftab_find(watching ? &s->watching : &s->watchers, ref);
+  return n ? (monitor_t *)((char *)n - offsetof(monitor_t, node)) : NULL;
+}
+
+static void monitor_remove(sched_t *s, int watching, monitor_t *m)
+{
+  reftab_remove(watching ? &s->watching : &s->watchers, &m->node);
+  actor_faults_t *f = m->owner->faults;
+  if (m->prev)
+    m->prev->next = m->next;
+  else if (watching)
+    f->watching = m->next;
+  else
+    f->watchers = m->next;
+  if (m->next)
+    m->next->prev = m->prev;
+  free(m);
+}
+
+/* ---- Signals ------------------------------------------------------------------------------- */
+
+static smarm_notice_t *notice_of(smarm_msg_t *m) { return (smarm_notice_t *)m->data; }
+
+/* A signal block: a notice (pid, ref, reason) and the reason's bytes. NULL when out of memory. */
+static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
+                               smarm_ref_t ref, int code, const void *data, size_t size)
+{
+  if (code != SMARM_EXIT_VALUE)
+    size = 0;
+  smarm_msg_t *m = sm_msg_new(kind, sizeof(smarm_notice_t) + size);
+  if (!m)
+    return NULL;
+  m->to = to;
+  m->from = from;
+  smarm_notice_t *n = notice_of(m);
+  n->pid = pid;
+  n->ref = ref;
+  n->reason = code;
+  n->size = (uint32_t)size;
+  if (size)
+    memcpy(n + 1, data, size);
+  return m;
+}
+
+/* Sends signal m to its `to`: handled here at once when that actor is ours, else pushed onto
+** its scheduler's inbox. A pid of a scheduler this runtime lacks names nobody: dropped. */
+static void signal_send(sched_t *s, smarm_msg_t *m)
+{
+  unsigned k = smarm_pid_sched(m->to);
+  if (k == s->index)
+    sm_faults_deliver(s, m);
+  else if (k < s->rt->nsched)
+    sm_sched_push_remote(s, &s->rt->scheds[k], m);
+  else
+    sm_faults_deliver(s, m); /* finds no actor: answered as for a dead one */
+}
+
+/* signal_new + signal_send, for the cases where running out of memory must not lose the
+** signal's meaning: there is no way to report it, so it ends the process with a clear message. */
+static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t from,
+                        smarm_pid_t pid, smarm_ref_t ref, int code, const void *data, size_t size)
+{
+  smarm_msg_t *m = signal_new(kind, to, from, pid, ref, code, data, size);
+  SMARM_CHECK(m != NULL, "out of memory sending a link or monitor signal");
+  signal_send(s, m);
+}
+
+/* Stores a reason in a->faults (copying its bytes). 0 or -ENOMEM. */
+static int store_reason(actor_t *a, int code, const void *data, size_t size)
+{
+  actor_faults_t *f = faults_of(a);
+  void *copy = NULL;
+  if (code != SMARM_EXIT_VALUE)
+    size = 0;
+  if (!f || (size && !(copy = malloc(size)))) {
+    free(copy);
+    return -ENOMEM;
+  }
+  if (size)
+    memcpy(copy, data, size);
+  free(f->exit_data);
+  f->exit_code = code;
+  f->exit_data = copy;
+  f->exit_size = (uint32_t)size;
+  return 0;
+}
+
+void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+{
+  if (a->state == ACTOR_DEAD || a->exit_pending)
+    return;
+  SMARM_CHECK(store_reason(a, code, data, size) == 0, "out of memory killing an actor");
+  a->faults->reason_set = 0;
+  a->exit_pending = 1;
+  if (a->state != ACTOR_RUNNING && a->state != ACTOR_RUNNABLE && a->state != ACTOR_WAIT_REPLY)
+    sm_sched_wake(s, a);
+}
+
+/* An exit signal reaches a (alive): drop it, turn it into an EXIT notice, or kill a. */
+static void exit_signal_arrives(sched_t *s, actor_t *a, smarm_msg_t *m, int via_link)
+{
+  smarm_notice_t *n = notice_of(m);
+  if (via_link && !(a->faults && links_remove(a, n->pid))) {
+    sm_msg_release(m); /* unlinked meanwhile */
+    return;
+  }
+  if (!via_link && n->reason == SMARM_EXIT_KILL) {
+    sm_faults_die_later(s, a, SMARM_EXIT_KILLED, NULL, 0);
+  } else if (a->trap_exit) {
+    m->kind = MSG_EXIT_NOTICE;
+    m->from = n->pid;
+    n->ref = 0;
+    sm_sched_deliver(s, a, m);
+    return;
+  } else if (n->reason != SMARM_EXIT_NORMAL || n->pid == a->pid) {
+    sm_faults_die_later(s, a, n->reason, n + 1, n->size);
+  }
+  sm_msg_release(m);
+}
+
+void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
+{
+  actor_t *a = sm_sched_lookup(s, m->to);
+  smarm_notice_t *n = notice_of(m);
+  monitor_t *mon;
+  switch (m->kind) {
+  case SIG_EXIT:
+  case SIG_EXIT_LINK:
+    if (a)
+      exit_signal_arrives(s, a, m, m->kind == SIG_EXIT_LINK);
+    else
+      sm_msg_release(m);
+    return;
+  case SIG_LINK:
+    if (!a) { /* the answer goes back in this very block */
+      m->kind = SIG_EXIT_LINK;
+      n->pid = m->to;
+      n->reason = SMARM_EXIT_NOPROC;
+      m->to = m->from;
+      m->from = n->pid;
+      signal_send(s, m);
+      return;
+    }
+    SMARM_CHECK(links_add(a, m->from) == 0, "out of memory recording a link");
+    break;
+  case SIG_UNLINK:
+    if (a && a->faults)
+      links_remove(a, m->from);
+    break;
+  case SIG_MONITOR:
+    if (!a) {
+      m->kind = SIG_DOWN;
+      n->pid = m->to;
+      n->reason = SMARM_EXIT_NOPROC;
+      m->to = m->from;
+      m->from = n->pid;
+      signal_send(s, m);
+      return;
+    }
+    SMARM_CHECK(monitor_add(s, a, 0, n->ref, m->from) == 0, "out of memory recording a monitor");
+    break;
+  case SIG_DEMONITOR:
+    if ((mon = monitor_find(s, 0, n->ref)))
+      monitor_remove(s, 0, mon);
+    break;
+  case SIG_DOWN:
+    mon = monitor_find(s, 1, n->ref);
+    if (a && mon && mon->owner == a) {
+      monitor_remove(s, 1, mon);
+      m->kind = MSG_DOWN_NOTICE;
+      m->from = n->pid;
+      sm_sched_deliver(s, a, m);
+      return;
+    }
+    break; /* demonitored, or the watcher is gone */
+  case SIG_REPLY: {
+    smarm_ref_t alias; /* the payload's last bytes (smarm_send_reply checked the size) */
+    memcpy(&alias, m->data + m->size - sizeof alias, sizeof alias);
+    mon = monitor_find(s, 1, alias);
+    if (a && mon && mon->owner == a) {
+      m->kind = MSG_REPLY_NOTICE;
+      sm_sched_deliver(s, a, m);
+      return;
+    }
+    break; /* the call gave up (or ended): nobody waits for it */
+  }
+  default:
+    SMARM_CHECK(0, "not a signal");
+  }
+  sm_msg_release(m);
+}
+
+void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+{
+  actor_faults_t *f = a->faults;
+  if (!f)
+    return;
+  for (uint32_t i = 0; i < f->nlinks; i++)
+    signal_post(s, SIG_EXIT_LINK, f->links[i], a->pid, a->pid, 0, code, data, size);
+  while (f->watchers) {
+    monitor_t *m = f->watchers;
+    signal_post(s, SIG_DOWN, m->other, a->pid, a->pid, m->node.key, code, data, size);
+    monitor_remove(s, 0, m);
+  }
+  while (f->watching) {
+    monitor_t *m = f->watching;
+    signal_post(s, SIG_DEMONITOR, m->other, a->pid, a->pid, m->node.key, SMARM_EXIT_NORMAL, NULL,
+                0);
+    monitor_remove(s, 1, m);
+  }
+  sm_faults_destroy(s, a);
+}
+
+void sm_faults_destroy(sched_t *s, actor_t *a)
+{
+  actor_faults_t *f = a->faults;
+  if (!f)
+    return;
+  while (f->watchers)
+    monitor_remove(s, 0, f->watchers);
+  while (f->watching)
+    monitor_remove(s, 1, f->watching);
+  free(f->links);
+  free(f->name);
+  free(f->exit_data);
+  free(f);
+  a->faults = NULL;
+}
+
+/* ---- Spawning with ties -------------------------------------------------------------------- */
+
+/* One side of a spawn's ties: a's link to `other` and its half of the monitor; all or nothing. */
+static int tie(sched_t *s, actor_t *a, smarm_pid_t other, int watching, const spawn_ties_t *t)
+{
+  if (t->link && links_add(a, other) < 0)
+    return -ENOMEM;
+  if (t->monitor && monitor_add(s, a, watching, t->monitor, other) < 0) {
+    if (t->link)
+      links_remove(a, other);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+int sm_faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t)
+{
+  return tie(s, child, t->parent, 0, t);
+}
+
+int sm_faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t)
+{
+  return tie(s, parent, child, 1, t);
+}
+
+void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
+{
+  if (t->link)
+    signal_post(s, SIG_EXIT_LINK, child, t->parent, t->parent, 0, SMARM_EXIT_NOPROC, NULL, 0);
+  if (t->monitor)
+    signal_post(s, SIG_DEMONITOR, child, t->parent, t->parent, t->monitor, SMARM_EXIT_NORMAL,
+                NULL, 0);
+}
+
+/* ---- The public API ------------------------------------------------------------------------ */
+
+static int valid_code(int code)
+{
+  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_VALUE;
+}
+
+int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (smarm_pid_gen(to) == 0 || !valid_code(code) || (size && !data) || size > UINT32_MAX)
+    return -EINVAL;
+  smarm_msg_t *m = signal_new(SIG_EXIT, to, self->pid, self->pid, 0, code, data, size);
+  if (!m)
+    return -ENOMEM;
+  signal_send(s, m);
+  if (self->exit_pending) /* a signal to oneself that kills takes effect now */
+    sm_sched_die_pending(s, self);
+  return 0;
+}
+
+int smarm_set_exit_reason(int code, const void *data, size_t size)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (!valid_code(code) || (size && !data) || size > UINT32_MAX)
+    return -EINVAL;
+  if (store_reason(self, code, data, size) < 0)
+    return -ENOMEM;
+  self->faults->reason_set = 1;
+  return 0;
+}
+
+int smarm_is_watched(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  actor_faults_t *f = self ? self->faults : NULL;
+  return f && (f->nlinks || f->watchers);
+}
+
+int smarm_link(smarm_pid_t pid)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (smarm_pid_gen(pid) == 0 || pid == self->pid)
+    return -EINVAL;
+  if (self->faults && links_find(self->faults, pid) >= 0)
+    return 0;
+  smarm_msg_t *m = signal_new(SIG_LINK, pid, self->pid, self->pid, 0, SMARM_EXIT_NORMAL, NULL, 0);
+  if (!m || links_add(self, pid) < 0) {
+    sm_msg_release(m);
+    return -ENOMEM;
+  }
+  signal_send(s, m);
+  return 0;
+}
+
+int smarm_unlink(smarm_pid_t pid)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (!self->faults || !links_remove(self, pid))
+    return 0;
+  smarm_msg_t *m = signal_new(SIG_UNLINK, pid, self->pid, self->pid, 0, SMARM_EXIT_NORMAL, NULL, 0);
+  if (!m) { /* without the signal the other side would keep its half: keep ours too */
+    links_add(self, pid);
+    return -ENOMEM;
+  }
+  signal_send(s, m);
+  return 0;
+}
+
+int smarm_trap_exit(int on)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  int was = self->trap_exit;
+  self->trap_exit = on != 0;
+  return was;
+}
+
+int smarm_monitor(smarm_pid_t pid, smarm_ref_t *ref_out)
+{
+  if (!ref_out)
+    return -EINVAL;
+  smarm_ref_t ref = smarm_make_ref();
+  int rc = smarm_monitor_ref(pid, ref);
+  if (rc == 0)
+    *ref_out = ref;
+  return rc;
+}
+
+int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (smarm_pid_gen(pid) == 0 || !ref || monitor_find(s, 1, ref))
+    return -EINVAL;
+  smarm_msg_t *m = signal_new(SIG_MONITOR, pid, self->pid, self->pid, ref, SMARM_EXIT_NORMAL,
+                              NULL, 0);
+  if (!m || monitor_add(s, self, 1, ref, pid) < 0) {
+    sm_msg_release(m);
+    return -ENOMEM;
+  }
+  signal_send(s, m);
+  return 0;
+}
+
+/* For smarm_demonitor's flush: a DOWN notice of `ref` in the mailbox. */
+static int is_down_of(const smarm_msg_t *m, void *ref)
+{
+  return m->kind == MSG_DOWN_NOTICE &&
+         ((const smarm_notice_t *)m->data)->ref == *(smarm_ref_t *)ref;
+}
+
+int smarm_demonitor(smarm_ref_t ref, int flush)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  monitor_t *mon = monitor_find(s, 1, ref);
+  int active = mon && mon->owner == self;
+  if (active) {
+    smarm_pid_t target = mon->other;
+    monitor_remove(s, 1, mon);
+    signal_post(s, SIG_DEMONITOR, target, self->pid, self->pid, ref, SMARM_EXIT_NORMAL, NULL, 0);
+  }
+  if (flush && !active) { /* its DOWN arrived: it may be in the mailbox (one still in the inbox
+                           ** was dropped when its monitor was, above) */
+    for (smarm_msg_t **at = &self->mailbox.head; *at; at = &(*at)->next)
+      if (is_down_of(*at, &ref)) {
+        sm_msg_release(mailbox_take_at(&self->mailbox, at));
+        break;
+      }
+  }
+  return active;
+}
+
+int smarm_msg_kind(const smarm_msg_t *msg) { return msg->kind; }

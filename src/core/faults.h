@@ -1,0 +1,62 @@
+/*
+** Faults: links, monitors, exit signals and the notices an actor's death sends (faults.c).
+**
+** Everything here runs on the scheduler thread that owns the actors it touches. An actor's side
+** of a link or monitor is recorded by its own scheduler; the two sides learn of each other
+** through signals (SIG_* items, message.h), which travel like messages: directly into the
+** handler when both actors share a scheduler, else through the other scheduler's inbox. Since
+** everything one actor sends another takes one path, signals, messages and notices between a
+** pair of actors arrive in the order sent.
+*/
+#ifndef SMARM_CORE_FAULTS_H
+#define SMARM_CORE_FAULTS_H
+
+#include "sched.h"
+
+/* Who a new actor is tied to from its start (smarm_spawn_opts_t: link, monitor). */
+typedef struct spawn_ties { /* struct tag declared in sched.h */
+  smarm_pid_t parent; /* the spawning actor; 0: no ties */
+  int link;
+  smarm_ref_t monitor; /* 0: none */
+  const char *name;    /* registered before it runs; NULL: none */
+} spawn_ties_t;
+
+/* The ties that opts ask for, with a new ref for a monitor. */
+static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
+{
+  spawn_ties_t t = {0, 0, 0, NULL};
+  if (opts && (opts->link || opts->monitor)) {
+    t.parent = self->pid;
+    t.link = opts->link != 0;
+    t.monitor = opts->monitor ? smarm_make_ref() : 0;
+  }
+  if (opts)
+    t.name = opts->name;
+  return t;
+}
+
+/* Handles a SIG_* item addressed to an actor of s (takes ownership of m). */
+void sm_faults_deliver(sched_t *s, smarm_msg_t *m);
+
+/* Makes `a` die with that reason when it next runs (at once if it is parked, except in
+** ACTOR_WAIT_REPLY, which ends in one round trip). The first reason wins. */
+void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size);
+
+/* Called by the dying actor `a` (on its own stack, before its pid goes stale): sends every
+** linked actor an exit signal and every watcher a DOWN, ends the monitors it holds, and frees
+** a->faults. */
+void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size);
+
+/* The new actor's side of its ties (on the child's scheduler, before it can run), and the
+** parent's side (on the parent's scheduler, when it learns the child's pid). Return 0 or
+** -ENOMEM. */
+int sm_faults_tie_child(sched_t *s, actor_t *child, const spawn_ties_t *t);
+int sm_faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const spawn_ties_t *t);
+
+/* The spawn failed or its parent is gone: undoes the child's side with signals. */
+void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t);
+
+/* Shutdown: frees a's records without telling anyone (every actor is going). */
+void sm_faults_destroy(sched_t *s, actor_t *a);
+
+#endif

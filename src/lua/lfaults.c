@@ -1,0 +1,427 @@
+/*
+** Faults in Lua (see lfaults.h): the smarm functions for links, monitors, exit signals, refs and
+** names, and the conversions between Lua values and the core's reasons and notices.
+**
+** Functions that may end the calling actor at once (an exit signal to itself) or park (a name
+** of another scheduler's actor) pass the parking checks first (lpark.h), like every function
+** that switches stacks.
+*/
+#include "lfaults.h"
+
+#include "codec.h"
+#include "ljx.h"
+#include "lpark.h"
+#include "lpid.h"
+#include "lvm.h"
+
+#include <lauxlib.h>
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- Reasons ------------------------------------------------------------------------------- */
+
+static const char *const code_names[] = {
+  [SMARM_EXIT_NORMAL] = "normal",
+  [SMARM_EXIT_KILL] = "kill",
+  [SMARM_EXIT_KILLED] = "killed",
+  [SMARM_EXIT_NOPROC] = "noproc",
+};
+
+/* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):
+** encodes the value into job->block; with `why` (the first attempt's error), encodes instead the
+** string "tostring(value) (an exit reason that cannot be sent: why)". */
+typedef struct encode_job {
+  smarm_msg_t *block;
+  int report;       /* encode { pid = self, name = name, reason = value } instead */
+  const char *name; /* the report's name (may be NULL) */
+} encode_job_t;
+
+static int encode_reason(lua_State *L)
+{
+  encode_job_t *job = lua_touserdata(L, 2);
+  if (job->report) {
+    lua_createtable(L, 0, 3);
+    sm_lsmarm_push_pid(L, smarm_self());
+    lua_setfield(L, -2, "pid");
+    if (job->name) {
+      lua_pushstring(L, job->name);
+      lua_setfield(L, -2, "name");
+    }
+    lua_pushvalue(L, 1);
+    lua_setfield(L, -2, "reason");
+    lua_replace(L, 1);
+  }
+  if (lua_gettop(L) >= 3) {
+    lua_getglobal(L, "tostring");
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    const char *what = lua_tostring(L, -1), *why = lua_tostring(L, 3);
+    lua_pushfstring(L, "%s (an exit reason that cannot be sent: %s)", what ? what : "?",
+                    why ? why : "?");
+    lua_replace(L, 1);
+  }
+  codec_moves_t moves;
+  smarm_msg_t *b = sm_codec_encode(L, 1, "reason", &moves);
+  if (moves.n) { /* every notice gets a copy of a reason: a socket or file cannot be one */
+    sm_codec_abandon(b);
+    return luaL_error(L, "reason holds a socket or file");
+  }
+  job->block = b;
+  return 0;
+}
+
+/* Runs the encoder protected on the value at idx (twice if it cannot be sent). */
+static smarm_msg_t *encode_protected(lua_State *L, int idx, encode_job_t *job)
+{
+  int top = lua_gettop(L);
+  for (int attempt = 0; attempt < 2 && !job->block; attempt++) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->encode_reason_ref);
+    lua_pushvalue(L, idx);
+    lua_pushlightuserdata(L, job);
+    if (attempt)
+      lua_pushvalue(L, top + 1); /* why the first attempt failed */
+    if (lua_pcall(L, attempt ? 3 : 2, 0, 0) == 0)
+      break;
+    if (attempt) /* out of memory even for the description */
+      break;
+  }
+  lua_settop(L, top);
+  return job->block;
+}
+
+smarm_msg_t *sm_lfaults_encode_report(lua_State *L, int idx, const char *name)
+{
+  if (idx < 0 && idx > LUA_REGISTRYINDEX)
+    idx = lua_gettop(L) + idx + 1;
+  encode_job_t job = {NULL, 1, name};
+  return encode_protected(L, idx, &job);
+}
+
+int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
+{
+  *block = NULL;
+  if (idx < 0 && idx > LUA_REGISTRYINDEX)
+    idx = lua_gettop(L) + idx + 1;
+  if (lua_isnoneornil(L, idx))
+    return SMARM_EXIT_NORMAL;
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, idx);
+    for (int c = 0; c < (int)(sizeof code_names / sizeof *code_names); c++)
+      if (strcmp(s, code_names[c]) == 0)
+        return c;
+  }
+  /* The encoder is a cached function and the arguments need no allocation: nothing here can
+  ** raise outside the protected call (this runs at an actor's end, unprotected). */
+  encode_job_t job = {NULL, 0, NULL};
+  *block = encode_protected(L, idx, &job);
+  return SMARM_EXIT_VALUE;
+}
+
+void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size)
+{
+  if (code >= 0 && code < (int)(sizeof code_names / sizeof *code_names))
+    lua_pushstring(L, code_names[code]);
+  else if (code == SMARM_EXIT_VALUE && size)
+    sm_codec_decode_bytes(L, data, size);
+  else
+    lua_pushnil(L);
+}
+
+void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
+{
+  const smarm_notice_t *n = smarm_msg_data(m);
+  int down = smarm_msg_kind(m) == SMARM_MSG_DOWN;
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, down ? "DOWN" : "EXIT");
+  lua_setfield(L, -2, "smarm");
+  if (down) {
+    sm_lsmarm_push_ref(L, n->ref);
+    lua_setfield(L, -2, "ref");
+  }
+  sm_lsmarm_push_pid(L, n->pid);
+  lua_setfield(L, -2, "pid");
+  sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
+  lua_setfield(L, -2, "reason");
+}
+
+/* ---- Targets: pids or names ---------------------------------------------------------------- */
+
+static const char *check_name(lua_State *L, int idx)
+{
+  size_t n;
+  const char *name = lua_tolstring(L, idx, &n);
+  luaL_argcheck(L, n >= 1 && n <= SMARM_NAME_MAX && strlen(name) == n, idx,
+                "a name is 1 to 255 bytes, without NUL");
+  return name;
+}
+
+smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
+{
+  smarm_pid_t pid;
+  if (sm_lsmarm_to_pid(L, idx, &pid))
+    return pid;
+  if (lua_type(L, idx) == LUA_TSTRING)
+    return smarm_whereis(check_name(L, idx));
+  return luaL_argerror(L, idx, lua_pushfstring(L, "pid or name expected, got %s",
+                                               luaL_typename(L, idx)));
+}
+
+/* A target that must exist: a pid, or a name somebody holds (Erlang's badarg otherwise). */
+static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
+{
+  smarm_pid_t pid = sm_lfaults_check_target(L, idx);
+  if (!pid)
+    luaL_error(L, "smarm.%s: no actor is registered as '%s'", fname, lua_tostring(L, idx));
+  return pid;
+}
+
+static int raise_errno(lua_State *L, const char *fname, int rc)
+{
+  return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
+}
+
+/* ---- Refs ---------------------------------------------------------------------------------- */
+
+static int l_ref(lua_State *L)
+{
+  sm_lpark_actor(L, "ref");
+  sm_lsmarm_push_ref(L, smarm_make_ref());
+  return 1;
+}
+
+static int l_is_ref(lua_State *L)
+{
+  smarm_ref_t ref;
+  lua_pushboolean(L, sm_lsmarm_to_ref(L, 1, &ref));
+  return 1;
+}
+
+/* ---- Links and exit signals ---------------------------------------------------------------- */
+
+static int l_link(lua_State *L)
+{
+  sm_lpark_actor(L, "link");
+  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
+  if (!pid) /* a name nobody holds: like a dead pid, an exit signal with noproc */
+    return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
+  if (pid == smarm_self())
+    return 0; /* Erlang: linking to oneself does nothing */
+  int rc = smarm_link(pid);
+  if (rc < 0)
+    return raise_errno(L, "link", rc);
+  return 0;
+}
+
+static int l_unlink(lua_State *L)
+{
+  sm_lpark_actor(L, "unlink");
+  smarm_pid_t pid = check_live_target(L, 1, "unlink");
+  int rc = smarm_unlink(pid);
+  if (rc < 0)
+    return raise_errno(L, "unlink", rc);
+  return 0;
+}
+
+static int l_trap_exit(lua_State *L)
+{
+  luaL_checkany(L, 1);
+  sm_lpark_actor(L, "trap_exit");
+  lua_pushboolean(L, smarm_trap_exit(lua_toboolean(L, 1)) == 1);
+  return 1;
+}
+
+/* exit_signal(pid or name, reason): exit/2. A signal to oneself may end the caller at once. */
+static int l_exit_signal(lua_State *L)
+{
+  sm_lpark_actor(L, "exit");
+  smarm_pid_t pid = check_live_target(L, 1, "exit");
+  luaL_checkany(L, 2);
+  if (pid == smarm_self())
+    sm_lpark_check(L, "exit");
+  smarm_msg_t *block;
+  int code = sm_lfaults_encode_reason(L, 2, &block);
+  if (code == SMARM_EXIT_VALUE && !block)
+    return luaL_error(L, "not enough memory");
+  int rc = smarm_exit_signal(pid, code, block ? smarm_msg_data(block) : NULL,
+                             block ? smarm_msg_size(block) : 0);
+  smarm_msg_free(block);
+  if (rc < 0)
+    return raise_errno(L, "exit", rc);
+  return 0;
+}
+
+static int l_kill(lua_State *L)
+{
+  sm_lpark_actor(L, "kill");
+  smarm_pid_t pid = check_live_target(L, 1, "kill");
+  if (pid == smarm_self())
+    sm_lpark_check(L, "kill");
+  int rc = smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0);
+  if (rc < 0)
+    return raise_errno(L, "kill", rc);
+  return 0;
+}
+
+/* ---- Monitors ------------------------------------------------------------------------------ */
+
+static int l_monitor(lua_State *L)
+{
+  sm_lpark_actor(L, "monitor");
+  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
+  smarm_ref_t ref;
+  if (!pid) {
+    /* A name nobody holds: DOWN with noproc at once, as a message of our own (no monitor). */
+    ref = smarm_make_ref();
+    lua_createtable(L, 0, 4);
+    lua_pushliteral(L, "DOWN");
+    lua_setfield(L, -2, "smarm");
+    sm_lsmarm_push_ref(L, ref);
+    lua_setfield(L, -2, "ref");
+    lua_pushvalue(L, 1);
+    lua_setfield(L, -2, "pid");
+    lua_pushliteral(L, "noproc");
+    lua_setfield(L, -2, "reason");
+    codec_moves_t moves;
+    smarm_msg_t *m = sm_codec_encode(L, -1, "notice", &moves);
+    if (smarm_send(smarm_self(), m) < 0)
+      smarm_msg_free(m);
+    sm_lsmarm_push_ref(L, ref);
+    return 1;
+  }
+  int rc = smarm_monitor(pid, &ref);
+  if (rc < 0)
+    return raise_errno(L, "monitor", rc);
+  sm_lsmarm_push_ref(L, ref);
+  return 1;
+}
+
+static int l_demonitor(lua_State *L)
+{
+  smarm_ref_t ref;
+  if (!sm_lsmarm_to_ref(L, 1, &ref))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "ref expected, got %s", luaL_typename(L, 1)));
+  int flush = 0;
+  if (!lua_isnoneornil(L, 2)) {
+    const char *opt = luaL_checkstring(L, 2);
+    luaL_argcheck(L, strcmp(opt, "flush") == 0, 2, "\"flush\" expected");
+    flush = 1;
+  }
+  sm_lpark_actor(L, "demonitor");
+  int rc = smarm_demonitor(ref, flush);
+  if (rc < 0)
+    return raise_errno(L, "demonitor", rc);
+  lua_pushboolean(L, rc);
+  lua_pushboolean(L, flush); /* for the Lua side: whether to flush its saved queue too */
+  return 2;
+}
+
+/* ---- Registered names ---------------------------------------------------------------------- */
+
+static int l_register(lua_State *L)
+{
+  const char *name = check_name(L, 1);
+  smarm_pid_t pid;
+  if (!sm_lsmarm_to_pid(L, 2, &pid))
+    return luaL_argerror(L, 2, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 2)));
+  sm_lpark_actor(L, "register");
+  int remote = (int)smarm_pid_sched(pid) != smarm_sched_index();
+  if (remote)
+    sm_lpark_check(L, "register"); /* another scheduler's actor: it parks for the answer */
+  int rc = smarm_register(name, pid);
+  if (remote)
+    sm_lpark_resumed(L);
+  switch (rc) {
+  case 0:
+    return 0;
+  case -EEXIST:
+    return luaL_error(L, "smarm.register: the name '%s' is taken", name);
+  case -EBUSY:
+    return luaL_error(L, "smarm.register: <%d.%d.%d> already has a name",
+                      (int)smarm_pid_sched(pid) + 1, (int)smarm_pid_slot(pid),
+                      (int)smarm_pid_gen(pid));
+  case -ESRCH:
+    return luaL_error(L, "smarm.register: <%d.%d.%d> is not alive", (int)smarm_pid_sched(pid) + 1,
+                      (int)smarm_pid_slot(pid), (int)smarm_pid_gen(pid));
+  default:
+    return raise_errno(L, "register", rc);
+  }
+}
+
+static int l_unregister(lua_State *L)
+{
+  const char *name = check_name(L, 1);
+  sm_lpark_actor(L, "unregister");
+  int rc = smarm_unregister(name);
+  if (rc == -ENOENT)
+    return luaL_error(L, "smarm.unregister: no actor is registered as '%s'", name);
+  if (rc < 0)
+    return raise_errno(L, "unregister", rc);
+  return 0;
+}
+
+static int l_whereis(lua_State *L)
+{
+  const char *name = check_name(L, 1);
+  sm_lpark_actor(L, "whereis");
+  smarm_pid_t pid = smarm_whereis(name);
+  if (pid)
+    sm_lsmarm_push_pid(L, pid);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+static void add_name(const char *name, smarm_pid_t pid, void *ud)
+{
+  (void)pid;
+  lua_State *L = ud;
+  lua_pushstring(L, name);
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+}
+
+static int l_registered(lua_State *L)
+{
+  sm_lpark_actor(L, "registered");
+  lua_newtable(L);
+  int rc = smarm_registered(add_name, L);
+  if (rc < 0)
+    return raise_errno(L, "registered", rc);
+  return 1;
+}
+
+static const luaL_Reg functions[] = {
+  {"ref", l_ref},
+  {"is_ref", l_is_ref},
+  {"link", l_link},
+  {"unlink", l_unlink},
+  {"trap_exit", l_trap_exit},
+  {"_exit_signal", l_exit_signal},
+  {"kill", l_kill},
+  {"monitor", l_monitor},
+  {"_demonitor", l_demonitor},
+  {"register", l_register},
+  {"unregister", l_unregister},
+  {"whereis", l_whereis},
+  {"registered", l_registered},
+  {NULL, NULL},
+};
+
+void sm_lfaults_cache_refs(lvm_t *vm)
+{
+  lua_pushcfunction(vm->L, encode_reason);
+  vm->encode_reason_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+}
+
+void sm_lfaults_release_refs(lvm_t *vm)
+{
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->encode_reason_ref);
+}
+
+void sm_lfaults_register(lua_State *L, int module_idx)
+{
+  for (const luaL_Reg *f = functions; f->name; f++) {
+    lua_pushcfunction(L, f->func);
+    lua_setfield(L, module_idx, f->name);
+  }
+}
