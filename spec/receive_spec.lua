@@ -96,3 +96,29 @@ describe("a long backlog", function()
     assert.is_true(ok)
   end)
 end)
+
+describe("the path an unsendable value's error names", function()
+  local function err(v)
+    return smarm.run(function()
+      local ok, e = pcall(smarm.send, smarm.self(), v)
+      assert(not ok)
+      return e
+    end)
+  end
+
+  it("names every kind of key that cannot travel the same way", function()
+    assert.matches("message has a key that is a userdata$", err({ [io.stdout] = 1 }))
+    assert.matches("message%.t has a key that is a userdata$", err({ t = { [io.stdout] = 1 } }))
+    assert.matches("message has a key that is a function$", err({ [print] = 1 }))
+    if jit then
+      local ffi = require("ffi")
+      assert.matches("message has a key that is a cdata$", err({ [ffi.new("int[1]")] = 1 }))
+    end
+  end)
+
+  it("prints number keys exactly and string keys as Lua would read them", function()
+    assert.matches("message%[9007199254740994%] is a function",
+      err({ [2 ^ 53 + 2] = print }))
+    assert.matches('message%["say \\"hi\\"\\\\n"%] is a function', err({ ['say "hi"\\n'] = print }))
+  end)
+end)

@@ -36,6 +36,7 @@ typedef struct enc {
   size_t len, cap;
   uint32_t ntables;
   int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
+  int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
@@ -144,14 +145,27 @@ static void path_push_key(path_t *p, lua_State *L, int idx)
   case LUA_TSTRING: {
     size_t n;
     const char *s = lua_tolstring(L, idx, &n);
-    if (is_identifier(s, n))
+    if (is_identifier(s, n)) {
       snprintf(part, sizeof part, ".%s", s);
-    else
-      snprintf(part, sizeof part, "[\"%.40s%s\"]", s, n > 40 ? "..." : "");
+    } else { /* quoted as Lua would read it back: \" \\ and control bytes escaped */
+      size_t o = 0;
+      part[o++] = '[';
+      part[o++] = '"';
+      for (size_t i = 0; i < n && o < 48; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+          o += (size_t)snprintf(part + o, sizeof part - o, "\\%c", c);
+        else if (c < 32 || c == 127)
+          o += (size_t)snprintf(part + o, sizeof part - o, "\\%u", c);
+        else
+          part[o++] = (char)c;
+      }
+      snprintf(part + o, sizeof part - o, "%s\"]", o >= 48 ? "..." : "");
+    }
     break;
   }
-  case LUA_TNUMBER:
-    snprintf(part, sizeof part, "[%.14g]", lua_tonumber(L, idx));
+  case LUA_TNUMBER: /* %.17g: every double reads back as itself (2^53 + 2 is not 2^53) */
+    snprintf(part, sizeof part, "[%.17g]", lua_tonumber(L, idx));
     break;
   case LUA_TBOOLEAN:
     snprintf(part, sizeof part, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
@@ -177,6 +191,11 @@ static void fail_at(enc_t *e, int nkeys, const char *rest)
 static void fail(enc_t *e, int idx, const char *what)
 {
   char rest[64];
+  if (e->nkeys > 0 && idx == e->keys[e->nkeys - 1] && e->in_key) {
+    /* the key itself cannot travel: named like any other key that cannot */
+    snprintf(rest, sizeof rest, " has a key that is a %s", luaL_typename(e->L, idx));
+    fail_at(e, e->nkeys - 1, rest);
+  }
   snprintf(rest, sizeof rest, " %s a %s", what, luaL_typename(e->L, idx));
   fail_at(e, e->nkeys, rest);
 }
@@ -241,7 +260,9 @@ static void enc_table(enc_t *e, int idx, int depth)
     }
     }
     e->keys[level] = key;
+    e->in_key = 1; /* a key that fails is named as a key (fail) */
     enc_value(e, key, depth + 1);
+    e->in_key = 0;
     enc_value(e, value, depth + 1);
     lua_pop(L, 1);
   }
@@ -356,6 +377,7 @@ smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec
   e.len = 0;
   e.ntables = 0;
   e.nkeys = 0;
+  e.in_key = 0;
   e.root = root;
   e.buf_idx = e.seen_idx = 0;
   enc_value(&e, idx, 0);
