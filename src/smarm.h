@@ -283,9 +283,10 @@ enum smarm_exit_code {
   SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
 };
 
-/* Ends the calling actor like smarm_exit() with reason `code` (any of the above but
-** SMARM_EXIT_KILL; with SMARM_EXIT_VALUE, `size` bytes at `data`, copied). Outside an actor, or
-** with a bad code, it returns without effect. */
+/* Ends the calling actor like smarm_exit() with reason `code` (with SMARM_EXIT_VALUE, `size`
+** bytes at `data`, copied). An actor may end with SMARM_EXIT_KILL as Erlang's exit(kill) does:
+** its links then receive `kill` as an ordinary (trappable) reason. Outside an actor, or with a
+** bad code, it returns without effect. */
 SMARM_API void smarm_exit_reason(int code, const void *data, size_t size);
 
 /* Sets the reason the calling actor ends with when its function returns or it calls

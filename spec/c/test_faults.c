@@ -522,6 +522,76 @@ TEST(a_killed_actors_data_goes_to_on_actor_stopped)
 }
 
 
+
+/* ---- when a pending death takes effect ---- */
+
+static smarm_pid_t a_dead_pid(void)
+{
+  smarm_pid_t pid;
+  CHECK_EQ(smarm_spawn(noop, NULL, NULL, &pid), 0);
+  while (smarm_alive(pid) == 1)
+    smarm_yield();
+  return pid;
+}
+
+/* Linking to a dead pid of its own scheduler notes the actor's death at once (noproc, not
+** trapped); what it does next decides when that death takes effect. */
+static void link_dead_then(void *arg)
+{
+  int how = *(int *)arg;
+  smarm_pid_t dead = *((smarm_pid_t *)arg + 1);
+  CHECK_EQ(smarm_link(dead), 0);
+  if (how == 1)
+    smarm_sleep(WAIT); /* must not wait: the death comes first */
+  /* how == 0: the function returns; the pending death still decides the reason */
+}
+
+static void main_pending_death(void *arg)
+{
+  (void)arg;
+  for (int how = 0; how < 2; how++) {
+    uint64_t *args = malloc(2 * sizeof *args);
+    args[1] = a_dead_pid();
+    *(int *)args = how;
+    smarm_ref_t ref;
+    smarm_pid_t pid;
+    CHECK_EQ(smarm_spawn(link_dead_then, args, &(smarm_spawn_opts_t){.monitor = &ref}, &pid), 0);
+    smarm_msg_t *m;
+    int64_t t0 = smarm_now_ns();
+    const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+    if (n)
+      CHECK_EQ(n->reason, SMARM_EXIT_NOPROC);
+    smarm_msg_free(m);
+    CHECK(smarm_now_ns() - t0 < WAIT / 2); /* the sleep did not happen (a hang guard) */
+    free(args);
+  }
+}
+
+TEST(a_death_noted_while_running_wins_over_returning_and_sleeping)
+{
+  RUN(1, main_pending_death, NULL);
+}
+
+static void must_not_run(void *arg) { *(int *)arg = 1; }
+
+static void main_killed_before_running(void *arg)
+{
+  (void)arg;
+  int ran = 0;
+  smarm_ref_t ref;
+  smarm_pid_t pid;
+  CHECK_EQ(smarm_spawn(must_not_run, &ran, &(smarm_spawn_opts_t){.monitor = &ref}, &pid), 0);
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0); /* before it ever ran */
+  smarm_msg_t *m;
+  const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+  if (n)
+    CHECK_EQ(n->reason, SMARM_EXIT_KILLED);
+  smarm_msg_free(m);
+  CHECK_EQ(ran, 0);
+}
+
+TEST(an_actor_killed_before_it_runs_runs_nothing) { RUN(1, main_killed_before_running, NULL); }
+
 /* ---- registered names ---- */
 
 static void name_holder(void *arg)

@@ -1,14 +1,16 @@
 -- A small stand-in for busted, for where busted cannot run: the aarch64 build under qemu-user
 -- (busted's C modules exist only for the host). It gives the specs what they use of busted and
--- luassert: describe, it, pending, and assert.are.equal / are.same / matches / is_true /
--- is_false / is_nil / is_table / truthy / has_error. Run with the smarm executable in plain
+-- luassert: describe, it, pending, before_each / after_each (for the cases of their describe
+-- block and the blocks inside it, outermost first / innermost first), and assert.are.equal / are.same / matches / is_true /
+-- is_false / is_nil / is_number / is_table / truthy / has_error. Run with the smarm executable in plain
 -- mode, from the repository root:
 --   smarm -n spec/support/runner.lua spec/actor_spec.lua spec/message_spec.lua ...
 -- It prints each case's result and ends with busted's summary line
 -- "N successes / N failures / N errors / N pending".
 
-local cases = {} -- { name =, fn = } in the order the files declare them
+local cases = {} -- { name =, fn =, before =, after = } in the order the files declare them
 local prefix = {}
+local befores, afters = {}, {} -- per describe level: the hooks declared at it
 
 local function full_name(name)
   local parts = {}
@@ -19,12 +21,24 @@ end
 
 function describe(name, body) -- luacheck: ignore (busted's globals)
   prefix[#prefix + 1] = name
+  befores[#prefix], afters[#prefix] = {}, {}
   body()
+  befores[#prefix], afters[#prefix] = nil, nil
   prefix[#prefix] = nil
 end
 
+function before_each(fn) table.insert(befores[#prefix], fn) end -- luacheck: ignore
+function after_each(fn) table.insert(afters[#prefix], fn) end -- luacheck: ignore
+
 function it(name, fn) -- luacheck: ignore
-  cases[#cases + 1] = { name = full_name(name), fn = fn }
+  local before, after = {}, {}
+  for level = 1, #prefix do
+    for _, h in ipairs(befores[level]) do before[#before + 1] = h end
+  end
+  for level = #prefix, 1, -1 do
+    for _, h in ipairs(afters[level]) do after[#after + 1] = h end
+  end
+  cases[#cases + 1] = { name = full_name(name), fn = fn, before = before, after = after }
 end
 
 -- As busted: inside a case it ends the case as pending; at declaration time it adds one.
@@ -87,6 +101,9 @@ local checks = {
   is_true = function(v, msg) if v ~= true then fail("expected true, got " .. show(v), msg) end end,
   is_false = function(v, msg) if v ~= false then fail("expected false, got " .. show(v), msg) end end,
   is_nil = function(v, msg) if v ~= nil then fail("expected nil, got " .. show(v), msg) end end,
+  is_number = function(v, msg)
+    if type(v) ~= "number" then fail("expected a number, got " .. show(v), msg) end
+  end,
   is_table = function(v, msg)
     if type(v) ~= "table" then fail("expected a table, got " .. show(v), msg) end
   end,
@@ -126,10 +143,18 @@ for _, c in ipairs(cases) do
     pending_n = pending_n + 1
     print("pending " .. c.name)
   else
-    local ok, err = xpcall(c.fn, function(e)
+    local function handler(e)
       if e == PENDING then return e end
       return debug.traceback(tostring(e), 2)
-    end)
+    end
+    local ok, err = xpcall(function()
+      for _, h in ipairs(c.before) do h() end
+      c.fn()
+    end, handler)
+    for _, h in ipairs(c.after) do -- as busted: the after hooks run whatever the case did
+      local hok, herr = xpcall(h, handler)
+      if ok and not hok then ok, err = false, herr end
+    end
     if ok then
       ok_n = ok_n + 1
       print("ok " .. c.name)

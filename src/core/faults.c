@@ -21,9 +21,13 @@
 ** way.
 **
 ** Dying. An exit signal that must kill an actor other than the running one records the reason
-** and makes the actor runnable (sm_faults_die_later); the actor then ends itself when it resumes
-** (sched.c, sched_leave), on its own stack like smarm_exit, so that whatever the binding keeps on
-** it is released the usual way. The running actor dies at its next yield or parking call.
+** and makes the actor runnable (sm_faults_die_later); the actor then ends itself on its own stack
+** like smarm_exit, so that whatever the binding keeps on it is released the usual way: when it
+** resumes from a park (sm_sched_park), at every yield or call that may park (smarm_yield,
+** sm_sched_park_until, a receive or await that may wait), before its function first runs, and
+** when its function returns (the pending reason wins). A remote spawn's wait (sm_sched_ask) is not
+** such a point: its caller finishes taking the answer first. A poll (timeout 0) is not either:
+** the Lua binding polls where parking is refused.
 */
 #include "faults.h"
 
@@ -56,7 +60,7 @@ smarm_ref_t smarm_make_ref(void)
 
 /* ---- Records ------------------------------------------------------------------------------- */
 
-static actor_faults_t *faults_of(actor_t *a)
+actor_faults_t *sm_faults_of(actor_t *a)
 {
   if (!a->faults)
     a->faults = calloc(1, sizeof *a->faults);
@@ -74,7 +78,7 @@ static int links_find(const actor_faults_t *f, smarm_pid_t pid)
 /* Adds pid to a's links (once). 0 or -ENOMEM. */
 static int links_add(actor_t *a, smarm_pid_t pid)
 {
-  actor_faults_t *f = faults_of(a);
+  actor_faults_t *f = sm_faults_of(a);
   if (!f)
     return -ENOMEM;
   if (links_find(f, pid) >= 0)
@@ -105,7 +109,7 @@ static int links_remove(actor_t *a, smarm_pid_t pid)
 /* Records a monitor on a's side. watching: a holds it on `other`; else `other` holds it on a. */
 static int monitor_add(sched_t *s, actor_t *a, int watching, smarm_ref_t ref, smarm_pid_t other)
 {
-  actor_faults_t *f = faults_of(a);
+  actor_faults_t *f = sm_faults_of(a);
   monitor_t *m = f ? malloc(sizeof *m) : NULL;
   if (!m)
     return -ENOMEM;
@@ -197,7 +201,7 @@ static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t f
 /* Stores a reason in a->faults (copying its bytes). 0 or -ENOMEM. */
 static int store_reason(actor_t *a, int code, const void *data, size_t size)
 {
-  actor_faults_t *f = faults_of(a);
+  actor_faults_t *f = sm_faults_of(a);
   void *copy = NULL;
   if (code != SMARM_EXIT_VALUE)
     size = 0;
@@ -247,6 +251,19 @@ static void exit_signal_arrives(sched_t *s, actor_t *a, smarm_msg_t *m, int via_
   sm_msg_release(m);
 }
 
+/* A link or monitor request m reached a pid that names nobody: the answer goes back to the
+** asker in this very block, as `kind` (an exit signal or a DOWN) with reason NOPROC. */
+static void answer_noproc(sched_t *s, smarm_msg_t *m, uint16_t kind)
+{
+  smarm_notice_t *n = notice_of(m);
+  m->kind = kind;
+  n->pid = m->to;
+  n->reason = SMARM_EXIT_NOPROC;
+  m->to = m->from;
+  m->from = n->pid;
+  signal_send(s, m);
+}
+
 void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
 {
   actor_t *a = sm_sched_lookup(s, m->to);
@@ -261,13 +278,8 @@ void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
       sm_msg_release(m);
     return;
   case SIG_LINK:
-    if (!a) { /* the answer goes back in this very block */
-      m->kind = SIG_EXIT_LINK;
-      n->pid = m->to;
-      n->reason = SMARM_EXIT_NOPROC;
-      m->to = m->from;
-      m->from = n->pid;
-      signal_send(s, m);
+    if (!a) {
+      answer_noproc(s, m, SIG_EXIT_LINK);
       return;
     }
     SMARM_CHECK(links_add(a, m->from) == 0, "out of memory recording a link");
@@ -278,18 +290,13 @@ void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
     break;
   case SIG_MONITOR:
     if (!a) {
-      m->kind = SIG_DOWN;
-      n->pid = m->to;
-      n->reason = SMARM_EXIT_NOPROC;
-      m->to = m->from;
-      m->from = n->pid;
-      signal_send(s, m);
+      answer_noproc(s, m, SIG_DOWN);
       return;
     }
     SMARM_CHECK(monitor_add(s, a, 0, n->ref, m->from) == 0, "out of memory recording a monitor");
     break;
-  case SIG_DEMONITOR:
-    if ((mon = monitor_find(s, 0, n->ref)))
+  case SIG_DEMONITOR: /* only the monitor its watcher placed on this target */
+    if ((mon = monitor_find(s, 0, n->ref)) && mon->owner == a && mon->other == m->from)
       monitor_remove(s, 0, mon);
     break;
   case SIG_DOWN:
@@ -392,9 +399,10 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 
 /* ---- The public API ------------------------------------------------------------------------ */
 
-static int valid_code(int code)
+int sm_faults_valid_reason(int code, const void *data, size_t size)
 {
-  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_VALUE;
+  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_VALUE && (data || !size) &&
+         size <= UINT32_MAX;
 }
 
 int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size)
@@ -403,13 +411,13 @@ int smarm_exit_signal(smarm_pid_t to, int code, const void *data, size_t size)
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
-  if (smarm_pid_gen(to) == 0 || !valid_code(code) || (size && !data) || size > UINT32_MAX)
+  if (smarm_pid_gen(to) == 0 || !sm_faults_valid_reason(code, data, size))
     return -EINVAL;
   smarm_msg_t *m = signal_new(SIG_EXIT, to, self->pid, self->pid, 0, code, data, size);
   if (!m)
     return -ENOMEM;
   signal_send(s, m);
-  if (self->exit_pending) /* a signal to oneself that kills takes effect now */
+  if (to == self->pid && self->exit_pending) /* a signal to oneself takes effect now */
     sm_sched_die_pending(s, self);
   return 0;
 }
@@ -420,8 +428,10 @@ int smarm_set_exit_reason(int code, const void *data, size_t size)
   actor_t *self = sched_self(&s);
   if (!self)
     return -EPERM;
-  if (!valid_code(code) || (size && !data) || size > UINT32_MAX)
+  if (!sm_faults_valid_reason(code, data, size))
     return -EINVAL;
+  if (self->exit_pending) /* a kill already decided how it ends */
+    return 0;
   if (store_reason(self, code, data, size) < 0)
     return -ENOMEM;
   self->faults->reason_set = 1;

@@ -35,6 +35,12 @@ static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_
   return t;
 }
 
+/* a->faults, made on first need; NULL when out of memory. */
+actor_faults_t *sm_faults_of(actor_t *a);
+
+/* Whether (code, data, size) is a reason an actor may end with (SMARM_EXIT_*). */
+int sm_faults_valid_reason(int code, const void *data, size_t size);
+
 /* Handles a SIG_* item addressed to an actor of s (takes ownership of m). */
 void sm_faults_deliver(sched_t *s, smarm_msg_t *m);
 
@@ -42,7 +48,8 @@ void sm_faults_deliver(sched_t *s, smarm_msg_t *m);
 ** ACTOR_WAIT_REPLY, which ends in one round trip). The first reason wins. */
 void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, size_t size);
 
-/* Called by the dying actor `a` (on its own stack, before its pid goes stale): sends every
+/* Called by the dying actor `a` (on its own stack, once its pid went stale and its name was
+** released, so that whoever hears of the death finds it dead): sends every
 ** linked actor an exit signal and every watcher a DOWN, ends the monitors it holds, and frees
 ** a->faults. */
 void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size_t size);

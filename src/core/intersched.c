@@ -4,8 +4,10 @@
 **
 ** Items are message blocks of the kinds in message.h. Messages (MSG_USER) go to the receiver's
 ** mailbox; wakes (MSG_WAKE, from smarm_wake on any thread) to an actor awaiting that token;
-** requests (MSG_SPAWN, MSG_ALIVE) are answered with their own block turned into a MSG_REPLY to
-** the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the scheduler's loop.
+** requests (MSG_SPAWN, MSG_ALIVE, MSG_REGISTER) are answered with their own block turned into a
+** reply to the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the
+** scheduler's loop; the signals between actors (SIG_*: links, monitors, exit signals, replies
+** to calls) go to faults.c.
 ** Only the owner of a scheduler touches its actors, so every question about them (may I spawn
 ** here, is this pid alive) travels as such a request.
 **
@@ -13,8 +15,8 @@
 ** never changes scheduler, so whatever one actor sends another (messages, requests) arrives in
 ** the order sent.
 **
-** Everything here runs on a scheduler thread; sm_sched_push_remote() is the one place that writes
-** another scheduler's inbox (any thread's wakes go through any_thread.c).
+** Everything here runs on a scheduler thread; sm_sched_push_remote() is how a scheduler writes
+** another's inbox (any thread's wakes go through any_thread.c, the stop items too).
 */
 #include "faults.h"
 #include "runtime.h"
@@ -93,11 +95,11 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     if (m->kind == MSG_SPAWN_REPLY && answer > 0) {
       /* The spawner's side of the ties, before anything the child sends can arrive. */
       spawn_request_t *req = (spawn_request_t *)m->data;
-      if (req->ties.parent &&
-          !(a && sm_faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0)) {
+      if (req->ties.parent && a)
+        SMARM_CHECK(sm_faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0,
+                    "out of memory recording a spawn's link or monitor"); /* the child runs */
+      else if (req->ties.parent) /* the spawner was stopped at shutdown: nothing to tie */
         sm_faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
-        answer = -ENOMEM;
-      }
     }
     if (a) {
       a->reply = answer;
@@ -159,7 +161,7 @@ int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
   m->from = self->pid;
   self->state = ACTOR_WAIT_REPLY;
   sm_sched_push_remote(s, &s->rt->scheds[k], m);
-  sm_sched_park(s, self);
+  sm_sched_park_undying(s, self); /* a death waits for the caller's next park (sched.h) */
   return self->reply;
 }
 

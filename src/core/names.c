@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "names.h"
 
+#include "faults.h"
 #include "runtime.h"
 
 #include <errno.h>
@@ -152,8 +153,9 @@ smarm_pid_t sm_names_lookup(sched_t *s, const char *name)
 int sm_names_register_local(sched_t *s, actor_t *a, const char *name)
 {
   name_registry_t *r = &s->rt->names;
-  actor_faults_t *f = a->faults ? a->faults : (a->faults = calloc(1, sizeof *a->faults));
-  if (!f)
+  actor_faults_t *f = sm_faults_of(a);
+  char *copy = f ? strdup(name) : NULL; /* before the lock: nothing to undo after it */
+  if (!copy)
     return -ENOMEM;
   pthread_mutex_lock(&r->lock);
   int rc = 0;
@@ -165,16 +167,13 @@ int sm_names_register_local(sched_t *s, actor_t *a, const char *name)
   else if ((rc = table_put(&r->table, name, a->pid)) == 0)
     registry_changed(r);
   pthread_mutex_unlock(&r->lock);
-  if (rc == 0) {
-    char *copy = strdup(name);
-    if (!copy) { /* the actor could not forget the name at its death: take it back */
-      smarm_unregister(name);
-      return -ENOMEM;
-    }
-    free(f->name);
-    f->name = copy;
+  if (rc < 0) {
+    free(copy);
+    return rc;
   }
-  return rc;
+  free(f->name);
+  f->name = copy;
+  return 0;
 }
 
 void sm_names_on_death(sched_t *s, actor_t *a)

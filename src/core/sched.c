@@ -2,8 +2,9 @@
 ** Scheduler: run queue, switching, yield, sleep, parking, spawning and exiting actors.
 **
 ** Everything in this file runs on the owning scheduler's thread, on its own stack or on one of its
-** actors' stacks, and touches only that scheduler's state (no atomics, no locks); the one
-** exception is sm_sched_push_remote(), which pushes onto another scheduler's inbox.
+** actors' stacks, and touches only that scheduler's state with no atomics; the exceptions are the
+** statistics (relaxed stores others read), the names mutex an actor's death takes
+** (sm_names_on_death) and the stop request the main actor's end sends (sm_runtime_request_stop).
 **
 ** Invariants:
 **  - s->current is the running actor, NULL while on the scheduler's own stack.
@@ -307,12 +308,17 @@ static inline __attribute__((always_inline)) void sched_leave(sched_t *s, actor_
   sched_switch(s, self, next);
 }
 
-void sm_sched_park(sched_t *s, actor_t *self)
+void sm_sched_park_undying(sched_t *s, actor_t *self)
 {
   /* A decision point like yield: actors that only exchange messages switch straight to each
   ** other and never reach the scheduler's stack, so timers must be checked here too. */
   sched_poll(s); /* may make self runnable again */
   sched_leave(s, self);
+}
+
+void sm_sched_park(sched_t *s, actor_t *self)
+{
+  sm_sched_park_undying(s, self);
   if (SMARM_UNLIKELY(self->exit_pending)) /* an exit signal woke it to die (faults.c) */
     sm_sched_die_pending(s, self);
 }
@@ -424,6 +430,8 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
 /* Ends a with the reason smarm_set_exit_reason stored, or normally. */
 static _Noreturn void exit_as_set(sched_t *s, actor_t *a)
 {
+  if (a->exit_pending) /* a kill noted at a poll: it still wins */
+    sm_sched_die_pending(s, a);
   actor_faults_t *f = a->faults;
   if (f && f->reason_set)
     actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size); /* freed with a->faults */
@@ -437,6 +445,8 @@ static void actor_entry(void *p)
   fiber_after_switch(&a->fiber);
   if (s->zombie)
     sched_bury(s);
+  if (SMARM_UNLIKELY(a->exit_pending)) /* killed before it ever ran: none of it runs */
+    sm_sched_die_pending(s, a);
   a->fn(a->arg);
   exit_as_set(s, a);
 }
@@ -565,6 +575,8 @@ int64_t sm_sched_deadline(int64_t timeout_ns)
 
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
 {
+  if (SMARM_UNLIKELY(self->exit_pending)) /* a death noted at a poll comes before any wait */
+    sm_sched_die_pending(s, self);
   if (deadline >= 0) {
     self->timer.deadline = deadline;
     int rc = sm_timer_add(&s->timers, &self->timer);
@@ -656,8 +668,7 @@ void smarm_exit_reason(int code, const void *data, size_t size)
 {
   sched_t *s;
   actor_t *self = sched_self(&s);
-  if (!self || code < SMARM_EXIT_NORMAL || code > SMARM_EXIT_VALUE || (size && !data) ||
-      size > UINT32_MAX)
+  if (!self || !sm_faults_valid_reason(code, data, size))
     return;
   actor_exit(s, self, code, data, size);
 }

@@ -168,7 +168,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
 /* Ends the running actor `a` with the reason of its pending death (sm_faults_die_later). */
 _Noreturn void sm_sched_die_pending(sched_t *s, actor_t *a);
 
-/* Owner-thread helpers used by the message layer (message.c). */
+/* Owner-thread helpers of send_receive.c, intersched.c and faults.c. */
 actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */
 void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
 /* Into a's mailbox; wakes a receive. */
@@ -179,7 +179,12 @@ int64_t sm_sched_deadline(int64_t timeout_ns);
 /* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
 ** passed, 0 when woken, -ENOMEM when no timer could be made. */
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
-void sm_sched_park(sched_t *s, actor_t *self);           /* self->state already set */
+/* Parks self (its state already set); when it resumes with a death pending (an exit signal woke
+** it, faults.c), it dies there. The _undying form leaves the death to the caller's next parking
+** call: sm_sched_ask uses it, so that a spawn's caller finishes taking its answer (the Lua
+** binding hands its sockets over only then) before it can die. */
+void sm_sched_park(sched_t *s, actor_t *self);
+void sm_sched_park_undying(sched_t *s, actor_t *self);
 void sm_sched_take_inbox(sched_t *s);
 /* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
 ** the caller until that scheduler's reply brings the answer (intersched.c). */

@@ -454,16 +454,25 @@ int sm_io_call(io_req_t *req) { return sm_io_call_timeout(req, SMARM_FOREVER); }
 /* The caller's cleanup while it waits (smarm_cleanup_push): it ended in the middle (killed, or
 ** stopped at shutdown), so its reference is released here, and a request on the loop is
 ** cancelled (a socket's receive or accept would otherwise wait for good). */
+/* A request that cancels req on the loop (cancel_on_loop looks at `completed` there, on the loop's
+** thread), holding a reference to it; NULL when out of memory. */
+static cancel_req_t *cancel_new(io_req_t *req)
+{
+  cancel_req_t *c =
+    (cancel_req_t *)sm_io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free);
+  if (c) {
+    atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
+    c->target = req;
+  }
+  return c;
+}
+
 static void abandon(void *p)
 {
   io_req_t *req = p;
   cancel_req_t *c;
-  if (req->cancel && /* cancel_on_loop looks at `completed`, on the loop's thread */
-      (c = (cancel_req_t *)sm_io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free))) {
-    atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
-    c->target = req;
+  if (req->cancel && (c = cancel_new(req)))
     sm_io_post(&c->base);
-  }
   sm_io_req_release(req);
 }
 
@@ -472,22 +481,21 @@ int sm_io_call_timeout(io_req_t *req, int64_t timeout_ns)
   int rc = submit_waited(req);
   if (rc < 0)
     return rc;
-  smarm_cleanup_t cleanup = {abandon, req, NULL};
+  smarm_cleanup_t cleanup = {abandon, req, NULL}; /* until the last wait below is over */
   smarm_cleanup_push(&cleanup);
   rc = await_done(req, timeout_ns);
+  if (rc != 0) {
+    /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
+    ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */
+    cancel_req_t *c;
+    while (!(c = cancel_new(req)))
+      smarm_sleep(1000 * 1000);
+    sm_io_call(&c->base); /* fails only without an IO thread: then nothing is left to cancel */
+    sm_io_req_release(&c->base);
+    rc = req->completed && req->err != -ETIMEDOUT ? 0 : -ETIMEDOUT;
+  }
   smarm_cleanup_pop(&cleanup);
-  if (rc == 0)
-    return 0;
-  /* Timed out: ask the loop to cancel it and wait for the answer. Requests are taken in order,
-  ** so by then req is either cancelled or completed; its completion (if any) wrote req first. */
-  cancel_req_t *c;
-  while (!(c = (cancel_req_t *)sm_io_req_new_loop(sizeof *c, cancel_on_loop, NULL, cancel_free)))
-    smarm_sleep(1000 * 1000);
-  atomic_fetch_add_explicit(&req->refs, 1, memory_order_relaxed); /* the cancel's */
-  c->target = req;
-  sm_io_call(&c->base); /* fails only without an IO thread: then nothing is left to cancel */
-  sm_io_req_release(&c->base);
-  return req->completed && req->err != -ETIMEDOUT ? 0 : -ETIMEDOUT;
+  return rc;
 }
 
 int sm_io_post(io_req_t *req)

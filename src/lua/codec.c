@@ -148,10 +148,10 @@ static void path_push_key(path_t *p, lua_State *L, int idx)
     if (is_identifier(s, n)) {
       snprintf(part, sizeof part, ".%s", s);
     } else { /* quoted as Lua would read it back: \" \\ and control bytes escaped */
-      size_t o = 0;
+      size_t o = 0, i = 0;
       part[o++] = '[';
       part[o++] = '"';
-      for (size_t i = 0; i < n && o < 48; i++) {
+      for (; i < n && o < 48; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\')
           o += (size_t)snprintf(part + o, sizeof part - o, "\\%c", c);
@@ -160,7 +160,7 @@ static void path_push_key(path_t *p, lua_State *L, int idx)
         else
           part[o++] = (char)c;
       }
-      snprintf(part + o, sizeof part - o, "%s\"]", o >= 48 ? "..." : "");
+      snprintf(part + o, sizeof part - o, "%s\"]", i < n ? "..." : "");
     }
     break;
   }

@@ -203,7 +203,7 @@ static int l_link(lua_State *L)
 {
   sm_lpark_actor(L, "link");
   smarm_pid_t pid = sm_lfaults_check_target(L, 1);
-  if (!pid) /* a name nobody holds: like a dead pid, an exit signal with noproc */
+  if (!pid) /* a name nobody holds: Erlang's badarg */
     return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
   if (pid == smarm_self())
     return 0; /* Erlang: linking to oneself does nothing */

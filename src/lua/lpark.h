@@ -1,7 +1,7 @@
 /*
 ** Parking from Lua (lpark.c): the checks every binding function makes before it may switch
 ** stacks (design rules 1-4). A function that can park calls sm_lpark_actor (it must run in an
-** actor), then sm_lpark_check right before the switch, and sm_ljx_after_switch right after it.
+** actor), then sm_lpark_check right before the switch, and sm_lpark_resumed right after it.
 */
 #ifndef SMARM_LUA_LPARK_H
 #define SMARM_LUA_LPARK_H

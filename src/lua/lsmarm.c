@@ -11,7 +11,8 @@
 ** C stack exists (sort comparators, metamethods, pcall, nested coroutines, require).
 **
 ** Ownership: an lactor_t (malloc'd) belongs to its actor; it is freed when the actor's body
-** returns, or by on_actor_stopped when shutdown stops the actor where it stands.
+** returns, by smarm.exit before it ends the actor, or by on_actor_stopped when the actor is killed
+** or shutdown stops it where it stands (its coroutine is then released to the GC).
 **
 ** Messages are copied with the codec (codec.h) into byte blocks of the core. Selective receive:
 ** messages taken from the core mailbox that a match function refused wait, decoded, in the
@@ -550,7 +551,10 @@ static void saved_take(lua_State *L, lactor_t *la, int q, int i)
       lua_pop(L, 1);
     }
   }
-  if (la->saved_last - la->saved_first + 1 > 2 * la->saved_count + 16)
+  /* Renumber when holes outnumber messages, or when takes from the front have carried the
+  ** numbers far from 1 (a steady backlog would otherwise count up to INT_MAX). */
+  if (la->saved_last - la->saved_first + 1 > 2 * la->saved_count + 16 ||
+      la->saved_first > la->saved_count + 4096)
     saved_compact(L, la, q); /* leaves the taken value on top */
 }
 
@@ -584,6 +588,16 @@ static int is_call_answer(const smarm_msg_t *m, void *ud)
   }
 }
 
+/* A call that ends without its answer leaves nothing: no monitor, no DOWN, and no reply that
+** slipped in after the mark while the monitor still held. */
+static void call_give_up(smarm_mark_t mark, smarm_ref_t ref)
+{
+  smarm_msg_t *m;
+  smarm_demonitor(ref, 1);
+  if (smarm_receive_after(mark, is_call_answer, &ref, 0, &m) == 0)
+    smarm_msg_free(m);
+}
+
 /* call(to, request [, timeout]) -> reply | nil, reason. Monitors the server (the monitor's ref
 ** is the alias the reply comes through), marks the mailbox, sends
 ** { smarm = "CALL", from = { pid =, ref = }, request = }, and waits for the reply or the DOWN
@@ -607,6 +621,8 @@ static int l_call(lua_State *L)
   }
   if (to == smarm_self())
     return luaL_error(L, "smarm.call: an actor cannot call itself");
+  if (timeout != 0) /* where parking is refused, refuse before anything is sent */
+    sm_lpark_check(L, "call");
   /* The request is made (and may raise: it may not be sendable) before the monitor exists. */
   smarm_ref_t ref = smarm_make_ref();
   lua_createtable(L, 0, 3);
@@ -632,7 +648,7 @@ static int l_call(lua_State *L)
   rc = smarm_send(to, m);
   if (rc < 0) {
     sm_codec_abandon(m);
-    smarm_demonitor(ref, 1);
+    call_give_up(mark, ref);
     if (rc != -ESRCH)
       return luaL_error(L, "smarm.call: %s", strerror(-rc));
     lua_pushnil(L);
@@ -640,23 +656,16 @@ static int l_call(lua_State *L)
     return 2;
   }
   sm_codec_commit(&moves);
-  if (timeout != 0)
-    sm_lpark_check(L, "call");
   rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
   if (timeout != 0)
     sm_lpark_resumed(L);
-  if (rc == -ETIMEDOUT) {
-    smarm_demonitor(ref, 1);
-    /* a reply that arrived while the monitor still held goes too */
-    if (smarm_receive_after(mark, is_call_answer, &ref, 0, &m) == 0)
-      smarm_msg_free(m);
+  if (rc < 0) {
+    call_give_up(mark, ref);
+    if (rc != -ETIMEDOUT)
+      return luaL_error(L, "smarm.call: %s", strerror(-rc));
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
     return 2;
-  }
-  if (rc < 0) {
-    smarm_demonitor(ref, 1);
-    return luaL_error(L, "smarm.call: %s", strerror(-rc));
   }
   if (smarm_msg_kind(m) == SMARM_MSG_DOWN) { /* the server ended: its reason */
     const smarm_notice_t *n = smarm_msg_data(m);
@@ -825,9 +834,9 @@ static int l_receive(lua_State *L)
 
 /* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
 
-/* Runs in the new actor's coroutine: decodes the transfer block (the actor's pending block while
-** it decodes, like a message) and calls the function it holds. Upvalue 1: the block (light
-** userdata), which the actor's state holds as pending until this call frees it. */
+/* Runs in the new actor's coroutine, right as it starts (nothing parks before): decodes the
+** transfer block, which is the actor's pending block while it decodes (push_message frees it),
+** and calls the function it holds. Upvalue 1: the block (light userdata). */
 static int remote_entry(lua_State *L)
 {
   smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
@@ -947,11 +956,12 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
     return luaL_argerror(L, fn_idx, lua_pushfstring(L, "'%s' is not of the form module.function",
                                                     lua_tostring(L, fn_idx)));
   self_or_raise(L, fname);
+  sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
+                            ** the block exists, so that a refusal leaks nothing */
   sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
   codec_moves_t moves;
   smarm_msg_t *block = sm_codec_encode(L, -1, "argument", &moves);
   lua_pop(L, 1);
-  sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer */
   /* The actor's state travels with the spawn as a shell holding the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
   ** its coroutine. */
@@ -1022,13 +1032,16 @@ static int l_spawn_opt(lua_State *L)
   lua_getfield(L, 1, "monitor");
   r.monitor = lua_toboolean(L, -1);
   lua_getfield(L, 1, "name");
+  char name[SMARM_NAME_MAX + 1]; /* a copy: the string need not outlive the pops below */
   if (!lua_isnil(L, -1)) {
     size_t n;
-    r.name = lua_tolstring(L, -1, &n);
-    luaL_argcheck(L, r.name && n >= 1 && n <= SMARM_NAME_MAX && strlen(r.name) == n, 1,
+    const char *given = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    luaL_argcheck(L, given && n >= 1 && n <= SMARM_NAME_MAX && strlen(given) == n, 1,
                   "opts.name must be a string of 1 to 255 bytes");
+    memcpy(name, given, n + 1);
+    r.name = name;
   }
-  lua_pop(L, 4); /* opts (argument 1) keeps the name's string alive */
+  lua_pop(L, 4);
   return spawn_lua(L, "spawn_opt", &r, 2);
 }
 
@@ -1150,7 +1163,7 @@ static int l_run(lua_State *L)
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
                                                        : strerror(-rc));
   }
-  if (!run.main_done) { /* smarm_stop() (from C: Lua has no stop) ended the run first */
+  if (!run.main_done) { /* the main actor was killed, or smarm_stop() (from C) ended the run */
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
     return 0;
   }
