@@ -512,6 +512,16 @@ int smarm_monitor_ref(smarm_pid_t pid, smarm_ref_t ref)
     return -EPERM;
   if (smarm_pid_gen(pid) == 0 || !ref || monitor_find(s, 1, ref))
     return -EINVAL;
+  actor_t *target = sm_sched_lookup(s, pid);
+  if (target) { /* ours and alive: both sides here and now, no signal block (a call's path) */
+    if (monitor_add(s, self, 1, ref, pid) < 0)
+      return -ENOMEM;
+    if (monitor_add(s, target, 0, ref, self->pid) < 0) {
+      monitor_remove(s, 1, monitor_find(s, 1, ref));
+      return -ENOMEM;
+    }
+    return 0;
+  }
   smarm_msg_t *m = signal_new(SIG_MONITOR, pid, self->pid, self->pid, ref, SMARM_EXIT_NORMAL,
                               NULL, 0);
   if (!m || monitor_add(s, self, 1, ref, pid) < 0) {
@@ -540,7 +550,14 @@ int smarm_demonitor(smarm_ref_t ref, int flush)
   if (active) {
     smarm_pid_t target = mon->other;
     monitor_remove(s, 1, mon);
-    signal_post(s, SIG_DEMONITOR, target, self->pid, self->pid, ref, SMARM_EXIT_NORMAL, NULL, 0);
+    monitor_t *theirs;
+    if (smarm_pid_sched(target) == s->index) { /* ours: its half goes here and now */
+      if ((theirs = monitor_find(s, 0, ref)) && theirs->other == self->pid)
+        monitor_remove(s, 0, theirs);
+    } else {
+      signal_post(s, SIG_DEMONITOR, target, self->pid, self->pid, ref, SMARM_EXIT_NORMAL, NULL,
+                  0);
+    }
   }
   if (flush && !active) { /* its DOWN arrived: it may be in the mailbox (one still in the inbox
                            ** was dropped when its monitor was, above) */
