@@ -7,8 +7,8 @@
 #                         and the variants of CMakePresets.json: C tests in the release,
 #                         ASan+UBSan, TSan and aarch64-under-qemu builds, the release C tests
 #                         under valgrind memcheck, the busted specs on four LuaJIT builds, the
-#                         specs on the aarch64 build under qemu; ends "N passed, N failed,
-#                         N skipped" (the log: build/ctest.log)
+#                         specs on the aarch64 build under qemu; ends "N passed, N failed"
+#                         after the per-variant counts and the skips (log: build/ctest.log)
 #   ./dev.sh build        the C core, its tests and the smarm executable (build/release,
 #                         build/lua-release/smarm)
 #   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
@@ -236,7 +236,8 @@ tally() {
         P += pass[v]; F += fail[v]; S += skip[v]
       }
       if (status != 0 && F == 0) F = 1
-      printf "%d passed, %d failed, %d skipped\n", P, F, S
+      printf "  (%d skipped)\n", S > "/dev/stderr"
+      printf "%d passed, %d failed\n", P, F # CI reads this last line as it is
       exit (F > 0 ? 1 : 0)
     }' "$1"
 }
