@@ -69,6 +69,26 @@ describe("smarm.send / smarm.receive", function()
     assert.is_true(ok_cycle)
   end)
 
+  -- The encoder remembers its first 16 tables in a C array and the rest in a Lua table: shared
+  -- references into both, and from both, must come back as one table each.
+  it("keeps shared references among many tables", function()
+    local ok = with_echo(function(echo)
+      local list = {}
+      for i = 1, 40 do list[i] = { i = i } end
+      for i = 1, 40 do list[i].next = list[i % 40 + 1]; list[i].first = list[1] end
+      local t = { list = list, again = list[30], early = list[3] }
+      smarm.send(echo, t)
+      local r = smarm.receive().msg
+      local same = r.again == r.list[30] and r.early == r.list[3]
+      for i = 1, 40 do
+        local x = r.list[i]
+        same = same and x.i == i and x.next == r.list[i % 40 + 1] and x.first == r.list[1]
+      end
+      return same
+    end)
+    assert.is_true(ok)
+  end)
+
   it("keeps pids equal to the receiver's own pids", function()
     local same = with_echo(function(echo)
       smarm.send(echo, { who = echo })

@@ -3,9 +3,10 @@
 ** enough, into a growable Lua userdata, so an error raised half-way (a function inside the
 ** message) leaks nothing; the finished bytes are copied once into the message block. A string
 ** message is written straight into its block. The path named in an error is built from the keys
-** on the stack only when something fails. The table of
-** tables already seen (shared references, cycles) is made at the first table: a scalar message
-** costs no Lua allocation at all.
+** on the stack only when something fails. The tables already seen (shared references, cycles)
+** are remembered by address in a small array on the C stack, and only beyond SEEN_FAST tables in
+** a Lua table; the receiver registers only the tables a REF points back to (STABLE). So a message
+** of a few tables costs the sender no Lua allocation, and the receiver only its own tables.
 */
 #include "codec.h"
 
@@ -18,7 +19,13 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tag { T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF };
+enum tag {
+  T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF,
+  T_STABLE /* a TABLE that a later REF points back to (the encoder rewrites the tag) */
+};
+
+/* Tables remembered by address in the encoder's own array before it needs a Lua table. */
+#define SEEN_FAST 16
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
@@ -29,12 +36,15 @@ typedef struct enc {
   lua_State *L;
   int buf_idx;          /* stack slot of the buffer userdata (nil while `local` is used); 0
                            until a table or a long value needs the slots (ensure_slots) */
-  int seen_idx;         /* stack slot of the table: table -> its index (nil before a table) */
+  int seen_idx;         /* stack slot of the Lua table: table -> offset of its tag, for the tables
+                           after the first SEEN_FAST (nil until then) */
   const char *root;     /* the name of the whole value in error messages ("message") */
   unsigned char local[256];
   unsigned char *buf;
   size_t len, cap;
-  uint32_t ntables;
+  uint32_t ntables;     /* tables met so far */
+  const void *seen_ptr[SEEN_FAST]; /* the first tables met (lua_topointer) */
+  size_t seen_at[SEEN_FAST];       /* and the offsets of their tags in buf */
   int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
@@ -204,32 +214,58 @@ static void fail(enc_t *e, int idx, const char *what)
 
 static void enc_value(enc_t *e, int idx, int depth);
 
+/* The offset of the tag of the table at idx if it was met before, else -1. */
+static int64_t seen_offset(enc_t *e, int idx)
+{
+  const void *t = lua_topointer(e->L, idx);
+  uint32_t fast = e->ntables < SEEN_FAST ? e->ntables : SEEN_FAST;
+  for (uint32_t i = 0; i < fast; i++)
+    if (e->seen_ptr[i] == t)
+      return (int64_t)e->seen_at[i];
+  if (e->ntables <= SEEN_FAST)
+    return -1;
+  lua_pushvalue(e->L, idx);
+  lua_rawget(e->L, e->seen_idx);
+  int64_t at = lua_isnil(e->L, -1) ? -1 : (int64_t)lua_tonumber(e->L, -1);
+  lua_pop(e->L, 1);
+  return at;
+}
+
+/* Remembers the table at idx, whose tag is about to be written at e->len. */
+static void seen_add(enc_t *e, int idx)
+{
+  if (e->ntables < SEEN_FAST) {
+    e->seen_ptr[e->ntables] = lua_topointer(e->L, idx);
+    e->seen_at[e->ntables] = e->len;
+  } else {
+    if (lua_isnil(e->L, e->seen_idx)) {
+      lua_newtable(e->L);
+      lua_replace(e->L, e->seen_idx);
+    }
+    lua_pushvalue(e->L, idx);
+    lua_pushnumber(e->L, (lua_Number)e->len);
+    lua_rawset(e->L, e->seen_idx);
+  }
+  e->ntables++;
+}
+
 static void enc_table(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
   ensure_slots(e);
-  if (lua_isnil(L, e->seen_idx)) {
-    lua_newtable(L);
-    lua_replace(L, e->seen_idx);
-  }
-  lua_pushvalue(L, idx);
-  lua_rawget(L, e->seen_idx);
-  if (!lua_isnil(L, -1)) { /* shared reference or cycle */
-    uint64_t ref = (uint64_t)lua_tonumber(L, -1);
-    lua_pop(L, 1);
+  int64_t at = seen_offset(e, idx);
+  if (at >= 0) { /* shared reference or cycle: the receiver must register that table */
+    e->buf[at] = T_STABLE;
     put_byte(e, T_REF);
-    put_varint(e, ref);
+    put_varint(e, (uint64_t)at);
     return;
   }
-  lua_pop(L, 1);
   if (depth >= CODEC_MAX_DEPTH) {
     char rest[64];
     snprintf(rest, sizeof rest, " is nested too deeply (more than %d levels)", CODEC_MAX_DEPTH);
     fail_at(e, e->nkeys, rest);
   }
-  lua_pushvalue(L, idx);
-  lua_pushnumber(L, (lua_Number)++e->ntables);
-  lua_rawset(L, e->seen_idx);
+  seen_add(e, idx);
   /* TABLE, then how many array-like and other keys follow (patched at the end), so that the
   ** receiver makes the table at its final size */
   put_byte(e, T_TABLE);
@@ -469,8 +505,8 @@ void sm_codec_drop(smarm_msg_t *msg)
 typedef struct dec {
   lua_State *L;
   const unsigned char *p, *end;
-  int refs_idx;  /* stack slot of the table: index -> table (made at the first table) */
-  uint32_t ntables;
+  const unsigned char *start; /* of the value: REFs count their offsets from here */
+  int refs_idx;  /* stack slot of the table: offset -> STABLE table (nil until the first one) */
   int nhandles;
   int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
 } dec_t;
@@ -547,24 +583,35 @@ static int dec_value(dec_t *d, int depth)
     return 1;
   }
   case T_REF: {
-    uint64_t ref = get_varint(d);
-    if (ref == 0 || ref > d->ntables || !d->refs_idx)
+    uint64_t at = get_varint(d);
+    if (!d->refs_idx || lua_isnil(L, d->refs_idx))
       malformed(d);
-    lua_rawgeti(L, d->refs_idx, (int)ref);
+    lua_pushnumber(L, (lua_Number)at);
+    lua_rawget(L, d->refs_idx);
+    if (!lua_istable(L, -1))
+      malformed(d);
     return 1;
   }
-  case T_TABLE: {
+  case T_TABLE: case T_STABLE: {
     if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
       malformed(d);
     luaL_checkstack(L, 6, "message too deep");
+    size_t at = (size_t)(d->p - 1 - d->start);
     uint32_t narray, nhash;
     get_bytes(d, &narray, 4);
     get_bytes(d, &nhash, 4);
     /* sizes are hints; a pair takes at least 2 bytes, so a bad block cannot ask for more */
     size_t most = (size_t)(d->end - d->p) / 2;
     lua_createtable(L, narray <= most ? (int)narray : 0, nhash <= most ? (int)nhash : 0);
-    lua_pushvalue(L, -1);
-    lua_rawseti(L, d->refs_idx, (int)++d->ntables);
+    if (tag == T_STABLE) {
+      if (lua_isnil(L, d->refs_idx)) {
+        lua_newtable(L);
+        lua_replace(L, d->refs_idx);
+      }
+      lua_pushnumber(L, (lua_Number)at);
+      lua_pushvalue(L, -2);
+      lua_rawset(L, d->refs_idx);
+    }
     for (;;) {
       if (d->p < d->end && *d->p == T_END) {
         d->p++;
@@ -592,7 +639,6 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   d.L = L;
   d.p = p;
   d.end = d.p + n;
-  d.ntables = 0;
   d.nhandles = read_handles(&d.p, d.end, handles);
   if (d.nhandles < 0 || (d.nhandles > 0 && !list))
     malformed(&d);
@@ -607,9 +653,10 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
   d.handles_idx = base + 1;
-  int has_tables = d.p < d.end && *d.p == T_TABLE;
+  d.start = d.p;
+  int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE);
   if (has_tables) {
-    lua_newtable(L);
+    lua_pushnil(L); /* the slot of the refs table, made at the first STABLE */
     d.refs_idx = lua_gettop(L);
   } else {
     d.refs_idx = 0; /* a scalar: no table can follow */

@@ -16,7 +16,8 @@
 ** bits, id, timeout, descriptor) first; then a tag byte per value (a handle is HANDLE and its
 ** index in the list); numbers as 8 raw bytes, strings as a varint length and bytes, tables as
 ** TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints), key/value
-** pairs, END; a table seen before as REF and its varint index.
+** pairs, END; a table seen before as REF and the varint offset of its tag from the start of the
+** value, whose tag the encoder then rewrites to STABLE (the receiver registers only those).
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H
