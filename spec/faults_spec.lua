@@ -307,6 +307,53 @@ describe("smarm.call and smarm.reply", function()
     end)
   end)
 
+  it("hands the server a request whose from travels and can be answered from anywhere", function()
+    both(function(where)
+      local me = smarm.self()
+      -- a server that passes each call on to a worker, which answers it
+      local worker = smarm.spawn_on(where, function()
+        while true do
+          local job = smarm.receive()
+          smarm.reply(job.from, { doubled = job.n * 2, caller = job.from.pid })
+        end
+      end)
+      local seen = {}
+      local server = smarm.spawn(function()
+        while true do
+          local m = smarm.receive()
+          seen.kind, seen.request = m.smarm, m.request
+          seen.pid, seen.is_ref = m.from.pid, smarm.is_ref(m.from.ref)
+          seen.text, seen.same = tostring(m.from), m.from == m.from
+          seen.other = m.from.other
+          smarm.send(worker, { from = m.from, n = m.request.n })
+        end
+      end)
+      local r = smarm.call(server, { n = 21 })
+      assert.are.equal(42, r.doubled)
+      assert.are.equal(me, r.caller)
+      assert.are.equal("CALL", seen.kind)
+      assert.are.same({ n = 21 }, seen.request)
+      assert.are.equal(me, seen.pid)
+      assert.is_true(seen.is_ref)
+      assert.matches("^#From<", seen.text)
+      assert.is_true(seen.same)
+      assert.is_nil(seen.other)
+      smarm.kill(server)
+      smarm.kill(worker)
+    end)
+  end)
+
+  it("refuses a reply to something that is not a call's from", function()
+    smarm.run(function()
+      local me = smarm.self()
+      for _, bad in ipairs({ { pid = me, ref = smarm.ref() }, me, smarm.ref(), "from", 1 }) do
+        local ok, err = pcall(smarm.reply, bad, 1)
+        assert.is_false(ok)
+        assert.matches("a call's `from` expected", err)
+      end
+    end)
+  end)
+
   it("gives nil and the reason when the server is dead, dies, or does not answer in time", function()
     both(function(where)
       local server = smarm.spawn_on(where, doubler)

@@ -185,6 +185,43 @@ TEST(demonitor_drops_the_down_and_flush_removes_a_queued_one)
   RUN(2, main_demonitor, &there);
 }
 
+/* Demonitors of another scheduler's actor wait to ride with the next push there (intersched.c):
+** more of them than the deferred list holds in a row, then a kill that must overtake none, and
+** some still waiting when the run ends (freed with their scheduler: ASan and valgrind look). */
+static void main_many_demonitors(void *arg)
+{
+  (void)arg;
+  enum { N = 200 };
+  static smarm_ref_t refs[N];
+  smarm_pid_t pid;
+  smarm_ref_t keep;
+  CHECK_EQ(smarm_spawn_on(1, wait_forever, NULL, NULL, &pid), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(smarm_monitor(pid, &refs[i]), 0);
+  CHECK_EQ(smarm_monitor(pid, &keep), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(smarm_demonitor(refs[i], 0), 1);
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
+  smarm_msg_t *m;
+  const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+  if (n) {
+    CHECK_EQ(n->ref, keep);
+    CHECK_EQ(n->reason, SMARM_EXIT_KILLED);
+  }
+  smarm_msg_free(m);
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
+  CHECK_EQ(smarm_spawn_on(1, wait_forever, NULL, NULL, &pid), 0);
+  for (int i = 0; i < 10; i++) {
+    CHECK_EQ(smarm_monitor(pid, &refs[i]), 0);
+    CHECK_EQ(smarm_demonitor(refs[i], 0), 1);
+  }
+}
+
+TEST(demonitors_across_schedulers_are_deferred_but_never_lost_or_late)
+{
+  RUN(2, main_many_demonitors, NULL);
+}
+
 /* ---- links and exit signals ---- */
 
 typedef struct chain {

@@ -62,9 +62,66 @@ smarm_ref_t smarm_make_ref(void)
 
 actor_faults_t *sm_faults_of(actor_t *a)
 {
-  if (!a->faults)
-    a->faults = calloc(1, sizeof *a->faults);
-  return a->faults;
+  if (a->faults)
+    return a->faults;
+  sched_t *s = a->sched;
+  actor_faults_t *f = s->spare_faults;
+  if (f) {
+    s->spare_faults = f->next_spare;
+    s->nspare_faults--;
+    memset(f, 0, sizeof *f);
+  } else {
+    f = calloc(1, sizeof *f);
+  }
+  a->faults = f;
+  return f;
+}
+
+static void faults_free(sched_t *s, actor_faults_t *f)
+{
+  if (s->nspare_faults < SM_SPARE_RECORDS) {
+    f->next_spare = s->spare_faults;
+    s->spare_faults = f;
+    s->nspare_faults++;
+  } else {
+    free(f);
+  }
+}
+
+static monitor_t *monitor_new(sched_t *s)
+{
+  monitor_t *m = s->spare_monitors;
+  if (!m)
+    return malloc(sizeof *m);
+  s->spare_monitors = m->next;
+  s->nspare_monitors--;
+  return m;
+}
+
+static void monitor_free(sched_t *s, monitor_t *m)
+{
+  if (s->nspare_monitors < SM_SPARE_RECORDS) {
+    m->next = s->spare_monitors;
+    s->spare_monitors = m;
+    s->nspare_monitors++;
+  } else {
+    free(m);
+  }
+}
+
+void sm_faults_free_spares(sched_t *s)
+{
+  while (s->spare_monitors) {
+    monitor_t *m = s->spare_monitors;
+    s->spare_monitors = m->next;
+    free(m);
+  }
+  while (s->spare_faults) {
+    actor_faults_t *f = s->spare_faults;
+    s->spare_faults = f->next_spare;
+    free(f);
+  }
+  s->nspare_monitors = s->nspare_faults = 0;
 }
 
 static int links_find(const actor_faults_t *f, smarm_pid_t pid)
@@ -110,14 +167,14 @@ static int links_remove(actor_t *a, smarm_pid_t pid)
 static int monitor_add(sched_t *s, actor_t *a, int watching, smarm_ref_t ref, smarm_pid_t other)
 {
   actor_faults_t *f = sm_faults_of(a);
-  monitor_t *m = f ? malloc(sizeof *m) : NULL;
+  monitor_t *m = f ? monitor_new(s) : NULL;
   if (!m)
     return -ENOMEM;
   m->node.key = ref;
   m->other = other;
   m->owner = a;
   if (reftab_insert(watching ? &s->watching : &s->watchers, &m->node) < 0) {
-    free(m);
+    monitor_free(s, m);
     return -ENOMEM;
   }
   monitor_t **head = watching ? &f->watching : &f->watchers;
@@ -147,7 +204,7 @@ static void monitor_remove(sched_t *s, int watching, monitor_t *m)
     f->watchers = m->next;
   if (m->next)
     m->next->prev = m->prev;
-  free(m);
+  monitor_free(s, m);
 }
 
 /* ---- Signals ------------------------------------------------------------------------------- */
@@ -182,6 +239,8 @@ static void signal_send(sched_t *s, smarm_msg_t *m)
   unsigned k = smarm_pid_sched(m->to);
   if (k == s->index)
     sm_faults_deliver(s, m);
+  else if (k < s->rt->nsched && m->kind == SIG_DEMONITOR) /* nobody waits on it */
+    sm_sched_push_deferred(s, m);
   else if (k < s->rt->nsched)
     sm_sched_push_remote(s, &s->rt->scheds[k], m);
   else
@@ -359,7 +418,7 @@ void sm_faults_destroy(sched_t *s, actor_t *a)
   free(f->links);
   free(f->name);
   free(f->exit_data);
-  free(f);
+  faults_free(s, f);
   a->faults = NULL;
 }
 

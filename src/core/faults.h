@@ -66,4 +66,8 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 /* Shutdown: frees a's records without telling anyone (every actor is going). */
 void sm_faults_destroy(sched_t *s, actor_t *a);
 
+/* Frees the records s keeps for reuse (its end). */
+#define SM_SPARE_RECORDS 256
+void sm_faults_free_spares(sched_t *s);
+
 #endif

@@ -59,6 +59,16 @@ int sm_inbox_push_chain(inbox_t *in, smarm_msg_t *m, smarm_msg_t *oldest)
   return 0;
 }
 
+void sm_inbox_push_quiet(inbox_t *in, smarm_msg_t *m)
+{
+  smarm_msg_t *old = atomic_load_explicit(&in->head, memory_order_relaxed);
+  do {
+    m->next = old;
+    /* P1 without P2/P3: release publishes m's contents to the owner's acquire exchange. */
+  } while (!atomic_compare_exchange_weak_explicit(&in->head, &old, m, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
 smarm_msg_t *sm_inbox_take_all(inbox_t *in)
 {
   /* Acquire pairs with the producers' P1 CAS: their writes to the items are visible. */

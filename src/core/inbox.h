@@ -53,6 +53,12 @@ void sm_inbox_init(inbox_t *in);
 ** a syscall, else 0. */
 int sm_inbox_push(inbox_t *in, smarm_msg_t *m);
 
+/* A quiet push: P1 only, never a wake-up. The owner may sleep on with m in its inbox, and sees
+** it at its next take (its next wake-up, poll or stop: sm_sched_drain_and_free frees what is
+** left). Only for items whose handling may wait because nothing waits for it (a demonitor's
+** SIG_DEMONITOR only removes a record), never for one that something depends on. */
+void sm_inbox_push_quiet(inbox_t *in, smarm_msg_t *m);
+
 /* The same for a chain linked newest first through `next`, newest..oldest: one CAS for all. */
 int sm_inbox_push_chain(inbox_t *in, smarm_msg_t *newest, smarm_msg_t *oldest);
 

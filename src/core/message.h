@@ -42,7 +42,7 @@ enum msg_kind {
   SIG_DEMONITOR,    /* the monitor notice.ref on `to` ends */
   SIG_DOWN,         /* to the watcher `to`: notice.pid, watched by notice.ref, ended */
   SIG_REPLY,        /* smarm_send_reply: delivered as MSG_REPLY_NOTICE while `to` holds the
-                    ** monitor whose ref the payload starts with, else dropped */
+                    ** monitor whose ref the payload ends with, else dropped */
 };
 
 struct smarm_msg {

@@ -329,6 +329,8 @@ void sm_sched_park(sched_t *s, actor_t *self)
 ** spinning scheduler answers in about a hundred nanoseconds), then park until the next timer. */
 static void sched_idle(sched_t *s)
 {
+  if (s->deferred)
+    sm_sched_flush_deferred(s);
   int64_t now = smarm_now_ns();
   deadline_t *t = timer_first(&s->timers);
   if (t && t->deadline <= now)
@@ -772,6 +774,10 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_name_cache_destroy(&s->names);
   reftab_destroy(&s->watching);
   reftab_destroy(&s->watchers);
+  sm_faults_free_spares(s);
+  sm_msg_free_chain(s->deferred); /* demonitors for records that end with their schedulers */
+  s->deferred = s->deferred_tail = NULL;
+  s->ndeferred = 0;
   note_generations_used(&s->table);
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);

@@ -65,6 +65,7 @@ typedef struct actor_faults {
                                  one set (reason_set) */
   uint32_t exit_size;
   void *exit_data;
+  struct actor_faults *next_spare; /* in sched.spare_faults */
 } actor_faults_t;
 
 typedef struct actor {
@@ -135,6 +136,14 @@ typedef struct sched {
   stack_pool_t stacks;
   actor_t *free_actors;
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
+  /* Records kept for reuse (faults.c), up to SM_SPARE_RECORDS each: a spawn_monitor or a call
+  ** then costs no malloc. Monitors are linked through `next`. */
+  smarm_msg_t *deferred, *deferred_tail; /* intersched.c: items waiting for a push, oldest
+                                           first, linked through next */
+  uint32_t ndeferred;
+  monitor_t *spare_monitors;
+  actor_faults_t *spare_faults;
+  uint32_t nspare_monitors, nspare_faults;
   uint64_t ref_next, ref_end;  /* the block of refs this scheduler hands out (faults.c) */
   name_cache_t names;          /* names.c */
   ctx_t main_ctx;
@@ -189,8 +198,13 @@ void sm_sched_take_inbox(sched_t *s);
 /* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
 ** the caller until that scheduler's reply brings the answer (intersched.c). */
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
-/* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall. */
+/* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall;
+** the deferred items for target go first, in the same chain (intersched.c). */
 void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
+/* Defers m (to another scheduler's actor; nobody waits on it) until the next push to that
+** scheduler, s going idle, or a full list; sm_sched_flush_deferred pushes them all quietly. */
+void sm_sched_push_deferred(sched_t *s, smarm_msg_t *m);
+void sm_sched_flush_deferred(sched_t *s);
 
 /* The calling actor (NULL outside an actor); *s_out gets the calling thread's scheduler. */
 static inline actor_t *sched_self(sched_t **s_out)

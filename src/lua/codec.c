@@ -21,7 +21,9 @@
 
 enum tag {
   T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF,
-  T_STABLE /* a TABLE that a later REF points back to (the encoder rewrites the tag) */
+  T_STABLE, /* a TABLE that a later REF points back to (the encoder rewrites the tag) */
+  T_FROM,   /* a call's reply handle: the caller's pid and the alias */
+  T_CALL    /* only first: a call's request (caller, alias, then the request's value) */
 };
 
 /* Tables remembered by address in the encoder's own array before it needs a Lua table. */
@@ -348,6 +350,12 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_bytes(e, &ref, sizeof ref);
       return;
     }
+    if (sm_lsmarm_to_from(L, idx, &pid, &ref)) {
+      put_byte(e, T_FROM);
+      put_bytes(e, &pid, sizeof pid);
+      put_bytes(e, &ref, sizeof ref);
+      return;
+    }
     int nkinds = sm_lhandle_kind_count();
     for (int k = 0; k < nkinds; k++) {
       void *ud;
@@ -392,19 +400,26 @@ static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
   return m;
 }
 
-smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+/* A call's request: CALL, the caller, the request, and the alias last (written by the caller in
+** the block's tail). The receiver makes the table
+** { smarm = "CALL", from = <reply handle>, request = <value> } from it. */
+static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
 {
-  return sm_codec_encode_tail(L, idx, root, moves, 0);
+  put_byte(e, T_CALL);
+  put_bytes(e, &caller, sizeof caller);
+  enc_value(e, idx, 1);
 }
 
-smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                                  size_t tail)
+/* Encodes the value at idx (or, with a call, that call's request around it) with `tail` spare
+** bytes at the end. */
+static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                           size_t tail, const codec_call_t *call)
 {
   enc_t e;
   moves->n = 0;
   e.moves = moves;
   idx = abs_index(L, idx);
-  if (lua_type(L, idx) == LUA_TSTRING)
+  if (!call && lua_type(L, idx) == LUA_TSTRING)
     return encode_string(L, idx, tail);
   e.L = L;
   luaL_checkstack(L, 8, "message");
@@ -416,7 +431,11 @@ smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec
   e.in_key = 0;
   e.root = root;
   e.buf_idx = e.seen_idx = 0;
-  enc_value(&e, idx, 0);
+  if (call) {
+    enc_call(&e, idx, call->caller);
+  } else {
+    enc_value(&e, idx, 0);
+  }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
   smarm_msg_t *m = smarm_msg_new(head + e.len + tail);
@@ -440,6 +459,23 @@ smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec
   if (e.buf_idx)
     lua_pop(L, 2);
   return m;
+}
+
+smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+{
+  return encode(L, idx, root, moves, 0, NULL);
+}
+
+smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
+                                  size_t tail)
+{
+  return encode(L, idx, root, moves, tail, NULL);
+}
+
+smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
+                                  codec_moves_t *moves, size_t tail)
+{
+  return encode(L, idx, "request", moves, tail, call);
 }
 
 void sm_codec_commit(codec_moves_t *moves)
@@ -508,7 +544,8 @@ typedef struct dec {
   const unsigned char *start; /* of the value: REFs count their offsets from here */
   int refs_idx;  /* stack slot of the table: offset -> STABLE table (nil until the first one) */
   int nhandles;
-  int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
+  int handles_idx;
+  smarm_ref_t alias; /* a call's (CALL): the last bytes, taken off `end` */ /* stack slot of the first handle's userdata (made before anything else) */
 } dec_t;
 
 static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }
@@ -573,6 +610,32 @@ static int dec_value(dec_t *d, int depth)
     smarm_ref_t ref;
     get_bytes(d, &ref, sizeof ref);
     sm_lsmarm_push_ref(L, ref);
+    return 1;
+  }
+  case T_FROM: {
+    smarm_pid_t pid;
+    smarm_ref_t ref;
+    get_bytes(d, &pid, sizeof pid);
+    get_bytes(d, &ref, sizeof ref);
+    sm_lsmarm_push_from(L, pid, ref);
+    return 1;
+  }
+  case T_CALL: { /* made with cached field names: the hot path of every call's server */
+    if (depth != 0 || !d->refs_idx)
+      malformed(d);
+    smarm_pid_t pid;
+    get_bytes(d, &pid, sizeof pid);
+    const lvm_t *vm = this_vm();
+    lua_createtable(L, 0, 3);
+    lvm_push_str(L, vm, LVM_STR_SMARM);
+    lvm_push_str(L, vm, LVM_STR_CALL);
+    lua_rawset(L, -3);
+    lvm_push_str(L, vm, LVM_STR_FROM);
+    sm_lsmarm_push_from(L, pid, d->alias);
+    lua_rawset(L, -3);
+    lvm_push_str(L, vm, LVM_STR_REQUEST);
+    dec_value(d, depth + 1);
+    lua_rawset(L, -3);
     return 1;
   }
   case T_HANDLE: {
@@ -654,7 +717,13 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   }
   d.handles_idx = base + 1;
   d.start = d.p;
-  int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE);
+  if (d.p < d.end && *d.p == T_CALL) { /* its alias ends the bytes */
+    if ((size_t)(d.end - d.p) < 1 + sizeof(smarm_pid_t) + 1 + sizeof d.alias)
+      malformed(&d);
+    d.end -= sizeof d.alias;
+    memcpy(&d.alias, d.end, sizeof d.alias);
+  }
+  int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE || *d.p == T_CALL);
   if (has_tables) {
     lua_pushnil(L); /* the slot of the refs table, made at the first STABLE */
     d.refs_idx = lua_gettop(L);

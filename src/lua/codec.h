@@ -2,7 +2,7 @@
 ** The message codec: Lua values to bytes and back, so that a message means the same thing to a
 ** receiver in the sender's VM and in another scheduler's VM.
 **
-** Sendable: booleans, numbers, strings, pids, and tables of those, nested up to CODEC_MAX_DEPTH
+** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, and tables of those, nested up to CODEC_MAX_DEPTH
 ** levels, with shared references and cycles preserved (the receiver gets one table where the
 ** sender had one table). Metatables are not sent. nil encodes too (send refuses it: nil is not a
 ** message). Anything else (functions, coroutines, userdata, cdata)
@@ -17,7 +17,8 @@
 ** index in the list); numbers as 8 raw bytes, strings as a varint length and bytes, tables as
 ** TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints), key/value
 ** pairs, END; a table seen before as REF and the varint offset of its tag from the start of the
-** value, whose tag the encoder then rewrites to STABLE (the receiver registers only those).
+** value, whose tag the encoder then rewrites to STABLE (the receiver registers only those). A
+** call's request is CALL, the caller's pid, the request's value, then the alias (8 bytes).
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H
@@ -49,6 +50,16 @@ smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_move
 /* The same with `tail` more bytes at the end of the block, for the caller (a reply's alias). */
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail);
+/* A call's request: the receiver decodes it as { smarm = "CALL", from = <reply handle of caller
+** and alias>, request = <the value at idx> } (smarm.call's hot path: no table is made here, and
+** the receiver's uses cached field names); errors name `request`. The caller writes the alias
+** into the block's last 8 bytes (tail >= 8, the convention of replies), where the decoder reads
+** it. */
+typedef struct codec_call {
+  smarm_pid_t caller;
+} codec_call_t;
+smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
+                                  codec_moves_t *moves, size_t tail);
 void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
 /* Frees an unsent block; the handles stay the sender's. */
 void sm_codec_abandon(smarm_msg_t *msg);

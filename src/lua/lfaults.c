@@ -21,12 +21,13 @@
 
 /* ---- Reasons ------------------------------------------------------------------------------- */
 
-static const char *const code_names[] = {
-  [SMARM_EXIT_NORMAL] = "normal",
-  [SMARM_EXIT_KILL] = "kill",
-  [SMARM_EXIT_KILLED] = "killed",
-  [SMARM_EXIT_NOPROC] = "noproc",
-};
+/* The reasons with a code: lvm_str_text[code] (lvm.h keeps them in the codes' order). */
+#define NCODES (SMARM_EXIT_NOPROC + 1)
+_Static_assert((int)LVM_STR_NORMAL == (int)SMARM_EXIT_NORMAL &&
+                 (int)LVM_STR_KILL == (int)SMARM_EXIT_KILL &&
+                 (int)LVM_STR_KILLED == (int)SMARM_EXIT_KILLED &&
+                 (int)LVM_STR_NOPROC == (int)SMARM_EXIT_NOPROC,
+               "the cached reason strings follow the codes");
 
 /* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):
 ** encodes the value into job->block; with `why` (the first attempt's error), encodes instead the
@@ -107,8 +108,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
     return SMARM_EXIT_NORMAL;
   if (lua_type(L, idx) == LUA_TSTRING) {
     const char *s = lua_tostring(L, idx);
-    for (int c = 0; c < (int)(sizeof code_names / sizeof *code_names); c++)
-      if (strcmp(s, code_names[c]) == 0)
+    for (int c = 0; c < NCODES; c++)
+      if (strcmp(s, lvm_str_text[c]) == 0)
         return c;
   }
   /* The encoder is a cached function and the arguments need no allocation: nothing here can
@@ -120,8 +121,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
 
 void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size)
 {
-  if (code >= 0 && code < (int)(sizeof code_names / sizeof *code_names))
-    lua_pushstring(L, code_names[code]);
+  if (code >= 0 && code < NCODES)
+    lvm_push_str(L, this_vm(), (enum lvm_str)code);
   else if (code == SMARM_EXIT_VALUE && size)
     sm_codec_decode_bytes(L, data, size);
   else
@@ -130,19 +131,24 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
 
 void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 {
+  const lvm_t *vm = this_vm();
   const smarm_notice_t *n = smarm_msg_data(m);
   int down = smarm_msg_kind(m) == SMARM_MSG_DOWN;
   lua_createtable(L, 0, 4);
-  lua_pushstring(L, down ? "DOWN" : "EXIT");
-  lua_setfield(L, -2, "smarm");
+  lvm_push_str(L, vm, LVM_STR_SMARM);
+  lvm_push_str(L, vm, down ? LVM_STR_DOWN : LVM_STR_EXIT);
+  lua_rawset(L, -3);
   if (down) {
+    lvm_push_str(L, vm, LVM_STR_REF);
     sm_lsmarm_push_ref(L, n->ref);
-    lua_setfield(L, -2, "ref");
+    lua_rawset(L, -3);
   }
+  lvm_push_str(L, vm, LVM_STR_PID);
   sm_lsmarm_push_pid(L, n->pid);
-  lua_setfield(L, -2, "pid");
+  lua_rawset(L, -3);
+  lvm_push_str(L, vm, LVM_STR_REASON);
   sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
-  lua_setfield(L, -2, "reason");
+  lua_rawset(L, -3);
 }
 
 /* ---- Targets: pids or names ---------------------------------------------------------------- */
@@ -186,7 +192,7 @@ static int raise_errno(lua_State *L, const char *fname, int rc)
 static int l_ref(lua_State *L)
 {
   sm_lpark_actor(L, "ref");
-  sm_lsmarm_push_ref(L, smarm_make_ref());
+  sm_lsmarm_push_new_ref(L, smarm_make_ref());
   return 1;
 }
 
@@ -276,7 +282,7 @@ static int l_monitor(lua_State *L)
     lua_createtable(L, 0, 4);
     lua_pushliteral(L, "DOWN");
     lua_setfield(L, -2, "smarm");
-    sm_lsmarm_push_ref(L, ref);
+    sm_lsmarm_push_new_ref(L, ref);
     lua_setfield(L, -2, "ref");
     lua_pushvalue(L, 1);
     lua_setfield(L, -2, "pid");
@@ -292,7 +298,7 @@ static int l_monitor(lua_State *L)
   int rc = smarm_monitor(pid, &ref);
   if (rc < 0)
     return raise_errno(L, "monitor", rc);
-  sm_lsmarm_push_ref(L, ref);
+  sm_lsmarm_push_new_ref(L, ref);
   return 1;
 }
 

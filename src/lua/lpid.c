@@ -8,13 +8,15 @@
 #include <lauxlib.h>
 
 #include <stdint.h>
+#include <string.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char pid_mt_key, ref_mt_key, pid_intern_key;
+static const char pid_mt_key, ref_mt_key, from_mt_key, pid_intern_key;
 
 /* A userdata of another type of this size with this first word is not a concern. */
 #define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
 #define LREF_MAGIC UINT64_C(0x736d61726d726566) /* "smarmref" */
+#define LFROM_MAGIC UINT64_C(0x736d61726d66726d) /* "smarmfrm" */
 
 typedef struct lpid {
   uint64_t magic; /* LPID_MAGIC or LREF_MAGIC */
@@ -48,18 +50,22 @@ static lpid_t *test_ident(lua_State *L, int idx, uint64_t magic)
 
 static lpid_t *test_pid(lua_State *L, int idx) { return test_ident(L, idx, LPID_MAGIC); }
 
-/* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. */
-static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, int mt_ref)
+/* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. A
+** fresh value (a ref just made) cannot be in the table yet: no lookup. */
+static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, int mt_ref,
+                       int fresh)
 {
   lvm_t *vm = this_vm();
   lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
-  lua_pushnumber(L, key);
-  lua_rawget(L, -2);
-  if (!lua_isnil(L, -1)) {
-    lua_remove(L, -2);
-    return;
+  if (!fresh) {
+    lua_pushnumber(L, key);
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) {
+      lua_remove(L, -2);
+      return;
+    }
+    lua_pop(L, 1);
   }
-  lua_pop(L, 1);
   lpid_t *p = lua_newuserdata(L, sizeof *p);
   p->magic = magic;
   p->pid = v;
@@ -73,7 +79,7 @@ static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key,
 
 void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
 {
-  push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt_ref);
+  push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt_ref, 0);
 }
 
 int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
@@ -86,7 +92,12 @@ int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 
 void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref)
 {
-  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref);
+  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref, 0);
+}
+
+void sm_lsmarm_push_new_ref(lua_State *L, smarm_ref_t ref)
+{
+  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref, 1);
 }
 
 int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
@@ -95,6 +106,74 @@ int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
   if (p)
     *out = p->pid;
   return p != NULL;
+}
+
+/* A call's reply handle: not interned (nothing needs its identity), so making one costs one
+** userdata. Its size tells it from a pid or ref. */
+typedef struct lfrom {
+  uint64_t magic; /* LFROM_MAGIC */
+  smarm_pid_t caller;
+  smarm_ref_t alias;
+} lfrom_t;
+
+static lfrom_t *test_from(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lfrom_t))
+    return NULL;
+  lfrom_t *f = lua_touserdata(L, idx);
+  return f->magic == LFROM_MAGIC ? f : NULL;
+}
+
+void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias)
+{
+  lfrom_t *f = lua_newuserdata(L, sizeof *f);
+  f->magic = LFROM_MAGIC;
+  f->caller = caller;
+  f->alias = alias;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->from_mt_ref);
+  lua_setmetatable(L, -2);
+}
+
+int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias)
+{
+  lfrom_t *f = test_from(L, idx);
+  if (f) {
+    *caller = f->caller;
+    *alias = f->alias;
+  }
+  return f != NULL;
+}
+
+/* from.pid is the caller, from.ref the call's alias (Erlang's From = {Pid, Tag}). */
+static int from_index(lua_State *L)
+{
+  lfrom_t *f = test_from(L, 1);
+  const char *k = lua_tostring(L, 2);
+  if (f && k && strcmp(k, "pid") == 0)
+    sm_lsmarm_push_pid(L, f->caller);
+  else if (f && k && strcmp(k, "ref") == 0)
+    sm_lsmarm_push_ref(L, f->alias);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+static int from_tostring(lua_State *L)
+{
+  lfrom_t *f = test_from(L, 1);
+  if (!f)
+    return luaL_argerror(L, 1, "a call's from expected");
+  lua_pushfstring(L, "#From<%d.%d.%d, #Ref<0.%d.%d>>", (int)smarm_pid_sched(f->caller) + 1,
+                  (int)smarm_pid_slot(f->caller), (int)smarm_pid_gen(f->caller),
+                  (int)(f->alias >> 32), (int)(uint32_t)f->alias);
+  return 1;
+}
+
+static int from_eq(lua_State *L)
+{
+  lfrom_t *a = test_from(L, 1), *b = test_from(L, 2);
+  lua_pushboolean(L, a && b && a->caller == b->caller && a->alias == b->alias);
+  return 1;
 }
 
 static int ref_tostring(lua_State *L)
@@ -130,24 +209,29 @@ static int pid_eq(lua_State *L)
   return 1;
 }
 
+/* Makes the metatable `name` of one kind of value (index may be NULL), kept at registry[key]. */
+static void open_metatable(lua_State *L, const void *key, const char *name, lua_CFunction index,
+                           lua_CFunction tostring, lua_CFunction eq)
+{
+  lua_createtable(L, 0, 4);
+  if (index) {
+    lua_pushcfunction(L, index);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pushcfunction(L, tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, eq);
+  lua_setfield(L, -2, "__eq");
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__metatable");
+  lvm_set_registry_once(L, key);
+}
+
 void sm_lpid_open(lua_State *L)
 {
-  lua_createtable(L, 0, 3); /* the pids' metatable */
-  lua_pushcfunction(L, pid_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, pid_eq);
-  lua_setfield(L, -2, "__eq");
-  lua_pushliteral(L, "smarm.pid");
-  lua_setfield(L, -2, "__metatable");
-  lvm_set_registry_once(L, &pid_mt_key);
-  lua_createtable(L, 0, 3); /* the refs' metatable */
-  lua_pushcfunction(L, ref_tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, ref_eq);
-  lua_setfield(L, -2, "__eq");
-  lua_pushliteral(L, "smarm.ref");
-  lua_setfield(L, -2, "__metatable");
-  lvm_set_registry_once(L, &ref_mt_key);
+  open_metatable(L, &pid_mt_key, "smarm.pid", NULL, pid_tostring, pid_eq);
+  open_metatable(L, &ref_mt_key, "smarm.ref", NULL, ref_tostring, ref_eq);
+  open_metatable(L, &from_mt_key, "smarm.from", from_index, from_tostring, from_eq);
   lua_newtable(L); /* the intern table: pid or ref key -> userdata, weak values */
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "v");
@@ -164,6 +248,8 @@ void sm_lpid_cache_refs(lvm_t *vm)
   vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   lvm_push_registry(vm->L, &ref_mt_key);
   vm->ref_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  lvm_push_registry(vm->L, &from_mt_key);
+  vm->from_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
 void sm_lpid_release_refs(lvm_t *vm)
@@ -171,4 +257,5 @@ void sm_lpid_release_refs(lvm_t *vm)
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->ref_mt_ref);
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->from_mt_ref);
 }

@@ -20,6 +20,13 @@ int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 /* The same for refs (smarm.ref(), monitors): printed #Ref<0.high.low>. */
 void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref);
 int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out);
+/* Pushes a ref that this VM has never seen (one just made by smarm_make_ref): no lookup. */
+void sm_lsmarm_push_new_ref(lua_State *L, smarm_ref_t ref);
+
+/* A call's reply handle (the request's `from`): the caller's pid and the call's alias, in a
+** userdata that is not interned; from.pid and from.ref read them. */
+void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias);
+int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias);
 
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */
 void sm_lpid_open(lua_State *L);

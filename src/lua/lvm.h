@@ -18,6 +18,17 @@
 ** no lua_newthread, no registry slot and no garbage. */
 #define LVM_SPARE_COS 256
 
+/* Strings the hot paths push (field names of notices and calls, the reasons with a code): each
+** anchored by a registry ref, so pushing one costs no hashing. The first four are the reasons of
+** codes SMARM_EXIT_NORMAL..SMARM_EXIT_NOPROC, in that order. */
+enum lvm_str {
+  LVM_STR_NORMAL, LVM_STR_KILL, LVM_STR_KILLED, LVM_STR_NOPROC,
+  LVM_STR_SMARM, LVM_STR_CALL, LVM_STR_DOWN, LVM_STR_EXIT, LVM_STR_FROM, LVM_STR_REQUEST,
+  LVM_STR_PID, LVM_STR_REF, LVM_STR_REASON,
+  LVM_STRS
+};
+extern const char *const lvm_str_text[LVM_STRS];
+
 typedef struct lvm {
   lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
   int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
@@ -25,6 +36,8 @@ typedef struct lvm {
   lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
   int spare_ref[LVM_SPARE_COS];
   int intern_ref, pid_mt_ref, ref_mt_ref; /* lpid.c: the intern table, pids' and refs' metatables */
+  int from_mt_ref;            /* lpid.c: the metatable of calls' reply handles */
+  int str_ref[LVM_STRS];      /* lvm_push_str */
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
 } lvm_t;
@@ -32,6 +45,12 @@ typedef struct lvm {
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
 ** VM's refs first), so it always has one. */
 static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
+
+/* Pushes one of the cached strings. */
+static inline void lvm_push_str(lua_State *L, const lvm_t *vm, enum lvm_str k)
+{
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->str_ref[k]);
+}
 
 /* Pushes registry[key] (a lightuserdata key: the address of a static of the caller's). */
 static inline void lvm_push_registry(lua_State *L, const void *key)
