@@ -3,6 +3,8 @@
 local smarm = require("smarm")
 
 local WAIT = 60 -- a hang guard in seconds, never a time budget
+local fd_count = dofile("spec/support/fds.lua")
+local guard = dofile("spec/support/guard.lua")
 
 -- Runs body(where) as the main actor twice: with the other actors on its own scheduler (1 of 1)
 -- and on the other one (2 of 2).
@@ -435,6 +437,134 @@ describe("a kill during IO", function()
       assert.are.equal("hi", conn:receive(2))
       conn:close()
       server:close()
+    end)
+  end)
+
+  -- The collector is stopped while each case looks: a socket or file closed only by its __gc
+  -- would stay open, so what closes here closes at the kill itself.
+  local function without_gc(body)
+    collectgarbage("stop")
+    local ok, err = pcall(body)
+    collectgarbage("restart")
+    if not ok then error(err, 0) end
+  end
+
+  -- Waits until the process has at most n descriptors open; returns how many.
+  local function fds_down_to(n, what)
+    return guard.wait(function() local now = fd_count(); return now <= n and now end, what, 0.01)
+  end
+
+  it("closes the sockets and files the killed actor owned, at the kill", function()
+    without_gc(function()
+      smarm.run(function()
+        local me = smarm.self()
+        local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+        local _, port = server:getsockname()
+        server:settimeout(WAIT)
+        local before = fd_count()
+        local owner = smarm.spawn(function()
+          local c = assert(smarm.tcp.connect("127.0.0.1", port))
+          local f = assert(smarm.fs.open("/dev/null", "r"))
+          smarm.send(me, "ready")
+          smarm.receive()
+          return c, f
+        end)
+        local conn = assert(server:accept())
+        assert.are.equal("ready", smarm.receive(WAIT))
+        smarm.kill(owner)
+        conn:settimeout(WAIT)
+        local got, why = conn:receive(1)
+        assert.are.same({ nil, "closed" }, { got, why }) -- the peer sees the end at once
+        conn:close()
+        fds_down_to(before, "the owner's socket and file")
+        server:close()
+      end)
+    end)
+  end)
+
+  it("closes what a crashed actor owned, not what an actor that returned shared", function()
+    without_gc(function()
+      smarm.run(function()
+        local me = smarm.self()
+        local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+        local _, port = server:getsockname()
+        server:settimeout(WAIT)
+        -- a crash: the connection it made closes
+        local crasher = smarm.spawn(function()
+          local c = assert(smarm.tcp.connect("127.0.0.1", port))
+          smarm.send(me, "ready")
+          smarm.receive()
+          error("on purpose: " .. tostring(c))
+        end)
+        smarm.monitor(crasher) -- heard of: no crash report
+        local conn = assert(server:accept())
+        conn:settimeout(WAIT)
+        assert.are.equal("ready", smarm.receive(WAIT))
+        smarm.send(crasher, "go")
+        local got, why = conn:receive(1)
+        assert.are.same({ nil, "closed" }, { got, why })
+        conn:close()
+        assert.matches("on purpose", next_notice("DOWN").reason.error)
+        -- a normal end: a connection passed to spawn lives on in the actor that shares it
+        local opener = smarm.spawn(function()
+          local c = assert(smarm.tcp.connect("127.0.0.1", port))
+          smarm.send(me, smarm.spawn(function(sock)
+            smarm.receive() -- until the opener has ended
+            assert(sock:send("hi"))
+            smarm.send(me, "sent")
+          end, c))
+        end)
+        local user = smarm.receive(WAIT)
+        local conn2 = assert(server:accept())
+        conn2:settimeout(WAIT)
+        guard.ended(opener)
+        smarm.send(user, "go")
+        assert.are.equal("sent", smarm.receive(WAIT))
+        assert.are.equal("hi", conn2:receive(2))
+        conn2:close()
+        server:close()
+      end)
+    end)
+  end)
+
+  it("leaves no descriptor behind when it ends actors parked in any kind of IO", function()
+    smarm.run(function()
+      local me = smarm.self()
+      local path = os.tmpname()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      -- the IO thread's own descriptors (its loop, its signal pipe) come with a first use
+      assert(smarm.process.run({ "true" }))
+      smarm.signal.wait("SIGUSR2", 0.001)
+      smarm.dns.getaddrinfo("localhost")
+      local before = fd_count()
+      local parked = {
+        { "an accept", function() smarm.send(me, "parked"); server:accept() end },
+        { "a socket's receive", function()
+          local c = assert(smarm.tcp.connect("127.0.0.1", port))
+          smarm.send(me, "parked")
+          c:receive(1)
+        end },
+        { "a receive, holding a file", function()
+          local f = assert(smarm.fs.open(path, "w"))
+          smarm.send(me, "parked")
+          smarm.receive()
+          f:close()
+        end },
+        { "a program", function() smarm.send(me, "parked"); smarm.process.run({ "sleep", "600" }) end },
+        { "a signal", function() smarm.send(me, "parked"); smarm.signal.wait("SIGUSR2") end },
+        { "a lookup", function() smarm.send(me, "parked"); smarm.dns.getaddrinfo("localhost") end },
+      }
+      for _, case in ipairs(parked) do
+        local p = smarm.spawn_monitor(case[2])
+        assert.are.equal("parked", smarm.receive(WAIT), case[1])
+        smarm.yield()
+        smarm.kill(p)
+        assert.are.equal("killed", next_notice("DOWN").reason, case[1])
+      end
+      server:close() -- with the connection of the first case, which nobody accepted
+      os.remove(path)
+      fds_down_to(before, "the descriptors of the killed actors")
     end)
   end)
 end)

@@ -175,8 +175,11 @@ static const char open_files_key = 0;
 static int file_stale(const lfile_t *f) { return f->run != sm_lhandle_run_generation(); }
 
 /* Makes the new file userdata on top a file of this run that owns fd: first records it as open
-** in its VM (which may raise for memory while the userdata has no __gc and owns nothing: a
-** decoder's block still closes the descriptor then), then gives it fd and its metatable. */
+** in its VM and with its owner, the running actor (either may raise for memory while the
+** userdata has no __gc and owns nothing: a decoder's block still closes the descriptor then),
+** then gives it fd and its metatable. */
+static const lhandle_kind_t file_kind;
+
 static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
 {
   lua_pushlightuserdata(L, (void *)&open_files_key);
@@ -196,6 +199,7 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
   lua_pop(L, 1);
+  sm_lhandle_own(L, -1, &file_kind);
   f->fd = fd;
   f->busy = f->closing = f->handed = 0;
   f->run = sm_lhandle_run_generation();
@@ -394,7 +398,22 @@ static void file_push(lua_State *L, const lhandle_t *h)
 
 static void file_drop(const lhandle_t *h) { sm_fs_post_close(h->fd); }
 
-static const lhandle_kind_t file_kind = {file_test, file_handed_over, file_push, file_drop};
+/* Its owner ended abnormally. A read or write in flight keeps the descriptor until it finishes
+** (file_leave closes it then); one of the ended owner's own never finishes here (its actor is
+** gone), so that file closes when it is collected, as before. */
+static void file_close_owned(void *file)
+{
+  lfile_t *f = file;
+  if (file_stale(f) || f->handed || f->fd < 0 || f->closing)
+    return;
+  if (f->busy)
+    f->closing = 1;
+  else
+    post_file_close(f);
+}
+
+static const lhandle_kind_t file_kind = {file_test, file_handed_over, file_push, file_drop,
+                                         file_close_owned};
 
 void sm_lfs_end_run(lua_State *L)
 {

@@ -7,6 +7,8 @@
 */
 #include "lhandle.h"
 
+#include "smarm.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,6 +45,96 @@ int sm_lhandle_kind_count(void)
 }
 
 const lhandle_kind_t *sm_lhandle_kind(int index) { return kinds[index]; }
+
+/* Registry keys (addresses): the owners table, and the weak-keys metatable of owners' sets. */
+static const char owners_key, weak_keys_key;
+
+/* Pushes registry[key] (nil if it was never made). */
+static void push_registry(lua_State *L, const void *key)
+{
+  lua_pushlightuserdata(L, (void *)key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+}
+
+/* Pushes registry[key], making it first (a table; with __mode = mode when mode). */
+static void push_made(lua_State *L, const void *key, const char *mode)
+{
+  push_registry(L, key);
+  if (!lua_isnil(L, -1))
+    return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  if (mode) {
+    lua_pushstring(L, mode);
+    lua_setfield(L, -2, "__mode");
+  }
+  lua_pushlightuserdata(L, (void *)key);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
+{
+  void *owner = smarm_actor_data();
+  if (!owner)
+    return;
+  int index = 0, n = sm_lhandle_kind_count();
+  while (index < n && kinds[index] != kind)
+    index++;
+  if (index == n) /* its module never registered it: cannot happen */
+    return;
+  if (idx < 0)
+    idx = lua_gettop(L) + idx + 1;
+  push_made(L, &owners_key, NULL);
+  lua_pushlightuserdata(L, owner);
+  lua_rawget(L, -2);
+  if (lua_isnil(L, -1)) { /* the first handle this actor owns: its set */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    push_made(L, &weak_keys_key, "k");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, owner);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_pushvalue(L, idx);
+  lua_pushinteger(L, index);
+  lua_rawset(L, -3);
+  lua_pop(L, 2);
+}
+
+/* Only reads, lua_next and a store over an existing key: nothing here allocates or raises, so it
+** runs unprotected at an actor's end (also for the many actors that own nothing). */
+void sm_lhandle_end_owner(lua_State *L, void *owner, int close)
+{
+  int top = lua_gettop(L);
+  push_registry(L, &owners_key);
+  if (lua_isnil(L, -1)) {
+    lua_settop(L, top);
+    return;
+  }
+  lua_pushlightuserdata(L, owner);
+  lua_rawget(L, -2);
+  if (lua_isnil(L, -1)) {
+    lua_settop(L, top);
+    return;
+  }
+  if (close) {
+    int n = sm_lhandle_kind_count();
+    lua_pushnil(L);
+    while (lua_next(L, -2) != 0) {
+      int kind = (int)lua_tointeger(L, -1);
+      if (kind >= 0 && kind < n && kinds[kind]->close_owned)
+        kinds[kind]->close_owned(lua_touserdata(L, -2));
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  lua_pushlightuserdata(L, owner);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_settop(L, top);
+}
 
 uint32_t sm_lhandle_run_generation(void) { return run_generation; }
 

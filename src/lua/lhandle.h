@@ -13,6 +13,13 @@
 ** - A handle travels in a message at most once per message; the sender's handle is handed over
 **   only once the message was sent, and whoever holds a block with handles nobody received drops
 **   them (the kind's drop closes them).
+** - A handle is owned by the actor that made it or received it in a message (Erlang's port
+**   owner; actors that share it through spawn arguments or upvalues do not own it). When its
+**   owner ends with a reason other than normal (an error, a kill, an exit signal, smarm.exit with
+**   a reason), the handle is closed at once (the kind's close_owned); after a normal end it is
+**   closed as before, by close or by its __gc. Owners are kept per VM in a registry table:
+**   owner (the actor's data pointer, a light userdata) -> { [handle userdata] = kind index },
+**   with weak keys, so owning keeps no handle from the GC.
 */
 #ifndef SMARM_LUA_LHANDLE_H
 #define SMARM_LUA_LHANDLE_H
@@ -43,6 +50,9 @@ typedef struct sm_lhandle_kind {
   void (*push)(lua_State *L, const lhandle_t *h);
   /* Nobody received h: close it (any thread, also during shutdown). */
   void (*drop)(const lhandle_t *h);
+  /* Its owner ended abnormally: close the userdata's handle now if it is open (a posted close:
+  ** no parking, no raising); a no-op for one that is closed, handed over or stale. */
+  void (*close_owned)(void *ud);
 } lhandle_kind_t;
 
 /* At most this many kinds; a kind is named in messages by its index. */
@@ -56,6 +66,14 @@ int sm_lhandle_register(const lhandle_kind_t *kind);
 ** kind itself (its VM loaded the module) may read them without a lock. */
 int sm_lhandle_kind_count(void);
 const lhandle_kind_t *sm_lhandle_kind(int index);
+
+/* The running actor (if any) owns the handle userdata at idx, of the registered `kind`. May
+** raise for memory: call it once the userdata has its metatable (its __gc closes it then). */
+void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind);
+
+/* The actor whose data pointer is `owner` has ended: forget what it owned, closing it first
+** when `close` (an abnormal end). Never raises (out of memory: nothing is closed early). */
+void sm_lhandle_end_owner(lua_State *L, void *owner, int close);
 
 /* The generation of runs: changes when smarm.run starts a run and again when the run has ended
 ** (lsmarm.c, on the caller's thread while no scheduler runs). */

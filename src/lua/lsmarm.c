@@ -240,13 +240,18 @@ static void lactor_main(void *arg)
   if (status != 0)
     set_error_reason(co);
   lua_settop(co, 0);
+  sm_lhandle_end_owner(co, la, status != 0); /* a crash closes the sockets and files it owns */
   lactor_free(la, CO_RECYCLE);
 }
 
+/* Killed (or stopped by the run's end, which closes everything anyway): what it owns closes. */
 static void on_actor_stopped(void *data, void *ud)
 {
   (void)ud;
   lactor_t *la = data;
+  lvm_t *vm = this_vm();
+  if (vm && vm->L && !la->is_main)
+    sm_lhandle_end_owner(vm->L, la, 1);
   lactor_free(la, la->is_main ? CO_KEEP : CO_RELEASE);
 }
 
@@ -388,6 +393,7 @@ static int l_exit(lua_State *L)
     lactor_free(la, CO_KEEP);
   } else {
     smarm_actor_set_data(NULL);
+    sm_lhandle_end_owner(L, la, code != SMARM_EXIT_NORMAL);
     lactor_free(la, CO_RELEASE);
   }
   smarm_exit();

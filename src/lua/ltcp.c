@@ -56,6 +56,8 @@ typedef struct lsock {
 ** number may be another socket's now, so nothing may be done with either. */
 static int stale(const lsock_t *s) { return s->run != sm_lhandle_run_generation(); }
 
+static const lhandle_kind_t sock_kind;
+
 static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
 {
   lsock_t *s = lua_newuserdata(L, sizeof *s);
@@ -66,6 +68,8 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
   s->state = OPEN;
   s->timeout = -1;
   s->run = sm_lhandle_run_generation();
+  sm_lhandle_own(L, -1, &sock_kind); /* may raise (memory) while it has no __gc: a decoder's
+                                      ** block still closes the socket then */
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
 }
@@ -479,7 +483,10 @@ static void post_close(lsock_t *s)
 
 static void sock_drop(const lhandle_t *h) { post_close_id(h->id); }
 
-static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push, sock_drop};
+static void sock_close_owned(void *ud) { post_close(ud); }
+
+static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push, sock_drop,
+                                         sock_close_owned};
 
 static int m_close(lua_State *L)
 {
