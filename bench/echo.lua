@@ -56,8 +56,8 @@ for _, variant in ipairs({ "rtt", "rtt_local" }) do
       local _, port = server:getsockname()
       smarm.spawn(serve, server)
       local me = smarm.self()
-      smarm.spawn_on(variant == "rtt" and 2 or 1, client, me, port, { rounds = rounds, runs = runs, batch = batch, warmup = 2000,
-        label = "echo " .. variant })
+      smarm.spawn_on(variant == "rtt" and 2 or 1, client, me, port,
+        { rounds = rounds, runs = runs, batch = batch, warmup = 2000, label = "echo " .. variant })
       local r = bench.merge({ smarm.receive() })
       server:close()
       bench.report({ scenario = "echo", variant = variant, schedulers = 2, bytes = 64 }, r)

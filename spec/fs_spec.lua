@@ -267,8 +267,7 @@ describe("smarm.fs.open", function()
       assert(smarm.fs.writefile(fifo, "12345"))
       local got = guard.receive("the reader's bytes")
       for i = 1, 50 do -- opened and dropped without close
-        local g = assert(smarm.fs.open(dir .. "/other" .. i, "w"))
-        g = nil -- luacheck: ignore
+        assert(smarm.fs.open(dir .. "/other" .. i, "w"))
       end
       collectgarbage()
       collectgarbage()
@@ -303,7 +302,7 @@ describe("files in messages", function()
       -- to an actor that has ended: the file is closed for it
       local gone = smarm.spawn_on(2, function() end)
       guard.ended(gone)
-      for i = 1, 20 do
+      for _ = 1, 20 do
         smarm.send(gone, { file = assert(smarm.fs.open(dir .. "/f", "r")) })
       end
       -- dropped on scheduler 2, their closes posted: wait until they have run

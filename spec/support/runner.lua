@@ -1,9 +1,9 @@
 -- A small stand-in for busted, for where busted cannot run: the aarch64 build under qemu-user
 -- (busted's C modules exist only for the host). It gives the specs what they use of busted and
 -- luassert: describe, it, pending, before_each / after_each (for the cases of their describe
--- block and the blocks inside it, outermost first / innermost first), and assert.are.equal / are.same / matches / is_true /
--- is_false / is_nil / is_number / is_table / truthy / has_error. Run with the smarm executable in plain
--- mode, from the repository root:
+-- block and the blocks inside it, outermost first / innermost first), and assert.are.equal /
+-- are.same / matches / is_true / is_false / is_nil / is_number / is_table / truthy / has_error.
+-- Run with the smarm executable in plain mode, from the repository root:
 --   smarm -n spec/support/runner.lua spec/actor_spec.lua spec/message_spec.lua ...
 -- It prints each case's result and ends with busted's summary line
 -- "N successes / N failures / N errors / N pending".

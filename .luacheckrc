@@ -1,0 +1,8 @@
+-- luacheck (Debian's lua-check) over lua/, bench/, spec/ and examples/: run by ctest as
+-- <variant>/lint in the plain native builds (CMakeLists.txt), and by hand with `luacheck .`.
+std = "luajit"
+max_line_length = 120
+exclude_files = { "build/**", "deps/**" }
+-- spec/**/*_spec.lua get busted's globals from luacheck's own defaults; the stand-in runner
+-- defines them.
+files["spec/support/runner.lua"] = { globals = { "describe", "it", "pending", "before_each", "after_each", "assert" } }
