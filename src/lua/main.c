@@ -13,8 +13,8 @@
 ** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
 **
 ** This file parses the command line and loads the script; how a script or the prompt then runs
-** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with SMARM_LUA_DIR (the
-** source tree's lua/ folder, an absolute path): the executable works from any directory.
+** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with the folder of smarm's
+** modules (lua_dir): the executable works from any directory, installed or in its build tree.
 */
 #define _GNU_SOURCE
 #include "lsmarm.h"
@@ -35,8 +35,29 @@
 #define SMARM_LUA_DIR "lua"
 #endif
 
+/* Pushes the folder of smarm's Lua modules: next to an installed executable (<prefix>/bin/smarm
+** finds <prefix>/share/lua/5.1/smarm/, cmake/install.cmake), else the source tree's lua/ folder
+** (SMARM_LUA_DIR, an absolute path: the executable of a build tree). */
+static void push_lua_dir(lua_State *L)
+{
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = '\0';
+    lua_pushfstring(L, "%s/../share/lua/5.1", exe);
+    lua_pushfstring(L, "%s/smarm/cli.lua", lua_tostring(L, -1));
+    int installed = access(lua_tostring(L, -1), R_OK) == 0;
+    lua_pop(L, 1);
+    if (installed)
+      return;
+    lua_pop(L, 1);
+  }
+  lua_pushstring(L, SMARM_LUA_DIR);
+}
+
 /* Pushes the function `name` of lua/smarm/cli.lua (the runner of scripts and the prompt, found
-** on package.path, which names SMARM_LUA_DIR first). Returns 0, or an error status with the
+** on package.path, which names smarm's own folder first). Returns 0, or an error status with the
 ** message pushed. */
 static int push_cli_function(lua_State *L, const char *name)
 {
@@ -134,10 +155,11 @@ int main(int argc, char **argv)
   sm_lsmarm_preload(L);
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", SMARM_LUA_DIR, SMARM_LUA_DIR,
-                  lua_tostring(L, -1));
-  lua_setfield(L, -3, "path");
-  lua_pop(L, 2);
+  push_lua_dir(L);
+  const char *dir = lua_tostring(L, -1);
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -2));
+  lua_setfield(L, -4, "path");
+  lua_pop(L, 3);
 
   int status;
   lua_getglobal(L, "require");
