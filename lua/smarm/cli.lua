@@ -10,6 +10,7 @@ function cli.run(smarm, chunk, schedulers)
   local ok, err = pcall(smarm.run, function() return chunk(unpack(args, 1, args.n or #args)) end,
     { schedulers = schedulers })
   -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
+  if not ok and err == nil then error(nil, 0) end -- error() without a value: silent, as lua.c
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
 end
 

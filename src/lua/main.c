@@ -10,7 +10,8 @@
 **                                       configurations, each with its own scheduler count)
 **   smarm -v                            versions
 **
-** Exit status: 0, or 1 with the error and its traceback on stderr (2 for bad usage).
+** Exit status: 0, or 1 with the error and its traceback on stderr (nothing for error() without a
+** value, as lua.c), 2 for bad usage.
 **
 ** This file parses the command line and loads the script; how a script or the prompt then runs
 ** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with the folder of smarm's
@@ -96,8 +97,12 @@ static void set_arg(lua_State *L, char **argv, int argc, int script_at)
   lua_setglobal(L, "arg");
 }
 
+/* Prints an error and returns the exit status. An error without a value (error()) prints nothing,
+** as lua.c: busted on Lua 5.1 ends a run with failures that way. */
 static int report(lua_State *L, int status)
 {
+  if (status != 0 && lua_isnil(L, -1))
+    return 1;
   if (status != 0) {
     const char *msg = lua_tostring(L, -1);
     if (!msg && luaL_callmeta(L, -1, "__tostring"))
