@@ -74,6 +74,33 @@ describe("the smarm executable", function()
     os.remove(s)
   end)
 
+  it("runs busted with smarm test, failures making the status 1", function()
+    if exe:find("qemu") then -- busted's C modules exist for the host only
+      pending("smarm test under qemu: busted's C modules are the host's")
+      return
+    end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir .. "/spec") == 0)
+    local function write(name, text)
+      local f = assert(io.open(dir .. "/spec/" .. name, "w"))
+      f:write(text)
+      f:close()
+    end
+    write("good_spec.lua", 'describe("g", function() it("runs", function()\n'
+      .. '  assert.are.equal(3, require("smarm").run(function() return 3 end)) end) end)\n')
+    local out, err, status = sh("cd " .. dir .. " && " .. exe .. " test -o plainTerminal")
+    assert.are.equal(0, status, err)
+    assert.matches("1 success / 0 failures", out)
+    write("bad_spec.lua", 'describe("b", function() it("fails", function()\n'
+      .. '  assert.are.equal(1, 2) end) end)\n')
+    out, err, status = sh("cd " .. dir .. " && " .. exe .. " test -o plainTerminal")
+    os.execute("rm -rf " .. dir)
+    assert.are.equal(1, status)
+    assert.matches("1 success / 1 failure", out)
+    assert.are.equal("", err)
+  end)
+
   it("exits 1 for a script that does not exist or does not compile", function()
     local _, err1, status1 = sh(exe .. " /nonexistent/script.lua")
     assert.are.equal(1, status1)

@@ -62,4 +62,24 @@ function cli.prompt(smarm, schedulers, interactive)
   end, { schedulers = schedulers })
 end
 
+-- `smarm test [busted options]`: busted on this executable's LuaJIT, in plain mode (each spec
+-- calls smarm.run itself). busted's modules are looked for where Debian's lua-busted and
+-- luarocks put them, after this executable's own paths; `arg` holds busted's options.
+local SYSTEM_PATH = "/usr/local/share/lua/5.1/?.lua;/usr/local/share/lua/5.1/?/init.lua;"
+  .. "/usr/share/lua/5.1/?.lua;/usr/share/lua/5.1/?/init.lua"
+local SYSTEM_CPATH = "/usr/local/lib/lua/5.1/?.so;/usr/lib/x86_64-linux-gnu/lua/5.1/?.so;"
+  .. "/usr/lib/aarch64-linux-gnu/lua/5.1/?.so;/usr/lib/lua/5.1/?.so"
+
+function cli.test()
+  package.path = package.path .. ";" .. SYSTEM_PATH
+  package.cpath = package.cpath .. ";" .. SYSTEM_CPATH
+  local ok, runner = pcall(require, "busted.runner")
+  if not ok then
+    error("smarm test: busted cannot be loaded (Debian: apt-get install lua-busted; or luarocks "
+      .. "--lua-version 5.1 install busted)\n" .. tostring(runner), 0)
+  end
+  _G.arg[0] = "smarm test"
+  runner({ standalone = false })
+end
+
 return cli

@@ -9,6 +9,8 @@
 **                                       smarm.run itself (benchmarks use this to run several
 **                                       configurations, each with its own scheduler count)
 **   smarm -v                            versions
+**   smarm test [busted options...]      busted on this executable (plain mode), with Debian's or
+**                                       /usr/local's busted modules found (lua/smarm/cli.lua)
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (nothing for error() without a
 ** value, as lua.c), 2 for bad usage.
@@ -77,11 +79,14 @@ static void usage(FILE *out)
   fprintf(out, "usage: smarm [-s N] [script.lua [args...] | -e code [args...]]\n"
                "       smarm -n script.lua [args...]\n"
                "       smarm -v\n"
+               "       smarm test [busted options...]\n"
                "  -s N   schedulers (default: online CPUs)\n"
                "  -e c   run the code c as the main actor\n"
                "  -n     plain: start no runtime; the script calls smarm.run itself\n"
                "  -v     print the versions of smarm, LuaJIT and libuv\n"
-               "With no script and no -e: a prompt whose lines run in the main actor.\n");
+               "With no script and no -e: a prompt whose lines run in the main actor.\n"
+               "smarm test runs busted (its specs call smarm.run themselves); a script named\n"
+               "test runs as ./test.\n");
 }
 
 /* Sets the global `arg` like the lua interpreter: arg[0] = script, arg[1..] = the rest. */
@@ -151,6 +156,8 @@ int main(int argc, char **argv)
     }
   }
 
+  int test = !code && i < argc && strcmp(argv[i], "test") == 0;
+
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "smarm: not enough memory\n");
@@ -174,7 +181,12 @@ int main(int argc, char **argv)
     return report(L, status);
   int smarm = lua_gettop(L);
 
-  if (code || i < argc) {
+  if (test) {
+    set_arg(L, argv, argc, i); /* arg[0] = "test", then busted's options */
+    status = push_cli_function(L, "test");
+    if (status == 0)
+      status = lua_pcall(L, 0, 0, 0);
+  } else if (code || i < argc) {
     if (code) {
       set_arg(L, argv, argc, i - 1);
       status = luaL_loadbuffer(L, code, strlen(code), "=(command line)");
