@@ -31,6 +31,15 @@ int test_scaled(int n, int min)
   return v < min ? min : (int)v;
 }
 
+uint32_t test_xorshift(uint32_t *s)
+{
+  uint32_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return *s = x;
+}
+
 int test_send_u64(smarm_pid_t to, uint64_t v)
 {
   smarm_msg_t *m = smarm_msg_new(sizeof v);

@@ -103,6 +103,10 @@ double test_scale(void);
 /* n scaled by test_scale(), at least min. */
 int test_scaled(int n, int min);
 
+/* The next number of a xorshift32 sequence whose state is *s (never 0): cheap, repeatable
+** randomness for stress tests. */
+uint32_t test_xorshift(uint32_t *s);
+
 /* Sends a message holding one 64-bit value; returns smarm_send's result. */
 int test_send_u64(smarm_pid_t to, uint64_t v);
 /* Receives one 64-bit value (-1 on timeout or error). */

@@ -33,19 +33,10 @@ static void run_cfg(unsigned nsched, unsigned max_stacks, smarm_actor_fn fn, voi
   CHECK_EQ(smarm_run(&cfg, fn, arg), 0);
 }
 
-static uint32_t xorshift(uint32_t *s)
-{
-  uint32_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 17;
-  x ^= x << 5;
-  return *s = x;
-}
-
 static void shuffle(smarm_pid_t *a, size_t n, uint32_t *rng)
 {
   for (size_t i = n - 1; i > 0; i--) {
-    size_t j = xorshift(rng) % (i + 1);
+    size_t j = test_xorshift(rng) % (i + 1);
     smarm_pid_t t = a[i];
     a[i] = a[j];
     a[j] = t;
@@ -418,7 +409,7 @@ static __attribute__((noinline)) int share_level(uint32_t id, int depth, uint32_
       for (size_t i = 0; i < sizeof local; i++)
         here &= local[i] == (unsigned char)(id * 131 + i * 7 + (size_t)depth);
       here &= where == (uintptr_t)&local[0];
-      for (uint32_t k = xorshift(&rng) % 3; k > 0; k--)
+      for (uint32_t k = test_xorshift(&rng) % 3; k > 0; k--)
         smarm_yield();
       ok &= here;
       CHECK_EQ(test_send_u64(share.main, ((uint64_t)id << 8) | (r << 1) | (uint64_t)here), 0);

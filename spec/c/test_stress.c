@@ -42,15 +42,6 @@
 
 static int64_t load(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 
-static uint32_t xorshift(uint32_t *s)
-{
-  uint32_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 17;
-  x ^= x << 5;
-  return *s = x;
-}
-
 static uint64_t msg_u64(smarm_msg_t *m)
 {
   uint64_t v = UINT64_MAX;
@@ -151,7 +142,7 @@ static void m2m_receiver(void *arg)
   int64_t count = 0, timeouts = 0;
   while (ended < M2M_SENDERS) {
     smarm_msg_t *m = NULL;
-    uint32_t r = xorshift(&rng);
+    uint32_t r = test_xorshift(&rng);
     if (r % 4 == 0) {
       /* Short waits, many of them timing out: a timer and a delivery race for this actor. */
       int64_t waited = 0, step = 1000 + (int64_t)(r >> 8) % 200000;
@@ -205,7 +196,7 @@ static void m2m_sender(void *arg)
   uint64_t seq[M2M_RECEIVERS] = {0};
   uint64_t burst = 0;
   for (uint64_t i = 0; i < m2m.per_sender; i++) {
-    uint32_t r = xorshift(&rng);
+    uint32_t r = test_xorshift(&rng);
     uint32_t to = r % M2M_RECEIVERS;
     CHECK_EQ(test_send_u64(m2m.receivers[to], M2M_MSG(1, me, seq[to])), 0);
     seq[to]++;
@@ -288,7 +279,7 @@ static void pp_ponger(void *arg)
   for (;;) {
     smarm_msg_t *m = NULL;
     int rc;
-    if (p->timed && xorshift(&rng) % 8 == 0) {
+    if (p->timed && test_xorshift(&rng) % 8 == 0) {
       int64_t waited = 0;
       while ((rc = smarm_receive(20 * 1000, &m)) == -ETIMEDOUT && waited < LONG_WAIT)
         waited += 20 * 1000;
@@ -406,7 +397,7 @@ static void storm_spawner(void *arg)
   smarm_pid_t batch[8];
   uint64_t made = 0;
   while (made < storm.per_spawner) {
-    uint32_t r = xorshift(&rng);
+    uint32_t r = test_xorshift(&rng);
     uint32_t n = 1 + r % 8;
     if (n > storm.per_spawner - made)
       n = (uint32_t)(storm.per_spawner - made);

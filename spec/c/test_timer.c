@@ -6,15 +6,6 @@
 
 #define N 1000
 
-static uint32_t xorshift(uint32_t *s)
-{
-  uint32_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 17;
-  x ^= x << 5;
-  return *s = x;
-}
-
 /* Whether every parent is due no later than its children and every index is right. */
 static int heap_ok(const timer_heap_t *h)
 {
@@ -53,7 +44,7 @@ TEST(deadlines_come_out_in_order)
   sm_timer_heap_init(&h);
   uint32_t rng = 12345;
   for (int i = 0; i < N; i++) {
-    ts[i] = (deadline_t){(int64_t)(xorshift(&rng) % 100000), -1};
+    ts[i] = (deadline_t){(int64_t)(test_xorshift(&rng) % 100000), -1};
     CHECK_EQ(sm_timer_add(&h, &ts[i]), 0);
   }
   CHECK(heap_ok(&h));
@@ -87,7 +78,7 @@ TEST(removal_from_anywhere_keeps_the_heap)
   sm_timer_heap_init(&h);
   uint32_t rng = 777;
   for (int i = 0; i < N; i++) {
-    ts[i] = (deadline_t){(int64_t)(xorshift(&rng) % 5000), -1};
+    ts[i] = (deadline_t){(int64_t)(test_xorshift(&rng) % 5000), -1};
     CHECK_EQ(sm_timer_add(&h, &ts[i]), 0);
   }
   /* every third one leaves early (an actor woken by a message), some twice (a no-op) */
@@ -106,7 +97,7 @@ TEST(removal_from_anywhere_keeps_the_heap)
   CHECK_EQ(h.count, N - removed);
   /* re-added with new deadlines, mixed with the rest */
   for (int i = 0; i < N; i += 3) {
-    ts[i].deadline = (int64_t)(xorshift(&rng) % 5000);
+    ts[i].deadline = (int64_t)(test_xorshift(&rng) % 5000);
     CHECK_EQ(sm_timer_add(&h, &ts[i]), 0);
   }
   CHECK(heap_ok(&h));
