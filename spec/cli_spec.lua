@@ -191,6 +191,28 @@ describe("the smarm executable", function()
     assert.are.equal(0, status2)
   end)
 
+  it("continues unfinished chunks, prints =expr, knows smarm, and trims its own frames", function()
+    local out, err, status = sh(exe, table.concat({
+      "for i = 1, 3 do",
+      "  print(i)",
+      "end",
+      "=1 + 1",
+      "print(smarm.is_pid(smarm.self()))",
+      "function boom()",
+      "  error('boom')",
+      "end",
+      "boom()",
+      "print(",
+      "'after')",
+    }, "\n") .. "\n")
+    assert.are.equal(0, status)
+    assert.are.equal("1\n2\n3\n2\ntrue\nafter\n", out)
+    assert.matches("stdin:2: boom\nstack traceback:\n", err) -- lines count within an entry
+    assert.matches("stdin:2: in function <stdin:1>", err)
+    assert.is_nil(err:find("cli.lua", 1, true))
+    assert.is_nil(err:find("xpcall", 1, true))
+  end)
+
   it("runs prompt lines in the main actor", function()
     local out, err, status = sh(exe .. " -s 2", table.concat({
       "1 + 1",

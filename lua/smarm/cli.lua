@@ -22,7 +22,30 @@ local function show(ok, ...)
   end
 end
 
--- The prompt: every line runs in the main actor, so it may spawn, send, receive and sleep. Input
+-- The message handler of a prompt line: the error and the line's traceback, without the
+-- prompt's own frames (everything from the xpcall that ran the line on).
+local function line_traceback(err)
+  local text = debug.traceback(type(err) == "string" and err or tostring(err), 2)
+  local cut = text:find("\n%s*%[C%]: in function 'xpcall'")
+  return cut and text:sub(1, cut - 1) or text
+end
+
+-- Compiles the text of one prompt entry: "=expr" and expressions print their values (as lua
+-- does); a chunk that is not finished yet (its error is at <eof>) asks for more lines.
+local function compile(text)
+  if text:sub(1, 1) == "=" then text = "return " .. text:sub(2) end
+  local f = loadstring("return " .. text, "=stdin")
+  if f then return f end
+  local err
+  f, err = loadstring(text, "=stdin")
+  if f then return f end
+  if err:find("<eof>", 1, true) then return nil, nil, true end
+  return nil, err
+end
+
+-- The prompt: every entry runs in the main actor, so it may spawn, send, receive and sleep. An
+-- entry is a line, or the lines of a chunk that continues (`for i = 1, 3 do` ... `end`); `=expr`
+-- and expressions print their values; `smarm` is a global. Input
 -- that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
 -- other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
 -- opened) is read with plain reads of the shared descriptor, which keep its position.
@@ -48,16 +71,22 @@ function cli.prompt(smarm, schedulers, interactive)
         pending = pending .. chunk
       end
     end
+    if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
+    local text = nil -- the lines of an entry that is not finished yet
     while true do
-      if interactive then io.stdout:write("> "); io.stdout:flush() end
+      if interactive then io.stdout:write(text and ">> " or "> "); io.stdout:flush() end
       local line = read_line()
       if not line then
         if interactive then io.stdout:write("\n") end
+        if text then io.stderr:write("stdin: unfinished input dropped at the end\n") end
         return
       end
-      local f, err = loadstring("return " .. line, "=stdin")
-      if not f then f, err = loadstring(line, "=stdin") end
-      if not f then io.stderr:write(err, "\n") else show(xpcall(f, debug.traceback)) end
+      text = text and (text .. "\n" .. line) or line
+      local f, err, more = compile(text)
+      if not more then
+        text = nil
+        if not f then io.stderr:write(err, "\n") else show(xpcall(f, line_traceback)) end
+      end
     end
   end, { schedulers = schedulers })
 end
