@@ -325,7 +325,12 @@ describe("smarm.call and smarm.reply", function()
           local m = smarm.receive()
           seen.kind, seen.request = m.smarm, m.request
           seen.pid, seen.is_ref = m.from.pid, smarm.is_ref(m.from.ref)
-          seen.text, seen.same = tostring(m.from), m.from == m.from
+          seen.text = tostring(m.from)
+          -- two copies (two userdata): equal by value
+          smarm.send(smarm.self(), { f = m.from })
+          smarm.send(smarm.self(), { f = m.from })
+          local a, b = smarm.receive().f, smarm.receive().f
+          seen.same, seen.distinct = a == b, not rawequal(a, b)
           seen.other = m.from.other
           smarm.send(worker, { from = m.from, n = m.request.n })
         end
@@ -339,6 +344,7 @@ describe("smarm.call and smarm.reply", function()
       assert.is_true(seen.is_ref)
       assert.matches("^#From<", seen.text)
       assert.is_true(seen.same)
+      assert.is_true(seen.distinct)
       assert.is_nil(seen.other)
       smarm.kill(server)
       smarm.kill(worker)
@@ -479,6 +485,37 @@ describe("a kill during IO", function()
         fds_down_to(before, "the owner's socket and file")
         server:close()
       end)
+    end)
+  end)
+
+  it("closes what an actor owned when a kill that came at a poll ends it as it returns", function()
+    without_gc(function()
+      smarm.run(function()
+        local me = smarm.self()
+        local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+        local _, port = server:getsockname()
+        server:settimeout(WAIT)
+        -- on the other scheduler (its VM collects as it likes: the socket is kept in a global
+        -- there, so only its owner's end can close it); it polls, so the kill waits for its end
+        local owner, ref = smarm.spawn_opt({ on = 2, monitor = true }, function(parent, p)
+          local s = require("smarm")
+          _G.kept = assert(s.tcp.connect("127.0.0.1", p))
+          s.send(parent, "ready")
+          while s.receive(0) ~= "go" do end
+        end, me, port)
+        local conn = assert(server:accept())
+        conn:settimeout(WAIT)
+        assert.are.equal("ready", smarm.receive(WAIT))
+        smarm.kill(owner)
+        smarm.send(owner, "go") -- after the kill: it returns with the kill pending
+        local d = next_notice("DOWN")
+        assert.are.equal(ref, d.ref)
+        assert.are.equal("killed", d.reason)
+        local got, why = conn:receive(1)
+        assert.are.same({ nil, "closed" }, { got, why })
+        conn:close()
+        server:close()
+      end, { schedulers = 2 })
     end)
   end)
 

@@ -298,6 +298,12 @@ SMARM_API int smarm_set_exit_reason(int code, const void *data, size_t size);
 ** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
 SMARM_API int smarm_is_watched(void);
 
+/* Whether the calling actor has a death pending: an exit signal that ends it at its next parking
+** point or when its function returns, whatever reason it sets (a poll does not take it). 1 or 0
+** (0 outside an actor). The Lua binding then closes what the actor owns, as for any abnormal
+** end. */
+SMARM_API int smarm_exit_pending(void);
+
 /* Sends an exit signal with that reason to `to`, as if from a linked actor that died, except
 ** that SMARM_EXIT_KILL is untrappable and that no link is needed. A signal to oneself takes
 ** effect before the call returns. Returns 0 (also when `to` is dead: nothing happens), -EINVAL

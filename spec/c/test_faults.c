@@ -185,22 +185,45 @@ TEST(demonitor_drops_the_down_and_flush_removes_a_queued_one)
   RUN(2, main_demonitor, &there);
 }
 
+/* Answers each message (the asker's pid) with smarm_is_watched(): whether it still holds a
+** watcher's record. */
+static void watched_reporter(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m;
+  while (smarm_receive(SMARM_FOREVER, &m) == 0) {
+    uint64_t asker;
+    memcpy(&asker, smarm_msg_data(m), sizeof asker);
+    smarm_msg_free(m);
+    test_send_u64((smarm_pid_t)asker, (uint64_t)smarm_is_watched());
+  }
+}
+
 /* Demonitors of another scheduler's actor wait to ride with the next push there (intersched.c):
-** more of them than the deferred list holds in a row, then a kill that must overtake none, and
-** some still waiting when the run ends (freed with their scheduler: ASan and valgrind look). */
+** a message sent after a demonitor must find the demonitor done; more demonitors in a row than
+** the deferred list holds; a kill that must overtake none; and some still waiting when the run
+** ends (freed with their scheduler: ASan and valgrind look). */
 static void main_many_demonitors(void *arg)
 {
   (void)arg;
   enum { N = 200 };
   static smarm_ref_t refs[N];
   smarm_pid_t pid;
-  smarm_ref_t keep;
-  CHECK_EQ(smarm_spawn_on(1, wait_forever, NULL, NULL, &pid), 0);
+  smarm_ref_t keep, last;
+  CHECK_EQ(smarm_spawn_on(1, watched_reporter, NULL, NULL, &pid), 0);
+  CHECK_EQ(smarm_monitor(pid, &last), 0);
+  CHECK_EQ(test_send_u64(pid, smarm_self()), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 1);
+  CHECK_EQ(smarm_demonitor(last, 0), 1); /* deferred: the next push carries it ahead */
+  CHECK_EQ(test_send_u64(pid, smarm_self()), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 0);
   for (int i = 0; i < N; i++)
     CHECK_EQ(smarm_monitor(pid, &refs[i]), 0);
   CHECK_EQ(smarm_monitor(pid, &keep), 0);
   for (int i = 0; i < N; i++)
     CHECK_EQ(smarm_demonitor(refs[i], 0), 1);
+  CHECK_EQ(test_send_u64(pid, smarm_self()), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 1); /* keep, only: every demonitor came first */
   CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
   smarm_msg_t *m;
   const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);

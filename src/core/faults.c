@@ -497,6 +497,13 @@ int smarm_set_exit_reason(int code, const void *data, size_t size)
   return 0;
 }
 
+int smarm_exit_pending(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  return self && self->exit_pending;
+}
+
 int smarm_is_watched(void)
 {
   sched_t *s;

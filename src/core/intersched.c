@@ -22,8 +22,10 @@
 ** not pushed at once: it waits in the sender's `deferred` list (owner only) and rides in the
 ** same chain as the next push to its scheduler, ahead of it, so a remote call's demonitor costs
 ** no cache-line trip (nor wake-up) of its own. The list goes out quietly (no wake-up) when the
-** scheduler goes idle or holds SCHED_DEFERRED_MAX items; what is left at the end is freed with
-** the scheduler. Order holds: every push from this scheduler to that one goes through
+** scheduler goes idle, every TIMER_CHECK_TICKS decisions of a busy one (sched_poll), or when it
+** holds SCHED_DEFERRED_MAX items; what is left at the end is freed with the scheduler. Until it
+** arrives the target keeps the watcher's record: smarm_is_watched says 1 meanwhile, as it does
+** for a demonitor still in flight. Order holds: every push from this scheduler to that one goes through
 ** sm_sched_push_remote, which sends that scheduler's deferred items first, in order, and a
 ** flush keeps their order. (Deferring a call's SIG_MONITOR the same way was measured slower:
 ** pushed at once, the server's scheduler records it while the caller encodes the request.)

@@ -216,6 +216,8 @@ static inline void sched_poll(sched_t *s)
     s->ticks = 0;
     if (s->timers.count)
       fire_timers(s, smarm_now_ns());
+    if (s->deferred) /* a busy scheduler that never idles still sends them on */
+      sm_sched_flush_deferred(s);
   }
 }
 

@@ -544,8 +544,8 @@ typedef struct dec {
   const unsigned char *start; /* of the value: REFs count their offsets from here */
   int refs_idx;  /* stack slot of the table: offset -> STABLE table (nil until the first one) */
   int nhandles;
-  int handles_idx;
-  smarm_ref_t alias; /* a call's (CALL): the last bytes, taken off `end` */ /* stack slot of the first handle's userdata (made before anything else) */
+  int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
+  smarm_ref_t alias; /* a call's (CALL): the last bytes, taken off `end` */
 } dec_t;
 
 static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }

@@ -182,6 +182,10 @@ static const lhandle_kind_t file_kind;
 
 static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
 {
+  f->fd = -1; /* owns nothing until the steps that may raise are done */
+  f->busy = f->closing = f->handed = 0;
+  f->run = sm_lhandle_run_generation();
+  f->path = NULL;
   lua_pushlightuserdata(L, (void *)&open_files_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   if (lua_isnil(L, -1)) {
@@ -201,8 +205,6 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
   lua_pop(L, 1);
   sm_lhandle_own(L, -1, &file_kind);
   f->fd = fd;
-  f->busy = f->closing = f->handed = 0;
-  f->run = sm_lhandle_run_generation();
   f->path = path;
   luaL_getmetatable(L, FILE_MT);
   lua_setmetatable(L, -2);

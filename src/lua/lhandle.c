@@ -73,6 +73,9 @@ static void push_made(lua_State *L, const void *key, const char *mode)
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
+/* An owner's key: its address as a number, exact (user-space addresses have under 53 bits). */
+static lua_Number owner_key(const void *owner) { return (lua_Number)(uintptr_t)owner; }
+
 void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
 {
   void *owner = smarm_actor_data();
@@ -86,14 +89,14 @@ void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
   if (idx < 0)
     idx = lua_gettop(L) + idx + 1;
   push_made(L, &owners_key, NULL);
-  lua_pushlightuserdata(L, owner);
+  lua_pushnumber(L, owner_key(owner));
   lua_rawget(L, -2);
   if (lua_isnil(L, -1)) { /* the first handle this actor owns: its set */
     lua_pop(L, 1);
     lua_newtable(L);
     push_made(L, &weak_keys_key, "k");
     lua_setmetatable(L, -2);
-    lua_pushlightuserdata(L, owner);
+    lua_pushnumber(L, owner_key(owner));
     lua_pushvalue(L, -2);
     lua_rawset(L, -4);
   }
@@ -103,8 +106,9 @@ void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
   lua_pop(L, 2);
 }
 
-/* Only reads, lua_next and a store over an existing key: nothing here allocates or raises, so it
-** runs unprotected at an actor's end (also for the many actors that own nothing). */
+/* Only reads, lua_next and a store over an existing key (number keys and the registry's own
+** light userdata keys, which the VM knows already): nothing here allocates or raises, so it runs
+** unprotected at an actor's end (also for the many actors that own nothing). */
 void sm_lhandle_end_owner(lua_State *L, void *owner, int close)
 {
   int top = lua_gettop(L);
@@ -113,7 +117,7 @@ void sm_lhandle_end_owner(lua_State *L, void *owner, int close)
     lua_settop(L, top);
     return;
   }
-  lua_pushlightuserdata(L, owner);
+  lua_pushnumber(L, owner_key(owner));
   lua_rawget(L, -2);
   if (lua_isnil(L, -1)) {
     lua_settop(L, top);
@@ -130,7 +134,7 @@ void sm_lhandle_end_owner(lua_State *L, void *owner, int close)
     }
   }
   lua_pop(L, 1);
-  lua_pushlightuserdata(L, owner);
+  lua_pushnumber(L, owner_key(owner));
   lua_pushnil(L);
   lua_rawset(L, -3);
   lua_settop(L, top);

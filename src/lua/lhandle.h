@@ -18,8 +18,9 @@
 **   owner ends with a reason other than normal (an error, a kill, an exit signal, smarm.exit with
 **   a reason), the handle is closed at once (the kind's close_owned); after a normal end it is
 **   closed as before, by close or by its __gc. Owners are kept per VM in a registry table:
-**   owner (the actor's data pointer, a light userdata) -> { [handle userdata] = kind index },
-**   with weak keys, so owning keeps no handle from the GC.
+**   owner (the actor's data pointer, as a number: no light userdata, which a GC64 LuaJIT may
+**   have to intern) -> { [handle userdata] = kind index }, with weak keys, so owning keeps no
+**   handle from the GC.
 */
 #ifndef SMARM_LUA_LHANDLE_H
 #define SMARM_LUA_LHANDLE_H
@@ -68,7 +69,9 @@ int sm_lhandle_kind_count(void);
 const lhandle_kind_t *sm_lhandle_kind(int index);
 
 /* The running actor (if any) owns the handle userdata at idx, of the registered `kind`. May
-** raise for memory: call it once the userdata has its metatable (its __gc closes it then). */
+** raise for memory: a kind whose close may run twice (a socket's id) calls it once the userdata
+** closes by its __gc; one whose may not (a file's descriptor number) calls it while the userdata
+** owns nothing yet. */
 void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind);
 
 /* The actor whose data pointer is `owner` has ended: forget what it owned, closing it first

@@ -144,11 +144,14 @@ int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *a
   return f != NULL;
 }
 
-/* from.pid is the caller, from.ref the call's alias (Erlang's From = {Pid, Tag}). */
+/* from.pid is the caller, from.ref the call's alias (Erlang's From = {Pid, Tag}); inside a
+** runtime only (pids and refs are interned by the running scheduler's VM). */
 static int from_index(lua_State *L)
 {
   lfrom_t *f = test_from(L, 1);
   const char *k = lua_tostring(L, 2);
+  if (!this_vm())
+    return luaL_error(L, "a call's from is read inside a runtime only");
   if (f && k && strcmp(k, "pid") == 0)
     sm_lsmarm_push_pid(L, f->caller);
   else if (f && k && strcmp(k, "ref") == 0)

@@ -101,8 +101,6 @@ static lrun_t *current_run; /* set while smarm.run runs (one runtime per process
 ** when an actor crashes: relaxed is enough, the report is only sent to it. */
 static _Atomic smarm_pid_t crash_reporter;
 
-/* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
-** only for finding the values once, per VM). */
 const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_NORMAL] = "normal", [LVM_STR_KILL] = "kill", [LVM_STR_KILLED] = "killed",
   [LVM_STR_NOPROC] = "noproc", [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
@@ -111,6 +109,8 @@ const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_REASON] = "reason",
 };
 
+/* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
+** only for finding the values once, per VM), and the cached strings. */
 static void vm_cache_refs(lvm_t *vm)
 {
   for (int k = 0; k < LVM_STRS; k++) {
@@ -231,16 +231,19 @@ static void lactor_main(void *arg)
   lua_remove(co, 1); /* the message handler; results or the error remain */
   smarm_actor_set_data(NULL);
   if (la->is_main) {
-    /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. */
+    /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. The
+    ** run's end closes what it owned. */
     current_run->main_status = status;
     current_run->main_done = 1;
+    sm_lhandle_end_owner(co, la, 0);
     lactor_free(la, CO_KEEP);
     return;
   }
   if (status != 0)
     set_error_reason(co);
   lua_settop(co, 0);
-  sm_lhandle_end_owner(co, la, status != 0); /* a crash closes the sockets and files it owns */
+  /* a crash, or a kill that came at a poll and ends it now, closes the handles it owns */
+  sm_lhandle_end_owner(co, la, status != 0 || smarm_exit_pending());
   lactor_free(la, CO_RECYCLE);
 }
 
@@ -250,8 +253,8 @@ static void on_actor_stopped(void *data, void *ud)
   (void)ud;
   lactor_t *la = data;
   lvm_t *vm = this_vm();
-  if (vm && vm->L && !la->is_main)
-    sm_lhandle_end_owner(vm->L, la, 1);
+  if (vm && vm->L)
+    sm_lhandle_end_owner(vm->L, la, !la->is_main);
   lactor_free(la, la->is_main ? CO_KEEP : CO_RELEASE);
 }
 
@@ -390,10 +393,11 @@ static int l_exit(lua_State *L)
     current_run->main_done = 1;
     lua_settop(la->co, 0);
     smarm_actor_set_data(NULL);
+    sm_lhandle_end_owner(L, la, 0);
     lactor_free(la, CO_KEEP);
   } else {
     smarm_actor_set_data(NULL);
-    sm_lhandle_end_owner(L, la, code != SMARM_EXIT_NORMAL);
+    sm_lhandle_end_owner(L, la, code != SMARM_EXIT_NORMAL || smarm_exit_pending());
     lactor_free(la, CO_RELEASE);
   }
   smarm_exit();
@@ -692,8 +696,10 @@ static int l_call(lua_State *L)
     smarm_msg_free(keep);
     return 2;
   }
-  if (smarm_demonitor(ref, 0) == 0) /* its DOWN came after a reply from another actor */
-    call_give_up(mark, ref);
+  /* Whatever came through the monitor after the mark goes too: its DOWN, or a second reply (a
+  ** server that handed the request on and answered as well). Only what came during the call is
+  ** looked at. */
+  call_give_up(mark, ref);
   push_message(L, la, m);
   return 1;
 }

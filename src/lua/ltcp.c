@@ -68,10 +68,11 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
   s->state = OPEN;
   s->timeout = -1;
   s->run = sm_lhandle_run_generation();
-  sm_lhandle_own(L, -1, &sock_kind); /* may raise (memory) while it has no __gc: a decoder's
-                                      ** block still closes the socket then */
   luaL_getmetatable(L, listener ? SERVER_MT : CONN_MT);
   lua_setmetatable(L, -2);
+  /* May raise (memory) once the userdata closes the socket by its __gc; a decoder's block may
+  ** then close it too, which a socket's id allows (a second close finds nothing). */
+  sm_lhandle_own(L, -1, &sock_kind);
 }
 
 /* Is the value at idx a socket userdata (a server when listener, a connection when not, either
