@@ -117,7 +117,7 @@ describe("server.start", function()
         assert.is_nil(pid)
         assert.matches('init returned "okay" %(expected "ok", "stop" or "ignore"%)', why)
       end
-      pid, why = server.start("no_such_module_here", {})
+      local pid, why = server.start("no_such_module_here", {})
       assert.is_nil(pid)
       assert.matches("module 'no_such_module_here' not found", why.error)
       pid, why = server.start("smarm", {}) -- a module that is no server

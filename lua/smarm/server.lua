@@ -130,7 +130,7 @@ local function finish(ctx, reason, state, from, has_reply, reply_value)
   exit(reason)
 end
 
-local function bad_return(ctx, callback, tag, expected)
+local function bad_return(callback, tag, expected)
   return string.format("smarm.server: %s returned %s (expected %s)", callback,
     type(tag) == "string" and string.format("%q", tag) or tostring(tag), expected)
 end
@@ -148,7 +148,7 @@ local function call_returned(ctx, from, state, ok, tag, a, b, ...)
     if select("#", ...) > 0 then return finish(ctx, a, (...), from, true, b) end
     return finish(ctx, a, b)
   end
-  return finish(ctx, bad_return(ctx, "handle_call", tag,
+  return finish(ctx, bad_return("handle_call", tag,
     '"reply", "noreply" or "stop"'), state)
 end
 
@@ -157,7 +157,7 @@ local function noreply_returned(ctx, callback, state, ok, tag, a, b)
   if not ok then return finish(ctx, tag, state) end
   if tag == "noreply" then return a end
   if tag == "stop" then return finish(ctx, a, b) end
-  return finish(ctx, bad_return(ctx, callback, tag, '"noreply" or "stop"'), state)
+  return finish(ctx, bad_return(callback, tag, '"noreply" or "stop"'), state)
 end
 
 -- The server's loop: never returns (it ends by finish).
@@ -222,7 +222,7 @@ function server._enter(boot)
   elseif tag == "stop" then
     fail(boot, a == nil and "normal" or a)
   elseif tag ~= "ok" then
-    fail(boot, bad_return(ctx, "init", tag, '"ok", "stop" or "ignore"'))
+    fail(boot, bad_return("init", tag, '"ok", "stop" or "ignore"'))
   end
   if boot.linked then ctx.parent = boot.starter end
   send(boot.starter, { smarm = "STARTED", ref = boot.ref })
