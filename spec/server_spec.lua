@@ -121,6 +121,7 @@ describe("server.start", function()
       assert.is_nil(pid)
       assert.matches("module 'no_such_module_here' not found", why.error)
       pid, why = server.start("smarm", {}) -- a module that is no server
+      assert.is_nil(pid)
       assert.matches("module 'smarm': the module has no init", why)
       -- none of the failed starts sent the caller an exit signal or left a message
       assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
