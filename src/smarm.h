@@ -360,6 +360,29 @@ typedef struct smarm_notice {
 /* SMARM_MSG_USER, _EXIT, _DOWN or _REPLY. */
 SMARM_API int smarm_msg_kind(const smarm_msg_t *msg);
 
+/* ---- Message timers (Erlang's send_after and cancel_timer) ---------------------------------
+**
+** A timer sends a message to an actor later. It lives on its target's scheduler and goes with
+** its target: when the target ends, its timers are freed and their messages never sent. */
+
+typedef struct smarm_timer {
+  smarm_pid_t to;
+  smarm_ref_t ref;
+} smarm_timer_t;
+
+/* Sends msg (taken over) to `to` once ns nanoseconds have passed; *out names the timer. A `to`
+** of another scheduler costs one round trip (the caller parks for it), after which the timer
+** exists: a cancel that follows, from any actor, finds it. A dead `to` takes msg too and sends
+** nothing (a cancel then finds nothing). msg is taken in every case but -EINVAL and -EPERM.
+** Returns 0; -EINVAL (NULL msg or out, ns < 0, a generation-0 pid); -ENOMEM (msg freed); -EPERM
+** outside an actor. */
+SMARM_API int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t *out);
+
+/* Cancels a timer: its message is never sent. Returns the nanoseconds it had left (>= 0), or
+** -ENOENT when it has fired already, was cancelled, or its target ended; -ENOMEM; -EPERM
+** outside an actor. A timer of another scheduler costs one round trip. */
+SMARM_API int64_t smarm_cancel_timer(smarm_timer_t timer);
+
 /* ---- Requests and replies: aliases and receive marks (Erlang's gen call) ------------------
 **
 ** A caller monitors the server (the monitor's ref is also the alias replies are sent through),

@@ -143,6 +143,10 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_ALIVE:
     reply(s, m, MSG_REPLY, sm_sched_lookup(s, m->to) != NULL);
     return;
+  case MSG_TIMER_SET:
+  case MSG_TIMER_CANCEL:
+    reply(s, m, MSG_REPLY, sm_msg_timer_request(s, m));
+    return;
   case MSG_REGISTER:
     a = sm_sched_lookup(s, m->to);
     reply(s, m, MSG_REPLY,

@@ -32,6 +32,8 @@ enum msg_kind {
   MSG_WAKE,         /* payload: uint64_t await token; `to` is the awaiting actor (smarm_wake) */
   MSG_SPAWN_REPLY,  /* MSG_REPLY to a spawn request: its payload is still the spawn_request_t */
   MSG_REGISTER,     /* payload: room for the answer, then a name; `to` is the pid to name */
+  MSG_TIMER_SET,    /* send_after.c: a timer for `to` (answer, deadline, ref, the message) */
+  MSG_TIMER_CANCEL, /* send_after.c: cancel the timer `ref` of `to` (answer: time left) */
   /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`
   ** is the actor acted on, `from` the one acting. */
   SIG_EXIT,         /* smarm_exit_signal: notice.pid sent it, notice.reason */

@@ -205,6 +205,18 @@ static void fire_timers(sched_t *s, int64_t now)
     a->timed_out = 1;
     runq_push(s, a);
   }
+  if (s->msg_timers.count)
+    sm_msg_timers_fire(s, now);
+}
+
+/* Whether any timer waits: an actor's or a message's. */
+static inline int timers_pending(const sched_t *s) { return s->timers.count | s->msg_timers.count; }
+
+/* The earliest deadline of both heaps, or NULL. */
+static deadline_t *first_deadline(const sched_t *s)
+{
+  deadline_t *a = timer_first(&s->timers), *m = timer_first(&s->msg_timers);
+  return !a ? m : !m ? a : a->deadline <= m->deadline ? a : m;
 }
 
 /* The scheduler's decision points call this: cheap unless there is something to do. */
@@ -214,7 +226,7 @@ static inline void sched_poll(sched_t *s)
     sm_sched_take_inbox(s);
   if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS)) {
     s->ticks = 0;
-    if (s->timers.count)
+    if (timers_pending(s))
       fire_timers(s, smarm_now_ns());
     if (s->deferred) /* a busy scheduler that never idles still sends them on */
       sm_sched_flush_deferred(s);
@@ -334,7 +346,7 @@ static void sched_idle(sched_t *s)
   if (s->deferred)
     sm_sched_flush_deferred(s);
   int64_t now = smarm_now_ns();
-  deadline_t *t = timer_first(&s->timers);
+  deadline_t *t = first_deadline(s);
   if (t && t->deadline <= now)
     return;
   int64_t spin_end = now + s->spin_ns;
@@ -376,7 +388,7 @@ void sm_sched_loop(sched_t *s)
       sm_sched_take_inbox(s);
     if (s->stopping)
       return;
-    if (s->timers.count) {
+    if (timers_pending(s)) {
       s->ticks = 0;
       fire_timers(s, smarm_now_ns());
     }
@@ -415,6 +427,7 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
     sm_timer_remove(&s->timers, &a->timer);
   run_cleanups(a);
   mailbox_clear(&a->mailbox);
+  sm_msg_timers_on_death(s, a); /* their messages would find it gone */
   table_free(&s->table, smarm_pid_slot(a->pid));
   stat_add(&s->stats.live, (uint64_t)-1);
   sm_names_on_death(s, a);
@@ -519,6 +532,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->data = data;
   a->reply = 0;
   a->await_token = a->await_woken = 0;
+  a->msg_timers = NULL;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   s->table.entries[index].actor = a;
@@ -737,6 +751,7 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
   sm_timer_heap_init(&s->timers);
+  sm_timer_heap_init(&s->msg_timers);
   s->table.gen_base = rt->gen_base;
   unsigned budget = rt->cfg.max_stacks / rt->nsched;
   sm_stack_pool_init(&s->stacks, budget ? budget : 1);
@@ -758,6 +773,7 @@ void sm_sched_destroy_actors(sched_t *s)
     if (a->data && s->rt->cfg.on_actor_stopped)
       s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     sm_faults_destroy(s, a);
+    sm_msg_timers_on_death(s, a);
     mailbox_clear(&a->mailbox);
     free(a->saved);
     if (a->slot->occupant == a)
@@ -776,6 +792,8 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_name_cache_destroy(&s->names);
   reftab_destroy(&s->watching);
   reftab_destroy(&s->watchers);
+  sm_timer_heap_destroy(&s->msg_timers); /* emptied with the actors above */
+  reftab_destroy(&s->msg_timer_refs);
   sm_faults_free_spares(s);
   sm_msg_free_chain(s->deferred); /* demonitors for records that end with their schedulers */
   s->deferred = s->deferred_tail = NULL;
@@ -787,4 +805,14 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_stack_pool_destroy(&s->stacks);
 }
 
-void sm_sched_drain_and_free(sched_t *s) { sm_msg_free_chain(sm_inbox_take_all(&s->inbox)); }
+void sm_sched_drain_and_free(sched_t *s)
+{
+  smarm_msg_t *m = sm_inbox_take_all(&s->inbox);
+  while (m) {
+    smarm_msg_t *next = m->next;
+    if (m->kind == MSG_TIMER_SET) /* it holds a message of its own */
+      sm_msg_timer_request_free(m);
+    sm_msg_release(m);
+    m = next;
+  }
+}

@@ -43,6 +43,8 @@ enum actor_state {
   ACTOR_DEAD,
 };
 
+typedef struct msg_timer msg_timer_t; /* send_after.c */
+
 /* One monitor, as recorded by one side: the watcher's scheduler keeps it in its `watching`
 ** table and the watcher's list, the target's scheduler in `watchers` and the target's list (two
 ** records when they are on different schedulers, or the same scheduler). */
@@ -90,6 +92,7 @@ typedef struct actor {
   int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
+  msg_timer_t *msg_timers;    /* send_after.c: the message timers aimed at it */
   fiber_t fiber;
 } actor_t;
 
@@ -136,6 +139,8 @@ typedef struct sched {
   stack_pool_t stacks;
   actor_t *free_actors;
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
+  timer_heap_t msg_timers;     /* send_after.c: message timers by deadline */
+  reftab_t msg_timer_refs;     /* and by ref */
   /* Records kept for reuse (faults.c), up to SM_SPARE_RECORDS each: a spawn_monitor or a call
   ** then costs no malloc. Monitors are linked through `next`. */
   smarm_msg_t *deferred, *deferred_tail; /* intersched.c: items waiting for a push, oldest
@@ -198,6 +203,15 @@ void sm_sched_take_inbox(sched_t *s);
 /* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
 ** the caller until that scheduler's reply brings the answer (intersched.c). */
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
+/* Message timers (send_after.c), all on the owner's thread: answers a MSG_TIMER_SET or
+** MSG_TIMER_CANCEL request (its answer); releases what a request never delivered holds (from
+** sm_msg_release); sends the messages of the timers due by `now`; frees the timers aimed at a,
+** which ends (or is destroyed with its scheduler). */
+int64_t sm_msg_timer_request(sched_t *s, smarm_msg_t *req);
+void sm_msg_timer_request_free(smarm_msg_t *req);
+void sm_msg_timers_fire(sched_t *s, int64_t now);
+void sm_msg_timers_on_death(sched_t *s, actor_t *a);
+
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall;
 ** the deferred items for target go first, in the same chain (intersched.c). */
 void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);

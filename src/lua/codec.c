@@ -23,7 +23,8 @@ enum tag {
   T_NIL, T_FALSE, T_TRUE, T_NUM, T_STR, T_PID, T_TABLE, T_REF, T_END, T_HANDLE, T_HLIST, T_SREF,
   T_STABLE, /* a TABLE that a later REF points back to (the encoder rewrites the tag) */
   T_FROM,   /* a call's reply handle: the caller's pid and the alias */
-  T_CALL    /* only first: a call's request (caller, alias, then the request's value) */
+  T_CALL,   /* only first: a call's request (caller, alias, then the request's value) */
+  T_TIMER   /* a message timer: its target and its ref */
 };
 
 /* Tables remembered by address in the encoder's own array before it needs a Lua table. */
@@ -350,8 +351,9 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_bytes(e, &ref, sizeof ref);
       return;
     }
-    if (sm_lsmarm_to_from(L, idx, &pid, &ref)) {
-      put_byte(e, T_FROM);
+    int from = sm_lsmarm_to_from(L, idx, &pid, &ref);
+    if (from || sm_lsmarm_to_timer(L, idx, &pid, &ref)) {
+      put_byte(e, from ? T_FROM : T_TIMER);
       put_bytes(e, &pid, sizeof pid);
       put_bytes(e, &ref, sizeof ref);
       return;
@@ -612,12 +614,16 @@ static int dec_value(dec_t *d, int depth)
     sm_lsmarm_push_ref(L, ref);
     return 1;
   }
-  case T_FROM: {
+  case T_FROM:
+  case T_TIMER: {
     smarm_pid_t pid;
     smarm_ref_t ref;
     get_bytes(d, &pid, sizeof pid);
     get_bytes(d, &ref, sizeof ref);
-    sm_lsmarm_push_from(L, pid, ref);
+    if (tag == T_FROM)
+      sm_lsmarm_push_from(L, pid, ref);
+    else
+      sm_lsmarm_push_timer(L, pid, ref);
     return 1;
   }
   case T_CALL: { /* made with cached field names: the hot path of every call's server */

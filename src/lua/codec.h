@@ -2,7 +2,7 @@
 ** The message codec: Lua values to bytes and back, so that a message means the same thing to a
 ** receiver in the sender's VM and in another scheduler's VM.
 **
-** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, and tables of those, nested up to CODEC_MAX_DEPTH
+** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, timers, and tables of those, nested up to CODEC_MAX_DEPTH
 ** levels, with shared references and cycles preserved (the receiver gets one table where the
 ** sender had one table). Metatables are not sent. nil encodes too (send refuses it: nil is not a
 ** message). Anything else (functions, coroutines, userdata, cdata)

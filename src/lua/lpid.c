@@ -11,12 +11,13 @@
 #include <string.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char pid_mt_key, ref_mt_key, from_mt_key, pid_intern_key;
+static const char pid_mt_key, ref_mt_key, from_mt_key, timer_mt_key, pid_intern_key;
 
 /* A userdata of another type of this size with this first word is not a concern. */
 #define LPID_MAGIC UINT64_C(0x736d61726d706964) /* "smarmpid" */
 #define LREF_MAGIC UINT64_C(0x736d61726d726566) /* "smarmref" */
 #define LFROM_MAGIC UINT64_C(0x736d61726d66726d) /* "smarmfrm" */
+#define LTIMER_MAGIC UINT64_C(0x736d61726d746d72) /* "smarmtmr" */
 
 typedef struct lpid {
   uint64_t magic; /* LPID_MAGIC or LREF_MAGIC */
@@ -108,76 +109,103 @@ int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
   return p != NULL;
 }
 
-/* A call's reply handle: not interned (nothing needs its identity), so making one costs one
-** userdata. Its size tells it from a pid or ref. */
-typedef struct lfrom {
-  uint64_t magic; /* LFROM_MAGIC */
-  smarm_pid_t caller;
-  smarm_ref_t alias;
-} lfrom_t;
+/* Pairs of a pid and a ref, not interned (nothing needs their identity), so making one costs
+** one userdata; their size tells them from a pid or ref, their magic which pair they are:
+**   a call's reply handle (LFROM_MAGIC): the caller and the call's alias, read as .pid and .ref;
+**   a message timer (LTIMER_MAGIC): its target and its ref (smarm_timer_t). */
+typedef struct lpair {
+  uint64_t magic;
+  smarm_pid_t pid;
+  smarm_ref_t ref;
+} lpair_t;
 
-static lfrom_t *test_from(lua_State *L, int idx)
+static lpair_t *test_pair(lua_State *L, int idx, uint64_t magic)
 {
-  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lfrom_t))
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpair_t))
     return NULL;
-  lfrom_t *f = lua_touserdata(L, idx);
-  return f->magic == LFROM_MAGIC ? f : NULL;
+  lpair_t *f = lua_touserdata(L, idx);
+  return f->magic == magic ? f : NULL;
+}
+
+static void push_pair(lua_State *L, uint64_t magic, int mt_ref, smarm_pid_t pid, smarm_ref_t ref)
+{
+  lpair_t *f = lua_newuserdata(L, sizeof *f);
+  f->magic = magic;
+  f->pid = pid;
+  f->ref = ref;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, mt_ref);
+  lua_setmetatable(L, -2);
+}
+
+static int to_pair(lua_State *L, int idx, uint64_t magic, smarm_pid_t *pid, smarm_ref_t *ref)
+{
+  lpair_t *f = test_pair(L, idx, magic);
+  if (f) {
+    *pid = f->pid;
+    *ref = f->ref;
+  }
+  return f != NULL;
 }
 
 void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias)
 {
-  lfrom_t *f = lua_newuserdata(L, sizeof *f);
-  f->magic = LFROM_MAGIC;
-  f->caller = caller;
-  f->alias = alias;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->from_mt_ref);
-  lua_setmetatable(L, -2);
+  push_pair(L, LFROM_MAGIC, this_vm()->from_mt_ref, caller, alias);
 }
 
 int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias)
 {
-  lfrom_t *f = test_from(L, idx);
-  if (f) {
-    *caller = f->caller;
-    *alias = f->alias;
-  }
-  return f != NULL;
+  return to_pair(L, idx, LFROM_MAGIC, caller, alias);
+}
+
+void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref)
+{
+  push_pair(L, LTIMER_MAGIC, this_vm()->timer_mt_ref, to, ref);
+}
+
+int sm_lsmarm_to_timer(lua_State *L, int idx, smarm_pid_t *to, smarm_ref_t *ref)
+{
+  return to_pair(L, idx, LTIMER_MAGIC, to, ref);
 }
 
 /* from.pid is the caller, from.ref the call's alias (Erlang's From = {Pid, Tag}); inside a
 ** runtime only (pids and refs are interned by the running scheduler's VM). */
 static int from_index(lua_State *L)
 {
-  lfrom_t *f = test_from(L, 1);
+  lpair_t *f = test_pair(L, 1, LFROM_MAGIC);
   const char *k = lua_tostring(L, 2);
   if (!this_vm())
     return luaL_error(L, "a call's from is read inside a runtime only");
   if (f && k && strcmp(k, "pid") == 0)
-    sm_lsmarm_push_pid(L, f->caller);
+    sm_lsmarm_push_pid(L, f->pid);
   else if (f && k && strcmp(k, "ref") == 0)
-    sm_lsmarm_push_ref(L, f->alias);
+    sm_lsmarm_push_ref(L, f->ref);
   else
     lua_pushnil(L);
   return 1;
 }
 
-static int from_tostring(lua_State *L)
+static int pair_tostring(lua_State *L, uint64_t magic, const char *what)
 {
-  lfrom_t *f = test_from(L, 1);
+  lpair_t *f = test_pair(L, 1, magic);
   if (!f)
-    return luaL_argerror(L, 1, "a call's from expected");
-  lua_pushfstring(L, "#From<%d.%d.%d, #Ref<0.%d.%d>>", (int)smarm_pid_sched(f->caller) + 1,
-                  (int)smarm_pid_slot(f->caller), (int)smarm_pid_gen(f->caller),
-                  (int)(f->alias >> 32), (int)(uint32_t)f->alias);
+    return luaL_argerror(L, 1, lua_pushfstring(L, "%s expected", what));
+  lua_pushfstring(L, "#%s<%d.%d.%d, #Ref<0.%d.%d>>", magic == LFROM_MAGIC ? "From" : "Timer",
+                  (int)smarm_pid_sched(f->pid) + 1, (int)smarm_pid_slot(f->pid),
+                  (int)smarm_pid_gen(f->pid), (int)(f->ref >> 32), (int)(uint32_t)f->ref);
   return 1;
 }
 
-static int from_eq(lua_State *L)
+static int pair_eq(lua_State *L, uint64_t magic)
 {
-  lfrom_t *a = test_from(L, 1), *b = test_from(L, 2);
-  lua_pushboolean(L, a && b && a->caller == b->caller && a->alias == b->alias);
+  lpair_t *a = test_pair(L, 1, magic), *b = test_pair(L, 2, magic);
+  lua_pushboolean(L, a && b && a->pid == b->pid && a->ref == b->ref);
   return 1;
 }
+
+static int from_tostring(lua_State *L) { return pair_tostring(L, LFROM_MAGIC, "a call's from"); }
+static int from_eq(lua_State *L) { return pair_eq(L, LFROM_MAGIC); }
+static int timer_tostring(lua_State *L) { return pair_tostring(L, LTIMER_MAGIC, "timer"); }
+static int timer_eq(lua_State *L) { return pair_eq(L, LTIMER_MAGIC); }
 
 static int ref_tostring(lua_State *L)
 {
@@ -235,6 +263,7 @@ void sm_lpid_open(lua_State *L)
   open_metatable(L, &pid_mt_key, "smarm.pid", NULL, pid_tostring, pid_eq);
   open_metatable(L, &ref_mt_key, "smarm.ref", NULL, ref_tostring, ref_eq);
   open_metatable(L, &from_mt_key, "smarm.from", from_index, from_tostring, from_eq);
+  open_metatable(L, &timer_mt_key, "smarm.timer", NULL, timer_tostring, timer_eq);
   lua_newtable(L); /* the intern table: pid or ref key -> userdata, weak values */
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "v");
@@ -253,6 +282,8 @@ void sm_lpid_cache_refs(lvm_t *vm)
   vm->ref_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   lvm_push_registry(vm->L, &from_mt_key);
   vm->from_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  lvm_push_registry(vm->L, &timer_mt_key);
+  vm->timer_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
 }
 
 void sm_lpid_release_refs(lvm_t *vm)
@@ -261,4 +292,5 @@ void sm_lpid_release_refs(lvm_t *vm)
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->ref_mt_ref);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->from_mt_ref);
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->timer_mt_ref);
 }

@@ -28,6 +28,11 @@ void sm_lsmarm_push_new_ref(lua_State *L, smarm_ref_t ref);
 void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias);
 int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias);
 
+/* A message timer (smarm.send_after): its target and ref, in a userdata that is not interned,
+** printed #Timer<...>, equal by value, sendable. */
+void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref);
+int sm_lsmarm_to_timer(lua_State *L, int idx, smarm_pid_t *to, smarm_ref_t *ref);
+
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */
 void sm_lpid_open(lua_State *L);
 

@@ -30,6 +30,7 @@
 **   lsmarm.c   this module                       main.c   the executable
 **   ltcp.c lfs.c ldns.c lproc.c lsignal.c        the IO modules (smarm.tcp, .fs, .dns, ...)
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
+**   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
 **   lhandle.c  the neutral handle interface       lpid.c   pids     lpark.c   parking rules
 **   lvm.h      a scheduler's VM                   ljx.c    LuaJIT internals
@@ -48,6 +49,7 @@
 #include "lpark.h"
 #include "lpid.h"
 #include "lproc.h"
+#include "ltimer.h"
 #include "lsignal.h"
 #include "ltcp.h"
 #include "ltransfer.h"
@@ -1236,6 +1238,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lproc_register(L, module);
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
+  sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");

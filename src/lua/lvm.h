@@ -37,6 +37,7 @@ typedef struct lvm {
   int spare_ref[LVM_SPARE_COS];
   int intern_ref, pid_mt_ref, ref_mt_ref; /* lpid.c: the intern table, pids' and refs' metatables */
   int from_mt_ref;            /* lpid.c: the metatable of calls' reply handles */
+  int timer_mt_ref;           /* lpid.c: the metatable of message timers */
   int str_ref[LVM_STRS];      /* lvm_push_str */
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */

@@ -1,0 +1,78 @@
+/*
+** Message timers in Lua (see ltimer.h and smarm.h, "Message timers"). A timer is a userdata of
+** its target and ref (lpid.h), which travels in messages, so any actor may cancel it. Setting or
+** cancelling a timer of another scheduler's actor parks the caller for one round trip: both pass
+** the parking checks first.
+*/
+#include "ltimer.h"
+
+#include "codec.h"
+#include "lfaults.h"
+#include "lpark.h"
+#include "lpid.h"
+
+#include <lauxlib.h>
+
+#include <errno.h>
+#include <string.h>
+
+static int remote(smarm_pid_t pid) { return (int)smarm_pid_sched(pid) != smarm_sched_index(); }
+
+/* send_after(seconds, to, msg) -> timer */
+static int l_send_after(lua_State *L)
+{
+  lua_Number seconds = luaL_checknumber(L, 1);
+  luaL_argcheck(L, seconds >= 0, 1, "non-negative number of seconds expected");
+  smarm_pid_t to = sm_lfaults_check_target(L, 2);
+  if (!to)
+    return luaL_error(L, "smarm.send_after: no actor is registered as '%s'", lua_tostring(L, 2));
+  if (lua_isnoneornil(L, 3))
+    return luaL_argerror(L, 3, "message expected, got nil");
+  sm_lpark_actor(L, "send_after");
+  int far = remote(to);
+  if (far)
+    sm_lpark_check(L, "send_after"); /* before the block exists: a refusal leaks nothing */
+  codec_moves_t moves;
+  smarm_msg_t *m = sm_codec_encode(L, 3, "message", &moves);
+  int64_t ns = sm_lsmarm_timeout_ns(seconds); /* SMARM_FOREVER past 31 years: never fires */
+  smarm_timer_t t;
+  int rc = smarm_send_after(ns < 0 ? INT64_MAX : ns, to, m, &t);
+  if (far)
+    sm_lpark_resumed(L);
+  sm_codec_commit(&moves); /* taken in every case: a timer's message owns its sockets and files */
+  if (rc < 0)
+    return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
+  sm_lsmarm_push_timer(L, t.to, t.ref);
+  return 1;
+}
+
+/* cancel_timer(timer) -> seconds it had left | false */
+static int l_cancel_timer(lua_State *L)
+{
+  smarm_timer_t t;
+  if (!sm_lsmarm_to_timer(L, 1, &t.to, &t.ref))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "timer expected, got %s", luaL_typename(L, 1)));
+  sm_lpark_actor(L, "cancel_timer");
+  int far = remote(t.to);
+  if (far)
+    sm_lpark_check(L, "cancel_timer");
+  int64_t left = smarm_cancel_timer(t);
+  if (far)
+    sm_lpark_resumed(L);
+  if (left == -ENOENT) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (left < 0)
+    return luaL_error(L, "smarm.cancel_timer: %s", strerror((int)-left));
+  lua_pushnumber(L, (lua_Number)left / 1e9);
+  return 1;
+}
+
+void sm_ltimer_register(lua_State *L, int module)
+{
+  lua_pushcfunction(L, l_send_after);
+  lua_setfield(L, module, "send_after");
+  lua_pushcfunction(L, l_cancel_timer);
+  lua_setfield(L, module, "cancel_timer");
+}
