@@ -106,8 +106,8 @@ TEST(a_cancelled_timer_never_sends_here_and_across)
 static void main_target_ends(void *arg)
 {
   int where = *(int *)arg;
-  smarm_pid_t pid;
-  CHECK_EQ(smarm_spawn_on(where, forwarder, &pid, NULL, &pid), 0); /* waits for messages */
+  smarm_pid_t pid, me = smarm_self();
+  CHECK_EQ(smarm_spawn_on(where, forwarder, &me, NULL, &pid), 0); /* waits for messages */
   smarm_ref_t ref;
   CHECK_EQ(smarm_monitor(pid, &ref), 0);
   smarm_timer_t tm, late;
