@@ -282,6 +282,104 @@ describe("registered names", function()
   end)
 end)
 
+describe("races across schedulers", function()
+  local ROUNDS = 200
+
+  -- Receives `expected` notices of the given kind; returns how many came per value of m[key].
+  local function collect(kind, key, expected)
+    local seen, n = {}, 0
+    while n < expected do
+      local m = next_notice(kind)
+      seen[m[key]] = (seen[m[key]] or 0) + 1
+      n = n + 1
+    end
+    return seen
+  end
+
+  it("a monitor placed while its target dies gives exactly one DOWN", function()
+    smarm.run(function()
+      local refs = {}
+      for i = 1, ROUNDS do
+        local p = smarm.spawn_on(2, function() require("smarm").receive() end)
+        smarm.send(p, "die")
+        refs[i] = smarm.monitor(p) -- the target may be running, ending or gone
+      end
+      local seen = collect("DOWN", "ref", ROUNDS)
+      for i = 1, ROUNDS do assert.are.equal(1, seen[refs[i]], "monitor " .. i) end
+      smarm.sleep(0.05) -- and no second DOWN comes later
+      assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
+    end, { schedulers = 2 })
+  end)
+
+  it("a link and an exit crossing give exactly one exit signal", function()
+    smarm.run(function()
+      smarm.trap_exit(true)
+      local pids = {}
+      for i = 1, ROUNDS do
+        local p = smarm.spawn_on(2, function()
+          local s = require("smarm")
+          s.receive()
+          s.exit("boom")
+        end)
+        smarm.send(p, "go")
+        smarm.link(p) -- crossing its exit
+        pids[i] = p
+      end
+      local seen = collect("EXIT", "pid", ROUNDS)
+      for i = 1, ROUNDS do assert.are.equal(1, seen[pids[i]], "link " .. i) end
+    end, { schedulers = 2 })
+  end)
+
+  it("unlink drops an exit signal still on its way, and never delivers one twice", function()
+    smarm.run(function()
+      smarm.trap_exit(true)
+      for _ = 1, ROUNDS do
+        local p, ref = smarm.spawn_opt({ on = 2, link = true, monitor = true }, function()
+          local s = require("smarm")
+          s.receive()
+          s.exit("boom")
+        end)
+        smarm.send(p, "go")
+        smarm.unlink(p) -- crossing its exit signal
+        assert.are.equal(ref, next_notice("DOWN").ref)
+        -- an EXIT only if it had arrived before the unlink, and then only one
+        local exits = 0
+        while smarm.receive(function(m) return type(m) == "table" and m.smarm == "EXIT" end, 0) do
+          exits = exits + 1
+        end
+        assert.is_true(exits <= 1, exits .. " exit signals of one link")
+      end
+    end, { schedulers = 2 })
+  end)
+
+  it("a kill overtakes nothing: messages sent before it arrive first, and it still kills", function()
+    smarm.run(function()
+      local me = smarm.self()
+      for _ = 1, 50 do
+        local p, ref = smarm.spawn_opt({ on = 2, monitor = true }, function(owner)
+          local s = require("smarm")
+          while true do s.send(owner, s.receive()) end
+        end, me)
+        smarm.send(p, 1)
+        smarm.send(p, 2)
+        smarm.kill(p)
+        local d = next_notice("DOWN")
+        assert.are.equal(ref, d.ref)
+        assert.are.equal("killed", d.reason)
+        -- what it echoed came in order, before its DOWN
+        local got = {}
+        while true do
+          local m = smarm.receive(function(x) return type(x) == "number" end, 0)
+          if not m then break end
+          got[#got + 1] = m
+        end
+        assert.is_true(#got <= 2)
+        for i, v in ipairs(got) do assert.are.equal(i, v) end
+      end
+    end, { schedulers = 2 })
+  end)
+end)
+
 describe("smarm.call and smarm.reply", function()
   local function doubler()
     while true do
