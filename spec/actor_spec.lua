@@ -549,3 +549,25 @@ describe("smarm.sleep, smarm.now, smarm.exit", function()
     assert.are.equal(0, #r)
   end)
 end)
+
+describe("smarm.stats", function()
+  it("counts spawned and live actors per scheduler, and the caller's VM memory", function()
+    smarm.run(function()
+      local before = smarm.stats()
+      assert.are.equal(2, #before)
+      assert.is_number(before.memory)
+      local pids = {}
+      for i = 1, 10 do
+        pids[i] = smarm.spawn_opt({ on = 2, monitor = true }, function() require("smarm").receive() end)
+      end
+      local during = smarm.stats()
+      assert.is_true(during.total.spawned >= before.total.spawned + 10)
+      assert.is_true(during[2].live >= before[2].live + 10)
+      for i = 1, 10 do smarm.kill(pids[i]) end
+      local function is_down(m) return type(m) == "table" and m.smarm == "DOWN" end
+      for _ = 1, 10 do assert.are.equal("killed", smarm.receive(is_down, 60).reason) end
+      assert.are.equal(before[2].live, smarm.stats()[2].live) -- a death is counted before its DOWN
+    end, { schedulers = 2 })
+    assert.has_error(function() smarm.stats() end, "smarm.stats: no runtime is running")
+  end)
+end)

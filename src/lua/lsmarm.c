@@ -421,6 +421,47 @@ static int l_schedulers(lua_State *L)
   return 1;
 }
 
+/* Sets the fields of st in the table on top. */
+static void set_stats(lua_State *L, const smarm_stats_t *st)
+{
+#define FIELD(f)                                                                                \
+  lua_pushnumber(L, (lua_Number)st->f);                                                        \
+  lua_setfield(L, -2, #f)
+  FIELD(switches);
+  FIELD(parks);
+  FIELD(wakes);
+  FIELD(remote_sent);
+  FIELD(stack_saves);
+  FIELD(spawned);
+  FIELD(live);
+  FIELD(stacks);
+#undef FIELD
+}
+
+/* stats() -> { total = {...}, [k] = {...} per scheduler, memory = bytes of this VM }: the core's
+** counters (smarm_stats_read), read without stopping anyone. */
+static int l_stats(lua_State *L)
+{
+  smarm_stats_t st;
+  if (smarm_stats_read(-1, &st) < 0)
+    return luaL_error(L, "smarm.stats: no runtime is running");
+  unsigned n = smarm_sched_count();
+  lua_createtable(L, (int)n, 2);
+  lua_newtable(L);
+  set_stats(L, &st);
+  lua_setfield(L, -2, "total");
+  for (unsigned k = 0; k < n; k++) {
+    if (smarm_stats_read((int)k, &st) < 0)
+      break;
+    lua_newtable(L);
+    set_stats(L, &st);
+    lua_rawseti(L, -2, (int)k + 1);
+  }
+  lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + lua_gc(L, LUA_GCCOUNTB, 0));
+  lua_setfield(L, -2, "memory");
+  return 1;
+}
+
 /* alive(pid): a pid of the caller's scheduler is answered from its table at once; another
 ** scheduler's is asked of that scheduler, which parks the caller for one round trip. */
 static int l_alive(lua_State *L)
@@ -1214,6 +1255,7 @@ static const luaL_Reg functions[] = {
   {"run", l_run},         {"spawn", l_spawn},   {"self", l_self},
   {"yield", l_yield},     {"sleep", l_sleep},   {"now", l_now},
   {"exit", l_exit},       {"scheduler", l_scheduler}, {"schedulers", l_schedulers},
+  {"stats", l_stats},
   {"is_pid", l_is_pid},   {"send", l_send},     {"receive", l_receive},
   {"spawn_on", l_spawn_on}, {"alive", l_alive}, {"_after_run", l_after_run},
   {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
