@@ -11,6 +11,13 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# A sanitizer build's library needs the sanitizer's runtime in whatever links it: not for
+# installing.
+if(SMARM_ASAN OR SMARM_TSAN)
+  install(CODE "message(FATAL_ERROR \"smarm: this is a sanitizer build (SMARM_ASAN or SMARM_TSAN); install a release build\")")
+  return()
+endif()
+
 install(TARGETS smarm EXPORT smarmTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/src/smarm.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 

@@ -204,9 +204,12 @@ describe("the smarm executable", function()
       "boom()",
       "print(",
       "'after')",
+      "x = 1 end", -- an error near the end of a line is no unfinished chunk
+      "print('still here')",
     }, "\n") .. "\n")
     assert.are.equal(0, status)
-    assert.are.equal("1\n2\n3\n2\ntrue\nafter\n", out)
+    assert.are.equal("1\n2\n3\n2\ntrue\nafter\nstill here\n", out)
+    assert.matches("'<eof>' expected near 'end'", err)
     assert.matches("stdin:2: boom\nstack traceback:\n", err) -- lines count within an entry
     assert.matches("stdin:2: in function <stdin:1>", err)
     assert.is_nil(err:find("cli.lua", 1, true))

@@ -38,9 +38,16 @@ end
 describe("smarm.send_after", function()
   it("sends messages later, in deadline order, here and across schedulers", function()
     both(function(target)
-      local c = smarm.send_after(0.03, target, { n = 3 })
-      smarm.send_after(0.01, target, { n = 2 })
-      local a = smarm.send_after(0, target, { n = 1 })
+      local a, c
+      if target == smarm.self() then -- latest first (the heap orders them), far enough apart
+        c = smarm.send_after(1, target, { n = 3 }) -- that no stall between calls reorders them
+        smarm.send_after(0.5, target, { n = 2 })
+        a = smarm.send_after(0, target, { n = 1 })
+      else -- each set is a round trip of any length: deadlines in the order of the calls
+        a = smarm.send_after(0, target, { n = 1 })
+        smarm.send_after(0.01, target, { n = 2 })
+        c = smarm.send_after(0.03, target, { n = 3 })
+      end
       for n = 1, 3 do assert.are.same({ n = n }, smarm.receive(WAIT)) end
       assert.is_false(smarm.cancel_timer(a)) -- fired: nothing to cancel
       assert.is_false(smarm.cancel_timer(c))
@@ -101,7 +108,7 @@ describe("smarm.send_after", function()
           return "noreply", watcher
         end,
       }, smarm.self(), { name = "ticker" }))
-      smarm.send_after(0.01, pid, "second")
+      smarm.send_after(0.5, pid, "second")
       smarm.send_after(0, "ticker", "first")
       assert.are.same({ heard = "first" }, smarm.receive(WAIT))
       assert.are.same({ heard = "second" }, smarm.receive(WAIT))

@@ -39,7 +39,7 @@ local function compile(text)
   local err
   f, err = loadstring(text, "=stdin")
   if f then return f end
-  if err:find("<eof>", 1, true) then return nil, nil, true end
+  if err:match("<eof>'?$") then return nil, nil, true end -- the chunk stopped short, as lua.c asks
   return nil, err
 end
 

@@ -64,9 +64,16 @@ static void main_order(void *arg)
   int where = *(int *)arg;
   smarm_pid_t t = target_for(where);
   smarm_timer_t a, b, c;
-  CHECK_EQ(smarm_send_after(30 * MS, t, u64_msg(3), &c), 0);
-  CHECK_EQ(smarm_send_after(10 * MS, t, u64_msg(2), &b), 0);
-  CHECK_EQ(smarm_send_after(0, t, u64_msg(1), &a), 0);
+  if (!where) { /* latest first, so the heap orders them; half a second apart, so no stall of
+                ** the caller between two calls can reorder their deadlines */
+    CHECK_EQ(smarm_send_after(1000 * MS, t, u64_msg(3), &c), 0);
+    CHECK_EQ(smarm_send_after(500 * MS, t, u64_msg(2), &b), 0);
+    CHECK_EQ(smarm_send_after(0, t, u64_msg(1), &a), 0);
+  } else { /* each set is a round trip of any length: deadlines in the order of the calls */
+    CHECK_EQ(smarm_send_after(0, t, u64_msg(1), &a), 0);
+    CHECK_EQ(smarm_send_after(10 * MS, t, u64_msg(2), &b), 0);
+    CHECK_EQ(smarm_send_after(30 * MS, t, u64_msg(3), &c), 0);
+  }
   CHECK(a.ref != b.ref && b.ref != c.ref);
   CHECK_EQ(test_recv_u64(WAIT), 1);
   CHECK_EQ(test_recv_u64(WAIT), 2);

@@ -205,7 +205,7 @@ void sm_sched_take_inbox(sched_t *s);
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 /* Message timers (send_after.c), all on the owner's thread: answers a MSG_TIMER_SET or
 ** MSG_TIMER_CANCEL request (its answer); releases what a request never delivered holds (from
-** sm_msg_release); sends the messages of the timers due by `now`; frees the timers aimed at a,
+** sm_sched_drain_and_free, for a MSG_TIMER_SET left in an inbox at the end); sends the messages of the timers due by `now`; frees the timers aimed at a,
 ** which ends (or is destroyed with its scheduler). */
 int64_t sm_msg_timer_request(sched_t *s, smarm_msg_t *req);
 void sm_msg_timer_request_free(smarm_msg_t *req);

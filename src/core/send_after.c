@@ -80,12 +80,14 @@ static int set_here(sched_t *s, smarm_pid_t to, smarm_msg_t *msg, int64_t deadli
   t->node.key = ref;
   t->target = a;
   t->msg = msg;
-  if (sm_timer_add(&s->msg_timers, &t->at) < 0) {
+  /* a deadline past the end of time never fires: kept for cancel and its target's end only */
+  if (deadline != INT64_MAX && sm_timer_add(&s->msg_timers, &t->at) < 0) {
     free(t);
     return -ENOMEM;
   }
   if (reftab_insert(&s->msg_timer_refs, &t->node) < 0) {
-    sm_timer_remove(&s->msg_timers, &t->at);
+    if (t->at.index >= 0)
+      sm_timer_remove(&s->msg_timers, &t->at);
     free(t);
     return -ENOMEM;
   }
@@ -105,7 +107,7 @@ static int64_t cancel_here(sched_t *s, smarm_pid_t to, smarm_ref_t ref)
   msg_timer_t *t = find(s, ref);
   if (!t || t->target->pid != to)
     return -ENOENT;
-  int64_t left = t->at.deadline - smarm_now_ns();
+  int64_t left = t->at.deadline == INT64_MAX ? INT64_MAX : t->at.deadline - smarm_now_ns();
   sm_msg_release(unlink_timer(s, t));
   return left > 0 ? left : 0;
 }

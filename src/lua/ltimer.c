@@ -39,7 +39,11 @@ static int l_send_after(lua_State *L)
   int rc = smarm_send_after(ns < 0 ? INT64_MAX : ns, to, m, &t);
   if (far)
     sm_lpark_resumed(L);
-  sm_codec_commit(&moves); /* taken in every case: a timer's message owns its sockets and files */
+  if (rc == -EINVAL || rc == -EPERM) { /* not taken: the sockets and files stay the caller's */
+    sm_codec_abandon(m);
+    return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
+  }
+  sm_codec_commit(&moves); /* taken: a timer's message owns its sockets and files */
   if (rc < 0)
     return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
   sm_lsmarm_push_timer(L, t.to, t.ref);

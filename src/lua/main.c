@@ -85,8 +85,8 @@ static void usage(FILE *out)
                "  -n     plain: start no runtime; the script calls smarm.run itself\n"
                "  -v     print the versions of smarm, LuaJIT and libuv\n"
                "With no script and no -e: a prompt whose lines run in the main actor.\n"
-               "smarm test runs busted (its specs call smarm.run themselves); a script named\n"
-               "test runs as ./test.\n");
+               "smarm test (first argument) runs busted (its specs call smarm.run themselves);\n"
+               "a script named test runs as ./test or after --.\n");
 }
 
 /* Sets the global `arg` like the lua interpreter: arg[0] = script, arg[1..] = the rest. */
@@ -156,7 +156,9 @@ int main(int argc, char **argv)
     }
   }
 
-  int test = !code && i < argc && strcmp(argv[i], "test") == 0;
+  /* the subcommand only as the first argument: `smarm -- test` and `smarm -s 4 test` run a
+  ** script named test */
+  int test = i == 1 && argc > 1 && strcmp(argv[1], "test") == 0;
 
   lua_State *L = luaL_newstate();
   if (!L) {
