@@ -206,6 +206,51 @@ describe("supervisor intensity", function()
   end)
 end)
 
+describe("supervisor restart failures and parents", function()
+  it("retries a restart whose start failed, counting each try against intensity", function()
+    run(function()
+      local me, tries = smarm.self(), 0
+      local function flaky() -- fails its second start only
+        tries = tries + 1
+        if tries == 2 then return nil, "flaky" end
+        return kids.worker(me, "f")
+      end
+      local s = assert(sup.start({ intensity = 5, children = { { id = "f", start = flaky } } }))
+      local f = started("f")
+      smarm.send(f, "crash")
+      local f2 = started("f")
+      assert.are.equal(3, tries)
+      assert.are.equal(f2, pids(s).f)
+      -- With intensity 1 the failed restart and its retry are one too many.
+      tries = 0
+      local s2 = assert(sup.start({ link = false, intensity = 1, children = { { id = "f", start = flaky } } }))
+      smarm.send(started("f"), "crash")
+      assert.are.equal("shutdown", reason_of_end(s2))
+      assert.are.equal(2, tries)
+    end, { schedulers = 1 })
+  end)
+
+  it("stops its children and ends with the parent's reason when the parent's exit signal comes", function()
+    run(function()
+      local me = smarm.self()
+      local parent = smarm.spawn(function()
+        local s = assert(sup.start({ children = { { id = "a", start = kids.worker, args = { me, "a" } } } }))
+        smarm.send(me, { sup = s })
+        smarm.receive()
+        smarm.exit("boom")
+      end)
+      local s = guard.receive("sup", function(m) return type(m) == "table" and m.sup end).sup
+      local a = started("a")
+      local sref, aref = smarm.monitor(s), smarm.monitor(a)
+      smarm.send(parent, "go")
+      local d = guard.receive("DOWN of a", function(m) return type(m) == "table" and m.ref == aref end)
+      assert.are.equal("shutdown", d.reason)
+      d = guard.receive("DOWN of sup", function(m) return type(m) == "table" and m.ref == sref end)
+      assert.are.equal("boom", d.reason)
+    end, { schedulers = 1 })
+  end)
+end)
+
 describe("supervisor across schedulers", function()
   it("supervises children on another scheduler, and runs on one itself", function()
     run(function()
@@ -228,6 +273,9 @@ describe("supervisor across schedulers", function()
       smarm.send(near, "crash")
       local near2 = started("near")
       assert.are.equal(near2, pids(s2).near)
+      local r, why = sup.start_child(s2, worker("fn"))
+      assert.is_nil(r)
+      assert.matches("a function start cannot reach a supervisor on another scheduler", why)
       assert.has_error(function()
         sup.start({ on = 2, children = { worker("f") } })
       end, 'supervisor.start: spec.children[1].start must be a "module.fn" string with spec.on ' ..
