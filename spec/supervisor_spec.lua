@@ -199,7 +199,7 @@ describe("supervisor intensity", function()
       local i2 = pids(outer).inner
       assert.is_true(i2 ~= i1 and w2 ~= w)
       assert.are.same({ specs = 1, active = 1, workers = 0, supervisors = 1 }, sup.count_children(outer))
-      assert.is_true(sup.stop(outer))
+      assert.is_true(sup.stop(outer, nil, guard.HANG))
       assert.is_false(smarm.alive(i2))
       assert.is_false(smarm.alive(w2))
     end, { schedulers = 1 })

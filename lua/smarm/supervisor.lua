@@ -328,16 +328,23 @@ local function shut_down(st, reason)
   exit(reason)
 end
 
--- Records a restart; false when it is one more than intensity allows within period.
+-- Records a restart; false when it is one more than intensity allows within period. The
+-- stamps are a queue (st.first .. st.last) of at most intensity + 1 entries, oldest first, so a
+-- restart costs O(1) amortised however many restarts the period holds.
 local function add_restart(st)
   local t = now()
-  local stamps, kept = st.restarts, {}
-  for i = 1, #stamps do
-    if t - stamps[i] <= st.period then kept[#kept + 1] = stamps[i] end
+  local stamps, first, last = st.restarts, st.first, st.last
+  while first <= last and t - stamps[first] > st.period do
+    stamps[first] = nil
+    first = first + 1
   end
-  kept[#kept + 1] = t
-  st.restarts = kept
-  return #kept <= st.intensity
+  if first > last then -- empty: start the queue over so that its indices stay small
+    first, last = 1, 0
+  end
+  last = last + 1
+  stamps[last] = t
+  st.first, st.last = first, last
+  return last - first + 1 <= st.intensity
 end
 
 local function index_of(st, c)
@@ -539,7 +546,7 @@ function supervisor._enter(boot)
   smarm.trap_exit(true)
   local spec = boot.spec
   local st = { strategy = spec.strategy, intensity = spec.intensity, period = spec.period,
-    children = {}, by_pid = {}, restarts = {} }
+    children = {}, by_pid = {}, restarts = {}, first = 1, last = 0 }
   if spec.strategy == "dynamic" then
     st.template = spec.children[1]
   else
