@@ -1,0 +1,406 @@
+-- smarm.supervisor (docs/api.md, `require("smarm.supervisor")`): strategies, restart types,
+-- shutdown, intensity, nesting, children on another scheduler, the dynamic strategy, the child
+-- requests and start failures. Children report their starts (spec/fixtures/sup_children.lua);
+-- the spec waits for those reports, DOWNs and calls, never for time; the limits are hang guards.
+package.path = "spec/fixtures/?.lua;" .. package.path
+local smarm = require("smarm")
+local sup = require("smarm.supervisor")
+local kids = require("sup_children")
+local guard = dofile("spec/support/guard.lua")
+
+local function run(body, opts) return guard.run(body, opts) end
+
+-- The next start report of `tag`: the child's pid.
+local function started(tag)
+  return guard.receive("start of " .. tag, function(m)
+    return type(m) == "table" and m.started and m.tag == tag
+  end).started
+end
+
+local function reason_of_end(pid)
+  local ref = smarm.monitor(pid)
+  return guard.receive("DOWN of " .. tostring(pid), function(m)
+    return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
+  end).reason
+end
+
+local function worker(tag, extra)
+  local c = { id = tag, start = kids.worker, args = { smarm.self(), tag } }
+  for k, v in pairs(extra or {}) do c[k] = v end
+  return c
+end
+
+-- id -> pid (or false) from which_children.
+local function pids(s)
+  local out = {}
+  for _, c in ipairs(assert(sup.which_children(s))) do out[c.id] = c.pid or false end
+  return out
+end
+
+describe("supervisor strategies", function()
+  it("one_for_one restarts only the child that died", function()
+    run(function()
+      local s = assert(sup.start({ strategy = "one_for_one", children = { worker("a"), worker("b") } }))
+      local a, b = started("a"), started("b")
+      smarm.send(a, "crash")
+      local a2 = started("a")
+      assert.is_true(a2 ~= a)
+      local now = pids(s)
+      assert.are.equal(a2, now.a)
+      assert.are.equal(b, now.b)
+      assert.is_true(smarm.alive(b))
+    end, { schedulers = 1 })
+  end)
+
+  it("one_for_all restarts every child, in start order", function()
+    run(function()
+      local s = assert(sup.start({ strategy = "one_for_all",
+        children = { worker("a"), worker("b"), worker("c") } }))
+      local a, b, c = started("a"), started("b"), started("c")
+      smarm.send(b, "crash")
+      assert.are.equal("shutdown", reason_of_end(c))
+      assert.are.equal("shutdown", reason_of_end(a))
+      local order = {}
+      for _ = 1, 3 do
+        local m = guard.receive("restarts", function(m) return type(m) == "table" and m.started end)
+        order[#order + 1] = m.tag
+      end
+      assert.are.same({ "a", "b", "c" }, order)
+      local now = pids(s)
+      assert.is_true(now.a ~= a and now.b ~= b and now.c ~= c)
+    end, { schedulers = 1 })
+  end)
+
+  it("rest_for_one restarts the child and those started after it", function()
+    run(function()
+      local s = assert(sup.start({ strategy = "rest_for_one",
+        children = { worker("a"), worker("b"), worker("c") } }))
+      local a, b, c = started("a"), started("b"), started("c")
+      smarm.send(b, "crash")
+      local b2, c2 = started("b"), started("c")
+      local now = pids(s)
+      assert.are.equal(a, now.a)
+      assert.are.equal(b2, now.b)
+      assert.are.equal(c2, now.c)
+      assert.is_true(b2 ~= b and c2 ~= c)
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor restart types", function()
+  it("permanent restarts after a normal end, a crash and a shutdown", function()
+    run(function()
+      local s = assert(sup.start({ intensity = 10, children = { worker("p") } }))
+      local p = started("p")
+      for _, how in ipairs({ "return", "crash", { exit = "shutdown" } }) do
+        smarm.send(p, how)
+        local p2 = started("p")
+        assert.is_true(p2 ~= p)
+        p = p2
+      end
+      assert.are.equal(p, pids(s).p)
+    end, { schedulers = 1 })
+  end)
+
+  it("transient restarts after a crash only", function()
+    run(function()
+      local s = assert(sup.start({ intensity = 10, children = { worker("t", { restart = "transient" }) } }))
+      local t = started("t")
+      smarm.send(t, "crash")
+      t = started("t")
+      smarm.send(t, { exit = { shutdown = "done" } })
+      guard.wait(function() return pids(s).t == false end, "t not running")
+      assert.are.same({ specs = 1, active = 0, workers = 1, supervisors = 0 }, sup.count_children(s))
+      local t2 = assert(sup.restart_child(s, "t"))
+      assert.are.equal(t2, started("t"))
+      smarm.send(t2, "return")
+      guard.wait(function() return pids(s).t == false end, "t not running after a normal end")
+    end, { schedulers = 1 })
+  end)
+
+  it("temporary is never restarted and its record goes", function()
+    run(function()
+      local s = assert(sup.start({ children = { worker("tmp", { restart = "temporary" }), worker("k") } }))
+      local tmp = started("tmp")
+      started("k")
+      smarm.send(tmp, "crash")
+      guard.wait(function() return pids(s).tmp == nil end, "tmp removed")
+      assert.are.equal(1, #sup.which_children(s))
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor shutdown", function()
+  it("kills a child that ignores 'shutdown' once its timeout passes", function()
+    run(function()
+      local s = assert(sup.start({ children = {
+        { id = "st", start = kids.stubborn, args = { smarm.self(), "st" }, shutdown = 0.05 } } }))
+      local st = started("st")
+      local ref = smarm.monitor(st)
+      assert.is_true(sup.terminate_child(s, "st"))
+      local trapped = guard.receive("trapped", function(m) return type(m) == "table" and m.trapped end)
+      assert.are.equal("shutdown", trapped.trapped)
+      local d = guard.receive("DOWN", function(m) return type(m) == "table" and m.ref == ref end)
+      assert.are.equal("killed", d.reason)
+      assert.is_false(pids(s).st)
+    end, { schedulers = 1 })
+  end)
+
+  it("brutal_kill kills at once, and a plain child ends with 'shutdown'", function()
+    run(function()
+      local s = assert(sup.start({ children = {
+        { id = "bk", start = kids.stubborn, args = { smarm.self(), "bk" }, shutdown = "brutal_kill" },
+        worker("w", { shutdown = "infinity" }) } }))
+      local bk, w = started("bk"), started("w")
+      local rbk, rw = smarm.monitor(bk), smarm.monitor(w)
+      assert.is_true(sup.stop(s))
+      local reasons = {}
+      for _ = 1, 2 do
+        local d = guard.receive("DOWN", function(m) return type(m) == "table" and m.smarm == "DOWN" end)
+        reasons[d.ref == rbk and "bk" or d.ref == rw and "w" or "?"] = d.reason
+      end
+      assert.are.same({ bk = "killed", w = "shutdown" }, reasons)
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor intensity", function()
+  it("more than intensity restarts in period stop the children and end it with 'shutdown'", function()
+    run(function()
+      local s = assert(sup.start({ link = false, intensity = 2, period = 3600,
+        children = { worker("a"), worker("b") } }))
+      local a, b = started("a"), started("b")
+      local sref = smarm.monitor(s)
+      local bref = smarm.monitor(b)
+      for _ = 1, 2 do
+        smarm.send(a, "crash")
+        a = started("a")
+      end
+      smarm.send(a, "crash")
+      local d = guard.receive("DOWN of b", function(m) return type(m) == "table" and m.ref == bref end)
+      assert.are.equal("shutdown", d.reason)
+      d = guard.receive("DOWN of sup", function(m) return type(m) == "table" and m.ref == sref end)
+      assert.are.equal("shutdown", d.reason)
+    end, { schedulers = 1 })
+  end)
+
+  it("a failure climbs a nested tree: the outer supervisor restarts the inner one", function()
+    run(function()
+      local me = smarm.self()
+      local inner = { strategy = "one_for_one", intensity = 0,
+        children = { { id = "w", start = kids.worker, args = { me, "w" } } } }
+      local outer = assert(sup.start({ link = false, children = {
+        { id = "inner", type = "supervisor", start = function() return sup.start(inner) end } } }))
+      local w = started("w")
+      local i1 = pids(outer).inner
+      smarm.send(w, "crash")
+      assert.are.equal("shutdown", reason_of_end(i1))
+      local w2 = started("w")
+      local i2 = pids(outer).inner
+      assert.is_true(i2 ~= i1 and w2 ~= w)
+      assert.are.same({ specs = 1, active = 1, workers = 0, supervisors = 1 }, sup.count_children(outer))
+      assert.is_true(sup.stop(outer, nil, guard.HANG))
+      assert.is_false(smarm.alive(i2))
+      assert.is_false(smarm.alive(w2))
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor restart failures and parents", function()
+  it("retries a restart whose start failed, counting each try against intensity", function()
+    run(function()
+      local me, tries = smarm.self(), 0
+      local function flaky() -- fails its second start only
+        tries = tries + 1
+        if tries == 2 then return nil, "flaky" end
+        return kids.worker(me, "f")
+      end
+      local s = assert(sup.start({ intensity = 5, children = { { id = "f", start = flaky } } }))
+      local f = started("f")
+      smarm.send(f, "crash")
+      local f2 = started("f")
+      assert.are.equal(3, tries)
+      assert.are.equal(f2, pids(s).f)
+      -- With intensity 1 the failed restart and its retry are one too many.
+      tries = 0
+      local s2 = assert(sup.start({ link = false, intensity = 1, children = { { id = "f", start = flaky } } }))
+      smarm.send(started("f"), "crash")
+      assert.are.equal("shutdown", reason_of_end(s2))
+      assert.are.equal(2, tries)
+    end, { schedulers = 1 })
+  end)
+
+  it("stops its children and ends with the parent's reason when the parent's exit signal comes", function()
+    run(function()
+      local me = smarm.self()
+      local parent = smarm.spawn(function()
+        local s = assert(sup.start({ children = { { id = "a", start = kids.worker, args = { me, "a" } } } }))
+        smarm.send(me, { sup = s })
+        smarm.receive()
+        smarm.exit("boom")
+      end)
+      local s = guard.receive("sup", function(m) return type(m) == "table" and m.sup end).sup
+      local a = started("a")
+      local sref, aref = smarm.monitor(s), smarm.monitor(a)
+      smarm.send(parent, "go")
+      local d = guard.receive("DOWN of a", function(m) return type(m) == "table" and m.ref == aref end)
+      assert.are.equal("shutdown", d.reason)
+      d = guard.receive("DOWN of sup", function(m) return type(m) == "table" and m.ref == sref end)
+      assert.are.equal("boom", d.reason)
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor across schedulers", function()
+  it("supervises children on another scheduler, and runs on one itself", function()
+    run(function()
+      local me = smarm.self()
+      local s = assert(sup.start({ children = {
+        { id = "far", start = kids.worker, args = { me, "far" }, on = 2 } } }))
+      local far = started("far")
+      smarm.send(far, { ping = me })
+      assert.are.equal(2, guard.receive("pong", function(m) return type(m) == "table" and m.pong end).scheduler)
+      smarm.send(far, "crash")
+      local far2 = started("far")
+      assert.is_true(far2 ~= far)
+      smarm.send(far2, { ping = me })
+      assert.are.equal(2, guard.receive("pong", function(m) return type(m) == "table" and m.pong end).scheduler)
+      assert.is_true(sup.stop(s))
+      -- A supervisor on scheduler 2 with a child here.
+      local s2 = assert(sup.start({ on = 2, children = {
+        { id = "near", start = "sup_children.worker", args = { me, "near" }, on = 1 } } }))
+      local near = started("near")
+      smarm.send(near, "crash")
+      local near2 = started("near")
+      assert.are.equal(near2, pids(s2).near)
+      local r, why = sup.start_child(s2, worker("fn"))
+      assert.is_nil(r)
+      assert.matches("a function start cannot reach a supervisor on another scheduler", why)
+      assert.has_error(function()
+        sup.start({ on = 2, children = { worker("f") } })
+      end, 'supervisor.start: spec.children[1].start must be a "module.fn" string with spec.on ' ..
+        "(a function cannot move to another scheduler's VM)")
+    end, { schedulers = 2 })
+  end)
+end)
+
+describe("supervisor dynamic strategy", function()
+  it("starts children of one spec with extra arguments, restarts and stops them", function()
+    run(function()
+      local me = smarm.self()
+      local s = assert(sup.start({ strategy = "dynamic", intensity = 5,
+        children = { { id = "conn", start = "sup_children.worker", args = { me } } } }))
+      assert.are.same({ specs = 1, active = 0, workers = 0, supervisors = 0 }, sup.count_children(s))
+      local c1 = assert(sup.start_child(s, { "one" }))
+      local c2 = assert(sup.start_child(s, { "two" }))
+      assert.are.equal(c1, started("one"))
+      assert.are.equal(c2, started("two"))
+      assert.are.same({ specs = 1, active = 2, workers = 2, supervisors = 0 }, sup.count_children(s))
+      smarm.send(c1, "crash")
+      local c1b = started("one") -- restarted with its own extra arguments
+      assert.is_true(c1b ~= c1)
+      assert.is_true(sup.terminate_child(s, c2))
+      assert.is_false(smarm.alive(c2))
+      assert.are.same({ nil, "not_found" }, { sup.terminate_child(s, c2) })
+      assert.are.same({ nil, "dynamic" }, { sup.restart_child(s, "conn") })
+      assert.are.same({ nil, "dynamic" }, { sup.delete_child(s, "conn") })
+      local list = sup.which_children(s)
+      assert.are.equal(1, #list)
+      assert.are.equal(c1b, list[1].pid)
+      assert.is_true(sup.stop(s))
+      assert.is_false(smarm.alive(c1b))
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor child requests", function()
+  it("start_child, terminate_child, restart_child, delete_child, which_children", function()
+    run(function()
+      local s = assert(sup.start({ children = { worker("a") } }))
+      local a = started("a")
+      local b = assert(sup.start_child(s, worker("b", { restart = "transient" })))
+      assert.are.equal(b, started("b"))
+      assert.are.same({ nil, "already_started" }, { sup.start_child(s, worker("b")) })
+      local u = assert(sup.start_child(s, { id = "u", start = "sup_children.unlinked", args = { smarm.self(), "u" } }))
+      assert.are.equal(u, started("u"))
+      smarm.send(u, "crash") -- the supervisor linked it
+      local u2 = started("u")
+      assert.is_true(u2 ~= u)
+      local list = sup.which_children(s)
+      assert.are.same({ "a", "b", "u" }, { list[1].id, list[2].id, list[3].id })
+      assert.are.same({ a, b, u2 }, { list[1].pid, list[2].pid, list[3].pid })
+      assert.are.same({ nil, "running" }, { sup.delete_child(s, "b") })
+      assert.are.same({ nil, "running" }, { sup.restart_child(s, "b") })
+      assert.is_true(sup.terminate_child(s, "b"))
+      assert.is_false(smarm.alive(b))
+      assert.is_false(pids(s).b)
+      assert.are.same({ nil, "already_present" }, { sup.start_child(s, worker("b")) })
+      local b2 = assert(sup.restart_child(s, "b"))
+      assert.are.equal(b2, started("b"))
+      assert.is_true(sup.terminate_child(s, "b"))
+      assert.is_true(sup.delete_child(s, "b"))
+      assert.is_nil(pids(s).b)
+      assert.are.same({ nil, "not_found" }, { sup.terminate_child(s, "b") })
+      assert.are.same({ nil, "not_found" }, { sup.restart_child(s, "zz") })
+      assert.are.same({ nil, "refused" },
+        { sup.start_child(s, { id = "r", start = kids.refuse, args = { "refused" } }) })
+      assert.is_nil(pids(s).r)
+    end, { schedulers = 1 })
+  end)
+end)
+
+describe("supervisor start failures", function()
+  it("reports the reason and stops the children already started", function()
+    run(function()
+      local me = smarm.self()
+      local function tell(...) -- a's start: tells the spec a's pid (a may never run)
+        local pid = kids.worker(...)
+        smarm.send(me, { spawned = pid })
+        return pid
+      end
+      local r, why = sup.start({ children = { { id = "a", start = tell, args = { me, "a" } },
+        { id = "b", start = kids.refuse, args = { "no way" } }, worker("c") } })
+      assert.is_nil(r)
+      assert.are.same({ failed_to_start_child = "b", reason = "no way" }, why)
+      local a = guard.receive("a's pid", function(m) return type(m) == "table" and m.spawned end).spawned
+      guard.ended(a)
+      assert.is_nil(smarm.receive(function(m) return type(m) == "table" and m.tag == "c" end, 0))
+      r, why = sup.start({ children = { { id = "x", start = "sup_children.raise" } } })
+      assert.is_nil(r)
+      assert.are.equal("x", why.failed_to_start_child)
+      assert.are.same({ code = 7 }, why.reason.error)
+      assert.is_true(type(why.reason.traceback) == "string")
+      r, why = sup.start({ children = { { id = "y", start = "sup_children.nothing" } } })
+      assert.is_nil(r)
+      assert.matches("'sup_children.nothing' is not a function", why.reason.error)
+      -- an ignored child is kept, not running
+      local s = assert(sup.start({ children = { { id = "i", start = kids.ignore } } }))
+      assert.is_false(pids(s).i)
+    end, { schedulers = 1 })
+  end)
+
+  it("raises on a bad spec, naming the field", function()
+    run(function()
+      local function fails(spec, msg)
+        assert.has_error(function() sup.start(spec) end, "supervisor.start: " .. msg)
+      end
+      fails({ strategy = "one_for_two" }, 'spec.strategy must be "one_for_one", "one_for_all", ' ..
+        '"rest_for_one" or "dynamic", got one_for_two')
+      fails({ intensity = -1 }, "spec.intensity must be a non-negative integer, got -1")
+      fails({ period = 0 }, "spec.period must be a positive number of seconds, got 0")
+      fails({ children = { { start = kids.worker } } }, "spec.children[1].id is missing")
+      fails({ children = { { id = 1, start = 5 } } },
+        'spec.children[1].start must be a function or "module.fn", got number')
+      fails({ children = { { id = 1, start = kids.worker, restart = "sometimes" } } },
+        'spec.children[1].restart must be "permanent", "transient" or "temporary", got sometimes')
+      fails({ children = { { id = 1, start = kids.worker, shutdown = -1 } } },
+        'spec.children[1].shutdown must be seconds, "brutal_kill" or "infinity", got -1')
+      fails({ children = { { id = 1, start = kids.worker }, { id = 1, start = kids.worker } } },
+        "spec.children[2].id 1 is used twice")
+      fails({ strategy = "dynamic", children = {} },
+        "the dynamic strategy needs exactly one child spec (the template), got 0")
+      assert.has_error(function() sup.which_children(42) end,
+        "bad argument #1 to 'which_children' (pid or name expected, got number)")
+    end, { schedulers = 1 })
+  end)
+end)
