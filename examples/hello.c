@@ -1,4 +1,5 @@
-/* The README's quick start: a main actor spawns a greeter on any scheduler and sends it a name. */
+/* The README's quick start: a main actor spawns a greeter on any scheduler, sends it a name and
+** waits for its answer (not for a time: a slow machine would end the run before the greeting). */
 #include "smarm.h"
 
 #include <stdio.h>
@@ -11,7 +12,7 @@ static void greeter(void *arg)
   while (smarm_receive(SMARM_FOREVER, &m) == 0) { /* parks only this actor */
     printf("hello, %.*s\n", (int)smarm_msg_size(m), (char *)smarm_msg_data(m));
     fflush(stdout);
-    smarm_msg_free(m);
+    smarm_send(smarm_msg_sender(m), m); /* the same block back: done */
   }
 }
 
@@ -23,7 +24,8 @@ static void main_actor(void *arg)
   smarm_msg_t *m = smarm_msg_new(5);
   memcpy(smarm_msg_data(m), "world", 5);
   smarm_send(pid, m);            /* the message block now belongs to the runtime */
-  smarm_sleep(10 * 1000 * 1000); /* 10 ms; when main returns, the runtime stops */
-}
+  if (smarm_receive(SMARM_FOREVER, &m) == 0) /* the greeter has printed */
+    smarm_msg_free(m);
+} /* when main returns, the runtime stops */
 
 int main(void) { return smarm_run(NULL, main_actor, NULL) == 0 ? 0 : 1; }
