@@ -343,22 +343,22 @@ local function same(a, b, depth)
   return true
 end
 
--- server.stop(to [, reason [, timeout]]) -> true | nil, "noproc" | "timeout" | other reason.
-function server.stop(to, reason, timeout)
-  check_target(to, "stop")
-  check_timeout(timeout, 3, "stop")
-  if reason == nil then reason = "normal" end
+-- Sends the STOP request to `to` (a pid or name; arguments checked) and waits up to `timeout`
+-- for its end: true, or nil and "noproc" | "timeout" | the reason it ended with. Errors name
+-- `fname` and are raised at `level` (the caller of the public function). The STOP protocol is
+-- shared with smarm.supervisor, whose stop calls this.
+function server._stop(to, reason, timeout, fname, level)
   local pid = to
   if type(to) == "string" then
     pid = smarm.whereis(to)
     if pid == nil then return nil, "noproc" end
   end
-  if pid == self() then error("server.stop: calling_self (a server cannot stop itself so)", 2) end
+  if pid == self() then error(fname .. ": calling_self (a server cannot stop itself so)", level) end
   local mref = smarm.monitor(pid)
   local sent, err = pcall(send, pid, { smarm = "STOP", reason = reason })
   if not sent then -- a reason that cannot be sent: leave nothing behind
     smarm.demonitor(mref, "flush")
-    error(err, 2)
+    error(err, level)
   end
   local m = receive(function(d)
     return type(d) == "table" and d.smarm == "DOWN" and d.ref == mref
@@ -369,6 +369,15 @@ function server.stop(to, reason, timeout)
   end
   if same(m.reason, reason, 0) then return true end
   return nil, m.reason
+end
+
+-- server.stop(to [, reason [, timeout]]) -> true | nil, "noproc" | "timeout" | other reason.
+function server.stop(to, reason, timeout)
+  check_target(to, "stop")
+  check_timeout(timeout, 3, "stop")
+  if reason == nil then reason = "normal" end
+  local ok, why = server._stop(to, reason, timeout, "server.stop", 3) -- no tail call: level 3
+  return ok, why
 end
 
 return server

@@ -399,10 +399,12 @@ local function child_ended(st, c, reason)
   restart(st, c)
 end
 
-local function find(st, id)
+-- The child whose `field` is `value` (its id, or the key a restart retry names).
+local function find(st, value, field)
+  field = field or "id"
   local list = st.children
   for i = 1, #list do
-    if list[i].id == id then return list[i] end
+    if list[i][field] == value then return list[i] end
   end
 end
 
@@ -411,13 +413,6 @@ local function keyed(c)
   next_key = next_key + 1
   c.key = next_key
   return c
-end
-
-local function by_key(st, key)
-  local list = st.children
-  for i = 1, #list do
-    if list[i].key == key then return list[i] end
-  end
 end
 
 local requests = {}
@@ -529,7 +524,7 @@ local function supervise(st)
         reply(m.from, { nil, "supervisor: unknown request" })
       end
     elseif kind == "SUP_RETRY" then
-      local c = by_key(st, m.child)
+      local c = find(st, m.child, "key")
       if c and c.pid == nil then restart(st, c) end
     elseif kind == "STOP" then
       shut_down(st, m.reason)
@@ -667,20 +662,8 @@ function supervisor.stop(sup, reason, timeout)
   check_sup(sup, "stop")
   check_timeout(timeout, 3, "stop")
   if reason == nil then reason = "shutdown" end
-  local pid = sup
-  if type(sup) == "string" then
-    pid = smarm.whereis(sup)
-    if pid == nil then return nil, "noproc" end
-  end
-  local ref = monitor(pid)
-  send(pid, { smarm = "STOP", reason = reason })
-  local m = receive(down_of(ref), timeout)
-  if m == nil then
-    smarm.demonitor(ref, "flush")
-    return nil, "timeout"
-  end
-  if m.reason == reason then return true end
-  return nil, m.reason
+  local ok, why = require("smarm.server")._stop(sup, reason, timeout, "supervisor.stop", 3)
+  return ok, why -- not a tail call, so that level 3 is the caller's
 end
 
 return supervisor
