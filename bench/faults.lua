@@ -12,12 +12,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 local want = bench.variants(arg)
-local opts = {
-  rounds = bench.knob("SMARM_FAULTS_ROUNDS", 100000),
-  warmup = bench.knob("SMARM_FAULTS_WARMUP", 2000),
-  runs = bench.knob("SMARM_FAULTS_RUNS", 5),
-  batch = bench.knob("SMARM_FAULTS_BATCH", 100),
-}
+local opts = bench.measure_knobs("SMARM_FAULTS", 100000, 2000, 5, 100)
 
 local function nothing() end
 

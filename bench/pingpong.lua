@@ -7,12 +7,7 @@ local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
 local want = bench.variants(arg)
-local opts = {
-  rounds = bench.knob("SMARM_PINGPONG_ROUNDS", 200000),
-  warmup = bench.knob("SMARM_PINGPONG_WARMUP", 5000),
-  runs = bench.knob("SMARM_PINGPONG_RUNS", 5),
-  batch = bench.knob("SMARM_PINGPONG_BATCH", 100),
-}
+local opts = bench.measure_knobs("SMARM_PINGPONG", 200000, 5000, 5, 100)
 
 local function pong(owner)
   local receive, send = smarm.receive, smarm.send

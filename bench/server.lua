@@ -9,12 +9,7 @@ local server = require("smarm.server")
 local bench = require("smarm.bench")
 
 local want = bench.variants(arg)
-local opts = {
-  rounds = bench.knob("SMARM_SERVER_ROUNDS", 100000),
-  warmup = bench.knob("SMARM_SERVER_WARMUP", 2000),
-  runs = bench.knob("SMARM_SERVER_RUNS", 5),
-  batch = bench.knob("SMARM_SERVER_BATCH", 100),
-}
+local opts = bench.measure_knobs("SMARM_SERVER", 100000, 2000, 5, 100)
 
 local function bare_server()
   local receive, reply = smarm.receive, smarm.reply

@@ -13,12 +13,7 @@ local supervisor = require("smarm.supervisor")
 local bench = require("smarm.bench")
 
 local want = bench.variants(arg)
-local opts = {
-  rounds = bench.knob("SMARM_SUP_ROUNDS", 50000),
-  warmup = bench.knob("SMARM_SUP_WARMUP", 2000),
-  runs = bench.knob("SMARM_SUP_RUNS", 5),
-  batch = bench.knob("SMARM_SUP_BATCH", 100),
-}
+local opts = bench.measure_knobs("SMARM_SUP", 50000, 2000, 5, 100)
 
 local function child(report)
   smarm.send(report, smarm.self())

@@ -15,12 +15,7 @@ local bench = require("smarm.bench")
 -- Optional arguments name the variants to run (luajit_coro local remote parallel); none: all.
 local want = bench.variants(arg)
 
-local opts = {
-  rounds = bench.knob("SMARM_SWITCH_ROUNDS", 1000000),
-  warmup = bench.knob("SMARM_SWITCH_WARMUP", 10000),
-  runs = bench.knob("SMARM_SWITCH_RUNS", 5),
-  batch = bench.knob("SMARM_SWITCH_BATCH", 1000),
-}
+local opts = bench.measure_knobs("SMARM_SWITCH", 1000000, 10000, 5, 1000)
 
 local yield = smarm.yield
 -- One loop for every yielding actor (the same return addresses for each: docs/perf.md).

@@ -9,12 +9,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 local want = bench.variants(arg)
-local opts = {
-  rounds = bench.knob("SMARM_TIMERS_ROUNDS", 200000),
-  warmup = bench.knob("SMARM_TIMERS_WARMUP", 2000),
-  runs = bench.knob("SMARM_TIMERS_RUNS", 5),
-  batch = bench.knob("SMARM_TIMERS_BATCH", 100),
-}
+local opts = bench.measure_knobs("SMARM_TIMERS", 200000, 2000, 5, 100)
 
 local function yielder()
   local yield = smarm.yield

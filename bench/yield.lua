@@ -15,12 +15,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 bench.args(arg)
-local opts = {
-  rounds = bench.knob("SMARM_SWITCH_ROUNDS", 2000000),
-  warmup = bench.knob("SMARM_SWITCH_WARMUP", 20000),
-  runs = bench.knob("SMARM_SWITCH_RUNS", 5),
-  batch = bench.knob("SMARM_SWITCH_BATCH", 1000),
-}
+local opts = bench.measure_knobs("SMARM_SWITCH", 2000000, 20000, 5, 1000)
 
 -- One loop function for every yielding actor (same return addresses: see docs/perf.md).
 local yield = smarm.yield

@@ -52,6 +52,17 @@ function bench.knob(name, default)
   return default
 end
 
+-- bench.measure's options from the knobs <PREFIX>_ROUNDS, _WARMUP, _RUNS and _BATCH, with
+-- these defaults.
+function bench.measure_knobs(prefix, rounds, warmup, runs, batch)
+  return {
+    rounds = bench.knob(prefix .. "_ROUNDS", rounds),
+    warmup = bench.knob(prefix .. "_WARMUP", warmup),
+    runs = bench.knob(prefix .. "_RUNS", runs),
+    batch = bench.knob(prefix .. "_BATCH", batch),
+  }
+end
+
 local page_bytes -- the system's page size, asked once
 
 -- The process's resident memory in bytes (/proc/self/statm; 0 where there is none).
