@@ -73,13 +73,19 @@ build() {
 }
 
 fetch_from_pool "$POOL_PATH" "$SHA256"
+# Every variant checks the hook mask in compiled code (LUAJIT_ENABLE_CHECKHOOK), so that a hook
+# armed from a signal handler stops compiled loops too: smarm's preemption (src/lua/lpreempt.c).
+# SMARM_LUAJIT_CHECKHOOK=0 builds without it (for measuring what it costs; nothing compiled in a
+# loop is then preempted).
+CK="-DLUAJIT_ENABLE_CHECKHOOK"
+[ "${SMARM_LUAJIT_CHECKHOOK:-1}" = 0 ] && CK=""
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
-    release) build release "" ;;
-    check) build check "-DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
+    release) build release "$CK" ;;
+    check) build check "$CK -DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
     asan | tsan)
       [ -z "$CROSS" ] || continue
-      build "$v" "-DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" \
+      build "$v" "$CK -DLUA_USE_APICHECK -DLUA_USE_ASSERT -DLUAJIT_USE_SYSMALLOC" \
         "-fsanitize=$([ "$v" = asan ] && echo address || echo thread)" ;;
     fetch) ;;
     *) say "unknown variant '$v'"; exit 2 ;;

@@ -90,6 +90,14 @@ typedef struct smarm_config {
   ** shutdown (not for actors that ended by themselves) that has a non-NULL smarm_actor_data:
   ** the place to release what the data holds. Its C frames are already discarded. */
   void (*on_actor_stopped)(void *actor_data, void *userdata);
+  /* Time slices (docs/design.md, "Preemption"). slice_ns: how long an actor may run without
+  ** parking or yielding before it is asked to give way; 0 = 2 ms, negative = never. When an
+  ** actor's slice is over, on_preempt(sched, userdata) is called ON THAT SCHEDULER'S THREAD FROM
+  ** A SIGNAL HANDLER (SIGURG) while the actor runs: it may only do async-signal-safe work that
+  ** makes the actor's code call smarm_preempt() soon (the Lua binding arms a debug hook). NULL:
+  ** no actor is ever interrupted (C actors give way only where they park or yield). */
+  int64_t slice_ns;
+  void (*on_preempt)(unsigned sched, void *userdata);
   void *userdata;
 } smarm_config_t;
 
@@ -122,6 +130,8 @@ typedef struct smarm_spawn_opts {
                         monitor's ref is stored here */
   const char *name;  /* non-NULL: registered for the new actor before it can run (a taken name
                         fails the spawn with -EEXIST) */
+  int64_t slice_ns;  /* its time slice: 0 = the runtime's (smarm_config_t.slice_ns), negative =
+                        never asked to give way */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
@@ -166,6 +176,14 @@ SMARM_API void smarm_cleanup_pop(smarm_cleanup_t *c);
 /* Lets the scheduler decide again: inbox, timers, then every other runnable actor goes first.
 ** Returns at once when nothing else is runnable. */
 SMARM_API void smarm_yield(void);
+
+/* Preemption, for bindings that can interrupt their actors' code (smarm_config_t.on_preempt).
+** smarm_preempt_due: nonzero when the calling actor has been asked to give way (its slice is over,
+** or the runtime stops) and has not done so since; 0 outside an actor. smarm_preempt: gives way
+** like smarm_yield (due timers first), counted as a preemption; an exit signal taken in there
+** ends the actor, as in smarm_yield. */
+SMARM_API int smarm_preempt_due(void);
+SMARM_API void smarm_preempt(void);
 
 /* Parks the calling actor for at least ns nanoseconds (<= 0: yield). Returns 0, -EPERM, or
 ** -ENOMEM (no memory for the timer). */
@@ -451,6 +469,7 @@ typedef struct smarm_stats {
   uint64_t spawned;      /* actors created */
   uint64_t live;         /* actors alive now */
   uint64_t stacks;       /* guarded stacks mapped now */
+  uint64_t preempts;     /* actors that gave way because their time slice was over */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without

@@ -109,6 +109,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(spawned);
     READ(live);
     READ(stacks);
+    READ(preempts);
 #undef READ
   }
   sm_runtime_leave();

@@ -19,19 +19,22 @@ typedef struct spawn_ties { /* struct tag declared in sched.h */
   int link;
   smarm_ref_t monitor; /* 0: none */
   const char *name;    /* registered before it runs; NULL: none */
+  int64_t slice_ns;    /* not a tie, but it travels with them: smarm_spawn_opts_t.slice_ns */
 } spawn_ties_t;
 
 /* The ties that opts ask for, with a new ref for a monitor. */
 static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
 {
-  spawn_ties_t t = {0, 0, 0, NULL};
+  spawn_ties_t t = {0, 0, 0, NULL, 0};
   if (opts && (opts->link || opts->monitor)) {
     t.parent = self->pid;
     t.link = opts->link != 0;
     t.monitor = opts->monitor ? smarm_make_ref() : 0;
   }
-  if (opts)
+  if (opts) {
     t.name = opts->name;
+    t.slice_ns = opts->slice_ns;
+  }
   return t;
 }
 

@@ -14,6 +14,8 @@
 #define _GNU_SOURCE
 #include "runtime.h"
 
+#include "preempt.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,6 +27,7 @@
 #define DEFAULT_STACK_BYTES (256 * 1024)
 #define DEFAULT_MAX_STACKS 16384
 #define DEFAULT_SPIN_NS 50000
+#define DEFAULT_SLICE_NS 2000000
 
 /* One runtime per process at a time (the overflow reporter and the any-thread entry points find
 ** it through one global). */
@@ -85,6 +88,7 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
 static void run_scheduler(sched_t *s)
 {
   sm_sched_loop(s);
+  sm_preempt_sched_done(s->rt, s->index);
   sm_sched_destroy_actors(s);
 }
 
@@ -120,6 +124,10 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
     out->max_stacks = DEFAULT_MAX_STACKS;
   if (out->spin_ns < 0)
     out->spin_ns = DEFAULT_SPIN_NS;
+  if (out->slice_ns == 0)
+    out->slice_ns = DEFAULT_SLICE_NS;
+  else if (out->slice_ns < 0)
+    out->slice_ns = INT64_MAX; /* never */
   return 0;
 }
 
@@ -159,9 +167,17 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   sm_runtime_publish(rt);
 
   unsigned started = 1;
-  for (; started < rt->nsched; started++)
+  for (; started < rt->nsched; started++) {
     if (pthread_create(&threads[started], NULL, scheduler_thread, &rt->scheds[started]) != 0)
       break;
+    rt->scheds[started].thread = threads[started];
+  }
+  rt->scheds[0].thread = pthread_self();
+  for (unsigned k = started; k < rt->nsched; k++)
+    rt->scheds[k].ticker_done = 1; /* never started */
+  /* Without a ticker (no memory, no thread) the run goes on unpreempted: timers stay exact for
+  ** schedulers that park, late only on busy ones (every 64 decisions). */
+  sm_preempt_start(rt);
 
   sched_t *s0 = &rt->scheds[0];
   thread_state_t ts;
@@ -182,6 +198,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
   sm_runtime_unpublish();
+  sm_preempt_stop(rt);
   for (unsigned k = 0; k < rt->nsched; k++)
     sm_sched_drain_and_free(&rt->scheds[k]);
   sm_names_destroy(&rt->names);

@@ -22,6 +22,12 @@ typedef struct runtime {
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
   uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
   name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
+  /* The ticker (preempt.c): its fields are its own, or under ticker_lock. */
+  pthread_t ticker;
+  pthread_mutex_t ticker_lock;
+  pthread_cond_t ticker_cond;
+  struct watch *ticker_watch; /* one per scheduler; NULL: no ticker */
+  int ticker_running, ticker_stop, urg_installed;
 } runtime_t;
 
 /* any_thread.c. For threads that may not be scheduler threads: the running runtime (NULL if

@@ -33,8 +33,9 @@
 __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 
 /* Timers are checked at least every this many decisions (yields and parks) of a busy scheduler,
-** and always when it runs out of work; reading the clock on every yield would cost more than
-** the yield. */
+** at the first decision after each tick of the ticker thread while an actor runs (preempt.c:
+** look_at_clock), and always when it runs out of work; reading the clock on every yield would
+** cost more than the yield. */
 #define TIMER_CHECK_TICKS 64
 
 int64_t smarm_now_ns(void)
@@ -67,6 +68,16 @@ static inline void runq_push(sched_t *s, actor_t *a)
   else
     s->run_head = a;
   s->run_tail = a;
+}
+
+/* The same for a chain first..last (linked through run_next, each already RUNNABLE), put at the
+** front: actors whose timers fired go before those queued only because they yielded. */
+static inline void runq_push_front(sched_t *s, actor_t *first, actor_t *last)
+{
+  last->run_next = s->run_head;
+  if (!s->run_head)
+    s->run_tail = last;
+  s->run_head = first;
 }
 
 static inline actor_t *runq_pop(sched_t *s)
@@ -195,16 +206,27 @@ void sm_sched_wake(sched_t *s, actor_t *a)
   runq_push(s, a);
 }
 
+/* Wakes the actors whose deadline is past, earliest first, ahead of the run queue: a due sleeper
+** runs before an actor that is runnable only because it yielded (smarm_yield's promise). */
 static void fire_timers(sched_t *s, int64_t now)
 {
   deadline_t *t;
+  actor_t *first = NULL, *last = NULL;
   while ((t = timer_first(&s->timers)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
     sm_timer_remove(&s->timers, t);
     a->timed_out = 1;
-    runq_push(s, a);
+    a->state = ACTOR_RUNNABLE;
+    a->run_next = NULL;
+    if (last)
+      last->run_next = a;
+    else
+      first = a;
+    last = a;
   }
+  if (first)
+    runq_push_front(s, first, last);
   if (s->msg_timers.count)
     sm_msg_timers_fire(s, now);
 }
@@ -224,8 +246,10 @@ static inline void sched_poll(sched_t *s)
 {
   if (inbox_maybe_nonempty(&s->inbox))
     sm_sched_take_inbox(s);
-  if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS)) {
+  if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS) ||
+      SMARM_UNLIKELY(atomic_load_explicit(&s->look_at_clock, memory_order_relaxed))) {
     s->ticks = 0;
+    atomic_store_explicit(&s->look_at_clock, 0, memory_order_relaxed);
     if (timers_pending(s))
       fire_timers(s, smarm_now_ns());
     if (s->deferred) /* a busy scheduler that never idles still sends them on */
@@ -276,6 +300,7 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
   }
   s->current = to;
   stat_add(&s->stats.switches, 1);
+  atomic_store_explicit(&s->running_slice, to ? to->slice_ns : 0, memory_order_relaxed);
   fiber_before_switch(from_fiber, to_fiber, from && from->state == ACTOR_DEAD);
   sm_ctx_switch(from_ctx, to_ctx);
   /* Resumed: we are `from` again, on the same scheduler (actors never migrate). */
@@ -533,6 +558,9 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->reply = 0;
   a->await_token = a->await_woken = 0;
   a->msg_timers = NULL;
+  a->slice_ns = !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
+                : ties->slice_ns < 0    ? INT64_MAX
+                                        : ties->slice_ns;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
   atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   s->table.entries[index].actor = a;
@@ -581,6 +609,37 @@ void smarm_yield(void)
   sched_leave(s, self);
   if (SMARM_UNLIKELY(self->exit_pending))
     sm_sched_die_pending(s, self);
+}
+
+/* How far the running actor's scheduler has come: the ticker sees an actor overstay its slice
+** when this has not moved (preempt.c). Owner thread. */
+static inline uint64_t slice_progress(sched_t *s)
+{
+  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
+         atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
+}
+
+int smarm_preempt_due(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return 0;
+  /* Acquire: pairs with the ticker's release store, after it read the progress it names. */
+  uint64_t asked = atomic_load_explicit(&s->preempt_asked, memory_order_acquire);
+  return asked != 0 && asked == slice_progress(s) + 1;
+}
+
+void smarm_preempt(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return;
+  atomic_store_explicit(&s->preempt_asked, 0, memory_order_relaxed);
+  stat_add(&s->stats.preempts, 1); /* a new slice, even when nobody else wants to run */
+  s->ticks = TIMER_CHECK_TICKS;    /* the clock now: due timers go first */
+  smarm_yield();
 }
 
 int64_t sm_sched_deadline(int64_t timeout_ns)

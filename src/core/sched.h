@@ -29,6 +29,7 @@
 #include "stack.h"
 #include "timer.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -93,6 +94,7 @@ typedef struct actor {
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
   msg_timer_t *msg_timers;    /* send_after.c: the message timers aimed at it */
+  int64_t slice_ns;           /* its time slice (preempt.h); INT64_MAX: never asked to give way */
   fiber_t fiber;
 } actor_t;
 
@@ -113,6 +115,7 @@ typedef struct actor_table {
 
 typedef struct sched_stats {
   _Atomic uint64_t switches, parks, wakes, remote_sent, stack_saves, spawned, live, stacks;
+  _Atomic uint64_t preempts;  /* actors that gave way because their slice was over */
 } sched_stats_t;
 
 struct runtime;
@@ -120,6 +123,11 @@ struct runtime;
 typedef struct sched {
   /* -- Written by any thread. */
   inbox_t inbox;
+
+  /* -- Written by the ticker thread (preempt.c), read by the owner; the protocol is there. */
+  _Alignas(SMARM_CACHE_PAD) _Atomic uint32_t look_at_clock; /* the next decision point fires the
+                                                               due timers */
+  _Atomic uint64_t preempt_asked; /* progress + 1 when the running actor was asked to give way */
 
   /* -- Owner thread only. */
   _Alignas(SMARM_CACHE_PAD) unsigned index;
@@ -154,9 +162,12 @@ typedef struct sched {
   ctx_t main_ctx;
   fiber_t main_fiber;
   void *data;                 /* smarm_sched_data() */
+  pthread_t thread;           /* written before the ticker starts (runtime.c) */
+  int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
 
   /* -- Written by the owner (relaxed), read by anyone. */
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
+  _Atomic int64_t running_slice; /* the running actor's slice_ns; 0 on the scheduler's stack */
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */

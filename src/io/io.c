@@ -51,9 +51,10 @@ static pthread_t io_thread;
 static _Atomic int io_spinning; /* the loop polls the queue itself: producers need not wake it */
 static uint64_t io_activity;      /* loop thread only: requests taken and completed so far */
 
-/* Sent to pool threads blocked in a work function at the stop; ignored by default, so harmless
-** where nobody handles it. */
-#define IO_INTERRUPT_SIGNAL SIGURG
+/* Sent to pool threads blocked in a work function at the stop, only once our handler for it is
+** installed (it stays installed for the life of the process). Not SIGURG: the core's preemption
+** (core/preempt.c) takes that one, with SA_RESTART, which would restart the blocked call. */
+#define IO_INTERRUPT_SIGNAL (SIGRTMIN + 4)
 
 /* The asynchronous signals whose handlers belong on the IO thread (sm_io_sched_thread_enter). */
 static void io_signal_set(sigset_t *set)

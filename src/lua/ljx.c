@@ -5,7 +5,10 @@
 **                          read it, so it must name the coroutine of the actor that runs.
 **   global_State.jit_base  non-NULL while JIT-compiled code is on the stack (trace executing,
 **                          e.g. a compiled FFI call into C that calls back into us).
-**   global_State.hookmask  HOOK_ACTIVE while inside a debug hook or a __gc finalizer (HOOK_GC).
+**   global_State.hookmask  HOOK_ACTIVE while inside a debug hook or a __gc finalizer (HOOK_GC);
+**                          a preemption clears it for the switch and sets it again after.
+**   global_State.vmstate   what the VM is doing (interpreter, C, GC, a trace): saved across a
+**                          preemption's switch (the unwinder and the profiler read it).
 **   jit_State.state        via lj_trace_abort(): stops a trace that is being recorded.
 **   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
 **                          has made no callback, so none can be running).
@@ -67,3 +70,31 @@ void sm_ljx_before_switch(lua_State *L)
 void sm_ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
 
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
+
+const char *sm_ljx_cannot_preempt(lua_State *L)
+{
+  global_State *g = G(L);
+  if (g->hookmask & HOOK_GC)
+    return "inside a __gc finalizer";
+  if (tvref(g->jit_base) != NULL)
+    return "inside JIT-compiled code";
+  if (in_ffi_callback(L))
+    return "inside an FFI callback";
+  return NULL;
+}
+
+void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st)
+{
+  global_State *g = G(L);
+  st->vmstate = g->vmstate;
+  hook_leave(g);
+  sm_ljx_before_switch(L);
+}
+
+void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st)
+{
+  global_State *g = G(L);
+  hook_enter(g);
+  g->vmstate = st->vmstate;
+  sm_ljx_after_switch(L);
+}

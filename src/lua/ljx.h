@@ -21,6 +21,21 @@ void sm_ljx_before_switch(lua_State *L);
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
 void sm_ljx_after_switch(lua_State *L);
 
+/* Preemption from a debug hook (lpreempt.c). Why the hook must not switch here, or NULL: inside
+** an FFI callback, or with compiled code on the stack (hooks never run inside __gc finalizers). */
+const char *sm_ljx_cannot_preempt(lua_State *L);
+
+/* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no
+** hook runs in the whole VM, so other actors would never be preempted) and the VM state. */
+typedef struct ljx_hook_state {
+  int vmstate;
+} ljx_hook_state_t;
+/* In the hook, right before the switch: clears HOOK_ACTIVE, saves the VM state, stops recording. */
+void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st);
+/* Right after: sets HOOK_ACTIVE again (the VM's hook caller clears it when the hook returns),
+** the VM state, and L as the current state. */
+void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st);
+
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
 ** the checking builds). */
 int sm_ljx_is_current(lua_State *L);

@@ -48,6 +48,7 @@
 #include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
+#include "lpreempt.h"
 #include "lproc.h"
 #include "ltimer.h"
 #include "lsignal.h"
@@ -61,6 +62,7 @@
 #include <lualib.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -310,6 +312,13 @@ static void on_sched_start(unsigned k, void *ud)
   smarm_sched_set_data(vm);
 }
 
+/* Async-signal context, on scheduler k's thread (smarm_config_t.on_preempt). */
+static void on_preempt(unsigned k, void *ud)
+{
+  lrun_t *run = ud;
+  sm_lpreempt_arm(&run->vms[k]);
+}
+
 static void on_sched_stop(unsigned k, void *ud)
 {
   lrun_t *run = ud;
@@ -432,6 +441,7 @@ static void set_stats(lua_State *L, const smarm_stats_t *st)
   FIELD(wakes);
   FIELD(remote_sent);
   FIELD(stack_saves);
+  FIELD(preempts);
   FIELD(spawned);
   FIELD(live);
   FIELD(stacks);
@@ -969,6 +979,7 @@ typedef struct spawn_req {
   int where;          /* a scheduler (0-based), SMARM_SCHED_ANY, or SPAWN_HERE */
   int link, monitor;
   const char *name;   /* NULL: none */
+  int64_t slice_ns;   /* 0: the run's; negative: never preempted */
 } spawn_req_t;
 
 #define SPAWN_HERE (-2) /* this scheduler, sharing the function's upvalues (no copy) */
@@ -994,7 +1005,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   int nargs = lua_gettop(L) - fn_idx;
   smarm_ref_t ref = 0;
   smarm_spawn_opts_t opts = {.link = r->link, .monitor = r->monitor ? &ref : NULL,
-                             .name = r->name};
+                             .name = r->name, .slice_ns = r->slice_ns};
   smarm_pid_t pid = 0;
   int rc;
   if (r->where == SPAWN_HERE) {
@@ -1057,33 +1068,52 @@ static int check_where(lua_State *L, int idx)
 
 static int l_spawn(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0};
   return spawn_lua(L, "spawn", &r, 1);
 }
 
 static int l_spawn_on(lua_State *L)
 {
-  spawn_req_t r = {check_where(L, 1), 0, 0, NULL};
+  spawn_req_t r = {check_where(L, 1), 0, 0, NULL, 0};
   return spawn_lua(L, "spawn_on", &r, 2);
 }
 
 static int l_spawn_link(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL};
+  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL, 0};
   return spawn_lua(L, "spawn_link", &r, 1);
 }
 
 static int l_spawn_monitor(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL};
+  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL, 0};
   return spawn_lua(L, "spawn_monitor", &r, 1);
 }
 
-/* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name. */
+/* A time slice option at the top of the stack, in seconds (math.huge: never preempted), as
+** smarm_config_t/smarm_spawn_opts_t want it; nil gives 0 (the default). */
+static int64_t check_slice(lua_State *L, int arg, const char *field)
+{
+  if (lua_isnil(L, -1))
+    return 0;
+  lua_Number t = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+  if (t == HUGE_VAL)
+    return -1;
+  if (!(t >= 1e-5 && t <= 3600))
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s must be a number of seconds from 1e-5 to 3600, "
+                                             "or math.huge (never preempted)", field));
+  return (int64_t)(t * 1e9);
+}
+
+/* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name,
+** slice. */
 static int l_spawn_opt(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TTABLE);
-  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL};
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0};
+  lua_getfield(L, 1, "slice");
+  r.slice_ns = check_slice(L, 1, "opts.slice");
+  lua_pop(L, 1);
   lua_getfield(L, 1, "on");
   if (!lua_isnil(L, -1))
     r.where = check_where(L, lua_gettop(L));
@@ -1170,7 +1200,9 @@ static int l_run(lua_State *L)
                     "opts.stack_size must be from 16384 to 1073741824");
       cfg.stack_size = (size_t)n;
     }
-    lua_pop(L, 2);
+    lua_getfield(L, 2, "slice");
+    cfg.slice_ns = check_slice(L, 2, "opts.slice");
+    lua_pop(L, 3);
   }
   if (smarm_sched_index() >= 0)
     return luaL_error(L, "smarm.run: already inside a runtime");
@@ -1206,10 +1238,12 @@ static int l_run(lua_State *L)
   cfg.on_sched_start = on_sched_start;
   cfg.on_sched_stop = on_sched_stop;
   cfg.on_actor_stopped = on_actor_stopped;
+  cfg.on_preempt = on_preempt;
   cfg.userdata = &run;
   current_run = &run;
   sm_lhandle_next_run(); /* handles made from here on belong to this run */
   int rc = smarm_run(&cfg, lactor_main, main);
+  sm_lpreempt_disarm(L); /* the ticker is gone: nothing arms it again */
   sm_io_shutdown(); /* every actor is gone: let the IO thread finish its work in flight and end */
   sm_lfs_end_run(L); /* the run's files still open in this VM (the other VMs are closed) */
   sm_lhandle_next_run(); /* the run's handles are stale now: their sockets and files are closed */
@@ -1282,6 +1316,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lfaults_register(L, module);
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
+  sm_lpreempt_wrap_sethook(L);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -14,6 +14,8 @@
 
 #include <lua.h>
 
+#include <signal.h>
+
 /* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
 ** no lua_newthread, no registry slot and no garbage. */
 #define LVM_SPARE_COS 256
@@ -41,6 +43,7 @@ typedef struct lvm {
   int str_ref[LVM_STRS];      /* lvm_push_str */
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
+  volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
 } lvm_t;
 
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the

@@ -1,0 +1,48 @@
+-- bench/fairness.lua: how late a 10 ms ticker wakes beside runaway actors on its scheduler
+-- (issue #10). The main actor sleeps until each 10 ms deadline and records how late it woke;
+-- beside it, 0, 1, 4 or 16 actors spin in compiled loops that never park or yield, so the
+-- ticker runs only because they are switched out at the end of their slices (2 ms by default,
+-- SMARM_FAIRNESS_SLICE seconds otherwise). Without preemption every variant but hogs_0 never
+-- ends. The latencies reported are the lateness of each tick.
+-- Knobs: SMARM_FAIRNESS_TICKS (default 200), SMARM_FAIRNESS_SLICE.
+-- Run: smarm -n bench/fairness.lua [hogs_0 hogs_1 hogs_4 hogs_16] [--json FILE]
+local smarm = require("smarm")
+local bench = require("smarm.bench")
+
+local want = bench.variants(arg)
+local ticks = bench.knob("SMARM_FAIRNESS_TICKS", 200)
+local slice = bench.knob("SMARM_FAIRNESS_SLICE", 0.002)
+local PERIOD_NS = 10e6
+
+local function hog()
+  local x = 0
+  while true do x = x + 1 end
+end
+
+for _, hogs in ipairs({ 0, 1, 4, 16 }) do
+  local name = "hogs_" .. hogs
+  if want(name) then
+    smarm.run(function()
+      local ghz = bench.ghz(0.01)
+      local pids = {}
+      for i = 1, hogs do pids[i] = smarm.spawn(hog) end
+      local ps, ccyc = smarm.histogram(), smarm.histogram()
+      local due = smarm.clock() + PERIOD_NS
+      for _ = 1, ticks do
+        local now = smarm.clock()
+        smarm.sleep(math.max(0, due - now) / 1e9)
+        local late = smarm.clock() - due
+        if late < 0 then late = 0 end
+        ps:record(late * 1000)
+        ccyc:record(late * ghz * 100)
+        due = due + PERIOD_NS
+      end
+      for _, p in ipairs(pids) do smarm.kill(p) end
+      bench.report({ scenario = "fairness", variant = name, schedulers = 1, hogs = hogs,
+        slice_ms = slice * 1000, preempts = smarm.stats().total.preempts },
+        { ps = ps, ccyc = ccyc, floor_ns = 0, ghz = ghz, ops = ticks })
+    end, { schedulers = 1, slice = slice })
+  end
+end
+
+bench.finish()

@@ -1,0 +1,168 @@
+/* Time slices in the core (src/core/preempt.c): the ticker asks an actor that overstays its slice
+** to give way (smarm_preempt_due), on_preempt runs on the actor's thread, smarm_preempt switches.
+** C actors cannot be interrupted, so these spin polling smarm_preempt_due() the way the Lua
+** binding's hook does. Each case waits for an event that cannot happen without the ticker (the
+** flag set by an actor that can only run once the spinner gives way), never for a time. */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+
+#include <stdatomic.h>
+
+#define MS (1000LL * 1000)
+
+static _Atomic int handler_calls;
+static _Atomic int flag;
+
+static _Atomic int handler_on_wrong_thread;
+
+/* on_preempt: in a signal handler on the scheduler's own thread. */
+static void count_preempt_calls(unsigned sched, void *ud)
+{
+  (void)ud;
+  if (smarm_sched_index() != (int)sched)
+    atomic_store_explicit(&handler_on_wrong_thread, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&handler_calls, 1, memory_order_relaxed);
+}
+
+static void run_with(unsigned nsched, int64_t slice_ns, smarm_actor_fn fn)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = nsched;
+  cfg.slice_ns = slice_ns;
+  cfg.on_preempt = count_preempt_calls;
+  CHECK_EQ(smarm_run(&cfg, fn, NULL), 0);
+}
+
+/* Spins until the flag is set, giving way whenever asked; counts the times it was asked. */
+static void spinner(void *arg)
+{
+  int *asked = arg;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (!atomic_load_explicit(&flag, memory_order_relaxed) && smarm_now_ns() < guard) {
+    if (smarm_preempt_due()) {
+      ++*asked;
+      smarm_preempt();
+      CHECK(!smarm_preempt_due()); /* a new slice */
+    }
+  }
+}
+
+static void set_flag(void *arg)
+{
+  (void)arg;
+  atomic_store_explicit(&flag, 1, memory_order_relaxed);
+}
+
+static int asked;
+
+static void main_spinner_gives_way(void *arg)
+{
+  (void)arg;
+  CHECK(!smarm_preempt_due());
+  smarm_pid_t a, b;
+  CHECK_EQ(smarm_spawn(spinner, &asked, NULL, &a), 0);
+  CHECK_EQ(smarm_spawn(set_flag, NULL, NULL, &b), 0);
+  WAIT_UNTIL(!smarm_alive(a), 1 * MS);
+  CHECK(!smarm_alive(a));
+  smarm_stats_t st;
+  CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  CHECK(st.preempts >= 1);
+}
+
+TEST(an_actor_past_its_slice_is_asked_to_give_way)
+{
+  atomic_store(&flag, 0);
+  atomic_store(&handler_calls, 0);
+  asked = 0;
+  run_with(1, 1 * MS, main_spinner_gives_way);
+  CHECK(asked >= 1);
+  CHECK(!smarm_preempt_due()); /* outside an actor */
+  smarm_preempt();             /* does nothing there */
+}
+
+/* slice_ns < 0 in spawn opts: never asked, though the runtime's slice is short. */
+static void never_asked(void *arg)
+{
+  (void)arg;
+  int64_t end = smarm_now_ns() + 50 * MS;
+  while (smarm_now_ns() < end)
+    CHECK(!smarm_preempt_due());
+}
+
+static void main_never(void *arg)
+{
+  (void)arg;
+  smarm_spawn_opts_t opts = {0};
+  opts.slice_ns = -1;
+  smarm_pid_t a;
+  CHECK_EQ(smarm_spawn(never_asked, NULL, &opts, &a), 0);
+  WAIT_UNTIL(!smarm_alive(a), 1 * MS);
+}
+
+TEST(an_actor_with_no_slice_is_never_asked)
+{
+  run_with(1, 100 * 1000, main_never);
+}
+
+/* The end of a run: every actor still spinning is asked at once, so the run ends, although the
+** slices are off; the handler ran on their thread. */
+static void spin_forever(void *arg)
+{
+  (void)arg;
+  for (;;)
+    if (smarm_preempt_due())
+      smarm_preempt();
+}
+
+static void main_stop(void *arg)
+{
+  (void)arg;
+  /* one: with slices off, a second spawn_on would wait for good for the spinning scheduler */
+  CHECK_EQ(smarm_spawn_on(1, spin_forever, NULL, NULL, NULL), 0);
+}
+
+TEST(the_end_of_a_run_stops_spinning_actors)
+{
+  run_with(2, -1, main_stop); /* no slices: only the stop asks */
+}
+
+/* The handler runs on the spinning actor's thread, in the middle of its code: this spinner
+** waits for it before it looks at smarm_preempt_due. */
+static void spin_until_signalled(void *arg)
+{
+  (void)arg;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (!atomic_load_explicit(&handler_calls, memory_order_relaxed) && smarm_now_ns() < guard)
+    ;
+  while (!atomic_load_explicit(&flag, memory_order_relaxed) && smarm_now_ns() < guard)
+    if (smarm_preempt_due())
+      smarm_preempt();
+}
+
+static void main_signalled(void *arg)
+{
+  (void)arg;
+  smarm_pid_t a;
+  CHECK_EQ(smarm_spawn_on(1, spin_until_signalled, NULL, NULL, &a), 0);
+  CHECK_EQ(smarm_spawn_on(1, set_flag, NULL, NULL, NULL), 0); /* answered once a gives way */
+  WAIT_UNTIL(!smarm_alive(a), 1 * MS);
+  CHECK(!smarm_alive(a));
+}
+
+TEST(the_handler_runs_on_the_overstaying_actors_thread)
+{
+#if defined(__SANITIZE_THREAD__)
+  (void)main_signalled;
+  SKIP("TSan runs a signal's handler only at the thread's next interceptor call");
+#else
+  atomic_store(&flag, 0);
+  atomic_store(&handler_calls, 0);
+  atomic_store(&handler_on_wrong_thread, 0);
+  run_with(2, 1 * MS, main_signalled);
+  CHECK(atomic_load(&handler_calls) >= 1);
+  CHECK_EQ(atomic_load(&handler_on_wrong_thread), 0);
+#endif
+}
+
+TEST_MAIN()

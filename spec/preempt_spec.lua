@@ -1,0 +1,267 @@
+-- Time slices (issue #10): an actor that runs past its slice is switched out where it stands,
+-- compiled loops included, and resumed later with no visible effect but the delay.
+--
+-- Most cases are built so that they cannot pass without preemption, whatever the machine's
+-- speed: an actor spins until a flag is set by another actor of the same scheduler, which can
+-- only run if the spinner is switched out (without preemption the spec hangs, and the guard's
+-- watchdog fails it).
+local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+local run, HANG = guard.run, guard.HANG
+
+-- Under TSan a signal's handler runs only when the thread next passes one of TSan's
+-- interceptors (a libc call it wraps), which a pure Lua loop never does: the cases whose spinner
+-- makes no such call cannot be preempted there, and are pending under TSan. The protocol
+-- between the ticker and the schedulers is still checked there (the yield, slice = math.huge and
+-- many-actor cases, whose actors allocate and send).
+local in_pure_loops = os.getenv("SMARM_SANITIZER") == "tsan" and pending or it
+
+-- Runs spin(flag) in an actor and, beside it on the same scheduler, an actor that sets
+-- flag.done; returns what spin returned (spin must return once flag.done is true).
+local function spin_until_freed(spin, opts)
+  return run(function()
+    local me, flag = smarm.self(), { done = false }
+    smarm.spawn(function() smarm.send(me, { smarm.self(), spin(flag) }) end)
+    smarm.spawn(function() flag.done = true end)
+    local r = guard.receive("the spinner's result")
+    return unpack(r, 2)
+  end, opts)
+end
+
+describe("preemption", function()
+  in_pure_loops("switches out a runaway loop so that another actor of its scheduler runs", function()
+    local n = spin_until_freed(function(flag)
+      local n = 0
+      while not flag.done do n = n + 1 end
+      return n
+    end)
+    assert.is_true(n > 0)
+  end)
+
+  in_pure_loops("switches out a compiled numeric loop, and its result is exact", function()
+    local n, sum = spin_until_freed(function(flag)
+      local sum, i = 0, 0
+      for k = 1, 1e15 do
+        sum = sum + k
+        i = k
+        if flag.done then break end
+      end
+      return i, sum
+    end)
+    assert.are.equal(n * (n + 1) / 2, sum)
+  end)
+
+  in_pure_loops("switches out code inside pcall, a table.sort comparator, a coroutine and string.gsub",
+    function()
+      local ok, v = spin_until_freed(function(flag)
+        return pcall(function()
+          while not flag.done do end
+          return "in pcall"
+        end)
+      end)
+      assert.is_true(ok)
+      assert.are.equal("in pcall", v)
+
+      local sorted = spin_until_freed(function(flag)
+        local t = { 3, 1, 2 }
+        table.sort(t, function(a, b)
+          while not flag.done do end
+          return a < b
+        end)
+        return table.concat(t, ",")
+      end)
+      assert.are.equal("1,2,3", sorted)
+
+      local from_co = spin_until_freed(function(flag)
+        local co = coroutine.wrap(function(x)
+          while not flag.done do end
+          coroutine.yield(x + 1)
+        end)
+        return co(41)
+      end)
+      assert.are.equal(42, from_co)
+
+      local replaced = spin_until_freed(function(flag)
+        return (string.gsub("abc", "%w", function(c)
+          while not flag.done do end
+          return c:upper()
+        end))
+      end)
+      assert.are.equal("ABC", replaced)
+    end)
+
+  in_pure_loops("switches out a loop that allocates (GC steps) and one that makes FFI calls", function()
+    local n, total = spin_until_freed(function(flag)
+      local n, total = 0, 0
+      while not flag.done do
+        n = n + 1
+        local t = { n, tostring(n) }
+        total = total + t[1]
+      end
+      return n, total
+    end)
+    assert.are.equal(n * (n + 1) / 2, total)
+
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "int abs(int);")
+    local calls, sum = spin_until_freed(function(flag)
+      local calls, s = 0, 0
+      while not flag.done do
+        calls = calls + 1
+        s = s + ffi.C.abs(-1)
+      end
+      return calls, s
+    end)
+    assert.are.equal(calls, sum)
+  end)
+
+  in_pure_loops("ends a run while actors spin in compiled loops on every scheduler", function()
+    local main_done = false
+    run(function()
+      for k = 1, 2 do
+        smarm.spawn_on(k, function()
+          local x = 0
+          while true do x = x + 1 end
+        end)
+      end
+      smarm.yield()
+      main_done = true
+    end, { schedulers = 2 })
+    assert.is_true(main_done)
+  end)
+
+  in_pure_loops("answers alive and spawn_on from a scheduler whose actor spins, and kill ends it", function()
+    run(function()
+      local hog = smarm.spawn_on(2, function() while true do end end)
+      assert.is_true(smarm.alive(hog))
+      local me = smarm.self()
+      smarm.spawn_on(2, function() smarm.send(me, "beside the hog") end)
+      assert.are.equal("beside the hog", guard.receive("the second actor on scheduler 2"))
+      local ref = smarm.monitor(hog)
+      smarm.kill(hog)
+      local down = guard.receive("the hog's DOWN", function(m)
+        return type(m) == "table" and m.ref == ref
+      end)
+      assert.are.equal("killed", down.reason)
+    end, { schedulers = 2 })
+  end)
+
+  it("lets a due timer go first at a yield of a busy scheduler", function()
+    -- the sleeper's timer is due 10 ms in; the other actor spins 5 ms between yields. Before the
+    -- ticker, timers were looked at every 64 decisions (about 300 ms here). The count is a loose
+    -- bound: it holds unless the ticker thread gets no CPU for 150 ms.
+    local yields = run(function()
+      local me, woke = smarm.self(), false
+      smarm.spawn(function()
+        smarm.sleep(0.01)
+        woke = true
+      end)
+      smarm.spawn_opt({ slice = math.huge }, function()
+        local n = 0
+        while not woke do
+          local t = smarm.now()
+          while smarm.now() - t < 0.005 do end
+          n = n + 1
+          smarm.yield()
+        end
+        smarm.send(me, n)
+      end)
+      return guard.receive("the spinner's count")
+    end)
+    assert.is_true(yields < 32, "yields before the timer fired: " .. yields)
+  end)
+
+  it("never switches out an actor spawned with slice = math.huge", function()
+    local other_ran = run(function()
+      local me, ran = smarm.self(), false
+      smarm.spawn_opt({ slice = math.huge }, function()
+        local t = smarm.now()
+        while smarm.now() - t < 0.05 do end
+        smarm.send(me, ran)
+      end)
+      smarm.spawn(function() ran = true end)
+      return guard.receive("the unpreempted actor's answer")
+    end)
+    assert.is_false(other_ran)
+  end)
+
+  in_pure_loops("takes opts.slice in smarm.run and spawn_opt, and counts preemptions in smarm.stats",
+    function()
+      local preempts = run(function()
+        local me, flag = smarm.self(), { done = false }
+        smarm.spawn_opt({ slice = 0.0001 }, function()
+          while not flag.done do end
+          smarm.send(me, "freed")
+        end)
+        smarm.spawn(function() flag.done = true end)
+        guard.receive("the spinner")
+        return smarm.stats().total.preempts
+      end, { slice = 0.001 })
+      assert.is_true(preempts >= 1)
+    end)
+
+  it("raises on a bad slice", function()
+    for _, bad in ipairs({ 0, -1, "1", true, 1e-9, 7200 }) do
+      assert.has_error(function() smarm.run(function() end, { slice = bad }) end,
+        "bad argument #2 to 'run' (opts.slice must be a number of seconds from 1e-5 to 3600, " ..
+        "or math.huge (never preempted))")
+    end
+    run(function()
+      assert.has_error(function() smarm.spawn_opt({ slice = 0 }, function() end) end,
+        "bad argument #1 to 'spawn_opt' (opts.slice must be a number of seconds from 1e-5 to " ..
+        "3600, or math.huge (never preempted))")
+    end)
+  end)
+
+  in_pure_loops("keeps a user's debug.sethook working, and preempts again once it is cleared", function()
+    local lines = run(function()
+      local count = 0
+      debug.sethook(function() count = count + 1 end, "l")
+      local x = 0
+      for i = 1, 10 do x = x + i end
+      debug.sethook()
+      assert.are.equal(55, x)
+      return count
+    end)
+    assert.is_true(lines >= 10)
+    local n = spin_until_freed(function(flag)
+      local n = 0
+      while not flag.done do n = n + 1 end
+      return n
+    end)
+    assert.is_true(n > 0)
+  end)
+
+  it("keeps every message and exact results under 100 us slices on two schedulers", function()
+    local ACTORS, SENDS = 20, 200
+    local results = run(function()
+      local me = smarm.self()
+      for k = 1, ACTORS do
+        smarm.spawn_opt({ on = (k % 2) + 1, slice = 0.0001 }, function(me2, id, sends)
+          local sum = 0
+          for i = 1, sends do
+            local x = 0
+            for j = 1, 2000 do x = x + j end -- compiled, preempted anywhere in here
+            sum = sum + x
+            smarm.send(me2, { id = id, i = i })
+            if i % 50 == 0 then smarm.sleep(0.0001) end
+          end
+          smarm.send(me2, { id = id, sum = sum })
+        end, me, k, SENDS)
+      end
+      local seen, sums = {}, {}
+      for _ = 1, ACTORS * (SENDS + 1) do
+        local m = smarm.receive(HANG)
+        assert(m, "a message was lost")
+        if m.sum then
+          sums[m.id] = m.sum
+        else
+          assert.are.equal((seen[m.id] or 0) + 1, m.i) -- in order, none lost
+          seen[m.id] = m.i
+        end
+      end
+      return sums
+    end, { schedulers = 2 })
+    for k = 1, ACTORS do assert.are.equal(SENDS * 2001000, results[k]) end
+  end)
+end)

@@ -1,0 +1,191 @@
+/*
+** The ticker: one thread per runtime that wakes every tick (half the shortest running slice,
+** 50 us to 1 ms; longer, up to IDLE_TICK_NS, while no scheduler runs an actor) and looks at each
+** scheduler from outside:
+**
+**   - While an actor runs there, it sets look_at_clock: the scheduler's next decision point
+**     (a yield, a park, a preemption) fires the due timers even if its 64-decision count is not
+**     up, so a busy scheduler's timers are late by at most a tick.
+**   - When the scheduler's progress (switches + preemptions) has not moved for the running
+**     actor's slice, it asks that actor to give way: it stores progress + 1 in preempt_asked and
+**     sends the scheduler's thread SIGURG, whose handler (on that thread, interrupting the
+**     actor) calls cfg.on_preempt. The Lua binding arms a debug hook there; the hook calls
+**     smarm_preempt(), which gives way like a yield. While the runtime stops, every running actor
+**     is asked at once, so the end of a run ends actors that spin in compiled loops.
+**
+** Protocol (who writes what):
+**   preempt_asked   ticker: release store of progress + 1, after reading the progress.
+**                   owner: relaxed store of 0 when it gives way (smarm_preempt). The owner reads
+**                   it (acquire) and compares with its own progress: a request made before the
+**                   actor switched, or one the actor already honoured, names an older progress
+**                   and is ignored, so a late signal or hook never preempts the wrong slice.
+**   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
+**                   1 (the owner's 0 overwrote it) costs one tick's lateness.
+**   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
+**   ticker_done     under ticker_lock: the ticker signals a thread only while holding the lock
+**                   and seeing the flag clear, so it never signals a thread that has ended.
+** A request whose signal found no Lua code to interrupt (the actor sat in a long C call) is sent
+** again after a slice, then twice as long each time up to a second: a missed arming is retried,
+** and a blocking C call is not flooded with EINTR.
+**
+** SIGURG: ignored by default, so a signal that arrives after the handler is gone is harmless;
+** the handler is installed for the run with SA_RESTART and keeps errno.
+*/
+#define _GNU_SOURCE
+#include "preempt.h"
+
+#include "runtime.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIN_TICK_NS 50000LL
+#define MAX_TICK_NS 1000000LL
+#define IDLE_TICK_NS 16000000LL
+#define MAX_RETRY_NS 1000000000LL
+
+typedef struct watch {      /* the ticker's own notes on one scheduler */
+  uint64_t progress;        /* switches + preempts when last seen to move */
+  int64_t since;            /* when it moved (the running actor's slice counts from here) */
+  int64_t asked_at;         /* when the running actor was last asked; 0: not yet */
+  int64_t retry_ns;         /* wait before asking again */
+} watch_t;
+
+static struct sigaction old_urg; /* one runtime per process at a time */
+
+static void on_sigurg(int sig)
+{
+  (void)sig;
+  int saved = errno;
+  sched_t *s = sm_sched_tls;
+  if (s && s->current && atomic_load_explicit(&s->preempt_asked, memory_order_relaxed))
+    s->rt->cfg.on_preempt(s->index, s->rt->cfg.userdata);
+  errno = saved;
+}
+
+static int64_t tick_for(int64_t slice)
+{
+  int64_t t = slice / 2;
+  return t < MIN_TICK_NS ? MIN_TICK_NS : t > MAX_TICK_NS ? MAX_TICK_NS : t;
+}
+
+/* One look at scheduler s at time now; returns the tick it needs (IDLE_TICK_NS: none). */
+static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int stopping)
+{
+  int64_t slice = atomic_load_explicit(&s->running_slice, memory_order_relaxed);
+  uint64_t progress = atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
+                      atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
+  if (progress != w->progress) {
+    w->progress = progress;
+    w->since = now;
+    w->asked_at = 0;
+  }
+  if (!slice)
+    return IDLE_TICK_NS; /* on its own stack: idle, or between two actors */
+  atomic_store_explicit(&s->look_at_clock, 1, memory_order_relaxed);
+  if (!rt->cfg.on_preempt)
+    return MAX_TICK_NS;
+  if (!stopping && (slice == INT64_MAX || now - w->since < slice))
+    return tick_for(slice);
+  if (w->asked_at && now - w->asked_at < w->retry_ns && !stopping)
+    return tick_for(slice);
+  w->retry_ns = !w->asked_at ? slice : w->retry_ns < MAX_RETRY_NS / 2 ? 2 * w->retry_ns
+                                                                      : MAX_RETRY_NS;
+  w->asked_at = now;
+  atomic_store_explicit(&s->preempt_asked, progress + 1, memory_order_release);
+  pthread_kill(s->thread, SIGURG);
+  return tick_for(slice);
+}
+
+static void *ticker_main(void *p)
+{
+  runtime_t *rt = p;
+  watch_t *w = rt->ticker_watch;
+  int64_t tick = MAX_TICK_NS;
+  pthread_mutex_lock(&rt->ticker_lock);
+  while (!rt->ticker_stop) {
+    int64_t until = smarm_now_ns() + tick;
+    struct timespec ts = {until / 1000000000, until % 1000000000};
+    while (!rt->ticker_stop &&
+           pthread_cond_timedwait(&rt->ticker_cond, &rt->ticker_lock, &ts) != ETIMEDOUT)
+      ;
+    if (rt->ticker_stop)
+      break;
+    int64_t now = smarm_now_ns();
+    int stopping = atomic_load_explicit(&rt->stop_requested, memory_order_relaxed);
+    int64_t next = IDLE_TICK_NS;
+    for (unsigned k = 0; k < rt->nsched; k++) {
+      if (rt->scheds[k].ticker_done)
+        continue;
+      int64_t t = look_at(rt, &rt->scheds[k], &w[k], now, stopping);
+      if (t < next)
+        next = t;
+    }
+    /* idle: back off gently, so that an actor that starts to spin is seen within IDLE_TICK_NS */
+    tick = next < IDLE_TICK_NS ? next : tick * 2 < IDLE_TICK_NS ? tick * 2 : IDLE_TICK_NS;
+  }
+  pthread_mutex_unlock(&rt->ticker_lock);
+  return NULL;
+}
+
+int sm_preempt_start(runtime_t *rt)
+{
+  rt->ticker_watch = calloc(rt->nsched, sizeof(watch_t));
+  if (!rt->ticker_watch)
+    return -ENOMEM;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&rt->ticker_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&rt->ticker_lock, NULL);
+  if (rt->cfg.on_preempt) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigurg;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    rt->urg_installed = sigaction(SIGURG, &sa, &old_urg) == 0;
+  }
+  int rc = pthread_create(&rt->ticker, NULL, ticker_main, rt);
+  if (rc != 0) {
+    sm_preempt_stop(rt);
+    return -rc;
+  }
+  rt->ticker_running = 1;
+  return 0;
+}
+
+void sm_preempt_sched_done(runtime_t *rt, unsigned index)
+{
+  if (!rt->ticker_watch)
+    return;
+  pthread_mutex_lock(&rt->ticker_lock);
+  rt->scheds[index].ticker_done = 1;
+  pthread_mutex_unlock(&rt->ticker_lock);
+}
+
+void sm_preempt_stop(runtime_t *rt)
+{
+  if (!rt->ticker_watch)
+    return;
+  if (rt->ticker_running) {
+    pthread_mutex_lock(&rt->ticker_lock);
+    rt->ticker_stop = 1;
+    pthread_cond_signal(&rt->ticker_cond);
+    pthread_mutex_unlock(&rt->ticker_lock);
+    pthread_join(rt->ticker, NULL);
+    rt->ticker_running = 0;
+  }
+  if (rt->urg_installed)
+    sigaction(SIGURG, &old_urg, NULL);
+  rt->urg_installed = 0;
+  pthread_cond_destroy(&rt->ticker_cond);
+  pthread_mutex_destroy(&rt->ticker_lock);
+  free(rt->ticker_watch);
+  rt->ticker_watch = NULL;
+}

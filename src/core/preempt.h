@@ -1,0 +1,20 @@
+/*
+** Time slices: the ticker thread that asks actors which overstay their slice to give way, and
+** looks at the clock for schedulers too busy to (preempt.c; docs/design.md, "Preemption").
+*/
+#ifndef SMARM_CORE_PREEMPT_H
+#define SMARM_CORE_PREEMPT_H
+
+struct runtime;
+
+/* Installs the SIGURG handler and starts the ticker, once every scheduler's thread is known
+** (sched.thread). Returns 0 or a negative errno; without a ticker nothing is preempted and busy
+** schedulers look at timers every 64 decisions only. */
+int sm_preempt_start(struct runtime *rt);
+/* Called by each scheduler thread once it has run its last actor: the ticker signals it no more
+** (its thread may end and be joined after this). */
+void sm_preempt_sched_done(struct runtime *rt, unsigned index);
+/* Stops and joins the ticker, restores the old SIGURG action. After every sm_preempt_sched_done. */
+void sm_preempt_stop(struct runtime *rt);
+
+#endif

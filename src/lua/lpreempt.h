@@ -1,0 +1,22 @@
+/*
+** Preempting Lua actors (lpreempt.c): the core's on_preempt arms a debug hook on the scheduler's
+** VM; the hook gives way where the actor's code stands, compiled loops included (the pinned
+** LuaJIT is built with LUAJIT_ENABLE_CHECKHOOK: traces test the hook mask).
+*/
+#ifndef SMARM_LUA_LPREEMPT_H
+#define SMARM_LUA_LPREEMPT_H
+
+#include "lvm.h"
+
+#include <lua.h>
+
+/* The work of smarm_config_t.on_preempt for vm, the VM of the scheduler whose thread the signal
+** handler interrupted: arms the hook unless a user's hook is set or being set. */
+void sm_lpreempt_arm(lvm_t *vm);
+/* After a run: takes the preemption hook off L's VM if it is still there (the caller's VM lives
+** on). */
+void sm_lpreempt_disarm(lua_State *L);
+/* Wraps the VM's debug.sethook so that a signal landing inside it arms nothing (luaopen). */
+void sm_lpreempt_wrap_sethook(lua_State *L);
+
+#endif
