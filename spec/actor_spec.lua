@@ -525,7 +525,7 @@ describe("smarm.sleep, smarm.now, smarm.exit", function()
       return a, b, c
     end)
     assert.is_false(ok1)
-    assert.matches("number expected", e1)
+    assert.matches("non%-negative number of seconds expected, got string", e1)
     assert.is_false(ok2)
   end)
 

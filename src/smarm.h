@@ -98,6 +98,11 @@ typedef struct smarm_config {
   ** no actor is ever interrupted (C actors give way only where they park or yield). */
   int64_t slice_ns;
   void (*on_preempt)(unsigned sched, void *userdata);
+  /* The watchdog: an actor that has not given way (parked, yielded or been preempted) for this
+  ** long is reported on stderr, one line with its pid, scheduler and time, again at twice, four
+  ** times... the time while it lasts: it is stuck in C (a long FFI call, a blocking library),
+  ** in a __gc finalizer, or runs with no slice. 0 = 1 s; negative = off. */
+  int64_t watchdog_ns;
   void *userdata;
 } smarm_config_t;
 

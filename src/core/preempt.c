@@ -12,6 +12,9 @@
 **     actor) calls cfg.on_preempt. The Lua binding arms a debug hook there; the hook calls
 **     smarm_preempt(), which gives way like a yield. While the runtime stops, every running actor
 **     is asked at once, so the end of a run ends actors that spin in compiled loops.
+**   - The watchdog: when the progress has not moved for cfg.watchdog_ns (1 s), it prints the
+**     running actor's pid (running_pid, stored with running_slice) on stderr, and again at twice,
+**     four times... that time while the actor stays stuck.
 **
 ** Protocol (who writes what):
 **   preempt_asked   ticker: release store of progress + 1, after reading the progress.
@@ -39,6 +42,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,7 +57,20 @@ typedef struct watch {      /* the ticker's own notes on one scheduler */
   int64_t since;            /* when it moved (the running actor's slice counts from here) */
   int64_t asked_at;         /* when the running actor was last asked; 0: not yet */
   int64_t retry_ns;         /* wait before asking again */
+  int64_t report_after;     /* the watchdog's next report, counted from since */
 } watch_t;
+
+/* The watchdog: the running actor has not given way for `stuck` ns. One line on stderr (the
+** ticker's thread: no signal context). */
+static void report_stuck(const sched_t *s, int64_t stuck)
+{
+  smarm_pid_t pid = atomic_load_explicit(&s->running_pid, memory_order_relaxed);
+  fprintf(stderr,
+          "smarm: watchdog: actor <%u.%u.%u> on scheduler %u has run %.2f s without giving way "
+          "(inside C code, a __gc finalizer, or with no time slice)\n",
+          smarm_pid_sched(pid) + 1, smarm_pid_slot(pid), smarm_pid_gen(pid), s->index + 1,
+          (double)stuck / 1e9);
+}
 
 static struct sigaction old_urg; /* one runtime per process at a time */
 
@@ -83,18 +100,25 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
     w->progress = progress;
     w->since = now;
     w->asked_at = 0;
+    w->report_after = rt->cfg.watchdog_ns;
   }
   if (!slice)
     return IDLE_TICK_NS; /* on its own stack: idle, or between two actors */
   atomic_store_explicit(&s->look_at_clock, 1, memory_order_relaxed);
+  if (now - w->since >= w->report_after) {
+    report_stuck(s, now - w->since);
+    w->report_after = w->report_after < INT64_MAX / 2 ? 2 * w->report_after : INT64_MAX;
+  }
   if (!rt->cfg.on_preempt)
     return MAX_TICK_NS;
   if (!stopping && (slice == INT64_MAX || now - w->since < slice))
     return tick_for(slice);
-  if (w->asked_at && now - w->asked_at < w->retry_ns && !stopping)
+  if (w->asked_at && now - w->asked_at < w->retry_ns)
     return tick_for(slice);
-  w->retry_ns = !w->asked_at ? slice : w->retry_ns < MAX_RETRY_NS / 2 ? 2 * w->retry_ns
-                                                                      : MAX_RETRY_NS;
+  /* the first retry after a slice (a tick while stopping), then twice as long each time */
+  int64_t first = stopping ? MIN_TICK_NS : slice;
+  w->retry_ns = !w->asked_at ? first : w->retry_ns < MAX_RETRY_NS / 2 ? 2 * w->retry_ns
+                                                                     : MAX_RETRY_NS;
   w->asked_at = now;
   atomic_store_explicit(&s->preempt_asked, progress + 1, memory_order_release);
   pthread_kill(s->thread, SIGURG);
@@ -132,11 +156,13 @@ static void *ticker_main(void *p)
   return NULL;
 }
 
-int sm_preempt_start(runtime_t *rt)
+int sm_preempt_init(runtime_t *rt)
 {
-  rt->ticker_watch = calloc(rt->nsched, sizeof(watch_t));
-  if (!rt->ticker_watch)
+  watch_t *w = rt->ticker_watch = calloc(rt->nsched, sizeof(watch_t));
+  if (!w)
     return -ENOMEM;
+  for (unsigned k = 0; k < rt->nsched; k++)
+    w[k].progress = UINT64_MAX; /* the first look starts every clock */
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -147,15 +173,22 @@ int sm_preempt_start(runtime_t *rt)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigurg;
-    sa.sa_flags = SA_RESTART;
+    /* SA_ONSTACK: the scheduler thread's alternate stack (overflow.c), not the actor's, which
+    ** may be small and nearly full when the signal lands */
+    sa.sa_flags = SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     rt->urg_installed = sigaction(SIGURG, &sa, &old_urg) == 0;
   }
+  return 0;
+}
+
+int sm_preempt_start(runtime_t *rt)
+{
+  if (!rt->ticker_watch)
+    return -ENOMEM;
   int rc = pthread_create(&rt->ticker, NULL, ticker_main, rt);
-  if (rc != 0) {
-    sm_preempt_stop(rt);
+  if (rc != 0)
     return -rc;
-  }
   rt->ticker_running = 1;
   return 0;
 }

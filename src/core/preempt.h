@@ -7,9 +7,11 @@
 
 struct runtime;
 
-/* Installs the SIGURG handler and starts the ticker, once every scheduler's thread is known
-** (sched.thread). Returns 0 or a negative errno; without a ticker nothing is preempted and busy
-** schedulers look at timers every 64 decisions only. */
+/* Before any scheduler thread starts: the ticker's notes and lock, the SIGURG handler. */
+int sm_preempt_init(struct runtime *rt);
+/* Starts the ticker, once every scheduler's thread is known (sched.thread). Returns 0 or a
+** negative errno; without a ticker nothing is preempted and busy schedulers look at timers
+** every 64 decisions only. */
 int sm_preempt_start(struct runtime *rt);
 /* Called by each scheduler thread once it has run its last actor: the ticker signals it no more
 ** (its thread may end and be joined after this). */

@@ -28,6 +28,7 @@
 #define DEFAULT_MAX_STACKS 16384
 #define DEFAULT_SPIN_NS 50000
 #define DEFAULT_SLICE_NS 2000000
+#define DEFAULT_WATCHDOG_NS 1000000000LL
 
 /* One runtime per process at a time (the overflow reporter and the any-thread entry points find
 ** it through one global). */
@@ -124,6 +125,10 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
     out->max_stacks = DEFAULT_MAX_STACKS;
   if (out->spin_ns < 0)
     out->spin_ns = DEFAULT_SPIN_NS;
+  if (out->watchdog_ns == 0)
+    out->watchdog_ns = DEFAULT_WATCHDOG_NS;
+  else if (out->watchdog_ns < 0)
+    out->watchdog_ns = INT64_MAX; /* off */
   if (out->slice_ns == 0)
     out->slice_ns = DEFAULT_SLICE_NS;
   else if (out->slice_ns < 0)
@@ -164,6 +169,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
                          pthread_getaffinity_np(pthread_self(), sizeof old_affinity,
                                                 &old_affinity) == 0;
   int handler_installed = sm_overflow_install() == 0;
+  sm_preempt_init(rt); /* failing, it leaves no ticker (sm_preempt_start says so) */
   sm_runtime_publish(rt);
 
   unsigned started = 1;

@@ -168,6 +168,7 @@ typedef struct sched {
   /* -- Written by the owner (relaxed), read by anyone. */
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
   _Atomic int64_t running_slice; /* the running actor's slice_ns; 0 on the scheduler's stack */
+  _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */

@@ -29,8 +29,7 @@
 static int in_ffi_callback(lua_State *L)
 {
 #if LJ_HASFFI
-  CTState *cts = ctype_ctsG(G(L));
-  if (!cts || cts->cb.topid == 0)
+  if (!sm_ljx_has_ffi_callbacks(L))
     return 0;
   cTValue *frame = L->base - 1, *bottom = tvref(L->stack) + LJ_FR2;
   while (frame > bottom) {
@@ -81,6 +80,17 @@ const char *sm_ljx_cannot_preempt(lua_State *L)
   if (in_ffi_callback(L))
     return "inside an FFI callback";
   return NULL;
+}
+
+int sm_ljx_has_ffi_callbacks(lua_State *L)
+{
+#if LJ_HASFFI
+  CTState *cts = ctype_ctsG(G(L));
+  return cts && cts->cb.topid != 0;
+#else
+  (void)L;
+  return 0;
+#endif
 }
 
 void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st)

@@ -24,6 +24,9 @@ void sm_ljx_after_switch(lua_State *L);
 /* Preemption from a debug hook (lpreempt.c). Why the hook must not switch here, or NULL: inside
 ** an FFI callback, or with compiled code on the stack (hooks never run inside __gc finalizers). */
 const char *sm_ljx_cannot_preempt(lua_State *L);
+/* Whether the VM has ever handed out an FFI callback (one may be running below L's coroutine,
+** which the frame walk of L alone cannot see). */
+int sm_ljx_has_ffi_callbacks(lua_State *L);
 
 /* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no
 ** hook runs in the whole VM, so other actors would never be preempted) and the VM state. */

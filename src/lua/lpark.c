@@ -46,3 +46,15 @@ int64_t sm_lsmarm_timeout_ns(lua_Number seconds)
     return SMARM_FOREVER;
   return (int64_t)(seconds * 1e9);
 }
+
+int64_t sm_lpark_check_seconds(lua_State *L, int idx)
+{
+  lua_Number s = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : -1;
+  if (!(s >= 0)) {
+    const char *got = lua_type(L, idx) == LUA_TNUMBER ? lua_pushfstring(L, "%f", s)
+                                                      : luaL_typename(L, idx);
+    luaL_argerror(L, idx, lua_pushfstring(L, "non-negative number of seconds expected, got %s",
+                                          got));
+  }
+  return sm_lsmarm_timeout_ns(s);
+}

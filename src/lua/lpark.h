@@ -26,4 +26,9 @@ void sm_lpark_resumed(lua_State *L);
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
 int64_t sm_lsmarm_timeout_ns(lua_Number seconds);
 
+/* The duration at idx in nanoseconds for the core (sm_lsmarm_timeout_ns): a number of seconds,
+** not negative, not NaN; strings are refused even when they read as numbers. Raises "bad
+** argument #idx to '<fn>' (non-negative number of seconds expected, got <type or value>)". */
+int64_t sm_lpark_check_seconds(lua_State *L, int idx);
+
 #endif

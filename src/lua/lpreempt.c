@@ -11,7 +11,8 @@
 ** Giving way. The hook runs where the interpreter stands (compiled code exits to it at its next
 ** hook check). It disarms itself, then switches only if the request is still for this slice
 ** (smarm_preempt_due) and the VM may switch here (ljx: never inside an FFI callback or compiled
-** code; hooks never run inside __gc finalizers): otherwise it is armed again for a little later.
+** code, nor in a coroutine of the actor's once the VM has callbacks; hooks never run inside __gc
+** finalizers): otherwise it is armed again for a little later.
 ** Around the switch the VM's hook flag and state are put aside (ljx), so that the other actors'
 ** code and hooks run as if no hook were active, and restored when the actor runs again. A kill
 ** taken in while it gives way ends the actor there, like one taken in smarm.yield.
@@ -27,14 +28,41 @@
 
 #define RETRY_COUNT 1000 /* instructions until the next look when the hook could not switch */
 
+/* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
+** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. */
+static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int count)
+{
+  vm->no_arm = 1;
+  atomic_signal_fence(memory_order_seq_cst);
+  lua_sethook(L, f, f ? LUA_MASKCOUNT : 0, count);
+  atomic_signal_fence(memory_order_seq_cst);
+  vm->no_arm = 0;
+}
+
+/* Why this actor must not switch here, beyond what ljx sees: a coroutine of the actor other than
+** its own may run above an FFI callback of an outer frame (the walk of L's frames cannot see it),
+** so once the VM has callbacks only the actor's own coroutine is switched from. */
+static int must_wait(lua_State *L, const lvm_actor_head_t *actor)
+{
+  if (sm_ljx_cannot_preempt(L))
+    return 1;
+  return L != actor->co && sm_ljx_has_ffi_callbacks(L);
+}
+
 static void preempt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
-  lua_sethook(L, NULL, 0, 0);
-  if (!smarm_preempt_due() || !smarm_actor_data())
+  lvm_t *vm = this_vm();
+  if (!vm) { /* not a scheduler's thread any more */
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
+  set_hook(vm, L, NULL, 0);
+  const lvm_actor_head_t *actor = smarm_actor_data();
+  if (!actor || !smarm_preempt_due())
     return; /* a late hook: the actor gave way, or another one runs now */
-  if (sm_ljx_cannot_preempt(L)) {
-    lua_sethook(L, preempt_hook, LUA_MASKCOUNT, RETRY_COUNT);
+  if (must_wait(L, actor)) {
+    set_hook(vm, L, preempt_hook, RETRY_COUNT);
     return;
   }
   ljx_hook_state_t st;
@@ -50,8 +78,12 @@ void sm_lpreempt_arm(lvm_t *vm)
     return;
   atomic_signal_fence(memory_order_seq_cst);
   lua_Hook h = lua_gethook(L);
-  if (h == NULL || h == preempt_hook)
-    lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
+  if (h == preempt_hook) /* the dispatch table may be half rewritten (an arming that was lost in
+                            an update it interrupted): a change of mode rewrites all of it */
+    lua_sethook(L, NULL, 0, 0);
+  else if (h != NULL)
+    return; /* a user's hook */
+  lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
 }
 
 void sm_lpreempt_disarm(lua_State *L)

@@ -76,7 +76,7 @@ static const char traceback_key, after_run_key, last_traceback_key;
 /* ---- Per-actor state ------------------------------------------------------------------------ */
 
 typedef struct lactor {
-  lua_State *co; /* the actor's coroutine */
+  lua_State *co; /* the actor's coroutine; first, as lvm_actor_head_t says */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
   int saved_first, saved_last; /* its messages are in q[first..last], with holes; empty when
@@ -354,11 +354,9 @@ static int l_yield(lua_State *L)
 
 static int l_sleep(lua_State *L)
 {
-  lua_Number s = luaL_checknumber(L, 1);
-  luaL_argcheck(L, s >= 0 && s == s, 1, "non-negative number expected");
+  int64_t ns = sm_lpark_check_seconds(L, 1);
   self_or_raise(L, "sleep");
   sm_lpark_check(L, "sleep");
-  int64_t ns = sm_lsmarm_timeout_ns(s);
   int rc = smarm_sleep(ns == SMARM_FOREVER ? INT64_MAX : ns);
   sm_lpark_resumed(L);
   if (rc < 0)
@@ -689,9 +687,7 @@ static int l_call(lua_State *L)
   smarm_pid_t to = sm_lfaults_check_target(L, 1);
   int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
   if (!lua_isnoneornil(L, 3)) {
-    lua_Number s = luaL_checknumber(L, 3);
-    luaL_argcheck(L, s >= 0 && s == s, 3, "non-negative timeout expected");
-    timeout = sm_lsmarm_timeout_ns(s);
+    timeout = sm_lpark_check_seconds(L, 3);
   }
   if (!to) {
     lua_pushnil(L);
@@ -887,13 +883,11 @@ static int l_receive(lua_State *L)
     match_idx = lua_isfunction(L, 1) ? 1 : 0;
     timeout_idx = 2;
   } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
-    return luaL_argerror(L, 1, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, 1)));
+    sm_lpark_check_seconds(L, 1); /* raises: neither a match function nor a timeout */
   }
   int64_t timeout = SMARM_FOREVER;
   if (!lua_isnoneornil(L, timeout_idx)) {
-    lua_Number s = luaL_checknumber(L, timeout_idx);
-    luaL_argcheck(L, s >= 0 && s == s, timeout_idx, "non-negative timeout expected");
-    timeout = sm_lsmarm_timeout_ns(s);
+    timeout = sm_lpark_check_seconds(L, timeout_idx);
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
@@ -1090,9 +1084,9 @@ static int l_spawn_monitor(lua_State *L)
   return spawn_lua(L, "spawn_monitor", &r, 1);
 }
 
-/* A time slice option at the top of the stack, in seconds (math.huge: never preempted), as
-** smarm_config_t/smarm_spawn_opts_t want it; nil gives 0 (the default). */
-static int64_t check_slice(lua_State *L, int arg, const char *field)
+/* A time slice or watchdog option at the top of the stack, in seconds (math.huge: never, off),
+** as smarm_config_t/smarm_spawn_opts_t want it; nil gives 0 (the default). */
+static int64_t check_slice(lua_State *L, int arg, const char *field, const char *huge_means)
 {
   if (lua_isnil(L, -1))
     return 0;
@@ -1101,7 +1095,7 @@ static int64_t check_slice(lua_State *L, int arg, const char *field)
     return -1;
   if (!(t >= 1e-5 && t <= 3600))
     luaL_argerror(L, arg, lua_pushfstring(L, "%s must be a number of seconds from 1e-5 to 3600, "
-                                             "or math.huge (never preempted)", field));
+                                             "or math.huge (%s)", field, huge_means));
   return (int64_t)(t * 1e9);
 }
 
@@ -1112,7 +1106,7 @@ static int l_spawn_opt(lua_State *L)
   luaL_checktype(L, 1, LUA_TTABLE);
   spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0};
   lua_getfield(L, 1, "slice");
-  r.slice_ns = check_slice(L, 1, "opts.slice");
+  r.slice_ns = check_slice(L, 1, "opts.slice", "never preempted");
   lua_pop(L, 1);
   lua_getfield(L, 1, "on");
   if (!lua_isnil(L, -1))
@@ -1201,8 +1195,10 @@ static int l_run(lua_State *L)
       cfg.stack_size = (size_t)n;
     }
     lua_getfield(L, 2, "slice");
-    cfg.slice_ns = check_slice(L, 2, "opts.slice");
-    lua_pop(L, 3);
+    cfg.slice_ns = check_slice(L, 2, "opts.slice", "never preempted");
+    lua_getfield(L, 2, "watchdog");
+    cfg.watchdog_ns = check_slice(L, 2, "opts.watchdog", "off");
+    lua_pop(L, 4);
   }
   if (smarm_sched_index() >= 0)
     return luaL_error(L, "smarm.run: already inside a runtime");

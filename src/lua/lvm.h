@@ -46,6 +46,12 @@ typedef struct lvm {
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
 } lvm_t;
 
+/* What every Lua actor's smarm_actor_data() starts with (lsmarm.c's lactor_t): its coroutine,
+** for the files below lsmarm.c that need it (lpreempt.c). */
+typedef struct lvm_actor_head {
+  lua_State *co;
+} lvm_actor_head_t;
+
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
 ** VM's refs first), so it always has one. */
 static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
