@@ -162,6 +162,8 @@ static void fs_work(io_req_t *req)
 static void fs_free(io_req_t *req)
 {
   fs_req_t *r = (fs_req_t *)req;
+  if (r->fd_owned)
+    close(r->fd);
   free(r->path);
   free(r->path2);
   free(r->data);
@@ -179,6 +181,16 @@ fs_req_t *sm_fs_req_new(enum fs_op op)
     r->offset = -1;
   }
   return r;
+}
+
+int sm_fs_req_own_fd(fs_req_t *r, int fd)
+{
+  int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0)
+    return -errno;
+  r->fd = dup;
+  r->fd_owned = 1;
+  return 0;
 }
 
 void sm_fs_post_close(int fd)

@@ -48,11 +48,18 @@ typedef struct fs_req {
   fs_entry_t *entries; /* owned: scandir */
   size_t count;
   int fd, flags;       /* open (result fd), read, write, close */
+  int fd_owned;        /* read, write: fd is the request's own duplicate (sm_fs_req_own_fd),
+                          closed when the request is freed, after its work has run */
   double offset;       /* read, write: where (negative: the file's position) */
 } fs_req_t;
 
 /* A request for op (fd -1, offset -1, the rest zeroed) that runs on the pool, or NULL. */
 fs_req_t *sm_fs_req_new(enum fs_op op);
+
+/* Gives a read or write request its own duplicate of fd (close-on-exec), so that the file may be
+** closed, and its number reused, while the request waits in the pool or runs: the work uses the
+** duplicate, and the request closes it when freed. Returns 0 or a negative errno (EMFILE). */
+int sm_fs_req_own_fd(fs_req_t *r, int fd);
 
 /* Closes fd without waiting, on the pool, from any thread (also inside __gc); here, at once, when
 ** there is no IO thread to post it to (the runtime has ended) or no memory for the request. */

@@ -159,9 +159,8 @@ static int l_scandir(lua_State *L)
 #define FILE_MT "smarm.fs.file"
 
 typedef struct lfile {
-  int fd;      /* -1 once closed or handed over */
-  int busy;    /* reads and writes in flight (actors of this VM are parked in them) */
-  int closing; /* close() came while busy: the last of them closes */
+  int fd;      /* -1 once closed or handed over; reads and writes in flight use their own
+                  duplicates (sm_fs_req_own_fd), so it may be closed under them */
   int handed;  /* sent in a message: another actor has it */
   uint32_t run; /* the run that made it (sm_lhandle_run_generation): its end closed the file */
   char *path;
@@ -183,7 +182,7 @@ static const lhandle_kind_t file_kind;
 static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
 {
   f->fd = -1; /* owns nothing until the steps that may raise are done */
-  f->busy = f->closing = f->handed = 0;
+  f->handed = 0;
   f->run = sm_lhandle_run_generation();
   f->path = NULL;
   lua_pushlightuserdata(L, (void *)&open_files_key);
@@ -210,18 +209,6 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
   lua_setmetatable(L, -2);
 }
 
-static void post_file_close(lfile_t *f);
-
-/* Brackets a read or write: the descriptor must not be closed (and its number reused) while a
-** pool thread works with it, so a close that comes meanwhile waits for the last of them. */
-static void file_enter(lfile_t *f) { f->busy++; }
-
-static void file_leave(lfile_t *f)
-{
-  if (--f->busy == 0 && f->closing)
-    post_file_close(f);
-}
-
 static lfile_t *check_file(lua_State *L, const char *fname)
 {
   lfile_t *f = luaL_checkudata(L, 1, FILE_MT);
@@ -229,7 +216,7 @@ static lfile_t *check_file(lua_State *L, const char *fname)
     luaL_error(L, "smarm.fs.%s: the file belongs to an earlier run", fname);
   if (f->handed)
     luaL_error(L, "smarm.fs.%s: the file was handed to another actor", fname);
-  if (f->fd < 0 || f->closing)
+  if (f->fd < 0)
     luaL_error(L, "smarm.fs.%s: the file is closed", fname);
   return f;
 }
@@ -287,15 +274,13 @@ static int f_read(lua_State *L)
   lua_settop(L, 3);
   fs_req_t *r = new_bare_request(L, FS_READ);
   int box = lua_gettop(L);
-  r->fd = f->fd;
   r->offset = off;
   r->len = (size_t)n;
   r->data = malloc(r->len ? r->len : 1);
   if (!r->data)
     return luaL_error(L, "not enough memory");
-  file_enter(f);
-  int k = run(L, r, "file.read", f->path);
-  file_leave(f);
+  int err = sm_fs_req_own_fd(r, f->fd);
+  int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.read", f->path);
   if (!k) {
     lua_pushlstring(L, r->data, r->len);
     k = 1;
@@ -314,12 +299,10 @@ static int f_write(lua_State *L)
   lua_settop(L, 3);
   fs_req_t *r = new_bare_request(L, FS_WRITE);
   int box = lua_gettop(L);
-  r->fd = f->fd;
   r->offset = off;
   r->data = sm_lio_copy_arg(L, 2, &r->len);
-  file_enter(f);
-  int k = run(L, r, "file.write", f->path);
-  file_leave(f);
+  int err = sm_fs_req_own_fd(r, f->fd);
+  int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.write", f->path);
   if (!k) {
     lua_pushnumber(L, (lua_Number)r->len);
     k = 1;
@@ -338,11 +321,7 @@ static void post_file_close(lfile_t *f)
 
 static int f_close(lua_State *L)
 {
-  lfile_t *f = check_file(L, "close");
-  if (f->busy)
-    f->closing = 1;
-  else
-    post_file_close(f);
+  post_file_close(check_file(L, "close"));
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -374,10 +353,8 @@ static int file_test(lua_State *L, int idx, void **file, lhandle_t *h)
     return 0;
   if (file_stale(f))
     luaL_error(L, "smarm.send: the file belongs to an earlier run");
-  if (f->handed || f->fd < 0 || f->closing)
+  if (f->handed || f->fd < 0)
     luaL_error(L, "smarm.send: the file is %s", f->handed ? "handed to another actor" : "closed");
-  if (f->busy)
-    luaL_error(L, "smarm.send: the file is in use by another actor");
   memset(h, 0, sizeof *h);
   h->fd = f->fd;
   *file = f;
@@ -400,17 +377,12 @@ static void file_push(lua_State *L, const lhandle_t *h)
 
 static void file_drop(const lhandle_t *h) { sm_fs_post_close(h->fd); }
 
-/* Its owner ended abnormally. A read or write in flight keeps the descriptor until it finishes
-** (file_leave closes it then); one of the ended owner's own never finishes here (its actor is
-** gone), so that file closes when it is collected, as before. */
+/* Its owner ended abnormally: closed at once (a read or write in flight, even the ended owner's
+** own, works on its duplicate, which its request closes when freed). */
 static void file_close_owned(void *file)
 {
   lfile_t *f = file;
-  if (file_stale(f) || f->handed || f->fd < 0 || f->closing)
-    return;
-  if (f->busy)
-    f->closing = 1;
-  else
+  if (!file_stale(f) && !f->handed)
     post_file_close(f);
 }
 
