@@ -325,3 +325,89 @@ describe("preemption", function()
     for k = 1, ACTORS do assert.are.equal(SENDS * 200001, results[k]) end
   end)
 end)
+
+-- Bounded growth (issue #10): an actor whose mailbox passes opts.max_mailbox dies with reason
+-- "mailbox_overflow"; messages a selective receive keeps aside count too.
+describe("max_mailbox", function()
+  local function down_of(ref)
+    return guard.receive("a DOWN", function(m) return type(m) == "table" and m.ref == ref end)
+  end
+
+  it("ends an actor whose mailbox passes it, here or on another scheduler, and tells its links",
+    function()
+      run(function()
+        for _, on in ipairs({ 1, 2 }) do
+          smarm.trap_exit(true)
+          local p, ref = smarm.spawn_opt({ on = on, max_mailbox = 3, monitor = true, link = true },
+            function() smarm.receive(function() return false end, 120) end)
+          for i = 1, 4 do smarm.send(p, i) end -- the fourth is one too many
+          assert.are.equal("mailbox_overflow", down_of(ref).reason)
+          local exit = guard.receive("the EXIT", function(m)
+            return type(m) == "table" and m.smarm == "EXIT" and m.pid == p
+          end)
+          assert.are.equal("mailbox_overflow", exit.reason)
+          assert.is_false(smarm.alive(p))
+        end
+      end, { schedulers = 2 })
+    end)
+
+  it("counts the messages a selective receive keeps aside", function()
+    local reason, at = run(function()
+      local me = smarm.self()
+      local p, ref = smarm.spawn_opt({ max_mailbox = 3, monitor = true }, function()
+        smarm.receive(function(m)
+          smarm.send(me, "seen " .. m)
+          return false -- kept aside, still counted
+        end)
+      end)
+      for i = 1, 10 do
+        smarm.send(p, i)
+        local r = guard.receive("an answer", function(m)
+          return (type(m) == "table" and m.ref == ref) or m == "seen " .. i
+        end)
+        if type(r) == "table" then return r.reason, i end
+      end
+    end)
+    assert.are.equal("mailbox_overflow", reason)
+    assert.are.equal(4, at)
+  end)
+
+  it("leaves alone an actor that keeps up, and takes the run's default", function()
+    local got, reason = run(function()
+      local me = smarm.self()
+      local p = smarm.spawn(function()
+        local n = 0
+        while true do
+          local m = smarm.receive()
+          if m == "done" then break end
+          n = n + m
+          smarm.send(me, "ack")
+        end
+        smarm.send(me, n)
+      end)
+      for i = 1, 1000 do
+        smarm.send(p, i)
+        guard.receive("an ack")
+      end
+      smarm.send(p, "done")
+      local total = guard.receive("the total")
+      -- the run's max_mailbox (2) applies to an actor spawned without one
+      local q, ref = smarm.spawn_monitor(function() smarm.receive(function() return false end) end)
+      for i = 1, 3 do smarm.send(q, i) end
+      return total, down_of(ref).reason
+    end, { max_mailbox = 2 })
+    assert.are.equal(500500, got)
+    assert.are.equal("mailbox_overflow", reason)
+  end)
+
+  it("raises on a bad max_mailbox", function()
+    for _, bad in ipairs({ 0, -1, 1.5, "3", true }) do
+      assert.has_error(function() smarm.run(function() end, { max_mailbox = bad }) end,
+        "bad argument #2 to 'run' (opts.max_mailbox must be an integer from 1)")
+    end
+    run(function()
+      assert.has_error(function() smarm.spawn_opt({ max_mailbox = 0 }, function() end) end,
+        "bad argument #1 to 'spawn_opt' (opts.max_mailbox must be an integer from 1)")
+    end)
+  end)
+end)

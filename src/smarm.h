@@ -103,6 +103,8 @@ typedef struct smarm_config {
   ** times... the time while it lasts: it is stuck in C (a long FFI call, a blocking library),
   ** in a __gc finalizer, or runs with no slice. 0 = 1 s; negative = off. */
   int64_t watchdog_ns;
+  /* Every actor's max_mailbox (smarm_spawn_opts_t) unless its spawn says otherwise; 0 = none. */
+  size_t max_mailbox;
   void *userdata;
 } smarm_config_t;
 
@@ -137,6 +139,10 @@ typedef struct smarm_spawn_opts {
                         fails the spawn with -EEXIST) */
   int64_t slice_ns;  /* its time slice: 0 = the runtime's (smarm_config_t.slice_ns), negative =
                         never asked to give way */
+  size_t max_mailbox; /* 0 = the runtime's (smarm_config_t.max_mailbox); else the most messages
+                        its mailbox may hold: one more and it dies with reason
+                        SMARM_EXIT_MAILBOX_OVERFLOW, where it stands (as if killed), and the
+                        messages still coming are dropped */
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
@@ -283,6 +289,10 @@ SMARM_API int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeou
 
 /* Number of messages queued in the caller's mailbox (those already delivered to it). */
 SMARM_API size_t smarm_mailbox_size(void);
+/* For bindings that take messages out of the mailbox and keep some aside (the Lua binding's
+** selective receive): the calling actor now holds n such messages, which count toward its
+** max_mailbox (smarm_spawn_opts_t) like those still in the mailbox. */
+SMARM_API void smarm_mailbox_set_held(size_t n);
 
 /* ---- Faults: exit reasons, links, monitors, exit signals ------------------------------------
 **
@@ -303,6 +313,7 @@ enum smarm_exit_code {
   SMARM_EXIT_KILL,       /* as a signal only: untrappable (smarm_exit_signal) */
   SMARM_EXIT_KILLED,     /* the reason of an actor that an untrappable kill ended */
   SMARM_EXIT_NOPROC,     /* the pid named no live actor (link, monitor) */
+  SMARM_EXIT_MAILBOX_OVERFLOW, /* its mailbox passed its max_mailbox (smarm_spawn_opts_t) */
   SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
 };
 

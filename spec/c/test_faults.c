@@ -1040,4 +1040,53 @@ static void main_stress(void *arg)
 
 TEST(stress_every_monitor_gets_one_down) { RUN(2, main_stress, NULL); }
 
+/* max_mailbox: parks in a receive that takes nothing (holding `held` aside, as a binding's
+** selective receive would). */
+typedef struct holder {
+  smarm_pid_t parent;
+  size_t held;
+} holder_t;
+
+static void hold_and_wait(void *arg)
+{
+  holder_t *h = arg;
+  smarm_mailbox_set_held(h->held);
+  CHECK_EQ(test_send_u64(h->parent, 0), 0); /* ready */
+  free(h);
+  smarm_sleep(TEST_HANG_GUARD_NS);
+}
+
+static void main_max_mailbox(void *arg)
+{
+  int where = *(int *)arg;
+  for (uintptr_t held = 0; held <= 1; held++) {
+    smarm_ref_t ref;
+    smarm_spawn_opts_t opts = {.monitor = &ref, .max_mailbox = 3};
+    smarm_pid_t pid;
+    holder_t *h = malloc(sizeof *h); /* not on this stack: it may move (smarm.h) */
+    h->parent = smarm_self();
+    h->held = held;
+    CHECK_EQ(smarm_spawn_on(where, hold_and_wait, h, &opts, &pid), 0);
+    CHECK_EQ(test_recv_u64(WAIT), 0); /* it runs, its held count set */
+    for (uint64_t i = 1; i <= 3 - held; i++) /* up to the limit: it lives */
+      CHECK_EQ(test_send_u64(pid, i), 0);
+    CHECK(smarm_alive(pid));
+    CHECK_EQ(test_send_u64(pid, 99), 0); /* one too many */
+    smarm_msg_t *m;
+    const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+    if (n) {
+      CHECK_EQ(n->ref, ref);
+      CHECK_EQ(n->reason, SMARM_EXIT_MAILBOX_OVERFLOW);
+    }
+    smarm_msg_free(m);
+  }
+}
+
+TEST(a_mailbox_past_max_mailbox_ends_its_actor)
+{
+  int here = 0, there = 1;
+  RUN(2, main_max_mailbox, &here);
+  RUN(2, main_max_mailbox, &there);
+}
+
 TEST_MAIN()

@@ -19,13 +19,14 @@ typedef struct spawn_ties { /* struct tag declared in sched.h */
   int link;
   smarm_ref_t monitor; /* 0: none */
   const char *name;    /* registered before it runs; NULL: none */
-  int64_t slice_ns;    /* not a tie, but it travels with them: smarm_spawn_opts_t.slice_ns */
+  int64_t slice_ns;    /* not ties, but they travel with them: smarm_spawn_opts_t's */
+  size_t max_mailbox;
 } spawn_ties_t;
 
 /* The ties that opts ask for, with a new ref for a monitor. */
 static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
 {
-  spawn_ties_t t = {0, 0, 0, NULL, 0};
+  spawn_ties_t t = {0, 0, 0, NULL, 0, 0};
   if (opts && (opts->link || opts->monitor)) {
     t.parent = self->pid;
     t.link = opts->link != 0;
@@ -34,6 +35,7 @@ static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_
   if (opts) {
     t.name = opts->name;
     t.slice_ns = opts->slice_ns;
+    t.max_mailbox = opts->max_mailbox;
   }
   return t;
 }

@@ -183,6 +183,13 @@ actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid)
 
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 {
+  if (SMARM_UNLIKELY(a->mailbox.count + a->held >= a->max_mailbox)) {
+    /* One too many: it dies where it stands (faults.c tells its links and monitors); what
+    ** still comes until then is dropped (an actor about to die reads no more). */
+    sm_faults_die_later(s, a, SMARM_EXIT_MAILBOX_OVERFLOW, NULL, 0);
+    sm_msg_release(m);
+    return;
+  }
   mailbox_append(&a->mailbox, m);
   if (a->state == ACTOR_WAIT_MSG)
     sm_sched_wake(s, a);
@@ -542,6 +549,9 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->reply = 0;
   a->await_token = a->await_woken = 0;
   a->msg_timers = NULL;
+  size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;
+  a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
+  a->held = 0;
   a->slice_ns = !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX
                                         : ties->slice_ns;

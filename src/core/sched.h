@@ -95,6 +95,8 @@ typedef struct actor {
   uint64_t await_woken;       /* the last token a wake arrived for */
   msg_timer_t *msg_timers;    /* send_after.c: the message timers aimed at it */
   int64_t slice_ns;           /* its time slice (preempt.h); INT64_MAX: never asked to give way */
+  size_t max_mailbox;         /* more messages than this and it dies; SIZE_MAX: no limit */
+  size_t held;                /* messages its binding keeps aside (smarm_mailbox_set_held) */
   fiber_t fiber;
 } actor_t;
 

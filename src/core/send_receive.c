@@ -131,6 +131,13 @@ int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
   return smarm_receive_match(NULL, NULL, timeout_ns, out);
 }
 
+void smarm_mailbox_set_held(size_t n)
+{
+  sched_t *s = sm_sched_tls;
+  if (s && s->current)
+    s->current->held = n;
+}
+
 size_t smarm_mailbox_size(void)
 {
   sched_t *s = sm_sched_tls;

@@ -22,11 +22,12 @@
 /* ---- Reasons ------------------------------------------------------------------------------- */
 
 /* The reasons with a code: lvm_str_text[code] (lvm.h keeps them in the codes' order). */
-#define NCODES (SMARM_EXIT_NOPROC + 1)
+#define NCODES (SMARM_EXIT_MAILBOX_OVERFLOW + 1)
 _Static_assert((int)LVM_STR_NORMAL == (int)SMARM_EXIT_NORMAL &&
                  (int)LVM_STR_KILL == (int)SMARM_EXIT_KILL &&
                  (int)LVM_STR_KILLED == (int)SMARM_EXIT_KILLED &&
-                 (int)LVM_STR_NOPROC == (int)SMARM_EXIT_NOPROC,
+                 (int)LVM_STR_NOPROC == (int)SMARM_EXIT_NOPROC &&
+                 (int)LVM_STR_MAILBOX_OVERFLOW == (int)SMARM_EXIT_MAILBOX_OVERFLOW,
                "the cached reason strings follow the codes");
 
 /* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):

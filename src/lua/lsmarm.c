@@ -107,7 +107,8 @@ static _Atomic smarm_pid_t crash_reporter;
 
 const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_NORMAL] = "normal", [LVM_STR_KILL] = "kill", [LVM_STR_KILLED] = "killed",
-  [LVM_STR_NOPROC] = "noproc", [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
+  [LVM_STR_NOPROC] = "noproc", [LVM_STR_MAILBOX_OVERFLOW] = "mailbox_overflow",
+  [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
   [LVM_STR_DOWN] = "DOWN", [LVM_STR_EXIT] = "EXIT", [LVM_STR_FROM] = "from",
   [LVM_STR_REQUEST] = "request", [LVM_STR_PID] = "pid", [LVM_STR_REF] = "ref",
   [LVM_STR_REASON] = "reason",
@@ -585,7 +586,7 @@ static void saved_append(lua_State *L, lactor_t *la, int q)
     la->saved_first = la->saved_last + 1;
   lua_pushvalue(L, -1);
   lua_rawseti(L, q, ++la->saved_last);
-  la->saved_count++;
+  smarm_mailbox_set_held((size_t)++la->saved_count); /* they count toward max_mailbox */
 }
 
 /* Renumbers the messages to q[1..count], in order (no receive may be under way). */
@@ -613,7 +614,8 @@ static void saved_take(lua_State *L, lactor_t *la, int q, int i)
   lua_rawgeti(L, q, i);
   lua_pushnil(L);
   lua_rawseti(L, q, i);
-  if (--la->saved_count == 0) { /* empty: start again at 1 (the array part) */
+  smarm_mailbox_set_held((size_t)--la->saved_count);
+  if (la->saved_count == 0) { /* empty: start again at 1 (the array part) */
     la->saved_first = 1;
     la->saved_last = 0;
     la->saved_epoch++;
@@ -974,6 +976,7 @@ typedef struct spawn_req {
   int link, monitor;
   const char *name;   /* NULL: none */
   int64_t slice_ns;   /* 0: the run's; negative: never preempted */
+  size_t max_mailbox; /* 0: the run's */
 } spawn_req_t;
 
 #define SPAWN_HERE (-2) /* this scheduler, sharing the function's upvalues (no copy) */
@@ -999,7 +1002,8 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   int nargs = lua_gettop(L) - fn_idx;
   smarm_ref_t ref = 0;
   smarm_spawn_opts_t opts = {.link = r->link, .monitor = r->monitor ? &ref : NULL,
-                             .name = r->name, .slice_ns = r->slice_ns};
+                             .name = r->name, .slice_ns = r->slice_ns,
+                             .max_mailbox = r->max_mailbox};
   smarm_pid_t pid = 0;
   int rc;
   if (r->where == SPAWN_HERE) {
@@ -1062,25 +1066,25 @@ static int check_where(lua_State *L, int idx)
 
 static int l_spawn(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0};
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0, 0};
   return spawn_lua(L, "spawn", &r, 1);
 }
 
 static int l_spawn_on(lua_State *L)
 {
-  spawn_req_t r = {check_where(L, 1), 0, 0, NULL, 0};
+  spawn_req_t r = {check_where(L, 1), 0, 0, NULL, 0, 0};
   return spawn_lua(L, "spawn_on", &r, 2);
 }
 
 static int l_spawn_link(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL, 0};
+  spawn_req_t r = {SPAWN_HERE, 1, 0, NULL, 0, 0};
   return spawn_lua(L, "spawn_link", &r, 1);
 }
 
 static int l_spawn_monitor(lua_State *L)
 {
-  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL, 0};
+  spawn_req_t r = {SPAWN_HERE, 0, 1, NULL, 0, 0};
   return spawn_lua(L, "spawn_monitor", &r, 1);
 }
 
@@ -1099,15 +1103,28 @@ static int64_t check_slice(lua_State *L, int arg, const char *field, const char 
   return (int64_t)(t * 1e9);
 }
 
+/* opts.max_mailbox at the top of the stack: an integer from 1 (nil: 0, the default). */
+static size_t check_max_mailbox(lua_State *L, int arg)
+{
+  if (lua_isnil(L, -1))
+    return 0;
+  lua_Number n = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+  if (!(n >= 1 && n <= 1e15 && n == (lua_Number)(int64_t)n))
+    luaL_argerror(L, arg, "opts.max_mailbox must be an integer from 1");
+  return (size_t)n;
+}
+
 /* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name,
 ** slice. */
 static int l_spawn_opt(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TTABLE);
-  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0};
+  spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0, 0};
   lua_getfield(L, 1, "slice");
   r.slice_ns = check_slice(L, 1, "opts.slice", "never preempted");
-  lua_pop(L, 1);
+  lua_getfield(L, 1, "max_mailbox");
+  r.max_mailbox = check_max_mailbox(L, 1);
+  lua_pop(L, 2);
   lua_getfield(L, 1, "on");
   if (!lua_isnil(L, -1))
     r.where = check_where(L, lua_gettop(L));
@@ -1198,7 +1215,9 @@ static int l_run(lua_State *L)
     cfg.slice_ns = check_slice(L, 2, "opts.slice", "never preempted");
     lua_getfield(L, 2, "watchdog");
     cfg.watchdog_ns = check_slice(L, 2, "opts.watchdog", "off");
-    lua_pop(L, 4);
+    lua_getfield(L, 2, "max_mailbox");
+    cfg.max_mailbox = check_max_mailbox(L, 2);
+    lua_pop(L, 5);
   }
   if (smarm_sched_index() >= 0)
     return luaL_error(L, "smarm.run: already inside a runtime");
