@@ -148,6 +148,30 @@ describe("preemption", function()
     end, { schedulers = 2 })
   end)
 
+  it("switches only at a loop's edge: straight-line code on a shared upvalue is never cut",
+    function()
+      -- interpreted (jit.off), so that the hook lands on any instruction; 10 us slices, so
+      -- that it lands often. `count = count + 1` reads, adds and writes: cut in two, updates
+      -- would be lost.
+      local ACTORS, ROUNDS = 4, 20000
+      local count, preempts = run(function()
+        local me, count = smarm.self(), 0
+        local function work()
+          for _ = 1, ROUNDS do
+            local x = 0
+            for j = 1, 50 do x = x + j end
+            count = count + x - 1275 + 1
+          end
+          smarm.send(me, "done")
+        end
+        jit.off(work, true)
+        for _ = 1, ACTORS do smarm.spawn(work) end
+        for _ = 1, ACTORS do guard.receive("a worker's end") end
+        return count, smarm.stats().total.preempts
+      end, { slice = 1e-5 })
+      assert.are.equal(ACTORS * ROUNDS, count, "preemptions: " .. preempts)
+    end)
+
   it("lets a due timer go first at a yield of a busy scheduler", function()
     -- the sleeper's timer is due 10 ms in; the other actor spins 5 ms between yields. Before the
     -- ticker, timers were looked at every 64 decisions (about 300 ms here). The count is a loose

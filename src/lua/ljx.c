@@ -21,6 +21,7 @@
 #include "lj_jit.h"
 #include "lj_trace.h"
 #include "lj_frame.h"
+#include "lj_bc.h"
 #if LJ_HASFFI
 #include "lj_ctype.h"
 #endif
@@ -107,4 +108,27 @@ void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st)
   hook_enter(g);
   g->vmstate = st->vmstate;
   sm_ljx_after_switch(L);
+}
+
+int sm_ljx_at_loop_edge(lua_State *L)
+{
+  /* In a hook the frame's saved pc is one past the instruction about to run (lj_debug.c's
+  ** debug_framepc reads it the same way). */
+  void *cf = cframe_raw(L->cframe);
+  if (!cf || !isluafunc(curr_func(L)))
+    return 0;
+  const BCIns *pc = cframe_pc(cf);
+  if ((const char *)pc == (const char *)cframe_L(cf))
+    return 0; /* no pc saved: not in the interpreter's hook */
+  BCIns ins = pc[-1];
+  switch (bc_op(ins)) {
+  case BC_FORL: case BC_IFORL: case BC_JFORL:
+  case BC_ITERL: case BC_IITERL: case BC_JITERL:
+  case BC_LOOP: case BC_ILOOP: case BC_JLOOP:
+    return 1;
+  case BC_JMP:
+    return bc_j(ins) < 0;
+  default:
+    return 0;
+  }
 }

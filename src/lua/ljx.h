@@ -28,6 +28,12 @@ const char *sm_ljx_cannot_preempt(lua_State *L);
 ** which the frame walk of L alone cannot see). */
 int sm_ljx_has_ffi_callbacks(lua_State *L);
 
+/* Whether the instruction the hook stands before is a loop's back-edge or head (for, generic for,
+** while, repeat, a backward goto or jump): the only places a preemption switches, so that
+** straight-line code between them, a read-modify-write of a shared upvalue included, is never
+** cut in two. */
+int sm_ljx_at_loop_edge(lua_State *L);
+
 /* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no
 ** hook runs in the whole VM, so other actors would never be preempted) and the VM state. */
 typedef struct ljx_hook_state {

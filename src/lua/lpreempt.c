@@ -8,6 +8,13 @@
 ** wins: a VM with a hook set by debug.sethook is not armed (its actors are not preempted while
 ** it is set), and debug.sethook tells the handler to keep off while it runs (no_arm).
 **
+** Where. An actor is switched out only at a loop's edge (the back jump or head of a for, while or
+** repeat loop, or a backward goto: sm_ljx_at_loop_edge): a runaway actor is always in a loop, and
+** straight-line code between two edges, such as `count = count + 1` on an upvalue shared with the
+** scheduler's other actors, is never cut in two, as it was not before preemption existed. The
+** hook, armed at any instruction, steps one instruction at a time to the next edge (after
+** EDGE_TRIES without one, deep recursion for instance, it looks only every RETRY_COUNT).
+**
 ** Giving way. The hook runs where the interpreter stands (compiled code exits to it at its next
 ** hook check). It disarms itself, then switches only if the request is still for this slice
 ** (smarm_preempt_due) and the VM may switch here (ljx: never inside an FFI callback or compiled
@@ -27,6 +34,9 @@
 #include <stdatomic.h>
 
 #define RETRY_COUNT 1000 /* instructions until the next look when the hook could not switch */
+/* Looking for a loop's edge: every instruction for this many, then every RETRY_COUNT (code that
+** runs long without a loop, deep recursion, is not slowed down by the hook for long). */
+#define EDGE_TRIES 4096
 
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
 ** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. */
@@ -59,12 +69,19 @@ static void preempt_hook(lua_State *L, lua_Debug *ar)
   }
   set_hook(vm, L, NULL, 0);
   const lvm_actor_head_t *actor = smarm_actor_data();
-  if (!actor || !smarm_preempt_due())
+  if (!actor || !smarm_preempt_due()) {
+    vm->edge_tries = 0;
     return; /* a late hook: the actor gave way, or another one runs now */
+  }
   if (must_wait(L, actor)) {
     set_hook(vm, L, preempt_hook, RETRY_COUNT);
     return;
   }
+  if (!sm_ljx_at_loop_edge(L)) { /* only between loop iterations: see the top */
+    set_hook(vm, L, preempt_hook, ++vm->edge_tries < EDGE_TRIES ? 1 : RETRY_COUNT);
+    return;
+  }
+  vm->edge_tries = 0;
   ljx_hook_state_t st;
   sm_ljx_hook_suspend(L, &st);
   smarm_preempt();

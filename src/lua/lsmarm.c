@@ -1219,6 +1219,12 @@ static int l_run(lua_State *L)
     cfg.max_mailbox = check_max_mailbox(L, 2);
     lua_pop(L, 5);
   }
+  if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
+    const char *env = getenv("SMARM_SLICE");
+    double t = env ? strtod(env, NULL) : 0;
+    if (t >= 1e-5 && t <= 3600)
+      cfg.slice_ns = (int64_t)(t * 1e9);
+  }
   if (smarm_sched_index() >= 0)
     return luaL_error(L, "smarm.run: already inside a runtime");
   lua_settop(L, 1);

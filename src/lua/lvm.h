@@ -44,6 +44,7 @@ typedef struct lvm {
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
+  int edge_tries;               /* lpreempt.c: hooks since the last switch, looking for an edge */
 } lvm_t;
 
 /* What every Lua actor's smarm_actor_data() starts with (lsmarm.c's lactor_t): its coroutine,
