@@ -203,19 +203,39 @@ void sm_sched_wake(sched_t *s, actor_t *a)
   runq_push(s, a);
 }
 
-/* Queues the actors whose deadline is past, earliest first, at the tail like any other wake-up:
-** at a yield this runs before the yielding actor queues itself, so a due sleeper goes before it
-** (smarm_yield's promise). Not at the head: actors that sleep briefly over and over would then
-** starve those that only yield (a reviewer measured 150 ms waits that way). */
+/* Queues the actors whose deadline is past, earliest first. One that waited at least its time
+** slice goes to the head of the queue, ahead of actors that are runnable because they yielded or
+** were switched out: a 10 ms ticker beside 16 runaway actors then waits one slice, not 16. One
+** that waited less joins the tail like any other wake-up (at a yield this still runs before the
+** yielding actor queues itself): at the head, actors that compute a slice and sleep a few
+** microseconds over and over would starve those that only yield (a reviewer measured 150 ms
+** waits that way); waiting a slice for each slice run, a head-goer takes at most half the CPU. */
 static void fire_timers(sched_t *s, int64_t now)
 {
   deadline_t *t;
+  actor_t *first = NULL, *last = NULL;
   while ((t = timer_first(&s->timers)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
     sm_timer_remove(&s->timers, t);
     a->timed_out = 1;
-    runq_push(s, a);
+    if (t->deadline - a->wait_start < a->slice_ns) {
+      runq_push(s, a);
+      continue;
+    }
+    a->state = ACTOR_RUNNABLE;
+    a->run_next = NULL;
+    if (last)
+      last->run_next = a;
+    else
+      first = a;
+    last = a;
+  }
+  if (first) { /* at the head, in deadline order */
+    last->run_next = s->run_head;
+    if (!s->run_head)
+      s->run_tail = last;
+    s->run_head = first;
   }
   if (s->msg_timers.count)
     sm_msg_timers_fire(s, now);
@@ -552,6 +572,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
+  a->wait_start = 0;
   a->slice_ns = !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX
                                         : ties->slice_ns;
@@ -641,6 +662,9 @@ int64_t sm_sched_deadline(int64_t timeout_ns)
   if (timeout_ns < 0)
     return -1;
   int64_t now = smarm_now_ns();
+  sched_t *s = sm_sched_tls;
+  if (s && s->current) /* the wait this deadline is for starts now (fire_timers) */
+    s->current->wait_start = now;
   return timeout_ns <= INT64_MAX - now ? now + timeout_ns : -1; /* past the end of time: none */
 }
 
