@@ -172,6 +172,50 @@ describe("preemption", function()
       assert.are.equal(ACTORS * ROUNDS, count, "preemptions: " .. preempts)
     end)
 
+  it("never separates a while loop's condition from the body it admits", function()
+    -- four interpreted actors draw from one shared budget; a switch between `budget > 0` and
+    -- `budget = budget - 1` would let two of them take the last unit
+    local budget, taken, preempts = run(function()
+      local me, budget, taken = smarm.self(), 2000000, 0
+      local function work()
+        while budget > 0 do
+          budget = budget - 1
+          taken = taken + 1
+        end
+        smarm.send(me, "done")
+      end
+      jit.off(work, true)
+      for _ = 1, 4 do smarm.spawn(work) end
+      for _ = 1, 4 do guard.receive("a worker's end") end
+      return budget, taken, smarm.stats().total.preempts
+    end, { slice = 1e-5 })
+    assert.are.equal(0, budget, "preemptions: " .. preempts)
+    assert.are.equal(2000000, taken)
+  end)
+
+  in_pure_loops("switches out loops with no for or while: a goto loop with a closure, and tail calls",
+    function()
+      -- LuaJIT merges such a goto loop's back jump into the UCLO that closes the closure's
+      -- upvalue; a chain of tail calls loops without any loop instruction at all
+      local n = spin_until_freed(function(flag)
+        local n, keep = 0, nil
+        ::top::
+        do
+          local x = n
+          keep = function() return x end
+          n = n + 1
+          if not flag.done then goto top end
+        end
+        return n + (keep() - keep())
+      end)
+      assert.is_true(n > 0)
+      local m = spin_until_freed(function(flag)
+        local function f(k) if flag.done then return k end return f(k + 1) end
+        return f(0)
+      end)
+      assert.is_true(m > 0)
+    end)
+
   it("lets a due timer go first at a yield of a busy scheduler", function()
     -- the sleeper's timer is due 10 ms in; the other actor spins 5 ms between yields. Before the
     -- ticker, timers were looked at every 64 decisions (about 300 ms here). The count is a loose

@@ -313,8 +313,8 @@ enum smarm_exit_code {
   SMARM_EXIT_KILL,       /* as a signal only: untrappable (smarm_exit_signal) */
   SMARM_EXIT_KILLED,     /* the reason of an actor that an untrappable kill ended */
   SMARM_EXIT_NOPROC,     /* the pid named no live actor (link, monitor) */
-  SMARM_EXIT_MAILBOX_OVERFLOW, /* its mailbox passed its max_mailbox (smarm_spawn_opts_t) */
   SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
+  SMARM_EXIT_MAILBOX_OVERFLOW, /* its mailbox passed its max_mailbox (smarm_spawn_opts_t) */
 };
 
 /* Ends the calling actor like smarm_exit() with reason `code` (with SMARM_EXIT_VALUE, `size`

@@ -460,7 +460,7 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 
 int sm_faults_valid_reason(int code, const void *data, size_t size)
 {
-  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_VALUE && (data || !size) &&
+  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_MAILBOX_OVERFLOW && (data || !size) &&
          size <= UINT32_MAX;
 }
 

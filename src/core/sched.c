@@ -203,13 +203,14 @@ void sm_sched_wake(sched_t *s, actor_t *a)
   runq_push(s, a);
 }
 
-/* Queues the actors whose deadline is past, earliest first. One that waited at least its time
-** slice goes to the head of the queue, ahead of actors that are runnable because they yielded or
-** were switched out: a 10 ms ticker beside 16 runaway actors then waits one slice, not 16. One
-** that waited less joins the tail like any other wake-up (at a yield this still runs before the
-** yielding actor queues itself): at the head, actors that compute a slice and sleep a few
-** microseconds over and over would starve those that only yield (a reviewer measured 150 ms
-** waits that way); waiting a slice for each slice run, a head-goer takes at most half the CPU. */
+/* Queues the actors whose deadline is past, earliest first. The first goes to the head of the
+** queue, ahead of actors that are runnable because they yielded or were switched out, unless
+** one already did less than its slice ago (last_head_ns): a 10 ms ticker beside 16 runaway
+** actors then waits one slice, not 16, and actors that compute and sleep over and over, which
+** starved the others when every timer went first (150 ms waits, over a second with four, both
+** measured by reviewers), get the head at most once a slice, half the CPU at most. The others
+** join the tail like any other wake-up (at a yield this still runs before the yielding actor
+** queues itself). */
 static void fire_timers(sched_t *s, int64_t now)
 {
   deadline_t *t;
@@ -219,10 +220,11 @@ static void fire_timers(sched_t *s, int64_t now)
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
     sm_timer_remove(&s->timers, t);
     a->timed_out = 1;
-    if (t->deadline - a->wait_start < a->slice_ns) {
+    if (now - s->last_head_ns < a->slice_ns) {
       runq_push(s, a);
       continue;
     }
+    s->last_head_ns = now;
     a->state = ACTOR_RUNNABLE;
     a->run_next = NULL;
     if (last)
@@ -572,7 +574,6 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
-  a->wait_start = 0;
   a->slice_ns = !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX
                                         : ties->slice_ns;
@@ -662,9 +663,6 @@ int64_t sm_sched_deadline(int64_t timeout_ns)
   if (timeout_ns < 0)
     return -1;
   int64_t now = smarm_now_ns();
-  sched_t *s = sm_sched_tls;
-  if (s && s->current) /* the wait this deadline is for starts now (fire_timers) */
-    s->current->wait_start = now;
   return timeout_ns <= INT64_MAX - now ? now + timeout_ns : -1; /* past the end of time: none */
 }
 

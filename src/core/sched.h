@@ -97,7 +97,6 @@ typedef struct actor {
   int64_t slice_ns;           /* its time slice (preempt.h); INT64_MAX: never asked to give way */
   size_t max_mailbox;         /* more messages than this and it dies; SIZE_MAX: no limit */
   size_t held;                /* messages its binding keeps aside (smarm_mailbox_set_held) */
-  int64_t wait_start;         /* when its current timed wait began (sm_sched_deadline) */
   fiber_t fiber;
 } actor_t;
 
@@ -140,6 +139,7 @@ typedef struct sched {
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
+  int64_t last_head_ns;       /* when a timer wake-up last went to the head (fire_timers) */
   int stopping;
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
@@ -202,8 +202,7 @@ actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not 
 void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
 /* Into a's mailbox; wakes a receive. */
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
-/* The deadline timeout_ns from now on the monotonic clock (noting now as the calling actor's
-** wait_start); -1 for none (a negative timeout, or
+/* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
 ** one past the end of time). */
 int64_t sm_sched_deadline(int64_t timeout_ns);
 /* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline

@@ -22,12 +22,11 @@
 /* ---- Reasons ------------------------------------------------------------------------------- */
 
 /* The reasons with a code: lvm_str_text[code] (lvm.h keeps them in the codes' order). */
-#define NCODES (SMARM_EXIT_MAILBOX_OVERFLOW + 1)
+#define NCODES (SMARM_EXIT_NOPROC + 1)
 _Static_assert((int)LVM_STR_NORMAL == (int)SMARM_EXIT_NORMAL &&
                  (int)LVM_STR_KILL == (int)SMARM_EXIT_KILL &&
                  (int)LVM_STR_KILLED == (int)SMARM_EXIT_KILLED &&
-                 (int)LVM_STR_NOPROC == (int)SMARM_EXIT_NOPROC &&
-                 (int)LVM_STR_MAILBOX_OVERFLOW == (int)SMARM_EXIT_MAILBOX_OVERFLOW,
+                 (int)LVM_STR_NOPROC == (int)SMARM_EXIT_NOPROC,
                "the cached reason strings follow the codes");
 
 /* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):
@@ -112,6 +111,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
     for (int c = 0; c < NCODES; c++)
       if (strcmp(s, lvm_str_text[c]) == 0)
         return c;
+    if (strcmp(s, lvm_str_text[LVM_STR_MAILBOX_OVERFLOW]) == 0)
+      return SMARM_EXIT_MAILBOX_OVERFLOW;
   }
   /* The encoder is a cached function and the arguments need no allocation: nothing here can
   ** raise outside the protected call (this runs at an actor's end, unprotected). */
@@ -124,6 +125,8 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
 {
   if (code >= 0 && code < NCODES)
     lvm_push_str(L, this_vm(), (enum lvm_str)code);
+  else if (code == SMARM_EXIT_MAILBOX_OVERFLOW)
+    lvm_push_str(L, this_vm(), LVM_STR_MAILBOX_OVERFLOW);
   else if (code == SMARM_EXIT_VALUE && size)
     sm_codec_decode_bytes(L, data, size);
   else

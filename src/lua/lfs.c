@@ -15,6 +15,7 @@
 #include "io/fs.h"
 #include "lhandle.h"
 #include "lio.h"
+#include "lpark.h"
 
 #include <lauxlib.h>
 
@@ -279,6 +280,8 @@ static int f_read(lua_State *L)
   r->data = malloc(r->len ? r->len : 1);
   if (!r->data)
     return luaL_error(L, "not enough memory");
+  sm_lpark_actor(L, "file.read"); /* raise here, before there is a duplicate to close */
+  sm_lpark_check(L, "file.read");
   int err = sm_fs_req_own_fd(r, f->fd);
   int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.read", f->path);
   if (!k) {
@@ -301,6 +304,8 @@ static int f_write(lua_State *L)
   int box = lua_gettop(L);
   r->offset = off;
   r->data = sm_lio_copy_arg(L, 2, &r->len);
+  sm_lpark_actor(L, "file.write"); /* raise here, before there is a duplicate to close */
+  sm_lpark_check(L, "file.write");
   int err = sm_fs_req_own_fd(r, f->fd);
   int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.write", f->path);
   if (!k) {

@@ -122,13 +122,13 @@ int sm_ljx_at_loop_edge(lua_State *L)
     return 0; /* no pc saved: not in the interpreter's hook */
   BCIns ins = pc[-1];
   switch (bc_op(ins)) {
-  case BC_FORL: case BC_IFORL: case BC_JFORL:
-  case BC_ITERL: case BC_IITERL: case BC_JITERL:
-  case BC_LOOP: case BC_ILOOP: case BC_JLOOP:
+  case BC_FORL: case BC_IFORL: case BC_JFORL:    /* the end of a numeric for's iteration */
+  case BC_ITERL: case BC_IITERL: case BC_JITERL: /* ... of a generic for's */
     return 1;
-  case BC_JMP:
+  case BC_JMP:  /* the back jump of a while, repeat or goto loop */
+  case BC_UCLO: /* the same, closing upvalues of the body on the way (LuaJIT merges them) */
     return bc_j(ins) < 0;
-  default:
+  default: /* not LOOP: it stands after a while loop's condition, before the body it admits */
     return 0;
   }
 }

@@ -28,10 +28,10 @@ const char *sm_ljx_cannot_preempt(lua_State *L);
 ** which the frame walk of L alone cannot see). */
 int sm_ljx_has_ffi_callbacks(lua_State *L);
 
-/* Whether the instruction the hook stands before is a loop's back-edge or head (for, generic for,
-** while, repeat, a backward goto or jump): the only places a preemption switches, so that
-** straight-line code between them, a read-modify-write of a shared upvalue included, is never
-** cut in two. */
+/* Whether the instruction the hook stands before ends a loop's iteration (the FORL or ITERL of a
+** for loop, the backward JMP or UCLO of a while, repeat or goto loop): where a preemption
+** switches, so that straight-line code, a read-modify-write of a shared upvalue or a while
+** loop's condition and the body it admits included, is not cut in two. */
 int sm_ljx_at_loop_edge(lua_State *L);
 
 /* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no

@@ -8,12 +8,12 @@
 ** wins: a VM with a hook set by debug.sethook is not armed (its actors are not preempted while
 ** it is set), and debug.sethook tells the handler to keep off while it runs (no_arm).
 **
-** Where. An actor is switched out only at a loop's edge (the back jump or head of a for, while or
-** repeat loop, or a backward goto: sm_ljx_at_loop_edge): a runaway actor is always in a loop, and
-** straight-line code between two edges, such as `count = count + 1` on an upvalue shared with the
-** scheduler's other actors, is never cut in two, as it was not before preemption existed. The
-** hook, armed at any instruction, steps one instruction at a time to the next edge (after
-** EDGE_TRIES without one, deep recursion for instance, it looks only every RETRY_COUNT).
+** Where. An actor is switched out at the end of a loop's iteration (sm_ljx_at_loop_edge): a
+** runaway actor is nearly always in a loop, and straight-line code, such as `count = count + 1`
+** on an upvalue shared with the scheduler's other actors, or a while loop's condition and the
+** body it admits, is not cut in two, as it was not before preemption existed. The hook, armed at
+** any instruction, steps one instruction at a time to the next edge; after EDGE_TRIES steps
+** without one (tail-call recursion, which loops without a loop) it switches where it stands.
 **
 ** Giving way. The hook runs where the interpreter stands (compiled code exits to it at its next
 ** hook check). It disarms itself, then switches only if the request is still for this slice
@@ -34,8 +34,9 @@
 #include <stdatomic.h>
 
 #define RETRY_COUNT 1000 /* instructions until the next look when the hook could not switch */
-/* Looking for a loop's edge: every instruction for this many, then every RETRY_COUNT (code that
-** runs long without a loop, deep recursion, is not slowed down by the hook for long). */
+/* Looking for a loop's edge, one instruction at a time, for this many instructions; past them
+** (code that runs on without a loop: tail-call recursion, a state machine of tail calls) the
+** actor is switched wherever it stands, so that nothing escapes its slice for good. */
 #define EDGE_TRIES 4096
 
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
@@ -77,8 +78,8 @@ static void preempt_hook(lua_State *L, lua_Debug *ar)
     set_hook(vm, L, preempt_hook, RETRY_COUNT);
     return;
   }
-  if (!sm_ljx_at_loop_edge(L)) { /* only between loop iterations: see the top */
-    set_hook(vm, L, preempt_hook, ++vm->edge_tries < EDGE_TRIES ? 1 : RETRY_COUNT);
+  if (!sm_ljx_at_loop_edge(L) && ++vm->edge_tries < EDGE_TRIES) { /* see the top */
+    set_hook(vm, L, preempt_hook, 1);
     return;
   }
   vm->edge_tries = 0;
