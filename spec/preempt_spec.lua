@@ -198,7 +198,7 @@ describe("preemption", function()
       -- LuaJIT merges such a goto loop's back jump into the UCLO that closes the closure's
       -- upvalue; a chain of tail calls loops without any loop instruction at all
       local n = spin_until_freed(function(flag)
-        local n, keep = 0, nil
+        local n, keep = 0, nil -- luacheck: ignore 311 (kept by the closure below)
         ::top::
         do
           local x = n
