@@ -16,13 +16,16 @@ local function next_where(k, v)
   end)
 end
 
--- Monitors pid and returns the reason it ends with.
-local function reason_of_end(pid)
+-- Monitors pid now (before whatever ends it is sent: the caller may be switched out between
+-- two calls and the actor gone by the second); the function returned waits for the DOWN and
+-- gives its reason.
+local function watch(pid)
   local ref = smarm.monitor(pid)
-  local d = guard.receive("DOWN of " .. tostring(pid), function(m)
-    return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
-  end)
-  return d.reason
+  return function()
+    return guard.receive("DOWN of " .. tostring(pid), function(m)
+      return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
+    end).reason
+  end
 end
 
 -- A module whose callbacks report to `watcher` and do what the request or message says.
@@ -189,8 +192,9 @@ describe("server.start", function()
       assert.are.equal(pid, e.pid)
       assert.are.equal("killed", e.reason)
       local unlinked = server.start(module_for(smarm.self()), 0)
+      local unlinked_end = watch(unlinked)
       smarm.kill(unlinked)
-      assert.are.equal("killed", reason_of_end(unlinked))
+      assert.are.equal("killed", unlinked_end())
       assert.are.same({ nil, "timeout" }, { smarm.receive(0) }) -- no EXIT: there was no link
     end)
   end)
