@@ -47,15 +47,9 @@ static int in_ffi_callback(lua_State *L)
 const char *sm_ljx_cannot_park(lua_State *L)
 {
   global_State *g = G(L);
-  if (g->hookmask & HOOK_GC)
-    return "inside a __gc finalizer";
-  if (hook_active(g))
+  if (hook_active(g) && !(g->hookmask & HOOK_GC)) /* a finalizer sets both: say finalizer */
     return "inside a debug hook";
-  if (tvref(g->jit_base) != NULL)
-    return "inside JIT-compiled code (an FFI call or callback?)";
-  if (in_ffi_callback(L))
-    return "inside an FFI callback";
-  return NULL;
+  return sm_ljx_cannot_preempt(L); /* what a preemption, inside its own hook, checks too */
 }
 
 void sm_ljx_before_switch(lua_State *L)
@@ -77,7 +71,7 @@ const char *sm_ljx_cannot_preempt(lua_State *L)
   if (g->hookmask & HOOK_GC)
     return "inside a __gc finalizer";
   if (tvref(g->jit_base) != NULL)
-    return "inside JIT-compiled code";
+    return "inside JIT-compiled code (an FFI call or callback?)";
   if (in_ffi_callback(L))
     return "inside an FFI callback";
   return NULL;
