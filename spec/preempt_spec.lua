@@ -28,13 +28,16 @@ local function spin_until_freed(spin, opts)
   end, opts)
 end
 
+-- A spinner for spin_until_freed: counts until the flag is set.
+local function count_until_freed(flag)
+  local n = 0
+  while not flag.done do n = n + 1 end
+  return n
+end
+
 describe("preemption", function()
   in_pure_loops("switches out a runaway loop so that another actor of its scheduler runs", function()
-    local n = spin_until_freed(function(flag)
-      local n = 0
-      while not flag.done do n = n + 1 end
-      return n
-    end)
+    local n = spin_until_freed(count_until_freed)
     assert.is_true(n > 0)
   end)
 
@@ -350,11 +353,7 @@ describe("preemption", function()
       return count
     end)
     assert.is_true(lines >= 10)
-    local n = spin_until_freed(function(flag)
-      local n = 0
-      while not flag.done do n = n + 1 end
-      return n
-    end)
+    local n = spin_until_freed(count_until_freed)
     assert.is_true(n > 0)
   end)
 

@@ -16,17 +16,7 @@ local function next_where(k, v)
   end)
 end
 
--- Monitors pid now (before whatever ends it is sent: the caller may be switched out between
--- two calls and the actor gone by the second); the function returned waits for the DOWN and
--- gives its reason.
-local function watch(pid)
-  local ref = smarm.monitor(pid)
-  return function()
-    return guard.receive("DOWN of " .. tostring(pid), function(m)
-      return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
-    end).reason
-  end
-end
+local watch = guard.watch
 
 -- A module whose callbacks report to `watcher` and do what the request or message says.
 local function module_for(watcher)

@@ -17,16 +17,7 @@ local function started(tag)
   end).started
 end
 
--- Monitors pid now (before whatever ends it is sent: the actor may be gone by the caller's next
--- call, it may be switched out); the function returned waits for the DOWN and gives its reason.
-local function watch(pid)
-  local ref = smarm.monitor(pid)
-  return function()
-    return guard.receive("DOWN of " .. tostring(pid), function(m)
-      return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
-    end).reason
-  end
-end
+local watch = guard.watch
 
 local function worker(tag, extra)
   local c = { id = tag, start = kids.worker, args = { smarm.self(), tag } }

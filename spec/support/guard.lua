@@ -44,6 +44,18 @@ function guard.ended(pid, what)
   guard.wait(function() return not smarm.alive(pid) end, what or ("actor " .. tostring(pid)))
 end
 
+-- Monitors pid now (before whatever ends it is sent: the caller may be switched out between
+-- two calls and the actor gone by the second); the function returned waits for the DOWN and
+-- gives its reason.
+function guard.watch(pid)
+  local ref = smarm.monitor(pid)
+  return function()
+    return guard.receive("DOWN of " .. tostring(pid), function(m)
+      return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
+    end).reason
+  end
+end
+
 -- smarm.run(fn, opts) under a watchdog: should the run still be going after guard.RUN_LIMIT
 -- seconds (a bug left something waiting for good), a background shell prints
 -- "<file:line>: smarm.run still running after N s ..." on stderr and ends the process with
