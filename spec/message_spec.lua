@@ -121,20 +121,22 @@ describe("smarm.send / smarm.receive", function()
   end)
 
   it("names where an unsendable value is", function()
-    local e1, e2, e3, e4 = smarm.run(function()
+    local e1, e2, e3, e4, e5 = smarm.run(function()
       local me = smarm.self()
       local function err(v)
         local ok, e = pcall(smarm.send, me, v)
         assert(not ok)
         return e
       end
-      return err({ handler = function() end }), err({ items = { 1, 2, coroutine.create(print) } }),
-        err(print), err({ [print] = 1 })
+      local co = coroutine.create(print)
+      return err({ handler = co }), err({ items = { 1, 2, co } }),
+        err(co), err({ [co] = 1 }), err({ handler = string.gmatch("", "") })
     end)
-    assert.matches("message%.handler is a function", e1)
+    assert.matches("message%.handler is a thread", e1)
     assert.matches("message%.items%[3%] is a thread", e2)
-    assert.matches("message is a function", e3)
-    assert.matches("message has a key that is a function", e4)
+    assert.matches("message is a thread", e3)
+    assert.matches("message has a key that is a thread", e4)
+    assert.matches("message%.handler is a C function that no loaded module holds", e5)
   end)
 
   it("names the path through nested tables and odd keys", function()
@@ -145,10 +147,10 @@ describe("smarm.send / smarm.receive", function()
         assert(not ok)
         return e
       end
-      return err({ a = { ["odd key"] = { 1, { b = { [print] = true } } } } }),
-        err({ list = { { ok = 1 }, { ok = 2, bad = { deeper = io.stdout } } } })
+      return err({ a = { ["odd key"] = { 1, { b = { [coroutine.create(print)] = true } } } } }),
+        err({ list = { { ok = 1 }, { ok = 2, bad = { deeper = newproxy() } } } })
     end)
-    assert.matches('message%.a%["odd key"%]%[2%]%.b has a key that is a function', e1)
+    assert.matches('message%.a%["odd key"%]%[2%]%.b has a key that is a thread', e1)
     assert.matches("message%.list%[2%]%.bad%.deeper is a userdata", e2)
   end)
 

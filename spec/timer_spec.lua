@@ -124,9 +124,9 @@ describe("smarm.send_after", function()
       assert.has_error(function() smarm.send_after(0, "nobody-has-this", "x") end,
         "smarm.send_after: no actor is registered as 'nobody-has-this'")
       assert.has_error(function() smarm.send_after(0, me, nil) end)
-      local ok, err = pcall(smarm.send_after, 0, me, { f = print })
+      local ok, err = pcall(smarm.send_after, 0, me, { f = coroutine.create(print) })
       assert.is_false(ok)
-      assert.matches("message.f is a function", err)
+      assert.matches("message.f is a thread", err)
       assert.has_error(function() smarm.cancel_timer(smarm.ref()) end)
       assert.has_error(function() smarm.cancel_timer({}) end)
       assert.are.same({ nil, "timeout" }, { smarm.receive(0) }) -- nothing was sent

@@ -51,10 +51,12 @@
 --   { shutdown = { failed_to_start_child = id, reason = r } }; start returns nil and the inner
 --   { failed_to_start_child = id, reason = r }.
 -- * Requests to a running supervisor are smarm.call's with no timeout (Erlang's infinity)
---   unless a timeout is given. Child specs travel in messages, so a function `start` cannot
---   reach a supervisor in another VM: start_child hands a spec that holds a function over a
---   table of this module (same VM only) and the supervisor answers nil, reason otherwise; with
---   spec.on the supervisor runs in another VM, so every child's start must be a "module.fn".
+--   unless a timeout is given. Child specs travel in messages, a function `start` with them
+--   (copied like any function in a message: docs/api.md, "Functions in messages"); a
+--   supervisor in the caller's VM gets the caller's own spec instead (through a table of this
+--   module), so that a start function shares its upvalues with the caller there, as
+--   smarm.spawn's functions do. With spec.on the supervisor and its children's start
+--   functions move to that scheduler's VM as spawn_on moves a function.
 -- * Outcomes are return values (nil, reason: "not_found", "running", "already_present",
 --   "already_started", "dynamic", "not_dynamic", or a start's reason); misuse (a bad spec,
 --   wrong argument types) raises with a message that names the field.
@@ -72,7 +74,8 @@ local RESTARTS = { permanent = true, transient = true, temporary = true }
 local TYPES = { worker = true, supervisor = true }
 local FOREVER = math.huge
 
--- Child specs that hold functions, handed from start_child to a supervisor of the same VM.
+-- Child specs that hold functions, handed from start_child to a supervisor of the same VM (in
+-- another VM the copy in the request is used).
 local handoff = setmetatable({}, { __mode = "k" })
 
 local function crashed(e)
@@ -90,7 +93,7 @@ local function check_on(on, level, where, field)
 end
 
 -- Checks one child spec and returns a fresh record with the defaults filled in.
-local function child_record(c, level, where, field, need_string)
+local function child_record(c, level, where, field)
   if type(c) ~= "table" then
     spec_error(level + 1, where, field .. " must be a table, got " .. type(c))
   end
@@ -101,9 +104,6 @@ local function child_record(c, level, where, field, need_string)
     end
   elseif st ~= "function" then
     spec_error(level + 1, where, field .. ".start must be a function or \"module.fn\", got " .. st)
-  elseif need_string then
-    spec_error(level + 1, where, field .. ".start must be a \"module.fn\" string with spec.on " ..
-      "(a function cannot move to another scheduler's VM)")
   end
   if c.args ~= nil and type(c.args) ~= "table" then
     spec_error(level + 1, where, field .. ".args must be a table, got " .. type(c.args))
@@ -168,7 +168,7 @@ local function check_spec(spec, level)
   local checked, ids = {}, {}
   for i = 1, #children do
     local field = "spec.children[" .. i .. "]"
-    local c = child_record(children[i], level + 1, "start", field, spec.on ~= nil)
+    local c = child_record(children[i], level + 1, "start", field)
     if strategy ~= "dynamic" then
       if c.id == nil then spec_error(level + 1, "start", field .. ".id is missing") end
       if ids[c.id] then
@@ -419,7 +419,7 @@ local requests = {}
 
 function requests.start_child(st, r)
   if st.strategy == "dynamic" then
-    if r.spec ~= nil or r.handoff ~= nil then return nil, "dynamic" end
+    if r.spec ~= nil then return nil, "dynamic" end
     local t = st.template
     local c = keyed({ id = t.id, start = t.start, args = t.args, restart = t.restart,
       shutdown = t.shutdown, on = t.on, type = t.type, extra = r.extra or {} })
@@ -430,14 +430,9 @@ function requests.start_child(st, r)
     return pid
   end
   if r.extra ~= nil then return nil, "not_dynamic" end
-  local c = r.spec
-  if r.handoff ~= nil then
-    c = handoff[r.handoff]
-    if c == nil then
-      return nil, "supervisor.start_child: a function start cannot reach a supervisor on " ..
-        "another scheduler (use \"module.fn\")"
-    end
-  end
+  -- the caller's own spec in this VM (its start function shared, as smarm.spawn shares it),
+  -- the copy that travelled in another
+  local c = r.handoff ~= nil and handoff[r.handoff] or r.spec
   local old = find(st, c.id)
   if old then return nil, old.pid and "already_started" or "already_present" end
   c = keyed(c)
@@ -619,14 +614,14 @@ function supervisor.start_child(sup, what, timeout)
   if what.start == nil and what.id == nil then -- the dynamic strategy's extra arguments
     return request(sup, { op = "start_child", extra = what }, timeout)
   end
-  local c = child_record(what, 2, "start_child", "spec", false)
+  local c = child_record(what, 2, "start_child", "spec")
   if c.id == nil then spec_error(2, "start_child", "spec.id is missing") end
   if type(c.start) ~= "function" then
     return request(sup, { op = "start_child", spec = c }, timeout)
   end
   local key = smarm.ref()
   handoff[key] = c
-  local a, b = request(sup, { op = "start_child", handoff = key }, timeout)
+  local a, b = request(sup, { op = "start_child", spec = c, handoff = key }, timeout)
   handoff[key] = nil
   return a, b
 end

@@ -11,7 +11,9 @@
 #include "codec.h"
 
 #include "lhandle.h"
+#include "ljx.h"
 #include "lpid.h"
+#include "lrebind.h"
 
 #include <lauxlib.h>
 
@@ -24,11 +26,17 @@ enum tag {
   T_STABLE, /* a TABLE that a later REF points back to (the encoder rewrites the tag) */
   T_FROM,   /* a call's reply handle: the caller's pid and the alias */
   T_CALL,   /* only first: a call's request (caller, alias, then the request's value) */
-  T_TIMER   /* a message timer: its target and its ref */
+  T_TIMER,  /* a message timer: its target and its ref */
+  T_FUNC,   /* a Lua function: bytecode, then each upvalue (a value or a JOIN) */
+  T_SFUNC,  /* a FUNC that a later REF or JOIN points back to (the encoder rewrites the tag) */
+  T_NAMED,  /* a value the receiver finds by name (lrebind.h): module [, field] */
+  T_JOIN    /* only as an upvalue: shares the cell of an upvalue of a function met before */
 };
 
-/* Tables remembered by address in the encoder's own array before it needs a Lua table. */
+/* Tables (and functions) remembered by address in the encoder's own array before it needs a Lua
+** table; the same for upvalue cells. */
 #define SEEN_FAST 16
+#define CELLS_FAST 32
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
@@ -41,6 +49,11 @@ typedef struct enc {
                            until a table or a long value needs the slots (ensure_slots) */
   int seen_idx;         /* stack slot of the Lua table: table -> offset of its tag, for the tables
                            after the first SEEN_FAST (nil until then) */
+  int cells_idx;        /* stack slot of the Lua table: upvalue cell (lua_upvalueid) -> where it
+                           was first met (offset of its function's tag * 256 + upvalue number),
+                           for the cells after the first CELLS_FAST (nil until then) */
+  int names_idx;        /* stack slot of the VM's names (sm_lrebind_push_names; nil until the
+                           first function or userdata) */
   const char *root;     /* the name of the whole value in error messages ("message") */
   unsigned char local[256];
   unsigned char *buf;
@@ -48,9 +61,13 @@ typedef struct enc {
   uint32_t ntables;     /* tables met so far */
   const void *seen_ptr[SEEN_FAST]; /* the first tables met (lua_topointer) */
   size_t seen_at[SEEN_FAST];       /* and the offsets of their tags in buf */
+  uint32_t ncells;                  /* upvalue cells met so far */
+  const void *cell_id[CELLS_FAST];  /* the first ones (lua_upvalueid) */
+  uint64_t cell_at[CELLS_FAST];     /* and where (as in cells_idx) */
   int nkeys;            /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
+  unsigned char key_is_upvalue[CODEC_MAX_DEPTH + 1]; /* keys[i] is an upvalue's name */
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
@@ -66,8 +83,10 @@ static int abs_index(lua_State *L, int idx)
   return idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
 }
 
-/* Pushes the two slots (buffer, seen tables) as nils. Done before the first table is iterated,
-** so lua_next always finds its key on top; a scalar message never needs them. */
+/* Pushes the four slots (buffer, seen tables, upvalue cells, names) as nils. Done before the
+** first table or function is entered, so lua_next always finds its key on top; a scalar message
+** never needs them. */
+#define ENC_SLOTS 4
 static void ensure_slots(enc_t *e)
 {
   if (e->buf_idx)
@@ -76,6 +95,10 @@ static void ensure_slots(enc_t *e)
   e->buf_idx = lua_gettop(e->L);
   lua_pushnil(e->L);
   e->seen_idx = lua_gettop(e->L);
+  lua_pushnil(e->L);
+  e->cells_idx = lua_gettop(e->L);
+  lua_pushnil(e->L);
+  e->names_idx = lua_gettop(e->L);
 }
 
 static void reserve(enc_t *e, size_t n)
@@ -150,10 +173,16 @@ static int is_identifier(const char *s, size_t n)
   return 1;
 }
 
-/* Appends the key at idx to the path: .name, ["str"], [3], [true], [table]. */
-static void path_push_key(path_t *p, lua_State *L, int idx)
+/* Appends the key at idx to the path: .name, ["str"], [3], [true], [table]; an upvalue's name
+** as [upvalue 'name']. */
+static void path_push_key(path_t *p, lua_State *L, int idx, int is_upvalue)
 {
   char part[80];
+  if (is_upvalue) {
+    snprintf(part, sizeof part, "[upvalue '%.60s']", lua_tostring(L, idx));
+    path_append(p, part);
+    return;
+  }
   switch (lua_type(L, idx)) {
   case LUA_TSTRING: {
     size_t n;
@@ -197,25 +226,44 @@ static void fail_at(enc_t *e, int nkeys, const char *rest)
   p.s[0] = '\0';
   p.len = 0;
   for (int i = 0; i < nkeys; i++)
-    path_push_key(&p, e->L, e->keys[i]);
-  luaL_error(e->L, "%s%s%s", e->root, p.s, rest);
+    path_push_key(&p, e->L, e->keys[i], e->key_is_upvalue[i]);
+  /* an empty root (spawn_on's: "function[upvalue 'x']", "argument[2]") drops the first dot */
+  const char *path = e->root[0] == '\0' && p.s[0] == '.' ? p.s + 1 : p.s;
+  luaL_error(e->L, "%s%s%s", e->root, path, rest);
 }
 
-static void fail(enc_t *e, int idx, const char *what)
+/* Raises "<path> is <what>", or "<path> has a key that is <what>" for a key. */
+static void fail_as(enc_t *e, int idx, const char *what)
 {
-  char rest[64];
+  char rest[96];
   if (e->nkeys > 0 && idx == e->keys[e->nkeys - 1] && e->in_key) {
     /* the key itself cannot travel: named like any other key that cannot */
-    snprintf(rest, sizeof rest, " has a key that is a %s", luaL_typename(e->L, idx));
+    snprintf(rest, sizeof rest, " has a key that is %s", what);
     fail_at(e, e->nkeys - 1, rest);
   }
-  snprintf(rest, sizeof rest, " %s a %s", what, luaL_typename(e->L, idx));
+  snprintf(rest, sizeof rest, " is %s", what);
   fail_at(e, e->nkeys, rest);
+}
+
+static void fail(enc_t *e, int idx)
+{
+  char what[32];
+  snprintf(what, sizeof what, "a %s", luaL_typename(e->L, idx));
+  fail_as(e, idx, what);
 }
 
 /* ---- Encoding ------------------------------------------------------------------------------ */
 
 static void enc_value(enc_t *e, int idx, int depth);
+
+static void check_depth(enc_t *e, int depth)
+{
+  if (depth >= CODEC_MAX_DEPTH) {
+    char rest[64];
+    snprintf(rest, sizeof rest, " is nested too deeply (more than %d levels)", CODEC_MAX_DEPTH);
+    fail_at(e, e->nkeys, rest);
+  }
+}
 
 /* The offset of the tag of the table at idx if it was met before, else -1. */
 static int64_t seen_offset(enc_t *e, int idx)
@@ -252,22 +300,27 @@ static void seen_add(enc_t *e, int idx)
   e->ntables++;
 }
 
+/* REF to the table or function at idx if it was met before (a shared reference or a cycle):
+** its tag becomes `shared_tag` (STABLE, SFUNC), so that the receiver registers it. Returns
+** whether it wrote one. */
+static int put_back_ref(enc_t *e, int idx, unsigned char shared_tag)
+{
+  ensure_slots(e);
+  int64_t at = seen_offset(e, idx);
+  if (at < 0)
+    return 0;
+  e->buf[at] = shared_tag;
+  put_byte(e, T_REF);
+  put_varint(e, (uint64_t)at);
+  return 1;
+}
+
 static void enc_table(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
-  ensure_slots(e);
-  int64_t at = seen_offset(e, idx);
-  if (at >= 0) { /* shared reference or cycle: the receiver must register that table */
-    e->buf[at] = T_STABLE;
-    put_byte(e, T_REF);
-    put_varint(e, (uint64_t)at);
+  if (put_back_ref(e, idx, T_STABLE))
     return;
-  }
-  if (depth >= CODEC_MAX_DEPTH) {
-    char rest[64];
-    snprintf(rest, sizeof rest, " is nested too deeply (more than %d levels)", CODEC_MAX_DEPTH);
-    fail_at(e, e->nkeys, rest);
-  }
+  check_depth(e, depth);
   seen_add(e, idx);
   /* TABLE, then how many array-like and other keys follow (patched at the end), so that the
   ** receiver makes the table at its final size */
@@ -290,6 +343,7 @@ static void enc_table(enc_t *e, int idx, int depth)
       break;
     }
     case LUA_TTABLE: case LUA_TSTRING: case LUA_TBOOLEAN: case LUA_TUSERDATA:
+    case LUA_TFUNCTION:
       nhash++;
       break;
     default: {
@@ -299,6 +353,7 @@ static void enc_table(enc_t *e, int idx, int depth)
     }
     }
     e->keys[level] = key;
+    e->key_is_upvalue[level] = 0;
     e->in_key = 1; /* a key that fails is named as a key (fail) */
     enc_value(e, key, depth + 1);
     e->in_key = 0;
@@ -309,6 +364,154 @@ static void enc_table(enc_t *e, int idx, int depth)
   put_byte(e, T_END);
   memcpy(e->buf + sizes_at, &narray, 4);
   memcpy(e->buf + sizes_at + 4, &nhash, 4);
+}
+
+/* NAMED for the value at idx if the receiver's VM can find it by name (lrebind.h); tables only
+** as an upvalue. Returns whether it did. */
+static int enc_named(enc_t *e, int idx, int tables)
+{
+  lua_State *L = e->L;
+  ensure_slots(e);
+  luaL_checkstack(L, 4, "message");
+  if (lua_isnil(L, e->names_idx)) {
+    luaL_checkstack(L, 12, "message");
+    sm_lrebind_push_names(L);
+    lua_replace(L, e->names_idx);
+  }
+  enum lrebind_kind k = sm_lrebind_find(L, e->names_idx, idx, tables);
+  if (k == LREBIND_NONE)
+    return 0;
+  int names = k == LREBIND_FIELD ? 2 : 1;
+  put_byte(e, T_NAMED);
+  for (int i = 0; i < 2; i++) {
+    size_t n = 0;
+    const char *s = i < names ? lua_tolstring(L, -names + i, &n) : "";
+    put_varint(e, n);
+    put_bytes(e, s, n);
+  }
+  lua_pop(L, names);
+  return 1;
+}
+
+/* Where the upvalue cell `id` was met before, or -1 after remembering it as met at `here`. */
+static int64_t cell_seen(enc_t *e, const void *id, uint64_t here)
+{
+  uint32_t fast = e->ncells < CELLS_FAST ? e->ncells : CELLS_FAST;
+  for (uint32_t i = 0; i < fast; i++)
+    if (e->cell_id[i] == id)
+      return (int64_t)e->cell_at[i];
+  lua_State *L = e->L;
+  if (e->ncells > CELLS_FAST) {
+    lua_pushlightuserdata(L, (void *)id);
+    lua_rawget(L, e->cells_idx);
+    int64_t at = lua_isnil(L, -1) ? -1 : (int64_t)lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (at >= 0)
+      return at;
+  }
+  if (e->ncells < CELLS_FAST) {
+    e->cell_id[e->ncells] = id;
+    e->cell_at[e->ncells] = here;
+  } else {
+    if (lua_isnil(L, e->cells_idx)) {
+      lua_newtable(L);
+      lua_replace(L, e->cells_idx);
+    }
+    lua_pushlightuserdata(L, (void *)id);
+    lua_pushnumber(L, (lua_Number)here);
+    lua_rawset(L, e->cells_idx);
+  }
+  e->ncells++;
+  return -1;
+}
+
+static int dump_writer(lua_State *L, const void *p, size_t n, void *b)
+{
+  (void)L;
+  luaL_addlstring(b, p, n);
+  return 0;
+}
+
+/* The bytecode of the functions this VM sent: registry[&dumps_key] = { [function] = bytecode },
+** weak keys: a function sent again (a worker spawned in a loop) is not dumped again. */
+static const char dumps_key;
+
+/* Pushes the bytecode of the Lua function at idx. */
+static void push_bytecode(enc_t *e, int idx)
+{
+  lua_State *L = e->L;
+  lvm_push_registry_table(L, &dumps_key, "k");
+  int cache = lua_gettop(L);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, cache);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    luaL_Buffer b;
+    lua_pushvalue(L, idx); /* lua_dump dumps the function on top */
+    luaL_buffinit(L, &b);
+    int failed = lua_dump(L, dump_writer, &b);
+    luaL_pushresult(&b);
+    if (failed)
+      luaL_error(L, "%s: cannot dump a function", e->root);
+    lua_remove(L, -2);
+    lua_pushvalue(L, idx);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, cache);
+  }
+  lua_remove(L, cache);
+}
+
+/* FUNC: the function's bytecode (with debug info, so that tracebacks keep names and lines),
+** then each upvalue: JOIN (where its cell was met before) or its value, named when the receiver
+** can find it by name (a module, a function of one, a standard global), else copied like any
+** value, functions included. */
+static void enc_function(enc_t *e, int idx, int depth)
+{
+  lua_State *L = e->L;
+  if (put_back_ref(e, idx, T_SFUNC))
+    return;
+  if (lua_iscfunction(L, idx))
+    fail_as(e, idx, "a C function that no loaded module holds");
+  check_depth(e, depth);
+  luaL_checkstack(L, 8, "message too deep");
+  size_t fn_at = e->len;
+  seen_add(e, idx);
+  put_byte(e, T_FUNC);
+  push_bytecode(e, idx);
+  size_t n;
+  const char *code = lua_tolstring(L, -1, &n);
+  put_varint(e, n);
+  put_bytes(e, code, n);
+  lua_pop(L, 1);
+  int nups = 0;
+  while (lua_getupvalue(L, idx, nups + 1)) {
+    lua_pop(L, 1);
+    nups++;
+  }
+  put_byte(e, (unsigned char)nups); /* LuaJIT: at most 60 */
+  int level = e->nkeys++;
+  for (int i = 1; i <= nups; i++) {
+    int64_t where = cell_seen(e, lua_upvalueid(L, idx, i), (uint64_t)fn_at * 256 + (uint64_t)i);
+    if (where >= 0) { /* a cell shared with a function met before, which the receiver registers */
+      e->buf[where / 256] = T_SFUNC;
+      put_byte(e, T_JOIN);
+      put_varint(e, (uint64_t)where / 256);
+      put_byte(e, (unsigned char)(where % 256));
+      continue;
+    }
+    const char *name = lua_getupvalue(L, idx, i);
+    int v = lua_gettop(L);
+    if (name && name[0])
+      lua_pushstring(L, name);
+    else
+      lua_pushfstring(L, "#%d", i);
+    e->keys[level] = v + 1;
+    e->key_is_upvalue[level] = 1;
+    if (!enc_named(e, v, 1))
+      enc_value(e, v, depth + 1);
+    lua_settop(L, v - 1);
+  }
+  e->nkeys = level;
 }
 
 static void enc_value(enc_t *e, int idx, int depth)
@@ -337,6 +540,10 @@ static void enc_value(enc_t *e, int idx, int depth)
   }
   case LUA_TTABLE:
     enc_table(e, idx, depth);
+    return;
+  case LUA_TFUNCTION:
+    if (!enc_named(e, idx, 0))
+      enc_function(e, idx, depth);
     return;
   case LUA_TUSERDATA: {
     smarm_pid_t pid;
@@ -377,12 +584,14 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_byte(e, (unsigned char)mv->n++);
       return;
     }
+    if (enc_named(e, idx, 0)) /* io.stdout: the receiver's own */
+      return;
     break;
   }
   default:
     break;
   }
-  fail(e, idx, "is");
+  fail(e, idx);
 }
 
 /* A string message straight into its block: no buffer to grow and copy from. */
@@ -432,7 +641,8 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.nkeys = 0;
   e.in_key = 0;
   e.root = root;
-  e.buf_idx = e.seen_idx = 0;
+  e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = 0;
+  e.ncells = 0;
   if (call) {
     enc_call(&e, idx, call->caller);
   } else {
@@ -459,7 +669,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   }
   memcpy(out, e.buf, e.len);
   if (e.buf_idx)
-    lua_pop(L, 2);
+    lua_pop(L, ENC_SLOTS);
   return m;
 }
 
@@ -580,6 +790,154 @@ static uint64_t get_varint(dec_t *d)
   return 0;
 }
 
+/* refs[at] = the value on top, making refs at the first one. */
+static void dec_register(dec_t *d, size_t at)
+{
+  lua_State *L = d->L;
+  if (lua_isnil(L, d->refs_idx)) {
+    lua_newtable(L);
+    lua_replace(L, d->refs_idx);
+  }
+  lua_pushnumber(L, (lua_Number)at);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, d->refs_idx);
+}
+
+/* A string of the block: pushes nothing, points *s at its bytes. */
+static size_t get_string(dec_t *d, const char **s)
+{
+  uint64_t n = get_varint(d);
+  if ((uint64_t)(d->end - d->p) < n)
+    malformed(d);
+  *s = (const char *)d->p;
+  d->p += n;
+  return (size_t)n;
+}
+
+/* NAMED: require(module), or a field of it. This runs the receiver's require, which may load
+** the module (and park, on an actor's own stack). */
+static int dec_named(dec_t *d)
+{
+  lua_State *L = d->L;
+  const char *mod, *field;
+  size_t nmod = get_string(d, &mod);
+  size_t nfield = get_string(d, &field);
+  if (nmod == 0)
+    malformed(d);
+  luaL_checkstack(L, 4, "message");
+  lua_getglobal(L, "require");
+  lua_pushlstring(L, mod, nmod);
+  lua_call(L, 1, 1);
+  if (nfield > 0) {
+    if (lua_istable(L, -1)) {
+      lua_pushlstring(L, field, nfield);
+      lua_gettable(L, -2);
+      lua_remove(L, -2);
+    } else {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+    if (lua_isnil(L, -1)) {
+      lua_pushlstring(L, mod, nmod);
+      lua_pushlstring(L, field, nfield);
+      luaL_error(L, "smarm: %s.%s is not in this scheduler's VM", lua_tostring(L, -2),
+                 lua_tostring(L, -1));
+    }
+  }
+  return 1;
+}
+
+static int dec_value(dec_t *d, int depth);
+
+/* The factories of the functions this VM decoded, by their bytecode (sm_ljx_load_factory):
+** registry[&factories_key] = { [bytecode] = factory }, with its count at [1]; emptied when it
+** would hold more than FACTORIES distinct functions. */
+static const char factories_key;
+#define FACTORIES 256
+
+/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. */
+static void new_closure(dec_t *d, const char *code, size_t n)
+{
+  lua_State *L = d->L;
+  lvm_push_registry_table(L, &factories_key, NULL);
+  int cache = lua_gettop(L);
+  lua_pushlstring(L, code, n);
+  lua_pushvalue(L, -1);
+  lua_rawget(L, cache);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    int rc = sm_ljx_load_factory(L, code, n, "=message");
+    if (rc == -2)
+      luaL_error(L, "not enough memory");
+    if (rc < 0)
+      luaL_error(L, "smarm: malformed message (a function that does not load: %s)",
+                 lua_isstring(L, -1) ? lua_tostring(L, -1) : "bad bytecode");
+    lua_rawgeti(L, cache, 1);
+    lua_Number count = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (count >= FACTORIES) { /* start over: a VM's working set of functions is small */
+      lua_createtable(L, 1, 8);
+      lua_pushlightuserdata(L, (void *)&factories_key);
+      lua_pushvalue(L, -2);
+      lua_rawset(L, LUA_REGISTRYINDEX);
+      lua_replace(L, cache);
+      count = 0;
+    }
+    lua_pushnumber(L, count + 1);
+    lua_rawseti(L, cache, 1);
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, cache);
+  }
+  lua_call(L, 0, 1);
+  lua_replace(L, cache);
+  lua_settop(L, cache);
+}
+
+/* FUNC: loads the bytecode (bytecode only: a block never holds source), registers the function
+** if a REF or a JOIN names it (SFUNC: inside its own upvalues too), then sets or joins its
+** upvalues. */
+static int dec_function(dec_t *d, int depth, int shared)
+{
+  lua_State *L = d->L;
+  size_t at = (size_t)(d->p - 1 - d->start);
+  if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
+    malformed(d);
+  luaL_checkstack(L, 8, "message too deep");
+  const char *code;
+  size_t n = get_string(d, &code);
+  if (n < 4 || memcmp(code, "\033LJ", 3) != 0) /* bytecode only: never source */
+    malformed(d);
+  new_closure(d, code, n);
+  int fn = lua_gettop(L);
+  if (shared)
+    dec_register(d, at);
+  unsigned nups = get_byte(d);
+  for (unsigned i = 1; i <= nups; i++) {
+    if (d->p < d->end && *d->p == T_JOIN) {
+      d->p++;
+      uint64_t other_at = get_varint(d);
+      int j = get_byte(d);
+      lua_pushnumber(L, (lua_Number)other_at);
+      lua_rawget(L, d->refs_idx);
+      /* lua_upvaluejoin checks nothing: both upvalues must exist */
+      if (!lua_isfunction(L, -1) || lua_iscfunction(L, -1) || !lua_getupvalue(L, -1, j))
+        malformed(d);
+      lua_pop(L, 1);
+      if (!lua_getupvalue(L, fn, (int)i))
+        malformed(d);
+      lua_pop(L, 1);
+      lua_upvaluejoin(L, fn, (int)i, lua_gettop(L), j);
+      lua_pop(L, 1);
+      continue;
+    }
+    dec_value(d, depth + 1);
+    if (!lua_setupvalue(L, fn, (int)i))
+      malformed(d);
+  }
+  return 1;
+}
+
 static int dec_value(dec_t *d, int depth)
 {
   lua_State *L = d->L;
@@ -657,10 +1015,14 @@ static int dec_value(dec_t *d, int depth)
       malformed(d);
     lua_pushnumber(L, (lua_Number)at);
     lua_rawget(L, d->refs_idx);
-    if (!lua_istable(L, -1))
+    if (!lua_istable(L, -1) && !lua_isfunction(L, -1))
       malformed(d);
     return 1;
   }
+  case T_FUNC: case T_SFUNC:
+    return dec_function(d, depth, tag == T_SFUNC);
+  case T_NAMED:
+    return dec_named(d);
   case T_TABLE: case T_STABLE: {
     if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
       malformed(d);
@@ -672,15 +1034,8 @@ static int dec_value(dec_t *d, int depth)
     /* sizes are hints; a pair takes at least 2 bytes, so a bad block cannot ask for more */
     size_t most = (size_t)(d->end - d->p) / 2;
     lua_createtable(L, narray <= most ? (int)narray : 0, nhash <= most ? (int)nhash : 0);
-    if (tag == T_STABLE) {
-      if (lua_isnil(L, d->refs_idx)) {
-        lua_newtable(L);
-        lua_replace(L, d->refs_idx);
-      }
-      lua_pushnumber(L, (lua_Number)at);
-      lua_pushvalue(L, -2);
-      lua_rawset(L, d->refs_idx);
-    }
+    if (tag == T_STABLE)
+      dec_register(d, at);
     for (;;) {
       if (d->p < d->end && *d->p == T_END) {
         d->p++;
@@ -729,7 +1084,8 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     d.end -= sizeof d.alias;
     memcpy(&d.alias, d.end, sizeof d.alias);
   }
-  int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE || *d.p == T_CALL);
+  int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE || *d.p == T_CALL ||
+                                    *d.p == T_FUNC || *d.p == T_SFUNC);
   if (has_tables) {
     lua_pushnil(L); /* the slot of the refs table, made at the first STABLE */
     d.refs_idx = lua_gettop(L);

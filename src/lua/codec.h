@@ -2,12 +2,15 @@
 ** The message codec: Lua values to bytes and back, so that a message means the same thing to a
 ** receiver in the sender's VM and in another scheduler's VM.
 **
-** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, timers, and tables of those, nested up to CODEC_MAX_DEPTH
-** levels, with shared references and cycles preserved (the receiver gets one table where the
-** sender had one table). Metatables are not sent. nil encodes too (send refuses it: nil is not a
-** message). Anything else (functions, coroutines, userdata, cdata)
-** raises `<path> is a <type>`, where path names the place, e.g. `message.handler` or
-** `message.items[3]`.
+** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, timers, functions,
+** and tables of those, nested up to CODEC_MAX_DEPTH levels, with shared references and cycles
+** preserved (the receiver gets one table where the sender had one table). Metatables are not
+** sent. nil encodes too (send refuses it: nil is not a message). A function or userdata that
+** every VM finds by name (lrebind.h) travels as that name; another Lua function as its bytecode
+** and upvalues (upvalue tables re-bound by name when they are modules, cells shared between
+** closures kept shared). Anything else (coroutines, other userdata, cdata, C functions no
+** module holds) raises `<path> is a <type>`, where path names the place, e.g.
+** `message.handler`, `message.items[3]` or `message.f[upvalue 'co']`.
 **
 ** Handles (sockets, files: lhandle.h) travel too, through the interface their modules register;
 ** the codec knows no kind of handle.
@@ -18,7 +21,10 @@
 ** TABLE, two 4-byte counts (array-like keys, other keys: the receiver's size hints), key/value
 ** pairs, END; a table seen before as REF and the varint offset of its tag from the start of the
 ** value, whose tag the encoder then rewrites to STABLE (the receiver registers only those). A
-** call's request is CALL, the caller's pid, the request's value, then the alias (8 bytes).
+** call's request is CALL, the caller's pid, the request's value, then the alias (8 bytes). A
+** function is FUNC (SFUNC when pointed back to), its bytecode as a string, an upvalue count byte
+** and each upvalue: JOIN, the varint offset of a function met before and its upvalue number, or
+** a value; NAMED is a module's name and a field's (empty for the module itself), two strings.
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H

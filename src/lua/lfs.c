@@ -16,6 +16,7 @@
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
+#include "lvm.h"
 
 #include <lauxlib.h>
 
@@ -186,19 +187,7 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
   f->handed = 0;
   f->run = sm_lhandle_run_generation();
   f->path = NULL;
-  lua_pushlightuserdata(L, (void *)&open_files_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushlightuserdata(L, (void *)&open_files_key);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, LUA_REGISTRYINDEX);
-  }
+  lvm_push_registry_table(L, &open_files_key, "k");
   lua_pushvalue(L, -2);
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);

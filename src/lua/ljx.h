@@ -8,6 +8,8 @@
 
 #include <lua.h>
 
+#include <stdint.h>
+
 /* Why the running code must not park here, or NULL if it may: inside a __gc finalizer or a
 ** debug hook (the VM holds state for them that another actor's Lua code would clobber), inside
 ** an FFI callback (the FFI keeps one callback state per VM), or with JIT-compiled code on the
@@ -44,6 +46,21 @@ void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st);
 /* Right after: sets HOOK_ACTIVE again (the VM's hook caller clears it when the hook returns),
 ** the VM state, and L as the current state. */
 void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st);
+
+/* A hash of what the table at idx holds (its keys and values as the VM stores them: references
+** for objects, bits for numbers), without calling into the VM: equal while the table is
+** unchanged (lrebind.c rebuilds its index when package.loaded's changes). Order-dependent, so
+** a table that was rehashed may print differently with the same contents. */
+uint64_t sm_ljx_table_print(lua_State *L, int idx);
+
+/* Loads a factory for the function of the bytecode dump [code, code + n) (lua_dump's, not
+** stripped or stripped): pushes a function that returns, at each call, a new closure of that one
+** prototype with fresh nil upvalues, for the caller to set (lua_setupvalue). One load per
+** distinct dump, then closures that share their prototype: the JIT's traces for it are reused,
+** where loading the dump for every closure made a new prototype each time (and a new trace for
+** every hot one). Returns 0; -1 if the dump is malformed (with luaL_loadbuffer's message pushed
+** when it was the load that failed), -2 out of memory. */
+int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *name);
 
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
 ** the checking builds). */

@@ -1,13 +1,10 @@
 /*
 ** Moving a function to another VM (ltransfer.c), for spawn_on. A function cannot leave its VM,
-** so it travels as a transfer table that the codec copies: its bytecode (string.dump, with
-** debug info so tracebacks keep names and lines), and for each upvalue either its value (copied
-** like a message) or how to find it again by name in the target VM (a loaded module, a function
-** of one, a global); or the name of a function, "module.function". The arguments go with it.
+** so it travels as a value of a message (codec.h: its bytecode, and its upvalues re-bound by name
+** or copied, lrebind.h), or as the name of a function, "module.function". The arguments go with
+** it, in the same message.
 **
-** The transfer table: {code = bytecode | name = "mod.fn",
-** up = {[i] = {v = value} | {module = name [, field = name]} | {global = name}},
-**                      args = {n = count, ...}}
+** The transfer table: { function = fn | name = "mod.fn", argument = { n = count, ... } }
 */
 #ifndef SMARM_LUA_LTRANSFER_H
 #define SMARM_LUA_LTRANSFER_H
@@ -15,12 +12,12 @@
 #include <lua.h>
 
 /* Pushes the transfer table for the function (or "mod.fn" string) at fn_idx and the nargs
-** arguments from first on. Raises naming what cannot move (a C function, an upvalue that cannot
-** be copied). */
+** arguments from first on, for the codec to encode with the empty root (so that its errors read
+** `function[upvalue 'x'] ...`, `argument[1] ...`). */
 void sm_ltransfer_build(lua_State *L, int fn_idx, int first, int nargs);
 
-/* In the target VM, in the new actor (it may park: require may): rebuilds the function from the
-** transfer table at tr and calls it with the arguments. Returns how many results it left on the
+/* In the target VM, in the new actor (it may park: require may): finds the function of the
+** decoded transfer table at tr and calls it with the arguments. Returns how many results it left on the
 ** stack above the table's values (as a lua_CFunction would). */
 int sm_ltransfer_call(lua_State *L, int tr);
 

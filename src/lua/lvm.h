@@ -71,6 +71,26 @@ static inline void lvm_push_registry(lua_State *L, const void *key)
   lua_rawget(L, LUA_REGISTRYINDEX);
 }
 
+/* Pushes registry[key], a table made at the first call, weak as `mode` says ("k", "v", "kv";
+** NULL: strong). */
+static inline void lvm_push_registry_table(lua_State *L, const void *key, const char *mode)
+{
+  lvm_push_registry(L, key);
+  if (lua_istable(L, -1))
+    return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  if (mode) {
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, mode);
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+  }
+  lua_pushlightuserdata(L, (void *)key);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
 /* registry[key] = the value on top, unless it is set already; pops it. */
 static inline void lvm_set_registry_once(lua_State *L, const void *key)
 {
