@@ -188,7 +188,15 @@ if type(modname) == "string" and modname:match("kv_service$") then return kv end
 
 -- Run as a script: serve until killed, or until the tree gives up.
 local top, port = kv.start({ port = tonumber(modname) or 7070, link = false })
-if not top then error("kv_service: cannot start: " .. tostring(port), 0) end
+if not top then
+  local why, reason = {}, port -- { failed_to_start_child = id, reason = r }, nested per level
+  while type(reason) == "table" and reason.failed_to_start_child ~= nil do
+    why[#why + 1] = tostring(reason.failed_to_start_child)
+    reason = reason.reason
+  end
+  why[#why + 1] = type(reason) == "table" and tostring(reason.error) or tostring(reason)
+  error("kv_service: cannot start: " .. table.concat(why, ": "), 0)
+end
 print(string.format("kv_service: listening on 127.0.0.1:%d (top supervisor %s)", port, tostring(top)))
 io.stdout:flush()
 local ref = smarm.monitor(top)
