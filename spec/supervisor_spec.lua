@@ -201,6 +201,47 @@ describe("supervisor intensity", function()
       assert.is_false(smarm.alive(w2))
     end, { schedulers = 1 })
   end)
+
+  it("one_for_all past intensity stops every child, ends with 'shutdown', and its parent hears", function()
+    run(function()
+      local me = smarm.self()
+      local live = smarm.stats().total.live
+      local children = { worker("a"), worker("b"), worker("c") } -- they report here
+      -- The parent traps exits and passes on the EXIT of the supervisor it started (linked).
+      local parent = smarm.spawn(function()
+        smarm.trap_exit(true)
+        local s = assert(sup.start({ strategy = "one_for_all", intensity = 1, period = 3600,
+          children = children }))
+        smarm.send(me, { sup = s })
+        local m = smarm.receive(function(x) return type(x) == "table" and x.smarm == "EXIT" end)
+        smarm.send(me, { parent_heard = m.reason, from = m.pid })
+      end)
+      local s = guard.receive("sup", function(m) return type(m) == "table" and m.sup end).sup
+      local s_end = watch(s)
+      local a, b, c = started("a"), started("b"), started("c")
+      smarm.send(b, "crash") -- one restart: allowed, every child is replaced
+      local order = {}
+      for i = 1, 3 do
+        local m = guard.receive("restarts", function(x) return type(x) == "table" and x.started end)
+        order[i] = m.tag
+        if m.tag == "a" then a = m.started elseif m.tag == "b" then b = m.started else c = m.started end
+      end
+      assert.are.same({ "a", "b", "c" }, order)
+      local a_end, b_end, c_end = watch(a), watch(b), watch(c)
+      smarm.send(a, "crash") -- the second restart in the period is one too many
+      assert.matches("asked to crash", a_end().error)
+      assert.are.equal("shutdown", c_end())
+      assert.are.equal("shutdown", b_end())
+      assert.are.equal("shutdown", s_end())
+      local heard = guard.receive("the parent's EXIT", function(m) return type(m) == "table" and m.parent_heard end)
+      assert.are.equal("shutdown", heard.parent_heard)
+      assert.are.equal(s, heard.from)
+      -- Nothing was started after the supervisor gave up: every actor but this one has ended.
+      guard.wait(function() return smarm.stats().total.live == live end, "actors left after the supervisor ended")
+      assert.is_nil(smarm.receive(function(m) return type(m) == "table" and m.started end, 0))
+      assert.is_false(smarm.alive(parent))
+    end, { schedulers = 1 })
+  end)
 end)
 
 describe("supervisor restart failures and parents", function()
@@ -284,6 +325,43 @@ describe("supervisor across schedulers", function()
       smarm.send(f, { ping = me })
       assert.are.equal(2, guard.receive("pong", function(m) return type(m) == "table" and m.pong end).scheduler)
       assert.is_true(sup.stop(s3))
+    end, { schedulers = 2 })
+  end)
+
+  it("places children with on = \"any\" on both schedulers, at start and at restarts", function()
+    run(function()
+      local me = smarm.self()
+      local n = 6
+      local children = {}
+      for i = 1, n do children[i] = worker("w" .. i, { on = "any" }) end
+      -- "any" picks the scheduler with the fewest live actors: six children beside this actor
+      -- and the supervisor (both on scheduler 1) land on both. one_for_all restarts all six, so
+      -- the restarts must spread too (a restart that dropped `on` would put them all here).
+      local s = assert(sup.start({ strategy = "one_for_all", intensity = 10, children = children }))
+      local function spread(what) -- each child's own smarm.scheduler(), counted per scheduler
+        local on, list = { 0, 0 }, {}
+        for i = 1, n do
+          local pid = started("w" .. i)
+          smarm.send(pid, { ping = me })
+          local k = guard.receive("pong", function(m) return type(m) == "table" and m.pong == pid end).scheduler
+          on[k] = on[k] + 1
+          list[i] = pid
+        end
+        assert.is_true(on[1] > 0 and on[2] > 0,
+          what .. ": children on scheduler 1: " .. on[1] .. ", on scheduler 2: " .. on[2])
+        return list
+      end
+      local first = spread("at start")
+      smarm.send(first[3], "crash")
+      local second = spread("after the restart")
+      local now = pids(s)
+      for i = 1, n do
+        assert.is_true(second[i] ~= first[i])
+        assert.is_false(smarm.alive(first[i]))
+        assert.are.equal(second[i], now["w" .. i])
+      end
+      assert.is_true(sup.stop(s))
+      for i = 1, n do assert.is_false(smarm.alive(second[i])) end
     end, { schedulers = 2 })
   end)
 end)
@@ -380,6 +458,38 @@ describe("supervisor start failures", function()
       -- an ignored child is kept, not running
       local s = assert(sup.start({ children = { { id = "i", start = kids.ignore } } }))
       assert.is_false(pids(s).i)
+    end, { schedulers = 1 })
+  end)
+
+  it("answers nil and the documented reason for a taken name, leaving nothing running", function()
+    run(function()
+      local holder = smarm.spawn(function() smarm.receive() end)
+      smarm.register("sup_taken", holder)
+      smarm.trap_exit(true) -- an exit signal from a supervisor that came and went would show
+      local live = smarm.stats().total.live
+      local starts = 0
+      local function counted(...)
+        starts = starts + 1
+        return kids.worker(...)
+      end
+      local r, why = sup.start({ name = "sup_taken", children = {
+        { id = "a", start = counted, args = { smarm.self(), "a" } } } })
+      assert.is_nil(r)
+      assert.are.equal("supervisor.start: the name 'sup_taken' is taken", why)
+      assert.are.equal(0, starts)
+      assert.are.equal(live, smarm.stats().total.live)
+      assert.are.equal(holder, smarm.whereis("sup_taken"))
+      assert.is_nil(smarm.receive(0))
+      -- The same spec under a free name starts, and its child reports: what the refused start
+      -- would have left behind would be in the mailbox before that report (same scheduler).
+      local s = assert(sup.start({ name = "sup_free", children = {
+        { id = "a", start = counted, args = { smarm.self(), "a" } } } }))
+      assert.are.equal(s, smarm.whereis("sup_free"))
+      local m = guard.receive("a message")
+      assert.are.same({ started = pids(s).a, tag = "a" }, m)
+      assert.are.equal(1, starts)
+      assert.is_true(sup.stop(s))
+      smarm.kill(holder)
     end, { schedulers = 1 })
   end)
 

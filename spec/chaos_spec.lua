@@ -1,0 +1,326 @@
+-- examples/kv_service.lua under chaos (issue #11, "A service that proves it"): client actors
+-- send requests, each on its own connection, while a chaos actor kills connection workers, the
+-- acceptor and the store every few milliseconds for SMARM_CHAOS_SECONDS (default 3).
+--
+-- Checked:
+-- * Every answer is right for its own request. Each client has keys of its own, fresh for each
+--   connection it opens ("c<client>.g<connection>.k<n>"), and every value it sets is unique
+--   ("c<client>.g<connection>.s<seq>"), so an answer meant for another request, another
+--   connection or another client shows. SET and DEL answer OK, a bad request ERR ... A GET
+--   answers by the last write to that key on this connection (all earlier requests on a
+--   connection succeeded: it is dropped at its first failure, and its keys with it):
+--     never written, or DEL: NIL;  SET v: v, or NIL only if the chaos actor killed the store
+--     after that SET was sent (a store restarts empty). Once a GET saw NIL, later ones must too.
+-- * A request fails only as a connection error or a close without an answer, and only when a
+--   kill came after the client sent its last request that succeeded (the clients run beside the
+--   chaos actor on scheduler 1 and read its kill count directly). Counted from that request, not
+--   from the connect: a store killed just before a connection opened may still be named when its
+--   first request comes, and fail it. Connecting never fails (the listener is not a target).
+--   Failures are counted (printed at the end).
+-- * Every client gets AFTER right answers to requests sent after the chaos ended.
+-- * The acceptor is killed only while no client connection is on its way to it, because of a
+--   runtime bug (see the chaos actor, and the pending case at the end).
+-- * The tree never gives up: the top supervisor and the acceptors supervisor are the same
+--   actors at the end (a supervisor past its intensity would have ended and been replaced), the
+--   chaos actor spacing its store and acceptor kills so that their restarts stay well within
+--   the intensity given (INTENSITY in PERIOD).
+-- * Nothing is left over: after supervisor.stop, the process's open descriptors and the live
+--   actors come back to their counts from before the service started.
+-- No timing asserts: the waits are for messages and counts, under the hang guards.
+package.path = "examples/?.lua;" .. package.path
+local smarm = require("smarm")
+local sup = require("smarm.supervisor")
+local kv = require("kv_service")
+local guard = dofile("spec/support/guard.lua")
+local fd_count = dofile("spec/support/fds.lua")
+
+-- The process's descriptors, for a failure message (the pid from /proc/self/stat: a shell
+-- started by io.popen has its own).
+local function fd_list()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
+  local text = p:read("*a")
+  p:close()
+  return text
+end
+
+-- A value for a failure message: a table one level deep.
+local function show(v)
+  if type(v) ~= "table" then return tostring(v) end
+  local parts = {}
+  for k, x in pairs(v) do parts[#parts + 1] = tostring(k) .. " = " .. tostring(x) end
+  return "{ " .. table.concat(parts, ", ") .. " }"
+end
+
+local SECONDS = tonumber(os.getenv("SMARM_CHAOS_SECONDS")) or 3
+local CLIENTS = 6
+local KEYS = 4 -- per connection
+local AFTER = 20 -- right answers each client needs after the chaos
+local GAP = 0.025 -- seconds at least between two kills of the store (and of the acceptor)
+-- At most 1 / GAP store restarts a second, plus those whose restart lagged; far below this.
+local INTENSITY, PERIOD = 100, 1
+
+-- The chaos actor: a kill every 2-5 ms, in turn one of the store, nine of connection workers,
+-- one of the acceptor. c.kills counts every kill, c.store, c.acceptor and c.worker those of
+-- each kind; each is counted before the kill is sent.
+--
+-- The acceptor is killed only while no client connection is on its way to it: an accept that
+-- the IO thread completes for an actor killed before it takes the connection leaks that
+-- connection, open, to nobody (a runtime bug: the pending case at the end of this file). So an
+-- acceptor kill is armed first: c.hold stops clients from connecting, and once c.pending (the
+-- clients whose current connection has had no answer or failure yet) is 0 the acceptor is
+-- killed, its end awaited, and the held clients let go.
+local function chaos(c, top, me)
+  local function child(s, id) -- nil when s does not answer (a check at the end says why)
+    for _, ch in ipairs(sup.which_children(s) or {}) do
+      if ch.id == id then return ch.pid end
+    end
+  end
+  local function let_go()
+    c.hold = false
+    for _, pid in ipairs(c.held) do smarm.send(pid, "go") end
+    c.held = {}
+  end
+  local deadline = smarm.now() + SECONDS
+  local last_store, last_acceptor, i = -math.huge, -math.huge, 0
+  while smarm.now() < deadline do
+    smarm.sleep(0.002 + math.random() * 0.003)
+    i = i + 1
+    local now, victim, kind = smarm.now(), nil, "worker"
+    if c.hold and c.pending == 0 then
+      local acceptors = child(top, "acceptors")
+      victim, kind = acceptors and child(acceptors, "acceptor"), "acceptor"
+    elseif i % 10 == 0 and now - last_store >= GAP then
+      victim, kind, last_store = smarm.whereis("kv.store"), "store", now
+    elseif i % 10 == 5 and now - last_acceptor >= GAP then
+      c.hold, last_acceptor = true, now -- armed
+    else
+      local workers = sup.which_children("kv.conns") or {}
+      if #workers > 0 then victim = workers[math.random(#workers)].pid end
+    end
+    if victim then -- nil: the acceptor or the store is being restarted, or no connection
+      c.kills = c.kills + 1
+      c[kind] = c[kind] + 1
+      local ended = kind == "acceptor" and guard.watch(victim)
+      smarm.kill(victim)
+      if ended then ended() end
+    end
+    if kind == "acceptor" and c.hold and c.pending == 0 then let_go() end
+  end
+  let_go()
+  c.done = true
+  smarm.send(me, { chaos_done = true })
+end
+
+-- A client: requests on a connection until it fails, then a new connection with fresh keys;
+-- ends once it has AFTER right answers to requests sent after the chaos ended. Raises on a
+-- wrong answer or an unexplained failure; reports its counts.
+local function client(id, port, c, me)
+  local n = { ok = 0, failed = 0, connections = 0, lost = 0, after = 0, errors = {} }
+  local baseline = c.kills -- the kill count when the last request that succeeded was sent
+  local gen, seq = 0, 0
+  while n.after < AFTER do
+    while c.hold do -- an acceptor kill is armed (see chaos)
+      c.held[#c.held + 1] = smarm.self()
+      guard.receive("the chaos actor's go", function(m) return m == "go" end)
+    end
+    c.pending = c.pending + 1
+    local first = true
+    local conn, cerr = smarm.tcp.connect("127.0.0.1", port)
+    if not conn then error(string.format("client %d: connect failed: %s", id, tostring(cerr))) end
+    conn:settimeout(guard.HANG)
+    gen = gen + 1
+    n.connections = n.connections + 1
+    local model = {} -- key -> { value = string | false (NIL), store_kills = at the write's send }
+    while n.after < AFTER do
+      seq = seq + 1
+      local key = string.format("c%d.g%d.k%d", id, gen, math.random(KEYS))
+      local r = math.random()
+      local op, line, value
+      if r < 0.4 then
+        op, value = "SET", string.format("c%d.g%d.s%d", id, gen, seq)
+        line = "SET " .. key .. " " .. value
+      elseif r < 0.8 then
+        op, line = "GET", "GET " .. key
+      elseif r < 0.95 then
+        op, line = "DEL", "DEL " .. key
+      else
+        op, line = "BAD", (seq % 2 == 0) and ("PUT " .. key) or ("SET " .. key)
+      end
+      local sent_kills, sent_store_kills, sent_after = c.kills, c.store, c.done
+      local answer, err
+      local ok, serr = conn:send(line .. "\n")
+      if ok then answer, err = conn:receive("*l") else err = serr end
+      if first then
+        first = false
+        c.pending = c.pending - 1
+      end
+      if answer == nil then
+        if err == "timeout" then
+          error(string.format("client %d: no answer to %q within %d s", id, line, guard.HANG))
+        end
+        if c.kills == baseline then
+          error(string.format("client %d: %q failed (%s) with no kill since its last answered request",
+            id, line, tostring(err)))
+        end
+        n.failed = n.failed + 1
+        n.errors[err] = (n.errors[err] or 0) + 1
+        break
+      end
+      local want
+      if op == "SET" or op == "DEL" then
+        want = "OK"
+        if answer == want then model[key] = { value = op == "SET" and value, store_kills = sent_store_kills } end
+      elseif op == "BAD" then
+        want = "ERR ..."
+        if answer:match("^ERR ") then want = answer end
+      else
+        local m = model[key]
+        want = m and m.value or "NIL"
+        if answer == "NIL" and m and m.value and c.store > m.store_kills then
+          want = "NIL" -- the store was killed after the SET was sent: it may have lost it
+          n.lost = n.lost + 1
+          model[key] = { value = false, store_kills = m.store_kills }
+        end
+      end
+      if answer ~= want then
+        error(string.format("client %d: %q answered %q, expected %q", id, line, answer, want))
+      end
+      n.ok = n.ok + 1
+      baseline = sent_kills
+      if sent_after then n.after = n.after + 1 end
+    end
+    conn:close()
+  end
+  smarm.send(me, { client = id, counts = n })
+end
+
+describe("kv_service under chaos", function()
+  it("answers right, fails only at kills, never gives up, and leaves nothing behind", function()
+    local report = guard.run(function()
+      local me = smarm.self()
+      -- The IO thread starts with the first IO call, and libuv opens a reserve descriptor at
+      -- the first listen: both stay for the run. This listener, open across both counts, makes
+      -- them come first.
+      local warm = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local fds_before, live_before = fd_count(), smarm.stats().total.live
+      local top, port = kv.start({ port = 0, link = false, intensity = INTENSITY, period = PERIOD })
+      assert.is_true(smarm.is_pid(top), tostring(port))
+      local function child(s, id)
+        for _, ch in ipairs(assert(sup.which_children(s))) do
+          if ch.id == id then return ch.pid end
+        end
+      end
+      local acceptors = child(top, "acceptors")
+      local store0 = child(top, "store")
+      local c = { kills = 0, worker = 0, acceptor = 0, store = 0, done = false, hold = false, held = {},
+        pending = 0 }
+      local watched = {}
+      local _, ref = smarm.spawn_monitor(chaos, c, top, me)
+      watched[ref] = "the chaos actor"
+      for id = 1, CLIENTS do
+        _, ref = smarm.spawn_monitor(client, id, port, c, me)
+        watched[ref] = "client " .. id
+      end
+      -- Until the chaos ended and every client reported; an actor that raised fails the spec.
+      local counts, reported, chaos_done = {}, 0, false
+      while reported < CLIENTS or not chaos_done do
+        local m = guard.receive("the chaos' end and the clients' reports", function(x)
+          return type(x) == "table" and (x.client or x.chaos_done or (x.smarm == "DOWN" and watched[x.ref]))
+        end)
+        if m.client then
+          counts[m.client], reported = m.counts, reported + 1
+        elseif m.chaos_done then
+          chaos_done = true
+        elseif m.reason ~= "normal" then
+          local r = m.reason
+          error(watched[m.ref] .. " ended: " .. (type(r) == "table" and r.traceback and tostring(r.error) ..
+            "\n" .. r.traceback or show(r)), 0)
+        end
+      end
+      -- The tree never gave up: same top and acceptors supervisors, a store running.
+      assert.is_true(smarm.alive(top), "the top supervisor ended")
+      assert.are.equal(acceptors, child(top, "acceptors"), "the acceptors supervisor was replaced")
+      local store1 = child(top, "store")
+      assert.is_true(smarm.is_pid(store1) and smarm.alive(store1), "no store at the end")
+      assert.is_true(c.store > 0 and c.acceptor > 0 and c.worker > 0,
+        string.format("kills: %d store, %d acceptor, %d worker", c.store, c.acceptor, c.worker))
+      assert.is_true(store1 ~= store0)
+      assert.is_true(sup.stop(top, nil, guard.HANG))
+      -- Nothing left: descriptors close on the IO thread, actors end on their schedulers.
+      local fds_after, live_after
+      local deadline = smarm.now() + guard.HANG
+      repeat
+        fds_after, live_after = fd_count(), smarm.stats().total.live
+        if fds_after == fds_before and live_after == live_before then break end
+        smarm.sleep(0.01)
+      until smarm.now() > deadline
+      assert.are.equal(fds_before, fds_after, "open descriptors before the service and after it stopped:\n"
+        .. fd_list())
+      warm:close()
+      assert.are.equal(live_before, live_after, "live actors before the service and after it stopped")
+      return { counts = counts, kills = c }
+    end, { schedulers = 2 })
+    local ok, failed, lost, conns, errors = 0, 0, 0, 0, {}
+    for id = 1, CLIENTS do
+      local n = report.counts[id]
+      ok, failed, lost, conns = ok + n.ok, failed + n.failed, lost + n.lost, conns + n.connections
+      for err, k in pairs(n.errors) do errors[err] = (errors[err] or 0) + k end
+    end
+    local k = report.kills
+    -- A worker kill fails at most its one request in flight, a store or acceptor kill at most
+    -- one per client.
+    assert.is_true(failed <= k.worker + CLIENTS * (k.store + k.acceptor))
+    local why = {}
+    for err, x in pairs(errors) do why[#why + 1] = err .. " " .. x end
+    table.sort(why)
+    print(string.format("\nchaos %g s: %d answered, %d failed (%s), %d connections, %d values lost " ..
+      "to a store restart; kills: %d workers, %d acceptor, %d store", SECONDS, ok, failed,
+      table.concat(why, ", "), conns, lost, k.worker, k.acceptor, k.store))
+  end)
+end)
+
+-- A runtime bug the chaos found (src/io/tcp.c, src/io/io.c): when the IO thread completes an
+-- accept for an actor that is then killed before it resumes, the cancel that the kill posts
+-- finds the request completed and does nothing, and the accepted connection (its socket made
+-- by accept_now, its id in the request) is never handed to Lua nor closed: it stays open and
+-- read, to nobody, until the run ends, and its peer waits for good. docs/api.md promises that
+-- the killed actor's accept is "cancelled and released at the kill". The same holds for a
+-- connect completed for an actor killed before it resumes. Here scheduler 1 is held (no
+-- slices, no parking) from before the connection comes until the acceptor is killed, so the
+-- accept always completes first. Pending until the fix: SMARM_KNOWN_BUGS=1 runs it (it fails
+-- now: the client's receive waits until guard.HANG and gives "timeout", not "closed").
+describe("a connection accepted for an actor killed before it took it", function()
+  it("is closed, so its peer sees the end", function()
+    if not os.getenv("SMARM_KNOWN_BUGS") then
+      pending("runtime bug: the accepted connection is left open to nobody (see above)")
+    end
+    local got = guard.run(function()
+      local me = smarm.self()
+      local listener = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = listener:getsockname()
+      local acceptor = smarm.spawn(function()
+        listener:accept()
+        smarm.send(me, "took it")
+      end)
+      smarm.yield() -- the acceptor parks in accept
+      local before = fd_count()
+      smarm.spawn_on(2, function(p, owner, hang)
+        local c = assert(smarm.tcp.connect("127.0.0.1", p))
+        c:settimeout(hang)
+        local line, err = c:receive()
+        smarm.send(owner, { line = line, err = err })
+      end, port, me, guard.HANG)
+      -- Until both ends exist (the client's socket and the accepted one), without parking.
+      local deadline = os.time() + guard.HANG
+      while fd_count() < before + 2 do assert(os.time() < deadline, "no connection came") end
+      smarm.kill(acceptor)
+      local m = guard.receive("the client's end", function(x) return type(x) == "table" or x == "took it" end)
+      listener:close()
+      return m
+    end, { schedulers = 2, slice = math.huge })
+    assert.are.same({ err = "closed" }, got)
+  end)
+end)
