@@ -53,10 +53,15 @@ describe("exit reasons", function()
 
   it("replace a value that cannot be sent by its tostring, and say so", function()
     both(function(where)
-      smarm.spawn_opt({ on = where, monitor = true },
-        function() smarm.exit(coroutine.create(print)) end)
+      -- a function too: functions travel in messages, but every notice of a reason decodes it,
+      -- and decoding a function may run the receiver's require
+      smarm.spawn_opt({ on = where, monitor = true }, function() smarm.exit(function() end) end)
       local d = next_notice("DOWN")
-      assert.matches("^thread: .* %(an exit reason that cannot be sent: reason is a thread%)$", d.reason)
+      assert.matches("^function: .* %(an exit reason that cannot be sent: reason is a function%)$", d.reason)
+      smarm.spawn_opt({ on = where, monitor = true },
+        function() smarm.exit({ co = coroutine.create(print) }) end)
+      d = next_notice("DOWN")
+      assert.matches("^table: .* %(an exit reason that cannot be sent: reason%.co is a thread%)$", d.reason)
     end)
   end)
 end)

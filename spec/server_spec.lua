@@ -166,10 +166,14 @@ describe("server.start", function()
       assert.are.equal(10, server.call(pid, "get"))
       assert.is_true(server.stop(pid, "done"))
       assert.are.same({ terminated = "done", n = 10 }, next_where("terminated", "done"))
-      -- a table of functions cannot move
-      local ok, err = pcall(server.start, module_for(me), nil, { on = 2 })
-      assert.is_false(ok)
-      assert.matches("a module name expected with opts.on", err)
+      -- a table of callbacks moves there too (copied, with its upvalues)
+      local far = assert(server.start(module_for(me), 7, { on = 2 }))
+      assert.are.equal(7, server.call(far, "get"))
+      assert.are.equal("was 7", server.call(far, { op = "set", value = 9 }))
+      smarm.send(far, "ping")
+      assert.are.same({ info = "ping", state = 9 }, guard.receive("the far server's info",
+        function(m) return type(m) == "table" and m.info == "ping" end))
+      assert.is_true(server.stop(far))
     end, { schedulers = 2 })
   end)
 

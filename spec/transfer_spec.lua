@@ -235,6 +235,85 @@ describe("closures that travel", function()
   end)
 end)
 
+describe("closures that travel, in corners", function()
+  it("decodes a function whose module's top level receives while it loads", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local mod = require("smarm_recv_module") -- not yet loaded on scheduler 2
+      local p = smarm.spawn_on(2, function(m)
+        local f = smarm.receive(HANG)
+        smarm.send(m, f())
+      end, me)
+      local pad = {}
+      for i = 1, 50 do pad[i] = "padding " .. i end
+      smarm.send(p, function() return #pad + mod.v end)
+      return guard.receive("the decoded function's result")
+    end, { schedulers = 2 })
+    assert.are.equal(92, r)
+  end)
+
+  it("gives a decoded function the receiving actor's environment", function()
+    local a, b = guard.run(function()
+      local me = smarm.self()
+      local function probe() return tostring(rawget(getfenv(1), "marker")) end
+      local function receiver(sandboxed)
+        return smarm.spawn_on(2, function(m)
+          if sandboxed then setfenv(0, setmetatable({ marker = "sandbox" }, { __index = _G })) end
+          local f = smarm.receive(HANG)
+          smarm.send(m, f())
+        end, me)
+      end
+      smarm.send(receiver(true), probe)
+      local first = guard.receive("the sandboxed actor's answer")
+      smarm.send(receiver(false), probe)
+      return first, guard.receive("the plain actor's answer")
+    end, { schedulers = 2 })
+    assert.are.equal("sandbox", a)
+    assert.are.equal("nil", b)
+  end)
+
+  it("copies a module found only on the caller's later package.path, names one every VM finds", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir " .. dir)
+    local fh = assert(io.open(dir .. "/smarm_spec_late_lib.lua", "w"))
+    fh:write("return { twice = function(x) return 2 * x end }\n")
+    fh:close()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local saved = package.path
+      package.path = dir .. "/?.lua;" .. package.path -- this VM's only: not the run's
+      local lib = require("smarm_spec_late_lib")
+      package.path = saved
+      smarm.spawn_on(2, function() smarm.send(me, lib.twice(21)) end)
+      local got = guard.receive("the closure's answer")
+      package.loaded.smarm_spec_late_lib = nil
+      return got
+    end, { schedulers = 2 })
+    os.remove(dir .. "/smarm_spec_late_lib.lua")
+    os.remove(dir)
+    assert.are.equal(42, r)
+  end)
+
+  it("sends a pid that a module holds as the pid, a replaced standard global as the script's", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      package.loaded.smarm_spec_pidmod = { server = me }
+      local server = package.loaded.smarm_spec_pidmod.server
+      local real_tostring = tostring
+      local function mine(v) return "<" .. real_tostring(v) .. ">" end
+      _G.tostring = mine
+      local ts, old = tostring, real_tostring -- the script's function, and the standard one
+      smarm.spawn_on(2, function() smarm.send(server, { ts(1), old(2), old == tostring }) end)
+      _G.tostring = real_tostring
+      local got = guard.receive("the closure's report")
+      package.loaded.smarm_spec_pidmod = nil
+      return got
+    end, { schedulers = 2 })
+    assert.are.same({ "<1>", "2", true }, r)
+  end)
+end)
+
 describe("require while a loader is parked", function()
   it("gives the module to every requirer, loading it once", function()
     local same, loads = guard.run(function()

@@ -60,6 +60,7 @@ local function guarded_require(name)
 end
 
 _G.require = guarded_require -- luacheck: ignore (the point is to replace the global)
+core.require = guarded_require -- so that a function holding it travels as smarm.require
 
 -- Faults (docs/api.md): the Erlang-shaped sugar over the C functions of lfaults.c.
 local exit_self, exit_signal = core.exit, core._exit_signal

@@ -6,9 +6,9 @@
 --
 -- What was decided where the issue is silent (Erlang's gen_server is followed unless said):
 -- * The module is a table of callbacks, or the name of a Lua module that returns one (the
---   server's VM requires it). With opts.on the server runs in another scheduler's VM, where a
---   table of functions cannot go (their upvalues cannot travel), so opts.on needs a name. The
---   server's body is then spawned as the string "smarm.server._enter".
+--   server's VM requires it). With opts.on the server runs in another scheduler's VM: a table
+--   of callbacks moves there as functions in a message do (copied, upvalues and all; docs/api.md
+--   "Functions in messages"), a name is required there.
 -- * init is required (as in Erlang). handle_call / handle_cast missing: the server crashes when
 --   such a message comes (Erlang's undef). handle_info missing: the message is dropped and a
 --   line goes to stderr (Erlang logs it). terminate missing: nothing runs.
@@ -196,8 +196,8 @@ local function fail(boot, reason)
   exit(reason)
 end
 
--- The server's body: loads the module, runs init, answers the starter, serves. Public only so
--- that smarm.spawn_opt can start it on another scheduler as "smarm.server._enter".
+-- The server's body: loads the module, runs init, answers the starter, serves. Public so that,
+-- spawned on another scheduler, it travels by its name (smarm.server._enter), not as a copy.
 function server._enter(boot)
   local module = boot.module
   local ctx = { name = boot.name }
@@ -261,10 +261,6 @@ function server.start(module, args, opts)
   if mt == "table" then
     local bad = check_module(module)
     if bad then argerror(1, "start", bad) end
-    if on ~= nil then
-      argerror(1, "start", "a module name expected with opts.on: a table of functions cannot " ..
-        "move to another scheduler")
-    end
   end
   if name ~= nil and type(name) ~= "string" then
     argerror(3, "start", "opts.name must be a string, got " .. type(name))
@@ -279,7 +275,7 @@ function server.start(module, args, opts)
     linked = link == true, name = name }
   local ok, pid, mref = pcall(smarm.spawn_opt,
     { on = on, link = link, name = name, monitor = true },
-    on ~= nil and "smarm.server._enter" or enter, boot)
+    enter, boot)
   if not ok then
     if type(pid) == "string" and pid:find("the name '.*' is taken") then
       return nil, string.format("server.start: the name '%s' is taken", name)

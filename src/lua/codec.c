@@ -52,6 +52,7 @@ typedef struct enc {
   int cells_idx;        /* stack slot of the Lua table: upvalue cell (lua_upvalueid) -> where it
                            was first met (offset of its function's tag * 256 + upvalue number),
                            for the cells after the first CELLS_FAST (nil until then) */
+  int data_only;        /* sm_codec_encode_data: functions and named userdata refused */
   int names_idx;        /* stack slot of the VM's names (sm_lrebind_push_names; nil until the
                            first function or userdata) */
   const char *root;     /* the name of the whole value in error messages ("message") */
@@ -507,7 +508,9 @@ static void enc_function(enc_t *e, int idx, int depth)
       lua_pushfstring(L, "#%d", i);
     e->keys[level] = v + 1;
     e->key_is_upvalue[level] = 1;
-    if (!enc_named(e, v, 1))
+    /* a userdata goes through enc_value, which takes pids, refs, timers and handles as values
+    ** before it looks for a name (a module's field may hold a pid: that is state, not code) */
+    if (lua_type(L, v) == LUA_TUSERDATA || !enc_named(e, v, 1))
       enc_value(e, v, depth + 1);
     lua_settop(L, v - 1);
   }
@@ -542,6 +545,8 @@ static void enc_value(enc_t *e, int idx, int depth)
     enc_table(e, idx, depth);
     return;
   case LUA_TFUNCTION:
+    if (e->data_only)
+      break;
     if (!enc_named(e, idx, 0))
       enc_function(e, idx, depth);
     return;
@@ -584,7 +589,7 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_byte(e, (unsigned char)mv->n++);
       return;
     }
-    if (enc_named(e, idx, 0)) /* io.stdout: the receiver's own */
+    if (!e->data_only && enc_named(e, idx, 0)) /* io.stdout: the receiver's own */
       return;
     break;
   }
@@ -624,7 +629,7 @@ static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
 /* Encodes the value at idx (or, with a call, that call's request around it) with `tail` spare
 ** bytes at the end. */
 static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                           size_t tail, const codec_call_t *call)
+                           size_t tail, const codec_call_t *call, int data_only)
 {
   enc_t e;
   moves->n = 0;
@@ -643,6 +648,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.root = root;
   e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = 0;
   e.ncells = 0;
+  e.data_only = data_only;
   if (call) {
     enc_call(&e, idx, call->caller);
   } else {
@@ -675,19 +681,24 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
 
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL);
+  return encode(L, idx, root, moves, 0, NULL, 0);
+}
+
+smarm_msg_t *sm_codec_encode_data(lua_State *L, int idx, const char *root, codec_moves_t *moves)
+{
+  return encode(L, idx, root, moves, 0, NULL, 1);
 }
 
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail)
 {
-  return encode(L, idx, root, moves, tail, NULL);
+  return encode(L, idx, root, moves, tail, NULL, 0);
 }
 
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail)
 {
-  return encode(L, idx, "request", moves, tail, call);
+  return encode(L, idx, "request", moves, tail, call, 0);
 }
 
 void sm_codec_commit(codec_moves_t *moves)
@@ -758,7 +769,34 @@ typedef struct dec {
   int nhandles;
   int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
   smarm_ref_t alias; /* a call's (CALL): the last bytes, taken off `end` */
+  int detached;  /* the bytes are the decode's own copy (detach): the caller's may be freed */
 } dec_t;
+
+/* Before the decode runs Lua code (require), which may receive and so free the block being
+** decoded (push_message's pending block): the rest of the decode reads a copy, anchored in the
+** refs table. */
+static void detach(dec_t *d)
+{
+  lua_State *L = d->L;
+  if (d->detached)
+    return;
+  d->detached = 1;
+  if (!d->refs_idx)
+    return; /* a scalar NAMED: nothing is read after its two strings */
+  size_t n = (size_t)(d->end - d->start);
+  unsigned char *c = lua_newuserdata(L, n ? n : 1);
+  memcpy(c, d->start, n);
+  if (lua_isnil(L, d->refs_idx)) {
+    lua_newtable(L);
+    lua_replace(L, d->refs_idx);
+  }
+  lua_pushlightuserdata(L, (void *)&detach);
+  lua_insert(L, -2);
+  lua_rawset(L, d->refs_idx);
+  d->p = c + (d->p - d->start);
+  d->end = c + n;
+  d->start = c;
+}
 
 static void malformed(dec_t *d) { luaL_error(d->L, "smarm: malformed message"); }
 
@@ -822,28 +860,45 @@ static int dec_named(dec_t *d)
   const char *mod, *field;
   size_t nmod = get_string(d, &mod);
   size_t nfield = get_string(d, &field);
-  if (nmod == 0)
-    malformed(d);
-  luaL_checkstack(L, 4, "message");
-  lua_getglobal(L, "require");
+  luaL_checkstack(L, 6, "message");
+  /* the names as strings: the block may be gone once require has run (detach) */
   lua_pushlstring(L, mod, nmod);
-  lua_call(L, 1, 1);
-  if (nfield > 0) {
-    if (lua_istable(L, -1)) {
-      lua_pushlstring(L, field, nfield);
-      lua_gettable(L, -2);
-      lua_remove(L, -2);
-    } else {
+  lua_pushlstring(L, field, nfield);
+  int names = lua_gettop(L) - 1;
+  if (nmod == 0) { /* a standard global: the receiving VM's own */
+    if (!sm_lrebind_push_standard(L, lua_tostring(L, names + 1)))
+      luaL_error(L, "smarm: the standard global '%s' is not in this scheduler's VM",
+                 lua_tostring(L, names + 1));
+  } else {
+    /* a loaded module as it is (no Lua code runs); else require, which runs the module's top
+    ** level: that may receive, and so free the block being decoded */
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    lua_pushvalue(L, names);
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+    if (!lua_istable(L, -1) && !lua_isfunction(L, -1)) { /* absent, or being loaded */
       lua_pop(L, 1);
-      lua_pushnil(L);
+      detach(d);
+      lua_getglobal(L, "require");
+      lua_pushvalue(L, names);
+      lua_call(L, 1, 1);
     }
-    if (lua_isnil(L, -1)) {
-      lua_pushlstring(L, mod, nmod);
-      lua_pushlstring(L, field, nfield);
-      luaL_error(L, "smarm: %s.%s is not in this scheduler's VM", lua_tostring(L, -2),
-                 lua_tostring(L, -1));
+    if (nfield > 0) { /* a field the index found with lua_next: raw, no metamethod runs */
+      if (lua_istable(L, -1)) {
+        lua_pushvalue(L, names + 1);
+        lua_rawget(L, -2);
+        lua_remove(L, -2);
+      } else {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+      }
+      if (lua_isnil(L, -1))
+        luaL_error(L, "smarm: %s.%s is not in this scheduler's VM", lua_tostring(L, names),
+                   lua_tostring(L, names + 1));
     }
   }
+  lua_replace(L, names);
+  lua_settop(L, names);
   return 1;
 }
 
@@ -890,6 +945,10 @@ static void new_closure(dec_t *d, const char *code, size_t n)
     lua_rawset(L, cache);
   }
   lua_call(L, 0, 1);
+  /* the factory's environment is that of the actor that loaded it: the closure takes the
+  ** decoding actor's own (what a load per decode gave it) */
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  lua_setfenv(L, -2);
   lua_replace(L, cache);
   lua_settop(L, cache);
 }
@@ -918,6 +977,8 @@ static int dec_function(dec_t *d, int depth, int shared)
       d->p++;
       uint64_t other_at = get_varint(d);
       int j = get_byte(d);
+      if (lua_isnil(L, d->refs_idx))
+        malformed(d);
       lua_pushnumber(L, (lua_Number)other_at);
       lua_rawget(L, d->refs_idx);
       /* lua_upvaluejoin checks nothing: both upvalues must exist */
@@ -1056,9 +1117,11 @@ static int dec_value(dec_t *d, int depth)
 
 /* Decodes the bytes [p, p + n), whose handle list (if any) is at `list` (inside a block whose
 ** handles may be taken; NULL: none allowed). */
-static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char *list)
+static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char *list,
+                         smarm_msg_t *msg)
 {
   dec_t d;
+  d.detached = 0;
   listed_t handles[CODEC_MAX_HANDLES];
   d.L = L;
   d.p = p;
@@ -1076,6 +1139,8 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     handles[i].kind->push(L, &handles[i].h);
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
+  if (msg) /* its handles are the receiver's now; nothing below touches msg again */
+    smarm_msg_set_owning(msg, 0);
   d.handles_idx = base + 1;
   d.start = d.p;
   if (d.p < d.end && *d.p == T_CALL) { /* its alias ends the bytes */
@@ -1110,11 +1175,10 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
   size_t n = smarm_msg_size(msg);
   if (n < tail)
     luaL_error(L, "malformed message");
-  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg));
-  smarm_msg_set_owning(msg, 0); /* its handles are the receiver's now */
+  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg);
 }
 
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n)
 {
-  decode_range(L, (unsigned char *)p, n, NULL);
+  decode_range(L, (unsigned char *)p, n, NULL, NULL);
 }

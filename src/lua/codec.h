@@ -53,6 +53,10 @@ typedef struct codec_moves {
 ** it: after sending the block, sm_codec_commit(moves); if it is not sent, sm_codec_abandon(block).
 ** */
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
+/* The same, for plain data only: a function anywhere, or a userdata that only its name would
+** carry (io.stdout), raises `<path> is a function` (exit reasons: every notice decodes them, and
+** decoding a function may run the receiver's require). */
+smarm_msg_t *sm_codec_encode_data(lua_State *L, int idx, const char *root, codec_moves_t *moves);
 /* The same with `tail` more bytes at the end of the block, for the caller (a reply's alias). */
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail);

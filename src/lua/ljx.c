@@ -222,7 +222,7 @@ int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *na
       return -1;
     p += len;
   }
-  const unsigned char *last = NULL; /* the body of the last prototype: the function itself */
+  const unsigned char *last = NULL, *last_end = NULL; /* the last prototype: the function */
   for (;;) {
     if (read_uleb(&p, end, &len) < 0)
       return -1;
@@ -232,23 +232,25 @@ int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *na
       return -1;
     last = p;
     p += len;
+    last_end = p;
   }
-  if (!last || p != end)
+  if (!last || p != end || last_end - last < 4)
     return -1;
-  /* The function's header, up to its upvalue refs. */
+  /* The function's header, up to its upvalue refs, all inside its own bytes. */
   const unsigned char *q = last + 3;
   unsigned nuv = *q++;
   uint32_t sizekgc, sizekn, sizebc1, sizedbg = 0, line;
-  if (read_uleb(&q, end, &sizekgc) < 0 || read_uleb(&q, end, &sizekn) < 0 ||
-      read_uleb(&q, end, &sizebc1) < 0)
+  if (read_uleb(&q, last_end, &sizekgc) < 0 || read_uleb(&q, last_end, &sizekn) < 0 ||
+      read_uleb(&q, last_end, &sizebc1) < 0)
     return -1;
-  if (!strip && read_uleb(&q, end, &sizedbg) < 0)
+  if (!strip && read_uleb(&q, last_end, &sizedbg) < 0)
     return -1;
-  if (sizedbg && (read_uleb(&q, end, &line) < 0 || read_uleb(&q, end, &line) < 0))
+  if (sizedbg && (read_uleb(&q, last_end, &line) < 0 || read_uleb(&q, last_end, &line) < 0))
+    return -1;
+  if ((size_t)(last_end - q) / sizeof(BCIns) < sizebc1 ||
+      (size_t)(last_end - q) - (size_t)sizebc1 * sizeof(BCIns) < 2 * (size_t)nuv)
     return -1;
   size_t uv_at = (size_t)(q - (const unsigned char *)code) + (size_t)sizebc1 * sizeof(BCIns);
-  if (uv_at + 2 * nuv > n)
-    return -1;
   /* The dump without its end mark, the factory, the end mark. */
   size_t room = n - 1 + 64;
   unsigned char *out = malloc(room);

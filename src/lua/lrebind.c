@@ -1,8 +1,8 @@
 /*
 ** Values found again by name in another VM (see lrebind.h). What a fresh VM has (its globals and
 ** its package.loaded) is learnt once per process from a throwaway state; each VM keeps its own
-** index of package.loaded in its registry, rebuilt when a fingerprint of package.loaded,
-** package.preload, package.path and package.cpath changes.
+** index of package.loaded in its registry, rebuilt when a fingerprint of package.loaded and of
+** the run's paths changes.
 */
 #define _GNU_SOURCE
 #include "lrebind.h"
@@ -24,6 +24,7 @@
 static struct {
   const char *globals[FRESH_MAX]; /* names in _G, NULL-terminated */
   const char *modules[FRESH_MAX]; /* names in package.loaded */
+  const char *preloads[FRESH_MAX]; /* names in package.preload (ffi, jit.*) */
 } fresh;
 static pthread_once_t fresh_once = PTHREAD_ONCE_INIT;
 
@@ -53,6 +54,8 @@ static void fresh_learn(void)
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "loaded");
   fresh_names(L, lua_gettop(L), fresh.modules);
+  lua_getfield(L, -2, "preload");
+  fresh_names(L, lua_gettop(L), fresh.preloads);
   lua_close(L);
 }
 
@@ -64,62 +67,128 @@ static int in_list(const char *const *list, const char *name)
   return 0;
 }
 
+/* ---- What this VM knows of the run --------------------------------------------------------- */
+
+/* registry[&paths_key] = { path, cpath }: the paths every VM of the run started with */
+static const char paths_key;
+/* registry[&standard_key] = { name -> the standard C function this VM started with } */
+static const char standard_key;
+
+void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
+{
+  lua_createtable(L, 2, 0);
+  lua_pushstring(L, path);
+  lua_rawseti(L, -2, 1);
+  lua_pushstring(L, cpath);
+  lua_rawseti(L, -2, 2);
+  lua_pushlightuserdata(L, (void *)&paths_key);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+void sm_lrebind_learn_standard(lua_State *L)
+{
+  pthread_once(&fresh_once, fresh_learn);
+  lua_pushlightuserdata(L, (void *)&standard_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  int known = lua_istable(L, -1);
+  lua_pop(L, 1);
+  if (known)
+    return;
+  lua_newtable(L);
+  for (const char *const *name = fresh.globals; *name; name++) {
+    lua_getglobal(L, *name);
+    if (lua_iscfunction(L, -1))
+      lua_setfield(L, -2, *name);
+    else
+      lua_pop(L, 1);
+  }
+  lua_pushlightuserdata(L, (void *)&standard_key);
+  lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+int sm_lrebind_push_standard(lua_State *L, const char *name)
+{
+  lua_pushlightuserdata(L, (void *)&standard_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_getfield(L, -1, name);
+  lua_remove(L, -2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  return 1;
+}
+
 /* ---- The VM's index ------------------------------------------------------------------------ */
 
 /* registry[&index_key] = { [1] = fingerprint, [2] = names }, names (weak keys) mapping each value
 ** known by name to "module" (a module) or { "module", "field" } (a field of one). */
 static const char index_key;
 
-/* A fingerprint of what the index depends on: the contents of package.loaded and
-** package.preload (sm_ljx_table_print: no walk through the API), and the path strings (interned:
-** a new path is a new pointer). Leaves the stack as it found it. */
+/* A fingerprint of what the index depends on: the contents of package.loaded (read by
+** sm_ljx_table_print, not walked through the API) and the run's paths (a new run, a new table).
+** Leaves the stack as it found it. */
 static lua_Number fingerprint(lua_State *L, int package)
 {
-  uint64_t h = 0;
-  static const char *const fields[4] = {"loaded", "preload", "path", "cpath"};
-  for (int i = 0; i < 4; i++) {
-    lua_getfield(L, package, fields[i]);
-    uint64_t v = i < 2 ? sm_ljx_table_print(L, -1) : (uint64_t)(uintptr_t)lua_tostring(L, -1);
-    h = (h ^ v) * 1099511628211u + (uint64_t)i;
-    lua_pop(L, 1);
-  }
+  lua_getfield(L, package, "loaded");
+  uint64_t h = sm_ljx_table_print(L, -1);
+  lua_pop(L, 1);
+  lua_pushlightuserdata(L, (void *)&paths_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  h = (h ^ (uint64_t)(uintptr_t)lua_topointer(L, -1)) * 1099511628211u;
+  lua_pop(L, 1);
   return (lua_Number)(h >> 11); /* 53 bits: exact in a double */
 }
 
-/* package.searchpath(name, package[field]) finds a file. */
-static int on_path(lua_State *L, int package, const char *name, const char *field)
+/* package.searchpath(name, path) finds a file. */
+static int on_path(lua_State *L, int package, const char *name, const char *path)
 {
   int top = lua_gettop(L);
   lua_getfield(L, package, "searchpath");
   lua_pushstring(L, name);
-  lua_getfield(L, package, field);
-  int found = lua_isfunction(L, top + 1) && lua_isstring(L, top + 3) &&
-              lua_pcall(L, 2, 1, 0) == 0 && lua_isstring(L, -1);
+  lua_pushstring(L, path);
+  int found = lua_isfunction(L, top + 1) && lua_pcall(L, 2, 1, 0) == 0 && lua_isstring(L, -1);
   lua_settop(L, top);
   return found;
 }
 
-/* Whether another VM's require(name) finds the module as this one did. */
+/* Whether every VM's require(name) finds the module: one a fresh VM has or preloads (and
+** smarm.core, which every VM preloads), or one on the paths every VM of the run started with
+** (not this VM's package.path or package.preload, which a script may have changed: the others
+** have not). */
 static int requirable(lua_State *L, int package, const char *name)
 {
-  if (in_list(fresh.modules, name))
+  if (in_list(fresh.modules, name) || in_list(fresh.preloads, name) ||
+      strcmp(name, "smarm.core") == 0)
     return 1;
-  int top = lua_gettop(L);
-  lua_getfield(L, package, "preload");
-  int preloaded = lua_istable(L, -1) && (lua_getfield(L, -1, name), !lua_isnil(L, -1));
-  lua_settop(L, top);
-  if (preloaded)
-    return 1;
-  if (on_path(L, package, name, "path") || on_path(L, package, name, "cpath"))
-    return 1;
-  const char *dot = strchr(name, '.'); /* a C module inside its root's library (all-in-one) */
-  if (dot) {
-    lua_pushlstring(L, name, (size_t)(dot - name));
-    int found = on_path(L, package, lua_tostring(L, -1), "cpath");
+  lua_pushlightuserdata(L, (void *)&paths_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_istable(L, -1)) { /* no run: this VM's own paths */
     lua_pop(L, 1);
-    return found;
+    lua_createtable(L, 2, 0);
+    lua_getfield(L, package, "path");
+    lua_rawseti(L, -2, 1);
+    lua_getfield(L, package, "cpath");
+    lua_rawseti(L, -2, 2);
   }
-  return 0;
+  lua_rawgeti(L, -1, 1);
+  lua_rawgeti(L, -2, 2);
+  const char *path = lua_tostring(L, -2), *cpath = lua_tostring(L, -1);
+  int found = (path && on_path(L, package, name, path)) || (cpath && on_path(L, package, name, cpath));
+  const char *dot = strchr(name, '.'); /* a C module inside its root's library (all-in-one) */
+  if (!found && dot && cpath) {
+    lua_pushlstring(L, name, (size_t)(dot - name));
+    found = on_path(L, package, lua_tostring(L, -1), cpath);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 3);
+  return found;
 }
 
 /* Fills names (at stack slot `names`) from package.loaded: modules first, so that a module that
@@ -151,15 +220,36 @@ static void build(lua_State *L, int package, int names)
     }
     lua_pop(L, 1);
   }
+  /* the standard globals by identity, as { "", name }: the receiver takes its own (a script's
+  ** own global functions, and a standard one it replaced, are not named: they travel) */
+  lua_pushlightuserdata(L, (void *)&standard_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  int standard = lua_gettop(L);
+  if (lua_istable(L, standard)) {
+    lua_pushnil(L);
+    while (lua_next(L, standard) != 0) {
+      lua_pushvalue(L, -1);
+      lua_createtable(L, 2, 0);
+      lua_pushliteral(L, "");
+      lua_rawseti(L, -2, 1);
+      lua_pushvalue(L, -4);
+      lua_rawseti(L, -2, 2);
+      lua_rawset(L, names);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
   lua_pushnil(L);
   while (lua_next(L, ok) != 0) {
     int mod = lua_gettop(L), modname = mod - 1;
-    int is_g = strcmp(lua_tostring(L, modname), "_G") == 0;
+    if (strcmp(lua_tostring(L, modname), "_G") == 0) { /* its fields: the standard ones above */
+      lua_pop(L, 1);
+      continue;
+    }
     lua_pushnil(L);
     while (lua_next(L, mod) != 0) {
       int t = lua_type(L, -1);
-      if (lua_type(L, -2) == LUA_TSTRING && (t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
-          (!is_g || in_list(fresh.globals, lua_tostring(L, -2)))) {
+      if (lua_type(L, -2) == LUA_TSTRING && (t == LUA_TFUNCTION || t == LUA_TUSERDATA)) {
         lua_pushvalue(L, -1);
         lua_rawget(L, names);
         int known = !lua_isnil(L, -1);

@@ -3,14 +3,15 @@
 ** to another VM (codec.h) takes the target's own module instead of a copy of the sender's: a
 ** loaded module (`local json = require "json"` -> require("json") there), a function or userdata
 ** held by one (`local insert = table.insert`, `local out = io.stdout`), or a standard global
-** (`local p = print`: a field of module "_G" that a fresh VM has).
+** C function (`local p = print`), found by identity among those the VM started with.
 **
-** Only names the target can resolve count: a module is one if the target can require it (a
-** fresh VM has it, package.preload holds it, or package.path / cpath finds it); of module "_G"
-** only the names a fresh VM has (a script's own global function is not, and travels by value).
+** Only names every VM can resolve count: a module is one if every VM can require it (a fresh
+** VM has or preloads it, or the paths the run's VMs started with find it: not the sender's own
+** later package.path or package.preload); of the globals only the standard C functions (a
+** script's own global function, or its replacement of a standard one, travels by value).
 **
-** The lookup goes through a per-VM index (value -> module, field), rebuilt when package.loaded,
-** package.path, package.cpath or package.preload change (sm_lrebind_push_names). A field put into a
+** The lookup goes through a per-VM index (value -> module, field), rebuilt when package.loaded
+** changes or a new run starts (sm_lrebind_push_names). A field put into a
 ** module after the index was built is found once package.loaded changes again; until then such
 ** a function travels by value, which works for functions and fails, naming it, for the rest.
 */
@@ -25,9 +26,20 @@ enum lrebind_kind {
   LREBIND_FIELD,  /* pushes the module's name and the field's */
 };
 
-/* Pushes the VM's table of names (value -> "module" | { "module", "field" }), rebuilt first if
-** package.loaded, package.preload, package.path or package.cpath changed (checking costs a look
-** at those four, not a walk through the API). Push it once for a series of lookups (one message). */
+/* At a VM's start (luaopen of smarm.core): remembers its standard global C functions, which a
+** message names as { "", name } and the receiver takes from its own list. */
+void sm_lrebind_learn_standard(lua_State *L);
+/* Pushes this VM's standard global `name` and returns 1, or pushes nothing and returns 0. */
+int sm_lrebind_push_standard(lua_State *L, const char *name);
+
+/* At a run's start, in each of its VMs: the package.path and cpath every VM of the run started
+** with (a module is named only if those find it: a script's own later path is not the others'). */
+void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);
+
+/* Pushes the VM's table of names (value -> "module" | { "module", "field" }, module "" for a
+** standard global), rebuilt first if package.loaded changed or a run started (checking costs a
+** read of package.loaded's slots, not a walk through the API). Push it once for a series of
+** lookups (one message). */
 void sm_lrebind_push_names(lua_State *L);
 
 /* How the value at idx is known by name in every VM, with the table of names at stack slot

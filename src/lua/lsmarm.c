@@ -50,6 +50,7 @@
 #include "lpid.h"
 #include "lpreempt.h"
 #include "lproc.h"
+#include "lrebind.h"
 #include "ltimer.h"
 #include "lsignal.h"
 #include "ltcp.h"
@@ -308,8 +309,10 @@ static void on_sched_start(unsigned k, void *ud)
       }
     }
   }
-  if (vm->L)
+  if (vm->L) {
     vm_cache_refs(vm);
+    sm_lrebind_set_paths(vm->L, run->path, run->cpath);
+  }
   smarm_sched_set_data(vm);
 }
 
@@ -536,8 +539,10 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
     sm_codec_decode_head(L, msg, sizeof(smarm_ref_t));
   else
     sm_lfaults_push_notice(L, msg); /* EXIT or DOWN */
-  la->pending = NULL;
-  smarm_msg_free(msg);
+  if (la->pending == msg) { /* else a receive while decoding (a module's top level) freed it */
+    la->pending = NULL;
+    smarm_msg_free(msg);
+  }
 }
 
 /* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
@@ -743,8 +748,10 @@ static int l_call(lua_State *L)
     smarm_msg_free(la->pending);
     la->pending = keep;
     sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
-    la->pending = NULL;
-    smarm_msg_free(keep);
+    if (la->pending == keep) { /* else freed by a receive while decoding */
+      la->pending = NULL;
+      smarm_msg_free(keep);
+    }
     return 2;
   }
   /* Whatever came through the monitor after the mark goes too: its DOWN, or a second reply (a
@@ -1338,6 +1345,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
   sm_lpreempt_wrap_sethook(L);
+  sm_lrebind_learn_standard(L);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
   return 1;
