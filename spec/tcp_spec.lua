@@ -596,3 +596,39 @@ describe("smarm.dns", function()
     assert.matches("bad argument #1 to 'getaddrinfo' %(string expected, got table%)", e)
   end)
 end)
+
+-- Found by spec/chaos_spec.lua: when the IO thread completes an accept for an actor that is then
+-- killed before it resumes, the cancel that the kill posts finds the request completed, and the
+-- accepted connection used to stay open, to nobody, until the run ended (its peer waited for
+-- good). Now the request's end closes a socket its caller never took (src/io/tcp.c, tcp_free).
+-- Here scheduler 1 is held (no slices, no parking) from before the connection comes until the
+-- acceptor is killed, so the accept always completes first.
+describe("a connection accepted for an actor killed before it took it", function()
+  it("is closed, so its peer sees the end", function()
+    local got = guard.run(function()
+      local me = smarm.self()
+      local listener = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = listener:getsockname()
+      local acceptor = smarm.spawn(function()
+        listener:accept()
+        smarm.send(me, "took it")
+      end)
+      smarm.yield() -- the acceptor parks in accept
+      local before = fd_count()
+      smarm.spawn_on(2, function(p, owner, hang)
+        local c = assert(smarm.tcp.connect("127.0.0.1", p))
+        c:settimeout(hang)
+        local line, err = c:receive()
+        smarm.send(owner, { line = line, err = err })
+      end, port, me, guard.HANG)
+      -- Until both ends exist (the client's socket and the accepted one), without parking.
+      local deadline = os.time() + guard.HANG
+      while fd_count() < before + 2 do assert(os.time() < deadline, "no connection came") end
+      smarm.kill(acceptor)
+      local m = guard.receive("the client's end", function(x) return type(x) == "table" or x == "took it" end)
+      listener:close()
+      return m
+    end, { schedulers = 2, slice = math.huge })
+    assert.are.same({ err = "closed" }, got)
+  end)
+end)

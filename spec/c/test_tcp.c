@@ -30,6 +30,7 @@ static uint64_t listen_on(int *port)
   tcp_req_t *done;
   CHECK_EQ(tcp_call(r, SMARM_FOREVER, &done), 0);
   uint64_t id = done->new_id;
+  done->new_taken = 1; /* ours now: else releasing the request closes it */
   sm_io_req_release(&done->base);
   tcp_req_t *n = sm_tcp_req_new(IOTCP_NAME);
   n->id = id;
@@ -56,6 +57,7 @@ static void echo_server(void *arg)
   a->id = lid;
   CHECK_EQ(tcp_call(a, SMARM_FOREVER, &done), 0);
   uint64_t cid = done->new_id;
+  done->new_taken = 1; /* ours now: else releasing the request closes it */
   sm_io_req_release(&done->base);
   for (;;) {
     tcp_req_t *r = sm_tcp_req_new(IOTCP_RECEIVE);
@@ -100,6 +102,7 @@ static void main_echo(void *arg)
   c->port = echo_port;
   CHECK_EQ(tcp_call(c, SMARM_FOREVER, &done), 0);
   uint64_t cid = done->new_id;
+  done->new_taken = 1; /* ours now: else releasing the request closes it */
   sm_io_req_release(&done->base);
   size_t got_total = 0;
   for (int i = 0; i < 200; i++) {

@@ -90,11 +90,29 @@ static void id_free(uint64_t id)
 
 /* ---- Requests ------------------------------------------------------------------------------ */
 
+static void post_close_id(uint64_t id);
+
+/* Runs on the thread that lets go of the last reference: the caller's, or the IO thread's when
+** the caller was killed before the request completed. A socket that a listen, connect or accept
+** made for a caller that never took it (killed between the completion and its resumption) is
+** closed here, so that its peer sees the end instead of a connection open to nobody. */
 static void tcp_free(io_req_t *req)
 {
   tcp_req_t *r = (tcp_req_t *)req;
+  int makes = r->op == IOTCP_LISTEN || r->op == IOTCP_CONNECT || r->op == IOTCP_ACCEPT;
+  if (makes && r->base.completed && r->base.err == 0 && r->new_id != 0 && !r->new_taken)
+    post_close_id(r->new_id);
   free(r->host);
   free(r->data);
+}
+
+static void post_close_id(uint64_t id)
+{
+  tcp_req_t *c = sm_tcp_req_new(IOTCP_CLOSE);
+  if (c) { /* out of memory: the socket stays open until the IO thread stops */
+    c->id = id;
+    sm_io_post(&c->base);
+  }
 }
 
 static void finish(tcp_req_t *r, int err)

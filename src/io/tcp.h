@@ -45,6 +45,9 @@ typedef struct tcp_req {
   char *data;                 /* send: the bytes (owned); receive: the result (owned) */
   size_t len;
   uint64_t new_id;
+  int new_taken;              /* the caller took new_id (ltcp.c); written by the caller after the
+                                 completion, read when the last reference goes (sm_io_req_release
+                                 orders the two): a socket nobody took is closed then */
   int new_fd;                 /* connect, accept: the connection's descriptor (see ltcp.c) */
   int peer, flag;
   char addr[64];              /* name: the address as text, and port */

@@ -207,10 +207,12 @@ static int check_port(lua_State *L, int idx)
 static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int listener)
 {
   int n = 1;
-  if (err)
+  if (err) {
     n = push_error(L, err, 0);
-  else
+  } else {
+    r->new_taken = 1; /* this actor owns the socket now (else the request's end closes it) */
     push_sock(L, r->new_id, listener, r->new_fd);
+  }
   sm_lio_unbox(L, box);
   return n;
 }
