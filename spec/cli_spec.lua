@@ -151,6 +151,24 @@ describe("the smarm executable", function()
     assert.matches("usage", err2)
   end)
 
+  it("sets the actors' C stack with -S", function()
+    -- gsub callbacks nest until the stack's reserve: deeper with a larger stack
+    local probe = "local d = 0; local function f() d = d + 1; return (string.gsub('x', 'x', f)) end; "
+      .. "print(pcall(f), d)"
+    local small, _, s1 = sh(exe .. " -s 1 -S 128K -e \"" .. probe .. "\"")
+    local large, _, s2 = sh(exe .. " -s 1 -S 4M -e \"" .. probe .. "\"")
+    assert.are.equal(0, s1)
+    assert.are.equal(0, s2)
+    local d1, d2 = tonumber(small:match("(%d+)%s*$")), tonumber(large:match("(%d+)%s*$"))
+    assert.is_true(d2 > 2 * d1, small .. " / " .. large)
+    assert.matches("^false", small)
+    for _, bad in ipairs({ "1", "2G", "lots", "8X" }) do
+      local _, err, status = sh(exe .. " -S " .. bad .. " -e 'print(1)'")
+      assert.are.equal(2, status)
+      assert.matches("%-S wants a stack size", err)
+    end
+  end)
+
   it("lets the other actors run while the prompt waits for a line", function()
     local lines, flag = os.tmpname(), os.tmpname()
     os.remove(flag)

@@ -226,6 +226,11 @@ SMARM_API int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, s
 ** -EPERM outside an actor, -ENOMEM. The answer may be stale as soon as it is given. */
 SMARM_API int smarm_alive(smarm_pid_t pid);
 
+/* Bytes left on the calling actor's stack below the caller's frame, before its guard page; SIZE_MAX
+** outside an actor. Code that recurses through C (a callback that calls back in) checks it and
+** fails cleanly instead of reaching the guard page, which aborts the process. */
+SMARM_API size_t smarm_stack_headroom(void);
+
 /* One user pointer per actor (the Lua layer keeps its coroutine here). */
 SMARM_API void *smarm_actor_data(void);
 SMARM_API void smarm_actor_set_data(void *data);

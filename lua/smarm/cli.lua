@@ -4,11 +4,12 @@
 local cli = {}
 
 -- Runs chunk as the main actor with the script's arguments (the global `arg`, set by main.c
--- like the lua interpreter does); returns its results.
-function cli.run(smarm, chunk, schedulers)
+-- like the lua interpreter does); returns its results. opts: smarm.run's options from the
+-- command line (schedulers, stack_size).
+function cli.run(smarm, chunk, opts)
   local args = _G.arg or { n = 0 }
   local ok, err = pcall(smarm.run, function() return chunk(unpack(args, 1, args.n or #args)) end,
-    { schedulers = schedulers })
+    opts)
   -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
   if not ok and err == nil then error(nil, 0) end -- error() without a value: silent, as lua.c
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
@@ -49,7 +50,7 @@ end
 -- that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
 -- other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
 -- opened) is read with plain reads of the shared descriptor, which keep its position.
-function cli.prompt(smarm, schedulers, interactive)
+function cli.prompt(smarm, opts, interactive)
   return smarm.run(function()
     local st, input, pending = smarm.fs.stat("/dev/stdin"), nil, ""
     if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
@@ -88,7 +89,7 @@ function cli.prompt(smarm, schedulers, interactive)
         if not f then io.stderr:write(err, "\n") else show(xpcall(f, line_traceback)) end
       end
     end
-  end, { schedulers = schedulers })
+  end, opts)
 end
 
 -- `smarm test [busted options]`: busted on this executable's LuaJIT, in plain mode (each spec

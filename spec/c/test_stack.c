@@ -146,6 +146,31 @@ static void main_default_size(void *arg)
 
 TEST(default_stack_holds_128k) { RUN(1, main_default_size, NULL); }
 
+/* smarm_stack_headroom: within the stack, less as the caller goes deeper, and SIZE_MAX outside
+** an actor. */
+static size_t __attribute__((noinline)) headroom_below(int depth)
+{
+  volatile char frame[4096];
+  frame[0] = (char)depth;
+  size_t h = depth == 0 ? smarm_stack_headroom() : headroom_below(depth - 1);
+  return h + (size_t)frame[0] * 0; /* keeps the frame */
+}
+
+static void main_headroom(void *arg)
+{
+  (void)arg;
+  size_t top = smarm_stack_headroom();
+  size_t deep = headroom_below(16);
+  CHECK(top > 0 && top <= 256 * KiB);
+  CHECK(deep + 16 * 4096 <= top);
+}
+
+TEST(stack_headroom)
+{
+  CHECK_EQ(smarm_stack_headroom(), SIZE_MAX);
+  RUN(1, main_headroom, NULL);
+}
+
 /* Stacks of other sizes when the budget is spent: a spawn does not fail for want of a stack of
 ** its size (it gets one beyond the budget, or shares a larger one). */
 static void main_sizes_beyond_budget(void *arg)

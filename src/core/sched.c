@@ -773,6 +773,17 @@ smarm_pid_t smarm_self(void)
   return self ? self->pid : 0;
 }
 
+size_t smarm_stack_headroom(void)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return SIZE_MAX;
+  char *here = __builtin_frame_address(0);
+  char *lo = self->slot->lo;
+  return here > lo ? (size_t)(here - lo) : 0;
+}
+
 void *smarm_actor_data(void)
 {
   sched_t *s;

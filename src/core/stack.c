@@ -94,6 +94,13 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
     free(s);
     return NULL;
   }
+#ifdef MADV_NOHUGEPAGE
+  /* A stack of 2 MiB or more holds aligned 2 MiB ranges that a kernel with transparent huge
+  ** pages "always" on would back with a huge page at the first touch: 2 MiB resident for an
+  ** actor that uses a few KiB. Smaller slots cannot hold such a range. */
+  if (c->size >= 2 * 1024 * 1024)
+    madvise(base + pool->guard, c->size + STACK_COLOR_SPAN, MADV_NOHUGEPAGE);
+#endif
   s->slot.lo = base + pool->guard;
   s->slot.guard = pool->guard;
   s->slot.size = c->size;

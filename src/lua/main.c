@@ -76,14 +76,15 @@ static int push_cli_function(lua_State *L, const char *name)
 
 static void usage(FILE *out)
 {
-  fprintf(out, "usage: smarm [-s N] [script.lua [args...] | -e code [args...]]\n"
+  fprintf(out, "usage: smarm [-s N] [-S SIZE] [script.lua [args...] | -e code [args...]]\n"
                "       smarm -n script.lua [args...]\n"
                "       smarm -v\n"
                "       smarm test [busted options...]\n"
-               "  -s N   schedulers (default: online CPUs)\n"
-               "  -e c   run the code c as the main actor\n"
-               "  -n     plain: start no runtime; the script calls smarm.run itself\n"
-               "  -v     print the versions of smarm, LuaJIT and libuv\n"
+               "  -s N     schedulers (default: online CPUs)\n"
+               "  -S SIZE  C stack per actor: bytes, or with K, M or G (default 1M)\n"
+               "  -e c     run the code c as the main actor\n"
+               "  -n       plain: start no runtime; the script calls smarm.run itself\n"
+               "  -v       print the versions of smarm, LuaJIT and libuv\n"
                "With no script and no -e: a prompt whose lines run in the main actor.\n"
                "smarm test (first argument) runs busted (its specs call smarm.run themselves);\n"
                "a script named test runs as ./test or after --.\n");
@@ -120,9 +121,24 @@ static int report(lua_State *L, int status)
   return 0;
 }
 
+/* Pushes smarm.run's options from the command line (-s, -S): those given, the rest defaults. */
+static void push_run_opts(lua_State *L, unsigned schedulers, size_t stack_size)
+{
+  lua_createtable(L, 0, 2);
+  if (schedulers) {
+    lua_pushinteger(L, schedulers);
+    lua_setfield(L, -2, "schedulers");
+  }
+  if (stack_size) {
+    lua_pushnumber(L, (lua_Number)stack_size);
+    lua_setfield(L, -2, "stack_size");
+  }
+}
+
 int main(int argc, char **argv)
 {
   unsigned schedulers = 0;
+  size_t stack_size = 0;
   const char *code = NULL;
   int plain = 0;
   int i = 1;
@@ -138,6 +154,19 @@ int main(int argc, char **argv)
         return 2;
       }
       schedulers = (unsigned)n;
+    } else if (strcmp(argv[i], "-S") == 0 && i + 1 < argc) {
+      char *end;
+      double n = strtod(argv[++i], &end);
+      double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                  : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+      if (unit != 1.0)
+        end++;
+      n *= unit;
+      if (*end || !(n >= 16384 && n <= 1073741824.0)) {
+        fprintf(stderr, "smarm: -S wants a stack size from 16K to 1G (bytes, or with K, M or G)\n");
+        return 2;
+      }
+      stack_size = (size_t)n;
     } else if (strcmp(argv[i], "-e") == 0 && i + 1 < argc) {
       code = argv[++i];
       i++;
@@ -219,10 +248,7 @@ int main(int argc, char **argv)
       return report(L, status);
     lua_pushvalue(L, smarm);
     lua_pushvalue(L, chunk);
-    if (schedulers)
-      lua_pushinteger(L, schedulers);
-    else
-      lua_pushnil(L);
+    push_run_opts(L, schedulers, stack_size);
     status = lua_pcall(L, 3, 0, 0);
   } else {
     set_arg(L, argv, argc, 0);
@@ -230,10 +256,7 @@ int main(int argc, char **argv)
     if (status != 0)
       return report(L, status);
     lua_pushvalue(L, smarm);
-    if (schedulers)
-      lua_pushinteger(L, schedulers);
-    else
-      lua_pushnil(L);
+    push_run_opts(L, schedulers, stack_size);
     lua_pushboolean(L, isatty(0) && isatty(1));
     status = lua_pcall(L, 3, 0, 0);
   }

@@ -1,0 +1,75 @@
+-- An actor's C stack (issue #10, item 7): recursion through the C functions that call back into
+-- Lua is that actor's problem. string.gsub callbacks nested 30 deep (8 KiB of C stack each) and
+-- table.sort comparators recursing 1,000-1,500 deep used to reach the guard page and abort the
+-- process; now each raises a catchable "stack overflow" in its actor, and the rest runs on.
+local smarm = require("smarm")
+local guard = dofile("spec/support/guard.lua")
+
+-- Recurses through gsub callbacks until something raises; returns the depth and the error.
+local function deep_gsub()
+  local depth = 0
+  local function f()
+    depth = depth + 1
+    return (string.gsub("x", "x", f))
+  end
+  local ok, err = pcall(f)
+  return depth, (not ok) and tostring(err)
+end
+
+-- The same through table.sort comparators.
+local function deep_sort()
+  local depth = 0
+  local function g()
+    depth = depth + 1
+    table.sort({ 3, 2, 1 }, function(a, b) g() return a < b end)
+  end
+  local ok, err = pcall(g)
+  return depth, (not ok) and tostring(err)
+end
+
+describe("an actor's C stack", function()
+  it("gives nested gsub callbacks and sort comparators a catchable error", function()
+    local r = guard.run(function()
+      local gd, ge = deep_gsub()
+      local sd, se = deep_sort()
+      return { gd = gd, ge = ge, sd = sd, se = se }
+    end)
+    assert.matches("stack overflow %(string%.gsub callbacks nested too deeply", r.ge)
+    assert.matches("stack overflow %(table%.sort comparators nested too deeply", r.se)
+    assert.is_true(r.gd > 30, "gsub went " .. r.gd .. " deep") -- where it used to abort
+    assert.is_true(r.sd > 1500, "sort went " .. r.sd .. " deep")
+  end)
+
+  it("stops an actor that does not catch it, alone", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local ticker = smarm.spawn(function()
+        local n = 0
+        while true do
+          local m = smarm.receive()
+          if m == "count" then n = n + 1 elseif m == "report" then smarm.send(me, n) end
+        end
+      end)
+      smarm.send(ticker, "count")
+      local _, ref = smarm.spawn_monitor(function()
+        local function f() return (string.gsub("x", "x", f)) end
+        f()
+      end)
+      local down = guard.receive("the deep actor's DOWN",
+        function(m) return type(m) == "table" and m.ref == ref end)
+      smarm.send(ticker, "count")
+      smarm.send(ticker, "report")
+      return { reason = tostring(down.reason.error), counted = guard.receive("the ticker's count") }
+    end)
+    assert.matches("stack overflow", r.reason)
+    assert.are.equal(2, r.counted)
+  end)
+
+  it("checks against the stack the run gives its actors, small or large", function()
+    local small = guard.run(function() return { deep_gsub() } end, { stack_size = 128 * 1024 })
+    local large = guard.run(function() return { deep_gsub() } end, { stack_size = 4 * 1024 * 1024 })
+    assert.matches("stack overflow", small[2])
+    assert.matches("stack overflow", large[2])
+    assert.is_true(large[1] > 2 * small[1], small[1] .. " then " .. large[1])
+  end)
+end)
