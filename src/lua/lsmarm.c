@@ -1199,20 +1199,11 @@ static void call_after_run(lua_State *L)
   }
 }
 
-/* A Lua actor's C stack unless opts.stack_size says otherwise: four times the core's default.
-** LuaJIT's C functions that call back into Lua nest on it (table.sort comparators, string.format's
-** __tostring, coroutine.resume), and only some are checked (lreentry.h): this leaves LuaJIT's own
-** limits to trip first in the common cases (a comparator recursing 5,000 levels deep needs about
-** 2 MiB, as it does on a thread of plain LuaJIT; the checked ones stop at the reserve). Only the
-** touched pages cost memory, and slots are mapped per live actor up to the budget (design.md). */
-#define LUA_STACK_BYTES (1024 * 1024)
-
 static int l_run(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   smarm_config_t cfg;
   smarm_config_init(&cfg);
-  cfg.stack_size = LUA_STACK_BYTES;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "schedulers");

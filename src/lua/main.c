@@ -81,7 +81,7 @@ static void usage(FILE *out)
                "       smarm -v\n"
                "       smarm test [busted options...]\n"
                "  -s N     schedulers (default: online CPUs)\n"
-               "  -S SIZE  C stack per actor: bytes, or with K, M or G (default 1M)\n"
+               "  -S SIZE  C stack per actor: bytes, or with K, M or G (default 256K)\n"
                "  -e c     run the code c as the main actor\n"
                "  -n       plain: start no runtime; the script calls smarm.run itself\n"
                "  -v       print the versions of smarm, LuaJIT and libuv\n"
