@@ -73,6 +73,8 @@ static int in_list(const char *const *list, const char *name)
 static const char paths_key;
 /* registry[&standard_key] = { name -> the standard C function this VM started with } */
 static const char standard_key;
+/* registry[&index_key]: the VM's index (see "The VM's index" below) */
+static const char index_key;
 
 void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
 {
@@ -83,6 +85,12 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
   lua_rawseti(L, -2, 2);
   lua_pushlightuserdata(L, (void *)&paths_key);
   lua_insert(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  /* The index judged requirability by the last run's paths: drop it. (A fingerprint of the
+  ** paths table's address cannot tell: the new table may take the address of the one the index
+  ** was built under, a few runs back.) */
+  lua_pushlightuserdata(L, (void *)&index_key);
+  lua_pushnil(L);
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
@@ -129,7 +137,6 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 
 /* registry[&index_key] = { [1] = fingerprint, [2] = names }, names (weak keys) mapping each value
 ** known by name to "module" (a module) or { "module", "field" } (a field of one). */
-static const char index_key;
 
 /* A fingerprint of what the index depends on: the contents of package.loaded (read by
 ** sm_ljx_table_print, not walked through the API) and the run's paths (a new run, a new table).
