@@ -162,7 +162,7 @@ describe("the smarm executable", function()
     local d1, d2 = tonumber(small:match("(%d+)%s*$")), tonumber(large:match("(%d+)%s*$"))
     assert.is_true(d2 > 2 * d1, small .. " / " .. large)
     assert.matches("^false", small)
-    for _, bad in ipairs({ "1", "2G", "lots", "8X" }) do
+    for _, bad in ipairs({ "1", "16K", "2G", "lots", "8X" }) do
       local _, err, status = sh(exe .. " -S " .. bad .. " -e 'print(1)'")
       assert.are.equal(2, status)
       assert.matches("%-S wants a stack size", err)

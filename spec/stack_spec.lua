@@ -72,4 +72,11 @@ describe("an actor's C stack", function()
     assert.matches("stack overflow", large[2])
     assert.is_true(large[1] > 2 * small[1], small[1] .. " then " .. large[1])
   end)
+
+  it("refuses a stack below twice the checks' reserve, on which every gsub and sort would raise", function()
+    local ok, err = pcall(smarm.run, function() return (string.gsub("a", "a", "b")) end,
+      { stack_size = 32 * 1024 })
+    assert.is_false(ok)
+    assert.matches("opts.stack_size must be from 131072", err)
+  end)
 end)

@@ -1216,8 +1216,10 @@ static int l_run(lua_State *L)
     lua_getfield(L, 2, "stack_size");
     if (!lua_isnil(L, -1)) {
       lua_Number n = luaL_checknumber(L, -1);
-      luaL_argcheck(L, n >= 16384 && n <= (1 << 30), 2,
-                    "opts.stack_size must be from 16384 to 1073741824");
+      /* at least twice the reserve of the checked gsub and sort (lreentry.h): on less, every
+      ** call of them would raise */
+      luaL_argcheck(L, n >= 2 * LREENTRY_RESERVE && n <= (1 << 30), 2,
+                    "opts.stack_size must be from 131072 to 1073741824");
       cfg.stack_size = (size_t)n;
     }
     lua_getfield(L, 2, "slice");

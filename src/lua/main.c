@@ -162,8 +162,8 @@ int main(int argc, char **argv)
       if (unit != 1.0)
         end++;
       n *= unit;
-      if (*end || !(n >= 16384 && n <= 1073741824.0)) {
-        fprintf(stderr, "smarm: -S wants a stack size from 16K to 1G (bytes, or with K, M or G)\n");
+      if (*end || !(n >= 131072 && n <= 1073741824.0)) { /* lsmarm.c: opts.stack_size */
+        fprintf(stderr, "smarm: -S wants a stack size from 128K to 1G (bytes, or with K, M or G)\n");
         return 2;
       }
       stack_size = (size_t)n;
