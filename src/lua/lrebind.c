@@ -138,17 +138,13 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 /* registry[&index_key] = { [1] = fingerprint, [2] = names }, names (weak keys) mapping each value
 ** known by name to "module" (a module) or { "module", "field" } (a field of one). */
 
-/* A fingerprint of what the index depends on: the contents of package.loaded (read by
-** sm_ljx_table_print, not walked through the API) and the run's paths (a new run, a new table).
-** Leaves the stack as it found it. */
+/* A fingerprint of what the index depends on within a run: the contents of package.loaded (read
+** by sm_ljx_table_print, not walked through the API). A run's start drops the index
+** (sm_lrebind_set_paths). Leaves the stack as it found it. */
 static lua_Number fingerprint(lua_State *L, int package)
 {
   lua_getfield(L, package, "loaded");
   uint64_t h = sm_ljx_table_print(L, -1);
-  lua_pop(L, 1);
-  lua_pushlightuserdata(L, (void *)&paths_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  h = (h ^ (uint64_t)(uintptr_t)lua_topointer(L, -1)) * 1099511628211u;
   lua_pop(L, 1);
   return (lua_Number)(h >> 11); /* 53 bits: exact in a double */
 }

@@ -210,8 +210,8 @@ static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int lis
   if (err) {
     n = push_error(L, err, 0);
   } else {
-    r->new_taken = 1; /* this actor owns the socket now (else the request's end closes it) */
     push_sock(L, r->new_id, listener, r->new_fd);
+    r->new_taken = 1; /* its userdata owns the socket now (else the request's end closes it) */
   }
   sm_lio_unbox(L, box);
   return n;
