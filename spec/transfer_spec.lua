@@ -273,25 +273,27 @@ describe("closures that travel, in corners", function()
   end)
 
   it("copies a module found only on the caller's later package.path, names one every VM finds", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    os.execute("mkdir " .. dir)
-    local fh = assert(io.open(dir .. "/smarm_spec_late_lib.lua", "w"))
+    -- a module file beside os.tmpname()'s (no mkdir: forking a process whose libuv threads run
+    -- can hang under qemu-user, where the aarch64 specs run)
+    local tmp = os.tmpname()
+    local dir = tmp:match("^(.*)/[^/]*$")
+    os.remove(tmp)
+    local name = "smarm_spec_late_lib_" .. tmp:match("([^/]*)$"):gsub("%W", "_")
+    local fh = assert(io.open(dir .. "/" .. name .. ".lua", "w"))
     fh:write("return { twice = function(x) return 2 * x end }\n")
     fh:close()
     local r = guard.run(function()
       local me = smarm.self()
       local saved = package.path
       package.path = dir .. "/?.lua;" .. package.path -- this VM's only: not the run's
-      local lib = require("smarm_spec_late_lib")
+      local lib = require(name)
       package.path = saved
       smarm.spawn_on(2, function() smarm.send(me, lib.twice(21)) end)
       local got = guard.receive("the closure's answer")
-      package.loaded.smarm_spec_late_lib = nil
+      package.loaded[name] = nil
       return got
     end, { schedulers = 2 })
-    os.remove(dir .. "/smarm_spec_late_lib.lua")
-    os.remove(dir)
+    os.remove(dir .. "/" .. name .. ".lua")
     assert.are.equal(42, r)
   end)
 
