@@ -172,13 +172,9 @@ static int requirable(lua_State *L, int package, const char *name)
     return 1;
   lua_pushlightuserdata(L, (void *)&paths_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_istable(L, -1)) { /* no run: this VM's own paths */
+  if (!lua_istable(L, -1)) { /* set at every run's start, before any actor can encode */
     lua_pop(L, 1);
-    lua_createtable(L, 2, 0);
-    lua_getfield(L, package, "path");
-    lua_rawseti(L, -2, 1);
-    lua_getfield(L, package, "cpath");
-    lua_rawseti(L, -2, 2);
+    return 0;
   }
   lua_rawgeti(L, -1, 1);
   lua_rawgeti(L, -2, 2);
