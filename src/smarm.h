@@ -103,6 +103,12 @@ typedef struct smarm_config {
   ** times... the time while it lasts: it is stuck in C (a long FFI call, a blocking library),
   ** in a __gc finalizer, or runs with no slice. 0 = 1 s; negative = off. */
   int64_t watchdog_ns;
+  /* How long an actor waits for another scheduler to answer a request (a spawn there, an alive,
+  ** a register, a message timer's set or cancel): a scheduler answers between its actors' slices,
+  ** so only one stuck in C (a long FFI call, a blocking library) makes it wait that long. Past
+  ** it the call fails with -ETIMEDOUT, and the request may still take effect when that
+  ** scheduler gets to it. 0 = 5 s; negative = no limit. */
+  int64_t request_timeout_ns;
   /* Every actor's max_mailbox (smarm_spawn_opts_t) unless its spawn says otherwise; 0 = none. */
   size_t max_mailbox;
   void *userdata;
@@ -156,7 +162,11 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 ** fewest live actors; ties go round robin). A spawn on another scheduler parks the caller until
 ** that scheduler has created the actor, so that *pid_out is known on return. `arg` crosses
 ** threads as a plain pointer: what it points to must stay valid until the new actor is done
-** with it. */
+** with it. -ETIMEDOUT: that scheduler did not answer within the config's request_timeout_ns (it
+** is stuck in C); the spawn may still happen when it gets to it, so `arg` and opts->data stay
+** the runtime's: the actor then runs with them, or, if that spawn fails, on_actor_stopped is
+** called for opts->data (on the caller's scheduler), as for an actor stopped before it ran; a
+** link or monitor asked for is not made. */
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
@@ -223,7 +233,8 @@ SMARM_API int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, s
 
 /* Whether pid names a live actor: 1 yes, 0 no (it ended, or never existed in this runtime). For
 ** an actor of another scheduler the caller parks while that scheduler answers (one round trip).
-** -EPERM outside an actor, -ENOMEM. The answer may be stale as soon as it is given. */
+** -EPERM outside an actor, -ENOMEM, -ETIMEDOUT (that scheduler did not answer within the
+** config's request_timeout_ns). The answer may be stale as soon as it is given. */
 SMARM_API int smarm_alive(smarm_pid_t pid);
 
 /* Bytes left on the calling actor's stack below the caller's frame, before its guard page; SIZE_MAX
@@ -414,12 +425,14 @@ typedef struct smarm_timer {
 ** exists: a cancel that follows, from any actor, finds it. A dead `to` takes msg too and sends
 ** nothing (a cancel then finds nothing). msg is taken in every case but -EINVAL and -EPERM.
 ** Returns 0; -EINVAL (NULL msg or out, ns < 0, a generation-0 pid); -ENOMEM (msg freed); -EPERM
-** outside an actor. */
+** outside an actor; -ETIMEDOUT (the other scheduler did not answer within request_timeout_ns:
+** msg is taken, and the timer may still be set when that scheduler gets to it). */
 SMARM_API int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t *out);
 
 /* Cancels a timer: its message is never sent. Returns the nanoseconds it had left (>= 0), or
 ** -ENOENT when it has fired already, was cancelled, or its target ended; -ENOMEM; -EPERM
-** outside an actor. A timer of another scheduler costs one round trip. */
+** outside an actor; -ETIMEDOUT (see smarm_send_after). A timer of another scheduler costs one
+** round trip. */
 SMARM_API int64_t smarm_cancel_timer(smarm_timer_t timer);
 
 /* ---- Requests and replies: aliases and receive marks (Erlang's gen call) ------------------
@@ -460,7 +473,8 @@ SMARM_API int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void 
 
 /* Gives `pid` the name. Returns 0, -EEXIST (the name is taken), -EBUSY (pid has a name),
 ** -ESRCH (pid is not alive), -EINVAL (bad name, pid 0), -ENOMEM, -EPERM outside an actor. For
-** an actor of another scheduler the caller parks while that scheduler answers. */
+** an actor of another scheduler the caller parks while that scheduler answers; -ETIMEDOUT when
+** it does not within request_timeout_ns (the name may still be given when it gets to it). */
 SMARM_API int smarm_register(const char *name, smarm_pid_t pid);
 
 /* Removes the name. Returns 0, -ENOENT (nobody holds it), -EINVAL, -EPERM. */

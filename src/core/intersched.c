@@ -4,12 +4,21 @@
 **
 ** Items are message blocks of the kinds in message.h. Messages (MSG_USER) go to the receiver's
 ** mailbox; wakes (MSG_WAKE, from smarm_wake on any thread) to an actor awaiting that token;
-** requests (MSG_SPAWN, MSG_ALIVE, MSG_REGISTER) are answered with their own block turned into a
-** reply to the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the
+** requests (MSG_SPAWN, MSG_ALIVE, MSG_REGISTER, MSG_TIMER_*) are answered with their own block
+** turned into a reply to the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the
 ** scheduler's loop; the signals between actors (SIG_*: links, monitors, exit signals, replies
 ** to calls) go to faults.c.
 ** Only the owner of a scheduler touches its actors, so every question about them (may I spawn
 ** here, is this pid alive) travels as such a request.
+**
+** Requests that time out. A scheduler answers between its actors' slices, so a request waits
+** long only on a scheduler stuck in C (a long FFI call, a blocking library). The asker waits at
+** most the config's request_timeout_ns and then goes on with -ETIMEDOUT; the request stays in
+** that scheduler's inbox and takes effect when it gets to it. So that its late answer is not
+** taken for the answer to a later request, each request carries its asker's ask_token (in its
+** answer slot until answered, in the reply's `from` after): an answer whose token is not the one
+** its asker waits for is dropped. A late spawn's reply that reports a failure hands the spawn's
+** data to on_actor_stopped, as for an actor stopped before it ran (the asker left it with us).
 **
 ** Order: one producer's pushes onto one inbox are taken in push order (inbox.h), and an actor
 ** never changes scheduler, so whatever one actor sends another (messages, requests) arrives in
@@ -106,14 +115,17 @@ typedef struct spawn_request {
   spawn_ties_t ties;
 } spawn_request_t;
 
-/* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY) with
-** the request's own block, as a reply of `kind`. */
+/* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY unless
+** it gave up) with the request's own block, as a reply of `kind`; the token that was in the
+** answer slot goes to `from` (see the top). */
 static void reply(sched_t *s, smarm_msg_t *m, uint16_t kind, int64_t answer)
 {
   smarm_pid_t asker = m->from;
+  uint64_t token;
+  memcpy(&token, m->data, sizeof token);
   m->kind = kind;
   m->to = asker;
-  m->from = 0;
+  m->from = token;
   memcpy(m->data, &answer, sizeof answer);
   sm_sched_push_remote(s, &s->rt->scheds[smarm_pid_sched(asker)], m);
 }
@@ -157,16 +169,18 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     int64_t answer;
     memcpy(&answer, m->data, sizeof answer);
     a = sm_sched_lookup(s, m->to);
-    if (a && a->state != ACTOR_WAIT_REPLY)
-      a = NULL;
+    if (a && (a->state != ACTOR_WAIT_REPLY || a->ask_token != m->from))
+      a = NULL; /* the asker gave up on this request (timed out), or ended */
+    spawn_request_t *req = (spawn_request_t *)m->data;
     if (m->kind == MSG_SPAWN_REPLY && answer > 0) {
       /* The spawner's side of the ties, before anything the child sends can arrive. */
-      spawn_request_t *req = (spawn_request_t *)m->data;
       if (req->ties.parent && a)
         SMARM_CHECK(sm_faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0,
                     "out of memory recording a spawn's link or monitor"); /* the child runs */
-      else if (req->ties.parent) /* the spawner was stopped at shutdown: nothing to tie */
+      else if (req->ties.parent) /* the spawner gave up, or was stopped: nothing to tie */
         sm_faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
+    } else if (m->kind == MSG_SPAWN_REPLY && !a && req->data && s->rt->cfg.on_actor_stopped) {
+      s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata); /* a late failure (the top) */
     }
     if (a) {
       a->reply = answer;
@@ -225,10 +239,22 @@ static unsigned pick_any(sched_t *s)
 
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
 {
+  uint64_t token = ++self->ask_token;
+  memcpy(m->data, &token, sizeof token); /* the answer slot carries it until answered */
   m->from = self->pid;
+  int64_t deadline = sm_sched_deadline(s->rt->cfg.request_timeout_ns);
+  if (deadline >= 0) {
+    self->timer.deadline = deadline;
+    if (sm_timer_add(&s->timers, &self->timer) < 0)
+      deadline = -1; /* no room for a timer: wait without one, as with no limit */
+  }
   self->state = ACTOR_WAIT_REPLY;
   sm_sched_push_remote(s, &s->rt->scheds[k], m);
   sm_sched_park_undying(s, self); /* a death waits for the caller's next park (sched.h) */
+  if (self->timed_out) {
+    self->timed_out = 0;
+    return -ETIMEDOUT; /* the answer, when it comes, finds another token (the top) */
+  }
   return self->reply;
 }
 

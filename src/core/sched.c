@@ -569,6 +569,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->arg = arg;
   a->data = data;
   a->reply = 0;
+  a->ask_token = 0;
   a->await_token = a->await_woken = 0;
   a->msg_timers = NULL;
   size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;

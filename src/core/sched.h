@@ -91,6 +91,7 @@ typedef struct actor {
   actor_faults_t *faults;     /* NULL until the actor links, monitors or is monitored */
   smarm_cleanup_t *cleanups;  /* smarm_cleanup_push, newest first */
   int64_t reply;              /* answer to a request to another scheduler (MSG_REPLY) */
+  uint64_t ask_token;         /* the request it waits for an answer to (sm_sched_ask) */
   uint64_t await_token;       /* the token smarm_await waits for (smarm_await_token) */
   uint64_t await_woken;       /* the last token a wake arrived for */
   msg_timer_t *msg_timers;    /* send_after.c: the message timers aimed at it */

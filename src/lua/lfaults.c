@@ -353,6 +353,8 @@ static int l_register(lua_State *L)
   case -ESRCH:
     return luaL_error(L, "smarm.register: <%d.%d.%d> is not alive", (int)smarm_pid_sched(pid) + 1,
                       (int)smarm_pid_slot(pid), (int)smarm_pid_gen(pid));
+  case -ETIMEDOUT:
+    return sm_lpark_no_answer(L, "register", (int)smarm_pid_sched(pid));
   default:
     return raise_errno(L, "register", rc);
   }

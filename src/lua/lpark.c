@@ -40,6 +40,15 @@ void sm_lpark_resumed(lua_State *L)
 #endif
 }
 
+int sm_lpark_no_answer(lua_State *L, const char *fname, int sched)
+{
+  if (sched < 0)
+    return luaL_error(L, "smarm.%s: the scheduler asked did not answer within "
+                         "opts.request_timeout (it is stuck in C code)", fname);
+  return luaL_error(L, "smarm.%s: scheduler %d did not answer within opts.request_timeout (it is "
+                       "stuck in C code)", fname, sched + 1);
+}
+
 int64_t sm_lsmarm_timeout_ns(lua_Number seconds)
 {
   if (!(seconds >= 0) || seconds >= 1e9) /* NaN, negative, or beyond 31 years: no limit */

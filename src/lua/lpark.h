@@ -23,6 +23,11 @@ void sm_lpark_check(lua_State *L, const char *fname);
 ** switch that leaves another coroutine current aborts there rather than corrupting later. */
 void sm_lpark_resumed(lua_State *L);
 
+/* Raises the error of a request to another scheduler that timed out (-ETIMEDOUT from the core:
+** it did not answer within opts.request_timeout): "smarm.<fname>: scheduler <sched + 1> did not
+** answer within opts.request_timeout (it is stuck in C code)"; sched < 0: not known. */
+int sm_lpark_no_answer(lua_State *L, const char *fname, int sched);
+
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
 int64_t sm_lsmarm_timeout_ns(lua_Number seconds);
 

@@ -491,6 +491,8 @@ static int l_alive(lua_State *L)
   int rc = smarm_alive(pid);
   if (remote)
     sm_lpark_resumed(L);
+  if (rc == -ETIMEDOUT)
+    return sm_lpark_no_answer(L, "alive", (int)k);
   if (rc < 0)
     return luaL_error(L, "smarm.alive: %s", strerror(-rc));
   lua_pushboolean(L, rc);
@@ -1053,6 +1055,11 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   opts.data = shell;
   rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
   sm_lpark_resumed(L);
+  if (rc == -ETIMEDOUT) { /* the spawn may still happen: the shell and the block are the core's,
+                          ** and the block carries the sockets in the arguments (smarm.h) */
+    sm_codec_commit(&moves);
+    return sm_lpark_no_answer(L, fname, r->where);
+  }
   if (rc < 0) {
     free(shell);
     sm_codec_abandon(block); /* any sockets in the arguments stay the caller's */
@@ -1228,7 +1235,9 @@ static int l_run(lua_State *L)
     cfg.watchdog_ns = check_slice(L, 2, "opts.watchdog", "off");
     lua_getfield(L, 2, "max_mailbox");
     cfg.max_mailbox = check_max_mailbox(L, 2);
-    lua_pop(L, 5);
+    lua_getfield(L, 2, "request_timeout");
+    cfg.request_timeout_ns = check_slice(L, 2, "opts.request_timeout", "no limit");
+    lua_pop(L, 6);
   }
   if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
     const char *env = getenv("SMARM_SLICE");

@@ -44,6 +44,8 @@ static int l_send_after(lua_State *L)
     return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
   }
   sm_codec_commit(&moves); /* taken: a timer's message owns its sockets and files */
+  if (rc == -ETIMEDOUT)
+    return sm_lpark_no_answer(L, "send_after", (int)smarm_pid_sched(to));
   if (rc < 0)
     return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
   sm_lsmarm_push_timer(L, t.to, t.ref);
@@ -67,6 +69,8 @@ static int l_cancel_timer(lua_State *L)
     lua_pushboolean(L, 0);
     return 1;
   }
+  if (left == -ETIMEDOUT)
+    return sm_lpark_no_answer(L, "cancel_timer", (int)smarm_pid_sched(t.to));
   if (left < 0)
     return luaL_error(L, "smarm.cancel_timer: %s", strerror((int)-left));
   lua_pushnumber(L, (lua_Number)left / 1e9);
