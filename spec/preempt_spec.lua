@@ -357,6 +357,81 @@ describe("preemption", function()
     assert.is_true(n > 0)
   end)
 
+  it("gives each actor its own debug hook: its scheduler's other actors never run it", function()
+    local r = run(function()
+      local me, calls = smarm.self(), {}
+      local hooked = smarm.spawn(function()
+        debug.sethook(function() calls[#calls + 1] = smarm.self() end, "l")
+        local f, mask, count = debug.gethook()
+        smarm.send(me, { type(f), mask, count })
+        smarm.receive() -- parked with its hook set, while the others run lines
+        local x = 0
+        for i = 1, 3 do x = x + i end
+        smarm.send(me, x) -- and it ends with its hook still set
+      end)
+      local own = guard.receive("gethook in the hooked actor")
+      local bystander = smarm.spawn(function()
+        local x = 0
+        for i = 1, 100 do x = x + i end
+        smarm.send(me, { x, debug.gethook() })
+      end)
+      local seen = guard.receive("the bystander's sum")
+      local before = #calls
+      smarm.send(hooked, "go")
+      local sum = guard.receive("the hooked actor's sum")
+      guard.ended(hooked)
+      local after = #calls
+      for i = 1, 100 do sum = sum + i end -- the hook is gone with its actor
+      local strangers = 0
+      for _, pid in ipairs(calls) do
+        if pid ~= hooked then strangers = strangers + 1 end
+      end
+      return { own = own, seen = seen, before = before, after = after, final = #calls,
+        strangers = strangers, bystander = bystander }
+    end)
+    assert.same({ "function", "l", 0 }, r.own)
+    assert.same({ 5050 }, r.seen) -- no hook of its own: gethook returns nothing
+    assert.equals(0, r.strangers)
+    assert.is_true(r.after > r.before) -- its own lines still ran its hook
+    assert.equals(r.after, r.final)
+  end)
+
+  it("lets a hook that tries to park fail its own actor only", function()
+    local r = run(function()
+      local me = smarm.self()
+      local bystander = smarm.spawn(function()
+        local x = 0
+        for i = 1, 1000 do
+          x = x + i
+          if i % 100 == 0 then smarm.yield() end
+        end
+        smarm.send(me, x)
+      end)
+      local hooked, ref = smarm.spawn_monitor(function()
+        debug.sethook(function() smarm.yield() end, "l")
+        for _ = 1, 1000 do smarm.yield() end
+      end)
+      local down = guard.receive("the hooked actor's DOWN",
+        function(m) return type(m) == "table" and m.ref == ref end)
+      return { sum = guard.receive("the bystander's sum"), reason = down.reason,
+        alive = smarm.alive(bystander), hooked = hooked }
+    end)
+    assert.equals(500500, r.sum)
+    assert.matches("smarm.yield: cannot park inside a debug hook", r.reason.error, 1, true)
+  end)
+
+  in_pure_loops("preempts an actor that has a debug hook of its own, which keeps working", function()
+    local n, counted = spin_until_freed(function(flag)
+      local counts = 0
+      debug.sethook(function() counts = counts + 1 end, "", 100)
+      local n = count_until_freed(flag)
+      debug.sethook()
+      return n, counts
+    end)
+    assert.is_true(n > 0)
+    assert.is_true(counted > 0)
+  end)
+
   -- A stress test: it fails on a lost or reordered message or a wrong sum, not without
   -- preemption (each actor's 0.1 to 1 ms of loop between sends is preempted on most machines).
   it("keeps every message and exact results under 100 us slices on two schedulers", function()

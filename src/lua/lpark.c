@@ -5,6 +5,7 @@
 #include "lpark.h"
 
 #include "ljx.h"
+#include "lpreempt.h"
 #include "smarm.h"
 
 #include <lauxlib.h>
@@ -31,6 +32,7 @@ void sm_lpark_check(lua_State *L, const char *fname)
 void sm_lpark_resumed(lua_State *L)
 {
   sm_ljx_after_switch(L);
+  sm_lpreempt_switched_in(L);
 #ifdef LUA_USE_ASSERT
   if (!sm_ljx_is_current(L)) {
     fprintf(stderr, "smarm: after a switch, the VM's current state is not the resumed actor's "

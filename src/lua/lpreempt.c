@@ -4,9 +4,19 @@
 ** Arming. The ticker thread (core, preempt.c) signals a scheduler whose actor overstayed its
 ** slice; the handler runs on that scheduler's thread, so arming the hook (lua_sethook, count 1)
 ** races with nothing but the code it interrupted. If that code was in the middle of changing the
-** VM's hook state itself, the arming can be lost; the ticker then asks again later. A user's hook
-** wins: a VM with a hook set by debug.sethook is not armed (its actors are not preempted while
-** it is set), and debug.sethook tells the handler to keep off while it runs (no_arm).
+** VM's hook state itself, the arming can be lost; the ticker then asks again later. Every change
+** of the hook from the VM's own thread keeps the handler off while it runs (no_arm).
+**
+** Hooks of actors. LuaJIT has one hook per VM, shared by every actor of the scheduler. So an
+** actor's debug.sethook records the hook on the actor (lvm_actor_head_t: the function's registry
+** ref, mask, count) and installs actor_hook, which calls the function of the actor that set it;
+** after every switch into an actor (sm_lpreempt_switched_in) the VM's hook is made the incoming
+** actor's, or none. Nothing is done there while no actor of the VM has a hook (hooked_actors).
+** A preemption due while an actor's hook is installed is armed over it: the same mask plus a
+** count of 1 (hook_armed); actor_hook then does the preemption's work on count events and hands
+** the other events to the user's function, and the actor's own mask and count come back when the
+** preemption is done. A hook set outside any actor (before smarm.run) stays VM-wide, as in plain
+** LuaJIT, and a VM with one is not preempted.
 **
 ** Where. An actor is switched out at the end of a loop's iteration (sm_ljx_at_loop_edge): a
 ** runaway actor is nearly always in a loop, and straight-line code, such as `count = count + 1`
@@ -32,6 +42,7 @@
 #include <lauxlib.h>
 
 #include <stdatomic.h>
+#include <string.h>
 
 #define RETRY_COUNT 1000 /* instructions until the next look when the hook could not switch */
 /* Looking for a loop's edge, one instruction at a time, for this many instructions; past them
@@ -41,13 +52,55 @@
 
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
 ** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. */
-static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int count)
+static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count)
 {
   vm->no_arm = 1;
   atomic_signal_fence(memory_order_seq_cst);
-  lua_sethook(L, f, f ? LUA_MASKCOUNT : 0, count);
+  lua_sethook(L, f, f ? mask : 0, count);
   atomic_signal_fence(memory_order_seq_cst);
   vm->no_arm = 0;
+}
+
+static void preempt_hook(lua_State *L, lua_Debug *ar);
+static void actor_hook(lua_State *L, lua_Debug *ar);
+
+/* From inside a hook: asks for the hook again after `count` instructions, over the installed
+** actor's hook if there is one. */
+static void rearm(lvm_t *vm, lua_State *L, int count)
+{
+  if (vm->hook_owner) {
+    vm->hook_armed = 1;
+    set_hook(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count);
+  } else {
+    set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count);
+  }
+}
+
+/* From inside a hook: the preemption's hook off; the installed actor's own hook stays. */
+static void disarm(lvm_t *vm, lua_State *L)
+{
+  if (vm->hook_owner) {
+    vm->hook_armed = 0;
+    set_hook(vm, L, actor_hook, vm->hook_mask, vm->hook_count);
+  } else {
+    set_hook(vm, L, NULL, 0, 0);
+  }
+}
+
+/* Installs a's own hook in the VM (a NULL or without one: no hook). */
+static void install(lvm_t *vm, lua_State *L, lvm_actor_head_t *a)
+{
+  vm->hook_armed = 0;
+  if (a && a->hook_ref) {
+    vm->hook_owner = a;
+    vm->hook_mask = a->hook_mask;
+    vm->hook_count = a->hook_count;
+    set_hook(vm, L, actor_hook, a->hook_mask, a->hook_count);
+  } else {
+    vm->hook_owner = NULL;
+    if (lua_gethook(L) == actor_hook)
+      set_hook(vm, L, NULL, 0, 0);
+  }
 }
 
 /* Why this actor must not switch here, beyond what ljx sees: a coroutine of the actor other than
@@ -60,6 +113,31 @@ static int must_wait(lua_State *L, const lvm_actor_head_t *actor)
   return L != actor->co && sm_ljx_has_ffi_callbacks(L);
 }
 
+/* The preemption's work, in a hook: gives way here, or asks to be called again. */
+static void preempt_step(lvm_t *vm, lua_State *L)
+{
+  disarm(vm, L);
+  const lvm_actor_head_t *actor = smarm_actor_data();
+  if (!actor || !smarm_preempt_due()) {
+    vm->edge_tries = 0;
+    return; /* a late hook: the actor gave way, or another one runs now */
+  }
+  if (must_wait(L, actor)) {
+    rearm(vm, L, RETRY_COUNT);
+    return;
+  }
+  if (!sm_ljx_at_loop_edge(L) && ++vm->edge_tries < EDGE_TRIES) { /* see the top */
+    rearm(vm, L, 1);
+    return;
+  }
+  vm->edge_tries = 0;
+  ljx_hook_state_t st;
+  sm_ljx_hook_suspend(L, &st);
+  smarm_preempt();
+  sm_ljx_hook_resume(L, &st);
+  sm_lpreempt_switched_in(L);
+}
+
 static void preempt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
@@ -68,25 +146,33 @@ static void preempt_hook(lua_State *L, lua_Debug *ar)
     lua_sethook(L, NULL, 0, 0);
     return;
   }
-  set_hook(vm, L, NULL, 0);
-  const lvm_actor_head_t *actor = smarm_actor_data();
-  if (!actor || !smarm_preempt_due()) {
-    vm->edge_tries = 0;
-    return; /* a late hook: the actor gave way, or another one runs now */
-  }
-  if (must_wait(L, actor)) {
-    set_hook(vm, L, preempt_hook, RETRY_COUNT);
+  preempt_step(vm, L);
+}
+
+static const char *const hook_event_names[] = {"call", "return", "line", "count", "tail return"};
+
+/* The hook of an actor's own (see the top): calls its function as debug.sethook's hook would. */
+static void actor_hook(lua_State *L, lua_Debug *ar)
+{
+  lvm_t *vm = this_vm();
+  if (!vm) {
+    lua_sethook(L, NULL, 0, 0);
     return;
   }
-  if (!sm_ljx_at_loop_edge(L) && ++vm->edge_tries < EDGE_TRIES) { /* see the top */
-    set_hook(vm, L, preempt_hook, 1);
+  if (ar->event == LUA_HOOKCOUNT && vm->hook_armed) {
+    preempt_step(vm, L); /* the actor's own count starts again once the preemption is done */
     return;
   }
-  vm->edge_tries = 0;
-  ljx_hook_state_t st;
-  sm_ljx_hook_suspend(L, &st);
-  smarm_preempt();
-  sm_ljx_hook_resume(L, &st);
+  const lvm_actor_head_t *a = vm->hook_owner;
+  if (!a || a != smarm_actor_data() || (unsigned)ar->event >= 5)
+    return;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, a->hook_ref);
+  lua_pushstring(L, hook_event_names[ar->event]);
+  if (ar->currentline >= 0)
+    lua_pushinteger(L, ar->currentline);
+  else
+    lua_pushnil(L);
+  lua_call(L, 2, 0);
 }
 
 void sm_lpreempt_arm(lvm_t *vm)
@@ -96,24 +182,88 @@ void sm_lpreempt_arm(lvm_t *vm)
     return;
   atomic_signal_fence(memory_order_seq_cst);
   lua_Hook h = lua_gethook(L);
+  if (h == actor_hook) { /* an actor's own hook: armed over it (the same half-rewritten case) */
+    int mask = vm->hook_mask | LUA_MASKCOUNT;
+    lua_sethook(L, NULL, 0, 0);
+    vm->hook_armed = 1;
+    lua_sethook(L, actor_hook, mask, 1);
+    return;
+  }
   if (h == preempt_hook) /* the dispatch table may be half rewritten (an arming that was lost in
                             an update it interrupted): a change of mode rewrites all of it */
     lua_sethook(L, NULL, 0, 0);
   else if (h != NULL)
-    return; /* a user's hook */
+    return; /* a hook set outside any actor (see the top) */
   lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
 }
 
 void sm_lpreempt_disarm(lua_State *L)
 {
-  if (lua_gethook(L) == preempt_hook)
+  lua_Hook h = lua_gethook(L);
+  if (h == preempt_hook || h == actor_hook)
     lua_sethook(L, NULL, 0, 0);
 }
 
-/* debug.sethook(...) with the arming kept off while it changes the hook. */
+void sm_lpreempt_switched_in(lua_State *L)
+{
+  lvm_t *vm = this_vm();
+  if (__builtin_expect(!vm || vm->hooked_actors == 0, 1))
+    return;
+  lvm_actor_head_t *a = smarm_actor_data();
+  if (a != vm->hook_owner || (a && lua_gethook(L) != actor_hook))
+    install(vm, L, a);
+}
+
+void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a)
+{
+  if (!a->hook_ref)
+    return;
+  if (vm->hook_owner == a)
+    install(vm, vm->L, NULL);
+  luaL_unref(vm->L, LUA_REGISTRYINDEX, a->hook_ref);
+  a->hook_ref = 0;
+  vm->hooked_actors--;
+}
+
+/* debug.sethook([thread,] [f, mask [, count]]) in an actor: the actor's own hook (see the top;
+** a thread argument is accepted, and the hook still covers the whole actor, its coroutines
+** included). Elsewhere the original, with the arming kept off while it changes the hook. */
 static int sethook(lua_State *L)
 {
   lvm_t *vm = this_vm();
+  lvm_actor_head_t *a = vm ? smarm_actor_data() : NULL;
+  if (a) {
+    int arg = lua_type(L, 1) == LUA_TTHREAD ? 1 : 0;
+    int mask = 0, count = 0;
+    if (!lua_isnoneornil(L, arg + 1)) {
+      luaL_checktype(L, arg + 1, LUA_TFUNCTION);
+      const char *smask = luaL_checkstring(L, arg + 2);
+      count = (int)luaL_optinteger(L, arg + 3, 0);
+      mask = (strchr(smask, 'c') ? LUA_MASKCALL : 0) | (strchr(smask, 'r') ? LUA_MASKRET : 0) |
+             (strchr(smask, 'l') ? LUA_MASKLINE : 0) | (count > 0 ? LUA_MASKCOUNT : 0);
+    }
+    if (mask == 0) { /* off, as debug.sethook() turns a VM's off */
+      if (vm->hook_owner == a)
+        install(vm, L, NULL);
+      if (a->hook_ref) {
+        luaL_unref(L, LUA_REGISTRYINDEX, a->hook_ref);
+        a->hook_ref = 0;
+        vm->hooked_actors--;
+      }
+      return 0;
+    }
+    lua_pushvalue(L, arg + 1);
+    if (a->hook_ref) {
+      lua_rawseti(L, LUA_REGISTRYINDEX, a->hook_ref);
+    } else {
+      a->hook_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+      vm->hooked_actors++;
+    }
+    a->hook_mask = mask;
+    a->hook_count = count;
+    install(vm, L, a);
+    return 0;
+  }
   if (vm)
     vm->no_arm = 1;
   atomic_signal_fence(memory_order_seq_cst);
@@ -128,6 +278,46 @@ static int sethook(lua_State *L)
   return 0;
 }
 
+/* debug.gethook([thread]) in an actor: its own hook (function, mask, count), or nothing. */
+static int gethook(lua_State *L)
+{
+  lvm_t *vm = this_vm();
+  const lvm_actor_head_t *a = vm ? smarm_actor_data() : NULL;
+  if (!a) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+  }
+  if (!a->hook_ref)
+    return 0;
+  char smask[4];
+  int i = 0;
+  if (a->hook_mask & LUA_MASKCALL)
+    smask[i++] = 'c';
+  if (a->hook_mask & LUA_MASKRET)
+    smask[i++] = 'r';
+  if (a->hook_mask & LUA_MASKLINE)
+    smask[i++] = 'l';
+  smask[i] = '\0';
+  lua_rawgeti(L, LUA_REGISTRYINDEX, a->hook_ref);
+  lua_pushstring(L, smask);
+  lua_pushinteger(L, a->hook_count);
+  return 3;
+}
+
+/* debug[name] = f closing over the original, once. */
+static void wrap(lua_State *L, const char *name, lua_CFunction f)
+{
+  lua_getfield(L, -1, name);
+  if (lua_tocfunction(L, -1) == f || !lua_isfunction(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushcclosure(L, f, 1);
+  lua_setfield(L, -2, name);
+}
+
 void sm_lpreempt_wrap_sethook(lua_State *L)
 {
   lua_getglobal(L, "debug");
@@ -135,12 +325,7 @@ void sm_lpreempt_wrap_sethook(lua_State *L)
     lua_pop(L, 1);
     return;
   }
-  lua_getfield(L, -1, "sethook");
-  if (lua_tocfunction(L, -1) == sethook || !lua_isfunction(L, -1)) {
-    lua_pop(L, 2);
-    return;
-  }
-  lua_pushcclosure(L, sethook, 1);
-  lua_setfield(L, -2, "sethook");
+  wrap(L, "sethook", sethook);
+  wrap(L, "gethook", gethook);
   lua_pop(L, 1);
 }

@@ -16,7 +16,13 @@ void sm_lpreempt_arm(lvm_t *vm);
 /* After a run: takes the preemption hook off L's VM if it is still there (the caller's VM lives
 ** on). */
 void sm_lpreempt_disarm(lua_State *L);
-/* Wraps the VM's debug.sethook so that a signal landing inside it arms nothing (luaopen). */
+/* Wraps the VM's debug.sethook and debug.gethook (luaopen): in an actor they set and read the
+** actor's own hook (lpreempt.c); elsewhere the originals, with no arming while a hook changes. */
 void sm_lpreempt_wrap_sethook(lua_State *L);
+/* After every switch into a Lua actor (sm_lpark_resumed, a preemption's return): makes the VM's
+** hook the incoming actor's own, or none. Costs a load and a test while no actor has one. */
+void sm_lpreempt_switched_in(lua_State *L);
+/* An actor's state is freed (lsmarm.c's lactor_free): lets go of its hook. */
+void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a);
 
 #endif

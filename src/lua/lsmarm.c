@@ -79,7 +79,7 @@ static const char traceback_key, after_run_key, last_traceback_key;
 /* ---- Per-actor state ------------------------------------------------------------------------ */
 
 typedef struct lactor {
-  lua_State *co; /* the actor's coroutine; first, as lvm_actor_head_t says */
+  lvm_actor_head_t head; /* first: its coroutine (head.co) and own debug hook (lpreempt.c) */
   int coref;     /* its anchor in the registry */
   int savedref;  /* registry ref of the saved queue (messages refused by a match), or LUA_NOREF */
   int saved_first, saved_last; /* its messages are in q[first..last], with holes; empty when
@@ -169,9 +169,10 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
   smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
-    if (fate == CO_RECYCLE && vm->spare_count < LVM_SPARE_COS && lua_status(la->co) == 0 &&
-        lua_gettop(la->co) == 0) {
-      vm->spare_co[vm->spare_count] = la->co;
+    sm_lpreempt_actor_gone(vm, &la->head);
+    if (fate == CO_RECYCLE && vm->spare_count < LVM_SPARE_COS && lua_status(la->head.co) == 0 &&
+        lua_gettop(la->head.co) == 0) {
+      vm->spare_co[vm->spare_count] = la->head.co;
       vm->spare_ref[vm->spare_count++] = la->coref;
     } else if (fate != CO_KEEP) {
       luaL_unref(vm->L, LUA_REGISTRYINDEX, la->coref);
@@ -230,7 +231,7 @@ static void set_error_reason(lua_State *co)
 static void lactor_main(void *arg)
 {
   lactor_t *la = arg;
-  lua_State *co = la->co;
+  lua_State *co = la->head.co;
   smarm_actor_set_data(la);
   sm_lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
@@ -406,7 +407,7 @@ static int l_exit(lua_State *L)
     /* The main actor exiting is like its function returning nothing: run returns. */
     current_run->main_status = 0;
     current_run->main_done = 1;
-    lua_settop(la->co, 0);
+    lua_settop(la->head.co, 0);
     smarm_actor_set_data(NULL);
     sm_lhandle_end_owner(L, la, 0);
     lactor_free(la, CO_KEEP);
@@ -928,15 +929,16 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   lvm_t *vm = this_vm();
   if (vm && vm->spare_count > 0) {
     vm->spare_count--;
-    la->co = vm->spare_co[vm->spare_count];
+    la->head.co = vm->spare_co[vm->spare_count];
     la->coref = vm->spare_ref[vm->spare_count];
     lua_pushvalue(owner, LUA_GLOBALSINDEX);
-    lua_xmove(owner, la->co, 1);
-    lua_replace(la->co, LUA_GLOBALSINDEX);
+    lua_xmove(owner, la->head.co, 1);
+    lua_replace(la->head.co, LUA_GLOBALSINDEX);
   } else {
-    la->co = lua_newthread(owner);
+    la->head.co = lua_newthread(owner);
     la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
   }
+  la->head.hook_ref = la->head.hook_mask = la->head.hook_count = 0;
   la->nargs = 0;
   la->is_main = 0;
   la->savedref = LUA_NOREF;
@@ -959,8 +961,8 @@ static void remote_actor_main(void *arg)
     return;
   }
   lactor_init(la, vm->L);
-  lua_pushlightuserdata(la->co, arg);
-  lua_pushcclosure(la->co, remote_entry, 1);
+  lua_pushlightuserdata(la->head.co, arg);
+  lua_pushcclosure(la->head.co, remote_entry, 1);
   lactor_main(la);
 }
 
@@ -977,7 +979,7 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
   la->nargs = nargs;
-  lua_xmove(L, la->co, nargs + 1);
+  lua_xmove(L, la->head.co, nargs + 1);
   return la;
 }
 
@@ -1271,7 +1273,7 @@ static int l_run(lua_State *L)
   lactor_t *main = new_lactor(L, 1, 2, 0);
   main->is_main = 1;
   int main_ref = main->coref;
-  lua_State *co = main->co;
+  lua_State *co = main->head.co;
 
   lua_pushlightuserdata(L, (void *)&last_traceback_key); /* this run's error has none yet */
   lua_pushnil(L);

@@ -46,12 +46,19 @@ typedef struct lvm {
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
   int edge_tries;               /* lpreempt.c: hooks since the last switch, looking for an edge */
+  /* lpreempt.c, per-actor hooks: how many of this VM's actors have a hook of their own; whose
+  ** is installed in the VM now (NULL: none) with its mask and count (read by the signal
+  ** handler); whether a preemption is armed over it. */
+  int hooked_actors;
+  struct lvm_actor_head *volatile hook_owner;
+  volatile sig_atomic_t hook_mask, hook_count, hook_armed;
 } lvm_t;
 
 /* What every Lua actor's smarm_actor_data() starts with (lsmarm.c's lactor_t): its coroutine,
-** for the files below lsmarm.c that need it (lpreempt.c). */
+** and its own debug hook (lpreempt.c): the function's registry ref (0: none), mask and count. */
 typedef struct lvm_actor_head {
   lua_State *co;
+  int hook_ref, hook_mask, hook_count;
 } lvm_actor_head_t;
 
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
