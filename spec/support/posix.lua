@@ -1,8 +1,9 @@
 -- The system calls the specs need around their runtimes (a temporary directory, a FIFO, removing
--- a tree, the descriptors open, the descriptor limit, a short sleep), through LuaJIT's FFI rather
--- than a shell: a process that forks after libuv's pool threads exist can leave the child stuck
--- on a futex under qemu-user, hanging the aarch64 run (the specs fork only where starting a
--- program is the point). Loaded with dofile("spec/support/posix.lua"); one table per process.
+-- a tree, a directory's names, the descriptors open, the descriptor limit, a short sleep), through
+-- LuaJIT's FFI rather than a shell: a process that forks after libuv's pool threads exist can
+-- leave the child stuck on a futex under qemu-user, hanging the aarch64 run (the specs fork only
+-- where starting a program is the point). Loaded with dofile("spec/support/posix.lua"); one
+-- table per process.
 --
 -- The declarations hold on x86-64 and aarch64 Linux alike (glibc, LP64): mode_t and useconds_t
 -- are 32 bits, rlim_t 64, RLIMIT_NOFILE is 7. A directory entry is read at its name alone, at
@@ -26,6 +27,7 @@ int spec_posix_dirfd(spec_posix_dir *dir) __asm__("dirfd");
 int spec_posix_closedir(spec_posix_dir *dir) __asm__("closedir");
 int spec_posix_getrlimit(int resource, struct spec_posix_rlimit *limit) __asm__("getrlimit");
 int spec_posix_usleep(uint32_t usec) __asm__("usleep");
+int64_t spec_posix_readlink(const char *path, char *buf, size_t size) __asm__("readlink");
 const char *spec_posix_strerror(int errnum) __asm__("strerror");
 ]])
 local C = ffi.C
@@ -97,6 +99,26 @@ function posix.fd_count()
     if name ~= own then n = n + 1 end
   end
   return n
+end
+
+-- The names in directory path but . and .., in readdir's order; nil if it cannot be listed.
+function posix.list(path)
+  return (entries(path))
+end
+
+-- This process's open descriptors as text, one "fd -> what it is" a line (for a failure
+-- message, as ls -l /proc/<pid>/fd would give it).
+function posix.fd_list()
+  local names, own = assert(entries("/proc/self/fd"))
+  table.sort(names, function(a, b) return tonumber(a) < tonumber(b) end)
+  local buf, lines = ffi.new("char[?]", 4096), {}
+  for _, name in ipairs(names) do
+    if name ~= own then
+      local n = tonumber(C.spec_posix_readlink("/proc/self/fd/" .. name, buf, 4096))
+      lines[#lines + 1] = name .. " -> " .. (n >= 0 and ffi.string(buf, n) or "(closed meanwhile)")
+    end
+  end
+  return table.concat(lines, "\n") .. "\n"
 end
 
 -- The soft limit on descriptors (math.huge when there is none).
