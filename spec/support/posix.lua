@@ -63,7 +63,7 @@ function posix.mkdir(path)
   if C.spec_posix_mkdir(path, tonumber("700", 8)) ~= 0 then failed("mkdir", path) end
 end
 
--- A fresh, empty directory under /tmp (os.tmpname's name, which no other process takes).
+-- A fresh, empty directory under /tmp, at the name os.tmpname made (and it removed first).
 function posix.tmpdir()
   local path = os.tmpname()
   os.remove(path)
