@@ -1,6 +1,9 @@
 -- The smarm executable: scripts, -e, -s, -v, the prompt, exit status and stderr.
 -- dev.sh sets SMARM_EXE to the executable of the build under test.
 local exe = os.getenv("SMARM_EXE")
+-- The files a case makes for the executable, without a shell (the forks here are the
+-- executable's runs alone: spec/support/posix.lua)
+local posix = dofile("spec/support/posix.lua")
 
 -- Runs a shell command; returns stdout, stderr, exit status.
 local function sh(cmd, input)
@@ -79,9 +82,8 @@ describe("the smarm executable", function()
       pending("smarm test under qemu: busted's C modules are the host's")
       return
     end
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. dir .. "/spec") == 0)
+    local dir = posix.tmpdir()
+    posix.mkdir(dir .. "/spec")
     local function write(name, text)
       local f = assert(io.open(dir .. "/spec/" .. name, "w"))
       f:write(text)
@@ -95,7 +97,7 @@ describe("the smarm executable", function()
     write("bad_spec.lua", 'describe("b", function() it("fails", function()\n'
       .. '  assert.are.equal(1, 2) end) end)\n')
     out, err, status = sh("cd " .. dir .. " && " .. exe .. " test -o plainTerminal")
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal(1, status)
     assert.matches("1 success / 1 failure", out)
     assert.are.equal("", err)

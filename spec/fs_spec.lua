@@ -1,15 +1,10 @@
 -- smarm.fs: files through the IO thread (src/lua/lio.c, src/io/io.c).
 local smarm = require("smarm")
-local fd_count = dofile("spec/support/fds.lua")
+local posix = dofile("spec/support/posix.lua") -- no shells: a fork here can hang under qemu
+local fd_count = posix.fd_count
 local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. d) == 0)
-  return d
-end
+local tmpdir = posix.tmpdir
 
 describe("smarm.fs", function()
   it("writes and reads back files, binary and large", function()
@@ -25,7 +20,7 @@ describe("smarm.fs", function()
       return smarm.fs.readfile(dir .. "/bin") == bin, smarm.fs.readfile(dir .. "/empty"),
         smarm.fs.readfile(dir .. "/big") == big
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.is_true(ok)
     assert.are.equal("", small)
     assert.is_true(big_ok)
@@ -48,7 +43,7 @@ describe("smarm.fs", function()
       out.isdir = { smarm.fs.readfile(dir) }
       return out
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.is_nil(r.missing[1])
     assert.matches("nope: no such file or directory", r.missing[2])
     assert.are.equal("ENOENT", r.missing[3])
@@ -64,7 +59,7 @@ describe("smarm.fs", function()
 
   it("returns EPIPE for a write to a FIFO whose reader is gone, and the process lives", function()
     local dir = tmpdir()
-    assert(os.execute("mkfifo " .. dir .. "/fifo") == 0)
+    posix.mkfifo(dir .. "/fifo")
     local res = guard.run(function()
       local me = smarm.self()
       smarm.spawn(function() smarm.send(me, { smarm.fs.open(dir .. "/fifo", "r") }) end)
@@ -80,7 +75,7 @@ describe("smarm.fs", function()
       w:close()
       return out
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.is_nil(res[1])
     assert.matches("broken pipe", res[2])
     assert.are.equal("EPIPE", res[3])
@@ -101,7 +96,7 @@ describe("smarm.fs", function()
       out.after = smarm.fs.scandir(dir)
       return out
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal(5, r.file.size)
     assert.are.equal("file", r.file.type)
     assert.is_true(r.file.mtime > 1e9)
@@ -114,7 +109,7 @@ describe("smarm.fs", function()
   it("parks only the calling actor", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
-    assert(os.execute("mkfifo " .. fifo) == 0)
+    posix.mkfifo(fifo)
     local got, ticks = guard.run(function()
       local me = smarm.self()
       -- opening a FIFO blocks until a writer comes: the reader's thread would hang if the read
@@ -125,7 +120,7 @@ describe("smarm.fs", function()
       assert(smarm.fs.writefile(fifo, "through the pipe"))
       return guard.receive("the FIFO's contents"), ticks
     end, { schedulers = 1 })
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal(50, ticks)
     assert.are.equal("through the pipe", got[1])
   end)
@@ -146,14 +141,14 @@ describe("smarm.fs", function()
       for _ = 1, n do if guard.receive("an actor's answer") then good = good + 1 end end
       return good
     end, { schedulers = 2 })
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal(200, good)
   end)
 
   it("lets a runtime end while a request is blocked in flight", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
-    assert(os.execute("mkfifo " .. fifo) == 0)
+    posix.mkfifo(fifo)
     -- open(2) of a FIFO blocks a pool thread until a writer comes, and none will: the IO thread's
     -- stop interrupts it (io.h), the request completes with nobody to wake, and run returns
     local t0 = os.time()
@@ -162,7 +157,7 @@ describe("smarm.fs", function()
       smarm.yield()
       return "main done"
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal("main done", r)
     assert.is_true(os.time() - t0 < HANG) -- only that it was not waited for without end
     -- and the next runtime's IO works
@@ -212,7 +207,7 @@ describe("smarm.fs.open", function()
       out.badflags = select(2, pcall(function() smarm.fs.open(dir .. "/data", "rw") end))
       return out
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal(6, r.w1)
     assert.are.equal(5, r.w2)
     assert.are.equal(1, r.at)
@@ -245,7 +240,7 @@ describe("smarm.fs.open", function()
       local whole = smarm.fs.readfile(path)
       return { half = half, size = #whole, tail = whole:sub(-1) }
     end, { schedulers = 2 })
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.same({ 4096, 4096 }, r.half)
     assert.are.equal(8192, r.size)
     assert.are.equal("b", r.tail)
@@ -254,7 +249,7 @@ describe("smarm.fs.open", function()
   it("closes a collected file, and defers a close while another actor reads", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
-    assert(os.execute("mkfifo " .. fifo) == 0)
+    posix.mkfifo(fifo)
     local before = fd_count()
     local r = guard.run(function()
       local me = smarm.self()
@@ -276,7 +271,7 @@ describe("smarm.fs.open", function()
         "closes of collected files", 0.01)
       return { got = got, after = after, open = open }
     end)
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.is_true(r.open <= before + 8, before .. " descriptors before, " .. r.open .. " with 50 dropped")
     assert.are.same({ "12345" }, r.got)
     assert.matches("the file is closed", r.after)
@@ -310,7 +305,7 @@ describe("files in messages", function()
         "closes of files sent to an actor that is gone", 0.01)
       return { got = got, old = old, open = open }
     end, { schedulers = 2 })
-    os.execute("rm -rf " .. dir)
+    posix.remove_tree(dir)
     assert.are.equal("bytes", r.got[1])
     assert.matches("^fs%.file", r.got[2])
     assert.matches("the file was handed to another actor", r.old)

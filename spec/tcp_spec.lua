@@ -1,7 +1,8 @@
 -- smarm.tcp: sockets on the IO thread (src/lua/ltcp.c, src/io/tcp.c), over loopback.
 local smarm = require("smarm")
 
-local fd_count = dofile("spec/support/fds.lua")
+local posix = dofile("spec/support/posix.lua") -- no shells: a fork here can hang under qemu
+local fd_count = posix.fd_count
 local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
@@ -9,7 +10,7 @@ local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/
 local function fds_down_to(n)
   local deadline, now = os.time() + HANG, fd_count()
   while now > n and os.time() < deadline do
-    os.execute("sleep 0.05")
+    posix.sleep(0.05)
     now = fd_count()
   end
   return now
@@ -312,7 +313,7 @@ describe("smarm.tcp", function()
   end)
 
   it("holds thousands of connections across schedulers and leaves no descriptor open", function()
-    local limit = tonumber(io.popen("sh -c 'ulimit -n'"):read("*a")) or 1024
+    local limit = posix.fd_limit()
     -- both ends of every connection are in this process: two descriptors each
     local n = math.min(10000, math.floor((limit - 1000) / 2))
     local before = fd_count()
@@ -376,7 +377,7 @@ describe("10,000 connections", function()
   it("are held at once by one runtime, their clients in another process, and all are closed", function()
     local exe = os.getenv("SMARM_EXE")
     if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
-    local limit = tonumber(io.popen("sh -c 'ulimit -n'"):read("*a")) or 1024
+    local limit = posix.fd_limit()
     local n = math.min(10000, limit - 500) -- one descriptor per connection in each process
     local before = fd_count()
     -- the clients: connect n times in waves, check an echo on each, hold them all, then end

@@ -60,9 +60,16 @@ end
 -- seconds (a bug left something waiting for good), a background shell prints
 -- "<file:line>: smarm.run still running after N s ..." on stderr and ends the process with
 -- SIGTERM, so the spec file fails with a message naming the run instead of holding the whole
--- suite until an outer timeout. The watchdog ends within a second of the run's end (or of the
--- process's). Costs one shell per run.
+-- suite until an outer timeout.
+-- One shell serves the whole process, started when this file is first loaded: the specs load it
+-- before their first run, so that its fork comes before any runtime's threads exist (a process
+-- that forks after libuv's pool threads exist can leave the child stuck on a futex under
+-- qemu-user). A run tells it through a file, "<serial> <file:line>" while the run lasts and empty
+-- between runs; the shell counts the seconds the same line stays there. It ends within a second
+-- of the process's end, and removes the file.
 guard.RUN_LIMIT = 600 -- seconds: far beyond any run of the specs on a 10x slower machine
+
+local WATCHDOG = "spec/support/guard.lua: watchdog" -- package.loaded's key: once per process
 
 local function own_pid()
   local f = assert(io.open("/proc/self/stat"))
@@ -71,20 +78,37 @@ local function own_pid()
   return pid
 end
 
+local function start_watchdog()
+  local watchdog = { file = os.tmpname(), runs = 0 } -- os.tmpname creates it, empty
+  local pid = own_pid()
+  os.execute(string.format([[sh -c 'last=; n=0; while [ -e %s ] && kill -0 %d 2>/dev/null; do
+    run=; read -r run <%s
+    if [ -z "$run" ] || [ "$run" != "$last" ]; then last=$run; n=0
+    elif [ $n -ge %d ]; then
+      echo "${run#* }: smarm.run still running after %d s: ended by the watchdog" \
+        "(spec/support/guard.lua)" >&2
+      rm -f %s; kill -TERM %d; exit 0
+    fi; sleep 1; n=$((n+1)); done; rm -f %s' </dev/null >/dev/null &]], watchdog.file, pid,
+    watchdog.file, guard.RUN_LIMIT, guard.RUN_LIMIT, watchdog.file, pid, watchdog.file))
+  return watchdog
+end
+
+local watchdog = package.loaded[WATCHDOG] or start_watchdog()
+package.loaded[WATCHDOG] = watchdog
+
+local function tell_watchdog(line)
+  local f = assert(io.open(watchdog.file, "w"))
+  f:write(line)
+  f:close()
+end
+
 function guard.run(fn, opts)
   local info = debug.getinfo(2, "Sl")
   local where = (info.short_src .. ":" .. info.currentline):gsub("[^%w%./_:%-]", "_")
-  local armed = os.tmpname() -- the watchdog runs while this file exists
-  local pid = own_pid()
-  os.execute(string.format([[sh -c 'n=0; while [ -e %s ] && kill -0 %d 2>/dev/null; do
-    if [ $n -ge %d ]; then
-      echo "%s: smarm.run still running after %d s: ended by the watchdog" \
-        "(spec/support/guard.lua)" >&2
-      rm -f %s; kill -TERM %d; exit 0
-    fi; sleep 1; n=$((n+1)); done' </dev/null >/dev/null &]], armed, pid, guard.RUN_LIMIT, where,
-    guard.RUN_LIMIT, armed, pid))
+  watchdog.runs = watchdog.runs + 1
+  tell_watchdog(watchdog.runs .. " " .. where .. "\n")
   local function finish(ok, ...)
-    os.remove(armed)
+    tell_watchdog("")
     if not ok then error((...), 0) end
     return ...
   end
