@@ -34,17 +34,8 @@ local kv = require("kv_service")
 local guard = dofile("spec/support/guard.lua")
 local fd_count = dofile("spec/support/fds.lua")
 
--- The process's descriptors, for a failure message (the pid from /proc/self/stat: a shell
--- started by io.popen has its own).
-local function fd_list()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*n")
-  f:close()
-  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
-  local text = p:read("*a")
-  p:close()
-  return text
-end
+-- The process's descriptors, for a failure message (read without a fork: see posix.lua).
+local fd_list = dofile("spec/support/posix.lua").fd_list
 
 -- A value for a failure message: a table one level deep.
 local function show(v)
