@@ -204,10 +204,19 @@ void sm_lpreempt_disarm(lua_State *L)
     lua_sethook(L, NULL, 0, 0);
 }
 
-void sm_lpreempt_switched_in(lua_State *L)
+_Atomic int sm_lpreempt_hooked;
+
+/* One more or one less actor with a hook of its own, in vm and in the process's count. */
+static void count_hooked(lvm_t *vm, int delta)
+{
+  vm->hooked_actors += delta;
+  atomic_fetch_add_explicit(&sm_lpreempt_hooked, delta, memory_order_relaxed);
+}
+
+void sm_lpreempt_reconcile(lua_State *L)
 {
   lvm_t *vm = this_vm();
-  if (__builtin_expect(!vm || vm->hooked_actors == 0, 1))
+  if (!vm || vm->hooked_actors == 0)
     return;
   lvm_actor_head_t *a = smarm_actor_data();
   if (a != vm->hook_owner || (a && lua_gethook(L) != actor_hook))
@@ -222,7 +231,7 @@ void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a)
     install(vm, vm->L, NULL);
   luaL_unref(vm->L, LUA_REGISTRYINDEX, a->hook_ref);
   a->hook_ref = 0;
-  vm->hooked_actors--;
+  count_hooked(vm, -1);
 }
 
 /* debug.sethook([thread,] [f, mask [, count]]) in an actor: the actor's own hook (see the top;
@@ -248,7 +257,7 @@ static int sethook(lua_State *L)
       if (a->hook_ref) {
         luaL_unref(L, LUA_REGISTRYINDEX, a->hook_ref);
         a->hook_ref = 0;
-        vm->hooked_actors--;
+        count_hooked(vm, -1);
       }
       return 0;
     }
@@ -257,7 +266,7 @@ static int sethook(lua_State *L)
       lua_rawseti(L, LUA_REGISTRYINDEX, a->hook_ref);
     } else {
       a->hook_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-      vm->hooked_actors++;
+      count_hooked(vm, 1);
     }
     a->hook_mask = mask;
     a->hook_count = count;

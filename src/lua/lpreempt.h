@@ -10,6 +10,8 @@
 
 #include <lua.h>
 
+#include <stdatomic.h>
+
 /* The work of smarm_config_t.on_preempt for vm, the VM of the scheduler whose thread the signal
 ** handler interrupted: arms the hook unless a user's hook is set or being set. */
 void sm_lpreempt_arm(lvm_t *vm);
@@ -20,8 +22,16 @@ void sm_lpreempt_disarm(lua_State *L);
 ** actor's own hook (lpreempt.c); elsewhere the originals, with no arming while a hook changes. */
 void sm_lpreempt_wrap_sethook(lua_State *L);
 /* After every switch into a Lua actor (sm_lpark_resumed, a preemption's return): makes the VM's
-** hook the incoming actor's own, or none. Costs a load and a test while no actor has one. */
-void sm_lpreempt_switched_in(lua_State *L);
+** hook the incoming actor's own, or none. Costs a load and a test while no actor of the process
+** has one: sm_lpreempt_hooked counts them over every VM (relaxed: a scheduler reads its own
+** VM's changes, which it made itself; another VM's only make it look closer, in the call). */
+extern _Atomic int sm_lpreempt_hooked;
+void sm_lpreempt_reconcile(lua_State *L);
+static inline void sm_lpreempt_switched_in(lua_State *L)
+{
+  if (__builtin_expect(atomic_load_explicit(&sm_lpreempt_hooked, memory_order_relaxed) != 0, 0))
+    sm_lpreempt_reconcile(L);
+}
 /* An actor's state is freed (lsmarm.c's lactor_free): lets go of its hook. */
 void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a);
 
