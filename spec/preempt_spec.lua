@@ -262,7 +262,7 @@ describe("preemption", function()
 
   in_pure_loops("takes opts.slice in smarm.run and spawn_opt, and counts preemptions in smarm.stats",
     function()
-      local preempts = run(function()
+      local stats = run(function()
         local me, flag = smarm.self(), { done = false }
         smarm.spawn_opt({ slice = 0.0001 }, function()
           while not flag.done do end
@@ -270,9 +270,11 @@ describe("preemption", function()
         end)
         smarm.spawn(function() flag.done = true end)
         guard.receive("the spinner")
-        return smarm.stats().total.preempts
+        return smarm.stats().total
       end, { slice = 0.001 })
-      assert.is_true(preempts >= 1)
+      assert.is_true(stats.preempts >= 1)
+      -- the wait from each request to its switch is summed: some time, and not absurd
+      assert.is_true(stats.preempt_wait_ns > 0 and stats.preempt_wait_ns < stats.preempts * 60e9)
     end)
 
   it("refuses durations that are not numbers, even numeric strings (sleep, receive, call)",

@@ -505,6 +505,8 @@ typedef struct smarm_stats {
   uint64_t live;         /* actors alive now */
   uint64_t stacks;       /* guarded stacks mapped now */
   uint64_t preempts;     /* actors that gave way because their time slice was over */
+  uint64_t preempt_wait_ns; /* summed over those: ns from the runtime's request to give way (at
+                            most a tick, half a slice, after the slice's end) to the switch */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without

@@ -110,6 +110,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(live);
     READ(stacks);
     READ(preempts);
+    READ(preempt_wait_ns);
 #undef READ
   }
   sm_runtime_leave();

@@ -22,6 +22,9 @@
 **                   it (acquire) and compares with its own progress: a request made before the
 **                   actor switched, or one the actor already honoured, names an older progress
 **                   and is ignored, so a late signal or hook never preempts the wrong slice.
+**   preempt_asked_ns ticker: relaxed store of the request's time, before preempt_asked's release
+**                   store; the owner reads it after acquiring preempt_asked (smarm_preempt_due),
+**                   for stats.preempt_wait_ns (a later request's time at worst: a shorter wait).
 **   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
 **                   1 (the owner's 0 overwrote it) costs one tick's lateness.
 **   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
@@ -120,6 +123,7 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
   w->retry_ns = !w->asked_at ? first : w->retry_ns < MAX_RETRY_NS / 2 ? 2 * w->retry_ns
                                                                      : MAX_RETRY_NS;
   w->asked_at = now;
+  atomic_store_explicit(&s->preempt_asked_ns, now, memory_order_relaxed);
   atomic_store_explicit(&s->preempt_asked, progress + 1, memory_order_release);
   pthread_kill(s->thread, SIGURG);
   return tick_for(slice);

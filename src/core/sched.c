@@ -653,6 +653,10 @@ void smarm_preempt(void)
   actor_t *self = sched_self(&s);
   if (!self)
     return;
+  if (smarm_preempt_due()) { /* honours a request: how long it waited (preempt.c) */
+    int64_t asked_ns = atomic_load_explicit(&s->preempt_asked_ns, memory_order_relaxed);
+    stat_add(&s->stats.preempt_wait_ns, (uint64_t)(smarm_now_ns() - asked_ns));
+  }
   atomic_store_explicit(&s->preempt_asked, 0, memory_order_relaxed);
   stat_add(&s->stats.preempts, 1); /* a new slice, even when nobody else wants to run */
   s->ticks = TIMER_CHECK_TICKS;    /* the clock now: due timers go first */

@@ -119,6 +119,7 @@ typedef struct actor_table {
 typedef struct sched_stats {
   _Atomic uint64_t switches, parks, wakes, remote_sent, stack_saves, spawned, live, stacks;
   _Atomic uint64_t preempts;  /* actors that gave way because their slice was over */
+  _Atomic uint64_t preempt_wait_ns; /* summed over those: from the ticker's request to the switch */
 } sched_stats_t;
 
 struct runtime;
@@ -131,6 +132,7 @@ typedef struct sched {
   _Alignas(SMARM_CACHE_PAD) _Atomic uint32_t look_at_clock; /* the next decision point fires the
                                                                due timers */
   _Atomic uint64_t preempt_asked; /* progress + 1 when the running actor was asked to give way */
+  _Atomic int64_t preempt_asked_ns; /* and when (smarm_now_ns) */
 
   /* -- Owner thread only. */
   _Alignas(SMARM_CACHE_PAD) unsigned index;

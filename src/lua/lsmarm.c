@@ -447,6 +447,7 @@ static void set_stats(lua_State *L, const smarm_stats_t *st)
   FIELD(remote_sent);
   FIELD(stack_saves);
   FIELD(preempts);
+  FIELD(preempt_wait_ns);
   FIELD(spawned);
   FIELD(live);
   FIELD(stacks);
