@@ -111,6 +111,7 @@ static _Atomic smarm_pid_t crash_reporter;
 const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_NORMAL] = "normal", [LVM_STR_KILL] = "kill", [LVM_STR_KILLED] = "killed",
   [LVM_STR_NOPROC] = "noproc", [LVM_STR_MAILBOX_OVERFLOW] = "mailbox_overflow",
+  [LVM_STR_NOMEM] = "not enough memory", /* as LuaJIT words it */
   [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
   [LVM_STR_DOWN] = "DOWN", [LVM_STR_EXIT] = "EXIT", [LVM_STR_FROM] = "from",
   [LVM_STR_REQUEST] = "request", [LVM_STR_PID] = "pid", [LVM_STR_REF] = "ref",
@@ -996,6 +997,8 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
 {
   if (rc == -EEXIST)
     return luaL_error(L, "smarm.%s: the name '%s' is taken", fname, r->name);
+  if (rc == -ENOMEM) /* worded as LuaJIT's own and the codec's */
+    return luaL_error(L, "not enough memory");
   if (rc < 0)
     return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
   sm_lsmarm_push_pid(L, pid);
