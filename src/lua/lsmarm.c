@@ -946,7 +946,27 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->pending = NULL;
 }
 
-/* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. */
+/* remote_actor_main's allocations, under lua_cpcall in the VM's main state: the coroutine, and
+** its entry closure, made there and moved over (an error raised in the coroutine itself, which
+** has no protected frame yet, would end the process). */
+typedef struct remote_start {
+  lactor_t *la;
+  smarm_msg_t *block;
+} remote_start_t;
+
+static int remote_start(lua_State *L)
+{
+  remote_start_t *r = lua_touserdata(L, 1);
+  lactor_init(r->la, L);
+  lua_pushlightuserdata(L, r->block);
+  lua_pushcclosure(L, remote_entry, 1);
+  lua_xmove(L, r->la->co, 1);
+  return 0;
+}
+
+/* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. Out of
+** memory for it, the actor cannot start and nobody waits for an error: it ends with reason
+** "not enough memory" (SMARM_EXIT_NOMEM), which its links and monitors hear. */
 static void remote_actor_main(void *arg)
 {
   lvm_t *vm = this_vm();
@@ -957,13 +977,28 @@ static void remote_actor_main(void *arg)
     fprintf(stderr, "smarm: spawn_on: no VM for a new actor\n");
     return;
   }
-  lactor_init(la, vm->L);
-  lua_pushlightuserdata(la->co, arg);
-  lua_pushcclosure(la->co, remote_entry, 1);
+  remote_start_t r = {la, arg};
+  if (lua_cpcall(vm->L, remote_start, &r) != 0) {
+    lua_pop(vm->L, 1); /* "not enough memory": nothing else raises there */
+    if (la->coref == LUA_NOREF)
+      la->co = NULL; /* made but never anchored: the GC's */
+    la->pending = arg; /* lactor_init let go of it, but no closure took it */
+    smarm_actor_set_data(NULL);
+    lactor_free(la, CO_RELEASE); /* frees the block (its sockets close) */
+    smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
+    return;
+  }
   lactor_main(la);
 }
 
-/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
+static int lactor_init_protected(lua_State *L)
+{
+  lactor_init(lua_touserdata(L, 1), L);
+  return 0;
+}
+
+/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on.
+** Raises "not enough memory" (and frees what it made) when there is none for it. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
   lactor_t *la = malloc(sizeof *la);
@@ -971,7 +1006,11 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     luaL_error(L, "not enough memory");
     return NULL;
   }
-  lactor_init(la, L);
+  if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
+    free(la);
+    lua_error(L); /* the error lua_cpcall left: "not enough memory" */
+    return NULL;
+  }
   lua_pushvalue(L, fn_idx);
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
