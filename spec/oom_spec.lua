@@ -28,13 +28,17 @@ end
 -- finds memory), reports, and ends its run with every other actor still parked.
 local CHILD = [[
 local smarm = require("smarm")
-local nsched, stack = tonumber(arg[1]), tonumber(arg[2])
+local nsched, stack, where = tonumber(arg[1]), tonumber(arg[2]), arg[3]
 local ballast = string.rep("x", 4 * 1024 * 1024)
 local ok, err = smarm.run(function()
   local n, pids = 0, {}
   local _, e = pcall(function()
     while true do
-      pids[#pids + 1] = smarm.spawn(function() smarm.receive() end)
+      if where == "any" then -- made in another VM, from a message
+        pids[#pids + 1] = smarm.spawn_on("any", function() smarm.receive() end)
+      else
+        pids[#pids + 1] = smarm.spawn(function() smarm.receive() end)
+      end
       n = n + 1
       if n % 16 == 0 then smarm.yield() end -- they run, park, and are saved to make room
     end
@@ -74,18 +78,20 @@ describe("out of memory", function()
     local failures = {}
     -- From just above what a run needs to start to well past it: where memory runs out first
     -- (spawn, a saved stack, the stop) moves with the limit.
+    local configs = { { 1, "here" }, { 2, "here" }, { 2, "any" } } -- schedulers, where to spawn
     for _, mib in ipairs({ 64, 128, 256, 512 }) do
-      for _, nsched in ipairs({ 1, 2 }) do
+      for _, config in ipairs(configs) do
+        local nsched, where = config[1], config[2]
         for run = 1, 4 do
-          local out, err, status = sh(("ulimit -v %d && exec %s -n %s %d %d"):format(
-            mib * 1024, exe, script, nsched, 8 * 1024 * 1024))
+          local out, err, status = sh(("ulimit -v %d && exec %s -n %s %d %d %s"):format(
+            mib * 1024, exe, script, nsched, 8 * 1024 * 1024, where))
           local ok = status == 0
             and out:match("spawn raised: [^\n]*not enough memory\n") ~= nil
             and out:match("run ended: ") ~= nil
             and not err:match("check failed")
           if not ok then
-            failures[#failures + 1] = ("%d MiB, %d scheduler(s), run %d: status %s\n%s%s"):format(
-              mib, nsched, run, tostring(status), out, err)
+            failures[#failures + 1] = ("%d MiB, %d scheduler(s), spawn %s, run %d: status %s\n%s%s")
+              :format(mib, nsched, where, run, tostring(status), out, err)
           end
         end
       end
