@@ -331,6 +331,10 @@ enum smarm_exit_code {
   SMARM_EXIT_NOPROC,     /* the pid named no live actor (link, monitor) */
   SMARM_EXIT_VALUE,      /* the reason is the bytes that come with it */
   SMARM_EXIT_MAILBOX_OVERFLOW, /* its mailbox passed its max_mailbox (smarm_spawn_opts_t) */
+  SMARM_EXIT_NOMEM,      /* memory ran out where only its death could follow: its parked stack
+                            could not be saved to let another actor run on the slot they share
+                            (docs/design.md, "Stacks"), or a link or monitor could not be
+                            recorded (the asker's exit signal or DOWN carries it) */
 };
 
 /* Ends the calling actor like smarm_exit() with reason `code` (with SMARM_EXIT_VALUE, `size`

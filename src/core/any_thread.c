@@ -54,9 +54,9 @@ void sm_runtime_request_stop(runtime_t *rt)
 {
   if (atomic_exchange_explicit(&rt->stop_requested, 1, memory_order_acq_rel))
     return;
-  for (unsigned k = 0; k < rt->nsched; k++) {
-    smarm_msg_t *m = sm_msg_new(MSG_STOP, 0);
-    SMARM_CHECK(m != NULL, "out of memory stopping the runtime");
+  for (unsigned k = 0; k < rt->nsched; k++) { /* made at start: a stop needs no memory */
+    smarm_msg_t *m = rt->stop_items[k];
+    rt->stop_items[k] = NULL;
     sm_inbox_push(&rt->scheds[k].inbox, m);
   }
 }

@@ -31,6 +31,7 @@
 */
 #include "faults.h"
 
+#include "alloc.h"
 #include "runtime.h"
 
 #include <errno.h>
@@ -71,7 +72,7 @@ actor_faults_t *sm_faults_of(actor_t *a)
     s->nspare_faults--;
     memset(f, 0, sizeof *f);
   } else {
-    f = calloc(1, sizeof *f);
+    f = sm_calloc(SM_ALLOC_FAULTS, 1, sizeof *f);
   }
   a->faults = f;
   return f;
@@ -92,7 +93,7 @@ static monitor_t *monitor_new(sched_t *s)
 {
   monitor_t *m = s->spare_monitors;
   if (!m)
-    return malloc(sizeof *m);
+    return sm_alloc(SM_ALLOC_FAULTS, sizeof *m);
   s->spare_monitors = m->next;
   s->nspare_monitors--;
   return m;
@@ -247,12 +248,20 @@ static void signal_send(sched_t *s, smarm_msg_t *m)
     sm_faults_deliver(s, m); /* finds no actor: answered as for a dead one */
 }
 
-/* signal_new + signal_send, for the cases where running out of memory must not lose the
-** signal's meaning: there is no way to report it, so it ends the process with a clear message. */
+/* signal_new + signal_send, where nobody could be told of a failure. Out of memory, a
+** demonitor is dropped (the target keeps a record of a watcher that is gone until it dies
+** itself: its DOWN then finds nobody); a notice of a death whose reason's bytes find no room
+** goes with reason SMARM_EXIT_NOMEM instead, a smaller block. Only when even that block cannot
+** be had does the process end, with a clear message: a link or monitor told nothing of a death
+** would wait for ever, and no caller is there to hear the error. */
 static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t from,
                         smarm_pid_t pid, smarm_ref_t ref, int code, const void *data, size_t size)
 {
   smarm_msg_t *m = signal_new(kind, to, from, pid, ref, code, data, size);
+  if (!m && kind == SIG_DEMONITOR)
+    return;
+  if (!m && code == SMARM_EXIT_VALUE)
+    m = signal_new(kind, to, from, pid, ref, SMARM_EXIT_NOMEM, NULL, 0);
   SMARM_CHECK(m != NULL, "out of memory sending a link or monitor signal");
   signal_send(s, m);
 }
@@ -264,7 +273,7 @@ static int store_reason(actor_t *a, int code, const void *data, size_t size)
   void *copy = NULL;
   if (code != SMARM_EXIT_VALUE)
     size = 0;
-  if (!f || (size && !(copy = malloc(size)))) {
+  if (!f || (size && !(copy = sm_alloc(SM_ALLOC_FAULTS, size)))) {
     free(copy);
     return -ENOMEM;
   }
@@ -281,8 +290,14 @@ void sm_faults_die_later(sched_t *s, actor_t *a, int code, const void *data, siz
 {
   if (a->state == ACTOR_DEAD || a->exit_pending)
     return;
-  SMARM_CHECK(store_reason(a, code, data, size) == 0, "out of memory killing an actor");
-  a->faults->reason_set = 0;
+  /* Out of memory, the death still happens, for a reason that says so: without room for the
+  ** reason's bytes, SMARM_EXIT_NOMEM in the record; without a record at all (the actor has no
+  ** links, monitors or name, so nobody hears the reason), exit_pending alone, which
+  ** sm_sched_die_pending reads as SMARM_EXIT_NOMEM. */
+  if (store_reason(a, code, data, size) < 0 && a->faults)
+    store_reason(a, SMARM_EXIT_NOMEM, NULL, 0); /* no bytes to copy: cannot fail */
+  if (a->faults)
+    a->faults->reason_set = 0;
   a->exit_pending = 1;
   if (a->state != ACTOR_RUNNING && a->state != ACTOR_RUNNABLE && a->state != ACTOR_WAIT_REPLY)
     sm_sched_wake(s, a);
@@ -310,14 +325,15 @@ static void exit_signal_arrives(sched_t *s, actor_t *a, smarm_msg_t *m, int via_
   sm_msg_release(m);
 }
 
-/* A link or monitor request m reached a pid that names nobody: the answer goes back to the
-** asker in this very block, as `kind` (an exit signal or a DOWN) with reason NOPROC. */
-static void answer_noproc(sched_t *s, smarm_msg_t *m, uint16_t kind)
+/* A link or monitor request m cannot be recorded: its pid names nobody (NOPROC), or memory is
+** out (NOMEM). The answer goes back to the asker in this very block, which needs no memory, as
+** `kind` (an exit signal or a DOWN) with that reason: the asker's half goes as for a death. */
+static void answer_failed(sched_t *s, smarm_msg_t *m, uint16_t kind, int reason)
 {
   smarm_notice_t *n = notice_of(m);
   m->kind = kind;
   n->pid = m->to;
-  n->reason = SMARM_EXIT_NOPROC;
+  n->reason = reason;
   m->to = m->from;
   m->from = n->pid;
   signal_send(s, m);
@@ -337,22 +353,20 @@ void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
       sm_msg_release(m);
     return;
   case SIG_LINK:
-    if (!a) {
-      answer_noproc(s, m, SIG_EXIT_LINK);
+    if (!a || links_add(a, m->from) < 0) {
+      answer_failed(s, m, SIG_EXIT_LINK, a ? SMARM_EXIT_NOMEM : SMARM_EXIT_NOPROC);
       return;
     }
-    SMARM_CHECK(links_add(a, m->from) == 0, "out of memory recording a link");
     break;
   case SIG_UNLINK:
     if (a && a->faults)
       links_remove(a, m->from);
     break;
   case SIG_MONITOR:
-    if (!a) {
-      answer_noproc(s, m, SIG_DOWN);
+    if (!a || monitor_add(s, a, 0, n->ref, m->from) < 0) {
+      answer_failed(s, m, SIG_DOWN, a ? SMARM_EXIT_NOMEM : SMARM_EXIT_NOPROC);
       return;
     }
-    SMARM_CHECK(monitor_add(s, a, 0, n->ref, m->from) == 0, "out of memory recording a monitor");
     break;
   case SIG_DEMONITOR: /* only the monitor its watcher placed on this target */
     if ((mon = monitor_find(s, 0, n->ref)) && mon->owner == a && mon->other == m->from)
@@ -460,7 +474,7 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 
 int sm_faults_valid_reason(int code, const void *data, size_t size)
 {
-  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_MAILBOX_OVERFLOW && (data || !size) &&
+  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_NOMEM && (data || !size) &&
          size <= UINT32_MAX;
 }
 

@@ -3,6 +3,8 @@
 */
 #include "message.h"
 
+#include "alloc.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -10,7 +12,7 @@ smarm_msg_t *sm_msg_new(uint32_t kind, size_t size)
 {
   if (size > UINT32_MAX)
     return NULL;
-  smarm_msg_t *m = malloc(sizeof *m + size);
+  smarm_msg_t *m = sm_alloc(SM_ALLOC_MSG, sizeof *m + size);
   if (!m)
     return NULL;
   m->next = NULL;

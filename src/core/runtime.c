@@ -158,9 +158,18 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   rt->nsched = rt->cfg.schedulers;
   rt->scheds = aligned_alloc(SMARM_CACHE_PAD, rt->nsched * sizeof(sched_t));
   threads = calloc(rt->nsched, sizeof *threads);
-  if (!rt->scheds || !threads) {
+  /* The stop items are made now, so that stopping (which may follow running out of memory)
+  ** allocates nothing: the run always ends. */
+  rt->stop_items = calloc(rt->nsched, sizeof *rt->stop_items);
+  if (!rt->scheds || !threads || !rt->stop_items) {
     rc = -ENOMEM;
     goto out_rt;
+  }
+  for (unsigned k = 0; k < rt->nsched; k++) {
+    if (!(rt->stop_items[k] = sm_msg_new(MSG_STOP, 0))) {
+      rc = -ENOMEM;
+      goto out_rt;
+    }
   }
   rt->gen_base = sm_sched_gen_base();
   sm_names_init(&rt->names);
@@ -217,6 +226,9 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   if (restore_affinity)
     pthread_setaffinity_np(pthread_self(), sizeof old_affinity, &old_affinity);
 out_rt:
+  for (unsigned k = 0; rt->stop_items && k < rt->nsched; k++)
+    sm_msg_release(rt->stop_items[k]); /* NULL once sent; all unsent if the start failed */
+  free(rt->stop_items);
   free(threads);
   free(rt->scheds);
   free(rt);

@@ -19,6 +19,8 @@ typedef struct runtime {
   smarm_config_t cfg;
   smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
+  smarm_msg_t **stop_items;   /* one MSG_STOP per scheduler, made at start so that stopping
+                              ** never allocates; the winner above takes them (NULL: sent) */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
   uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
   name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */

@@ -54,6 +54,17 @@ static inline int actor_is_parked(const actor_t *a)
          a->state == ACTOR_WAIT_REPLY || a->state == ACTOR_WAIT_WAKE;
 }
 
+/* The tail of runq_push (below); also for a popped actor that must wait its turn again. */
+static inline void runq_append(sched_t *s, actor_t *a)
+{
+  a->run_next = NULL;
+  if (s->run_tail)
+    s->run_tail->run_next = a;
+  else
+    s->run_head = a;
+  s->run_tail = a;
+}
+
 static inline void runq_push(sched_t *s, actor_t *a)
 {
   /* RUNNABLE means "queued once": pushing a queued or dead actor, another scheduler's (actors
@@ -62,12 +73,7 @@ static inline void runq_push(sched_t *s, actor_t *a)
   SMARM_ASSERT(a->state != ACTOR_RUNNABLE && a->state != ACTOR_DEAD);
   SMARM_ASSERT(a->timer.index < 0);
   a->state = ACTOR_RUNNABLE;
-  a->run_next = NULL;
-  if (s->run_tail)
-    s->run_tail->run_next = a;
-  else
-    s->run_head = a;
-  s->run_tail = a;
+  runq_append(s, a);
 }
 
 static inline actor_t *runq_pop(sched_t *s)
@@ -323,18 +329,22 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
 }
 
 /* Makes a's stack live in its slot, evicting the slot's occupant to the heap (scheduler stack
-** only: the slot may be the stack of the actor that ran last). */
-static void make_resident(sched_t *s, actor_t *a)
+** only: the slot may be the stack of the actor that ran last). With `discard` the occupant's
+** bytes are dropped instead (the runtime's end, for an occupant that needs them no more).
+** Returns 0, or -ENOMEM when the occupant's bytes could not be saved: then nothing changed. */
+static int make_resident(sched_t *s, actor_t *a, int discard)
 {
   stack_slot_t *slot = a->slot;
   if (slot->occupant == a)
-    return;
+    return 0;
   actor_t *o = slot->occupant;
-  if (o) {
+  if (o && !discard) {
     o->saved = sm_stack_save(slot, o->ctx.sp, &o->saved_len);
-    slot->occupant = NULL;
+    if (!o->saved)
+      return -ENOMEM;
     stat_add(&s->stats.stack_saves, 1);
   }
+  slot->occupant = NULL;
   if (a->saved) {
     sm_stack_restore(slot, a->saved, a->saved_len);
     a->saved = NULL;
@@ -342,6 +352,20 @@ static void make_resident(sched_t *s, actor_t *a)
   } else {
     build_first_frame(a); /* never ran */
   }
+  return 0;
+}
+
+/* `next` cannot run: its slot's occupant could not be saved, memory being out. That occupant
+** dies alone, with reason SMARM_EXIT_NOMEM (its links and monitors are told as for any death),
+** and on its own stack as a killed actor does: it is woken to die if parked, and queued ahead of
+** `next`, which goes back to the end of the queue and finds the slot free once the occupant has
+** gone (or tries again if another actor took it meanwhile). An occupant waiting for another
+** scheduler's answer (WAIT_REPLY) dies once that answer wakes it; until then `next` comes round
+** again at every turn of the queue. */
+static void occupant_cannot_be_saved(sched_t *s, actor_t *next)
+{
+  sm_faults_die_later(s, next->slot->occupant, SMARM_EXIT_NOMEM, NULL, 0);
+  runq_append(s, next); /* still RUNNABLE */
 }
 
 /* Leaves `self`, which is already queued, parked or dead, for the next runnable actor (directly
@@ -436,7 +460,10 @@ void sm_sched_loop(sched_t *s)
     else
       next = runq_pop(s);
     if (next) {
-      make_resident(s, next);
+      if (SMARM_UNLIKELY(make_resident(s, next, 0) < 0)) {
+        occupant_cannot_be_saved(s, next);
+        continue;
+      }
       sched_switch(s, NULL, next);
       continue;
     }
@@ -508,14 +535,17 @@ static void actor_entry(void *p)
 
 void sm_sched_die_pending(sched_t *s, actor_t *a)
 {
-  SMARM_ASSERT(a == s->current && a->exit_pending && a->faults);
+  SMARM_ASSERT(a == s->current && a->exit_pending);
   a->exit_pending = 0;
   if (a->data && s->rt->cfg.on_actor_stopped) { /* its frames go: let the embedder let go too */
     s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     a->data = NULL;
   }
-  /* The reason stays in a->faults, which sm_faults_on_death frees after the last notice. */
+  /* The reason stays in a->faults, which sm_faults_on_death frees after the last notice; none
+  ** could be made to hold it when memory was out (sm_faults_die_later). */
   actor_faults_t *f = a->faults;
+  if (!f)
+    actor_exit(s, a, SMARM_EXIT_NOMEM, NULL, 0);
   actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size);
 }
 
@@ -853,14 +883,25 @@ void sm_sched_destroy_actors(sched_t *s)
   if (s->zombie)
     sched_bury(s);
   sm_timer_heap_destroy(&s->timers); /* it points into the actors freed below */
+  /* Cleanups live on their actor's stack. Stopping allocates nothing: first those of the actors
+  ** whose bytes are in place, then the others', each brought back over an occupant whose
+  ** cleanups have run (the first pass, or an earlier one of this), so whose bytes can go. */
+  for (uint32_t i = 0; i < s->table.used; i++) {
+    actor_t *a = s->table.entries[i].actor;
+    if (a && a->cleanups && a->slot->occupant == a)
+      run_cleanups(a);
+  }
+  for (uint32_t i = 0; i < s->table.used; i++) {
+    actor_t *a = s->table.entries[i].actor;
+    if (a && a->cleanups) {
+      make_resident(s, a, 1);
+      run_cleanups(a);
+    }
+  }
   for (uint32_t i = 0; i < s->table.used; i++) {
     actor_t *a = s->table.entries[i].actor;
     if (!a)
       continue;
-    if (a->cleanups) { /* they live on its stack: bring its bytes back first */
-      make_resident(s, a);
-      run_cleanups(a);
-    }
     if (a->data && s->rt->cfg.on_actor_stopped)
       s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     sm_faults_destroy(s, a);

@@ -79,7 +79,8 @@ typedef struct actor {
   uint8_t state;              /* enum actor_state */
   uint8_t timed_out;          /* the timer fired while waiting */
   uint8_t trap_exit;          /* smarm_trap_exit */
-  uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults */
+  uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults
+                              ** (none: SMARM_EXIT_NOMEM, no record could be made) */
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */

@@ -4,8 +4,9 @@
 #define _GNU_SOURCE
 #include "stack.h"
 
-#include "check.h"
+#include "alloc.h"
 #include "annotate.h"
+#include "check.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -294,8 +295,9 @@ void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
   char *top = stack_top(slot);
   SMARM_CHECK((const char *)sp >= slot->lo && (const char *)sp < top, "saved sp outside its stack");
   size_t len = (size_t)(top - (const char *)sp);
-  void *buf = malloc(len);
-  SMARM_CHECK(buf != NULL, "out of memory saving a parked actor's stack");
+  void *buf = sm_alloc(SM_ALLOC_STACK_SAVE, len);
+  if (!buf)
+    return NULL; /* the caller ends the actor (sched.c: make_resident) */
   fiber_unpoison(sp, len);
   vouch_for(sp, len, 1);
   memcpy(buf, sp, len);

@@ -105,8 +105,8 @@ void sm_stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
 ** for it). */
 int sm_stack_pool_trim(stack_pool_t *pool);
 
-/* Copies the used part of a suspended stack, [sp, top), to a new heap block. Aborts with a
-** message when memory is exhausted (there is no way to go on without the bytes). */
+/* Copies the used part of a suspended stack, [sp, top), to a new heap block. NULL when memory is
+** out: the bytes stay where they are (the scheduler then ends that actor, sched.c). */
 void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
 
 /* Copies saved bytes back to the top of the slot and frees the block. */

@@ -452,6 +452,8 @@ static void push_bytecode(enc_t *e, int idx)
     luaL_buffinit(L, &b);
     int failed = lua_dump(L, dump_writer, &b);
     luaL_pushresult(&b);
+    if (failed == LUA_ERRMEM) /* lua_dump runs protected: memory is all that fails there */
+      luaL_error(L, "not enough memory");
     if (failed)
       luaL_error(L, "%s: cannot dump a function", e->root);
     lua_remove(L, -2);

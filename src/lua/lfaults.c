@@ -113,6 +113,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
         return c;
     if (strcmp(s, lvm_str_text[LVM_STR_MAILBOX_OVERFLOW]) == 0)
       return SMARM_EXIT_MAILBOX_OVERFLOW;
+    if (strcmp(s, lvm_str_text[LVM_STR_NOMEM]) == 0)
+      return SMARM_EXIT_NOMEM;
   }
   /* The encoder is a cached function and the arguments need no allocation: nothing here can
   ** raise outside the protected call (this runs at an actor's end, unprotected). */
@@ -127,6 +129,8 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
     lvm_push_str(L, this_vm(), (enum lvm_str)code);
   else if (code == SMARM_EXIT_MAILBOX_OVERFLOW)
     lvm_push_str(L, this_vm(), LVM_STR_MAILBOX_OVERFLOW);
+  else if (code == SMARM_EXIT_NOMEM)
+    lvm_push_str(L, this_vm(), LVM_STR_NOMEM);
   else if (code == SMARM_EXIT_VALUE && size)
     sm_codec_decode_bytes(L, data, size);
   else

@@ -111,6 +111,7 @@ static _Atomic smarm_pid_t crash_reporter;
 const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_NORMAL] = "normal", [LVM_STR_KILL] = "kill", [LVM_STR_KILLED] = "killed",
   [LVM_STR_NOPROC] = "noproc", [LVM_STR_MAILBOX_OVERFLOW] = "mailbox_overflow",
+  [LVM_STR_NOMEM] = "not enough memory", /* as LuaJIT words it */
   [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
   [LVM_STR_DOWN] = "DOWN", [LVM_STR_EXIT] = "EXIT", [LVM_STR_FROM] = "from",
   [LVM_STR_REQUEST] = "request", [LVM_STR_PID] = "pid", [LVM_STR_REF] = "ref",
@@ -950,7 +951,27 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->pending = NULL;
 }
 
-/* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. */
+/* remote_actor_main's allocations, under lua_cpcall in the VM's main state: the coroutine, and
+** its entry closure, made there and moved over (an error raised in the coroutine itself, which
+** has no protected frame yet, would end the process). */
+typedef struct remote_start {
+  lactor_t *la;
+  smarm_msg_t *block;
+} remote_start_t;
+
+static int remote_start(lua_State *L)
+{
+  remote_start_t *r = lua_touserdata(L, 1);
+  lactor_init(r->la, L);
+  lua_pushlightuserdata(L, r->block);
+  lua_pushcclosure(L, remote_entry, 1);
+  lua_xmove(L, r->la->head.co, 1);
+  return 0;
+}
+
+/* The C body of an actor started by spawn_on: its coroutine is made here, in its own VM. Out of
+** memory for it, the actor cannot start and nobody waits for an error: it ends with reason
+** "not enough memory" (SMARM_EXIT_NOMEM), which its links and monitors hear. */
 static void remote_actor_main(void *arg)
 {
   lvm_t *vm = this_vm();
@@ -961,13 +982,28 @@ static void remote_actor_main(void *arg)
     fprintf(stderr, "smarm: spawn_on: no VM for a new actor\n");
     return;
   }
-  lactor_init(la, vm->L);
-  lua_pushlightuserdata(la->head.co, arg);
-  lua_pushcclosure(la->head.co, remote_entry, 1);
+  remote_start_t r = {la, arg};
+  if (lua_cpcall(vm->L, remote_start, &r) != 0) {
+    lua_pop(vm->L, 1); /* "not enough memory": nothing else raises there */
+    if (la->coref == LUA_NOREF)
+      la->head.co = NULL; /* made but never anchored: the GC's */
+    la->pending = arg; /* lactor_init let go of it, but no closure took it */
+    smarm_actor_set_data(NULL);
+    lactor_free(la, CO_RELEASE); /* frees the block (its sockets close) */
+    smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
+    return;
+  }
   lactor_main(la);
 }
 
-/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on. */
+static int lactor_init_protected(lua_State *L)
+{
+  lactor_init(lua_touserdata(L, 1), L);
+  return 0;
+}
+
+/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on.
+** Raises "not enough memory" (and frees what it made) when there is none for it. */
 static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
 {
   lactor_t *la = malloc(sizeof *la);
@@ -975,7 +1011,11 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     luaL_error(L, "not enough memory");
     return NULL;
   }
-  lactor_init(la, L);
+  if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
+    free(la);
+    lua_error(L); /* the error lua_cpcall left: "not enough memory" */
+    return NULL;
+  }
   lua_pushvalue(L, fn_idx);
   for (int i = 0; i < nargs; i++)
     lua_pushvalue(L, first + i);
@@ -1001,6 +1041,8 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
 {
   if (rc == -EEXIST)
     return luaL_error(L, "smarm.%s: the name '%s' is taken", fname, r->name);
+  if (rc == -ENOMEM) /* worded as LuaJIT's own and the codec's */
+    return luaL_error(L, "not enough memory");
   if (rc < 0)
     return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
   sm_lsmarm_push_pid(L, pid);

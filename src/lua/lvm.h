@@ -23,9 +23,10 @@
 /* Strings the hot paths push (field names of notices and calls, the reasons with a code): each
 ** anchored by a registry ref, so pushing one costs no hashing. The first four are the reasons of
 ** codes SMARM_EXIT_NORMAL..SMARM_EXIT_NOPROC, in that order; the fifth SMARM_EXIT_MAILBOX_OVERFLOW's
-** (lfaults.c maps it). */
+** and the sixth SMARM_EXIT_NOMEM's (lfaults.c maps them). */
 enum lvm_str {
   LVM_STR_NORMAL, LVM_STR_KILL, LVM_STR_KILLED, LVM_STR_NOPROC, LVM_STR_MAILBOX_OVERFLOW,
+  LVM_STR_NOMEM,
   LVM_STR_SMARM, LVM_STR_CALL, LVM_STR_DOWN, LVM_STR_EXIT, LVM_STR_FROM, LVM_STR_REQUEST,
   LVM_STR_PID, LVM_STR_REF, LVM_STR_REASON,
   LVM_STRS

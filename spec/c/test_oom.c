@@ -1,0 +1,184 @@
+/* Running out of memory is an error or a death, never an abort (issue 10, item 8): an actor whose
+** parked stack cannot be saved dies alone with SMARM_EXIT_NOMEM, and a runtime stops with no
+** memory left. The failures are injected through the core's allocation seam (src/core/alloc.h),
+** so these cases never exhaust the machine. */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+
+#include "core/alloc.h"
+
+#include <errno.h>
+
+#define CHILD_STACK (64 * 1024) /* smaller than the main actor's: children share among themselves */
+
+/* Sends its parent (arg) one message, then waits for ever. */
+static void report_then_wait(void *arg)
+{
+  smarm_pid_t parent = (smarm_pid_t)(uintptr_t)arg;
+  CHECK_EQ(test_send_u64(parent, smarm_self()), 0);
+  smarm_msg_t *m;
+  while (smarm_receive(SMARM_FOREVER, &m) == 0)
+    smarm_msg_free(m);
+}
+
+/* Receives the next message, which must be a DOWN notice; returns its reason (-1 if not). */
+static int expect_down(smarm_pid_t pid, smarm_ref_t ref)
+{
+  smarm_msg_t *m;
+  int rc = smarm_receive(TEST_HANG_GUARD_NS, &m);
+  CHECK_EQ(rc, 0);
+  if (rc != 0)
+    return -1;
+  int reason = -1;
+  CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_DOWN);
+  if (smarm_msg_kind(m) == SMARM_MSG_DOWN) {
+    const smarm_notice_t *n = smarm_msg_data(m);
+    CHECK_EQ(n->pid, pid);
+    CHECK_EQ(n->ref, ref);
+    reason = n->reason;
+  }
+  smarm_msg_free(m);
+  return reason;
+}
+
+/* One scheduler with two stacks: the main actor's, and one that the children share (their size
+** has no slot of its own once the budget is spent). A parks there; B's first run must save A's
+** bytes, and that save fails: A dies, with reason NOMEM, and B runs on. */
+static void main_save_fails(void *arg)
+{
+  (void)arg;
+  smarm_pid_t self = smarm_self(), a = 0, b = 0;
+  smarm_ref_t ref_a = 0, ref_b = 0;
+  smarm_spawn_opts_t opts = {.stack_size = CHILD_STACK, .monitor = &ref_a};
+  CHECK_EQ(smarm_spawn(report_then_wait, (void *)(uintptr_t)self, &opts, &a), 0);
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), (int64_t)a); /* A ran and parks in its slot */
+
+  sm_alloc_fail(SM_ALLOC_STACK_SAVE, 1);
+  opts.monitor = &ref_b;
+  CHECK_EQ(smarm_spawn(report_then_wait, (void *)(uintptr_t)self, &opts, &b), 0);
+  CHECK_EQ(expect_down(a, ref_a), SMARM_EXIT_NOMEM); /* A died alone, before B ran */
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), (int64_t)b);
+  CHECK_EQ(smarm_alive(b), 1);
+  CHECK_EQ(smarm_alive(a), 0);
+  sm_alloc_fail(0, 0);
+
+  /* The slot works on: B is saved and restored as usual when another child comes. */
+  smarm_pid_t c = 0;
+  opts.monitor = NULL;
+  CHECK_EQ(smarm_spawn(report_then_wait, (void *)(uintptr_t)self, &opts, &c), 0);
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), (int64_t)c);
+  CHECK_EQ(smarm_exit_signal(b, SMARM_EXIT_KILL, NULL, 0), 0);
+  CHECK_EQ(expect_down(b, ref_b), SMARM_EXIT_KILLED); /* B was brought back to die */
+}
+
+TEST(a_stack_that_cannot_be_saved_ends_its_actor_alone)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.max_stacks = 2;
+  CHECK_EQ(smarm_run(&cfg, main_save_fails, NULL), 0);
+}
+
+/* ---- stopping ---- */
+
+static _Atomic int cleanups_run;
+
+static void count_cleanup(void *arg)
+{
+  (void)arg;
+  atomic_fetch_add(&cleanups_run, 1);
+}
+
+/* Pushes a cleanup that lives on its own stack, reports, and waits for ever. */
+static void wait_with_cleanup(void *arg)
+{
+  smarm_cleanup_t c = {count_cleanup, NULL, NULL};
+  smarm_cleanup_push(&c);
+  report_then_wait(arg);
+}
+
+#define PER_SCHED 6
+
+/* Children on both schedulers, sharing their stacks (one slot per scheduler), parked with a
+** cleanup each; then every allocation fails, and the main actor ends: the runtime must stop,
+** run every cleanup (bringing each parked stack back over another) and return. */
+static void main_stop_without_memory(void *arg)
+{
+  (void)arg;
+  smarm_pid_t self = smarm_self();
+  smarm_spawn_opts_t opts = {.stack_size = CHILD_STACK};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < PER_SCHED; i++) {
+      smarm_pid_t pid;
+      CHECK_EQ(smarm_spawn_on(k, wait_with_cleanup, (void *)(uintptr_t)self, &opts, &pid), 0);
+    }
+  for (int i = 0; i < 2 * PER_SCHED; i++)
+    CHECK(test_recv_u64(TEST_HANG_GUARD_NS) > 0);
+  sm_alloc_fail(SM_ALLOC_ALL, UINT32_MAX);
+}
+
+TEST(a_runtime_stops_with_no_memory_left)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.max_stacks = 4; /* two slots a scheduler: the main actor's, and one for the children */
+  atomic_store(&cleanups_run, 0);
+  CHECK_EQ(smarm_run(&cfg, main_stop_without_memory, NULL), 0);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(atomic_load(&cleanups_run), 2 * PER_SCHED);
+}
+
+/* A link or monitor that its target's scheduler cannot record is answered, as for a death,
+** with reason NOMEM: the asker is told and nothing is left half made. (On the asker's own
+** scheduler both sides are made within the call, which returns -ENOMEM instead.) */
+static smarm_pid_t spawn_reporting(int where)
+{
+  smarm_pid_t pid = 0;
+  CHECK_EQ(smarm_spawn_on(where, report_then_wait, (void *)(uintptr_t)smarm_self(), NULL, &pid),
+           0);
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), (int64_t)pid);
+  return pid;
+}
+
+static void main_tie_fails(void *arg)
+{
+  (void)arg;
+  /* A monitor placed and taken back here leaves our fault record and spare monitor records, so
+  ** that our own side of the next monitor allocates nothing: the one armed failure hits the
+  ** target's side, on scheduler 2, where no actor has died (no spare records there). */
+  smarm_pid_t x = spawn_reporting(0), y = spawn_reporting(1), z = spawn_reporting(1);
+  smarm_ref_t ref = 0;
+  CHECK_EQ(smarm_monitor(x, &ref), 0);
+  CHECK_EQ(smarm_demonitor(ref, 0), 1);
+
+  sm_alloc_fail(SM_ALLOC_FAULTS, 1);
+  CHECK_EQ(smarm_monitor(y, &ref), 0);
+  CHECK_EQ(expect_down(y, ref), SMARM_EXIT_NOMEM);
+  CHECK_EQ(smarm_alive(y), 1); /* refused, not killed */
+
+  /* A link refused the same way: the exit signal reaches a trapping asker as an EXIT notice. */
+  smarm_trap_exit(1);
+  sm_alloc_fail(SM_ALLOC_FAULTS, 1);
+  CHECK_EQ(smarm_link(z), 0);
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive(TEST_HANG_GUARD_NS, &m), 0);
+  CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_EXIT);
+  const smarm_notice_t *n = smarm_msg_data(m);
+  CHECK_EQ(n->pid, z);
+  CHECK_EQ(n->reason, SMARM_EXIT_NOMEM);
+  smarm_msg_free(m);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(smarm_alive(z), 1);
+}
+
+TEST(a_tie_that_cannot_be_recorded_is_refused_with_nomem)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  CHECK_EQ(smarm_run(&cfg, main_tie_fails, NULL), 0);
+}
+
+TEST_MAIN()

@@ -1,0 +1,54 @@
+/*
+** Allocations the core must survive failing, and a test seam to make them fail.
+**
+** The core's allocations whose failure is reachable from running actors (message blocks, a
+** parked actor's saved stack, fault records) go through sm_alloc() / sm_calloc(), which are
+** malloc() and calloc() unless a test armed failures with sm_alloc_fail(): then the next
+** `count` calls at one of the armed sites return NULL, as malloc does when memory is out. That
+** is how spec/c/test_oom.c reaches the out-of-memory paths (a saved stack that cannot be saved,
+** a runtime that stops with nothing left to allocate) without exhausting the machine. Unarmed,
+** the seam costs one relaxed load of a word nobody writes.
+**
+** Any thread: the counters are atomics (a test arms them from an actor or from the thread that
+** calls smarm_run, while schedulers allocate).
+*/
+#ifndef SMARM_CORE_ALLOC_H
+#define SMARM_CORE_ALLOC_H
+
+#include "check.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+enum sm_alloc_site {
+  SM_ALLOC_MSG = 1u << 0,        /* message blocks (message.c: sends, signals, control items) */
+  SM_ALLOC_STACK_SAVE = 1u << 1, /* a parked actor's stack copied out of a shared slot */
+  SM_ALLOC_FAULTS = 1u << 2,     /* fault records: an actor's state, monitors, reasons */
+  SM_ALLOC_ALL = (1u << 3) - 1,
+};
+
+/* Test seam: the next `count` allocations at any of `sites` (a mask of sm_alloc_site) fail;
+** count 0 disarms. */
+void sm_alloc_fail(unsigned sites, unsigned count);
+
+extern _Atomic unsigned sm_alloc_failing_sites; /* armed sites; 0 almost always */
+int sm_alloc_take_failure(unsigned site);       /* 1: this call is to fail (one used up) */
+
+static inline void *sm_alloc(unsigned site, size_t size)
+{
+  if (SMARM_UNLIKELY(atomic_load_explicit(&sm_alloc_failing_sites, memory_order_relaxed) & site) &&
+      sm_alloc_take_failure(site))
+    return NULL;
+  return malloc(size);
+}
+
+static inline void *sm_calloc(unsigned site, size_t n, size_t size)
+{
+  if (SMARM_UNLIKELY(atomic_load_explicit(&sm_alloc_failing_sites, memory_order_relaxed) & site) &&
+      sm_alloc_take_failure(site))
+    return NULL;
+  return calloc(n, size);
+}
+
+#endif
