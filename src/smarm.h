@@ -103,6 +103,11 @@ typedef struct smarm_config {
   ** times... the time while it lasts: it is stuck in C (a long FFI call, a blocking library),
   ** in a __gc finalizer, or runs with no slice. 0 = 1 s; negative = off. */
   int64_t watchdog_ns;
+  /* With each watchdog report, called ON THAT SCHEDULER'S THREAD FROM A SIGNAL HANDLER (SIGURG),
+  ** in the middle of the stuck actor: it may write (write(2), nothing that allocates or locks)
+  ** what it can safely tell of where the actor stands (the Lua binding: its traceback). NULL:
+  ** the report's line alone. */
+  void (*on_watchdog)(unsigned sched, void *userdata);
   /* How long an actor waits for another scheduler to answer a request (a spawn there, an alive,
   ** a register, a message timer's set or cancel): a scheduler answers between its actors' slices,
   ** so only one stuck in C (a long FFI call, a blocking library) makes it wait that long. Past

@@ -14,7 +14,9 @@
 **     is asked at once, so the end of a run ends actors that spin in compiled loops.
 **   - The watchdog: when the progress has not moved for cfg.watchdog_ns (1 s), it prints the
 **     running actor's pid (running_pid, stored with running_slice) on stderr, and again at twice,
-**     four times... that time while the actor stays stuck.
+**     four times... that time while the actor stays stuck. With each report it sets dump_asked
+**     and signals the thread, whose handler calls cfg.on_watchdog (the binding writes the
+**     actor's traceback where its VM's state allows).
 **
 ** Protocol (who writes what):
 **   preempt_asked   ticker: release store of progress + 1, after reading the progress.
@@ -25,6 +27,9 @@
 **   preempt_asked_ns ticker: relaxed store of the request's time, before preempt_asked's release
 **                   store; the owner reads it after acquiring preempt_asked (smarm_preempt_due),
 **                   for stats.preempt_wait_ns (a later request's time at worst: a shorter wait).
+**   dump_asked      ticker: relaxed store of 1 before the signal; the handler takes it (exchange
+**                   with 0): a report whose signal found the actor gone is not dumped later by
+**                   another, beyond the next report's.
 **   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
 **                   1 (the owner's 0 overwrote it) costs one tick's lateness.
 **   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
@@ -82,7 +87,11 @@ static void on_sigurg(int sig)
   (void)sig;
   int saved = errno;
   sched_t *s = sm_sched_tls;
-  if (s && s->current && atomic_load_explicit(&s->preempt_asked, memory_order_relaxed))
+  if (s && atomic_exchange_explicit(&s->dump_asked, 0, memory_order_relaxed) && s->current &&
+      s->rt->cfg.on_watchdog)
+    s->rt->cfg.on_watchdog(s->index, s->rt->cfg.userdata);
+  if (s && s->current && s->rt->cfg.on_preempt &&
+      atomic_load_explicit(&s->preempt_asked, memory_order_relaxed))
     s->rt->cfg.on_preempt(s->index, s->rt->cfg.userdata);
   errno = saved;
 }
@@ -111,6 +120,10 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
   if (now - w->since >= w->report_after) {
     report_stuck(s, now - w->since);
     w->report_after = w->report_after < INT64_MAX / 2 ? 2 * w->report_after : INT64_MAX;
+    if (rt->cfg.on_watchdog) { /* the handler writes where the actor stands */
+      atomic_store_explicit(&s->dump_asked, 1, memory_order_relaxed);
+      pthread_kill(s->thread, SIGURG);
+    }
   }
   if (!rt->cfg.on_preempt)
     return MAX_TICK_NS;
@@ -173,7 +186,7 @@ int sm_preempt_init(runtime_t *rt)
   pthread_cond_init(&rt->ticker_cond, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&rt->ticker_lock, NULL);
-  if (rt->cfg.on_preempt) {
+  if (rt->cfg.on_preempt || rt->cfg.on_watchdog) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigurg;

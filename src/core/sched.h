@@ -134,6 +134,7 @@ typedef struct sched {
                                                                due timers */
   _Atomic uint64_t preempt_asked; /* progress + 1 when the running actor was asked to give way */
   _Atomic int64_t preempt_asked_ns; /* and when (smarm_now_ns) */
+  _Atomic uint32_t dump_asked;     /* 1: the watchdog reported the running actor (on_watchdog) */
 
   /* -- Owner thread only. */
   _Alignas(SMARM_CACHE_PAD) unsigned index;

@@ -17,7 +17,10 @@
 **                          and a factory prototype written around its function
 **                          (sm_ljx_load_factory); nothing but the upvalue refs is changed.
 **   the coroutine's Lua frames (L->base - 1 down to its stack bottom): an FFI callback runs
-**                          above a continuation frame marked LJ_CONT_FFI_CALLBACK.
+**                          above a continuation frame marked LJ_CONT_FFI_CALLBACK; read for a
+**                          traceback from a signal handler (lj_debug_frame, lj_debug_framepc,
+**                          lj_debug_line, proto_chunkname: no allocation), only in the C state
+**                          (vmstate LJ_VMST_C: the interpreter stored L->base before the call).
 */
 #include "ljx.h"
 
@@ -272,4 +275,103 @@ int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *na
   /* The factory is called once per closure and never worth a trace (FNEW is not compiled). */
   luaJIT_setmode(L, -1, LUAJIT_MODE_FUNC | LUAJIT_MODE_OFF);
   return 0;
+}
+
+/* ---- A traceback from a signal handler ------------------------------------------------------ */
+
+typedef struct outbuf {
+  char *p, *end;
+} outbuf_t;
+
+static void out_str(outbuf_t *o, const char *s, size_t n)
+{
+  while (n-- && o->p < o->end)
+    *o->p++ = *s++;
+}
+
+static void out_cstr(outbuf_t *o, const char *s) { out_str(o, s, strlen(s)); }
+
+static void out_int(outbuf_t *o, long v)
+{
+  char digits[24];
+  int n = 0;
+  unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+  do {
+    digits[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    out_str(o, "-", 1);
+  while (n)
+    out_str(o, &digits[--n], 1);
+}
+
+/* The line of bytecode position pc of pt (lj_debug_line's lookup); its first line when pc is
+** not one of its positions. */
+static long proto_line(const GCproto *pt, BCPos pc)
+{
+  const void *info = proto_lineinfo(pt);
+  if (pc >= pt->sizebc || !info)
+    return (long)pt->firstline;
+  if (pc == 0)
+    return (long)pt->firstline;
+  pc--;
+  if (pt->numline < 256)
+    return (long)pt->firstline + ((const uint8_t *)info)[pc];
+  if (pt->numline < 65536)
+    return (long)pt->firstline + ((const uint16_t *)info)[pc];
+  return (long)pt->firstline + (long)((const uint32_t *)info)[pc];
+}
+
+size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames)
+{
+  outbuf_t o = {buf, buf + cap};
+  global_State *g = G(L);
+  int32_t st = g->vmstate;
+  if (st >= 0 || tvref(g->jit_base) != NULL) {
+    out_cstr(&o, "\t(inside compiled code: no traceback)\n");
+    return (size_t)(o.p - buf);
+  }
+  if (st != ~LJ_VMST_C) {
+    out_cstr(&o, st == ~LJ_VMST_GC ? "\t(inside the garbage collector: no traceback)\n"
+                                   : "\t(in the interpreter: no traceback)\n");
+    return (size_t)(o.p - buf);
+  }
+  lua_State *co = &gcref(g->cur_L)->th; /* gco2th without its check (not exported) */
+  /* The walk of lj_debug_frame and the line lookup of lj_debug_line, written out: those are not
+  ** exported to a loadable module. A Lua function's pc is known when the frame above it was
+  ** called from Lua (its link is the return pc) or is a continuation; else its first line. */
+  cTValue *frame = co->base - 1, *nextframe = NULL, *bot = tvref(co->stack) + LJ_FR2;
+  for (int level = 0; frame > bot; ) {
+    if (frame_gc(frame) != obj2gco(co)) { /* not a dummy frame (lj_err_optype_call) */
+      if (level++ == frames) {
+        out_cstr(&o, "\t...\n");
+        break;
+      }
+      GCfunc *fn = frame_func(frame);
+      out_str(&o, "\t", 1);
+      if (!isluafunc(fn)) {
+        out_cstr(&o, "[C]\n");
+      } else {
+        GCproto *pt = funcproto(fn);
+        const char *name = strdata(proto_chunkname(pt));
+        if (*name == '@' || *name == '=')
+          out_cstr(&o, name + 1);
+        else
+          out_cstr(&o, "[string]");
+        const BCIns *ins = NULL;
+        if (nextframe && frame_islua(nextframe))
+          ins = frame_pc(nextframe);
+        else if (nextframe && frame_iscont(nextframe))
+          ins = frame_contpc(nextframe);
+        BCPos pc = ins ? proto_bcpos(pt, ins) - 1 : ~(BCPos)0;
+        out_str(&o, ":", 1);
+        out_int(&o, (long)proto_line(pt, pc));
+        out_str(&o, "\n", 1);
+      }
+    }
+    nextframe = frame;
+    frame = frame_islua(frame) ? frame_prevl(frame) : frame_prevd(frame);
+  }
+  return (size_t)(o.p - buf);
 }

@@ -47,6 +47,14 @@ void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st);
 ** the VM state, and L as the current state. */
 void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st);
 
+/* From a signal handler on the VM's thread, in the middle of whatever it runs (the watchdog's
+** report): writes the Lua frames of the VM's current coroutine into buf, one
+** "\t<chunk>:<line>" (or "\t[C]") line each, innermost first, at most `frames` of them, without
+** allocating or calling into the VM. Only while a C function runs (a blocking C call, where the
+** frames are as the interpreter left them); otherwise writes why not ("inside compiled code",
+** "inside the garbage collector", "in the interpreter"). Returns the bytes written. */
+size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames);
+
 /* A hash of what the table at idx holds (its keys and values as the VM stores them: references
 ** for objects, bits for numbers), without calling into the VM: equal while the table is
 ** unchanged (lrebind.c rebuilds its index when package.loaded's changes). Order-dependent, so

@@ -320,6 +320,34 @@ static void on_sched_start(unsigned k, void *ud)
   smarm_sched_set_data(vm);
 }
 
+/* Async-signal context, on scheduler k's thread (smarm_config_t.on_watchdog), right after the
+** watchdog's report of the actor stuck there: its traceback on stderr, in one write. Reading the
+** VM's frames here is safe only while a C function runs (ljx.c checks): an actor stuck for a
+** second is in a blocking call, not halfway through the VM's own bookkeeping. */
+static void on_watchdog(unsigned k, void *ud)
+{
+  lrun_t *run = ud;
+  lvm_t *vm = &run->vms[k];
+  if (!vm->L)
+    return;
+  char buf[2048];
+  static const char head[] = "smarm: watchdog: scheduler ";
+  size_t n = sizeof head - 1;
+  memcpy(buf, head, n);
+  char digits[8];
+  int d = 0;
+  for (unsigned v = k + 1; v && d < 8; v /= 10)
+    digits[d++] = (char)('0' + v % 10);
+  while (d)
+    buf[n++] = digits[--d];
+  static const char tail[] = ", stack traceback:\n";
+  memcpy(buf + n, tail, sizeof tail - 1);
+  n += sizeof tail - 1;
+  n += sm_ljx_signal_traceback(vm->L, buf + n, sizeof buf - n, 20);
+  ssize_t w = write(STDERR_FILENO, buf, n);
+  (void)w;
+}
+
 /* Async-signal context, on scheduler k's thread (smarm_config_t.on_preempt). */
 static void on_preempt(unsigned k, void *ud)
 {
@@ -1325,6 +1353,7 @@ static int l_run(lua_State *L)
   cfg.on_sched_stop = on_sched_stop;
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.on_preempt = on_preempt;
+  cfg.on_watchdog = on_watchdog;
   cfg.userdata = &run;
   current_run = &run;
   sm_lhandle_next_run(); /* handles made from here on belong to this run */
