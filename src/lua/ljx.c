@@ -342,6 +342,8 @@ size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames)
   ** exported to a loadable module. A Lua function's pc is known when the frame above it was
   ** called from Lua (its link is the return pc) or is a continuation; else its first line. */
   cTValue *frame = co->base - 1, *nextframe = NULL, *bot = tvref(co->stack) + LJ_FR2;
+  if (frame <= bot)
+    out_cstr(&o, "\t(no Lua frames)\n");
   for (int level = 0; frame > bot; ) {
     if (frame_gc(frame) != obj2gco(co)) { /* not a dummy frame (lj_err_optype_call) */
       if (level++ == frames) {
