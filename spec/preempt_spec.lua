@@ -333,8 +333,9 @@ describe("preemption", function()
       -- where it stands: in os.execute (a C function), called from the script's actor body
       -- (not under TSan, which runs a signal's handler only at the thread's next interceptor:
       -- after os.execute has returned)
-      assert.truthy(os.getenv("SMARM_SANITIZER") == "tsan" or text:find("smarm: watchdog: scheduler 2, stack traceback:\n\t[C]\n\t" ..
-        script .. ":", 1, true), text)
+      assert.truthy(os.getenv("SMARM_SANITIZER") == "tsan" or
+        text:find("smarm: watchdog: scheduler 2, stack traceback:\n\t[C]\n\t" .. script .. ":", 1,
+          true), text)
     end)
 
   it("raises on a bad slice", function()

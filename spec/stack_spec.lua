@@ -27,7 +27,34 @@ local function deep_sort()
   return depth, (not ok) and tostring(err)
 end
 
+-- The same through string.format's %s and a __tostring that formats again (a printer of a deep
+-- tree); and through tostring, which LuaJIT runs without C recursion (its own limit trips).
+local function deep_format(via)
+  local depth = 0
+  local mt = {}
+  mt.__tostring = function()
+    depth = depth + 1
+    local inner = setmetatable({}, mt)
+    return via == "format" and string.format("(%s)", inner) or "(" .. tostring(inner) .. ")"
+  end
+  local ok, err = pcall(tostring, setmetatable({}, mt))
+  return depth, (not ok) and tostring(err)
+end
+
 describe("an actor's C stack", function()
+  it("gives a __tostring that recurses through string.format or tostring a catchable error",
+    function()
+      local r = guard.run(function()
+        local fd, fe = deep_format("format")
+        local td, te = deep_format("tostring")
+        return { fd = fd, fe = fe, td = td, te = te, ok = string.format("%d-%s", 7, "x") }
+      end)
+      assert.matches("stack overflow %(string%.format: __tostring nested too deeply", r.fe)
+      assert.is_true(r.fd > 50, "format went " .. r.fd .. " deep")
+      assert.matches("stack overflow", r.te)
+      assert.equals("7-x", r.ok)
+    end)
+
   it("gives nested gsub callbacks and sort comparators a catchable error", function()
     local r = guard.run(function()
       local gd, ge = deep_gsub()

@@ -474,6 +474,7 @@ describe("handing sockets between actors", function()
           smarm.send(owner, "served")
         end, me, c2)
         out.after_spawn = select(2, pcall(function() c2:send("x") end))
+        smarm.send(me, "acceptor done")
       end)
       local a = assert(smarm.tcp.connect("127.0.0.1", port))
       a:send("one\n")
@@ -481,7 +482,10 @@ describe("handing sockets between actors", function()
       local b = assert(smarm.tcp.connect("127.0.0.1", port))
       b:send("two\n")
       out.b = b:receive()
-      out.served = { guard.receive("a worker's answer"), guard.receive("a worker's answer") }
+      out.served = { guard.receive("a worker's answer", function(m) return m == "served" end),
+        guard.receive("a worker's answer", function(m) return m == "served" end) }
+      -- the acceptor may still be on its way back from spawn_on when both are served
+      guard.receive("the acceptor's end", function(m) return m == "acceptor done" end)
       smarm.send(worker, "stop")
       server:close()
       return out

@@ -2,7 +2,8 @@
 -- (busted's C modules exist only for the host). It gives the specs what they use of busted and
 -- luassert: describe, it, pending, before_each / after_each (for the cases of their describe
 -- block and the blocks inside it, outermost first / innermost first), and assert.are.equal /
--- are.same / matches / is_true / is_false / is_nil / is_number / is_table / truthy / has_error.
+-- are.same (also equals / same) / matches (luassert's init and plain too) / is_true / is_false /
+-- is_nil / is_number / is_table / truthy / has_error.
 -- Run with the smarm executable in plain mode, from the repository root:
 --   smarm -n spec/support/runner.lua spec/actor_spec.lua spec/message_spec.lua ...
 -- It prints each case's result and ends with busted's summary line
@@ -93,8 +94,13 @@ end
 
 local checks = {
   are = are,
-  matches = function(pattern, s, msg)
-    if type(s) ~= "string" or not s:match(pattern) then
+  equals = are.equal,
+  same = are.same,
+  -- matches(pattern, s [, msg]) or, as luassert, matches(pattern, s, init, plain [, msg])
+  matches = function(pattern, s, ...)
+    local init, plain, msg = 1, false, ...
+    if select("#", ...) >= 2 then init, plain, msg = ... end
+    if type(s) ~= "string" or not s:find(pattern, init or 1, plain) then
       fail(show(s) .. " does not match " .. show(pattern), msg)
     end
   end,

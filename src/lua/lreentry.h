@@ -14,7 +14,8 @@
 ** Lua code up to the next check, and the unwinding of the error. */
 #define LREENTRY_RESERVE (64 * 1024)
 
-/* Replaces string.gsub and table.sort in L's VM by checked versions (once per VM). */
+/* Replaces string.gsub, table.sort and string.format (whose %s may call a __tostring that calls
+** it again) in L's VM by checked versions (once per VM). */
 void sm_lreentry_wrap(lua_State *L);
 
 #endif
