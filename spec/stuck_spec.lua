@@ -5,6 +5,8 @@
 --
 -- Scheduler 2 is held in C by an actor blocked in read(2) on a pipe that only the main actor
 -- writes to, after its requests: they cannot be answered in time on any machine, however slow.
+-- The requests made before it is held must be answered within the timeout, half a second: a
+-- margin of hundreds of times what a slow machine needs.
 local smarm = require("smarm")
 local guard = dofile("spec/support/guard.lua")
 local run = guard.run
@@ -37,8 +39,9 @@ describe("a request to a scheduler stuck in C", function()
       assert.equals(0, ffi.C.pipe(fds))
       local rfd, wfd = fds[0], fds[1]
       local me = smarm.self()
-      local dead = smarm.spawn_on(2, function() end)
-      guard.ended(dead, "an actor of scheduler 2")
+      local dead, ref = smarm.spawn_opt({ on = 2, monitor = true }, function() end)
+      guard.receive("the DOWN of an actor of scheduler 2",
+        function(m) return type(m) == "table" and m.ref == ref end)
       local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
         local ffi2 = require("ffi")
         pcall(ffi2.cdef, CDEFS)
@@ -52,6 +55,8 @@ describe("a request to a scheduler stuck in C", function()
       times_out("spawn_on", smarm.spawn_on, 2, function() smarm.send(me, "late spawn") end)
       smarm.register("taken", me)
       times_out("spawn_opt", smarm.spawn_opt, { on = 2, name = "taken" }, function() end)
+      times_out("spawn_opt", smarm.spawn_opt, { on = 2, link = true, name = "late_linked" },
+        function() smarm.receive() end)
       times_out("register", smarm.register, "stuck_hog", hog)
       times_out("send_after", smarm.send_after, 0, hog, "late tick")
 
@@ -70,9 +75,12 @@ describe("a request to a scheduler stuck in C", function()
       guard.receive("the late timer",
         function(m) return type(m) == "table" and m.forwarded == "late tick" end)
       assert.equals(hog, smarm.whereis("stuck_hog"))
+      -- the late linked spawn started, and its link told it of a spawner that gave up (noproc)
+      guard.wait(function() return smarm.whereis("late_linked") == nil end,
+        "the late linked child's end")
       ffi.C.close(rfd)
       ffi.C.close(wfd)
-    end, { schedulers = 2, request_timeout = 0.05, watchdog = math.huge })
+    end, { schedulers = 2, request_timeout = 0.5, watchdog = math.huge })
   end)
 
   it("raises on a bad opts.request_timeout", function()

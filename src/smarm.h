@@ -170,8 +170,10 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 ** with it. -ETIMEDOUT: that scheduler did not answer within the config's request_timeout_ns (it
 ** is stuck in C); the spawn may still happen when it gets to it, so `arg` and opts->data stay
 ** the runtime's: the actor then runs with them, or, if that spawn fails, on_actor_stopped is
-** called for opts->data (on the caller's scheduler), as for an actor stopped before it ran; a
-** link or monitor asked for is not made. */
+** called for opts->data (on the caller's scheduler), as for an actor stopped before it ran. A
+** monitor asked for is not made; a link asked for reaches the child as the exit signal of a
+** dead spawner (SMARM_EXIT_NOPROC): the child ends unless it traps exits, so a timed-out linked
+** spawn leaves no actor that nobody knows of running. */
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
@@ -514,8 +516,9 @@ typedef struct smarm_stats {
   uint64_t live;         /* actors alive now */
   uint64_t stacks;       /* guarded stacks mapped now */
   uint64_t preempts;     /* actors that gave way because their time slice was over */
-  uint64_t preempt_wait_ns; /* summed over those: ns from the runtime's request to give way (at
-                            most a tick, half a slice, after the slice's end) to the switch */
+  uint64_t preempt_wait_ns; /* summed over the preemptions the runtime asked for (not a C
+                            actor's own smarm_preempt): ns from the request to give way (at most
+                            a tick, half a slice, after the slice's end) to the switch */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without

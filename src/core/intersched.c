@@ -177,7 +177,8 @@ static void deliver(sched_t *s, smarm_msg_t *m)
       if (req->ties.parent && a)
         SMARM_CHECK(sm_faults_tie_parent(s, a, (smarm_pid_t)answer, &req->ties) == 0,
                     "out of memory recording a spawn's link or monitor"); /* the child runs */
-      else if (req->ties.parent) /* the spawner gave up, or was stopped: nothing to tie */
+      else if (req->ties.parent) /* the spawner gave up, or was stopped: to the child's link
+                                    ** it is gone (noproc), its monitor is dropped */
         sm_faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
     } else if (m->kind == MSG_SPAWN_REPLY && !a && req->data && s->rt->cfg.on_actor_stopped) {
       s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata); /* a late failure (the top) */
@@ -235,6 +236,15 @@ static unsigned pick_any(sched_t *s)
     }
   }
   return best;
+}
+
+void sm_sched_spawn_request_free(sched_t *s, smarm_msg_t *m)
+{
+  spawn_request_t *req = (spawn_request_t *)m->data;
+  int64_t answer;
+  memcpy(&answer, m->data, sizeof answer);
+  if ((m->kind == MSG_SPAWN || answer < 0) && req->data && s->rt->cfg.on_actor_stopped)
+    s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata);
 }
 
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)

@@ -944,6 +944,8 @@ void sm_sched_drain_and_free(sched_t *s)
     smarm_msg_t *next = m->next;
     if (m->kind == MSG_TIMER_SET) /* it holds a message of its own */
       sm_msg_timer_request_free(m);
+    else if (m->kind == MSG_SPAWN || m->kind == MSG_SPAWN_REPLY)
+      sm_sched_spawn_request_free(s, m); /* its data, if no actor took it */
     sm_msg_release(m);
     m = next;
   }

@@ -51,14 +51,22 @@
 #define EDGE_TRIES 4096
 
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
-** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. */
-static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count)
+** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. `armed` is the
+** new hook_armed, set in the same window (a signal between the two would leave it stale). */
+static void set_hook_armed(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count, int armed)
 {
   vm->no_arm = 1;
   atomic_signal_fence(memory_order_seq_cst);
+  vm->hook_armed = armed;
   lua_sethook(L, f, f ? mask : 0, count);
   atomic_signal_fence(memory_order_seq_cst);
   vm->no_arm = 0;
+}
+
+/* The same, disarmed. */
+static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count)
+{
+  set_hook_armed(vm, L, f, mask, count, 0);
 }
 
 static void preempt_hook(lua_State *L, lua_Debug *ar);
@@ -69,8 +77,7 @@ static void actor_hook(lua_State *L, lua_Debug *ar);
 static void rearm(lvm_t *vm, lua_State *L, int count)
 {
   if (vm->hook_owner) {
-    vm->hook_armed = 1;
-    set_hook(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count);
+    set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, 1);
   } else {
     set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count);
   }
@@ -80,7 +87,6 @@ static void rearm(lvm_t *vm, lua_State *L, int count)
 static void disarm(lvm_t *vm, lua_State *L)
 {
   if (vm->hook_owner) {
-    vm->hook_armed = 0;
     set_hook(vm, L, actor_hook, vm->hook_mask, vm->hook_count);
   } else {
     set_hook(vm, L, NULL, 0, 0);
@@ -90,7 +96,6 @@ static void disarm(lvm_t *vm, lua_State *L)
 /* Installs a's own hook in the VM (a NULL or without one: no hook). */
 static void install(lvm_t *vm, lua_State *L, lvm_actor_head_t *a)
 {
-  vm->hook_armed = 0;
   if (a && a->hook_ref) {
     vm->hook_owner = a;
     vm->hook_mask = a->hook_mask;
@@ -98,6 +103,7 @@ static void install(lvm_t *vm, lua_State *L, lvm_actor_head_t *a)
     set_hook(vm, L, actor_hook, a->hook_mask, a->hook_count);
   } else {
     vm->hook_owner = NULL;
+    vm->hook_armed = 0; /* read by the handler only while actor_hook is installed */
     if (lua_gethook(L) == actor_hook)
       set_hook(vm, L, NULL, 0, 0);
   }
