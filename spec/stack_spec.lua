@@ -41,7 +41,44 @@ local function deep_format(via)
   return depth, (not ok) and tostring(err)
 end
 
+-- Coroutines that each resume a new one (a recursive generator over a deep tree), through
+-- coroutine.create and resume or through coroutine.wrap.
+local function deep_coroutines(via)
+  local depth = 0
+  local function body()
+    depth = depth + 1
+    if via == "wrap" then return coroutine.wrap(body)() end
+    local ok, err = coroutine.resume(coroutine.create(body))
+    if not ok then error(err, 0) end
+  end
+  local ok, err = pcall(body)
+  return depth, (not ok) and tostring(err)
+end
+
 describe("an actor's C stack", function()
+  it("gives coroutines nested without end a catchable error, and coroutines still work", function()
+    local r = guard.run(function()
+      local cd, ce = deep_coroutines("create")
+      local wd, we = deep_coroutines("wrap")
+      local gen = coroutine.wrap(function(a)
+        local b = coroutine.yield(a + 1)
+        return b * 2
+      end)
+      local co = coroutine.create(function(...) return select("#", ...), ... end)
+      return { cd = cd, ce = ce, wd = wd, we = we, y1 = gen(1), y2 = gen(5),
+        co = { coroutine.resume(co, "a", nil, "c") },
+        bad = select(2, pcall(coroutine.create, 1)) }
+    end)
+    assert.equals("stack overflow (coroutines nested too deeply for the actor's C stack)", r.ce)
+    assert.equals("stack overflow (coroutines nested too deeply for the actor's C stack)", r.we)
+    assert.is_true(r.cd > 100, "create went " .. r.cd .. " deep")
+    assert.is_true(r.wd > 100, "wrap went " .. r.wd .. " deep")
+    assert.equals(2, r.y1)
+    assert.equals(10, r.y2)
+    assert.same({ true, 3, "a", nil, "c" }, r.co)
+    assert.matches("bad argument #1 to 'create' (function expected, got number)", r.bad, 1, true)
+  end)
+
   it("gives a __tostring that recurses through string.format or tostring a catchable error",
     function()
       local r = guard.run(function()

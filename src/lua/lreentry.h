@@ -14,8 +14,9 @@
 ** Lua code up to the next check, and the unwinding of the error. */
 #define LREENTRY_RESERVE (64 * 1024)
 
-/* Replaces string.gsub, table.sort and string.format (whose %s may call a __tostring that calls
-** it again) in L's VM by checked versions (once per VM). */
+/* Replaces string.gsub, table.sort, string.format (whose %s may call a __tostring that calls
+** it again), coroutine.create and coroutine.wrap (a coroutine that resumes a new one nests on
+** the C stack) in L's VM by checked versions (once per VM). */
 void sm_lreentry_wrap(lua_State *L);
 
 #endif
