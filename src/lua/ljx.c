@@ -22,6 +22,7 @@
 **                          lj_debug_line, proto_chunkname: no allocation), only in the C state
 **                          (vmstate LJ_VMST_C: the interpreter stored L->base before the call).
 */
+#define _DEFAULT_SOURCE /* mincore */
 #include "ljx.h"
 
 #include <lauxlib.h>
@@ -29,6 +30,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lj_obj.h"
 #include "lj_jit.h"
@@ -323,6 +326,53 @@ static long proto_line(const GCproto *pt, BCPos pc)
   return (long)pt->firstline + (long)((const uint32_t *)info)[pc];
 }
 
+/* The page size, read once outside any signal handler (sm_ljx_signal_traceback_init). */
+static uintptr_t page_size;
+
+void sm_ljx_signal_traceback_init(void)
+{
+  if (!page_size) {
+    long n = sysconf(_SC_PAGESIZE);
+    page_size = n > 0 ? (uintptr_t)n : 4096;
+  }
+}
+
+/* Whether [p, p + n) lies in mapped memory: mincore(2), a system call, fails with ENOMEM on an
+** unmapped page. A signal handler's way to read what it cannot trust without faulting. */
+static int mapped(const void *p, size_t n)
+{
+  if (!page_size || !p)
+    return 0;
+  unsigned char vec;
+  uintptr_t a = (uintptr_t)p & ~(page_size - 1), end = (uintptr_t)p + n;
+  for (; a < end; a += page_size)
+    if (mincore((void *)a, page_size, &vec) != 0)
+      return 0;
+  return 1;
+}
+
+/* A frame's function, when the slot really holds one (tagged a function, a readable object
+** of that type); else NULL. */
+static GCfunc *checked_func(cTValue *frame)
+{
+#if LJ_FR2
+  if (!tvisfunc(frame - 1))
+    return NULL;
+  GCfunc *fn = frame_func(frame);
+  if (!mapped(fn, sizeof(GCfuncC)) || fn->c.gct != ~LJ_TFUNC)
+    return NULL;
+  if (isluafunc(fn)) {
+    GCproto *pt = funcproto(fn);
+    if (!mapped(pt, sizeof *pt) || pt->gct != ~LJ_TPROTO)
+      return NULL;
+  }
+  return fn;
+#else
+  (void)frame;
+  return NULL;
+#endif
+}
+
 size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames)
 {
   outbuf_t o = {buf, buf + cap};
@@ -337,43 +387,76 @@ size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames)
                                    : "\t(in the interpreter: no traceback)\n");
     return (size_t)(o.p - buf);
   }
-  lua_State *co = &gcref(g->cur_L)->th; /* gco2th without its check (not exported) */
-  /* The walk of lj_debug_frame and the line lookup of lj_debug_line, written out: those are not
-  ** exported to a loadable module. A Lua function's pc is known when the frame above it was
-  ** called from Lua (its link is the return pc) or is a continuation; else its first line. */
-  cTValue *frame = co->base - 1, *nextframe = NULL, *bot = tvref(co->stack) + LJ_FR2;
+  /* Even in the C state the frames may be in flux (the VM's return to C copies results over
+  ** the returning frame before it stores the caller's base): every step is checked, and the
+  ** walk stops, saying so, at the first that does not hold. The walk of lj_debug_frame and the
+  ** line lookup of lj_debug_line are written out (not exported to a loadable module). A Lua
+  ** function's line is known when the frame above it was called from Lua (its link is the
+  ** return pc into it); else its first line is given. */
+  GCobj *cur = gcref(g->cur_L);
+  lua_State *co = cur ? &cur->th : NULL; /* gco2th without its check (not exported) */
+  if (!mapped(co, sizeof *co) || co->gct != ~LJ_TTHREAD) {
+    out_cstr(&o, "\t(no traceback: the VM is between states)\n");
+    return (size_t)(o.p - buf);
+  }
+  cTValue *stack = tvref(co->stack), *top = stack + co->stacksize;
+  cTValue *bot = stack + LJ_FR2, *frame = co->base - 1, *nextframe = NULL;
   if (frame <= bot)
     out_cstr(&o, "\t(no Lua frames)\n");
   for (int level = 0; frame > bot; ) {
-    if (frame_gc(frame) != obj2gco(co)) { /* not a dummy frame (lj_err_optype_call) */
+    if (frame >= top || !mapped(frame - LJ_FR2, (1 + LJ_FR2) * sizeof(TValue)))
+      goto in_flux;
+    GCfunc *fn = checked_func(frame);
+    if (!fn)
+      goto in_flux;
+    if (obj2gco(fn) != obj2gco(co)) { /* not a dummy frame (lj_err_optype_call) */
       if (level++ == frames) {
         out_cstr(&o, "\t...\n");
         break;
       }
-      GCfunc *fn = frame_func(frame);
       out_str(&o, "\t", 1);
       if (!isluafunc(fn)) {
         out_cstr(&o, "[C]\n");
       } else {
         GCproto *pt = funcproto(fn);
-        const char *name = strdata(proto_chunkname(pt));
-        if (*name == '@' || *name == '=')
-          out_cstr(&o, name + 1);
-        else
-          out_cstr(&o, "[string]");
-        const BCIns *ins = NULL;
-        if (nextframe && frame_islua(nextframe))
-          ins = frame_pc(nextframe);
-        else if (nextframe && frame_iscont(nextframe))
-          ins = frame_contpc(nextframe);
-        BCPos pc = ins ? proto_bcpos(pt, ins) - 1 : ~(BCPos)0;
+        GCstr *name = proto_chunkname(pt);
+        if (mapped(name, sizeof *name) && name->gct == ~LJ_TSTR && name->len < 4096 &&
+            mapped(strdata(name), name->len)) {
+          const char *text = strdata(name);
+          if (name->len > 0 && (*text == '@' || *text == '='))
+            out_str(&o, text + 1, name->len - 1);
+          else
+            out_cstr(&o, "[string]");
+        } else {
+          out_cstr(&o, "?");
+        }
+        const BCIns *ins = nextframe && frame_islua(nextframe) ? frame_pc(nextframe) : NULL;
+        BCPos pc = ~(BCPos)0;
+        if (ins > proto_bc(pt) && ins <= proto_bc(pt) + pt->sizebc)
+          pc = proto_bcpos(pt, ins) - 1;
+        const void *info = proto_lineinfo(pt);
         out_str(&o, ":", 1);
-        out_int(&o, (long)proto_line(pt, pc));
+        out_int(&o, info && mapped(info, pt->sizebc * 4) ? proto_line(pt, pc)
+                                                         : (long)pt->firstline);
         out_str(&o, "\n", 1);
       }
     }
+    cTValue *prev;
+    if (frame_islua(frame)) {
+      const BCIns *ret = frame_pc(frame);
+      if (!mapped(ret - 1, sizeof *ret))
+        goto in_flux;
+      prev = frame_prevl(frame);
+    } else {
+      prev = frame_prevd(frame);
+    }
+    if (prev >= frame || prev < stack)
+      goto in_flux;
     nextframe = frame;
-    frame = frame_islua(frame) ? frame_prevl(frame) : frame_prevd(frame);
+    frame = prev;
   }
+  return (size_t)(o.p - buf);
+in_flux:
+  out_cstr(&o, "\t(the rest is in flux: the VM is between two frames)\n");
   return (size_t)(o.p - buf);
 }

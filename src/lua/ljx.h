@@ -51,9 +51,14 @@ void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st);
 ** report): writes the Lua frames of the VM's current coroutine into buf, one
 ** "\t<chunk>:<line>" (or "\t[C]") line each, innermost first, at most `frames` of them, without
 ** allocating or calling into the VM. Only while a C function runs (a blocking C call, where the
-** frames are as the interpreter left them); otherwise writes why not ("inside compiled code",
+** frames are as the interpreter left them), and every step is checked against the stack's
+** bounds, the slots' tags and mapped memory (mincore), for the moments when they are not;
+** otherwise writes why not ("inside compiled code",
 ** "inside the garbage collector", "in the interpreter"). Returns the bytes written. */
 size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames);
+/* Once, outside any signal handler, before the first sm_ljx_signal_traceback (the page size it
+** checks memory by). */
+void sm_ljx_signal_traceback_init(void);
 
 /* A hash of what the table at idx holds (its keys and values as the VM stores them: references
 ** for objects, bits for numbers), without calling into the VM: equal while the table is

@@ -313,6 +313,7 @@ static void on_sched_start(unsigned k, void *ud)
       }
     }
   }
+  sm_ljx_signal_traceback_init(); /* before the watchdog's first report can come */
   if (vm->L) {
     vm_cache_refs(vm);
     sm_lrebind_set_paths(vm->L, run->path, run->cpath);
