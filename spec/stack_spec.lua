@@ -67,7 +67,7 @@ describe("an actor's C stack", function()
       local co = coroutine.create(function(...) return select("#", ...), ... end)
       return { cd = cd, ce = ce, wd = wd, we = we, y1 = gen(1), y2 = gen(5),
         co = { coroutine.resume(co, "a", nil, "c") },
-        bad = select(2, pcall(coroutine.create, 1)) }
+        bad = select(2, pcall(function() local c = coroutine.create(1) return c end)) }
     end)
     assert.equals("stack overflow (coroutines nested too deeply for the actor's C stack)", r.ce)
     assert.equals("stack overflow (coroutines nested too deeply for the actor's C stack)", r.we)

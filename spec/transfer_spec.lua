@@ -215,6 +215,30 @@ describe("closures that travel", function()
     assert.are.same({ "x", true, true, true, true, "function" }, r)
   end)
 
+  it("re-binds the library functions smarm replaced, captured before it replaced them", function()
+    -- `local format = string.format` at the top of a module loaded before smarm: the original
+    -- C function, which smarm's checked string.format (and coroutine.create, string.gsub) hold
+    local function original(f, name)
+      for i = 1, math.huge do
+        local n, v = debug.getupvalue(f, i)
+        if not n then return nil end
+        if n == name then return v end
+      end
+    end
+    local format, create = original(string.format, "format"), original(coroutine.create, "create")
+    local _, gsub = debug.getupvalue(string.gsub, 1) -- a C closure: the original is its upvalue
+    assert.is_true(type(format) == "function" and format ~= string.format)
+    local r = guard.run(function()
+      local me = smarm.self()
+      smarm.spawn_on(2, function()
+        smarm.send(me, { format("%d", 7), type(create(print)), (gsub("a", "a", "b")),
+          format == string.format, create == coroutine.create })
+      end)
+      return guard.receive("the report")
+    end, { schedulers = 2 })
+    assert.are.same({ "7", "thread", "b", true, true }, r)
+  end)
+
   it("carries functions in messages, here and to another scheduler", function()
     local r = guard.run(function()
       local me = smarm.self()

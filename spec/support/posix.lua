@@ -32,9 +32,11 @@ local DIRENT_NAME, DIRENT_RECLEN = 19, 16
 -- which ThreadSanitizer does not see: its libc interceptors treat a descriptor number reused
 -- while smarm's IO thread closes sockets as a race with that thread (a spec polling the
 -- descriptor count meets it). The numbers are the kernel's, per architecture.
-local SYS = ffi.arch == "arm64" and { openat = 56, getdents64 = 61, close = 57 }
-  or { openat = 257, getdents64 = 217, close = 3 }
-local AT_FDCWD = -100
+local SYS = ({
+  arm64 = { openat = 56, getdents64 = 61, close = 57, O_DIRECTORY = 0x4000 },
+  x64 = { openat = 257, getdents64 = 217, close = 3, O_DIRECTORY = 0x10000 },
+})[ffi.arch] or error("spec/support/posix.lua: no system call numbers for " .. ffi.arch)
+local AT_FDCWD, O_CLOEXEC = -100, 0x80000
 local RLIMIT_NOFILE = 7
 local ENOENT = 2
 
@@ -48,11 +50,9 @@ end
 -- cannot be opened.
 local function entries(path)
   local long = ffi.typeof("long")
-  local fd = tonumber(C.spec_posix_syscall(SYS.openat, long(AT_FDCWD), path, long(0)))
-  if fd < 0 then
-    ffi.errno(-fd)
-    return nil, -fd
-  end
+  local fd = tonumber(C.spec_posix_syscall(SYS.openat, long(AT_FDCWD), path,
+    long(bit.bor(SYS.O_DIRECTORY, O_CLOEXEC))))
+  if fd < 0 then return nil, ffi.errno() end -- syscall(2) returns -1 and sets errno
   local names, buf = {}, ffi.new("uint8_t[?]", 8192)
   while true do
     local n = tonumber(C.spec_posix_syscall(SYS.getdents64, long(fd), buf, long(8192)))

@@ -8,6 +8,7 @@
 #include "lrebind.h"
 
 #include "ljx.h"
+#include "lvm.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -75,6 +76,21 @@ static const char paths_key;
 static const char standard_key;
 /* registry[&index_key]: the VM's index (see "The VM's index" below) */
 static const char index_key;
+/* registry[&replaced_key] = { original function -> { "module", "field" } } (sm_lrebind_replaced) */
+static const char replaced_key;
+
+void sm_lrebind_replaced(lua_State *L, const char *module, const char *field)
+{
+  lvm_push_registry_table(L, &replaced_key, NULL);
+  lua_insert(L, -2);
+  lua_createtable(L, 2, 0);
+  lua_pushstring(L, module);
+  lua_rawseti(L, -2, 1);
+  lua_pushstring(L, field);
+  lua_rawseti(L, -2, 2);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
 
 void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
 {
@@ -235,6 +251,18 @@ static void build(lua_State *L, int package, int names)
       lua_rawseti(L, -2, 2);
       lua_rawset(L, names);
       lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  /* the library functions smarm replaced, as the field they were (sm_lrebind_replaced) */
+  lvm_push_registry(L, &replaced_key);
+  int replaced = lua_gettop(L);
+  if (lua_istable(L, replaced)) {
+    lua_pushnil(L);
+    while (lua_next(L, replaced) != 0) {
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, names);
     }
   }
   lua_pop(L, 1);

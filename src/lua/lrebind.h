@@ -32,6 +32,13 @@ void sm_lrebind_learn_standard(lua_State *L);
 /* Pushes this VM's standard global `name` and returns 1, or pushes nothing and returns 0. */
 int sm_lrebind_push_standard(lua_State *L, const char *name);
 
+/* At a VM's start, when smarm replaces a standard library function by a checked version
+** (lreentry.c): the original, on top of the stack (popped), stays known as module.field, so that
+** a closure that captured it before the replacement (`local format = string.format` at the top
+** of a module required before smarm) still travels by name; the receiver takes its own
+** (checked) module.field. */
+void sm_lrebind_replaced(lua_State *L, const char *module, const char *field);
+
 /* At a run's start, in each of its VMs: the package.path and cpath every VM of the run started
 ** with (a module is named only if those find it: a script's own later path is not the others'). */
 void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);

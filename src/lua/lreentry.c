@@ -24,6 +24,8 @@
 */
 #include "lreentry.h"
 
+#include "lrebind.h"
+
 #include "smarm.h"
 
 #include <lauxlib.h>
@@ -51,6 +53,8 @@ static void wrap(lua_State *L, const char *lib, const char *fn, const char *what
     lua_pop(L, 2);
     return;
   }
+  lua_pushvalue(L, -1);
+  sm_lrebind_replaced(L, lib, fn);
   lua_pushstring(L, what);
   lua_pushcclosure(L, checked, 2);
   lua_setfield(L, -2, fn);
@@ -67,8 +71,7 @@ static const char format_maker[] =
   " ..\n"
   "      \"stack)\", 2)\n"
   "  end\n"
-  "  local s = format(...) -- not a tail call: its errors name 'format'\n"
-  "  return s\n"
+  "  return format(...) -- a tail call: its errors read as the original's\n"
   "end\n";
 
 /* The checked coroutine.create and coroutine.wrap, made from the originals and the same. */
@@ -81,11 +84,9 @@ static const char coroutine_maker[] =
   "  end\n"
   "end\n"
   "return function(f)\n"
-  "  local co = create(type(f) == 'function' and checked(f) or f) -- else its own error\n"
-  "  return co\n"
+  "  return create(type(f) == 'function' and checked(f) or f) -- else its own error\n"
   "end, function(f)\n"
-  "  local w = wrap(type(f) == 'function' and checked(f) or f)\n"
-  "  return w\n"
+  "  return wrap(type(f) == 'function' and checked(f) or f)\n"
   "end\n";
 
 /* 1 when less than the reserve is left below the caller: what the Lua-side checks call (an int,
@@ -125,6 +126,10 @@ static int wrap_coroutine_protected(lua_State *L)
   lua_getfield(L, -2, "wrap");
   if (!lua_iscfunction(L, -2) || !lua_iscfunction(L, -1)) /* absent, or done */
     return 0;
+  lua_pushvalue(L, -2);
+  sm_lrebind_replaced(L, "coroutine", "create");
+  lua_pushvalue(L, -1);
+  sm_lrebind_replaced(L, "coroutine", "wrap");
   if (luaL_loadbuffer(L, coroutine_maker, sizeof coroutine_maker - 1, "=coroutine") != 0)
     return lua_error(L);
   lua_insert(L, -3);
@@ -144,6 +149,8 @@ static int wrap_format_protected(lua_State *L)
   lua_getfield(L, -1, "format");
   if (!lua_iscfunction(L, -1)) /* absent, or done */
     return 0;
+  lua_pushvalue(L, -1);
+  sm_lrebind_replaced(L, "string", "format");
   push_stack_low(L);
   if (luaL_loadbuffer(L, format_maker, sizeof format_maker - 1, "=string.format") != 0)
     return lua_error(L);
