@@ -30,6 +30,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -326,27 +327,27 @@ static long proto_line(const GCproto *pt, BCPos pc)
   return (long)pt->firstline + (long)((const uint32_t *)info)[pc];
 }
 
-/* The page size, read once outside any signal handler (sm_ljx_signal_traceback_init). */
-static uintptr_t page_size;
+/* The page size, read outside any signal handler (sm_ljx_signal_traceback_init, by every
+** scheduler's thread as it starts: each stores the same value; relaxed, lock-free). */
+static _Atomic uintptr_t page_size;
 
 void sm_ljx_signal_traceback_init(void)
 {
-  if (!page_size) {
-    long n = sysconf(_SC_PAGESIZE);
-    page_size = n > 0 ? (uintptr_t)n : 4096;
-  }
+  long n = sysconf(_SC_PAGESIZE);
+  atomic_store_explicit(&page_size, n > 0 ? (uintptr_t)n : 4096, memory_order_relaxed);
 }
 
 /* Whether [p, p + n) lies in mapped memory: mincore(2), a system call, fails with ENOMEM on an
 ** unmapped page. A signal handler's way to read what it cannot trust without faulting. */
 static int mapped(const void *p, size_t n)
 {
-  if (!page_size || !p)
+  uintptr_t page = atomic_load_explicit(&page_size, memory_order_relaxed);
+  if (!page || !p)
     return 0;
   unsigned char vec;
-  uintptr_t a = (uintptr_t)p & ~(page_size - 1), end = (uintptr_t)p + n;
-  for (; a < end; a += page_size)
-    if (mincore((void *)a, page_size, &vec) != 0)
+  uintptr_t a = (uintptr_t)p & ~(page - 1), end = (uintptr_t)p + n;
+  for (; a < end; a += page)
+    if (mincore((void *)a, page, &vec) != 0)
       return 0;
   return 1;
 }
