@@ -180,8 +180,8 @@ static void deliver(sched_t *s, smarm_msg_t *m)
       else if (req->ties.parent) /* the spawner gave up, or was stopped: to the child's link
                                     ** it is gone (noproc), its monitor is dropped */
         sm_faults_untie_child(s, (smarm_pid_t)answer, &req->ties);
-    } else if (m->kind == MSG_SPAWN_REPLY && !a && req->data && s->rt->cfg.on_actor_stopped) {
-      s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata); /* a late failure (the top) */
+    } else if (m->kind == MSG_SPAWN_REPLY && !a) {
+      sm_sched_spawn_request_free(s, m); /* a late failure (the top) */
     }
     if (a) {
       a->reply = answer;

@@ -223,8 +223,9 @@ void sm_sched_take_inbox(sched_t *s);
 /* Sends request m (its payload starts with room for an int64_t answer) to scheduler k and parks
 ** the caller until that scheduler's reply brings the answer (intersched.c). */
 int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
-/* The runtime's end: a spawn request or a failed spawn's reply left in an inbox lets go of the
-** spawn's data (on_actor_stopped), which no actor took. */
+/* A spawn request, or a failed spawn's reply, that nobody will take (a reply whose asker gave
+** up; either, left in an inbox at the runtime's end) lets go of the spawn's data
+** (on_actor_stopped): no actor took it. */
 void sm_sched_spawn_request_free(sched_t *s, smarm_msg_t *m);
 /* Message timers (send_after.c), all on the owner's thread: answers a MSG_TIMER_SET or
 ** MSG_TIMER_CANCEL request (its answer); releases what a request never delivered holds (from

@@ -229,7 +229,7 @@ void sm_lpreempt_reconcile(lua_State *L)
     install(vm, L, a);
 }
 
-void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a)
+void sm_lpreempt_drop_hook(lvm_t *vm, lvm_actor_head_t *a)
 {
   if (!a->hook_ref)
     return;
@@ -258,13 +258,7 @@ static int sethook(lua_State *L)
              (strchr(smask, 'l') ? LUA_MASKLINE : 0) | (count > 0 ? LUA_MASKCOUNT : 0);
     }
     if (mask == 0) { /* off, as debug.sethook() turns a VM's off */
-      if (vm->hook_owner == a)
-        install(vm, L, NULL);
-      if (a->hook_ref) {
-        luaL_unref(L, LUA_REGISTRYINDEX, a->hook_ref);
-        a->hook_ref = 0;
-        count_hooked(vm, -1);
-      }
+      sm_lpreempt_drop_hook(vm, a);
       return 0;
     }
     lua_pushvalue(L, arg + 1);

@@ -32,7 +32,8 @@ static inline void sm_lpreempt_switched_in(lua_State *L)
   if (__builtin_expect(atomic_load_explicit(&sm_lpreempt_hooked, memory_order_relaxed) != 0, 0))
     sm_lpreempt_reconcile(L);
 }
-/* An actor's state is freed (lsmarm.c's lactor_free): lets go of its hook. */
-void sm_lpreempt_actor_gone(lvm_t *vm, lvm_actor_head_t *a);
+/* The actor lets go of its own hook, if it has one: debug.sethook() in it, or its state freed
+** (lsmarm.c's lactor_free). */
+void sm_lpreempt_drop_hook(lvm_t *vm, lvm_actor_head_t *a);
 
 #endif

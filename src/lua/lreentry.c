@@ -8,7 +8,7 @@
 **
 ** string.format has a recorder: the JIT compiles its calls, and a C closure around it would
 ** make every compiled call a trace exit (+45% on a loop of format calls, measured). Its checked
-** version is a Lua function that asks smarm_stack_headroom() through an FFI function pointer,
+** version is a Lua function that asks stack_low() (below) through an FFI function pointer,
 ** which the JIT compiles to a direct call, then calls the original: compiled code pays a call
 ** and a compare. (It recurses through C only when a %s argument's __tostring calls format.)
 **
@@ -61,8 +61,8 @@ static void wrap(lua_State *L, const char *lib, const char *fn, const char *what
   lua_pop(L, 1);
 }
 
-/* The checked string.format, made from the original, the headroom function (an FFI function
-** pointer), the reserve and error. */
+/* The checked string.format, made from the original, stack_low (an FFI function pointer) and
+** error. */
 static const char format_maker[] =
   "local format, stack_low, error = ...\n"
   "return function(...)\n"

@@ -170,7 +170,7 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
   smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
-    sm_lpreempt_actor_gone(vm, &la->head);
+    sm_lpreempt_drop_hook(vm, &la->head);
     if (fate == CO_RECYCLE && vm->spare_count < LVM_SPARE_COS && lua_status(la->head.co) == 0 &&
         lua_gettop(la->head.co) == 0) {
       vm->spare_co[vm->spare_count] = la->head.co;
@@ -314,6 +314,8 @@ static void on_sched_start(unsigned k, void *ud)
     }
   }
   sm_ljx_signal_traceback_init(); /* before the watchdog's first report can come */
+  snprintf(vm->watchdog_head, sizeof vm->watchdog_head,
+           "smarm: watchdog: scheduler %u, stack traceback:\n", k + 1);
   if (vm->L) {
     vm_cache_refs(vm);
     sm_lrebind_set_paths(vm->L, run->path, run->cpath);
@@ -332,18 +334,8 @@ static void on_watchdog(unsigned k, void *ud)
   if (!vm->L)
     return;
   char buf[2048];
-  static const char head[] = "smarm: watchdog: scheduler ";
-  size_t n = sizeof head - 1;
-  memcpy(buf, head, n);
-  char digits[8];
-  int d = 0;
-  for (unsigned v = k + 1; v && d < 8; v /= 10)
-    digits[d++] = (char)('0' + v % 10);
-  while (d)
-    buf[n++] = digits[--d];
-  static const char tail[] = ", stack traceback:\n";
-  memcpy(buf + n, tail, sizeof tail - 1);
-  n += sizeof tail - 1;
+  size_t n = strlen(vm->watchdog_head); /* made at the scheduler's start: no formatting here */
+  memcpy(buf, vm->watchdog_head, n);
   n += sm_ljx_signal_traceback(vm->L, buf + n, sizeof buf - n, 20);
   ssize_t w = write(STDERR_FILENO, buf, n);
   (void)w;

@@ -50,6 +50,7 @@ typedef struct lvm {
   /* lpreempt.c, per-actor hooks: how many of this VM's actors have a hook of their own; whose
   ** is installed in the VM now (NULL: none) with its mask and count (read by the signal
   ** handler); whether a preemption is armed over it. */
+  char watchdog_head[64];       /* lsmarm.c: the first line of the watchdog's traceback */
   int hooked_actors;
   struct lvm_actor_head *volatile hook_owner;
   volatile sig_atomic_t hook_mask, hook_count, hook_armed;
