@@ -35,6 +35,8 @@
 **   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
 **   ticker_done     under ticker_lock: the ticker signals a thread only while holding the lock
 **                   and seeing the flag clear, so it never signals a thread that has ended.
+**                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
+**                   first, on the thread, so it never lands on the alternate stack being unmapped.
 ** A request whose signal found no Lua code to interrupt (the actor sat in a long C call) is sent
 ** again after a slice, then twice as long each time up to a second: a missed arming is retried,
 ** and a blocking C call is not flooded with EINTR.
@@ -210,8 +212,16 @@ int sm_preempt_start(runtime_t *rt)
   return 0;
 }
 
-void sm_preempt_sched_done(runtime_t *rt, unsigned index)
+void sm_preempt_sched_done(runtime_t *rt, unsigned index, sigset_t *old_mask)
 {
+  /* A SIGURG sent before this (under ticker_lock, like ticker_done) may still be pending: blocked,
+  ** it cannot land on the alternate stack the thread unmaps next (overflow.c); it is discarded
+  ** when sm_preempt_stop restores SIGURG's old action (its default: ignore). Valgrind delivers
+  ** signals late, and pushed such a handler's frame onto the unmapped stack. */
+  sigset_t urg;
+  sigemptyset(&urg);
+  sigaddset(&urg, SIGURG);
+  pthread_sigmask(SIG_BLOCK, &urg, old_mask);
   if (!rt->ticker_watch)
     return;
   pthread_mutex_lock(&rt->ticker_lock);

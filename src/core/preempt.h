@@ -5,6 +5,8 @@
 #ifndef SMARM_CORE_PREEMPT_H
 #define SMARM_CORE_PREEMPT_H
 
+#include <signal.h>
+
 struct runtime;
 
 /* Before any scheduler thread starts: the ticker's notes and lock, the SIGURG handler. */
@@ -14,8 +16,9 @@ int sm_preempt_init(struct runtime *rt);
 ** every 64 decisions only. */
 int sm_preempt_start(struct runtime *rt);
 /* Called by each scheduler thread once it has run its last actor: the ticker signals it no more
-** (its thread may end and be joined after this). */
-void sm_preempt_sched_done(struct runtime *rt, unsigned index);
+** (its thread may end and be joined after this), and SIGURG is blocked on the thread, its old mask
+** in *old_mask (the caller restores it after sm_preempt_stop, or ends the thread). */
+void sm_preempt_sched_done(struct runtime *rt, unsigned index, sigset_t *old_mask);
 /* Stops and joins the ticker, restores the old SIGURG action. After every sm_preempt_sched_done. */
 void sm_preempt_stop(struct runtime *rt);
 

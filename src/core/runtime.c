@@ -45,6 +45,7 @@ void smarm_config_init(smarm_config_t *cfg)
 
 typedef struct thread_state {
   void *altstack;
+  sigset_t old_mask; /* the thread's signal mask before sm_preempt_sched_done blocked SIGURG */
 } thread_state_t;
 
 static void pin_to_cpu(unsigned index)
@@ -87,10 +88,10 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
   sm_sched_tls = NULL;
 }
 
-static void run_scheduler(sched_t *s)
+static void run_scheduler(sched_t *s, thread_state_t *ts)
 {
   sm_sched_loop(s);
-  sm_preempt_sched_done(s->rt, s->index);
+  sm_preempt_sched_done(s->rt, s->index, &ts->old_mask);
   sm_sched_destroy_actors(s);
 }
 
@@ -99,9 +100,9 @@ static void *scheduler_thread(void *p)
   sched_t *s = p;
   thread_state_t ts;
   thread_enter(s, &ts);
-  run_scheduler(s);
+  run_scheduler(s, &ts);
   thread_leave(s, &ts);
-  return NULL;
+  return NULL; /* (SIGURG stays blocked: the thread ends) */
 }
 
 static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
@@ -209,7 +210,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     if (rc < 0)
       sm_runtime_request_stop(rt);
   }
-  run_scheduler(s0);
+  run_scheduler(s0, &ts);
   thread_leave(s0, &ts);
   for (unsigned k = 1; k < started; k++)
     pthread_join(threads[k], NULL);
@@ -217,6 +218,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
   sm_runtime_unpublish();
   sm_preempt_stop(rt);
+  pthread_sigmask(SIG_SETMASK, &ts.old_mask, NULL); /* a SIGURG still pending was discarded */
   for (unsigned k = 0; k < rt->nsched; k++)
     sm_sched_drain_and_free(&rt->scheds[k]);
   sm_names_destroy(&rt->names);
