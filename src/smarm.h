@@ -504,6 +504,36 @@ SMARM_API int smarm_send_named(const char *name, smarm_msg_t *msg);
 ** register or send). Returns how many, -ENOMEM or -EPERM. */
 SMARM_API int smarm_registered(void (*fn)(const char *name, smarm_pid_t pid, void *ud), void *ud);
 
+/* ---- Looking at actors ------------------------------------------------------------------- */
+
+/* Where a live actor stands (smarm_actor_info). */
+enum smarm_actor_status {
+  SMARM_ACTOR_RUNNING,   /* it is the caller */
+  SMARM_ACTOR_RUNNABLE,  /* waiting for its turn (new, yielded, woken, switched out) */
+  SMARM_ACTOR_RECEIVING, /* parked in a receive (maybe with a timeout) */
+  SMARM_ACTOR_SLEEPING,  /* parked in smarm_sleep */
+  SMARM_ACTOR_ASKING,    /* parked until another scheduler answers (a spawn there, alive...) */
+  SMARM_ACTOR_AWAITING,  /* parked in smarm_await: the Lua binding's IO and the like */
+};
+
+typedef struct smarm_actor_info {
+  smarm_pid_t pid;
+  int status;           /* enum smarm_actor_status */
+  size_t mailbox;       /* messages waiting for it, those its binding set aside included */
+  const char *name;     /* its registered name, or NULL: valid until the caller parks */
+  void *data;           /* its smarm_actor_data() */
+} smarm_actor_info_t;
+
+/* Fills *out for a live actor of the CALLING actor's scheduler (the owner answers for its own:
+** nothing here is read across threads). Returns 0, -ESRCH (not alive), -EXDEV (an actor of
+** another scheduler: ask there, e.g. from an actor spawned on it), -EPERM outside an actor. */
+SMARM_API int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out);
+
+/* The pids of the calling actor's scheduler's live actors, the caller's included: writes at most
+** cap of them to out and returns how many there are (call again with more room when that is
+** more than cap); -EPERM outside an actor. */
+SMARM_API long smarm_local_actors(smarm_pid_t *out, size_t cap);
+
 /* ---- Statistics --------------------------------------------------------------------------- */
 
 typedef struct smarm_stats {

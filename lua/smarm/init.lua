@@ -101,4 +101,63 @@ function core.demonitor(ref, opt)
   return was
 end
 
+-- processes() -> { pid, ... } and info(pid [, keys]) -> table | nil (docs/api.md). Each
+-- scheduler answers for its own actors (linfo.c); another scheduler is asked from an actor
+-- spawned there (_answer), so nothing is read across threads.
+local local_processes, local_info = core._local_processes, core._local_info
+
+function core._answer(to, tag, what, pid)
+  local value
+  if what == "processes" then
+    value = {}
+    local me = core.self()
+    for _, p in ipairs(local_processes()) do
+      if p ~= me then value[#value + 1] = p end -- not the asking actor itself
+    end
+  else
+    value = local_info(pid)
+  end
+  core.send(to, { smarm_answer = tag, value = value })
+end
+
+local function ask(k, what, pid)
+  local tag = core.ref()
+  local _, mref = core.spawn_opt({ on = k, monitor = true }, "smarm._answer", core.self(), tag,
+    what, pid)
+  local m = core.receive(function(m)
+    return type(m) == "table" and (m.smarm_answer == tag or m.ref == mref)
+  end)
+  if m.smarm_answer ~= tag then -- it died before answering (out of memory): say so
+    error("smarm." .. what .. ": scheduler " .. k .. " could not answer (" .. tostring(
+      type(m.reason) == "table" and m.reason.error or m.reason) .. ")", 3)
+  end
+  core.demonitor(mref, "flush")
+  return m.value
+end
+
+function core.processes()
+  local all, here = {}, core.scheduler()
+  for k = 1, core.schedulers() do
+    local some = k == here and local_processes() or ask(k, "processes")
+    for _, p in ipairs(some) do all[#all + 1] = p end
+  end
+  return all
+end
+
+function core.info(pid, keys)
+  if not core.is_pid(pid) then
+    error("bad argument #1 to 'info' (pid expected, got " .. type(pid) .. ")", 2)
+  end
+  if keys ~= nil and type(keys) ~= "string" and type(keys) ~= "table" then
+    error("bad argument #2 to 'info' (key or list of keys expected, got " .. type(keys) .. ")", 2)
+  end
+  local k = core._scheduler_of(pid)
+  local t
+  if k == core.scheduler() then t = local_info(pid) elseif k then t = ask(k, "info", pid) end
+  if t == nil or keys == nil then return t end
+  local picked = {}
+  for _, key in ipairs(type(keys) == "string" and { keys } or keys) do picked[key] = t[key] end
+  return picked
+end
+
 return core

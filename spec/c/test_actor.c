@@ -567,4 +567,76 @@ TEST(await_and_wake_outside_a_runtime)
   CHECK_EQ(smarm_wake(1, 1), -ESRCH);
 }
 
+/* ---- looking at actors (smarm_actor_info, smarm_local_actors) ---- */
+
+static void receive_one(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m = NULL;
+  if (smarm_receive(SMARM_FOREVER, &m) == 0)
+    smarm_msg_free(m);
+}
+
+static void sleep_long(void *arg)
+{
+  (void)arg;
+  smarm_sleep(3600LL * 1000 * 1000 * 1000);
+}
+
+static void main_info(void *arg)
+{
+  (void)arg;
+  smarm_pid_t receiver, sleeper, fresh, remote;
+  CHECK_EQ(smarm_spawn(receive_one, NULL, NULL, &receiver), 0);
+  CHECK_EQ(smarm_spawn(sleep_long, NULL, NULL, &sleeper), 0);
+  CHECK_EQ(smarm_register("the-sleeper", sleeper), 0);
+  CHECK_EQ(smarm_spawn_on(1, receive_one, NULL, NULL, &remote), 0);
+  smarm_yield(); /* both park */
+  CHECK_EQ(smarm_spawn(noop, NULL, NULL, &fresh), 0);
+
+  smarm_actor_info_t info;
+  CHECK_EQ(smarm_actor_info(smarm_self(), &info), 0);
+  CHECK_EQ(info.status, SMARM_ACTOR_RUNNING);
+  CHECK(info.name == NULL);
+  CHECK_EQ(smarm_actor_info(receiver, &info), 0);
+  CHECK_EQ(info.status, SMARM_ACTOR_RECEIVING);
+  CHECK_EQ(info.mailbox, 0);
+  CHECK_EQ(smarm_actor_info(sleeper, &info), 0);
+  CHECK_EQ(info.status, SMARM_ACTOR_SLEEPING);
+  CHECK(info.name && strcmp(info.name, "the-sleeper") == 0);
+  CHECK_EQ(smarm_actor_info(fresh, &info), 0);
+  CHECK_EQ(info.status, SMARM_ACTOR_RUNNABLE);
+  CHECK_EQ(smarm_actor_info(remote, &info), -EXDEV);
+
+  smarm_msg_t *m = smarm_msg_new(1);
+  CHECK(m != NULL);
+  CHECK_EQ(smarm_send(sleeper, m), 0); /* a sleeper does not read it */
+  CHECK_EQ(smarm_actor_info(sleeper, &info), 0);
+  CHECK_EQ(info.mailbox, 1);
+
+  smarm_pid_t pids[2];
+  CHECK_EQ(smarm_local_actors(pids, 2), 4); /* self, receiver, sleeper, fresh: two fit */
+  smarm_pid_t all[8];
+  CHECK_EQ(smarm_local_actors(all, 8), 4);
+  CHECK_EQ(memcmp(pids, all, sizeof pids), 0);
+  int seen = 0;
+  for (int i = 0; i < 4; i++)
+    seen |= (all[i] == smarm_self()) | (all[i] == receiver) << 1 | (all[i] == sleeper) << 2 |
+            (all[i] == fresh) << 3;
+  CHECK_EQ(seen, 15);
+
+  smarm_yield(); /* fresh ends */
+  CHECK_EQ(smarm_actor_info(fresh, &info), -ESRCH);
+  CHECK_EQ(smarm_local_actors(all, 8), 3);
+}
+
+TEST(actor_info_tells_the_owners_actors) { RUN(2, main_info, NULL); }
+
+TEST(actor_info_outside_an_actor)
+{
+  smarm_actor_info_t info;
+  CHECK_EQ(smarm_actor_info(1, &info), -EPERM);
+  CHECK_EQ(smarm_local_actors(NULL, 0), -EPERM);
+}
+
 TEST_MAIN()

@@ -241,18 +241,23 @@ int smarm_unregister(const char *name)
   return e ? 0 : -ENOENT;
 }
 
+const char *sm_names_held(sched_t *s, const actor_t *a)
+{
+  if (!a->faults || !a->faults->name)
+    return NULL;
+  name_registry_t *r = &s->rt->names;
+  pthread_mutex_lock(&r->lock);
+  name_entry_t *e = table_slot(&r->table, a->faults->name, name_hash(a->faults->name));
+  int held = e && e->pid == a->pid; /* not unregistered by another actor meanwhile */
+  pthread_mutex_unlock(&r->lock);
+  return held ? a->faults->name : NULL;
+}
+
 const char *smarm_own_name(void)
 {
   sched_t *s;
   actor_t *self = sched_self(&s);
-  if (!self || !self->faults || !self->faults->name)
-    return NULL;
-  name_registry_t *r = &s->rt->names;
-  pthread_mutex_lock(&r->lock);
-  name_entry_t *e = table_slot(&r->table, self->faults->name, name_hash(self->faults->name));
-  int mine = e && e->pid == self->pid; /* not unregistered by another actor meanwhile */
-  pthread_mutex_unlock(&r->lock);
-  return mine ? self->faults->name : NULL;
+  return self ? sm_names_held(s, self) : NULL;
 }
 
 smarm_pid_t smarm_whereis(const char *name)

@@ -61,5 +61,8 @@ void sm_names_on_death(struct sched *s, struct actor *a);
 int sm_names_valid(const char *name);
 /* On pid's scheduler: registers name for the live actor a (register's work, names.c). */
 int sm_names_register_local(struct sched *s, struct actor *a, const char *name);
+/* On a's scheduler: the name a holds, or NULL; valid until a's scheduler changes a's name (a
+** register or a death there), so for as long as the caller, on that scheduler, does not park. */
+const char *sm_names_held(struct sched *s, const struct actor *a);
 
 #endif

@@ -44,6 +44,7 @@
 #include "lbench.h"
 #include "ldns.h"
 #include "lfaults.h"
+#include "linfo.h"
 #include "lfs.h"
 #include "lhandle.h"
 #include "ljx.h"
@@ -1422,6 +1423,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lproc_register(L, module);
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
+  sm_linfo_register(L, module);
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
   sm_lpreempt_wrap_sethook(L);

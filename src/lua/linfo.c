@@ -1,0 +1,120 @@
+/*
+** Looking at actors from Lua: what this scheduler tells of its own actors (smarm.h, "Looking at
+** actors"). init.lua builds smarm.processes and smarm.info on these two, asking each other
+** scheduler from an actor spawned there, so every answer is read by the owner's thread.
+*/
+#include "linfo.h"
+
+#include "lpark.h"
+#include "lpid.h"
+#include "lvm.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdlib.h>
+
+/* _local_processes() -> { pid, ... }: the live actors of the caller's scheduler, itself included. */
+static int l_local_processes(lua_State *L)
+{
+  sm_lpark_actor(L, "processes");
+  smarm_pid_t some[64], *pids = some;
+  long n = smarm_local_actors(some, 64);
+  if (n > 64) { /* read them again into a block of their size: nothing else runs here meanwhile */
+    pids = malloc((size_t)n * sizeof *pids);
+    if (!pids)
+      return luaL_error(L, "not enough memory");
+    long again = smarm_local_actors(pids, (size_t)n);
+    n = again < n ? again : n;
+  }
+  lua_createtable(L, (int)n, 0);
+  for (long i = 0; i < n; i++) {
+    sm_lsmarm_push_pid(L, pids[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  if (pids != some)
+    free(pids);
+  return 1;
+}
+
+static const char *const status_text[] = {
+  [SMARM_ACTOR_RUNNING] = "running",   [SMARM_ACTOR_RUNNABLE] = "runnable",
+  [SMARM_ACTOR_RECEIVING] = "waiting", [SMARM_ACTOR_SLEEPING] = "waiting",
+  [SMARM_ACTOR_ASKING] = "waiting",    [SMARM_ACTOR_AWAITING] = "waiting",
+};
+static const char *const waiting_text[] = {
+  [SMARM_ACTOR_RECEIVING] = "receive", [SMARM_ACTOR_SLEEPING] = "sleep",
+  [SMARM_ACTOR_ASKING] = "answer",     [SMARM_ACTOR_AWAITING] = "io",
+};
+
+/* _local_info(pid) -> table | nil: an actor of the caller's scheduler (see docs/api.md,
+** smarm.info); nil when it is not alive. */
+static int l_local_info(lua_State *L)
+{
+  smarm_pid_t pid;
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  sm_lpark_actor(L, "info");
+  smarm_actor_info_t info;
+  int rc = smarm_actor_info(pid, &info);
+  if (rc == -ESRCH)
+    return 0;
+  if (rc < 0)
+    return luaL_error(L, "smarm.info: the actor is not this scheduler's");
+  lua_createtable(L, 0, 8);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, -2, "pid");
+  lua_pushstring(L, status_text[info.status]);
+  lua_setfield(L, -2, "status");
+  if (waiting_text[info.status]) {
+    lua_pushstring(L, waiting_text[info.status]);
+    lua_setfield(L, -2, "waiting");
+  }
+  lua_pushinteger(L, smarm_pid_sched(pid) + 1);
+  lua_setfield(L, -2, "scheduler");
+  if (info.name) {
+    lua_pushstring(L, info.name);
+    lua_setfield(L, -2, "name");
+  }
+  lua_pushnumber(L, (lua_Number)info.mailbox);
+  lua_setfield(L, -2, "mailbox");
+  /* Every actor of a Lua run is the binding's: its data begins with its head (lvm.h). A remote
+  ** spawn not yet started has no coroutine, hence no traceback yet. */
+  const lvm_actor_head_t *head = info.data;
+  if (info.status == SMARM_ACTOR_RUNNING)
+    luaL_traceback(L, L, NULL, 2); /* from the caller of smarm.info */
+  else if (head && head->co)
+    luaL_traceback(L, head->co, NULL, 0);
+  else
+    lua_pushliteral(L, "stack traceback:\n\t(not started)");
+  lua_setfield(L, -2, "traceback");
+  return 1;
+}
+
+/* _scheduler_of(pid) -> k (1-based) | nil: the scheduler that owns pid, nil when none of this run
+** does (a pid of an earlier run with more schedulers). */
+static int l_scheduler_of(lua_State *L)
+{
+  smarm_pid_t pid;
+  if (!sm_lsmarm_to_pid(L, 1, &pid))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  unsigned k = smarm_pid_sched(pid);
+  if (k >= smarm_sched_count())
+    return 0;
+  lua_pushinteger(L, (lua_Integer)k + 1);
+  return 1;
+}
+
+static const luaL_Reg functions[] = {
+  {"_scheduler_of", l_scheduler_of},
+  {"_local_processes", l_local_processes},
+  {"_local_info", l_local_info},
+  {NULL, NULL},
+};
+
+void sm_linfo_register(lua_State *L, int module)
+{
+  for (const luaL_Reg *f = functions; f->name; f++) {
+    lua_pushcfunction(L, f->func);
+    lua_setfield(L, module, f->name);
+  }
+}
