@@ -1,0 +1,139 @@
+-- smarm.test (lua/smarm/test.lua): test.run and the message helpers. The cases that must make a
+-- test fail are run in a nested busted (spec/fixtures/smarm_test_suite.lua, one case per kind
+-- of failure) whose JSON report is read back here; the rest run in this process.
+local smarm = require "smarm"
+local test = require "smarm.test"
+
+local exe = os.getenv("SMARM_EXE")
+local have_json, json = pcall(require, "dkjson")
+
+-- The nested busted's report: name -> { status =, message = }.
+local function run_fixture()
+  local out = assert(io.popen(exe .. " test -o json spec/fixtures/smarm_test_suite.lua 2>&1"))
+  local text = out:read("*a")
+  out:close()
+  local report = json.decode(text:match("{.*}") or "")
+  assert.is_table(report, "no JSON report from the nested busted:\n" .. text)
+  local by_name = {}
+  for status, list in pairs({ success = report.successes, failure = report.failures,
+                               error = report.errors, pending = report.pendings }) do
+    for _, t in ipairs(list) do
+      by_name[t.name:gsub("^smarm%.test ", "")] = { status = status, message = t.message or "" }
+    end
+  end
+  return by_name
+end
+
+describe("smarm.test in a nested busted", function()
+  if not exe or not have_json or not package.loaded.busted then
+    pending("needs busted, dkjson and SMARM_EXE (the native spec runs)")
+    return
+  end
+  local r
+  local function case(name)
+    r = r or run_fixture()
+    return assert(r[name], "the nested busted did not report '" .. name .. "'")
+  end
+
+  it("passes a test whose actors all end well, with its results", function()
+    assert.equals("success", case("pass: a round trip, results returned").status)
+  end)
+
+  it("reports an assert in the test's actor as busted's failure, message and traceback", function()
+    local c = case("failure: an assert in the test's own actor")
+    assert.equals("failure", c.status)
+    assert.matches("Expected objects to be equal", c.message, 1, true)
+    assert.matches("smarm_test_suite.lua:19", c.message, 1, true)
+    assert.matches("stack traceback:", c.message, 1, true)
+  end)
+
+  it("fails on an assert in an actor on another scheduler, with its traceback", function()
+    local c = case("failure: an assert in an actor on another scheduler")
+    assert.equals("failure", c.status)
+    assert.matches("one is not two on scheduler 2", c.message, 1, true)
+    assert.matches("smarm_test_suite.lua:27: in function", c.message, 1, true)
+  end)
+
+  it("fails on a crash nothing hears of, unless allowed or heard by a monitor", function()
+    local c = case("failure: a crash nothing hears of, on the test's scheduler")
+    assert.equals("failure", c.status)
+    assert.matches("local crash", c.message, 1, true)
+    assert.equals("success", case("pass: a crash allowed by allow_crashes").status)
+    assert.equals("success", case("pass: a crash a monitor hears of").status)
+  end)
+
+  it("fails a test that outlives its timeout, with every live actor's traceback", function()
+    local c = case("failure: a timeout names every live actor")
+    assert.equals("failure", c.status)
+    assert.matches("did not end within 0.2 s", c.message, 1, true)
+    assert.matches("smarm_test_suite.lua:59: in function", c.message, 1, true) -- on scheduler 2
+    assert.matches("smarm_test_suite.lua:60: in function", c.message, 1, true) -- the test's own
+  end)
+
+  it("fails when the test's actor is killed", function()
+    local c = case("failure: the test's actor killed")
+    assert.equals("failure", c.status)
+    assert.matches('reason "killed"', c.message, 1, true)
+  end)
+
+  it("fails expect_message and expect_no_message at the test's line", function()
+    local c = case("failure: expect_message with nothing coming")
+    assert.equals("failure", c.status)
+    assert.matches('smarm_test_suite.lua:69: smarm.test: no message matching "never"', c.message, 1, true)
+    c = case("failure: expect_no_message with one coming")
+    assert.equals("failure", c.status)
+    assert.matches('came: { kind = "unwanted" }', c.message, 1, true)
+  end)
+
+  it("leaves a table error value to busted as an error", function()
+    local c = case("error: a table raised stays itself")
+    assert.equals("error", c.status)
+    assert.matches("code 7", c.message, 1, true)
+  end)
+end)
+
+describe("smarm.test.run", function()
+  it("returns the test function's results", function()
+    local a, b, c = test.run(function(...) return 1, nil, select("#", ...) end)
+    assert.equals(1, a)
+    assert.is_nil(b)
+    assert.equals(0, c)
+  end)
+
+  it("raises a table error value as the same table", function()
+    local t = { code = 7 }
+    local ok, e = pcall(test.run, function() error(t) end)
+    assert.is_false(ok)
+    assert.equals(t, e)
+  end)
+
+  it("adds the actor's traceback to a string error", function()
+    local ok, e = pcall(test.run, function() error("plain failure") end)
+    assert.is_false(ok)
+    assert.matches("plain failure\nstack traceback:", e, 1, true)
+    assert.matches("test_spec.lua", e, 1, true)
+  end)
+
+  it("passes the run's options on and refuses its own misuse", function()
+    assert.equals(3, test.run(function() return smarm.schedulers() end, { schedulers = 3 }))
+    assert.has_error(function() test.run(42) end,
+      "bad argument #1 to 'run' (function expected, got number)")
+    assert.has_error(function() test.run(function() end, { timeout = 0 }) end,
+      "smarm.test.run: opts.timeout must be a positive number of seconds")
+    assert.has_error(function() test.run(function() end, { on_crash = print }) end,
+      "smarm.test.run: opts.on_crash is test.run's own (use allow_crashes, or a monitor)")
+  end)
+
+  it("matches messages by function, by table fields or by value", function()
+    test.run(function()
+      local me = smarm.self()
+      smarm.send(me, { kind = "a", n = 1 })
+      smarm.send(me, 5)
+      smarm.send(me, "text")
+      assert.equals("text", test.expect_message("text"))
+      assert.equals(5, test.expect_message(function(m) return m == 5 end))
+      assert.equals(1, test.expect_message({ kind = "a" }).n)
+      test.expect_no_message(function() return true end, 0)
+    end)
+  end)
+end)
