@@ -116,6 +116,12 @@ typedef struct smarm_config {
   int64_t request_timeout_ns;
   /* Every actor's max_mailbox (smarm_spawn_opts_t) unless its spawn says otherwise; 0 = none. */
   size_t max_mailbox;
+  /* A seeded schedule, for tests: not 0, the next actor to run is drawn from the runnable ones
+  ** by a generator seeded with it (not first come, first served), so the same seed gives the
+  ** same interleaving and another seed explores another. Needs schedulers == 1 (-EINVAL
+  ** otherwise), and takes time slices away (every actor's, slice_ns included: where an actor is
+  ** switched out would depend on the machine's speed). IO completions still come when they come. */
+  uint64_t seed;
   void *userdata;
 } smarm_config_t;
 

@@ -164,15 +164,12 @@ function test.expect_no_message(match, timeout)
   end
 end
 
-function test.run(fn, opts)
-  if type(fn) ~= "function" then
-    error("bad argument #1 to 'run' (function expected, got " .. type(fn) .. ")", 2)
-  end
-  opts = check_opts(opts)
+-- One run of the test (test.run below); `level` places its failures.
+local function run_once(fn, opts, level)
   local timeout = opts.timeout or DEFAULT_TIMEOUT
   local run_opts = {}
   for k, v in pairs(opts) do
-    if k ~= "timeout" and k ~= "allow_crashes" then run_opts[k] = v end
+    if k ~= "timeout" and k ~= "allow_crashes" and k ~= "seeds" then run_opts[k] = v end
   end
 
   local crashes = {}  -- crash reports nothing heard of, in the order they came
@@ -235,11 +232,55 @@ function test.run(fn, opts)
     end
     error(e, 0) -- any other value as it was raised (a table stays the same table)
   end
-  if verdict then fail(verdict .. also, 2) end
+  if verdict then fail(verdict .. also, level + 1) end
   if #others > 0 then
     fail("smarm.test: " .. #others .. (#others == 1 and " actor" or " actors")
       .. " crashed with nothing to hear of it (opts.allow_crashes allows it):\n"
-      .. table.concat(others, "\n"), 2)
+      .. table.concat(others, "\n"), level + 1)
+  end
+  return unpack(results, 2, results.n)
+end
+
+-- The error e of a run under seed, with the way to run it again appended to its text.
+local function with_seed(e, seed)
+  local again = string.format("\n(seed %d: run it again with opts.seed = %d, or SMARM_TEST_SEED=%d)",
+    seed, seed, seed)
+  if type(e) == "string" then return e .. again end
+  if type(e) == "table" and type(e.message) == "string" then e.message = e.message .. again end
+  return e -- another value stays itself
+end
+
+local function check_seeds(opts)
+  local n = opts.seeds
+  if n ~= nil and (type(n) ~= "number" or n < 1 or n ~= math.floor(n)) then
+    error("smarm.test.run: opts.seeds must be an integer from 1", 3)
+  end
+  local env = os.getenv("SMARM_TEST_SEED")
+  if env and (n or opts.seed) then -- reproducing one seed: that one alone
+    local seed = tonumber(env)
+    if not seed or seed < 1 or seed ~= math.floor(seed) then
+      error("smarm.test.run: SMARM_TEST_SEED must be an integer from 1", 3)
+    end
+    return seed, seed
+  end
+  if n then return 1, n end
+  if opts.seed then return opts.seed, opts.seed end
+end
+
+function test.run(fn, opts)
+  if type(fn) ~= "function" then
+    error("bad argument #1 to 'run' (function expected, got " .. type(fn) .. ")", 2)
+  end
+  opts = check_opts(opts)
+  local first, last = check_seeds(opts)
+  if not first then return run_once(fn, opts, 2) end
+  local seeded = {}
+  for k, v in pairs(opts) do seeded[k] = v end
+  local results
+  for seed = first, last do
+    seeded.seed = seed
+    results = pack(pcall(run_once, fn, seeded, 3)) -- (pcall is a level of its own)
+    if not results[1] then error(with_seed(results[2], seed), 0) end
   end
   return unpack(results, 2, results.n)
 end

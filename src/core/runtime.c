@@ -137,6 +137,11 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
     out->slice_ns = DEFAULT_SLICE_NS;
   else if (out->slice_ns < 0)
     out->slice_ns = INT64_MAX; /* never */
+  if (out->seed) {
+    if (out->schedulers != 1)
+      return -EINVAL;
+    out->slice_ns = INT64_MAX; /* sched.c leaves every actor without a slice too */
+  }
   return 0;
 }
 

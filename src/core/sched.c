@@ -76,8 +76,45 @@ static inline void runq_push(sched_t *s, actor_t *a)
   runq_append(s, a);
 }
 
+/* A seeded schedule's draw (cfg.seed): xorshift64* over a state that is never 0. */
+static uint64_t rng_next(sched_t *s)
+{
+  uint64_t x = s->rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  s->rng = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* A seeded schedule's pop: the runnable actor the generator draws, wherever it is in the queue.
+** A walk of the queue per decision: for tests, whose queues are short. */
+static actor_t *runq_pop_drawn(sched_t *s)
+{
+  size_t n = 0;
+  for (actor_t *a = s->run_head; a; a = a->run_next)
+    n++;
+  if (!n)
+    return NULL;
+  size_t k = (size_t)(rng_next(s) % n);
+  actor_t *prev = NULL, *a = s->run_head;
+  while (k--) {
+    prev = a;
+    a = a->run_next;
+  }
+  if (prev)
+    prev->run_next = a->run_next;
+  else
+    s->run_head = a->run_next;
+  if (s->run_tail == a)
+    s->run_tail = prev;
+  return a;
+}
+
 static inline actor_t *runq_pop(sched_t *s)
 {
+  if (SMARM_UNLIKELY(s->rng))
+    return runq_pop_drawn(s);
   actor_t *a = s->run_head;
   if (a) {
     s->run_head = a->run_next;
@@ -605,7 +642,8 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
-  a->slice_ns = !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
+  a->slice_ns = s->rng ? INT64_MAX /* a seeded schedule has no slices (cfg.seed) */
+                : !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX
                                         : ties->slice_ns;
   fiber_create(&a->fiber, slot->lo, stack_depth(slot));
@@ -874,6 +912,12 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   sm_timer_heap_init(&s->timers);
   sm_timer_heap_init(&s->msg_timers);
   s->table.gen_base = rt->gen_base;
+  if (rt->cfg.seed) { /* splitmix64 of the seed: nearby seeds give unrelated draws; never 0 */
+    uint64_t z = rt->cfg.seed + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    s->rng = (z ^ (z >> 31)) | 1;
+  }
   unsigned budget = rt->cfg.max_stacks / rt->nsched;
   sm_stack_pool_init(&s->stacks, budget ? budget : 1);
 }

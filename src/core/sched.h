@@ -145,6 +145,7 @@ typedef struct sched {
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
   int64_t last_head_ns;       /* when a timer wake-up last went to the head (fire_timers) */
+  uint64_t rng;               /* a seeded schedule's generator state (cfg.seed); 0: none */
   int stopping;
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */

@@ -1304,7 +1304,16 @@ static int l_run(lua_State *L)
     cfg.max_mailbox = check_max_mailbox(L, 2);
     lua_getfield(L, 2, "request_timeout");
     cfg.request_timeout_ns = check_slice(L, 2, "opts.request_timeout", "no limit");
-    lua_pop(L, 6);
+    lua_getfield(L, 2, "seed");
+    if (!lua_isnil(L, -1)) {
+      lua_Number n = luaL_checknumber(L, -1);
+      luaL_argcheck(L, n >= 1 && n <= 9007199254740992.0 && n == (lua_Number)(uint64_t)n, 2,
+                    "opts.seed must be an integer from 1 to 2^53");
+      luaL_argcheck(L, cfg.schedulers <= 1, 2, "opts.seed needs opts.schedulers = 1");
+      cfg.seed = (uint64_t)n;
+      cfg.schedulers = 1;
+    }
+    lua_pop(L, 7);
   }
   if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
     const char *env = getenv("SMARM_SLICE");
