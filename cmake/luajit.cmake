@@ -3,13 +3,15 @@
 #
 # A prefix from deps/luajit.sh (SMARM_LUAJIT_DIR) has all of it: the public headers in
 # include/luajit-2.1, the VM's internal headers in include/luajit-internal (src/lua/ljx.c is
-# compiled with them), the static library in lib and the interpreter in bin. The rockspec names
-# the parts as luarocks knows them (LUA_INCDIR, LUA_LIBDIR, LUA), for a tree whose LuaJIT is such
-# a prefix; the internal headers are found beside the public ones.
+# compiled with them), the static library in lib (the smarm executable links it) and the
+# interpreter in bin. The rockspec names the parts as luarocks knows them (LUA_INCDIR and LUA; it
+# does not always know LUA_LIBDIR) for a tree whose LuaJIT is such a prefix: the internal headers
+# and the library are found by the prefix's layout from the public headers.
 #
 # Sets SMARM_LUAJIT_INCLUDE, SMARM_LUAJIT_INTERNAL_INCLUDE and SMARM_LUAJIT_LIBRARY.
 set(SMARM_LUAJIT_INCDIR "" CACHE PATH "LuaJIT's luajit.h (empty: <SMARM_LUAJIT_DIR>/include/luajit-2.1)")
-set(SMARM_LUAJIT_LIBDIR "" CACHE PATH "LuaJIT's libluajit-5.1.a (empty: <SMARM_LUAJIT_DIR>/lib)")
+set(SMARM_LUAJIT_LIBDIR "" CACHE PATH
+  "LuaJIT's libluajit-5.1.a (empty: <SMARM_LUAJIT_DIR>/lib, or lib beside the headers' include)")
 set(SMARM_LUAJIT_INTERPRETER "" CACHE FILEPATH
   "LuaJIT's interpreter, run to check the VM (empty: <SMARM_LUAJIT_DIR>/bin/luajit)")
 # SMARM_LUAJIT_CHECKHOOK=0, in the environment as for deps/luajit.sh and `require "smarm"`, or
@@ -27,6 +29,10 @@ if(SMARM_LUAJIT_INCDIR)
 endif()
 get_filename_component(SMARM_LUAJIT_INTERNAL_INCLUDE ${SMARM_LUAJIT_INCLUDE}/../luajit-internal ABSOLUTE)
 set(SMARM_LUAJIT_LIBRARY ${SMARM_LUAJIT_DIR}/lib/libluajit-5.1.a)
+if(NOT SMARM_LUAJIT_DIR)
+  # the prefix's layout (make install): <prefix>/include/luajit-2.1, <prefix>/lib
+  get_filename_component(SMARM_LUAJIT_LIBRARY ${SMARM_LUAJIT_INCLUDE}/../../lib/libluajit-5.1.a ABSOLUTE)
+endif()
 if(SMARM_LUAJIT_LIBDIR)
   set(SMARM_LUAJIT_LIBRARY ${SMARM_LUAJIT_LIBDIR}/libluajit-5.1.a)
 endif()
@@ -104,6 +110,12 @@ smarm_luajit_version(${SMARM_LUAJIT_INTERNAL_INCLUDE}/luajit.h internal_version)
 if(NOT internal_version STREQUAL SMARM_LUAJIT_VERSION)
   smarm_refuse_luajit("the internal headers in ${SMARM_LUAJIT_INTERNAL_INCLUDE} are of "
     "${internal_version}, not of ${SMARM_LUAJIT_VERSION}")
+endif()
+
+# 4. The library the smarm executable links.
+if(NOT EXISTS ${SMARM_LUAJIT_LIBRARY})
+  smarm_refuse_luajit("there is no ${SMARM_LUAJIT_LIBRARY} (the smarm executable links it: "
+    "SMARM_LUAJIT_LIBDIR names its folder)")
 endif()
 
 message(STATUS "smarm: the Lua binding is for ${SMARM_LUAJIT_VERSION} (${SMARM_LUAJIT_INCLUDE})")
