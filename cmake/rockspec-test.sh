@@ -16,9 +16,10 @@ luajit_dir=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { printf 'rockspec-test: %s\n' "$*" >&2; exit 1; }
-command -v luarocks >/dev/null || fail "luarocks is not installed (Debian: luarocks, deps/debian-test.txt)"
-[ -x /usr/bin/luajit ] && [ -f /usr/include/luajit-2.1/luajit.h ] ||
-  fail "Debian's LuaJIT is not installed (luajit, libluajit-5.1-dev: deps/debian-test.txt)"
+command -v luarocks >/dev/null || fail "luarocks is not installed (Debian: luarocks, deps/debian-rockspec.txt)"
+if [ ! -x /usr/bin/luajit ] || [ ! -f /usr/include/luajit-2.1/luajit.h ]; then
+  fail "Debian's LuaJIT is not installed (luajit, libluajit-5.1-dev: deps/debian-rockspec.txt)"
+fi
 
 # luarocks and cmake write only under $tmp: its own home, no user configuration, no network
 # (--deps-mode=none: smarm has no rock dependencies to fetch).
