@@ -1,6 +1,6 @@
 -- smarm.luajit_check: what smarm needs of the LuaJIT it runs on, checked in two places with this
 -- one code: `require "smarm"` (lua/smarm/init.lua) before it loads the binding, and a build that
--- configures the binding (cmake/luajit.cmake runs it with that LuaJIT's interpreter). A LuaJIT
+-- builds the binding (cmake/luajit-check.cmake runs it with that LuaJIT's interpreter). A LuaJIT
 -- built by deps/luajit.sh has all of it:
 --   1. the fix that restores cur_L when a C function raises after a stack switch (docs/design.md,
 --      rule 4): without it that raise crashes the VM (Debian bookworm's LuaJIT 2.1.0-beta3 does);
@@ -22,10 +22,11 @@ M.how_to_get_one = "Build the LuaJIT smarm pins with `deps/luajit.sh <dir>` (in 
 
 -- Whether compiled code tests the hook mask. The build leaves no mark but in the code it compiles,
 -- so a numeric loop is compiled here and its trace searched for the load of the hook mask, the one
--- instruction of type u8 there (IRT_U8 = 16, the numbering jit/dump.lua also relies on; the loop
--- itself handles only numbers). nil when it cannot tell: the JIT is off, a debug hook keeps it
--- from recording, or jit.util is missing. About half a millisecond, once a process.
-local IRT_U8, IRT_TYPE_MASK = 16, 32
+-- instruction of type u8 there (IRT_U8 = 16 in the low five bits of an instruction's type, the
+-- numbering jit/dump.lua also relies on; the loop itself handles only numbers). nil when it
+-- cannot tell: the JIT is off, a debug hook keeps it from recording, or jit.util is missing.
+-- About half a millisecond, once a process.
+local IRT_U8, IRT_TYPES = 16, 32
 
 function M.checks_hooks()
   if not jit.status() then return nil end
@@ -44,7 +45,7 @@ function M.checks_hooks()
     local info = util.traceinfo(trace)
     for ref = 1, info and info.nins or 0 do
       local _, ot = util.traceir(trace, ref)
-      if ot and ot % IRT_TYPE_MASK == IRT_U8 then return true end
+      if ot and ot % IRT_TYPES == IRT_U8 then return true end
     end
   end
   return false
