@@ -19,7 +19,8 @@
 #   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
 #   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers,
-#                         http; `./dev.sh deps luajit` builds the pinned LuaJITs into build/deps
+#                         http, rockspec; `./dev.sh deps luajit` builds the pinned LuaJITs into
+#                         build/deps
 #
 # Environment: SMARM_TEST_VARIANTS picks the test variants (default: all of them, "release asan
 # tsan aarch64 valgrind lua-release lua-check lua-asan lua-tsan lua-aarch64"; "lua" stands for
@@ -155,6 +156,7 @@ cmd_test() {
   install_packages build
   install_packages lua # libuv for the IO tests of every variant, LuaJIT's tools, busted
   case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
+  case " $variants " in *" lua-release "*) install_packages rockspec ;; esac
   start=$(date +%s)
   mkdir -p "$BUILD"
   # configure every preset at once (the builds are steps of the ctest run)

@@ -76,7 +76,8 @@ fetch_from_pool "$POOL_PATH" "$SHA256"
 # Every variant checks the hook mask in compiled code (LUAJIT_ENABLE_CHECKHOOK), so that a hook
 # armed from a signal handler stops compiled loops too: smarm's preemption (src/lua/lpreempt.c).
 # SMARM_LUAJIT_CHECKHOOK=0 builds without it (for measuring what it costs; nothing compiled in a
-# loop is then preempted).
+# loop is then preempted). smarm's build and `require "smarm"` refuse such a LuaJIT unless
+# SMARM_LUAJIT_CHECKHOOK=0 is in their environment too (lua/smarm/luajit_check.lua).
 CK="-DLUAJIT_ENABLE_CHECKHOOK"
 [ "${SMARM_LUAJIT_CHECKHOOK:-1}" = 0 ] && CK=""
 for v in ${LUAJIT_VARIANTS:-release check}; do

@@ -1,5 +1,15 @@
 -- smarm: actors for LuaJIT on a C runtime of stackful actors and shared-nothing schedulers.
 -- The functions live in the C module smarm.core (src/lua/lsmarm.c); docs/api.md documents each.
+
+-- A LuaJIT that lacks what smarm needs (lua/smarm/luajit_check.lua) is refused before the binding
+-- is loaded into it. Where smarm.core is preloaded the check is done: the smarm executable carries
+-- the LuaJIT its build checked (cmake/luajit.cmake), and a scheduler's VM is of the process whose
+-- first VM checked it.
+if package.preload["smarm.core"] == nil then
+  local refusal = require("smarm.luajit_check").message()
+  if refusal then error(refusal, 0) end
+end
+
 local core = require("smarm.core")
 
 -- require that is safe when a module's loader parks (design rule 5). Plain require marks a
