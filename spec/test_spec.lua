@@ -58,6 +58,7 @@ describe("smarm.test in a nested busted", function()
     local c = case("failure: a crash nothing hears of, on the test's scheduler")
     assert.equals("failure", c.status)
     assert.matches("local crash", c.message, 1, true)
+    assert.matches("smarm_test_suite.lua:34: smarm.test: 1 actor crashed", c.message, 1, true)
     assert.equals("success", case("pass: a crash allowed by allow_crashes").status)
     assert.equals("success", case("pass: a crash a monitor hears of").status)
   end)
@@ -122,6 +123,32 @@ describe("smarm.test.run", function()
       "smarm.test.run: opts.timeout must be a positive number of seconds")
     assert.has_error(function() test.run(function() end, { on_crash = print }) end,
       "smarm.test.run: opts.on_crash is test.run's own (use allow_crashes, or a monitor)")
+  end)
+
+  it("passes a test whose actor ends by smarm.exit(), with no results", function()
+    assert.equals(0, select("#", test.run(function() smarm.exit() end)))
+  end)
+
+  it("fails, and does not hang, when its crash collector dies (a small max_mailbox)", function()
+    local ok, e = pcall(test.run, function()
+      for i = 1, 3 do smarm.spawn(function() error("boom " .. i) end) end
+      smarm.yield() -- the three crash, one after the other, before the collector runs
+    end, { schedulers = 1, slice = math.huge, max_mailbox = 2 })
+    assert.is_false(ok)
+    assert.matches("test.run's crash collector died", tostring(e), 1, true)
+  end)
+
+  it("fails as a timeout, naming what it can, when a scheduler is stuck in C code", function()
+    local ok, e = pcall(test.run, function()
+      local me = smarm.self()
+      smarm.spawn_on(2, function() smarm.send(me, "stuck"); os.execute("sleep 2") end)
+      smarm.receive(function(m) return m == "stuck" end)
+      smarm.receive(function(m) return m == "never" end)
+    end, { schedulers = 2, timeout = 0.5, request_timeout = 0.2, watchdog = math.huge })
+    assert.is_false(ok)
+    assert.matches("did not end within 0.5 s", tostring(e), 1, true)
+    assert.matches("not every scheduler answered", tostring(e), 1, true)
+    assert.matches("test_spec.lua:%d+: in function", tostring(e)) -- the test's actor is named
   end)
 
   it("matches messages by function, by table fields or by value", function()

@@ -93,7 +93,12 @@ end
 -- Every live actor but the caller and `skip`, with where it stands and its traceback.
 local function describe_actors(skip)
   local lines, me = {}, smarm.self()
-  for _, pid in ipairs(smarm.processes()) do
+  local ok, pids = pcall(smarm.processes)
+  if not ok then -- a scheduler stuck in C code: list what this one knows, and say why
+    lines[1] = "(not every scheduler answered: " .. error_text(pids) .. ")"
+    pids = smarm._local_processes()
+  end
+  for _, pid in ipairs(pids) do
     if pid ~= me and not skip[pid] then
       local ok, i = pcall(smarm.info, pid)
       if ok and i then
@@ -113,9 +118,13 @@ local function flush_crashes(collector)
   for k = 1, smarm.schedulers() do
     if k ~= smarm.scheduler() then smarm.spawn_on(k, function() end) end
   end
-  local tag = smarm.ref()
+  local tag, mref = smarm.ref(), smarm.monitor(collector)
   smarm.send(collector, { smarm_test_flush = tag, from = smarm.self() })
-  smarm.receive(function(m) return type(m) == "table" and m.smarm_test_flushed == tag end)
+  local m = smarm.receive(function(m)
+    return type(m) == "table" and (m.smarm_test_flushed == tag or m.ref == mref)
+  end)
+  smarm.demonitor(mref, "flush")
+  if m.smarm_test_flushed ~= tag then return m.reason end -- the collector died
 end
 
 -- A match as expect_message takes it: a function(msg) -> boolean, a table whose fields the
@@ -176,6 +185,7 @@ local function run_once(fn, opts, level)
   local body_error    -- { value =, traceback = }: what fn raised, as raised
   local results       -- fn's results, packed
   local verdict       -- the failure's text, when the test failed otherwise
+  local finished      -- the run's main actor got to judge the test (not killed on the way)
 
   smarm.run(function()
     local collector = smarm.spawn(function()
@@ -201,11 +211,18 @@ local function run_once(fn, opts, level)
       return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
     end, timeout)
     if not down then
+      finished = true
       verdict = string.format("smarm.test: the test did not end within %g s (opts.timeout); "
         .. "its actors:\n%s", timeout, describe_actors({ [collector] = true }))
       return
     end
-    flush_crashes(collector)
+    local lost = flush_crashes(collector)
+    if lost ~= nil then
+      verdict = "smarm.test: test.run's crash collector died (" .. show(lost) .. "): crash "
+        .. "reports may be lost (a small opts.max_mailbox, or the test killed it)"
+      return
+    end
+    finished = true
     if body_error then return end
     if down.reason ~= "normal" then
       verdict = "smarm.test: the test's actor " .. tostring(body) .. " died: "
@@ -233,11 +250,15 @@ local function run_once(fn, opts, level)
     error(e, 0) -- any other value as it was raised (a table stays the same table)
   end
   if verdict then fail(verdict .. also, level + 1) end
+  if not finished then
+    fail("smarm.test: test.run's own actor was killed before the test ended", level + 1)
+  end
   if #others > 0 then
     fail("smarm.test: " .. #others .. (#others == 1 and " actor" or " actors")
       .. " crashed with nothing to hear of it (opts.allow_crashes allows it):\n"
       .. table.concat(others, "\n"), level + 1)
   end
+  if not results then return end -- the test's actor ended by smarm.exit()
   return unpack(results, 2, results.n)
 end
 
@@ -273,7 +294,10 @@ function test.run(fn, opts)
   end
   opts = check_opts(opts)
   local first, last = check_seeds(opts)
-  if not first then return run_once(fn, opts, 2) end
+  if not first then
+    local r = pack(run_once(fn, opts, 2)) -- not a tail call: fail() counts test.run's frame
+    return unpack(r, 1, r.n)
+  end
   local seeded = {}
   for k, v in pairs(opts) do seeded[k] = v end
   local results

@@ -6,6 +6,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 
 #define MS (1000LL * 1000)
@@ -162,6 +164,45 @@ TEST(the_handler_runs_on_the_overstaying_actors_thread)
   CHECK(atomic_load(&handler_calls) >= 1);
   CHECK_EQ(atomic_load(&handler_on_wrong_thread), 0);
 #endif
+}
+
+/* on_sched_start blocks SIGUSR1 on each scheduler thread and on_sched_stop restores the thread's
+** mask: after the run, the calling thread (scheduler 1's) has its mask as before, SIGURG
+** included (the run blocks SIGURG at its end and must unblock only that). */
+static _Thread_local sigset_t mask_at_start;
+
+static void block_usr1(unsigned sched, void *ud)
+{
+  (void)sched;
+  (void)ud;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, &mask_at_start);
+}
+
+static void restore_mask(unsigned sched, void *ud)
+{
+  (void)sched;
+  (void)ud;
+  pthread_sigmask(SIG_SETMASK, &mask_at_start, NULL);
+}
+
+static void main_returns(void *arg) { (void)arg; }
+
+TEST(the_callers_signal_mask_is_as_on_sched_stop_left_it)
+{
+  sigset_t before, after;
+  pthread_sigmask(SIG_SETMASK, NULL, &before);
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.on_sched_start = block_usr1;
+  cfg.on_sched_stop = restore_mask;
+  CHECK_EQ(smarm_run(&cfg, main_returns, NULL), 0);
+  pthread_sigmask(SIG_SETMASK, NULL, &after);
+  CHECK_EQ(sigismember(&after, SIGUSR1), sigismember(&before, SIGUSR1));
+  CHECK_EQ(sigismember(&after, SIGURG), sigismember(&before, SIGURG));
 }
 
 TEST_MAIN()

@@ -223,7 +223,18 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   ** runtime_users): unpublish, wait for them, and only then empty the inboxes. */
   sm_runtime_unpublish();
   sm_preempt_stop(rt);
-  pthread_sigmask(SIG_SETMASK, &ts.old_mask, NULL); /* a SIGURG still pending was discarded */
+  if (!sigismember(&ts.old_mask, SIGURG)) {
+    /* Unblock SIGURG alone: on_sched_stop (io.c's under TSan, an embedder's) may have changed the
+    ** rest of the mask since. A SIGURG of ours still pending is taken first, so that the old
+    ** action sm_preempt_stop restored (a user's handler) never sees it. */
+    sigset_t urg;
+    sigemptyset(&urg);
+    sigaddset(&urg, SIGURG);
+    struct timespec none = {0, 0};
+    while (sigtimedwait(&urg, NULL, &none) == SIGURG)
+      ;
+    pthread_sigmask(SIG_UNBLOCK, &urg, NULL);
+  }
   for (unsigned k = 0; k < rt->nsched; k++)
     sm_sched_drain_and_free(&rt->scheds[k]);
   sm_names_destroy(&rt->names);
