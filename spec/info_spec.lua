@@ -74,4 +74,31 @@ describe("smarm.info", function()
         "bad argument #2 to 'info' (key or list of keys expected, got number)")
     end, { schedulers = 2 })
   end)
+
+  it("raises after opts.request_timeout when the answer is queued behind a stuck actor", function()
+    smarm.run(function()
+      local ffi = require("ffi")
+      pcall(ffi.cdef, "int pipe(int fds[2]); intptr_t read(int fd, void *buf, size_t n);"
+        .. " intptr_t write(int fd, const void *buf, size_t n); int close(int fd);")
+      local fds = ffi.new("int[2]")
+      assert.equals(0, ffi.C.pipe(fds))
+      local rfd, wfd = fds[0], fds[1]
+      local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
+        local ffi2 = require("ffi")
+        pcall(ffi2.cdef, "intptr_t read(int fd, void *buf, size_t n);")
+        smarm.receive()
+        ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
+      end)
+      -- "go" reaches scheduler 2 before the question's spawn (one inbox, in order): the hog
+      -- runs first and holds the scheduler, so the answer cannot come on any machine
+      smarm.send(hog, "go")
+      local ok, err = pcall(smarm.info, hog)
+      ffi.C.write(wfd, "x", 1)
+      ffi.C.close(wfd)
+      ffi.C.close(rfd)
+      assert.is_false(ok)
+      assert.matches("smarm.info: scheduler 2 did not answer within opts.request_timeout", err, 1, true)
+      assert.is_true(smarm.alive(hog) ~= nil) -- scheduler 2 answers again
+    end, { schedulers = 2, request_timeout = 0.3, watchdog = math.huge })
+  end)
 end)

@@ -58,6 +58,8 @@ describe("a request to a scheduler stuck in C", function()
       times_out("spawn_opt", smarm.spawn_opt, { on = 2, link = true, name = "late_linked" },
         function() smarm.receive() end)
       times_out("register", smarm.register, "stuck_hog", hog)
+      times_out("info", smarm.info, hog)
+      times_out("processes", smarm.processes)
       times_out("send_after", smarm.send_after, 0, hog, "late tick")
 
       -- Scheduler 2 is let go only once this actor waits in its next request, so the late

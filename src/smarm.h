@@ -114,6 +114,7 @@ typedef struct smarm_config {
   ** it the call fails with -ETIMEDOUT, and the request may still take effect when that
   ** scheduler gets to it. 0 = 5 s; negative = no limit. */
   int64_t request_timeout_ns;
+#define SMARM_REQUEST_TIMEOUT_DEFAULT_NS 5000000000LL /* what request_timeout_ns = 0 means */
   /* Every actor's max_mailbox (smarm_spawn_opts_t) unless its spawn says otherwise; 0 = none. */
   size_t max_mailbox;
   /* A seeded schedule, for tests: not 0, the next actor to run is drawn from the runnable ones

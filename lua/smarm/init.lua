@@ -92,7 +92,8 @@ function core.run(fn, opts)
     error("bad argument #2 to 'run' (opts.on_crash must be a function)", 2)
   end
   return run(function(...)
-    core._set_crash_reporter(core.spawn(function()
+    -- (no mailbox bound: opts.max_mailbox would make a burst of crashes kill the reporter)
+    core._set_crash_reporter(core.spawn_opt({ max_mailbox = 2 ^ 40 }, function()
       while true do
         local ok, err = pcall(on_crash, core.receive())
         if not ok then io.stderr:write("smarm: on_crash: ", tostring(err), "\n") end
@@ -112,37 +113,45 @@ function core.demonitor(ref, opt)
 end
 
 -- processes() -> { pid, ... } and info(pid [, keys]) -> table | nil (docs/api.md). Each
--- scheduler answers for its own actors (linfo.c); another scheduler is asked from an actor
--- spawned there (_answer), so nothing is read across threads.
+-- scheduler answers for its own actors (linfo.c); another scheduler is asked by a call to an
+-- actor spawned there (_answer), so nothing is read across threads, and an answer that comes
+-- after the asker gave up is dropped with the call.
 local local_processes, local_info = core._local_processes, core._local_info
 
-function core._answer(to, tag, what, pid)
+function core._answer()
+  local req = core.receive(function(m) return type(m) == "table" and m.smarm == "CALL" end,
+    core._request_timeout())
+  if not req then return end -- spawned too late: its asker gave up before calling
   local value
-  if what == "processes" then
+  if req.request.what == "processes" then
     value = {}
-    local me = core.self()
     for _, p in ipairs(local_processes()) do
-      if p ~= me then value[#value + 1] = p end -- not the asking actor itself
+      if p ~= core.self() then value[#value + 1] = p end -- not this answering actor
     end
   else
-    value = local_info(pid)
+    value = local_info(req.request.pid)
   end
-  core.send(to, { smarm_answer = tag, value = value })
+  core.reply(req.from, value)
 end
 
+-- Asks scheduler k (what: "processes" or "info"), at most opts.request_timeout as any request to
+-- another scheduler: the answering actor may be queued behind one stuck in C code.
 local function ask(k, what, pid)
-  local tag = core.ref()
-  local _, mref = core.spawn_opt({ on = k, monitor = true }, "smarm._answer", core.self(), tag,
-    what, pid)
-  local m = core.receive(function(m)
-    return type(m) == "table" and (m.smarm_answer == tag or m.ref == mref)
-  end)
-  if m.smarm_answer ~= tag then -- it died before answering (out of memory): say so
-    error("smarm." .. what .. ": scheduler " .. k .. " could not answer (" .. tostring(
-      type(m.reason) == "table" and m.reason.error or m.reason) .. ")", 3)
+  local no_answer = "smarm." .. what .. ": scheduler " .. k .. " did not answer within "
+    .. "opts.request_timeout (it is stuck in C code)"
+  local spawned, answerer = pcall(core.spawn_on, k, "smarm._answer")
+  if not spawned then
+    error(tostring(answerer):find("did not answer", 1, true) and no_answer or answerer, 3)
   end
-  core.demonitor(mref, "flush")
-  return m.value
+  local value, err = core.call(answerer, { what = what, pid = pid }, core._request_timeout())
+  if err == "timeout" then
+    core.exit(answerer, "kill") -- it would answer nobody
+    error(no_answer, 3)
+  elseif err then -- it ended before answering (out of memory)
+    error("smarm." .. what .. ": scheduler " .. k .. " could not answer (" .. tostring(
+      type(err) == "table" and err.error or err) .. ")", 3)
+  end
+  return value
 end
 
 function core.processes()

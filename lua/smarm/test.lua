@@ -93,8 +93,8 @@ end
 -- Every live actor but the caller and `skip`, with where it stands and its traceback.
 local function describe_actors(skip)
   local lines, me = {}, smarm.self()
-  local ok, pids = pcall(smarm.processes)
-  if not ok then -- a scheduler stuck in C code: list what this one knows, and say why
+  local answered, pids = pcall(smarm.processes)
+  if not answered then -- a scheduler stuck in C code: list what this one knows, and say why
     lines[1] = "(not every scheduler answered: " .. error_text(pids) .. ")"
     pids = smarm._local_processes()
   end
@@ -188,7 +188,8 @@ local function run_once(fn, opts, level)
   local finished      -- the run's main actor got to judge the test (not killed on the way)
 
   smarm.run(function()
-    local collector = smarm.spawn(function()
+    -- (no mailbox bound: opts.max_mailbox is the test's, and a burst of crashes must all count)
+    local collector = smarm.spawn_opt({ max_mailbox = 2 ^ 40 }, function()
       while true do
         local m = smarm.receive()
         if type(m) == "table" and m.smarm_test_flush then
@@ -267,8 +268,12 @@ local function with_seed(e, seed)
   local again = string.format("\n(seed %d: run it again with opts.seed = %d, or SMARM_TEST_SEED=%d)",
     seed, seed, seed)
   if type(e) == "string" then return e .. again end
-  if type(e) == "table" and type(e.message) == "string" then e.message = e.message .. again end
-  return e -- another value stays itself
+  if type(e) == "table" and type(e.message) == "string" then
+    e.message = e.message .. again
+  else -- another value stays itself: the seed goes to stderr
+    io.stderr:write("smarm.test: the test failed under seed ", seed, again, "\n")
+  end
+  return e
 end
 
 local function check_seeds(opts)
@@ -291,6 +296,10 @@ end
 function test.run(fn, opts)
   if type(fn) ~= "function" then
     error("bad argument #1 to 'run' (function expected, got " .. type(fn) .. ")", 2)
+  end
+  if smarm.schedulers() > 0 then
+    error("smarm.test.run: a runtime is running already (test.run starts its own: call it from"
+      .. " the test, not from an actor)", 2)
   end
   opts = check_opts(opts)
   local first, last = check_seeds(opts)

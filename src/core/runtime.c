@@ -29,7 +29,6 @@
 #define DEFAULT_SPIN_NS 50000
 #define DEFAULT_SLICE_NS 2000000
 #define DEFAULT_WATCHDOG_NS 1000000000LL
-#define DEFAULT_REQUEST_TIMEOUT_NS 5000000000LL
 
 /* One runtime per process at a time (the overflow reporter and the any-thread entry points find
 ** it through one global). */
@@ -132,7 +131,7 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
   else if (out->watchdog_ns < 0)
     out->watchdog_ns = INT64_MAX; /* off */
   if (out->request_timeout_ns == 0)
-    out->request_timeout_ns = DEFAULT_REQUEST_TIMEOUT_NS;
+    out->request_timeout_ns = SMARM_REQUEST_TIMEOUT_DEFAULT_NS;
   if (out->slice_ns == 0)
     out->slice_ns = DEFAULT_SLICE_NS;
   else if (out->slice_ns < 0)

@@ -80,11 +80,12 @@ static int l_local_info(lua_State *L)
   /* Every actor of a Lua run is the binding's: its data begins with its head (lvm.h). A remote
   ** spawn not yet started has no coroutine, hence no traceback yet. */
   const lvm_actor_head_t *head = info.data;
+  lua_Debug ar;
   if (info.status == SMARM_ACTOR_RUNNING)
     luaL_traceback(L, L, NULL, 2); /* from the caller of smarm.info */
-  else if (head && head->co)
+  else if (head && head->co && lua_getstack(head->co, 0, &ar))
     luaL_traceback(L, head->co, NULL, 0);
-  else
+  else /* spawned, not run yet: no frame (or, spawned from another scheduler, no coroutine) */
     lua_pushliteral(L, "stack traceback:\n\t(not started)");
   lua_setfield(L, -2, "traceback");
   return 1;

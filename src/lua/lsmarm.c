@@ -99,6 +99,7 @@ typedef struct lrun {
   const char *path, *cpath; /* the caller's package.path / cpath, for the other VMs */
   lvm_t *vms;               /* one per scheduler */
   int main_status;          /* 0, or the error status of the main actor */
+  int64_t request_timeout_ns; /* the run's opts.request_timeout, as smarm_config_t has it */
   int main_done;
 } lrun_t;
 
@@ -1231,6 +1232,18 @@ static int l_spawn_opt(lua_State *L)
 
 /* ---- smarm.run ------------------------------------------------------------------------------ */
 
+/* _request_timeout() -> seconds | nil: the running runtime's opts.request_timeout (nil: no limit),
+** for the questions init.lua asks other schedulers through actors (smarm.info). */
+static int l_request_timeout(lua_State *L)
+{
+  sm_lpark_actor(L, "info");
+  int64_t ns = current_run->request_timeout_ns;
+  if (ns < 0)
+    return 0;
+  lua_pushnumber(L, (lua_Number)(ns ? ns : SMARM_REQUEST_TIMEOUT_DEFAULT_NS) / 1e9);
+  return 1;
+}
+
 /* _set_crash_reporter(pid): the run's on_crash actor (init.lua). */
 static int l_set_crash_reporter(lua_State *L)
 {
@@ -1328,6 +1341,7 @@ static int l_run(lua_State *L)
   lrun_t run;
   memset(&run, 0, sizeof run);
   run.caller = L;
+  run.request_timeout_ns = cfg.request_timeout_ns;
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
   lua_getfield(L, -2, "cpath");
@@ -1413,7 +1427,7 @@ static const luaL_Reg functions[] = {
   {"spawn_opt", l_spawn_opt}, {"_flush_down", l_flush_down},
   {"spawn_link", l_spawn_link}, {"spawn_monitor", l_spawn_monitor},
   {"call", l_call},       {"reply", l_reply},     {"last_traceback", l_last_traceback},
-  {"_set_crash_reporter", l_set_crash_reporter},
+  {"_set_crash_reporter", l_set_crash_reporter}, {"_request_timeout", l_request_timeout},
   {NULL, NULL},
 };
 
