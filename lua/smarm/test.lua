@@ -104,7 +104,7 @@ local function describe_actors(skip)
       if ok and i then
         lines[#lines + 1] = string.format("actor %s (%s%s%s, scheduler %d, %d in its mailbox)\n%s",
           tostring(pid), i.status, i.waiting and " in " .. i.waiting or "",
-          i.name and ", name " .. i.name or "", i.scheduler, i.mailbox, i.traceback)
+          i.name and ", name " .. i.name or "", i.scheduler, i.mailbox, trim(i.traceback))
       end
     end
   end
@@ -213,8 +213,10 @@ local function run_once(fn, opts, level)
     end, timeout)
     if not down then
       finished = true
-      verdict = string.format("smarm.test: the test did not end within %g s (opts.timeout); "
-        .. "its actors:\n%s", timeout, describe_actors({ [collector] = true }))
+      local virtual = opts.clock == "virtual" or (opts.clock == nil and opts.seed ~= nil)
+      verdict = string.format("smarm.test: the test did not end within %g s (opts.timeout%s); "
+        .. "its actors:\n%s", timeout, virtual and ", on the virtual clock" or "",
+        describe_actors({ [collector] = true }))
       return
     end
     local lost = flush_crashes(collector)
