@@ -116,6 +116,14 @@ typedef struct smarm_config {
   int64_t request_timeout_ns;
   /* Every actor's max_mailbox (smarm_spawn_opts_t) unless its spawn says otherwise; 0 = none. */
   size_t max_mailbox;
+  /* The clock actors see (smarm_clock_ns): SMARM_CLOCK_REAL (0), or SMARM_CLOCK_VIRTUAL for
+  ** tests: it starts at 0 and stands still while any actor can run; when every actor waits (no
+  ** actor runnable, nothing in flight between schedulers, no actor in smarm_await: no IO in
+  ** flight), it jumps to the earliest deadline of a sleep, a receive's timeout or a message
+  ** timer, so an hour of retries runs in milliseconds. smarm_await's timeouts (IO), the time
+  ** slices, the watchdog and request_timeout_ns stay on the real clock (docs/design.md,
+  ** "Virtual time"). Any other value: -EINVAL. */
+  int clock;
   void *userdata;
 } smarm_config_t;
 
@@ -262,8 +270,16 @@ SMARM_API unsigned smarm_sched_count(void);
 SMARM_API void *smarm_sched_data(void);
 SMARM_API void smarm_sched_set_data(void *data);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds: the real clock, whatever the runtime's clock option (the
+** runtime keeps it for its slices, watchdog, request timeouts and IO; benchmarks measure with it). */
 SMARM_API int64_t smarm_now_ns(void);
+
+#define SMARM_CLOCK_REAL 0
+#define SMARM_CLOCK_VIRTUAL 1
+/* The clock actors see, in nanoseconds: the one their sleeps, receive timeouts and message timers
+** run on. On a scheduler thread of a runtime with SMARM_CLOCK_VIRTUAL, its virtual time (from 0
+** at the start of the run); anywhere else, smarm_now_ns(). */
+SMARM_API int64_t smarm_clock_ns(void);
 
 /* ---- Messages ----------------------------------------------------------------------------- */
 

@@ -129,6 +129,13 @@ typedef struct sched {
   /* -- Written by any thread. */
   inbox_t inbox;
 
+  /* -- Virtual time only (vclock.c, where the protocol is). Under rt->vclock.lock: */
+  _Alignas(SMARM_CACHE_PAD) int vc_idle; /* registered idle */
+  int64_t vc_earliest;        /* its earliest deadline on the actors' clock; INT64_MAX: none */
+  uint32_t vc_outside;        /* its outside_waits when it registered */
+  _Atomic uint32_t vc_poke_out; /* vc_poke is in the inbox: set by a poker, cleared by the owner */
+  smarm_msg_t *vc_poke;       /* its wake-up item (made before the threads start) */
+
   /* -- Written by the ticker thread (preempt.c), read by the owner; the protocol is there. */
   _Alignas(SMARM_CACHE_PAD) _Atomic uint32_t look_at_clock; /* the next decision point fires the
                                                                due timers */
@@ -150,7 +157,11 @@ typedef struct sched {
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   size_t default_stack;
-  timer_heap_t timers;
+  timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the
+                                 virtual clock only smarm_await's and sm_sched_ask's (vclock.h) */
+  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time) */
+  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL */
+  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
   actor_table_t table;
   stack_pool_t stacks;
   actor_t *free_actors;
@@ -207,11 +218,15 @@ actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not 
 void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
 /* Into a's mailbox; wakes a receive. */
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
-/* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
-** one past the end of time). */
+/* The deadline timeout_ns from now on the real clock; -1 for none (a negative timeout, or one
+** past the end of time). For the waits that stay on real time: smarm_await (IO), requests to
+** another scheduler. */
 int64_t sm_sched_deadline(int64_t timeout_ns);
-/* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
-** passed, 0 when woken, -ENOMEM when no timer could be made. */
+/* The same on the actors' clock (smarm_clock_ns): sleeps, receive timeouts, message timers. */
+int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns);
+/* Parks self in `state` until woken or until `deadline` (-1: none), a deadline on the actors'
+** clock for ACTOR_SLEEPING and ACTOR_WAIT_MSG, on the real clock for the others. Returns 1 when
+** the deadline passed, 0 when woken, -ENOMEM when no timer could be made. */
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
 /* Parks self (its state already set); when it resumes with a death pending (an exit signal woke
 ** it, faults.c), it dies there. The _undying form leaves the death to the caller's next parking
