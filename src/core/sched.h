@@ -129,13 +129,6 @@ typedef struct sched {
   /* -- Written by any thread. */
   inbox_t inbox;
 
-  /* -- Virtual time only (vclock.c, where the protocol is). Under rt->vclock.lock: */
-  _Alignas(SMARM_CACHE_PAD) int vc_idle; /* registered idle */
-  int64_t vc_earliest;        /* its earliest deadline on the actors' clock; INT64_MAX: none */
-  uint32_t vc_outside;        /* its outside_waits when it registered */
-  _Atomic uint32_t vc_poke_out; /* vc_poke is in the inbox: set by a poker, cleared by the owner */
-  smarm_msg_t *vc_poke;       /* its wake-up item (made before the threads start) */
-
   /* -- Written by the ticker thread (preempt.c), read by the owner; the protocol is there. */
   _Alignas(SMARM_CACHE_PAD) _Atomic uint32_t look_at_clock; /* the next decision point fires the
                                                                due timers */
@@ -159,9 +152,6 @@ typedef struct sched {
   size_t default_stack;
   timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the
                                  virtual clock only smarm_await's and sm_sched_ask's (vclock.h) */
-  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time) */
-  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL */
-  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
   actor_table_t table;
   stack_pool_t stacks;
   actor_t *free_actors;
@@ -183,11 +173,24 @@ typedef struct sched {
   void *data;                 /* smarm_sched_data() */
   pthread_t thread;           /* written before the ticker starts (runtime.c) */
   int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
+  /* Virtual time (vclock.h); last, so that a real-clock run's fields keep their places. */
+  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL */
+  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
+  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time) */
 
   /* -- Written by the owner (relaxed), read by anyone. */
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
   _Atomic int64_t running_slice; /* the running actor's slice_ns; 0 on the scheduler's stack */
   _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
+
+  /* -- Virtual time only (vclock.c, where the protocol is), cold: after everything else. Under
+  ** rt->vclock.lock: */
+  _Alignas(SMARM_CACHE_PAD) int vc_idle; /* registered idle */
+  int64_t vc_earliest;        /* its earliest deadline on the actors' clock; INT64_MAX: none */
+  uint32_t vc_outside;        /* its outside_waits when it registered */
+  /* Any scheduler's thread: */
+  _Atomic uint32_t vc_poke_out; /* vc_poke is in the inbox: set by a poker, cleared by the owner */
+  smarm_msg_t *vc_poke;       /* its wake-up item (made before the threads start) */
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */
