@@ -435,26 +435,11 @@ void sm_sched_park(sched_t *s, actor_t *self)
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
 
 /* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
-** spinning scheduler answers in about a hundred nanoseconds), then park until the next timer. */
-static void sched_idle(sched_t *s)
+** spinning scheduler answers in about a hundred nanoseconds), then park until `t` (the earliest
+** deadline on the real clock, or NULL) or a stack trim is due. Returns early when the inbox gets
+** something or `t` passes. */
+static void idle_wait(sched_t *s, int64_t now, const deadline_t *t)
 {
-  if (s->deferred)
-    sm_sched_flush_deferred(s);
-  int64_t now = smarm_now_ns();
-  deadline_t *t; /* the earliest deadline on the real clock */
-  int64_t vnext = INT64_MAX; /* on the virtual clock: the earliest deadline on its time */
-  if (SMARM_LIKELY(!s->virtual_time)) {
-    t = earlier(timer_first(&s->timers), timer_first(&s->msg_timers));
-  } else {
-    t = timer_first(&s->timers);
-    deadline_t *v = earlier(timer_first(&s->vtimers), timer_first(&s->msg_timers));
-    if (v && v->deadline <= vclock_now(&s->rt->vclock))
-      return;
-    if (v)
-      vnext = v->deadline;
-  }
-  if (t && t->deadline <= now)
-    return;
   int64_t spin_end = now + s->spin_ns;
   if (t && spin_end > t->deadline)
     spin_end = t->deadline;
@@ -481,17 +466,33 @@ static void sched_idle(sched_t *s)
     if (timeout < 0 || timeout > until_trim)
       timeout = until_trim;
   }
-  if (SMARM_UNLIKELY(s->virtual_time)) {
-    /* The virtual clock moves only when every scheduler waits here (vclock.c). */
-    if (sm_vclock_idle_enter(s, vnext))
-      return;
-    if (sm_inbox_park(&s->inbox, timeout))
-      stat_add(&s->stats.parks, 1);
-    sm_vclock_idle_leave(s); /* before the loop takes the inbox in */
-    return;
-  }
   if (sm_inbox_park(&s->inbox, timeout))
     stat_add(&s->stats.parks, 1);
+}
+
+/* Nothing to run, no timer due: wait (idle_wait). On the virtual clock the scheduler registers
+** idle first, for the whole wait, spinning included: the last one to register can then jump at
+** once instead of after a spin (vclock.c). */
+static void sched_idle(sched_t *s)
+{
+  if (s->deferred)
+    sm_sched_flush_deferred(s);
+  int64_t now = smarm_now_ns();
+  if (SMARM_LIKELY(!s->virtual_time)) {
+    deadline_t *t = earlier(timer_first(&s->timers), timer_first(&s->msg_timers));
+    if (t && t->deadline <= now)
+      return;
+    idle_wait(s, now, t);
+    return;
+  }
+  deadline_t *t = timer_first(&s->timers); /* on the real clock: awaits, requests */
+  deadline_t *v = earlier(timer_first(&s->vtimers), timer_first(&s->msg_timers));
+  if ((t && t->deadline <= now) || (v && v->deadline <= vclock_now(&s->rt->vclock)))
+    return;
+  if (sm_vclock_idle_enter(s, v ? v->deadline : INT64_MAX))
+    return; /* a jump made its own timers due, or its inbox has something */
+  idle_wait(s, now, t);
+  sm_vclock_idle_leave(s); /* before the loop takes the inbox in */
 }
 
 void sm_sched_loop(sched_t *s)

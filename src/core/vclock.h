@@ -43,8 +43,8 @@ static inline int64_t vclock_now(vclock_t *vc)
 ** deadline on the actors' clock, INT64_MAX for none) and its count of actors waiting outside
 ** (in smarm_await). When s is the last scheduler to go idle, it checks that nothing is in flight
 ** and jumps. Returns 1 when s must not park (the jump made its own timers due, or its inbox has
-** something): it is then registered no more. Returns 0 when it should park; it then calls
-** sm_vclock_idle_leave once awake, before it takes its inbox in. */
+** something): it is then registered no more. Returns 0 when it should wait (spin, then park); it
+** calls sm_vclock_idle_leave when that wait ends, before it takes its inbox in. */
 int sm_vclock_idle_enter(struct sched *s, int64_t earliest);
 void sm_vclock_idle_leave(struct sched *s);
 
