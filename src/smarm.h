@@ -273,7 +273,8 @@ SMARM_API void *smarm_sched_data(void);
 SMARM_API void smarm_sched_set_data(void *data);
 
 /* CLOCK_MONOTONIC in nanoseconds: the real clock, whatever the runtime's clock option (the
-** runtime keeps it for its slices, watchdog, request timeouts and IO; benchmarks measure with it). */
+** runtime keeps it for its slices, watchdog, request timeouts and IO; benchmarks measure with
+** it). */
 SMARM_API int64_t smarm_now_ns(void);
 
 #define SMARM_CLOCK_REAL 0

@@ -5,7 +5,8 @@
 ** earliest deadline on the actors' clock, INT64_MAX: none) and vc_outside (how many of its actors
 ** wait in smarm_await, i.e. on IO or another thread). Each scheduler writes its own record, on its
 ** own thread: sm_vclock_idle_enter when it has nothing to run, sm_vclock_idle_leave as soon as its
-** wait (its spin on the inbox, then its park) ends. The last one to register (nidle == nsched) checks, still under the lock:
+** wait (its spin on the inbox, then its park) ends. The last one to register (nidle == nsched)
+** checks, still under the lock:
 **   J1  no scheduler has an actor waiting outside (all vc_outside are 0);
 **   J2  every inbox is empty;
 ** and then stores the earliest published deadline into vc->now and wakes the schedulers that own
@@ -17,10 +18,11 @@
 **  - A registered scheduler took its inbox in before it registered (sm_sched_loop: take, fire,
 **    nothing runnable, idle) and takes it in again only after it deregistered (its loop runs after
 **    sched_idle returns, and sched_idle calls sm_vclock_idle_leave first; while registered it
-**    only looks at its inbox, spinning, and parks). So everything pushed to
-**    it since its last look is still in its inbox while it is registered.
+**    only looks at its inbox, spinning, and parks). So everything pushed to it since its last
+**    look is still in its inbox while it is registered.
 **  - A scheduler pushes (messages, requests, replies, signals, the deferred items it flushes
-**    quietly before it registers) only while it is not registered; it registers later, under the
+**    quietly before it registers) only while it is not registered (the checker's wake-up items,
+**    below, are the exception: they only wake); it registers later, under the
 **    lock, so its push happens before the checker's lock and the checker's load of that inbox's
 **    head sees the item, or a later value: the only write that empties the head is the owner's
 **    take, which comes after its deregistration. A relaxed load is enough; the mutex orders it.
