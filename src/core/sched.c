@@ -438,7 +438,8 @@ void sm_sched_park(sched_t *s, actor_t *self)
 ** spinning scheduler answers in about a hundred nanoseconds), then park until `t` (the earliest
 ** deadline on the real clock, or NULL) or a stack trim is due. Returns early when the inbox gets
 ** something or `t` passes. */
-static void idle_wait(sched_t *s, int64_t now, const deadline_t *t)
+static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t now,
+                                                        const deadline_t *t)
 {
   int64_t spin_end = now + s->spin_ns;
   if (t && spin_end > t->deadline)
@@ -780,7 +781,7 @@ int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadli
   }
   SMARM_ASSERT(!self->timed_out); /* only this function's timer sets it, and it clears it */
   self->state = state;
-  if (state == ACTOR_WAIT_WAKE) {
+  if (SMARM_UNLIKELY(state == ACTOR_WAIT_WAKE)) {
     /* Waiting outside (IO, another thread): the virtual clock may not jump meanwhile. The count
     ** comes down when it runs again, so after its wake was taken in (vclock.c, J1). */
     s->outside_waits++;
