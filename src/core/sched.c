@@ -283,7 +283,7 @@ static void fire_timers(sched_t *s, int64_t now)
 /* Whether any timer waits: an actor's or a message's. */
 static inline int timers_pending(const sched_t *s)
 {
-  return s->timers.count | s->msg_timers.count | s->vtimers.count;
+  return s->timers.count | s->msg_timers.count | (s->virtual_time ? s->vtimers.count : 0);
 }
 
 /* The earlier of two deadlines (either may be NULL). */

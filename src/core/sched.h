@@ -144,8 +144,11 @@ typedef struct sched {
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
+  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
   int64_t last_head_ns;       /* when a timer wake-up last went to the head (fire_timers) */
   int stopping;
+  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
+                                 the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
@@ -173,10 +176,8 @@ typedef struct sched {
   void *data;                 /* smarm_sched_data() */
   pthread_t thread;           /* written before the ticker starts (runtime.c) */
   int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
-  /* Virtual time (vclock.h); last, so that a real-clock run's fields keep their places. */
-  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL */
-  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
-  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time) */
+  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time); last,
+                                 so that the fields before keep their places */
 
   /* -- Written by the owner (relaxed), read by anyone. */
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
