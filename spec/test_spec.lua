@@ -163,6 +163,15 @@ describe("smarm.test.run", function()
     assert.matches("test_spec.lua:%d+: in function", tostring(e)) -- the test's actor is named
   end)
 
+  it("counts its timeout on the virtual clock: a deadlock fails at once, a long simulation passes",
+    function()
+      local ok, e = pcall(test.run, function() smarm.receive() end, { clock = "virtual" })
+      assert.is_false(ok)
+      assert.matches("did not end within 10 s (opts.timeout, on the virtual clock)", tostring(e), 1, true)
+      assert.equals(3600, test.run(function() smarm.sleep(3600); return smarm.now() end,
+        { clock = "virtual", timeout = 7200 }))
+    end)
+
   it("matches messages by function, by table fields or by value", function()
     test.run(function()
       local me = smarm.self()

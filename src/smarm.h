@@ -121,8 +121,17 @@ typedef struct smarm_config {
   ** by a generator seeded with it (not first come, first served), so the same seed gives the
   ** same interleaving and another seed explores another. Needs schedulers == 1 (-EINVAL
   ** otherwise), and takes time slices away (every actor's, slice_ns included: where an actor is
-  ** switched out would depend on the machine's speed). IO completions still come when they come. */
+  ** switched out would depend on the machine's speed). IO completions still come when they come;
+  ** with clock = SMARM_CLOCK_VIRTUAL (the Lua binding's default under a seed) timers replay too. */
   uint64_t seed;
+  /* The clock actors see (smarm_clock_ns): SMARM_CLOCK_REAL (0), or SMARM_CLOCK_VIRTUAL for
+  ** tests: it starts at 0 and stands still while any actor can run; when every actor waits (no
+  ** actor runnable, nothing in flight between schedulers, no actor in smarm_await: no IO in
+  ** flight), it jumps to the earliest deadline of a sleep, a receive's timeout or a message
+  ** timer, so an hour of retries runs in milliseconds. smarm_await's timeouts (IO), the time
+  ** slices, the watchdog and request_timeout_ns stay on the real clock (docs/design.md,
+  ** "Virtual time"). Any other value: -EINVAL. */
+  int clock;
   void *userdata;
 } smarm_config_t;
 
@@ -220,8 +229,8 @@ SMARM_API void smarm_yield(void);
 SMARM_API int smarm_preempt_due(void);
 SMARM_API void smarm_preempt(void);
 
-/* Parks the calling actor for at least ns nanoseconds (<= 0: yield). Returns 0, -EPERM, or
-** -ENOMEM (no memory for the timer). */
+/* Parks the calling actor for at least ns nanoseconds of the actors' clock (smarm_clock_ns; <= 0:
+** yield). Returns 0, -EPERM, or -ENOMEM (no memory for the timer). */
 SMARM_API int smarm_sleep(int64_t ns);
 
 /* Waiting for work another thread does (the IO thread): the actor takes a token, hands its pid and
@@ -232,8 +241,10 @@ SMARM_API int smarm_sleep(int64_t ns);
 ** actor after smarm_await() returns 0 (the wake travels through the owner's inbox). */
 SMARM_API uint64_t smarm_await_token(void); /* the caller's next token; 0 outside an actor */
 
-/* Parks until smarm_wake(self, token) or timeout_ns (SMARM_FOREVER: no limit). Returns 0 when
-** woken, -ETIMEDOUT, -EINVAL (not the caller's current token), -EPERM or -ENOMEM (timer). */
+/* Parks until smarm_wake(self, token) or timeout_ns (SMARM_FOREVER: no limit) of the real clock,
+** whatever the runtime's clock: this is a wait on the world outside, and on the virtual clock
+** an actor parked here holds the clock still until it runs again. Returns 0 when woken,
+** -ETIMEDOUT, -EINVAL (not the caller's current token), -EPERM or -ENOMEM (timer). */
 SMARM_API int smarm_await(uint64_t token, int64_t timeout_ns);
 
 /* From any thread while the runtime runs: wakes `pid` if it awaits `token`. Returns 0 (also when
@@ -269,8 +280,17 @@ SMARM_API unsigned smarm_sched_count(void);
 SMARM_API void *smarm_sched_data(void);
 SMARM_API void smarm_sched_set_data(void *data);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds: the real clock, whatever the runtime's clock option (the
+** runtime keeps it for its slices, watchdog, request timeouts and IO; benchmarks measure with
+** it). */
 SMARM_API int64_t smarm_now_ns(void);
+
+#define SMARM_CLOCK_REAL 0
+#define SMARM_CLOCK_VIRTUAL 1
+/* The clock actors see, in nanoseconds: the one their sleeps, receive timeouts and message timers
+** run on. On a scheduler thread of a runtime with SMARM_CLOCK_VIRTUAL, its virtual time (from 0
+** at the start of the run); anywhere else, smarm_now_ns(). */
+SMARM_API int64_t smarm_clock_ns(void);
 
 /* ---- Messages ----------------------------------------------------------------------------- */
 
@@ -304,8 +324,8 @@ SMARM_API smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_
 ** outside an actor; on failure the caller keeps msg. */
 SMARM_API int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
-/* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns (0 = poll,
-** SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
+/* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns of the actors'
+** clock (smarm_clock_ns; 0 = poll, SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
 ** -ENOMEM (no memory for the timer). */
 SMARM_API int smarm_receive(int64_t timeout_ns, smarm_msg_t **out);
 
@@ -438,7 +458,8 @@ typedef struct smarm_timer {
   smarm_ref_t ref;
 } smarm_timer_t;
 
-/* Sends msg (taken over) to `to` once ns nanoseconds have passed; *out names the timer. A `to`
+/* Sends msg (taken over) to `to` once ns nanoseconds of the actors' clock (smarm_clock_ns) have
+** passed; *out names the timer. A `to`
 ** of another scheduler costs one round trip (the caller parks for it), after which the timer
 ** exists: a cancel that follows, from any actor, finds it. A dead `to` takes msg too and sends
 ** nothing (a cancel then finds nothing). msg is taken in every case but -EINVAL and -EPERM.

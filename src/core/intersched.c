@@ -194,6 +194,9 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     s->stopping = 1;
     free(m);
     return;
+  case MSG_VCLOCK: /* it woke s for the virtual clock (vclock.c); its link was read */
+    sm_vclock_poke_taken(s);
+    return;
   case MSG_WAKE: {
     uint64_t token;
     memcpy(&token, m->data, sizeof token);

@@ -132,6 +132,8 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
     out->watchdog_ns = INT64_MAX; /* off */
   if (out->request_timeout_ns == 0)
     out->request_timeout_ns = SMARM_REQUEST_TIMEOUT_DEFAULT_NS;
+  if (out->clock != SMARM_CLOCK_REAL && out->clock != SMARM_CLOCK_VIRTUAL)
+    return -EINVAL;
   if (out->slice_ns == 0)
     out->slice_ns = DEFAULT_SLICE_NS;
   else if (out->slice_ns < 0)
@@ -180,6 +182,10 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   sm_names_init(&rt->names);
   for (unsigned k = 0; k < rt->nsched; k++)
     sm_sched_init(&rt->scheds[k], rt, k);
+  if ((rc = sm_vclock_init(rt)) < 0) {
+    sm_names_destroy(&rt->names);
+    goto out_rt;
+  }
 
   cpu_set_t old_affinity;
   int restore_affinity = rt->cfg.pin_threads &&
@@ -243,6 +249,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   if (restore_affinity)
     pthread_setaffinity_np(pthread_self(), sizeof old_affinity, &old_affinity);
 out_rt:
+  sm_vclock_destroy(rt); /* after the inboxes were drained: they may hold its items */
   for (unsigned k = 0; rt->stop_items && k < rt->nsched; k++)
     sm_msg_release(rt->stop_items[k]); /* NULL once sent; all unsent if the start failed */
   free(rt->stop_items);

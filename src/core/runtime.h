@@ -9,6 +9,7 @@
 #define SMARM_CORE_RUNTIME_H
 
 #include "sched.h"
+#include "vclock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +25,7 @@ typedef struct runtime {
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
   uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
   name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
+  vclock_t vclock;            /* the actors' clock of a virtual runtime (vclock.h) */
   /* The ticker (preempt.c): its fields are its own, or under ticker_lock. */
   pthread_t ticker;
   pthread_mutex_t ticker_lock;

@@ -22,6 +22,7 @@
 
 #include "faults.h"
 #include "runtime.h"
+#include "vclock.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -43,6 +44,14 @@ int64_t smarm_now_ns(void)
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t smarm_clock_ns(void)
+{
+  sched_t *s = sm_sched_tls;
+  if (s && s->virtual_time)
+    return vclock_now(&s->rt->vclock);
+  return smarm_now_ns();
 }
 
 /* ---- Run queue (owner only: a plain FIFO through actor.run_next) ------------------------- */
@@ -224,6 +233,15 @@ actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid)
 
 /* ---- Waking, timers, inbox ----------------------------------------------------------------- */
 
+/* The heap of a timer of an actor parked in `state`: on the virtual clock, sleeps and receives
+** wait on the actors' clock (vtimers), smarm_await and sm_sched_ask on the real one (vclock.h). */
+static inline timer_heap_t *timer_heap_of(sched_t *s, uint8_t state)
+{
+  if (SMARM_UNLIKELY(s->virtual_time) && (state == ACTOR_SLEEPING || state == ACTOR_WAIT_MSG))
+    return &s->vtimers;
+  return &s->timers;
+}
+
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 {
   if (SMARM_UNLIKELY(a->mailbox.count + a->held >= a->max_mailbox)) {
@@ -242,11 +260,12 @@ void sm_sched_wake(sched_t *s, actor_t *a)
 {
   SMARM_ASSERT(actor_is_parked(a));
   if (a->timer.index >= 0)
-    sm_timer_remove(&s->timers, &a->timer);
+    sm_timer_remove(timer_heap_of(s, a->state), &a->timer);
   runq_push(s, a);
 }
 
-/* Queues the actors whose deadline is past, earliest first. The first goes to the head of the
+/* Queues the actors of heap h whose deadline is past `now` (on h's clock), earliest first
+** (`real_now`: the real clock, for last_head_ns). The first goes to the head of the
 ** queue, ahead of actors that are runnable because they yielded or were switched out, unless
 ** one already did less than its slice ago (last_head_ns): a 10 ms ticker beside 16 runaway
 ** actors then waits one slice, not 16, and actors that compute and sleep over and over, which
@@ -254,20 +273,20 @@ void sm_sched_wake(sched_t *s, actor_t *a)
 ** measured by reviewers), get the head at most once a slice, half the CPU at most. The others
 ** join the tail like any other wake-up (at a yield this still runs before the yielding actor
 ** queues itself). */
-static void fire_timers(sched_t *s, int64_t now)
+static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t real_now)
 {
   deadline_t *t;
   actor_t *first = NULL, *last = NULL;
-  while ((t = timer_first(&s->timers)) && t->deadline <= now) {
+  while ((t = timer_first(h)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
-    sm_timer_remove(&s->timers, t);
+    sm_timer_remove(h, t);
     a->timed_out = 1;
-    if (now - s->last_head_ns < a->slice_ns) {
+    if (real_now - s->last_head_ns < a->slice_ns) {
       runq_push(s, a);
       continue;
     }
-    s->last_head_ns = now;
+    s->last_head_ns = real_now;
     a->state = ACTOR_RUNNABLE;
     a->run_next = NULL;
     if (last)
@@ -282,18 +301,32 @@ static void fire_timers(sched_t *s, int64_t now)
       s->run_tail = last;
     s->run_head = first;
   }
+}
+
+/* Fires every due timer; `now` is the real clock. On the virtual clock the actors' timers and
+** the message timers are due by its time instead (which stands still while this runs). */
+static void fire_timers(sched_t *s, int64_t now)
+{
+  fire_actor_timers(s, &s->timers, now, now);
+  int64_t actor_now = now;
+  if (SMARM_UNLIKELY(s->virtual_time)) {
+    actor_now = vclock_now(&s->rt->vclock);
+    fire_actor_timers(s, &s->vtimers, actor_now, now);
+  }
   if (s->msg_timers.count)
-    sm_msg_timers_fire(s, now);
+    sm_msg_timers_fire(s, actor_now);
 }
 
 /* Whether any timer waits: an actor's or a message's. */
-static inline int timers_pending(const sched_t *s) { return s->timers.count | s->msg_timers.count; }
-
-/* The earliest deadline of both heaps, or NULL. */
-static deadline_t *first_deadline(const sched_t *s)
+static inline int timers_pending(const sched_t *s)
 {
-  deadline_t *a = timer_first(&s->timers), *m = timer_first(&s->msg_timers);
-  return !a ? m : !m ? a : a->deadline <= m->deadline ? a : m;
+  return s->timers.count | s->msg_timers.count | (s->virtual_time ? s->vtimers.count : 0);
+}
+
+/* The earlier of two deadlines (either may be NULL). */
+static deadline_t *earlier(deadline_t *a, deadline_t *b)
+{
+  return !a ? b : !b ? a : a->deadline <= b->deadline ? a : b;
 }
 
 /* The scheduler's decision points call this: cheap unless there is something to do. */
@@ -439,15 +472,12 @@ void sm_sched_park(sched_t *s, actor_t *self)
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
 
 /* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
-** spinning scheduler answers in about a hundred nanoseconds), then park until the next timer. */
-static void sched_idle(sched_t *s)
+** spinning scheduler answers in about a hundred nanoseconds), then park until `t` (the earliest
+** deadline on the real clock, or NULL) or a stack trim is due. Returns early when the inbox gets
+** something or `t` passes. */
+static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t now,
+                                                        const deadline_t *t)
 {
-  if (s->deferred)
-    sm_sched_flush_deferred(s);
-  int64_t now = smarm_now_ns();
-  deadline_t *t = first_deadline(s);
-  if (t && t->deadline <= now)
-    return;
   int64_t spin_end = now + s->spin_ns;
   if (t && spin_end > t->deadline)
     spin_end = t->deadline;
@@ -476,6 +506,31 @@ static void sched_idle(sched_t *s)
   }
   if (sm_inbox_park(&s->inbox, timeout))
     stat_add(&s->stats.parks, 1);
+}
+
+/* Nothing to run, no timer due: wait (idle_wait). On the virtual clock the scheduler registers
+** idle first, for the whole wait, spinning included: the last one to register can then jump at
+** once instead of after a spin (vclock.c). */
+static void sched_idle(sched_t *s)
+{
+  if (s->deferred)
+    sm_sched_flush_deferred(s);
+  int64_t now = smarm_now_ns();
+  if (SMARM_LIKELY(!s->virtual_time)) {
+    deadline_t *t = earlier(timer_first(&s->timers), timer_first(&s->msg_timers));
+    if (t && t->deadline <= now)
+      return;
+    idle_wait(s, now, t);
+    return;
+  }
+  deadline_t *t = timer_first(&s->timers); /* on the real clock: awaits, requests */
+  deadline_t *v = earlier(timer_first(&s->vtimers), timer_first(&s->msg_timers));
+  if ((t && t->deadline <= now) || (v && v->deadline <= vclock_now(&s->rt->vclock)))
+    return;
+  if (sm_vclock_idle_enter(s, v ? v->deadline : INT64_MAX))
+    return; /* a jump made its own timers due, or its inbox has something */
+  idle_wait(s, now, t);
+  sm_vclock_idle_leave(s); /* before the loop takes the inbox in */
 }
 
 void sm_sched_loop(sched_t *s)
@@ -731,12 +786,25 @@ void smarm_preempt(void)
   smarm_yield();
 }
 
-int64_t sm_sched_deadline(int64_t timeout_ns)
+static inline int64_t deadline_from(int64_t now, int64_t timeout_ns)
 {
   if (timeout_ns < 0)
     return -1;
-  int64_t now = smarm_now_ns();
   return timeout_ns <= INT64_MAX - now ? now + timeout_ns : -1; /* past the end of time: none */
+}
+
+int64_t sm_sched_deadline(int64_t timeout_ns)
+{
+  return timeout_ns < 0 ? -1 : deadline_from(smarm_now_ns(), timeout_ns);
+}
+
+int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns)
+{
+  if (timeout_ns < 0)
+    return -1;
+  return deadline_from(SMARM_UNLIKELY(s->virtual_time) ? vclock_now(&s->rt->vclock)
+                                                       : smarm_now_ns(),
+                       timeout_ns);
 }
 
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)
@@ -745,13 +813,23 @@ int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadli
     sm_sched_die_pending(s, self);
   if (deadline >= 0) {
     self->timer.deadline = deadline;
-    int rc = sm_timer_add(&s->timers, &self->timer);
+    int rc = sm_timer_add(timer_heap_of(s, state), &self->timer);
     if (rc < 0)
       return rc;
   }
   SMARM_ASSERT(!self->timed_out); /* only this function's timer sets it, and it clears it */
   self->state = state;
-  sm_sched_park(s, self); /* woken (the timer removed) or by the timer */
+  if (SMARM_UNLIKELY(state == ACTOR_WAIT_WAKE)) {
+    /* Waiting outside (IO, another thread): the virtual clock may not jump meanwhile. The count
+    ** comes down when it runs again, so after its wake was taken in (vclock.c, J1). */
+    s->outside_waits++;
+    sm_sched_park_undying(s, self);
+    s->outside_waits--;
+    if (SMARM_UNLIKELY(self->exit_pending))
+      sm_sched_die_pending(s, self);
+  } else {
+    sm_sched_park(s, self); /* woken (the timer removed) or by the timer */
+  }
   int expired = self->timed_out;
   self->timed_out = 0;
   return expired;
@@ -767,7 +845,7 @@ int smarm_sleep(int64_t ns)
     smarm_yield();
     return 0;
   }
-  int rc = sm_sched_park_until(s, self, ACTOR_SLEEPING, sm_sched_deadline(ns));
+  int rc = sm_sched_park_until(s, self, ACTOR_SLEEPING, sm_sched_actor_deadline(s, ns));
   return rc < 0 ? rc : 0;
 }
 
@@ -910,6 +988,7 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
   sm_timer_heap_init(&s->timers);
+  sm_timer_heap_init(&s->vtimers);
   sm_timer_heap_init(&s->msg_timers);
   s->table.gen_base = rt->gen_base;
   if (rt->cfg.seed) { /* splitmix64 of the seed: nearby seeds give unrelated draws; never 0 */
@@ -926,7 +1005,8 @@ void sm_sched_destroy_actors(sched_t *s)
 {
   if (s->zombie)
     sched_bury(s);
-  sm_timer_heap_destroy(&s->timers); /* it points into the actors freed below */
+  sm_timer_heap_destroy(&s->timers); /* they point into the actors freed below */
+  sm_timer_heap_destroy(&s->vtimers);
   /* Cleanups live on their actor's stack. Stopping allocates nothing: first those of the actors
   ** whose bytes are in place, then the others', each brought back over an occupant whose
   ** cleanups have run (the first pass, or an earlier one of this), so whose bytes can go. */
@@ -986,6 +1066,10 @@ void sm_sched_drain_and_free(sched_t *s)
   smarm_msg_t *m = sm_inbox_take_all(&s->inbox);
   while (m) {
     smarm_msg_t *next = m->next;
+    if (m->kind == MSG_VCLOCK) { /* the scheduler's wake-up item: sm_vclock_destroy frees it */
+      m = next;
+      continue;
+    }
     if (m->kind == MSG_TIMER_SET) /* it holds a message of its own */
       sm_msg_timer_request_free(m);
     else if (m->kind == MSG_SPAWN || m->kind == MSG_SPAWN_REPLY)

@@ -144,14 +144,18 @@ typedef struct sched {
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
+  uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
   int64_t last_head_ns;       /* when a timer wake-up last went to the head (fire_timers) */
   uint64_t rng;               /* a seeded schedule's generator state (cfg.seed); 0: none */
   int stopping;
+  int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
+                                 the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   size_t default_stack;
-  timer_heap_t timers;
+  timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the
+                                 virtual clock only smarm_await's and sm_sched_ask's (vclock.h) */
   actor_table_t table;
   stack_pool_t stacks;
   actor_t *free_actors;
@@ -173,11 +177,22 @@ typedef struct sched {
   void *data;                 /* smarm_sched_data() */
   pthread_t thread;           /* written before the ticker starts (runtime.c) */
   int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
+  timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time); last,
+                                 so that the fields before keep their places */
 
   /* -- Written by the owner (relaxed), read by anyone. */
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
   _Atomic int64_t running_slice; /* the running actor's slice_ns; 0 on the scheduler's stack */
   _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
+
+  /* -- Virtual time only (vclock.c, where the protocol is), cold: after everything else. Under
+  ** rt->vclock.lock: */
+  _Alignas(SMARM_CACHE_PAD) int vc_idle; /* registered idle */
+  int64_t vc_earliest;        /* its earliest deadline on the actors' clock; INT64_MAX: none */
+  uint32_t vc_outside;        /* its outside_waits when it registered */
+  /* Any scheduler's thread: */
+  _Atomic uint32_t vc_poke_out; /* vc_poke is in the inbox: set by a poker, cleared by the owner */
+  smarm_msg_t *vc_poke;       /* its wake-up item (made before the threads start) */
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */
@@ -208,11 +223,15 @@ actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not 
 void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable */
 /* Into a's mailbox; wakes a receive. */
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
-/* The deadline timeout_ns from now on the monotonic clock; -1 for none (a negative timeout, or
-** one past the end of time). */
+/* The deadline timeout_ns from now on the real clock; -1 for none (a negative timeout, or one
+** past the end of time). For the waits that stay on real time: smarm_await (IO), requests to
+** another scheduler. */
 int64_t sm_sched_deadline(int64_t timeout_ns);
-/* Parks self in `state` until woken or until `deadline` (-1: none). Returns 1 when the deadline
-** passed, 0 when woken, -ENOMEM when no timer could be made. */
+/* The same on the actors' clock (smarm_clock_ns): sleeps, receive timeouts, message timers. */
+int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns);
+/* Parks self in `state` until woken or until `deadline` (-1: none), a deadline on the actors'
+** clock for ACTOR_SLEEPING and ACTOR_WAIT_MSG, on the real clock for the others. Returns 1 when
+** the deadline passed, 0 when woken, -ENOMEM when no timer could be made. */
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline);
 /* Parks self (its state already set); when it resumes with a death pending (an exit signal woke
 ** it, faults.c), it dies there. The _undying form leaves the death to the caller's next parking

@@ -107,7 +107,7 @@ static int64_t cancel_here(sched_t *s, smarm_pid_t to, smarm_ref_t ref)
   msg_timer_t *t = find(s, ref);
   if (!t || t->target->pid != to)
     return -ENOENT;
-  int64_t left = t->at.deadline == INT64_MAX ? INT64_MAX : t->at.deadline - smarm_now_ns();
+  int64_t left = t->at.deadline == INT64_MAX ? INT64_MAX : t->at.deadline - smarm_clock_ns();
   sm_msg_release(unlink_timer(s, t));
   return left > 0 ? left : 0;
 }
@@ -120,7 +120,7 @@ int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t
     return -EPERM;
   if (!msg || !out || ns < 0 || smarm_pid_gen(to) == 0)
     return -EINVAL;
-  int64_t deadline = sm_sched_deadline(ns);
+  int64_t deadline = sm_sched_actor_deadline(s, ns); /* the actors' clock (vclock.h) */
   if (deadline < 0)
     deadline = INT64_MAX; /* past the end of time: never */
   smarm_ref_t ref = smarm_make_ref();

@@ -68,7 +68,7 @@ static int receive_from(sched_t *s, actor_t *self, smarm_msg_t **cursor, smarm_m
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
     if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
-      deadline = sm_sched_deadline(timeout_ns);
+      deadline = sm_sched_actor_deadline(s, timeout_ns);
       deadline_set = 1;
     }
     int rc = sm_sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);

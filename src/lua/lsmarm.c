@@ -397,7 +397,7 @@ static int l_sleep(lua_State *L)
 
 static int l_now(lua_State *L)
 {
-  lua_pushnumber(L, (lua_Number)smarm_now_ns() / 1e9);
+  lua_pushnumber(L, (lua_Number)smarm_clock_ns() / 1e9); /* the actors' clock (opts.clock) */
   return 1;
 }
 
@@ -865,12 +865,12 @@ static int saved_find(lua_State *L, lactor_t *la, int q)
 static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout)
 {
   int q = push_saved(L, la);
-  int64_t deadline = timeout > 0 ? smarm_now_ns() + timeout : timeout;
+  int64_t deadline = timeout > 0 ? smarm_clock_ns() + timeout : timeout; /* the actors' clock */
   for (int i = la->saved_count ? la->saved_first : la->saved_last + 1;; i++) {
     if (i > la->saved_last) { /* all seen: the next message from the mailbox joins the queue */
       int64_t left = timeout;
       if (timeout > 0) {
-        left = deadline - smarm_now_ns();
+        left = deadline - smarm_clock_ns();
         if (left < 0)
           left = 0;
       }
@@ -1187,6 +1187,17 @@ static int64_t check_slice(lua_State *L, int arg, const char *field, const char 
   return (int64_t)(t * 1e9);
 }
 
+/* opts.clock at the top of the stack: "real" (or nil) or "virtual". */
+static int check_clock(lua_State *L, int arg)
+{
+  const char *clock = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+  if (lua_isnil(L, -1) || (clock && strcmp(clock, "real") == 0))
+    return SMARM_CLOCK_REAL;
+  if (clock && strcmp(clock, "virtual") == 0)
+    return SMARM_CLOCK_VIRTUAL;
+  return luaL_argerror(L, arg, "opts.clock must be \"real\" or \"virtual\"");
+}
+
 /* opts.max_mailbox at the top of the stack: an integer from 1 (nil: 0, the default). */
 static size_t check_max_mailbox(lua_State *L, int arg)
 {
@@ -1317,6 +1328,8 @@ static int l_run(lua_State *L)
     cfg.max_mailbox = check_max_mailbox(L, 2);
     lua_getfield(L, 2, "request_timeout");
     cfg.request_timeout_ns = check_slice(L, 2, "opts.request_timeout", "no limit");
+    lua_getfield(L, 2, "clock");
+    cfg.clock = check_clock(L, 2);
     lua_getfield(L, 2, "seed");
     if (!lua_isnil(L, -1)) {
       lua_Number n = luaL_checknumber(L, -1);
@@ -1325,8 +1338,12 @@ static int l_run(lua_State *L)
       luaL_argcheck(L, cfg.schedulers <= 1, 2, "opts.seed needs opts.schedulers = 1");
       cfg.seed = (uint64_t)n;
       cfg.schedulers = 1;
+      lua_getfield(L, 2, "clock");
+      if (lua_isnil(L, -1)) /* a seed replays a schedule: its timers too, on a virtual clock */
+        cfg.clock = SMARM_CLOCK_VIRTUAL;
+      lua_pop(L, 1);
     }
-    lua_pop(L, 7);
+    lua_pop(L, 8);
   }
   if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
     const char *env = getenv("SMARM_SLICE");
