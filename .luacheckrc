@@ -7,4 +7,5 @@ exclude_files = { "build/**", "deps/**" }
 -- defines them.
 -- A suite that spec/test_spec.lua runs in a nested busted.
 files["spec/fixtures/smarm_test_suite.lua"] = { std = "+busted" }
+files["examples/echo_spec.lua"] = { std = "+busted" } -- the README's example spec
 files["spec/support/runner.lua"] = { globals = { "describe", "it", "pending", "before_each", "after_each", "assert" } }

@@ -93,6 +93,22 @@ describe("smarm.test in a nested busted", function()
   end)
 end)
 
+describe("the README's example spec", function()
+  if not exe or not have_json or not package.loaded.busted then
+    pending("needs busted, dkjson and SMARM_EXE (the native spec runs)")
+    return
+  end
+  it("passes under smarm test", function()
+    local out = assert(io.popen(exe .. " test -o json examples/echo_spec.lua 2>&1"))
+    local text = out:read("*a")
+    out:close()
+    local report = json.decode(text:match("{.*}") or "")
+    assert.is_table(report, text)
+    assert.equals(2, #report.successes, text)
+    assert.equals(0, #report.failures + #report.errors, text)
+  end)
+end)
+
 describe("smarm.test.run", function()
   it("returns the test function's results", function()
     local a, b, c = test.run(function(...) return 1, nil, select("#", ...) end)
