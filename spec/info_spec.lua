@@ -102,3 +102,74 @@ describe("smarm.info", function()
     end, { schedulers = 2, request_timeout = 0.3, watchdog = math.huge })
   end)
 end)
+
+describe("the dump", function()
+  local ffi = require("ffi")
+  pcall(ffi.cdef, "int dup(int fd); int dup2(int fd, int to); int close(int fd); int raise(int sig);"
+    .. " int fileno(void *f);")
+
+  -- Runs fn with stderr (fd 2) going to a fresh file; returns fn's results and a reader of it.
+  local function with_stderr_in_file(fn)
+    local path = os.tmpname()
+    local file = assert(io.open(path, "w"))
+    local saved = ffi.C.dup(2)
+    io.stderr:flush()
+    ffi.C.dup2(ffi.C.fileno(file), 2)
+    local ok, err = pcall(fn, function()
+      local f = assert(io.open(path))
+      local text = f:read("*a")
+      f:close()
+      return text
+    end)
+    io.stderr:flush()
+    ffi.C.dup2(saved, 2)
+    ffi.C.close(saved)
+    file:close()
+    os.remove(path)
+    assert(ok, err)
+  end
+
+  it("writes every scheduler's actors with their tracebacks on SIGQUIT, and runs on", function()
+    with_stderr_in_file(function(written)
+      smarm.run(function()
+        local me = smarm.self()
+        smarm.spawn_on(2, function()
+          smarm.register("dumped_receiver", smarm.self())
+          smarm.send(me, "ready")
+          smarm.receive(function(m) return m == "never" end) -- the line the dump must name
+        end)
+        smarm.receive()
+        ffi.C.raise(3) -- SIGQUIT: the run's handler
+        local text = written()
+        for _ = 1, 120000 do -- up to two minutes, for the slowest machine
+          if text:find("info_spec.lua:%d+: in function", 1) and text:find("scheduler 2 of 2", 1, true)
+            and text:find("scheduler 1 of 2", 1, true) then break end
+          smarm.sleep(0.001)
+          text = written()
+        end
+        assert.matches("smarm: dump: scheduler 2 of 2\n  actor <2%.%d+%.%d+>: waiting in receive, 0 in its "
+          .. "mailbox, name dumped_receiver\n    stack traceback:\n", text)
+        assert.matches("smarm: dump: scheduler 1 of 2\n", text)
+        assert.matches("info_spec.lua:%d+: in function", text)
+        assert.is_true(smarm.alive(smarm.whereis("dumped_receiver")))
+      end, { schedulers = 2 })
+    end)
+  end)
+
+  it("is asked by smarm.dump() too, with the signal off, and refuses a bad signal", function()
+    with_stderr_in_file(function(written)
+      smarm.run(function()
+        smarm.dump()
+        local text = written()
+        for _ = 1, 120000 do
+          if text:find("scheduler 1 of 1", 1, true) then break end
+          smarm.sleep(0.001)
+          text = written()
+        end
+        assert.matches("smarm: dump: scheduler 1 of 1\n  actor <1%.0%.%d+>: ", text)
+      end, { schedulers = 1, dump_signal = false })
+    end)
+    assert.has_error(function() smarm.run(function() end, { dump_signal = "SIGKILL" }) end,
+      'bad argument #2 to \'run\' (opts.dump_signal must be false, "SIGQUIT", "SIGUSR1" or "SIGUSR2")')
+  end)
+end)

@@ -74,6 +74,8 @@ typedef void (*smarm_actor_fn)(void *arg);
 
 /* ---- Runtime ------------------------------------------------------------------------------ */
 
+struct smarm_actor_info; /* "Looking at actors", below */
+
 typedef struct smarm_config {
   unsigned schedulers;   /* threads; 0 = online CPUs (at most SMARM_SCHED_MAX) */
   size_t stack_size;     /* default actor stack size in bytes; 0 = 256 KiB (rounded to pages) */
@@ -124,6 +126,15 @@ typedef struct smarm_config {
   ** switched out would depend on the machine's speed). IO completions still come when they come;
   ** with clock = SMARM_CLOCK_VIRTUAL (the Lua binding's default under a seed) timers replay too. */
   uint64_t seed;
+  /* The dump (Go's SIGQUIT): this signal makes every scheduler write its actors to stderr, each
+  ** between its actors (a pid, where it stands, its name, then on_dump's lines), without stopping
+  ** anything. 0 = SIGQUIT; negative = none (the signal keeps its action); else that signal. The
+  ** handler is the run's: the old action comes back when it ends. smarm_dump() asks the same. */
+  int dump_signal;
+  /* Called on the owning scheduler's thread, between its actors (not in a signal handler), after
+  ** each actor's line of a dump, to write more of it (the Lua binding: its traceback). NULL:
+  ** the line alone. */
+  void (*on_dump)(const struct smarm_actor_info *actor, void *userdata);
   /* The clock actors see (smarm_clock_ns): SMARM_CLOCK_REAL (0), or SMARM_CLOCK_VIRTUAL for
   ** tests: it starts at 0 and stands still while any actor can run; when every actor waits (no
   ** actor runnable, nothing in flight between schedulers, no actor in smarm_await: no IO in
@@ -556,6 +567,11 @@ typedef struct smarm_actor_info {
 ** nothing here is read across threads). Returns 0, -ESRCH (not alive), -EXDEV (an actor of
 ** another scheduler: ask there, e.g. from an actor spawned on it), -EPERM outside an actor. */
 SMARM_API int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out);
+
+/* Asks for a dump (smarm_config_t.dump_signal): every scheduler writes its actors to stderr at
+** its next decision point, each part whole; an idle one within a few milliseconds, one stuck in C
+** when it gets back. Any thread may call it, a signal handler too; nothing if no runtime runs. */
+SMARM_API void smarm_dump(void);
 
 /* The pids of the calling actor's scheduler's live actors, the caller's included: writes at most
 ** cap of them to out and returns how many there are (call again with more room when that is

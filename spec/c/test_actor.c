@@ -3,6 +3,8 @@
 #include "test.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 
 static void noop(void *arg) { (void)arg; }
 
@@ -697,6 +699,77 @@ TEST(a_seed_gives_one_interleaving_and_others_give_others)
   cfg.schedulers = 2;
   cfg.seed = 1;
   CHECK_EQ(smarm_run(&cfg, main_four_yielders, NULL), -EINVAL);
+}
+
+/* ---- the dump (cfg.dump_signal, smarm_dump) ---- */
+
+static _Atomic int dumped, dumped_receivers;
+
+static void count_dumped(const smarm_actor_info_t *actor, void *ud)
+{
+  (void)ud;
+  atomic_fetch_add(&dumped, 1);
+  if (actor->status == SMARM_ACTOR_RECEIVING)
+    atomic_fetch_add(&dumped_receivers, 1);
+}
+
+static void main_dump(void *arg)
+{
+  int by_signal = *(int *)arg; /* the signal to raise; 0: call smarm_dump() */
+  for (int k = 0; k < 3; k++)
+    CHECK_EQ(smarm_spawn_on(k % 2, receive_one, NULL, NULL, NULL), 0);
+  smarm_yield(); /* they park */
+  if (by_signal)
+    raise(by_signal); /* the run's handler: without it, the default action ends the process */
+  else
+    smarm_dump();
+  WAIT_UNTIL(atomic_load(&dumped_receivers) >= 3, 1000 * 1000);
+  CHECK_EQ(atomic_load(&dumped_receivers), 3);
+  CHECK(atomic_load(&dumped) >= 4); /* and this actor, sleeping in WAIT_UNTIL or running */
+}
+
+/* by_signal: the signal main_dump raises (0: it calls smarm_dump) */
+static void run_dump(int by_signal, int dump_signal)
+{
+  atomic_store(&dumped, 0);
+  atomic_store(&dumped_receivers, 0);
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.dump_signal = dump_signal;
+  cfg.on_dump = count_dumped;
+  CHECK_EQ(smarm_run(&cfg, main_dump, &by_signal), 0);
+}
+
+TEST(the_dump_signal_writes_every_schedulers_actors)
+{
+  run_dump(SIGQUIT, 0);       /* the default */
+  run_dump(SIGUSR2, SIGUSR2); /* another signal */
+  run_dump(0, -1);            /* none: smarm_dump() alone */
+  struct sigaction now;
+  CHECK_EQ(sigaction(SIGUSR2, NULL, &now), 0);
+  CHECK(now.sa_handler == SIG_DFL); /* the run's handler is gone with it */
+}
+
+static void main_no_handler(void *arg)
+{
+  (void)arg;
+  struct sigaction now;
+  CHECK_EQ(sigaction(SIGQUIT, NULL, &now), 0);
+  CHECK(now.sa_handler == SIG_DFL);
+}
+
+TEST(no_dump_signal_leaves_the_signal_alone)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.dump_signal = -1;
+  CHECK_EQ(smarm_run(&cfg, main_no_handler, NULL), 0);
+  cfg.dump_signal = SIGURG;
+  CHECK_EQ(smarm_run(&cfg, main_no_handler, NULL), -EINVAL);
+  cfg.dump_signal = 65;
+  CHECK_EQ(smarm_run(&cfg, main_no_handler, NULL), -EINVAL);
 }
 
 TEST_MAIN()

@@ -190,6 +190,10 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     free(m);
     return;
   }
+  case MSG_DUMP:
+    sm_sched_dump(s);
+    free(m);
+    return;
   case MSG_STOP:
     s->stopping = 1;
     free(m);

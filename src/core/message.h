@@ -34,6 +34,7 @@ enum msg_kind {
   MSG_REGISTER,     /* payload: room for the answer, then a name; `to` is the pid to name */
   MSG_TIMER_SET,    /* send_after.c: a timer for `to` (answer, deadline, ref, the message) */
   MSG_TIMER_CANCEL, /* send_after.c: cancel the timer `ref` of `to` (answer: time left) */
+  MSG_DUMP,         /* info.c: write this scheduler's actors to stderr (the ticker's, for smarm_dump) */
   MSG_VCLOCK,       /* vclock.c: a scheduler's own wake-up item on the virtual clock; no payload,
                     ** made once, never freed with the inbox */
   /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`

@@ -33,6 +33,10 @@
 **   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
 **                   1 (the owner's 0 overwrote it) costs one tick's lateness.
 **   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
+**   dump_asked      (the runtime's) smarm_dump, from any thread or the dump signal's handler,
+**                   inside sm_runtime_enter/leave: relaxed store of 1; the ticker takes it
+**                   (exchange with 0) and pushes a MSG_DUMP to each scheduler, whose inbox
+**                   orders the rest. Two asks before a tick make one dump.
 **   ticker_done     under ticker_lock: the ticker signals a thread only while holding the lock
 **                   and seeing the flag clear, so it never signals a thread that has ended.
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
@@ -83,6 +87,37 @@ static void report_stuck(const sched_t *s, int64_t stuck)
 }
 
 static struct sigaction old_urg; /* one runtime per process at a time */
+static struct sigaction old_dump;
+static int dump_signal_installed; /* the signal old_dump belongs to */
+
+/* The dump signal's handler: only a flag, which the ticker reads (async-signal-safe). */
+static void on_dump_signal(int sig)
+{
+  (void)sig;
+  smarm_dump();
+}
+
+void smarm_dump(void)
+{
+  runtime_t *rt = sm_runtime_enter(); /* atomics alone: fine in a signal handler */
+  if (!rt)
+    return;
+  atomic_store_explicit(&rt->dump_asked, 1, memory_order_relaxed);
+  sm_runtime_leave();
+}
+
+/* The ticker, on a dump asked: one MSG_DUMP to each scheduler still running (info.c writes its
+** part). Memory short: that scheduler's part is left out. */
+static void send_dump(runtime_t *rt)
+{
+  for (unsigned k = 0; k < rt->nsched; k++) {
+    if (rt->scheds[k].ticker_done)
+      continue;
+    smarm_msg_t *m = sm_msg_new(MSG_DUMP, 0);
+    if (m)
+      sm_inbox_push(&rt->scheds[k].inbox, m);
+  }
+}
 
 static void on_sigurg(int sig)
 {
@@ -160,6 +195,8 @@ static void *ticker_main(void *p)
       break;
     int64_t now = smarm_now_ns();
     int stopping = atomic_load_explicit(&rt->stop_requested, memory_order_relaxed);
+    if (atomic_exchange_explicit(&rt->dump_asked, 0, memory_order_relaxed) && !stopping)
+      send_dump(rt);
     int64_t next = IDLE_TICK_NS;
     for (unsigned k = 0; k < rt->nsched; k++) {
       if (rt->scheds[k].ticker_done)
@@ -197,6 +234,16 @@ int sm_preempt_init(runtime_t *rt)
     sa.sa_flags = SA_RESTART | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     rt->urg_installed = sigaction(SIGURG, &sa, &old_urg) == 0;
+  }
+  int dump = rt->cfg.dump_signal ? rt->cfg.dump_signal : SIGQUIT;
+  if (rt->cfg.dump_signal >= 0) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_dump_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    rt->dump_installed = sigaction(dump, &sa, &old_dump) == 0;
+    dump_signal_installed = dump;
   }
   return 0;
 }
@@ -244,6 +291,9 @@ void sm_preempt_stop(runtime_t *rt)
   if (rt->urg_installed)
     sigaction(SIGURG, &old_urg, NULL);
   rt->urg_installed = 0;
+  if (rt->dump_installed)
+    sigaction(dump_signal_installed, &old_dump, NULL);
+  rt->dump_installed = 0;
   pthread_cond_destroy(&rt->ticker_cond);
   pthread_mutex_destroy(&rt->ticker_lock);
   free(rt->ticker_watch);

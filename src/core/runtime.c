@@ -138,6 +138,10 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
     out->slice_ns = DEFAULT_SLICE_NS;
   else if (out->slice_ns < 0)
     out->slice_ns = INT64_MAX; /* never */
+  if (out->dump_signal > 0 && (out->dump_signal >= 65 || out->dump_signal == SIGURG ||
+                               out->dump_signal == SIGSEGV || out->dump_signal == SIGKILL ||
+                               out->dump_signal == SIGSTOP))
+    return -EINVAL; /* (SIGURG: the time slices'; SIGSEGV: stack overflows') */
   if (out->seed) {
     if (out->schedulers != 1)
       return -EINVAL;

@@ -20,6 +20,7 @@ typedef struct runtime {
   smarm_config_t cfg;
   smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
+  _Atomic int dump_asked;     /* smarm_dump (any thread, a signal handler): the ticker sends it on */
   smarm_msg_t **stop_items;   /* one MSG_STOP per scheduler, made at start so that stopping
                               ** never allocates; the winner above takes them (NULL: sent) */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
@@ -31,7 +32,7 @@ typedef struct runtime {
   pthread_mutex_t ticker_lock;
   pthread_cond_t ticker_cond;
   struct watch *ticker_watch; /* one per scheduler; NULL: no ticker */
-  int ticker_running, ticker_stop, urg_installed;
+  int ticker_running, ticker_stop, urg_installed, dump_installed;
 } runtime_t;
 
 /* any_thread.c. For threads that may not be scheduler threads: the running runtime (NULL if

@@ -264,6 +264,9 @@ void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m);
 void sm_sched_push_deferred(sched_t *s, smarm_msg_t *m);
 void sm_sched_flush_deferred(sched_t *s);
 
+/* Writes s's part of a dump to stderr (info.c; MSG_DUMP, on s's thread between its actors). */
+void sm_sched_dump(sched_t *s);
+
 /* The calling actor (NULL outside an actor); *s_out gets the calling thread's scheduler. */
 static inline actor_t *sched_self(sched_t **s_out)
 {

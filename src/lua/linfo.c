@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* _local_processes() -> { pid, ... }: the live actors of the caller's scheduler, itself included. */
@@ -105,7 +106,49 @@ static int l_scheduler_of(lua_State *L)
   return 1;
 }
 
+/* dump() asks for a dump (smarm_dump): every scheduler writes its actors to stderr. */
+static int l_dump(lua_State *L)
+{
+  (void)L;
+  smarm_dump();
+  return 0;
+}
+
+/* The traceback lines of one actor of a dump, on its scheduler's thread between its actors, so
+** on the VM's own state (vm->L), not an actor's: in a protected call (out of memory is then an
+** error, not a panic) with the collector stopped, so that no __gc finalizer runs outside an
+** actor. A finalizer cannot be under way: a switch inside one is refused (design rule 3). */
+static int dump_traceback(lua_State *L)
+{
+  lua_State *co = lua_touserdata(L, 1);
+  lua_Debug ar;
+  if (co && lua_getstack(co, 0, &ar))
+    luaL_traceback(L, co, NULL, 0);
+  else
+    lua_pushliteral(L, "stack traceback:\n\t(not started)");
+  luaL_gsub(L, lua_tostring(L, -1), "\n", "\n    ");
+  fprintf(stderr, "    %s\n", lua_tostring(L, -1));
+  return 0;
+}
+
+void sm_linfo_on_dump(const smarm_actor_info_t *actor, void *userdata)
+{
+  (void)userdata;
+  lvm_t *vm = smarm_sched_data();
+  const lvm_actor_head_t *head = actor->data;
+  if (!vm || !vm->L)
+    return;
+  lua_State *L = vm->L;
+  int top = lua_gettop(L);
+  lua_gc(L, LUA_GCSTOP, 0);
+  if (lua_cpcall(L, dump_traceback, head ? head->co : NULL) != 0)
+    fprintf(stderr, "    (no traceback: %s)\n", lua_tostring(L, -1));
+  lua_gc(L, LUA_GCRESTART, 0);
+  lua_settop(L, top);
+}
+
 static const luaL_Reg functions[] = {
+  {"dump", l_dump},
   {"_scheduler_of", l_scheduler_of},
   {"_local_processes", l_local_processes},
   {"_local_info", l_local_info},

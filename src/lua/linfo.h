@@ -7,7 +7,12 @@
 
 #include <lua.h>
 
-/* Adds _local_processes and _local_info to the module table at idx. */
+#include "smarm.h"
+
+/* The run's on_dump (smarm_config_t): an actor's traceback, indented, after its line. */
+void sm_linfo_on_dump(const smarm_actor_info_t *actor, void *userdata);
+
+/* Adds dump, _local_processes, _local_info and _scheduler_of to the module table at idx. */
 void sm_linfo_register(lua_State *L, int module);
 
 #endif

@@ -71,6 +71,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1330,6 +1331,17 @@ static int l_run(lua_State *L)
     cfg.request_timeout_ns = check_slice(L, 2, "opts.request_timeout", "no limit");
     lua_getfield(L, 2, "clock");
     cfg.clock = check_clock(L, 2);
+    lua_getfield(L, 2, "dump_signal");
+    if (!lua_isnil(L, -1)) {
+      const char *sig = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+      cfg.dump_signal = lua_toboolean(L, -1) == 0                ? -1
+                        : sig && strcmp(sig, "SIGQUIT") == 0 ? SIGQUIT
+                        : sig && strcmp(sig, "SIGUSR1") == 0 ? SIGUSR1
+                        : sig && strcmp(sig, "SIGUSR2") == 0 ? SIGUSR2
+                                                             : 0;
+      luaL_argcheck(L, cfg.dump_signal != 0, 2,
+                    "opts.dump_signal must be false, \"SIGQUIT\", \"SIGUSR1\" or \"SIGUSR2\"");
+    }
     lua_getfield(L, 2, "seed");
     if (!lua_isnil(L, -1)) {
       lua_Number n = luaL_checknumber(L, -1);
@@ -1343,7 +1355,7 @@ static int l_run(lua_State *L)
         cfg.clock = SMARM_CLOCK_VIRTUAL;
       lua_pop(L, 1);
     }
-    lua_pop(L, 8);
+    lua_pop(L, 9);
   }
   if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
     const char *env = getenv("SMARM_SLICE");
@@ -1388,6 +1400,7 @@ static int l_run(lua_State *L)
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.on_preempt = on_preempt;
   cfg.on_watchdog = on_watchdog;
+  cfg.on_dump = sm_linfo_on_dump;
   cfg.userdata = &run;
   current_run = &run;
   sm_lhandle_next_run(); /* handles made from here on belong to this run */
