@@ -21,7 +21,8 @@ describe("virtual time", function()
       return smarm.now()
     end, VIRTUAL2)
     assert.are.equal(3600, now)
-    assert.is_true(real_now() - start < 30, "an hour took " .. (real_now() - start) .. " s")
+    -- far less real time than simulated (not a time limit: a machine 100 times slower passes)
+    assert.is_true(real_now() - start < 360, "an hour took " .. (real_now() - start) .. " s")
   end)
 
   it("wakes 1,000 actors sleeping random minutes each at its own minute, in order", function()
@@ -48,7 +49,7 @@ describe("virtual time", function()
       latest = r.at
     end
     assert.are.equal(latest, last)
-    assert.is_true(real_now() - start < 30, "two hours took " .. (real_now() - start) .. " s")
+    assert.is_true(real_now() - start < 720, "two hours took " .. (real_now() - start) .. " s")
   end)
 
   it("fires sleeps, receive timeouts, send_after and call timeouts in order across schedulers",
