@@ -131,9 +131,10 @@ typedef struct smarm_config {
   ** anything. 0 = SIGQUIT; negative = none (the signal keeps its action); else that signal. The
   ** handler is the run's: the old action comes back when it ends. smarm_dump() asks the same. */
   int dump_signal;
-  /* Called on the owning scheduler's thread, between its actors (not in a signal handler), after
-  ** each actor's line of a dump, to write more of it (the Lua binding: its traceback). NULL:
-  ** the line alone. */
+  /* Called on the owning scheduler's thread (not in a signal handler) at a decision point: its
+  ** loop, or while an actor parks or yields (then on that actor's stack, no actor's code
+  ** running), after each actor's line of a dump, to write more of it (the Lua binding: its
+  ** traceback). NULL: the line alone. */
   void (*on_dump)(const struct smarm_actor_info *actor, void *userdata);
   /* The clock actors see (smarm_clock_ns): SMARM_CLOCK_REAL (0), or SMARM_CLOCK_VIRTUAL for
   ** tests: it starts at 0 and stands still while any actor can run; when every actor waits (no
