@@ -274,8 +274,8 @@ int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *na
   out[total++] = 0;
   int rc = luaL_loadbuffer(L, (const char *)out, total, name);
   free(out);
-  if (rc != 0)
-    return -1; /* its message stays on the stack */
+  if (rc != 0) /* its message stays on the stack */
+    return rc == LUA_ERRMEM ? -2 : -1;
   /* The factory is called once per closure and never worth a trace (FNEW is not compiled). */
   luaJIT_setmode(L, -1, LUAJIT_MODE_FUNC | LUAJIT_MODE_OFF);
   return 0;

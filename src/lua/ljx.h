@@ -72,7 +72,7 @@ uint64_t sm_ljx_table_print(lua_State *L, int idx);
 ** distinct dump, then closures that share their prototype: the JIT's traces for it are reused,
 ** where loading the dump for every closure made a new prototype each time (and a new trace for
 ** every hot one). Returns 0; -1 if the dump is malformed (with luaL_loadbuffer's message pushed
-** when it was the load that failed), -2 out of memory. */
+** when it was the load that failed), -2 out of memory (the load's message pushed if it ran). */
 int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *name);
 
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
