@@ -3,7 +3,7 @@
 # branch (2025-01-17), which restores cur_L when a C function raises after a stack switch
 # (upstream fix after 2023-09-21; Debian bookworm's packaged LuaJIT crashes there, so it is never
 # linked). The tarball is fetched from the Debian archive the machine's apt sources name (no host
-# is written here), verified by sha256, and built twice as static libraries plus interpreters:
+# is written here), verified by sha256, patched (deps/patches/), and built twice as static libraries plus interpreters:
 #
 #   <out>/luajit-release   the build smarm links and benchmarks
 #   <out>/luajit-check     LUA_USE_APICHECK + LUA_USE_ASSERT: catches binding mistakes the
@@ -31,6 +31,10 @@ CACHE="$ROOT/deps/cache"
 mkdir -p "$OUT" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 
+# Our fixes to it (deps/patches/luajit-*.patch, each saying why; spec/luajit/test_patches.c
+# checks them): a change to any rebuilds every variant.
+PATCHES_SUM=$(cat "$ROOT"/deps/patches/luajit-*.patch | sha256sum | cut -c1-16)
+
 say() { printf '%s\n' "luajit.sh: $*" >&2; }
 
 # shellcheck source=deps/debian-pool.sh
@@ -42,7 +46,7 @@ build() {
   xcflags=$2
   ccflags=${3:-}
   prefix="$OUT/luajit-$variant"
-  stamp="$VERSION $CROSS $xcflags $ccflags internal-headers"
+  stamp="$VERSION $CROSS $xcflags $ccflags internal-headers $PATCHES_SUM"
   if [ -f "$prefix/.version" ] && [ "$(cat "$prefix/.version")" = "$stamp" ]; then
     return 0
   fi
@@ -50,6 +54,9 @@ build() {
   rm -rf "$src" "$prefix"
   mkdir -p "$src"
   tar -C "$src" --strip-components=1 -xf "$CACHE/$TARBALL"
+  for p in "$ROOT"/deps/patches/luajit-*.patch; do
+    patch -d "$src" -p1 -s <"$p" || { say "$p does not apply"; exit 1; }
+  done
   say "building $variant${CROSS:+ for $CROSS}"
   hostcc=""
   [ -n "$CROSS" ] && hostcc="HOST_CC=gcc CROSS=$CROSS"

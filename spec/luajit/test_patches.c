@@ -1,0 +1,150 @@
+/*
+** The pinned LuaJIT's patches (deps/patches/), each checked through the public C API on the
+** variant it was built into. A state runs on a counting allocator that knows every block's size:
+** LuaJIT tells the size of each block it frees, and a size that differs from the block's is the
+** accounting error the patches fix (the checking build asserts on it at lua_close).
+**
+** luajit-closure-oom.patch: a closure made while memory runs out (FNEW, or loading a dumped
+** function with upvalues) is made after its upvalues, so that an out-of-memory error can no
+** longer leave a closure that claims fewer upvalues than it was allocated for.
+*/
+#include <lauxlib.h>
+#include <lua.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCKS 8192 /* far more than a bare state holds */
+
+typedef struct {
+  void *p[BLOCKS];
+  size_t size[BLOCKS];
+  long fail_at;     /* the allocation (counted from arming) that fails; -1: none */
+  long count;       /* allocations since arming */
+  int wrong_sizes;  /* frees or reallocations told a size the block does not have */
+  int lost;         /* blocks the table could not hold */
+} heap_t;
+
+static long slot_of(heap_t *h, void *p)
+{
+  for (long i = 0; i < BLOCKS; i++)
+    if (h->p[i] == p)
+      return i;
+  return -1;
+}
+
+static void *counting_alloc(void *ud, void *p, size_t osize, size_t nsize)
+{
+  heap_t *h = ud;
+  long i = p ? slot_of(h, p) : -1;
+  if (p && (i < 0 || h->size[i] != osize))
+    h->wrong_sizes++;
+  if (nsize == 0) {
+    if (i >= 0)
+      h->p[i] = NULL;
+    free(p);
+    return NULL;
+  }
+  if (h->fail_at >= 0 && h->count++ == h->fail_at)
+    return NULL;
+  void *q = realloc(p, nsize);
+  if (!q)
+    return NULL;
+  if (i < 0)
+    i = slot_of(h, NULL);
+  if (i < 0) {
+    h->lost++;
+    return q;
+  }
+  h->p[i] = q;
+  h->size[i] = nsize;
+  return q;
+}
+
+typedef struct {
+  char bytes[4096];
+  size_t n;
+} dump_t;
+
+static int to_dump(lua_State *L, const void *p, size_t n, void *ud)
+{
+  (void)L;
+  dump_t *d = ud;
+  if (d->n + n > sizeof d->bytes)
+    return 1;
+  memcpy(d->bytes + d->n, p, n);
+  d->n += n;
+  return 0;
+}
+
+/* Makes a closure with two upvalues, with the fail_at-th allocation failing: by FNEW (a chunk
+** that returns a new closure) or by loading the closure's dump. Returns the wrong sizes seen. */
+static int make_closure_failing(int by_load, long fail_at, int *failed)
+{
+  heap_t *h = calloc(1, sizeof *h);
+  h->fail_at = -1;
+  lua_State *L = lua_newstate(counting_alloc, h);
+  if (!L) {
+    fprintf(stderr, "lua_newstate failed\n");
+    exit(2);
+  }
+  const char *chunk = "local a, b = 1, 2; return function() return a, b end";
+  if (luaL_loadstring(L, chunk) != 0) {
+    fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    exit(2);
+  }
+  static dump_t dump;
+  if (by_load) {
+    dump.n = 0;
+    if (lua_pcall(L, 0, 1, 0) != 0 || lua_dump(L, to_dump, &dump) != 0) {
+      fprintf(stderr, "could not dump the closure\n");
+      exit(2);
+    }
+    lua_pop(L, 1);
+  }
+  h->count = 0;
+  h->fail_at = fail_at;
+  int rc = by_load ? luaL_loadbuffer(L, dump.bytes, dump.n, "=closure")
+                   : lua_pcall(L, 0, 1, 0);
+  h->fail_at = -1;
+  *failed = rc != 0;
+  lua_close(L);
+  int wrong = h->wrong_sizes;
+  for (long i = 0; i < BLOCKS; i++)
+    if (h->p[i]) {
+      fprintf(stderr, "  a block of %zu bytes was never freed\n", h->size[i]);
+      wrong++;
+    }
+  if (h->lost) {
+    fprintf(stderr, "the test's block table is too small\n");
+    exit(2);
+  }
+  free(h);
+  return wrong;
+}
+
+int main(void)
+{
+  int bad = 0;
+  for (int by_load = 0; by_load <= 1; by_load++) {
+    int failed = 1;
+    /* every allocation of the call in turn, until one call needs no more than the ones before */
+    for (long k = 0; failed && k < 1000; k++) {
+      int wrong = make_closure_failing(by_load, k, &failed);
+      if (wrong) {
+        fprintf(stderr, "%s with allocation %ld failing: %d block(s) freed with a wrong size or "
+                        "never freed\n", by_load ? "load" : "FNEW", k, wrong);
+        bad++;
+      }
+    }
+    if (failed) {
+      fprintf(stderr, "%s never succeeded\n", by_load ? "load" : "FNEW");
+      bad++;
+    }
+  }
+  if (bad)
+    return 1;
+  printf("closures made while memory runs out: every block freed with its own size\n");
+  return 0;
+}
