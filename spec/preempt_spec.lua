@@ -447,6 +447,29 @@ describe("preemption", function()
     assert.is_true(counted >= 2)
   end)
 
+  in_pure_loops("leaves an actor's own count hook all its events while preempting it", function()
+    -- Straight-line code, where a preemption steps one instruction at a time looking for a
+    -- loop's edge: those steps took every count event of the actor's own hook (a CI run lost all
+    -- of a count-1 hook's events), and about a third over this chunk. Now they count too.
+    local lines = {}
+    for _ = 1, 3000 do lines[#lines + 1] = "x = x + 1" end
+    local straight = assert(loadstring("local x = 0\n" .. table.concat(lines, "\n") .. "\nreturn x"))
+    local function events(slice)
+      return smarm.run(function()
+        local n, before = 0, smarm.stats().total.preempts
+        debug.sethook(function() n = n + 1 end, "", 1)
+        for _ = 1, 200 do straight() end
+        debug.sethook()
+        return n, smarm.stats().total.preempts - before
+      end, { schedulers = 1, slice = slice })
+    end
+    local alone = events(math.huge)
+    local n, preempts = events(1e-5)
+    assert.is_true(preempts > 0, "never preempted")
+    -- each instruction is one event; the few an arming from the signal handler restarts may go
+    assert.is_true(n >= alone * 0.99, ("%d events with preemptions, %d without"):format(n, alone))
+  end)
+
   -- A stress test: it fails on a lost or reordered message or a wrong sum, not without
   -- preemption (each actor's 0.1 to 1 ms of loop between sends is preempted on most machines).
   it("keeps every message and exact results under 100 us slices on two schedulers", function()

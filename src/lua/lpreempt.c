@@ -15,7 +15,10 @@
 ** A preemption due while an actor's hook is installed is armed over it: the same mask plus a
 ** count of 1 (hook_armed); actor_hook then does the preemption's work on count events and hands
 ** the other events to the user's function, and the actor's own mask and count come back when the
-** preemption is done. A hook set outside any actor (before smarm.run) stays VM-wide, as in plain
+** preemption is done. Meanwhile the armed count events also count the actor's own instructions
+** (never armed for more than its count), so its own count events come as often as without a
+** preemption: stepping to a loop's edge took them all, and a count hook set just before
+** straight-line code could miss every event. A hook set outside any actor (before smarm.run) stays VM-wide, as in plain
 ** LuaJIT, and a VM with one is not preempted.
 **
 ** Where. An actor is switched out at the end of a loop's iteration (sm_ljx_at_loop_edge): a
@@ -77,6 +80,9 @@ static void actor_hook(lua_State *L, lua_Debug *ar);
 static void rearm(lvm_t *vm, lua_State *L, int count)
 {
   if (vm->hook_owner) {
+    if ((vm->hook_mask & LUA_MASKCOUNT) && count > vm->hook_count)
+      count = vm->hook_count;
+    vm->armed_count = count;
     set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, 1);
   } else {
     set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count);
@@ -157,18 +163,9 @@ static void preempt_hook(lua_State *L, lua_Debug *ar)
 
 static const char *const hook_event_names[] = {"call", "return", "line", "count", "tail return"};
 
-/* The hook of an actor's own (see the top): calls its function as debug.sethook's hook would. */
-static void actor_hook(lua_State *L, lua_Debug *ar)
+/* Calls the installed actor's own hook function, as debug.sethook's hook would. */
+static void call_own_hook(lvm_t *vm, lua_State *L, lua_Debug *ar)
 {
-  lvm_t *vm = this_vm();
-  if (!vm) {
-    lua_sethook(L, NULL, 0, 0);
-    return;
-  }
-  if (ar->event == LUA_HOOKCOUNT && vm->hook_armed) {
-    preempt_step(vm, L); /* the actor's own count starts again once the preemption is done */
-    return;
-  }
   const lvm_actor_head_t *a = vm->hook_owner;
   if (!a || a != smarm_actor_data() || (unsigned)ar->event >= 5)
     return;
@@ -181,6 +178,27 @@ static void actor_hook(lua_State *L, lua_Debug *ar)
   lua_call(L, 2, 0);
 }
 
+/* The hook of an actor's own (see the top). */
+static void actor_hook(lua_State *L, lua_Debug *ar)
+{
+  lvm_t *vm = this_vm();
+  if (!vm) {
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
+  if (ar->event == LUA_HOOKCOUNT && vm->hook_armed) {
+    /* the armed events count the actor's own instructions too (see the top) */
+    if ((vm->hook_mask & LUA_MASKCOUNT) &&
+        (vm->own_count_left -= vm->armed_count) <= 0) {
+      vm->own_count_left = vm->hook_count;
+      call_own_hook(vm, L, ar); /* may turn its hook off: preempt_step looks afresh */
+    }
+    preempt_step(vm, L);
+    return;
+  }
+  call_own_hook(vm, L, ar);
+}
+
 void sm_lpreempt_arm(lvm_t *vm)
 {
   lua_State *L = vm->L;
@@ -191,6 +209,8 @@ void sm_lpreempt_arm(lvm_t *vm)
   if (h == actor_hook) { /* an actor's own hook: armed over it (the same half-rewritten case) */
     int mask = vm->hook_mask | LUA_MASKCOUNT;
     lua_sethook(L, NULL, 0, 0);
+    vm->armed_count = 1;
+    vm->own_count_left = vm->hook_count;
     vm->hook_armed = 1;
     lua_sethook(L, actor_hook, mask, 1);
     return;

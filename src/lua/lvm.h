@@ -54,6 +54,9 @@ typedef struct lvm {
   int hooked_actors;
   struct lvm_actor_head *volatile hook_owner;
   volatile sig_atomic_t hook_mask, hook_count, hook_armed;
+  /* lpreempt.c, while armed over a hook with a count: the count it is armed with, and the
+  ** instructions left until the actor's own count event, which the armed events stand for. */
+  volatile sig_atomic_t armed_count, own_count_left;
 } lvm_t;
 
 /* What every Lua actor's smarm_actor_data() starts with (lsmarm.c's lactor_t): its coroutine,
