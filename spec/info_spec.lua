@@ -1,6 +1,11 @@
 -- smarm.processes and smarm.info: each scheduler answers for its own actors.
 local smarm = require "smarm"
 
+local function sorted(pids)
+  table.sort(pids, function(a, b) return tostring(a) < tostring(b) end)
+  return pids
+end
+
 local function contains(list, v)
   for _, x in ipairs(list) do if x == v then return true end end
   return false
@@ -32,7 +37,7 @@ describe("smarm.info", function()
       local receiver = smarm.spawn_on(2, function()
         smarm.register("receiver", smarm.self())
         smarm.send(me, "registered")
-        smarm.receive(function(m) return m == "wanted" end) -- line 35
+        smarm.receive(function(m) return m == "wanted" end) -- the receiver's receive
       end)
       local sleeper = smarm.spawn(function() smarm.sleep(3600) end)
       assert.equals("registered", smarm.receive())
@@ -50,7 +55,12 @@ describe("smarm.info", function()
       assert.equals(2, i.scheduler)
       assert.equals("receiver", i.name)
       assert.equals(2, i.mailbox)
-      assert.matches("info_spec.lua:35:", i.traceback, 1, true)
+      local at
+      for l in io.lines("spec/info_spec.lua") do
+        at = (at or 0) + 1
+        if l:find("-- the receiver's receive", 1, true) and not l:find("l:find", 1, true) then break end
+      end
+      assert.matches("info_spec.lua:" .. at .. ":", i.traceback, 1, true)
       local s = smarm.info(sleeper)
       assert.equals("sleep", s.waiting)
       assert.equals(1, s.scheduler)
@@ -61,6 +71,54 @@ describe("smarm.info", function()
       assert.matches("info_spec.lua:" .. line .. ":", mine.traceback, 1, true)
       assert.same({ status = "waiting" }, smarm.info(receiver, "status"))
       assert.same({ waiting = "sleep", scheduler = 1 }, smarm.info(sleeper, { "waiting", "scheduler" }))
+    end, { schedulers = 2 })
+  end)
+
+  it("tells links, monitors, stack, schedulings, origin and function, here and there", function()
+    smarm.run(function()
+      local me = smarm.self()
+      local function serve()
+        local req = smarm.receive(function(m) return type(m) == "table" and m.smarm == "CALL" end)
+        smarm.receive(function(m) return m == "answer now" end)
+        smarm.reply(req.from, "answered")
+      end
+      local server = smarm.spawn_opt({ on = 2, link = true }, serve)
+      local watched = smarm.spawn(function() smarm.receive() end)
+      local ref = smarm.monitor(watched)
+      local ref2 = smarm.monitor(server)
+      local caller = smarm.spawn(function() return smarm.call(server, "question", 60) end)
+      local fresh = smarm.spawn(function() end) -- not run yet
+      local wait_for = function(pid, what)
+        for _ = 1, 60000 do
+          if smarm.info(pid, "waiting").waiting == what then return end
+          smarm.sleep(0.001)
+        end
+        error(what .. " never came")
+      end
+      local f = smarm.info(fresh)
+      assert.equals(0, f.scheduled)
+      assert.equals(0, f.stack_used)
+      assert.matches("info_spec.lua:%d+$", f.func)
+      wait_for(caller, "call")
+      wait_for(server, "receive")
+      local s = smarm.info(server)
+      assert.same({ me }, s.links)
+      assert.same(sorted({ me, caller }), sorted(s.monitored_by)) -- a call monitors its server
+      assert.same({}, s.monitors)
+      assert.equals(me, s.spawned_by)
+      assert.equals("spec/info_spec.lua:" .. debug.getinfo(serve, "S").linedefined, s.func)
+      assert.is_true(s.scheduled >= 2) -- it ran, and ran again for the call
+      assert.is_true(s.stack_used > 0 and s.stack_used < s.stack_size)
+      assert.is_true(s.age >= 0 and s.age < 3600)
+      local m = smarm.info(me)
+      assert.same({ server }, m.links)
+      assert.same(sorted({ watched, server }), sorted(m.monitors))
+      assert.is_nil(m.spawned_by) -- the run's main actor
+      assert.same({ me }, smarm.info(watched).monitored_by)
+      smarm.send(server, "answer now")
+      smarm.demonitor(ref)
+      smarm.demonitor(ref2)
+      assert.same({}, smarm.info(watched).monitored_by)
     end, { schedulers = 2 })
   end)
 

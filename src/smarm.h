@@ -88,6 +88,11 @@ typedef struct smarm_config {
   ** Scheduler 0's hooks run on the thread that called smarm_run(). */
   void (*on_sched_start)(unsigned sched, void *userdata);
   void (*on_sched_stop)(unsigned sched, void *userdata);
+  /* Called on a scheduler's own thread where it looks at its timers anyway: before it idles, and
+  ** every 64 decisions while busy (maybe on an actor's stack, between its actors' code). For
+  ** quick bookkeeping only: it must not call into smarm (the Lua binding tells its VM's memory to
+  ** smarm.stats there). NULL: none. */
+  void (*on_sched_tick)(unsigned sched, void *userdata);
   /* Called on the owning scheduler's thread, before on_sched_stop, for each actor stopped by
   ** shutdown (not for actors that ended by themselves) that has a non-NULL smarm_actor_data:
   ** the place to release what the data holds. Its C frames are already discarded. */
@@ -562,12 +567,27 @@ typedef struct smarm_actor_info {
   size_t mailbox;       /* messages waiting for it, those its binding set aside included */
   const char *name;     /* its registered name, or NULL: valid until the caller parks */
   void *data;           /* its smarm_actor_data() */
+  size_t stack_size;    /* bytes of C stack it was given (rounded to pages) */
+  size_t stack_used;    /* bytes of it in use: from its top down to where it parked or was
+                           switched out (the caller: to this call); 0 before it first runs */
+  uint64_t scheduled;   /* times it was switched in */
+  smarm_pid_t spawner;  /* the actor that spawned it; 0: none (the run's main actor) */
+  int64_t spawned_ns;   /* when, on smarm_now_ns's clock, to a few milliseconds */
 } smarm_actor_info_t;
 
 /* Fills *out for a live actor of the CALLING actor's scheduler (the owner answers for its own:
 ** nothing here is read across threads). Returns 0, -ESRCH (not alive), -EXDEV (an actor of
 ** another scheduler: ask there, e.g. from an actor spawned on it), -EPERM outside an actor. */
 SMARM_API int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out);
+
+/* What smarm_actor_ties lists: the actors linked to it; those it monitors; those that monitor
+** it (an actor monitored twice is listed twice). */
+enum smarm_ties { SMARM_TIES_LINKS, SMARM_TIES_MONITORS, SMARM_TIES_MONITORED_BY };
+
+/* The pids an actor of the CALLING actor's scheduler is tied to (enum smarm_ties), as
+** smarm_local_actors gives them: at most cap in out, returns how many there are. -ESRCH,
+** -EXDEV, -EPERM as smarm_actor_info; -EINVAL for another `which`. */
+SMARM_API long smarm_actor_ties(smarm_pid_t pid, int which, smarm_pid_t *out, size_t cap);
 
 /* Asks for a dump (smarm_config_t.dump_signal): every scheduler writes its actors to stderr at
 ** its next decision point, each part whole; an idle one within a few milliseconds, one stuck in C
@@ -594,6 +614,16 @@ typedef struct smarm_stats {
   uint64_t preempt_wait_ns; /* summed over the preemptions the runtime asked for (not a C
                             actor's own smarm_preempt): ns from the request to give way (at most
                             a tick, half a slice, after the slice's end) to the switch */
+  uint64_t busy_ns;      /* ns not idle (running actors or its own work) since it started */
+  uint64_t wall_ns;      /* ns since it started: busy_ns / wall_ns is its busy share */
+  uint64_t sent;         /* messages its actors sent, to any scheduler */
+  uint64_t received;     /* messages put in its actors' mailboxes: sent ones, exit and DOWN
+                            notices, send_after's */
+  uint64_t runq;         /* actors in its run queue now */
+  uint64_t timers;       /* timers pending: actors' timeouts and sleeps, message timers (as of
+                            the last time it fired some, went idle or passed 64 decisions) */
+  uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now, their slot
+                            given to another (see design) */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without

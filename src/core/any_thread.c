@@ -111,7 +111,24 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(stacks);
     READ(preempts);
     READ(preempt_wait_ns);
+    READ(sent);
+    READ(received);
+    READ(runq);
+    READ(timers);
+    READ(saved_stacks);
 #undef READ
+    /* busy = wall - idle, the idle wait under way included (sched_stats_t: the pair's order) */
+    int64_t started = atomic_load_explicit(&st->started_ns, memory_order_relaxed);
+    if (!started)
+      continue;
+    int64_t now = smarm_now_ns();
+    uint64_t idle = atomic_load_explicit(&st->idle_ns, memory_order_acquire);
+    int64_t since = atomic_load_explicit(&st->idle_since, memory_order_relaxed);
+    if (since && now > since)
+      idle += (uint64_t)(now - since);
+    uint64_t wall = now > started ? (uint64_t)(now - started) : 0;
+    out->wall_ns += wall;
+    out->busy_ns += idle < wall ? wall - idle : 0;
   }
   sm_runtime_leave();
   return 0;

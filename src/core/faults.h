@@ -21,12 +21,13 @@ typedef struct spawn_ties { /* struct tag declared in sched.h */
   const char *name;    /* registered before it runs; NULL: none */
   int64_t slice_ns;    /* not ties, but they travel with them: smarm_spawn_opts_t's */
   size_t max_mailbox;
+  smarm_pid_t spawner; /* who asked for it (smarm_actor_info); 0: not an actor */
 } spawn_ties_t;
 
 /* The ties that opts ask for, with a new ref for a monitor. */
 static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
 {
-  spawn_ties_t t = {0, 0, 0, NULL, 0, 0};
+  spawn_ties_t t = {0, 0, 0, NULL, 0, 0, self ? self->pid : 0};
   if (opts && (opts->link || opts->monitor)) {
     t.parent = self->pid;
     t.link = opts->link != 0;

@@ -29,7 +29,8 @@ static int status_of(const actor_t *a)
   }
 }
 
-int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out)
+/* The live actor pid of the caller's scheduler, in *out; 0 or -EPERM, -EXDEV, -ESRCH. */
+static int local_actor(smarm_pid_t pid, sched_t **s_out, actor_t **out)
 {
   sched_t *s;
   if (!sched_self(&s))
@@ -39,12 +40,72 @@ int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out)
   actor_t *a = sm_sched_lookup(s, pid);
   if (!a || a->state == ACTOR_DEAD)
     return -ESRCH;
-  out->pid = pid;
+  *s_out = s;
+  *out = a;
+  return 0;
+}
+
+/* Bytes of a's stack in use: its top down to its saved stack pointer (or the caller's frame). */
+static size_t stack_used(const sched_t *s, const actor_t *a)
+{
+  if (a->state == ACTOR_NEW || (a->state == ACTOR_RUNNABLE && !a->scheduled))
+    return 0;
+  if (a->saved)
+    return a->saved_len;
+  const char *top = stack_top(a->slot);
+  const char *sp = a == s->current ? (const char *)__builtin_frame_address(0)
+                                   : (const char *)a->ctx.sp;
+  return sp && sp < top ? (size_t)(top - sp) : 0;
+}
+
+static void fill_info(sched_t *s, actor_t *a, smarm_actor_info_t *out)
+{
+  out->pid = a->pid;
   out->status = status_of(a);
   out->mailbox = a->mailbox.count + a->held;
   out->name = sm_names_held(s, a);
   out->data = a->data;
-  return 0;
+  out->stack_size = a->slot->size;
+  out->stack_used = stack_used(s, a);
+  out->scheduled = a->scheduled;
+  out->spawner = a->spawner;
+  out->spawned_ns = a->spawned_ns;
+}
+
+int smarm_actor_info(smarm_pid_t pid, smarm_actor_info_t *out)
+{
+  sched_t *s;
+  actor_t *a;
+  int rc = local_actor(pid, &s, &a);
+  if (rc == 0)
+    fill_info(s, a, out);
+  return rc;
+}
+
+long smarm_actor_ties(smarm_pid_t pid, int which, smarm_pid_t *out, size_t cap)
+{
+  sched_t *s;
+  actor_t *a;
+  int rc = local_actor(pid, &s, &a);
+  if (rc < 0)
+    return rc;
+  if (which != SMARM_TIES_LINKS && which != SMARM_TIES_MONITORS && which != SMARM_TIES_MONITORED_BY)
+    return -EINVAL;
+  const actor_faults_t *f = a->faults;
+  size_t n = 0;
+  if (!f)
+    return 0;
+  if (which == SMARM_TIES_LINKS) {
+    for (uint32_t i = 0; i < f->nlinks; i++, n++)
+      if (n < cap)
+        out[n] = f->links[i];
+    return (long)n;
+  }
+  for (const monitor_t *m = which == SMARM_TIES_MONITORS ? f->watching : f->watchers; m;
+       m = m->next, n++)
+    if (n < cap)
+      out[n] = m->other;
+  return (long)n;
 }
 
 long smarm_local_actors(smarm_pid_t *out, size_t cap)
@@ -76,8 +137,8 @@ void sm_sched_dump(sched_t *s)
     actor_t *a = s->table.entries[i].actor;
     if (!a || a->state == ACTOR_DEAD)
       continue;
-    smarm_actor_info_t info = {a->pid, status_of(a), a->mailbox.count + a->held,
-                               sm_names_held(s, a), a->data};
+    smarm_actor_info_t info;
+    fill_info(s, a, &info);
     fprintf(stderr, "  actor <%u.%u.%u>: %s, %zu in its mailbox%s%s\n", smarm_pid_sched(a->pid) + 1,
             smarm_pid_slot(a->pid), smarm_pid_gen(a->pid), status_text[info.status], info.mailbox,
             info.name ? ", name " : "", info.name ? info.name : "");

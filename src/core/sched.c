@@ -46,6 +46,14 @@ int64_t smarm_now_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* smarm_now_ns's clock to a few milliseconds, for a fifth of its cost: a spawn's time. */
+static int64_t smarm_coarse_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t smarm_clock_ns(void)
 {
   sched_t *s = sm_sched_tls;
@@ -66,6 +74,7 @@ static inline int actor_is_parked(const actor_t *a)
 /* The tail of runq_push (below); also for a popped actor that must wait its turn again. */
 static inline void runq_append(sched_t *s, actor_t *a)
 {
+  stat_add(&s->stats.runq, 1);
   a->run_next = NULL;
   if (s->run_tail)
     s->run_tail->run_next = a;
@@ -117,6 +126,7 @@ static actor_t *runq_pop_drawn(sched_t *s)
     s->run_head = a->run_next;
   if (s->run_tail == a)
     s->run_tail = prev;
+  stat_add(&s->stats.runq, (uint64_t)-1);
   return a;
 }
 
@@ -126,6 +136,7 @@ static inline actor_t *runq_pop(sched_t *s)
     return runq_pop_drawn(s);
   actor_t *a = s->run_head;
   if (a) {
+    stat_add(&s->stats.runq, (uint64_t)-1);
     s->run_head = a->run_next;
     if (!s->run_head)
       s->run_tail = NULL;
@@ -252,6 +263,7 @@ void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
     return;
   }
   mailbox_append(&a->mailbox, m);
+  stat_add(&s->stats.received, 1);
   if (a->state == ACTOR_WAIT_MSG)
     sm_sched_wake(s, a);
 }
@@ -288,6 +300,7 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
     }
     s->last_head_ns = real_now;
     a->state = ACTOR_RUNNABLE;
+    stat_add(&s->stats.runq, 1);
     a->run_next = NULL;
     if (last)
       last->run_next = a;
@@ -323,6 +336,17 @@ static inline int timers_pending(const sched_t *s)
   return s->timers.count | s->msg_timers.count | (s->virtual_time ? s->vtimers.count : 0);
 }
 
+/* How many timers wait, for smarm_stats_read, and the embedder's on_sched_tick: where the
+** scheduler looks at its timers anyway. */
+static inline void publish_timers(sched_t *s)
+{
+  atomic_store_explicit(&s->stats.timers,
+                        (uint64_t)s->timers.count + s->msg_timers.count + s->vtimers.count,
+                        memory_order_relaxed);
+  if (s->rt->cfg.on_sched_tick)
+    s->rt->cfg.on_sched_tick(s->index, s->rt->cfg.userdata);
+}
+
 /* The earlier of two deadlines (either may be NULL). */
 static deadline_t *earlier(deadline_t *a, deadline_t *b)
 {
@@ -340,6 +364,7 @@ static inline void sched_poll(sched_t *s)
     atomic_store_explicit(&s->look_at_clock, 0, memory_order_relaxed);
     if (timers_pending(s))
       fire_timers(s, smarm_now_ns());
+    publish_timers(s);
     if (s->deferred) /* a busy scheduler that never idles still sends them on */
       sm_sched_flush_deferred(s);
   }
@@ -383,6 +408,7 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
   if (to) {
     SMARM_ASSERT(to->slot->occupant == to);
     to->state = ACTOR_RUNNING;
+    to->scheduled++;
     to_ctx = &to->ctx;
     to_fiber = &to->fiber;
   }
@@ -413,11 +439,13 @@ static int make_resident(sched_t *s, actor_t *a, int discard)
     if (!o->saved)
       return -ENOMEM;
     stat_add(&s->stats.stack_saves, 1);
+    stat_add(&s->stats.saved_stacks, 1);
   }
   slot->occupant = NULL;
   if (a->saved) {
     sm_stack_restore(slot, a->saved, a->saved_len);
     a->saved = NULL;
+    stat_add(&s->stats.saved_stacks, (uint64_t)-1);
     slot->occupant = a;
   } else {
     build_first_frame(a); /* never ran */
@@ -508,6 +536,18 @@ static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t 
     stat_add(&s->stats.parks, 1);
 }
 
+/* idle_wait, its time counted as idle (sched_stats_t says how a reader pairs the two). */
+static void idle_counted(sched_t *s, int64_t now, const deadline_t *t)
+{
+  atomic_store_explicit(&s->stats.idle_since, now, memory_order_relaxed);
+  idle_wait(s, now, t);
+  uint64_t waited = (uint64_t)(smarm_now_ns() - now);
+  atomic_store_explicit(&s->stats.idle_since, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->stats.idle_ns,
+                        atomic_load_explicit(&s->stats.idle_ns, memory_order_relaxed) + waited,
+                        memory_order_release);
+}
+
 /* Nothing to run, no timer due: wait (idle_wait). On the virtual clock the scheduler registers
 ** idle first, for the whole wait, spinning included: the last one to register can then jump at
 ** once instead of after a spin (vclock.c). */
@@ -515,12 +555,13 @@ static void sched_idle(sched_t *s)
 {
   if (s->deferred)
     sm_sched_flush_deferred(s);
+  publish_timers(s);
   int64_t now = smarm_now_ns();
   if (SMARM_LIKELY(!s->virtual_time)) {
     deadline_t *t = earlier(timer_first(&s->timers), timer_first(&s->msg_timers));
     if (t && t->deadline <= now)
       return;
-    idle_wait(s, now, t);
+    idle_counted(s, now, t);
     return;
   }
   deadline_t *t = timer_first(&s->timers); /* on the real clock: awaits, requests */
@@ -529,12 +570,13 @@ static void sched_idle(sched_t *s)
     return;
   if (sm_vclock_idle_enter(s, v ? v->deadline : INT64_MAX))
     return; /* a jump made its own timers due, or its inbox has something */
-  idle_wait(s, now, t);
+  idle_counted(s, now, t);
   sm_vclock_idle_leave(s); /* before the loop takes the inbox in */
 }
 
 void sm_sched_loop(sched_t *s)
 {
+  atomic_store_explicit(&s->stats.started_ns, smarm_now_ns(), memory_order_relaxed);
   for (;;) {
     if (s->zombie)
       sched_bury(s);
@@ -545,6 +587,7 @@ void sm_sched_loop(sched_t *s)
     if (timers_pending(s)) {
       s->ticks = 0;
       fire_timers(s, smarm_now_ns());
+      publish_timers(s);
     }
     actor_t *next = s->handoff;
     if (next)
@@ -697,6 +740,9 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   size_t max_mailbox = ties && ties->max_mailbox ? ties->max_mailbox : s->rt->cfg.max_mailbox;
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
+  a->scheduled = 0;
+  a->spawner = ties ? ties->spawner : 0;
+  a->spawned_ns = smarm_coarse_now_ns();
   a->slice_ns = s->rng ? INT64_MAX /* a seeded schedule has no slices (cfg.seed) */
                 : !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX

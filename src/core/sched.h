@@ -99,6 +99,9 @@ typedef struct actor {
   int64_t slice_ns;           /* its time slice (preempt.h); INT64_MAX: never asked to give way */
   size_t max_mailbox;         /* more messages than this and it dies; SIZE_MAX: no limit */
   size_t held;                /* messages its binding keeps aside (smarm_mailbox_set_held) */
+  uint64_t scheduled;         /* times it was switched in (smarm_actor_info) */
+  smarm_pid_t spawner;        /* who spawned it, and when (coarse clock): smarm_actor_info */
+  int64_t spawned_ns;
   fiber_t fiber;
 } actor_t;
 
@@ -117,10 +120,21 @@ typedef struct actor_table {
   uint32_t gen_base;          /* the first generation of every new entry (sm_sched_gen_base) */
 } actor_table_t;
 
+/* The counters behind smarm_stats_read (smarm.h says what each means). The owner writes them all,
+** relaxed (stat_add: a load and a store, no read-modify-write), and any thread reads them, relaxed:
+** each value is whole, but nothing orders one against another. The one pair read together is the
+** idle time: the owner ends an idle wait by clearing idle_since and then adding the wait to
+** idle_ns; a reader loads idle_ns and then idle_since, adding now - idle_since when it is set. A
+** reader between the two stores misses that wait for the moment, never counts it twice: the add
+** is a release store, which the reader's acquire load of idle_ns pairs with. */
 typedef struct sched_stats {
   _Atomic uint64_t switches, parks, wakes, remote_sent, stack_saves, spawned, live, stacks;
   _Atomic uint64_t preempts;  /* actors that gave way because their slice was over */
   _Atomic uint64_t preempt_wait_ns; /* summed over those: from the ticker's request to the switch */
+  _Atomic uint64_t sent, received, runq, timers, saved_stacks;
+  _Atomic uint64_t idle_ns;    /* summed over the idle waits that ended */
+  _Atomic int64_t idle_since;  /* when the idle wait under way began; 0: none */
+  _Atomic int64_t started_ns;  /* when the scheduler's loop began; 0: not yet */
 } sched_stats_t;
 
 struct runtime;

@@ -30,12 +30,14 @@ static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
   msg->from = self->pid;
   msg->to = to;
   if (k != s->index) {
+    stat_add(&s->stats.sent, 1);
     sm_sched_push_remote(s, &s->rt->scheds[k], msg);
     return 0;
   }
   actor_t *a = sm_sched_lookup(s, to);
   if (!a)
     return -ESRCH;
+  stat_add(&s->stats.sent, 1);
   if (kind == MSG_USER)
     sm_sched_deliver(s, a, msg);
   else

@@ -171,8 +171,15 @@ static void flush_wakes(void)
   nwakes = 0;
 }
 
+/* Requests handed to the IO thread and not completed (sm_io_in_flight): submit adds, any thread;
+** sm_io_complete subtracts, on the IO thread. Relaxed: a count for statistics, ordering nothing. */
+static _Atomic uint64_t io_in_flight;
+
+uint64_t sm_io_in_flight(void) { return atomic_load_explicit(&io_in_flight, memory_order_relaxed); }
+
 void sm_io_complete(io_req_t *req)
 {
+  atomic_fetch_sub_explicit(&io_in_flight, 1, memory_order_relaxed);
   io_activity++;
   req->completed = 1;
   if (req->waited) {
@@ -414,6 +421,7 @@ static int io_start(void)
 /* Pushes req onto the submission queue, waking the loop if the queue was empty. */
 static void submit(io_req_t *req)
 {
+  atomic_fetch_add_explicit(&io_in_flight, 1, memory_order_relaxed);
   io_req_t *old = atomic_load_explicit(&io_queue, memory_order_relaxed);
   do {
     req->next = old;
@@ -529,6 +537,8 @@ void sm_io_shutdown(void)
       left = next;
     }
     flush_wakes();
+    /* what a socket's close ended without a completion is not in flight either */
+    atomic_store_explicit(&io_in_flight, 0, memory_order_relaxed);
   }
   pthread_mutex_unlock(&io_lock);
 }

@@ -69,6 +69,9 @@ io_req_t *sm_io_req_new(size_t size, io_work_fn work, io_free_fn free_fields);
 io_req_t *sm_io_req_new_loop(size_t size, io_loop_fn on_loop, io_cancel_fn cancel,
                              io_free_fn free_fields);
 
+/* How many requests have been handed to the IO thread and not completed, now; any thread. */
+uint64_t sm_io_in_flight(void);
+
 /* On the IO thread: the request is done (err and its fields written): wakes its caller and drops
 ** the IO side's reference. */
 void sm_io_complete(io_req_t *req);

@@ -47,6 +47,59 @@ static const char *const waiting_text[] = {
   [SMARM_ACTOR_ASKING] = "answer",     [SMARM_ACTOR_AWAITING] = "io",
 };
 
+/* Sets t[key] (t on top) to the list of pids pid is tied to (smarm_actor_ties). */
+static void set_ties(lua_State *L, smarm_pid_t pid, int which, const char *key)
+{
+  smarm_pid_t some[16], *pids = some;
+  long n = smarm_actor_ties(pid, which, some, 16);
+  if (n > 16) { /* read them again into a block of their size: nothing else runs here meanwhile */
+    pids = malloc((size_t)n * sizeof *pids);
+    if (!pids)
+      luaL_error(L, "not enough memory");
+    long again = smarm_actor_ties(pid, which, pids, (size_t)n);
+    n = again < n ? again : n;
+  }
+  lua_createtable(L, n > 0 ? (int)n : 0, 0);
+  for (long i = 0; i < n; i++) {
+    sm_lsmarm_push_pid(L, pids[i]);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  if (pids != some)
+    free(pids);
+  lua_setfield(L, -2, key);
+}
+
+/* Sets t.func (t on top) to "source:line" of the function the actor was spawned with: the
+** bottom Lua frame of its coroutine (below it, only the binding's C entry of a spawn from another
+** scheduler), or before it first runs the function waiting there. Nothing for a spawn from
+** another scheduler that has not started (its function is still a message). */
+static void set_function(lua_State *L, lua_State *co, int started)
+{
+  lua_Debug ar;
+  if (started) {
+    int level = 0;
+    while (lua_getstack(co, level + 1, &ar))
+      level++;
+    for (; level >= 0; level--)
+      if (lua_getstack(co, level, &ar) && lua_getinfo(co, "S", &ar) && ar.what[0] != 'C')
+        break;
+    if (level < 0)
+      return;
+  } else {
+    if (lua_gettop(co) < 1 || !lua_isfunction(co, 1))
+      return;
+    lua_pushvalue(co, 1);
+    lua_xmove(co, L, 1);
+    if (!lua_getinfo(L, ">S", &ar))
+      return;
+  }
+  if (ar.linedefined > 0)
+    lua_pushfstring(L, "%s:%d", ar.short_src, ar.linedefined);
+  else
+    lua_pushstring(L, ar.short_src); /* a main chunk */
+  lua_setfield(L, -2, "func");
+}
+
 /* _local_info(pid) -> table | nil: an actor of the caller's scheduler (see docs/api.md,
 ** smarm.info); nil when it is not alive. */
 static int l_local_info(lua_State *L)
@@ -61,15 +114,24 @@ static int l_local_info(lua_State *L)
     return 0;
   if (rc < 0)
     return luaL_error(L, "smarm.info: the actor is not this scheduler's");
-  lua_createtable(L, 0, 8);
+  /* Every actor of a Lua run is the binding's: its data begins with its head (lvm.h). A remote
+  ** spawn not yet started has no coroutine, hence no traceback or function yet. */
+  const lvm_actor_head_t *head = info.data;
+  lua_createtable(L, 0, 20);
   lua_pushvalue(L, 1);
   lua_setfield(L, -2, "pid");
   lua_pushstring(L, status_text[info.status]);
   lua_setfield(L, -2, "status");
-  if (waiting_text[info.status]) {
+  const char *more = head ? head->waiting_for : NULL;
+  if (info.status == SMARM_ACTOR_AWAITING && more)
+    lua_pushfstring(L, "io:%s", more);
+  else if (info.status == SMARM_ACTOR_RECEIVING && more)
+    lua_pushstring(L, more); /* "call" */
+  else if (waiting_text[info.status])
     lua_pushstring(L, waiting_text[info.status]);
-    lua_setfield(L, -2, "waiting");
-  }
+  else
+    lua_pushnil(L);
+  lua_setfield(L, -2, "waiting");
   lua_pushinteger(L, smarm_pid_sched(pid) + 1);
   lua_setfield(L, -2, "scheduler");
   if (info.name) {
@@ -78,9 +140,23 @@ static int l_local_info(lua_State *L)
   }
   lua_pushnumber(L, (lua_Number)info.mailbox);
   lua_setfield(L, -2, "mailbox");
-  /* Every actor of a Lua run is the binding's: its data begins with its head (lvm.h). A remote
-  ** spawn not yet started has no coroutine, hence no traceback yet. */
-  const lvm_actor_head_t *head = info.data;
+  lua_pushnumber(L, (lua_Number)info.stack_size);
+  lua_setfield(L, -2, "stack_size");
+  lua_pushnumber(L, (lua_Number)info.stack_used);
+  lua_setfield(L, -2, "stack_used");
+  lua_pushnumber(L, (lua_Number)info.scheduled);
+  lua_setfield(L, -2, "scheduled");
+  if (info.spawner) {
+    sm_lsmarm_push_pid(L, info.spawner);
+    lua_setfield(L, -2, "spawned_by");
+  }
+  lua_pushnumber(L, (lua_Number)(smarm_now_ns() - info.spawned_ns) / 1e9);
+  lua_setfield(L, -2, "age");
+  set_ties(L, pid, SMARM_TIES_LINKS, "links");
+  set_ties(L, pid, SMARM_TIES_MONITORS, "monitors");
+  set_ties(L, pid, SMARM_TIES_MONITORED_BY, "monitored_by");
+  if (head && head->co)
+    set_function(L, head->co, info.scheduled > 0);
   lua_Debug ar;
   if (info.status == SMARM_ACTOR_RUNNING)
     luaL_traceback(L, L, NULL, 2); /* from the caller of smarm.info */

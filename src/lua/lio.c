@@ -7,6 +7,7 @@
 #include "io/io.h"
 #include "ljx.h"
 #include "lpark.h"
+#include "lvm.h"
 
 #include <lauxlib.h>
 
@@ -101,7 +102,7 @@ static io_req_t **find_box(lua_State *L, io_req_t *req)
 
 int sm_lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
 {
-  sm_lpark_actor(L, fname);
+  lvm_actor_head_t *head = sm_lpark_actor(L, fname);
   sm_lpark_check(L, fname);
   /* The box's reference is sm_io_call's for the call: if the actor ends meanwhile (killed, or
   ** stopped at the run's end), sm_io_call's cleanup releases it and the box must not again. */
@@ -109,7 +110,9 @@ int sm_lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const cha
   if (!box) /* every IO function boxes its request first (sm_lio_box) */
     return luaL_error(L, "smarm.%s: the request is not boxed (a binding bug)", fname);
   *box = NULL;
+  head->waiting_for = fname; /* smarm.info: "io:" .. fname */
   int rc = sm_io_call_timeout(req, timeout_ns);
+  head->waiting_for = NULL;
   *box = req;
   sm_lpark_resumed(L);
   return rc < 0 ? rc : req->err;

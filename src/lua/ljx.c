@@ -81,6 +81,8 @@ void sm_ljx_before_switch(lua_State *L)
 
 void sm_ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
 
+size_t sm_ljx_gc_total(lua_State *L) { return (size_t)G(L)->gc.total; }
+
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
 
 const char *sm_ljx_cannot_preempt(lua_State *L)

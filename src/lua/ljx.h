@@ -23,6 +23,9 @@ void sm_ljx_before_switch(lua_State *L);
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
 void sm_ljx_after_switch(lua_State *L);
 
+/* The bytes the VM of L has allocated (what collectgarbage("count") tells, in bytes). */
+size_t sm_ljx_gc_total(lua_State *L);
+
 /* Preemption from a debug hook (lpreempt.c). Why the hook must not switch here, or NULL: inside
 ** an FFI callback, or with compiled code on the stack (hooks never run inside __gc finalizers). */
 const char *sm_ljx_cannot_preempt(lua_State *L);

@@ -294,6 +294,15 @@ static void open_vm_libs(lua_State *L, const char *path, const char *cpath)
   sm_lsmarm_preload(L);
 }
 
+/* cfg.on_sched_tick: the VM's memory for smarm.stats on other schedulers (lvm_t.memory). */
+static void on_sched_tick(unsigned k, void *ud)
+{
+  lrun_t *run = ud;
+  lvm_t *vm = &run->vms[k];
+  if (vm->L)
+    lvm_publish_memory(vm, vm->L);
+}
+
 static void on_sched_start(unsigned k, void *ud)
 {
   lrun_t *run = ud;
@@ -322,6 +331,7 @@ static void on_sched_start(unsigned k, void *ud)
   if (vm->L) {
     vm_cache_refs(vm);
     sm_lrebind_set_paths(vm->L, run->path, run->cpath);
+    lvm_publish_memory(vm, vm->L);
   }
   smarm_sched_set_data(vm);
 }
@@ -476,30 +486,53 @@ static void set_stats(lua_State *L, const smarm_stats_t *st)
   FIELD(spawned);
   FIELD(live);
   FIELD(stacks);
+  FIELD(saved_stacks);
+  FIELD(sent);
+  FIELD(received);
+  FIELD(runq);
+  FIELD(timers);
+  FIELD(busy_ns);
+  FIELD(wall_ns);
 #undef FIELD
+  lua_pushnumber(L, st->wall_ns ? (lua_Number)st->busy_ns / (lua_Number)st->wall_ns : 0);
+  lua_setfield(L, -2, "busy");
 }
 
-/* stats() -> { total = {...}, [k] = {...} per scheduler, memory = bytes of this VM }: the core's
-** counters (smarm_stats_read), read without stopping anyone. */
+/* stats() -> { total = {...}, [k] = {...} per scheduler, memory = bytes of this VM,
+** io_in_flight = n }: the core's counters (smarm_stats_read) and each VM's memory as of its last
+** switch (lvm_t.memory; the caller's own now), read without stopping anyone. */
 static int l_stats(lua_State *L)
 {
   smarm_stats_t st;
-  if (smarm_stats_read(-1, &st) < 0)
+  if (smarm_stats_read(-1, &st) < 0 || !current_run)
     return luaL_error(L, "smarm.stats: no runtime is running");
   unsigned n = smarm_sched_count();
-  lua_createtable(L, (int)n, 2);
+  lvm_t *mine = this_vm();
+  if (mine)
+    lvm_publish_memory(mine, L);
+  lua_createtable(L, (int)n, 3);
   lua_newtable(L);
   set_stats(L, &st);
+  size_t memory = 0;
+  for (unsigned k = 0; k < n; k++)
+    memory += atomic_load_explicit(&current_run->vms[k].memory, memory_order_relaxed);
+  lua_pushnumber(L, (lua_Number)memory);
+  lua_setfield(L, -2, "memory");
   lua_setfield(L, -2, "total");
   for (unsigned k = 0; k < n; k++) {
     if (smarm_stats_read((int)k, &st) < 0)
       break;
     lua_newtable(L);
     set_stats(L, &st);
+    lua_pushnumber(L,
+                   (lua_Number)atomic_load_explicit(&current_run->vms[k].memory, memory_order_relaxed));
+    lua_setfield(L, -2, "memory");
     lua_rawseti(L, -2, (int)k + 1);
   }
   lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + lua_gc(L, LUA_GCCOUNTB, 0));
   lua_setfield(L, -2, "memory");
+  lua_pushnumber(L, (lua_Number)sm_io_in_flight());
+  lua_setfield(L, -2, "io_in_flight");
   return 1;
 }
 
@@ -761,7 +794,9 @@ static int l_call(lua_State *L)
     return 2;
   }
   sm_codec_commit(&moves);
+  la->head.waiting_for = "call";
   rc = smarm_receive_after(mark, is_call_answer, &ref, timeout, &m);
+  la->head.waiting_for = NULL;
   if (timeout != 0)
     sm_lpark_resumed(L);
   if (rc < 0) {
@@ -965,6 +1000,7 @@ static void lactor_init(lactor_t *la, lua_State *owner)
     la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
   }
   la->head.hook_ref = la->head.hook_mask = la->head.hook_count = 0;
+  la->head.waiting_for = NULL;
   la->nargs = 0;
   la->is_main = 0;
   la->savedref = LUA_NOREF;
@@ -1396,6 +1432,7 @@ static int l_run(lua_State *L)
   lua_pushnil(L);
   lua_rawset(L, LUA_REGISTRYINDEX);
   cfg.on_sched_start = on_sched_start;
+  cfg.on_sched_tick = on_sched_tick;
   cfg.on_sched_stop = on_sched_stop;
   cfg.on_actor_stopped = on_actor_stopped;
   cfg.on_preempt = on_preempt;

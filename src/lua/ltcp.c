@@ -163,7 +163,17 @@ static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
 ** or a libuv error. Raises for misuse the IO thread found (a second waiting receive or accept). */
 static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fname)
 {
-  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, fname);
+  /* the module's name too, for the parking errors and smarm.info ("io:tcp.receive") */
+  static const char *const qualified[][2] = {
+    {"listen", "tcp.listen"}, {"connect", "tcp.connect"}, {"accept", "tcp.accept"},
+    {"receive", "tcp.receive"}, {"receiveany", "tcp.receiveany"}, {"send", "tcp.send"},
+    {"setoption", "tcp.setoption"},
+  };
+  const char *what = fname;
+  for (size_t i = 0; i < sizeof qualified / sizeof *qualified; i++)
+    if (strcmp(fname, qualified[i][0]) == 0)
+      what = qualified[i][1];
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, what);
   if (err == -EBUSY)
     luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
   return err;

@@ -2,7 +2,7 @@
 ** A scheduler's LuaJIT VM as the binding's files share it. Scheduler 0 uses the VM that called
 ** smarm.run; schedulers 1..N-1 make their own on their own thread (lsmarm.c, on_sched_start) and
 ** close it when they stop. A VM is touched only by its scheduler's thread, so nothing here is
-** atomic; the core keeps the pointer as the scheduler's data (smarm_sched_data).
+** atomic but the memory it tells others (lvm_t.memory); the core keeps the pointer as the scheduler's data (smarm_sched_data).
 **
 ** The refs are integer registry refs in the VM's own registry, made once per run and VM
 ** (lightuserdata keys find the values once; the hot paths use the refs).
@@ -10,11 +10,14 @@
 #ifndef SMARM_LUA_LVM_H
 #define SMARM_LUA_LVM_H
 
+#include "ljx.h"
 #include "smarm.h"
 
 #include <lua.h>
 
 #include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
 
 /* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
 ** no lua_newthread, no registry slot and no garbage. */
@@ -57,18 +60,31 @@ typedef struct lvm {
   /* lpreempt.c, while armed over a hook with a count: the count it is armed with, and the
   ** instructions left until the actor's own count event, which the armed events stand for. */
   volatile sig_atomic_t armed_count, own_count_left;
+  /* The VM's memory in bytes as of its scheduler's last tick (lvm_publish_memory), for
+  ** smarm.stats() on any scheduler: the owner stores, others load, relaxed (a number). */
+  _Atomic size_t memory;
 } lvm_t;
 
 /* What every Lua actor's smarm_actor_data() starts with (lsmarm.c's lactor_t): its coroutine,
-** and its own debug hook (lpreempt.c): the function's registry ref (0: none), mask and count. */
+** its own debug hook (lpreempt.c): the function's registry ref (0: none), mask and count, and
+** what it waits for beyond what the core can tell (linfo.c). */
 typedef struct lvm_actor_head {
   lua_State *co;
   int hook_ref, hook_mask, hook_count;
+  const char *waiting_for; /* while parked in smarm.call: "call"; in an IO call: its name
+                              ("tcp.receive": smarm.info says "io:tcp.receive"); else NULL */
 } lvm_actor_head_t;
 
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
 ** VM's refs first), so it always has one. */
 static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
+
+/* Tells the VM's memory to other threads (lvm_t.memory): at its scheduler's ticks
+** (cfg.on_sched_tick: before it idles, every 64 decisions while busy) and in smarm.stats. */
+static inline void lvm_publish_memory(lvm_t *vm, lua_State *L)
+{
+  atomic_store_explicit(&vm->memory, sm_ljx_gc_total(L), memory_order_relaxed);
+}
 
 /* Pushes one of the cached strings. */
 static inline void lvm_push_str(lua_State *L, const lvm_t *vm, enum lvm_str k)
