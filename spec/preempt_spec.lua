@@ -450,24 +450,34 @@ describe("preemption", function()
   in_pure_loops("leaves an actor's own count hook all its events while preempting it", function()
     -- Straight-line code, where a preemption steps one instruction at a time looking for a
     -- loop's edge: those steps took every count event of the actor's own hook (a CI run lost all
-    -- of a count-1 hook's events), and about a third over this chunk. Now they count too.
+    -- of a count-1 hook's events), and about a third over this chunk; and each preemption
+    -- restarted the count, so a count of 100,000 lost two thirds of its events, and one of ten
+    -- million (an instruction budget) never fired under the default slice.
     local lines = {}
     for _ = 1, 3000 do lines[#lines + 1] = "x = x + 1" end
     local straight = assert(loadstring("local x = 0\n" .. table.concat(lines, "\n") .. "\nreturn x"))
-    local function events(slice)
+    -- Runs the chunk `rounds` times, or (nil) until preempted thrice and at least 200 times;
+    -- returns the hook's events and the rounds run.
+    local function events(slice, count, rounds)
       return smarm.run(function()
-        local n, before = 0, smarm.stats().total.preempts
-        debug.sethook(function() n = n + 1 end, "", 1)
-        for _ = 1, 200 do straight() end
+        local n, done, before = 0, 0, smarm.stats().total.preempts
+        debug.sethook(function() n = n + 1 end, "", count)
+        repeat
+          straight()
+          done = done + 1
+          local preempted = smarm.stats().total.preempts - before
+        until rounds and done >= rounds or not rounds and done >= 200 and preempted >= 3
         debug.sethook()
-        return n, smarm.stats().total.preempts - before
+        return n, done
       end, { schedulers = 1, slice = slice })
     end
-    local alone = events(math.huge)
-    local n, preempts = events(1e-5)
-    assert.is_true(preempts > 0, "never preempted")
-    -- each instruction is one event; the few an arming from the signal handler restarts may go
-    assert.is_true(n >= alone * 0.99, ("%d events with preemptions, %d without"):format(n, alone))
+    for _, count in ipairs({ 1, 1000, 100000 }) do
+      local n, rounds = events(1e-4, count)
+      local alone = events(math.huge, count, rounds)
+      -- a few instructions of an arming from the signal handler may go uncounted
+      assert.is_true(n >= alone * 0.99 - 1,
+        ("count %d: %d events with preemptions, %d without"):format(count, n, alone))
+    end
   end)
 
   -- A stress test: it fails on a lost or reordered message or a wrong sum, not without

@@ -7,6 +7,8 @@
 **                          e.g. a compiled FFI call into C that calls back into us).
 **   global_State.hookmask  HOOK_ACTIVE while inside a debug hook or a __gc finalizer (HOOK_GC);
 **                          a preemption clears it for the switch and sets it again after.
+**   global_State.hookcount the count hook's countdown: read and set again so that an actor's
+**                          own count hook keeps its count across a preemption and a switch.
 **   global_State.vmstate   what the VM is doing (interpreter, C, GC, a trace): saved across a
 **                          preemption's switch (the unwinder and the profiler read it).
 **   jit_State.state        via lj_trace_abort(): stops a trace that is being recorded.
@@ -82,6 +84,15 @@ void sm_ljx_before_switch(lua_State *L)
 void sm_ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
 
 size_t sm_ljx_gc_total(lua_State *L) { return (size_t)G(L)->gc.total; }
+
+int sm_ljx_hook_left(lua_State *L) { return (int)G(L)->hookcount; }
+
+void sm_ljx_set_hook_left(lua_State *L, int left)
+{
+  global_State *g = G(L);
+  if (left > 0 && left <= g->hookcstart)
+    g->hookcount = left;
+}
 
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
 

@@ -23,6 +23,11 @@ void sm_ljx_before_switch(lua_State *L);
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
 void sm_ljx_after_switch(lua_State *L);
 
+/* The instructions left until the count hook of L's VM fires next (global_State.hookcount), and
+** setting them (1 .. the hook's count; other values change nothing). */
+int sm_ljx_hook_left(lua_State *L);
+void sm_ljx_set_hook_left(lua_State *L, int left);
+
 /* The bytes the VM of L has allocated (what collectgarbage("count") tells, in bytes). */
 size_t sm_ljx_gc_total(lua_State *L);
 

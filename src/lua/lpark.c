@@ -26,6 +26,7 @@ void sm_lpark_check(lua_State *L, const char *fname)
   const char *why = sm_ljx_cannot_park(L);
   if (why)
     luaL_error(L, "smarm.%s: cannot park %s", fname, why);
+  sm_lpreempt_leave(L);
   sm_ljx_before_switch(L);
 }
 

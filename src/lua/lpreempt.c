@@ -55,21 +55,26 @@
 
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
 ** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. `armed` is the
-** new hook_armed, set in the same window (a signal between the two would leave it stale). */
-static void set_hook_armed(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count, int armed)
+** new hook_armed (with armed_count: the count it is armed with), and `left` the instructions
+** left of the count (0: all of it), set in the same window (a signal between would leave them
+** stale, or lengthen an arming's count). */
+static void set_hook_armed(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count, int armed,
+                           int left)
 {
   vm->no_arm = 1;
   atomic_signal_fence(memory_order_seq_cst);
   vm->hook_armed = armed;
+  vm->armed_count = armed ? count : 0;
   lua_sethook(L, f, f ? mask : 0, count);
+  sm_ljx_set_hook_left(L, left);
   atomic_signal_fence(memory_order_seq_cst);
   vm->no_arm = 0;
 }
 
 /* The same, disarmed. */
-static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count)
+static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count, int left)
 {
-  set_hook_armed(vm, L, f, mask, count, 0);
+  set_hook_armed(vm, L, f, mask, count, 0, left);
 }
 
 static void preempt_hook(lua_State *L, lua_Debug *ar);
@@ -82,20 +87,20 @@ static void rearm(lvm_t *vm, lua_State *L, int count)
   if (vm->hook_owner) {
     if ((vm->hook_mask & LUA_MASKCOUNT) && count > vm->hook_count)
       count = vm->hook_count;
-    vm->armed_count = count;
-    set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, 1);
+    set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, 1, 0);
   } else {
-    set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count);
+    set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count, 0);
   }
 }
 
-/* From inside a hook: the preemption's hook off; the installed actor's own hook stays. */
+/* From inside a hook: the preemption's hook off; the installed actor's own hook stays, with what
+** was left of its count. */
 static void disarm(lvm_t *vm, lua_State *L)
 {
   if (vm->hook_owner) {
-    set_hook(vm, L, actor_hook, vm->hook_mask, vm->hook_count);
+    set_hook(vm, L, actor_hook, vm->hook_mask, vm->hook_count, vm->own_count_left);
   } else {
-    set_hook(vm, L, NULL, 0, 0);
+    set_hook(vm, L, NULL, 0, 0, 0);
   }
 }
 
@@ -106,12 +111,14 @@ static void install(lvm_t *vm, lua_State *L, lvm_actor_head_t *a)
     vm->hook_owner = a;
     vm->hook_mask = a->hook_mask;
     vm->hook_count = a->hook_count;
-    set_hook(vm, L, actor_hook, a->hook_mask, a->hook_count);
+    vm->own_count_left = a->hook_count;
+    set_hook(vm, L, actor_hook, a->hook_mask, a->hook_count, a->hook_left);
+    a->hook_left = 0;
   } else {
     vm->hook_owner = NULL;
     vm->hook_armed = 0; /* read by the handler only while actor_hook is installed */
     if (lua_gethook(L) == actor_hook)
-      set_hook(vm, L, NULL, 0, 0);
+      set_hook(vm, L, NULL, 0, 0, 0);
   }
 }
 
@@ -143,6 +150,7 @@ static void preempt_step(lvm_t *vm, lua_State *L)
     return;
   }
   vm->edge_tries = 0;
+  sm_lpreempt_leave(L); /* disarmed above: the actor's own count is LuaJIT's again */
   ljx_hook_state_t st;
   sm_ljx_hook_suspend(L, &st);
   smarm_preempt();
@@ -208,9 +216,10 @@ void sm_lpreempt_arm(lvm_t *vm)
   lua_Hook h = lua_gethook(L);
   if (h == actor_hook) { /* an actor's own hook: armed over it (the same half-rewritten case) */
     int mask = vm->hook_mask | LUA_MASKCOUNT;
+    if (!vm->hook_armed) /* what is left of the actor's own count runs on while armed */
+      vm->own_count_left = (vm->hook_mask & LUA_MASKCOUNT) ? sm_ljx_hook_left(L) : 0;
     lua_sethook(L, NULL, 0, 0);
     vm->armed_count = 1;
-    vm->own_count_left = vm->hook_count;
     vm->hook_armed = 1;
     lua_sethook(L, actor_hook, mask, 1);
     return;
@@ -247,6 +256,14 @@ void sm_lpreempt_reconcile(lua_State *L)
   lvm_actor_head_t *a = smarm_actor_data();
   if (a != vm->hook_owner || (a && lua_gethook(L) != actor_hook))
     install(vm, L, a);
+}
+
+void sm_lpreempt_note_left(lua_State *L)
+{
+  lvm_t *vm = this_vm();
+  lvm_actor_head_t *a = vm ? vm->hook_owner : NULL;
+  if (a && a == smarm_actor_data() && (a->hook_mask & LUA_MASKCOUNT) && !vm->hook_armed)
+    a->hook_left = sm_ljx_hook_left(L);
 }
 
 void sm_lpreempt_drop_hook(lvm_t *vm, lvm_actor_head_t *a)

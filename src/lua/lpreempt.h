@@ -32,6 +32,15 @@ static inline void sm_lpreempt_switched_in(lua_State *L)
   if (__builtin_expect(atomic_load_explicit(&sm_lpreempt_hooked, memory_order_relaxed) != 0, 0))
     sm_lpreempt_reconcile(L);
 }
+/* Before every switch out of a Lua actor (sm_lpark_check, a preemption): what is left of its own
+** count hook's count, for its next switch in (lvm_actor_head_t.hook_left). Costs a load and a
+** test while no actor of the process has a hook. */
+void sm_lpreempt_note_left(lua_State *L);
+static inline void sm_lpreempt_leave(lua_State *L)
+{
+  if (__builtin_expect(atomic_load_explicit(&sm_lpreempt_hooked, memory_order_relaxed) != 0, 0))
+    sm_lpreempt_note_left(L);
+}
 /* The actor lets go of its own hook, if it has one: debug.sethook() in it, or its state freed
 ** (lsmarm.c's lactor_free). */
 void sm_lpreempt_drop_hook(lvm_t *vm, lvm_actor_head_t *a);

@@ -999,7 +999,7 @@ static void lactor_init(lactor_t *la, lua_State *owner)
     la->head.co = lua_newthread(owner);
     la->coref = luaL_ref(owner, LUA_REGISTRYINDEX);
   }
-  la->head.hook_ref = la->head.hook_mask = la->head.hook_count = 0;
+  la->head.hook_ref = la->head.hook_mask = la->head.hook_count = la->head.hook_left = 0;
   la->head.waiting_for = NULL;
   la->nargs = 0;
   la->is_main = 0;

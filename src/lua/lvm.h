@@ -71,6 +71,8 @@ typedef struct lvm {
 typedef struct lvm_actor_head {
   lua_State *co;
   int hook_ref, hook_mask, hook_count;
+  int hook_left;           /* its count hook's instructions left when it was switched out; 0:
+                              the whole count (lpreempt.c) */
   const char *waiting_for; /* while parked in smarm.call: "call"; in an IO call: its name
                               ("tcp.receive": smarm.info says "io:tcp.receive"); else NULL */
 } lvm_actor_head_t;
