@@ -122,6 +122,27 @@ describe("smarm.info", function()
     end, { schedulers = 2 })
   end)
 
+  it("tells time on CPU, sampled: a spinner's, not a sleeper's", function()
+    smarm.run(function()
+      local me = smarm.self()
+      local sleeper = smarm.spawn_on(2, function()
+        while true do smarm.sleep(0.001) end
+      end)
+      local spinner = smarm.spawn_on(2, function()
+        local t = smarm.now()
+        while smarm.now() - t < 0.3 do smarm.yield() end -- switches only to the sleeper
+        smarm.send(me, "spun")
+        smarm.receive()
+      end)
+      assert.equals("spun", smarm.receive(nil, 60))
+      local spun = smarm.info(spinner, "cpu").cpu
+      local slept = smarm.info(sleeper, "cpu").cpu
+      assert.is_true(spun >= 0.1, "the spinner's " .. spun .. " s")
+      assert.is_true(slept < spun, "the sleeper's " .. slept .. " s, the spinner's " .. spun)
+      assert.equals(0, smarm.info(smarm.spawn(function() end), "cpu").cpu)
+    end, { schedulers = 2 })
+  end)
+
   it("answers nil for an actor that is not alive, and raises on bad arguments", function()
     smarm.run(function()
       local done = smarm.spawn_on(2, function() end)

@@ -54,16 +54,17 @@ describe("smarm.stats", function()
   it("tells each scheduler's busy share: one that never idles, one that never runs", function()
     smarm.run(function()
       local me = smarm.self()
-      smarm.spawn_on(2, function()
+      local spinner = smarm.spawn_on(2, function()
         smarm.send(me, "spinning")
-        local t = smarm.now()
-        while smarm.now() - t < 0.3 do smarm.yield() end -- alone there: never idle
+        repeat smarm.yield() -- alone there: never idle, until told
+        until smarm.receive(function(m) return m == "stop" end, 0)
       end)
       assert.are.equal("spinning", smarm.receive(nil, WAIT))
       local before = smarm.stats()
       local t = smarm.now()
       while smarm.now() - t < 0.2 do smarm.sleep(0.05) end
       local after = smarm.stats()
+      smarm.send(spinner, "stop")
       local function share(k)
         return (after[k].busy_ns - before[k].busy_ns) / (after[k].wall_ns - before[k].wall_ns)
       end

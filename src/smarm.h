@@ -571,6 +571,9 @@ typedef struct smarm_actor_info {
   size_t stack_used;    /* bytes of it in use: from its top down to where it parked or was
                            switched out (the caller: to this call); 0 before it first runs */
   uint64_t scheduled;   /* times it was switched in */
+  uint64_t cpu_ns;      /* time on CPU, sampled: the runtime's ticker (up to a millisecond apart
+                           while actors run) charges the running actor the time since its last
+                           look, at that actor's next switch; right in share over many ticks */
   smarm_pid_t spawner;  /* the actor that spawned it; 0: none (the run's main actor) */
   int64_t spawned_ns;   /* when, on smarm_now_ns's clock, to a few milliseconds */
 } smarm_actor_info_t;

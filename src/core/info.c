@@ -68,6 +68,7 @@ static void fill_info(sched_t *s, actor_t *a, smarm_actor_info_t *out)
   out->stack_size = a->slot->size;
   out->stack_used = stack_used(s, a);
   out->scheduled = a->scheduled;
+  out->cpu_ns = a->cpu_ns;
   out->spawner = a->spawner;
   out->spawned_ns = a->spawned_ns;
 }

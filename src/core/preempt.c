@@ -33,6 +33,11 @@
 **   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
 **                   1 (the owner's 0 overwrote it) costs one tick's lateness.
 **   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
+**   cpu_sampled_ns  ticker: relaxed add, at each look that finds an actor running, of the time
+**                   since its last look; owner: at a switch that finds it non-zero, a relaxed
+**                   exchange with 0, added to the actor switched from. Sampling, as a profiler's:
+**                   an actor seen running at a look is charged the whole tick; over many ticks
+**                   each actor's share comes out right. Ordering nothing else.
 **   dump_asked      (the runtime's) smarm_dump, from any thread or the dump signal's handler,
 **                   inside sm_runtime_enter/leave: relaxed store of 1; the ticker takes it
 **                   (exchange with 0) and pushes a MSG_DUMP to each scheduler, whose inbox
@@ -68,6 +73,9 @@
 
 typedef struct watch {      /* the ticker's own notes on one scheduler */
   uint64_t progress;        /* switches + preempts when last seen to move */
+  int64_t looked;           /* when it last looked, and whether an actor ran then: the time
+                               between two such looks is charged (sampling time on CPU) */
+  int ran;
   int64_t since;            /* when it moved (the running actor's slice counts from here) */
   int64_t asked_at;         /* when the running actor was last asked; 0: not yet */
   int64_t retry_ns;         /* wait before asking again */
@@ -151,8 +159,15 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
     w->asked_at = 0;
     w->report_after = rt->cfg.watchdog_ns;
   }
+  /* only between two looks that both found an actor running: after an idle look nobody knows
+  ** when the work began, and the ticker looks seldom while idle */
+  int64_t since_look = w->ran ? now - w->looked : 0;
+  w->looked = now;
+  w->ran = slice != 0;
   if (!slice)
     return IDLE_TICK_NS; /* on its own stack: idle, or between two actors */
+  /* sampling: the time since the last look was the running actor's (its next switch takes it) */
+  atomic_fetch_add_explicit(&s->cpu_sampled_ns, (uint64_t)since_look, memory_order_relaxed);
   atomic_store_explicit(&s->look_at_clock, 1, memory_order_relaxed);
   if (now - w->since >= w->report_after) {
     report_stuck(s, now - w->since);

@@ -414,6 +414,8 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
   }
   s->current = to;
   stat_add(&s->stats.switches, 1);
+  if (from && SMARM_UNLIKELY(atomic_load_explicit(&s->cpu_sampled_ns, memory_order_relaxed)))
+    from->cpu_ns += atomic_exchange_explicit(&s->cpu_sampled_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&s->running_slice, to ? to->slice_ns : 0, memory_order_relaxed);
   atomic_store_explicit(&s->running_pid, to ? to->pid : 0, memory_order_relaxed);
   fiber_before_switch(from_fiber, to_fiber, from && from->state == ACTOR_DEAD);
@@ -741,6 +743,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
   a->scheduled = 0;
+  a->cpu_ns = 0;
   a->spawner = ties ? ties->spawner : 0;
   a->spawned_ns = smarm_coarse_now_ns();
   a->slice_ns = s->rng ? INT64_MAX /* a seeded schedule has no slices (cfg.seed) */

@@ -100,6 +100,7 @@ typedef struct actor {
   size_t max_mailbox;         /* more messages than this and it dies; SIZE_MAX: no limit */
   size_t held;                /* messages its binding keeps aside (smarm_mailbox_set_held) */
   uint64_t scheduled;         /* times it was switched in (smarm_actor_info) */
+  uint64_t cpu_ns;            /* time on CPU, sampled by the ticker (preempt.c) */
   smarm_pid_t spawner;        /* who spawned it, and when (coarse clock): smarm_actor_info */
   int64_t spawned_ns;
   fiber_t fiber;
@@ -198,6 +199,8 @@ typedef struct sched {
   _Alignas(SMARM_CACHE_PAD) sched_stats_t stats;
   _Atomic int64_t running_slice; /* the running actor's slice_ns; 0 on the scheduler's stack */
   _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
+  _Atomic uint64_t cpu_sampled_ns; /* time on CPU the ticker saw and no actor was charged yet
+                                      (preempt.c, sampling): the running actor's at its switch */
 
   /* -- Virtual time only (vclock.c, where the protocol is), cold: after everything else. Under
   ** rt->vclock.lock: */

@@ -71,15 +71,28 @@ static void set_ties(lua_State *L, smarm_pid_t pid, int which, const char *key)
 
 /* Sets t.func (t on top) to "source:line" of the function the actor was spawned with: the
 ** bottom Lua frame of its coroutine (below it, only the binding's C entry of a spawn from another
-** scheduler), or before it first runs the function waiting there. Nothing for a spawn from
+** scheduler; a tail call from that function replaces it: the called function then), or before
+** it first runs the function waiting there. Nothing for a spawn from
 ** another scheduler that has not started (its function is still a message). */
 static void set_function(lua_State *L, lua_State *co, int started)
 {
   lua_Debug ar;
   if (started) {
-    int level = 0;
-    while (lua_getstack(co, level + 1, &ar))
-      level++;
+    /* the deepest level, found as luaL_traceback finds a stack's end: doubling, then halving
+    ** (lua_getstack walks from the top, so a walk one level at a time costs depth squared) */
+    int lo = 0, hi = 1;
+    while (lua_getstack(co, hi, &ar)) {
+      lo = hi;
+      hi *= 2;
+    }
+    while (hi - lo > 1) { /* lo exists, hi does not */
+      int mid = lo + (hi - lo) / 2;
+      if (lua_getstack(co, mid, &ar))
+        lo = mid;
+      else
+        hi = mid;
+    }
+    int level = lo;
     for (; level >= 0; level--)
       if (lua_getstack(co, level, &ar) && lua_getinfo(co, "S", &ar) && ar.what[0] != 'C')
         break;
@@ -146,6 +159,8 @@ static int l_local_info(lua_State *L)
   lua_setfield(L, -2, "stack_used");
   lua_pushnumber(L, (lua_Number)info.scheduled);
   lua_setfield(L, -2, "scheduled");
+  lua_pushnumber(L, (lua_Number)info.cpu_ns / 1e9);
+  lua_setfield(L, -2, "cpu");
   if (info.spawner) {
     sm_lsmarm_push_pid(L, info.spawner);
     lua_setfield(L, -2, "spawned_by");

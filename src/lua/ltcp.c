@@ -167,7 +167,8 @@ static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fnam
   static const char *const qualified[][2] = {
     {"listen", "tcp.listen"}, {"connect", "tcp.connect"}, {"accept", "tcp.accept"},
     {"receive", "tcp.receive"}, {"receiveany", "tcp.receiveany"}, {"send", "tcp.send"},
-    {"setoption", "tcp.setoption"},
+    {"setoption", "tcp.setoption"}, {"getsockname", "tcp.getsockname"},
+    {"getpeername", "tcp.getpeername"},
   };
   const char *what = fname;
   for (size_t i = 0; i < sizeof qualified / sizeof *qualified; i++)
