@@ -42,13 +42,30 @@ describe("smarm.process.run", function()
   it("reports a program that cannot start, one killed by a signal, and a timeout", function()
     local r = guard.run(function()
       return { missing = { smarm.process.run({ "/no/such/program" }) },
-        killed = smarm.process.run({ "sh", "-c", "kill -TERM $$" }),
-        slow = { smarm.process.run({ "sleep", "5" }, { timeout = 0.2 }) } }
+        no_cwd = { smarm.process.run({ "pwd" }, { cwd = "/no/such/folder" }) },
+        killed = smarm.process.run({ "sh", "-c", "echo before; kill -TERM $$" }),
+        -- what it wrote before the timeout comes with the error: a timeout longer each time,
+        -- until the program has written before it (a slow machine starts a shell slowly)
+        slow = (function()
+          local timeout, r = 0.25
+          repeat
+            r = { smarm.process.run({ "sh", "-c", "echo so far; echo and err >&2; exec sleep 60" },
+              { timeout = timeout }) }
+            timeout = timeout * 2
+          until (r[3] and r[3].stderr ~= "" and r[3].stdout ~= "") or timeout > 60
+          return r
+        end)() }
     end)
     assert.is_nil(r.missing[1])
+    assert.are.equal("/no/such/program: no such file or directory", r.missing[2])
     assert.are.equal("ENOENT", r.missing[3])
+    assert.are.same({ nil, "cwd /no/such/folder: no such file or directory", "ENOENT" }, r.no_cwd)
     assert.are.equal(15, r.killed.signal)
-    assert.are.same({ nil, "timeout" }, r.slow)
+    assert.is_nil(r.killed.status) -- no `status == 0` check takes it for success
+    assert.are.equal("before\n", r.killed.stdout)
+    assert.are.equal(nil, r.slow[1])
+    assert.are.equal("timeout", r.slow[2])
+    assert.are.same({ stdout = "so far\n", stderr = "and err\n" }, r.slow[3])
   end)
 
   it("parks only the caller: other actors run while a program runs", function()

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 /* ---- Running a program --------------------------------------------------------------------- */
@@ -166,6 +167,10 @@ static void run_on_loop(io_req_t *req, void *loop)
   o.stdio = stdio;
   k->proc.data = k;
   int rc = uv_spawn(loop, &k->proc, &o);
+  /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
+  ** a cwd that cannot be entered is the one to name */
+  if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
+    r->cwd_failed = 1;
   if (rc < 0) {
     /* libuv still wants the process handle closed */
     k->open_handles++;
@@ -200,6 +205,12 @@ static void run_cancel(io_req_t *req)
   k->req = NULL;
   r->base.uv = NULL;
   uv_process_kill(&k->proc, SIGKILL);
+  r->out = k->bout.data; /* what it wrote so far; what comes until its pipes close is dropped */
+  r->out_len = k->bout.len;
+  r->err = k->berr.data;
+  r->err_len = k->berr.len;
+  memset(&k->bout, 0, sizeof k->bout);
+  memset(&k->berr, 0, sizeof k->berr);
   io_finish(req, -ETIMEDOUT);
 }
 

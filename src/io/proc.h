@@ -3,8 +3,9 @@
 **
 ** Running a program: its stdin gets the request's bytes (then end of file), its stdout and stderr
 ** are collected whole; the request completes once the program has exited and both pipes have
-** ended. A timed-out request kills the program (SIGKILL) and drops what it wrote, and so does a
-** runtime's end for the programs still running.
+** ended. A timed-out request kills the program (SIGKILL) and completes with what it wrote so far;
+** a runtime's end kills the programs still running too. A program that cannot start because its
+** cwd cannot be entered says so (cwd_failed), where the system says only "no such file".
 **
 ** Waiting for a signal: the first waiter for a signal starts a libuv signal handle for it, the
 ** last one to leave stops it (the signal's default action applies again when nobody waits).
@@ -28,6 +29,7 @@ typedef struct proc_req {
   size_t out_len, err_len;
   long long status;     /* exit status */
   int term_signal;      /* the signal that ended it, or 0 */
+  int cwd_failed;       /* it could not start: cwd is not a folder it may enter */
   /* signal */
   int signum;
 } proc_req_t;

@@ -13,6 +13,7 @@
 
 #include <lauxlib.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,18 @@ static char **string_list(lua_State *L, int idx, const char *what)
   return v;
 }
 
-/* run(argv [, opts]) -> { status =, signal =, stdout =, stderr = } */
+/* Pushes { stdout =, stderr = } with what r collected. */
+static void push_output(lua_State *L, const proc_req_t *r, int extra)
+{
+  lua_createtable(L, 0, 2 + extra);
+  lua_pushlstring(L, r->out ? r->out : "", r->out_len);
+  lua_setfield(L, -2, "stdout");
+  lua_pushlstring(L, r->err ? r->err : "", r->err_len);
+  lua_setfield(L, -2, "stderr");
+}
+
+/* run(argv [, opts]) -> { status =, signal =, stdout =, stderr = } | nil, err, code | nil,
+** "timeout", { stdout =, stderr = } */
 static int l_run(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -80,20 +92,25 @@ static int l_run(lua_State *L)
   }
   int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "process.run");
   int n = 1;
-  if (err) {
+  if (err == -ETIMEDOUT) { /* killed: what it wrote so far comes with the error */
+    n = sm_lio_push_failure(L, err, NULL);
+    push_output(L, r, 0);
+    n++;
+  } else if (err && r->cwd_failed) {
+    lua_pushfstring(L, "cwd %s", r->cwd);
+    n = sm_lio_push_failure(L, err, lua_tostring(L, -1));
+    lua_remove(L, -n - 1);
+  } else if (err) {
     n = sm_lio_push_failure(L, err, r->argv[0]);
   } else {
-    lua_createtable(L, 0, 4);
-    lua_pushnumber(L, (lua_Number)r->status);
-    lua_setfield(L, -2, "status");
-    if (r->term_signal) {
+    push_output(L, r, 2);
+    if (r->term_signal) { /* no status: no `status == 0` check may take it for success */
       lua_pushinteger(L, r->term_signal);
       lua_setfield(L, -2, "signal");
+    } else {
+      lua_pushnumber(L, (lua_Number)r->status);
+      lua_setfield(L, -2, "status");
     }
-    lua_pushlstring(L, r->out ? r->out : "", r->out_len);
-    lua_setfield(L, -2, "stdout");
-    lua_pushlstring(L, r->err ? r->err : "", r->err_len);
-    lua_setfield(L, -2, "stderr");
   }
   sm_lio_unbox(L, box);
   return n;
