@@ -291,7 +291,10 @@ describe("smarm.tcp", function()
     assert.matches("bad argument #1 to 'listen' %(string expected, got nil%)", r.notsock)
     local ok, e = pcall(smarm.tcp.listen, "127.0.0.1", 0)
     assert.is_false(ok)
-    assert.matches("not inside an actor", e)
+    assert.matches("smarm.tcp.listen: not inside an actor", e, 1, true)
+    ok, e = pcall(smarm.tcp.connect, "127.0.0.1", 9) -- issue 15 saw it name itself smarm.connect
+    assert.is_false(ok)
+    assert.matches("smarm.tcp.connect: not inside an actor", e, 1, true)
   end)
 
   it("closes the sockets of collected handles", function()
