@@ -70,6 +70,13 @@ describe("smarm.info", function()
       assert.is_nil(mine.waiting)
       assert.matches("info_spec.lua:" .. line .. ":", mine.traceback, 1, true)
       assert.same({ status = "waiting" }, smarm.info(receiver, "status"))
+      assert.matches("info_spec.lua:" .. at .. ":", smarm.info(receiver, { "traceback" }).traceback, 1, true)
+      assert.same({ "func", "links" }, (function(t)
+        local ks = {}
+        for k in pairs(t) do ks[#ks + 1] = k end
+        table.sort(ks)
+        return ks
+      end)(smarm.info(receiver, { "links", "func" })))
       assert.same({ waiting = "sleep", scheduler = 1 }, smarm.info(sleeper, { "waiting", "scheduler" }))
     end, { schedulers = 2 })
   end)

@@ -129,21 +129,22 @@ function core._answer()
       if p ~= core.self() then value[#value + 1] = p end -- not this answering actor
     end
   else
-    value = local_info(req.request.pid)
+    value = local_info(req.request.pid, req.request.keys)
   end
   core.reply(req.from, value)
 end
 
 -- Asks scheduler k (what: "processes" or "info"), at most opts.request_timeout as any request to
 -- another scheduler: the answering actor may be queued behind one stuck in C code.
-local function ask(k, what, pid)
+local function ask(k, what, pid, keys)
   local no_answer = "smarm." .. what .. ": scheduler " .. k .. " did not answer within "
     .. "opts.request_timeout (it is stuck in C code)"
   local spawned, answerer = pcall(core.spawn_on, k, "smarm._answer")
   if not spawned then
     error(tostring(answerer):find("did not answer", 1, true) and no_answer or answerer, 3)
   end
-  local value, err = core.call(answerer, { what = what, pid = pid }, core._request_timeout())
+  local value, err = core.call(answerer, { what = what, pid = pid, keys = keys },
+    core._request_timeout())
   if err == "timeout" then
     core.exit(answerer, "kill") -- it would answer nobody
     error(no_answer, 3)
@@ -172,7 +173,12 @@ function core.info(pid, keys)
   end
   local k = core._scheduler_of(pid)
   local t
-  if k == core.scheduler() then t = local_info(pid) elseif k then t = ask(k, "info", pid) end
+  -- the keys go along: the owner skips the costly ones nobody asked for (a traceback...)
+  if k == core.scheduler() then
+    t = local_info(pid, keys)
+  elseif k then
+    t = ask(k, "info", pid, keys)
+  end
   if t == nil or keys == nil then return t end
   local picked = {}
   for _, key in ipairs(type(keys) == "string" and { keys } or keys) do picked[key] = t[key] end

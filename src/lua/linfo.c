@@ -13,6 +13,7 @@
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* _local_processes() -> { pid, ... }: the live actors of the caller's scheduler, itself included. */
 static int l_local_processes(lua_State *L)
@@ -113,8 +114,26 @@ static void set_function(lua_State *L, lua_State *co, int started)
   lua_setfield(L, -2, "func");
 }
 
-/* _local_info(pid) -> table | nil: an actor of the caller's scheduler (see docs/api.md,
-** smarm.info); nil when it is not alive. */
+/* Whether info's caller asked for key: keys (at index 2) is none, a key, or a list of keys. */
+static int wanted(lua_State *L, const char *key)
+{
+  if (lua_isnoneornil(L, 2))
+    return 1;
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return strcmp(lua_tostring(L, 2), key) == 0;
+  for (int i = 1;; i++) {
+    lua_rawgeti(L, 2, i);
+    const char *k = lua_tostring(L, -1);
+    int found = k && strcmp(k, key) == 0, end = lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (found || end)
+      return found;
+  }
+}
+
+/* _local_info(pid [, keys]) -> table | nil: an actor of the caller's scheduler (see docs/api.md,
+** smarm.info); nil when it is not alive. With keys, the costly parts (traceback, func, the ties)
+** only if asked for; init.lua keeps the keys asked for. */
 static int l_local_info(lua_State *L)
 {
   smarm_pid_t pid;
@@ -167,11 +186,16 @@ static int l_local_info(lua_State *L)
   }
   lua_pushnumber(L, (lua_Number)(smarm_now_ns() - info.spawned_ns) / 1e9);
   lua_setfield(L, -2, "age");
-  set_ties(L, pid, SMARM_TIES_LINKS, "links");
-  set_ties(L, pid, SMARM_TIES_MONITORS, "monitors");
-  set_ties(L, pid, SMARM_TIES_MONITORED_BY, "monitored_by");
-  if (head && head->co)
+  if (wanted(L, "links"))
+    set_ties(L, pid, SMARM_TIES_LINKS, "links");
+  if (wanted(L, "monitors"))
+    set_ties(L, pid, SMARM_TIES_MONITORS, "monitors");
+  if (wanted(L, "monitored_by"))
+    set_ties(L, pid, SMARM_TIES_MONITORED_BY, "monitored_by");
+  if (head && head->co && wanted(L, "func"))
     set_function(L, head->co, info.scheduled > 0);
+  if (!wanted(L, "traceback"))
+    return 1;
   lua_Debug ar;
   if (info.status == SMARM_ACTOR_RUNNING)
     luaL_traceback(L, L, NULL, 2); /* from the caller of smarm.info */
