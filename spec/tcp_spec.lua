@@ -582,6 +582,89 @@ describe("handing sockets between actors", function()
   end)
 end)
 
+describe("a socket shared by actors of one scheduler", function()
+  -- issue 15: whoever closes it, every other user gets nil, "closed", whatever the timing
+  it("gives the others nil, \"closed\" when one closes it, parked or not", function()
+    local r = guard.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local me = smarm.self()
+      local reader_conn = assert(smarm.tcp.connect("127.0.0.1", port))
+      local writer_conn = assert(smarm.tcp.connect("127.0.0.1", port))
+      local peers = { assert(server:accept()), assert(server:accept()) } -- never read
+      local big = ("x"):rep(64 * 1024 * 1024) -- more than the kernel buffers: the send parks
+      local function report(tag, ...) smarm.send(me, { tag, ... }) end
+      local reader = smarm.spawn(function()
+        report("parked receive", reader_conn:receive())
+        report("later", { reader_conn:receive() }, { reader_conn:receiveany(10) },
+          { reader_conn:send("x") }, { reader_conn:settimeout(1) }, { reader_conn:getpeername() },
+          { reader_conn:setoption("tcp-nodelay", true) })
+        report("close", reader_conn:close())
+      end)
+      local writer = smarm.spawn(function()
+        local ok, err, sent = writer_conn:send(big)
+        report("parked send", ok, err, type(sent))
+      end)
+      local acceptor = smarm.spawn(function() report("parked accept", server:accept()) end)
+      for pid, what in pairs({ [reader] = "io:tcp.receive", [writer] = "io:tcp.send",
+                               [acceptor] = "io:tcp.accept" }) do
+        guard.wait(function()
+          local i = smarm.info(pid)
+          return i and i.waiting == what
+        end, what)
+      end
+      reader_conn:close()
+      writer_conn:close()
+      server:close()
+      local got = {}
+      for _ = 1, 5 do
+        local m = guard.receive("the sharing actors' results")
+        got[m[1]] = { select(2, unpack(m, 1, 12)) }
+      end
+      got.own = select(2, pcall(reader_conn.receive, reader_conn))
+      for _, p in ipairs(peers) do p:close() end
+      return got
+    end)
+    assert.are.same({ nil, "closed", "" }, r["parked receive"])
+    assert.are.same({ nil, "closed", "number" }, r["parked send"])
+    assert.are.same({ nil, "closed" }, r["parked accept"])
+    assert.are.same({ { nil, "closed", "" }, { nil, "closed" }, { nil, "closed", 0 },
+                      { nil, "closed" }, { nil, "closed" }, { nil, "closed" } }, r.later)
+    assert.are.same({ true }, r.close)
+    assert.matches("smarm.tcp.receive: the socket is closed", r.own, 1, true) -- the closer's own
+  end)
+
+  it("gives the others nil, \"closed\" when one hands it to another actor", function()
+    local r = guard.run(function()
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local me = smarm.self()
+      local c = assert(smarm.tcp.connect("127.0.0.1", port))
+      local peer = assert(server:accept())
+      local sharer = smarm.spawn(function()
+        smarm.receive()
+        smarm.send(me, { c:receive() })
+      end)
+      local keeper = smarm.spawn_on(2, function()
+        local m = smarm.receive()
+        smarm.send(me, { kept = m.conn:receive() })
+      end)
+      smarm.send(keeper, { conn = c })
+      local handed = select(2, pcall(c.receive, c))
+      smarm.send(sharer, "go")
+      local shared = guard.receive("the sharer's result", function(m) return m.kept == nil end)
+      peer:send("to the keeper\n")
+      local kept = guard.receive("the keeper's line", function(m) return m.kept end).kept
+      peer:close()
+      server:close()
+      return { handed = handed, shared = shared, kept = kept }
+    end, { schedulers = 2 })
+    assert.matches("smarm.tcp.receive: the socket was handed to another actor", r.handed, 1, true)
+    assert.are.same({ nil, "closed", "" }, r.shared)
+    assert.are.equal("to the keeper", r.kept)
+  end)
+end)
+
 describe("smarm.dns", function()
   it("resolves localhost, and reports a name that does not resolve", function()
     local r = guard.run(function()

@@ -1,11 +1,17 @@
-/* TCP on the IO thread (src/io/tcp.c) through its requests, as the Lua layer drives it: under
-** ASan, TSan and valgrind this watches the loop's side (buffers, ids, cancels, the stop hook). */
+/* Stream sockets on the IO thread (src/io/tcp.c) through their requests, as the Lua layer drives
+** them, over TCP and over a Unix socket: under ASan, TSan and valgrind this watches the loop's
+** side (buffers, ids, cancels, the stop hook, a Unix listener's path). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
 #include "io/tcp.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *unix_path; /* the Unix run's socket path; NULL: the TCP run */
 
 #define MS (1000LL * 1000)
 
@@ -23,10 +29,11 @@ static int tcp_call(tcp_req_t *r, int64_t timeout_ns, tcp_req_t **out)
 
 static uint64_t listen_on(int *port)
 {
-  tcp_req_t *r = sm_tcp_req_new(IOTCP_LISTEN);
-  r->host = strdup("127.0.0.1");
+  tcp_req_t *r = sm_tcp_req_new(unix_path ? IOTCP_LISTEN_UNIX : IOTCP_LISTEN);
+  r->host = strdup(unix_path ? unix_path : "127.0.0.1");
   r->port = 0;
   r->backlog = 16;
+  r->mode = 0600;
   tcp_req_t *done;
   CHECK_EQ(tcp_call(r, SMARM_FOREVER, &done), 0);
   uint64_t id = done->new_id;
@@ -36,6 +43,10 @@ static uint64_t listen_on(int *port)
   n->id = id;
   CHECK_EQ(tcp_call(n, SMARM_FOREVER, &done), 0);
   *port = done->addr_port;
+  if (unix_path) { /* named by its path, with no port */
+    CHECK_EQ(strcmp(done->addr, unix_path), 0);
+    CHECK_EQ(*port, -1);
+  }
   sm_io_req_release(&done->base);
   return id;
 }
@@ -97,8 +108,8 @@ static void main_echo(void *arg)
   echo_main = smarm_self();
   uint64_t lid = listen_on(&echo_port);
   CHECK_EQ(smarm_spawn_on(1, echo_server, (void *)(uintptr_t)lid, NULL, NULL), 0);
-  tcp_req_t *c = sm_tcp_req_new(IOTCP_CONNECT), *done;
-  c->host = strdup("127.0.0.1");
+  tcp_req_t *c = sm_tcp_req_new(unix_path ? IOTCP_CONNECT_UNIX : IOTCP_CONNECT), *done;
+  c->host = strdup(unix_path ? unix_path : "127.0.0.1");
   c->port = echo_port;
   CHECK_EQ(tcp_call(c, SMARM_FOREVER, &done), 0);
   uint64_t cid = done->new_id;
@@ -148,6 +159,24 @@ TEST(echo_cancel_and_stop_through_requests)
   CHECK(pending_accept != NULL);
   CHECK(pending_accept->base.completed);
   sm_io_req_release(&pending_accept->base);
+}
+
+TEST(the_same_over_a_unix_socket_whose_path_goes_with_it)
+{
+  char dir[] = "/tmp/smarm-test-tcp-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[64];
+  snprintf(path, sizeof path, "%s/sock", dir);
+  unix_path = path;
+  pending_accept = NULL;
+  RUN_IO(2, main_echo, NULL);
+  sm_io_shutdown(); /* its stop hook closes the listener, which removes its path */
+  CHECK(pending_accept != NULL && pending_accept->base.completed);
+  sm_io_req_release(&pending_accept->base);
+  struct stat st;
+  CHECK(stat(path, &st) < 0 && errno == ENOENT);
+  CHECK_EQ(rmdir(dir), 0);
+  unix_path = NULL;
 }
 
 TEST_MAIN()

@@ -1,5 +1,5 @@
 /*
-** TCP on the IO thread (see tcp.h). Everything here runs on the IO thread, in the loop's
+** Stream sockets, TCP and Unix, on the IO thread (see tcp.h). Everything here runs on the IO thread, in the loop's
 ** callbacks; the only entry points from other threads are the requests, which reach us through
 ** io.c's queue.
 */
@@ -11,18 +11,32 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <uv.h>
 
 #define READ_CHUNK (64 * 1024)
 #define READ_HIGH (256 * 1024) /* unclaimed bytes at which a connection stops reading */
 
 typedef struct sock {
-  uv_tcp_t tcp;
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe; /* a Unix domain socket */
+    uv_stream_t stream;
+    uv_handle_t handle;
+  } h;
   uint64_t id;
   int listener, closing;
+  /* a Unix listener bound to a path: the path, unlinked at close if it is still this socket's */
+  char *path;
+  dev_t dev;
+  ino_t ino;
   /* a connection: unclaimed bytes are buf[start, len) */
   char *buf;
   size_t start, len, cap;
@@ -99,7 +113,8 @@ static void post_close_id(uint64_t id);
 static void tcp_free(io_req_t *req)
 {
   tcp_req_t *r = (tcp_req_t *)req;
-  int makes = r->op == IOTCP_LISTEN || r->op == IOTCP_CONNECT || r->op == IOTCP_ACCEPT;
+  int makes = r->op == IOTCP_LISTEN || r->op == IOTCP_CONNECT || r->op == IOTCP_ACCEPT ||
+              r->op == IOTCP_LISTEN_UNIX || r->op == IOTCP_CONNECT_UNIX;
   if (makes && r->base.completed && r->base.err == 0 && r->new_id != 0 && !r->new_taken)
     post_close_id(r->new_id);
   free(r->host);
@@ -126,7 +141,17 @@ static void on_closed(uv_handle_t *h)
 {
   sock_t *s = h->data;
   free(s->buf);
+  free(s->path);
   free(s);
+}
+
+/* A Unix listener's path goes with it, unless something else took the name since (a file
+** removed and made again by someone else is left alone). */
+static void unlink_path(sock_t *s)
+{
+  struct stat st;
+  if (s->path && stat(s->path, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino)
+    unlink(s->path);
 }
 
 static void sock_close(sock_t *s)
@@ -145,27 +170,32 @@ static void sock_close(sock_t *s)
     finish(r, IOTCP_CLOSED);
   }
   id_free(s->id);
-  uv_close((uv_handle_t *)&s->tcp, on_closed); /* pending writes end with UV_ECANCELED */
+  unlink_path(s);
+  uv_close(&s->h.handle, on_closed); /* pending writes end with UV_ECANCELED */
 }
 
-static sock_t *sock_new(uv_loop_t *loop, int listener)
+/* A TCP socket, or a Unix one when unix_socket (not bound or connected yet). */
+static sock_t *sock_new(uv_loop_t *loop, int listener, int unix_socket)
 {
   sock_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  if (uv_tcp_init(loop, &s->tcp) != 0) {
+  int rc = unix_socket ? uv_pipe_init(loop, &s->h.pipe, 0) : uv_tcp_init(loop, &s->h.tcp);
+  if (rc != 0) {
     free(s);
     return NULL;
   }
-  s->tcp.data = s;
+  s->h.handle.data = s;
   s->listener = listener;
   s->id = id_new(s);
   if (!s->id) {
-    uv_close((uv_handle_t *)&s->tcp, on_closed);
+    uv_close(&s->h.handle, on_closed);
     return NULL;
   }
   return s;
 }
+
+static int is_unix(const sock_t *s) { return s->h.handle.type == UV_NAMED_PIPE; }
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
@@ -194,7 +224,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 static void read_resume(sock_t *s)
 {
   if (!s->reading && !s->eof && !s->rerr && !s->closing) {
-    if (uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read) == 0)
+    if (uv_read_start(&s->h.stream, on_alloc, on_read) == 0)
       s->reading = 1;
   }
 }
@@ -202,7 +232,7 @@ static void read_resume(sock_t *s)
 static void read_pause(sock_t *s)
 {
   if (s->reading) {
-    uv_read_stop((uv_stream_t *)&s->tcp);
+    uv_read_stop(&s->h.stream);
     s->reading = 0;
   }
 }
@@ -285,12 +315,12 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 static void accept_now(sock_t *l, tcp_req_t *r)
 {
-  sock_t *c = sock_new(l->tcp.loop, 0);
+  sock_t *c = sock_new(l->h.handle.loop, 0, is_unix(l));
   if (!c) {
     finish(r, -ENOMEM);
     return;
   }
-  int rc = uv_accept((uv_stream_t *)&l->tcp, (uv_stream_t *)&c->tcp);
+  int rc = uv_accept(&l->h.stream, &c->h.stream);
   l->conn_ready = 0;
   if (rc < 0) {
     sock_close(c);
@@ -299,7 +329,7 @@ static void accept_now(sock_t *l, tcp_req_t *r)
   }
   read_resume(c);
   r->new_id = c->id;
-  uv_fileno((uv_handle_t *)&c->tcp, &r->new_fd);
+  uv_fileno(&c->h.handle, &r->new_fd);
   finish(r, 0);
 }
 
@@ -342,10 +372,10 @@ static int connect_next(connecting_t *k, uv_loop_t *loop)
   while (k->next) {
     struct addrinfo *a = k->next;
     k->next = a->ai_next;
-    if (!(k->sock = sock_new(loop, 0)))
+    if (!(k->sock = sock_new(loop, 0, 0)))
       return -ENOMEM;
     k->conn.data = k;
-    rc = uv_tcp_connect(&k->conn, &k->sock->tcp, a->ai_addr, on_connect);
+    rc = uv_tcp_connect(&k->conn, &k->sock->h.tcp, a->ai_addr, on_connect);
     if (rc == 0)
       return 0;
     sock_close(k->sock);
@@ -367,7 +397,7 @@ static void on_connect(uv_connect_t *cr, int status)
   connecting_t *k = cr->data;
   tcp_req_t *r = k->req;
   if (r && status < 0 && status != UV_ECANCELED && k->next) {
-    uv_loop_t *loop = k->sock->tcp.loop;
+    uv_loop_t *loop = k->sock->h.handle.loop;
     sock_close(k->sock);
     k->sock = NULL;
     int rc = connect_next(k, loop);
@@ -385,7 +415,7 @@ static void on_connect(uv_connect_t *cr, int status)
   } else {
     read_resume(k->sock);
     r->new_id = k->sock->id;
-    uv_fileno((uv_handle_t *)&k->sock->tcp, &r->new_fd);
+    uv_fileno(&k->sock->h.handle, &r->new_fd);
     finish(r, 0);
   }
   connecting_free(k);
@@ -406,10 +436,10 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
     if ((rc = connect_next(k, g->loop)) == 0)
       return; /* on_connect finishes */
   } else if (rc == 0) {
-    sock_t *s = sock_new(g->loop, 1);
-    rc = s ? uv_tcp_bind(&s->tcp, res->ai_addr, 0) : -ENOMEM;
+    sock_t *s = sock_new(g->loop, 1, 0);
+    rc = s ? uv_tcp_bind(&s->h.tcp, res->ai_addr, 0) : -ENOMEM;
     if (rc == 0)
-      rc = uv_listen((uv_stream_t *)&s->tcp, r->backlog, on_connection);
+      rc = uv_listen(&s->h.stream, r->backlog, on_connection);
     if (rc == 0)
       r->new_id = s->id;
     else if (s)
@@ -448,6 +478,140 @@ static void resolve(tcp_req_t *r, uv_loop_t *loop)
   }
 }
 
+/* ---- Unix domain sockets ------------------------------------------------------------------- */
+/* libuv 1.44 binds and connects pipes by NUL-terminated paths only, so Linux's abstract names
+** ("@name" here, as Go spells them) could not be reached through it: the socket is made, bound or
+** connected here and handed to libuv with uv_pipe_open. A Unix connect does not wait on Linux: it
+** succeeds, or fails at once (ENOENT, ECONNREFUSED, EAGAIN when the listener's backlog is full). */
+
+/* name as an address; its length (abstract names: no terminating NUL) or a negative errno. */
+static int unix_addr(const char *name, struct sockaddr_un *a, socklen_t *len)
+{
+  size_t n = strlen(name);
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (n == 0 || (n == 1 && name[0] == '@'))
+    return UV_EINVAL;
+  if (n >= sizeof a->sun_path)
+    return UV_ENAMETOOLONG;
+  memcpy(a->sun_path, name, n);
+  int abstract = name[0] == '@';
+  if (abstract)
+    a->sun_path[0] = '\0';
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + !abstract);
+  return 0;
+}
+
+/* A new Unix stream socket for name (its address in *a, *len); the descriptor or a negative
+** errno. */
+static int unix_socket(const char *name, struct sockaddr_un *a, socklen_t *len)
+{
+  int rc = unix_addr(name, a, len);
+  if (rc < 0)
+    return rc;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  return fd < 0 ? -errno : fd;
+}
+
+/* Binds, sets the path's mode (before listen: nobody can connect in between), listens. */
+static int unix_listen(tcp_req_t *r, uv_loop_t *loop)
+{
+  struct sockaddr_un a;
+  socklen_t len;
+  int rc = 0, fd = unix_socket(r->host, &a, &len);
+  if (fd < 0)
+    return fd;
+  int on_path = r->host[0] != '@';
+  struct stat st;
+  sock_t *s = NULL;
+  if (bind(fd, (struct sockaddr *)&a, len) < 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
+  if (on_path && r->mode >= 0 && chmod(r->host, (mode_t)r->mode) < 0)
+    rc = -errno;
+  else if (on_path && stat(r->host, &st) < 0)
+    rc = -errno;
+  else if (!(s = sock_new(loop, 1, 1)))
+    rc = -ENOMEM;
+  else if (on_path && !(s->path = strdup(r->host)))
+    rc = -ENOMEM;
+  if (s && rc == 0) {
+    if (on_path) {
+      s->dev = st.st_dev;
+      s->ino = st.st_ino;
+    }
+    if ((rc = uv_pipe_open(&s->h.pipe, fd)) == 0) {
+      fd = -1; /* the handle's now */
+      rc = uv_listen(&s->h.stream, r->backlog, on_connection);
+    }
+  }
+  if (rc == 0) {
+    r->new_id = s->id;
+    return 0;
+  }
+  if (on_path && !(s && s->path))
+    unlink(r->host); /* bound here, not known to the socket yet */
+  if (s)
+    sock_close(s); /* unlinks the path it knows */
+  if (fd >= 0)
+    close(fd);
+  return rc;
+}
+
+static int unix_connect(tcp_req_t *r, uv_loop_t *loop)
+{
+  struct sockaddr_un a;
+  socklen_t len;
+  int rc = 0, fd = unix_socket(r->host, &a, &len);
+  if (fd < 0)
+    return fd;
+  sock_t *s = NULL;
+  if (connect(fd, (struct sockaddr *)&a, len) < 0)
+    rc = -errno;
+  else if (!(s = sock_new(loop, 0, 1)))
+    rc = -ENOMEM;
+  else if ((rc = uv_pipe_open(&s->h.pipe, fd)) == 0)
+    fd = -1;
+  if (rc == 0) {
+    read_resume(s);
+    r->new_id = s->id;
+    uv_fileno(&s->h.handle, &r->new_fd);
+    return 0;
+  }
+  if (s)
+    sock_close(s);
+  if (fd >= 0)
+    close(fd);
+  return rc;
+}
+
+/* A Unix socket's own or peer's name: its path, "@name" for an abstract one, "" for none. */
+static int unix_name(sock_t *s, int peer, char *out, size_t size)
+{
+  uv_os_fd_t fd;
+  struct sockaddr_un a;
+  socklen_t len = sizeof a;
+  int rc = uv_fileno(&s->h.handle, &fd);
+  if (rc < 0)
+    return rc;
+  if ((peer ? getpeername(fd, (struct sockaddr *)&a, &len)
+            : getsockname(fd, (struct sockaddr *)&a, &len)) < 0)
+    return -errno;
+  size_t n = len > offsetof(struct sockaddr_un, sun_path)
+               ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+  if (n > 0 && a.sun_path[0] != '\0')
+    n = strnlen(a.sun_path, n);
+  if (n >= size)
+    return UV_ENAMETOOLONG;
+  memcpy(out, a.sun_path, n);
+  out[n] = '\0';
+  if (n > 0 && out[0] == '\0')
+    out[0] = '@';
+  return 0;
+}
+
 /* ---- The requests on the loop ------------------------------------------------------------- */
 
 static void on_written(uv_write_t *w, int status);
@@ -457,6 +621,10 @@ static void tcp_on_loop(io_req_t *req, void *loop)
   tcp_req_t *r = (tcp_req_t *)req;
   if (r->op == IOTCP_LISTEN || r->op == IOTCP_CONNECT) {
     resolve(r, loop);
+    return;
+  }
+  if (r->op == IOTCP_LISTEN_UNIX || r->op == IOTCP_CONNECT_UNIX) {
+    finish(r, r->op == IOTCP_LISTEN_UNIX ? unix_listen(r, loop) : unix_connect(r, loop));
     return;
   }
   sock_t *s = id_sock(r->id);
@@ -498,7 +666,7 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     }
     w->data = r;
     uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
-    int rc = uv_write(w, (uv_stream_t *)&s->tcp, &b, 1, on_written);
+    int rc = uv_write(w, &s->h.stream, &b, 1, on_written);
     if (rc < 0) {
       free(w);
       finish(r, rc);
@@ -518,10 +686,15 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     serve_receive(s);
     return;
   case IOTCP_NAME: {
+    if (is_unix(s)) {
+      r->addr_port = -1;
+      finish(r, unix_name(s, r->peer, r->addr, sizeof r->addr));
+      return;
+    }
     struct sockaddr_storage ss;
     int len = sizeof ss;
-    int rc = r->peer ? uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len)
-                     : uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&ss, &len);
+    int rc = r->peer ? uv_tcp_getpeername(&s->h.tcp, (struct sockaddr *)&ss, &len)
+                     : uv_tcp_getsockname(&s->h.tcp, (struct sockaddr *)&ss, &len);
     if (rc == 0 && sm_dns_addr_text((struct sockaddr *)&ss, r->addr, sizeof r->addr,
                                     &r->addr_port) < 0)
       rc = UV_EAFNOSUPPORT;
@@ -529,7 +702,7 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     return;
   }
   case IOTCP_NODELAY:
-    finish(r, s->listener ? UV_EINVAL : uv_tcp_nodelay(&s->tcp, r->flag));
+    finish(r, s->listener || is_unix(s) ? UV_EINVAL : uv_tcp_nodelay(&s->h.tcp, r->flag));
     return;
   default:
     finish(r, UV_EINVAL);

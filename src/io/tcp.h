@@ -1,5 +1,6 @@
 /*
-** TCP on the IO thread: listening and connected sockets live there (libuv handles), named by ids;
+** Stream sockets on the IO thread, TCP and Unix domain (the same requests and buffers; only making
+** one differs): listening and connected sockets live there (libuv handles), named by ids;
 ** actors act on them with requests (io.h). Reading: each connection reads into its own buffer
 ** while a receive waits, or until 256 KiB wait unclaimed (then it stops reading, so a slow actor
 ** pushes back on its peer through the kernel's window); a receive takes its bytes from there.
@@ -30,6 +31,8 @@ enum tcp_op {
   IOTCP_CLOSE,    /* id (posted: nobody waits) */
   IOTCP_NAME,     /* id, peer -> addr, port */
   IOTCP_NODELAY,  /* id, flag */
+  IOTCP_LISTEN_UNIX,  /* host (a path, or "@name": Linux's abstract names), backlog, mode -> new_id */
+  IOTCP_CONNECT_UNIX, /* host -> new_id */
 };
 
 /* A receive after the peer closed (nothing left) ends with err = IOTCP_CLOSED. */
@@ -50,7 +53,9 @@ typedef struct tcp_req {
                                  orders the two): a socket nobody took is closed then */
   int new_fd;                 /* connect, accept: the connection's descriptor (see ltcp.c) */
   int peer, flag;
-  char addr[64];              /* name: the address as text, and port */
+  int mode;                   /* listen_unix: the path's permission bits, or -1 (the umask's) */
+  char addr[112];             /* name: the address as text (a Unix socket's path), and port (-1
+                                 for a Unix socket) */
   int addr_port;
 } tcp_req_t;
 

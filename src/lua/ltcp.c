@@ -1,7 +1,8 @@
 /*
-** smarm.tcp: TCP for Lua actors, in the shape of LuaSocket and OpenResty's cosockets. The sockets
-** live on the IO thread (src/io/tcp.c); a Lua socket is a userdata holding the socket's id, its
-** kind and its timeout. Each call is a request that parks only the calling actor. Outcomes return
+** smarm.tcp and smarm.unix: stream sockets for Lua actors, in the shape of LuaSocket and
+** OpenResty's cosockets. The sockets live on the IO thread (src/io/tcp.c); a Lua socket is a
+** userdata holding the socket's id, its kind (server or connection, TCP or Unix: one metatable
+** each for servers and connections, the methods being the same) and its timeout. Each call is a request that parks only the calling actor. Outcomes return
 ** (nil, "timeout"; nil, message, code with libuv's error name); misuse raises (wrong types, a
 ** closed socket, a second receive or accept on a socket while one waits).
 **
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #define SERVER_MT "smarm.tcp.server"
 #define CONN_MT "smarm.tcp.conn"
@@ -40,7 +42,9 @@ enum { OPEN, CLOSED, HANDED_OVER };
 typedef struct lsock {
   uint64_t id;
   int listener;
+  int unix_sock;  /* a Unix domain socket (smarm.unix): names and messages say so */
   int state;      /* OPEN, CLOSED or HANDED_OVER (sent in a message: another actor has it) */
+  smarm_pid_t gone_by; /* who closed it or handed it over (0: its owner's end, or its __gc) */
   double timeout; /* seconds; negative: none */
   char *rbuf;     /* bytes read ahead: rbuf[rstart, rlen) (malloc'd) */
   size_t rstart, rlen, rcap;
@@ -56,15 +60,19 @@ typedef struct lsock {
 ** number may be another socket's now, so nothing may be done with either. */
 static int stale(const lsock_t *s) { return s->run != sm_lhandle_run_generation(); }
 
+/* The module a socket's errors name: "tcp" or "unix". */
+static const char *module_of(const lsock_t *s) { return s->unix_sock ? "unix" : "tcp"; }
+
 static const lhandle_kind_t sock_kind;
 
-static void push_sock(lua_State *L, uint64_t id, int listener, int fd)
+static void push_sock(lua_State *L, uint64_t id, int listener, int fd, int unix_sock)
 {
   lsock_t *s = lua_newuserdata(L, sizeof *s);
   memset(s, 0, sizeof *s);
   s->fd = listener ? -1 : fd;
   s->id = id;
   s->listener = listener;
+  s->unix_sock = unix_sock;
   s->state = OPEN;
   s->timeout = -1;
   s->run = sm_lhandle_run_generation();
@@ -85,32 +93,59 @@ static lsock_t *test_sock(lua_State *L, int idx, int listener)
   return s;
 }
 
+/* Actors of one scheduler may share a socket (spawn arguments, upvalues). When one of them closes
+** it or hands it away, every call of the others returns nil, "closed" from then on, as a call
+** parked at that moment does, whatever the timing; only the actor that did it is told off (a
+** raise: it is its own misuse), as is anyone using a socket of an earlier run. */
+static int gone_elsewhere(const lsock_t *s)
+{
+  return s->state != OPEN && !stale(s) && s->gone_by != smarm_self();
+}
+
 static void check_open(lua_State *L, const lsock_t *s, const char *fname)
 {
   if (stale(s))
-    luaL_error(L, "smarm.tcp.%s: the socket belongs to an earlier run", fname);
+    luaL_error(L, "smarm.%s.%s: the socket belongs to an earlier run", module_of(s), fname);
   if (s->state == CLOSED)
-    luaL_error(L, "smarm.tcp.%s: the socket is closed", fname);
+    luaL_error(L, "smarm.%s.%s: the socket is closed", module_of(s), fname);
   if (s->state == HANDED_OVER)
-    luaL_error(L, "smarm.tcp.%s: the socket was handed to another actor", fname);
+    luaL_error(L, "smarm.%s.%s: the socket was handed to another actor", module_of(s), fname);
 }
 
-/* The socket at idx, open; raises on anything else. */
+/* The socket at idx, open; NULL when another actor closed it or handed it away (the caller
+** returns nil, "closed": gone_elsewhere); raises on anything else. */
 static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fname)
 {
   lsock_t *s = test_sock(L, idx, listener);
   if (!s)
-    luaL_argerror(L, idx, listener == 1 ? "tcp server expected" : listener == 0
-                                                                 ? "tcp connection expected"
-                                                                 : "tcp socket expected");
+    luaL_argerror(L, idx, listener == 1 ? "tcp or unix server expected"
+                          : listener == 0 ? "tcp or unix connection expected"
+                                          : "tcp or unix socket expected");
+  if (gone_elsewhere(s))
+    return NULL;
   check_open(L, s, fname);
   return s;
 }
 
-/* ---- Sockets in messages (lhandle.h): bits are listener (1) and queued (2) ------------------ */
+/* nil, "closed", and `extra` (a receive's partial "", a send's count 0) unless NULL. */
+static int push_closed(lua_State *L, const char *extra)
+{
+  lua_pushnil(L);
+  lua_pushliteral(L, "closed");
+  if (!extra)
+    return 2;
+  if (*extra)
+    lua_pushinteger(L, 0);
+  else
+    lua_pushliteral(L, "");
+  return 3;
+}
+
+/* ---- Sockets in messages (lhandle.h): bits are listener (1), queued (2) and unix (4) -------- */
 
 #define BIT_LISTENER 1
 #define BIT_QUEUED 2 /* writes through the IO thread may still be in flight: the next go that way */
+#define BIT_UNIX 4
 
 static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
 {
@@ -138,15 +173,21 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
   h->id = s->id;
   h->timeout = s->timeout;
   h->fd = s->fd;
-  h->bits = (uint8_t)((s->listener ? BIT_LISTENER : 0) | (s->unsure ? BIT_QUEUED : 0));
+  h->bits = (uint8_t)((s->listener ? BIT_LISTENER : 0) | (s->unsure ? BIT_QUEUED : 0) |
+                       (s->unix_sock ? BIT_UNIX : 0));
   return 1;
 }
 
-static void sock_handed_over(void *sock) { ((lsock_t *)sock)->state = HANDED_OVER; }
+static void sock_handed_over(void *sock)
+{
+  lsock_t *s = sock;
+  s->state = HANDED_OVER;
+  s->gone_by = smarm_self();
+}
 
 static void sock_push(lua_State *L, const lhandle_t *h)
 {
-  push_sock(L, h->id, h->bits & BIT_LISTENER, h->fd);
+  push_sock(L, h->id, h->bits & BIT_LISTENER, h->fd, (h->bits & BIT_UNIX) != 0);
   lsock_t *s = lua_touserdata(L, -1);
   s->timeout = h->timeout;
   s->unsure = (h->bits & BIT_QUEUED) != 0;
@@ -161,22 +202,31 @@ static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
 
 /* Runs r (timeout_ns: SMARM_FOREVER for none); returns 0, or its error: -ETIMEDOUT, IOTCP_CLOSED
 ** or a libuv error. Raises for misuse the IO thread found (a second waiting receive or accept). */
-static int call(lua_State *L, tcp_req_t *r, int64_t timeout_ns, const char *fname)
+static int call(lua_State *L, tcp_req_t *r, int unix_sock, int64_t timeout_ns,
+                const char *fname)
 {
-  /* the module's name too, for the parking errors and smarm.info ("io:tcp.receive") */
-  static const char *const qualified[][2] = {
-    {"listen", "tcp.listen"}, {"connect", "tcp.connect"}, {"accept", "tcp.accept"},
-    {"receive", "tcp.receive"}, {"receiveany", "tcp.receiveany"}, {"send", "tcp.send"},
-    {"setoption", "tcp.setoption"}, {"getsockname", "tcp.getsockname"},
-    {"getpeername", "tcp.getpeername"},
+  /* the module's name too, for the parking errors and smarm.info ("io:tcp.receive"): static
+  ** strings, which the actor's waiting_for keeps */
+  static const char *const qualified[][3] = {
+    {"listen", "tcp.listen", "unix.listen"},
+    {"connect", "tcp.connect", "unix.connect"},
+    {"accept", "tcp.accept", "unix.accept"},
+    {"receive", "tcp.receive", "unix.receive"},
+    {"receiveany", "tcp.receiveany", "unix.receiveany"},
+    {"send", "tcp.send", "unix.send"},
+    {"setoption", "tcp.setoption", "unix.setoption"},
+    {"getsockname", "tcp.getsockname", "unix.getsockname"},
+    {"getpeername", "tcp.getpeername", "unix.getpeername"},
+    {"close", "tcp.close", "unix.close"},
   };
   const char *what = fname;
   for (size_t i = 0; i < sizeof qualified / sizeof *qualified; i++)
     if (strcmp(fname, qualified[i][0]) == 0)
-      what = qualified[i][1];
+      what = qualified[i][unix_sock ? 2 : 1];
   int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, what);
   if (err == -EBUSY)
-    luaL_error(L, "smarm.tcp.%s: another actor is already waiting on this socket", fname);
+    luaL_error(L, "smarm.%s.%s: another actor is already waiting on this socket",
+               unix_sock ? "unix" : "tcp", fname);
   return err;
 }
 
@@ -185,7 +235,7 @@ static int sock_call(lua_State *L, lsock_t *s, tcp_req_t *r, int64_t timeout_ns,
                      const char *fname)
 {
   s->busy++;
-  int err = call(L, r, timeout_ns, fname);
+  int err = call(L, r, s->unix_sock, timeout_ns, fname);
   s->busy--;
   return err;
 }
@@ -214,14 +264,18 @@ static int check_port(lua_State *L, int idx)
   return (int)p;
 }
 
-/* Ends a request that makes a socket: pushes it (or the error), releases the request. */
-static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int listener)
+/* Ends a request that makes a socket: pushes it (or the error: its message names `subject`
+** when given), releases the request. */
+static int new_sock_result(lua_State *L, tcp_req_t *r, int err, int box, int listener,
+                           int unix_sock, const char *subject)
 {
   int n = 1;
-  if (err) {
+  if (err && subject && err != -ETIMEDOUT) {
+    n = sm_lio_push_failure(L, err, subject);
+  } else if (err) {
     n = push_error(L, err, 0);
   } else {
-    push_sock(L, r->new_id, listener, r->new_fd);
+    push_sock(L, r->new_id, listener, r->new_fd, unix_sock);
     r->new_taken = 1; /* its userdata owns the socket now (else the request's end closes it) */
   }
   sm_lio_unbox(L, box);
@@ -242,7 +296,7 @@ static int l_listen(lua_State *L)
   r->host = sm_lio_copy_arg(L, 1, NULL);
   r->port = port;
   r->backlog = (int)backlog;
-  return new_sock_result(L, r, call(L, r, SMARM_FOREVER, "listen"), box, 1);
+  return new_sock_result(L, r, call(L, r, 0, SMARM_FOREVER, "listen"), box, 1, 0, NULL);
 }
 
 static int l_connect(lua_State *L)
@@ -255,7 +309,70 @@ static int l_connect(lua_State *L)
   tcp_req_t *r = new_req(L, IOTCP_CONNECT, &box);
   r->host = sm_lio_copy_arg(L, 1, NULL);
   r->port = port;
-  return new_sock_result(L, r, call(L, r, sm_lsmarm_timeout_ns(timeout), "connect"), box, 0);
+  int err = call(L, r, 0, sm_lsmarm_timeout_ns(timeout), "connect");
+  return new_sock_result(L, r, err, box, 0, 0, NULL);
+}
+
+/* ---- smarm.unix.listen / connect ----------------------------------------------------------- */
+
+/* The path argument at idx, checked: a path, or "@name" for Linux's abstract names. */
+static void check_unix_path(lua_State *L, int idx)
+{
+  size_t len;
+  const char *path = luaL_checklstring(L, idx, &len);
+  luaL_argcheck(L, len > 0 && !(len == 1 && path[0] == '@'), idx, "socket path expected");
+  luaL_argcheck(L, strlen(path) == len, idx, "socket path without NUL bytes expected");
+  luaL_argcheck(L, len < sizeof(struct sockaddr_un){0}.sun_path, idx,
+                "socket path of at most 107 bytes expected");
+}
+
+/* smarm.unix.listen(path [, opts]): opts.backlog (1..65535, default 511), opts.mode (the path's
+** permission bits, 0..0777; default: the umask's; not for abstract names). */
+static int l_unix_listen(lua_State *L)
+{
+  check_unix_path(L, 1);
+  const char *path = lua_tostring(L, 1);
+  lua_Number backlog = 511;
+  int mode = -1;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "backlog");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_type(L, -1) == LUA_TNUMBER, 2, "opts.backlog must be a number");
+      backlog = lua_tonumber(L, -1);
+      luaL_argcheck(L, backlog >= 1 && backlog <= 65535, 2, "opts.backlog from 1 to 65535 expected");
+    }
+    lua_getfield(L, 2, "mode");
+    if (!lua_isnil(L, -1)) {
+      luaL_argcheck(L, lua_type(L, -1) == LUA_TNUMBER, 2, "opts.mode must be a number");
+      lua_Number m = lua_tonumber(L, -1);
+      luaL_argcheck(L, m >= 0 && m <= 511 && m == floor(m), 2,
+                    "opts.mode from 0 to 0777 (511) expected");
+      luaL_argcheck(L, path[0] != '@', 2, "opts.mode does not apply to an abstract name");
+      mode = (int)m;
+    }
+  }
+  lua_settop(L, 2);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_LISTEN_UNIX, &box);
+  r->host = sm_lio_copy_arg(L, 1, NULL);
+  r->backlog = (int)backlog;
+  r->mode = mode;
+  int err = call(L, r, 1, SMARM_FOREVER, "listen");
+  return new_sock_result(L, r, err, box, 1, 1, lua_tostring(L, 1));
+}
+
+/* smarm.unix.connect(path [, timeout]) */
+static int l_unix_connect(lua_State *L)
+{
+  check_unix_path(L, 1);
+  double timeout = luaL_optnumber(L, 2, -1);
+  lua_settop(L, 2);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_CONNECT_UNIX, &box);
+  r->host = sm_lio_copy_arg(L, 1, NULL);
+  int err = call(L, r, 1, sm_lsmarm_timeout_ns(timeout), "connect");
+  return new_sock_result(L, r, err, box, 0, 1, lua_tostring(L, 1));
 }
 
 /* ---- Methods ------------------------------------------------------------------------------- */
@@ -263,12 +380,14 @@ static int l_connect(lua_State *L)
 static int m_accept(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 1, "accept");
+  if (!s)
+    return push_closed(L, NULL);
   lua_settop(L, 1);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_ACCEPT, &box);
   r->id = s->id;
   int err = sock_call(L, s, r, sm_lsmarm_timeout_ns(s->timeout), "accept");
-  return new_sock_result(L, r, err, box, 0);
+  return new_sock_result(L, r, err, box, 0, s->unix_sock, NULL);
 }
 
 /* Appends n bytes to the read-ahead buffer (raises when out of memory). */
@@ -349,6 +468,8 @@ static int64_t deadline_of(const lsock_t *s)
 static int m_receive(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "receive");
+  if (!s)
+    return push_closed(L, "");
   enum { LINE, ALL, EXACT } mode = LINE;
   size_t want = 0;
   if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -405,6 +526,8 @@ static int m_receive(lua_State *L)
 static int m_receiveany(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "receiveany");
+  if (!s)
+    return push_closed(L, NULL);
   lua_Number max = luaL_checknumber(L, 2);
   luaL_argcheck(L, max >= 1 && max == floor(max) && max < 4294967296.0, 2,
                 "byte count of at least 1 expected");
@@ -427,6 +550,8 @@ static int m_receiveany(lua_State *L)
 static int m_send(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "send");
+  if (!s)
+    return push_closed(L, "0");
   size_t len;
   const char *data = luaL_checklstring(L, 2, &len);
   lua_settop(L, 2);
@@ -453,6 +578,8 @@ static int m_send(lua_State *L)
     s->sending++;
     err = sock_call(L, s, r, sm_lsmarm_timeout_ns(s->timeout), "send");
     s->sending--;
+    if (err && s->state != OPEN)
+      err = IOTCP_CLOSED; /* closed while it waited (its write ended as cancelled) */
     if (err == -ETIMEDOUT)
       s->unsure = 1;
     else if (!err && !s->sending)
@@ -471,6 +598,8 @@ static int m_send(lua_State *L)
 static int m_settimeout(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, -1, "settimeout");
+  if (!s)
+    return push_closed(L, NULL);
   /* nil, negative or NaN: no limit (every reader goes through sm_lsmarm_timeout_ns) */
   s->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
   lua_pushboolean(L, 1);
@@ -504,8 +633,23 @@ static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push,
 
 static int m_close(lua_State *L)
 {
-  post_close(check_sock(L, 1, -1, "close"));
-  lua_pushboolean(L, 1);
+  lsock_t *s = check_sock(L, 1, -1, "close");
+  if (s && s->unix_sock && s->listener) {
+    /* waits for the IO thread, so that the path is gone (and free to listen on again) when
+    ** close returns */
+    s->state = CLOSED;
+    s->gone_by = smarm_self();
+    lua_settop(L, 1);
+    int box;
+    tcp_req_t *r = new_req(L, IOTCP_CLOSE, &box);
+    r->id = s->id;
+    call(L, r, 1, SMARM_FOREVER, "close");
+    sm_lio_unbox(L, box);
+  } else if (s) {
+    post_close(s);
+    s->gone_by = smarm_self();
+  }
+  lua_pushboolean(L, 1); /* closed by another actor: closed as asked */
   return 1;
 }
 
@@ -522,6 +666,8 @@ static int m_gc(lua_State *L)
 static int name(lua_State *L, int peer, const char *fname)
 {
   lsock_t *s = check_sock(L, 1, peer ? 0 : -1, fname);
+  if (!s)
+    return push_closed(L, NULL);
   lua_settop(L, 1);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_NAME, &box);
@@ -531,10 +677,11 @@ static int name(lua_State *L, int peer, const char *fname)
   int n;
   if (err) {
     n = push_error(L, err, 0);
-  } else {
+  } else { /* a Unix socket's name is its path alone */
     lua_pushstring(L, r->addr);
-    lua_pushinteger(L, r->addr_port);
-    n = 2;
+    if (r->addr_port >= 0)
+      lua_pushinteger(L, r->addr_port);
+    n = r->addr_port >= 0 ? 2 : 1;
   }
   sm_lio_unbox(L, box);
   return n;
@@ -546,9 +693,13 @@ static int m_getpeername(lua_State *L) { return name(L, 1, "getpeername"); }
 static int m_setoption(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "setoption");
+  if (!s)
+    return push_closed(L, NULL);
   const char *opt = luaL_checkstring(L, 2);
   if (strcmp(opt, "tcp-nodelay") != 0)
     return luaL_argerror(L, 2, "\"tcp-nodelay\" expected");
+  if (s->unix_sock)
+    return luaL_argerror(L, 2, "\"tcp-nodelay\" applies to TCP sockets only");
   int flag = lua_toboolean(L, 3);
   lua_settop(L, 3);
   int box;
@@ -570,7 +721,7 @@ static int m_setoption(lua_State *L)
 static int m_tostring(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
-  lua_pushfstring(L, "tcp.%s (%s)", s->listener ? "server" : "conn",
+  lua_pushfstring(L, "%s.%s (%s)", module_of(s), s->listener ? "server" : "conn",
                   stale(s) ? "closed with an earlier run" : s->state == OPEN ? "open"
                   : s->state == CLOSED ? "closed" : "handed over");
   return 1;
@@ -593,10 +744,17 @@ static const luaL_Reg tcp_functions[] = {
   {NULL, NULL},
 };
 
+static const luaL_Reg unix_functions[] = {
+  {"listen", l_unix_listen},
+  {"connect", l_unix_connect},
+  {NULL, NULL},
+};
+
 void sm_ltcp_register(lua_State *L, int module)
 {
   sm_lhandle_register(&sock_kind);
   sm_lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
   sm_lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
   sm_lio_add_table(L, module, "tcp", tcp_functions);
+  sm_lio_add_table(L, module, "unix", unix_functions);
 }
