@@ -213,10 +213,10 @@ describe("smarm.fs.open", function()
     assert.are.equal(1, r.at)
     assert.are.equal("hello", r.r1)
     assert.are.equal("World", r.r2)
-    assert.are.equal("", r.eof)
+    assert.is_nil(r.eof) -- at or past the end: nil, as Lua's io gives
     assert.matches("^fs%.file %(", r.str)
     assert.matches("smarm.fs.read: the file is closed", r.closed)
-    assert.are.same({ "hel", "lo ", "World", "" }, r.seq)
+    assert.are.same({ "hel", "lo ", "World" }, r.seq) -- then nil at the end
     assert.are.equal("hello World!", r.all)
     assert.are.equal(tonumber("600", 8), r.stat.mode)
     assert.is_nil(r.missing[1])
@@ -275,6 +275,144 @@ describe("smarm.fs.open", function()
     assert.is_true(r.open <= before + 8, before .. " descriptors before, " .. r.open .. " with 50 dropped")
     assert.are.same({ "12345" }, r.got)
     assert.matches("the file is closed", r.after)
+  end)
+end)
+
+describe("reading files as Lua's io does", function()
+  it("reads lines, everything and counts, at the file's position, and seeks", function()
+    local dir = tmpdir()
+    local r = guard.run(function()
+      local path = dir .. "/lines"
+      assert(smarm.fs.writefile(path, "one\ntwo\r\n\nthree"))
+      local f = assert(smarm.fs.open(path, "r"))
+      local out = {}
+      out.seq = { f:read("*l"), f:read("*L"), f:read("l"), f:read(2), f:read(0), f:read("*a") }
+      out.at_end = { f:read("*l"), f:read(1), f:read(0), f:read("*a"), f:read() }
+      out.seek = { f:seek("set"), f:read(3), f:seek(), f:seek("end"), f:seek("cur", -2),
+                   f:read("a") }
+      out.bad_seek = { f:seek("set", -5) }
+      f:seek("set", 0)
+      out.lines = {}
+      for line in f:lines() do out.lines[#out.lines + 1] = line end
+      out.open_after = tostring(f) ~= "fs.file (closed)"
+      f:seek("set", 0)
+      out.chunks = {}
+      for chunk in f:lines(5) do out.chunks[#out.chunks + 1] = chunk end
+      out.pread_after = f:read(3, 4) -- at an offset: no read-ahead, no position involved
+      out.misuse = {
+        select(2, pcall(f.read, f, "*x")),
+        select(2, pcall(f.read, f, "*l", 3)),
+        select(2, pcall(f.seek, f, "middle")),
+        select(2, pcall(f.lines, f, "x")),
+      }
+      f:close()
+      out.closed = select(2, pcall(f.lines, f))
+      -- a write at the position goes where the reader had got to, not where it read ahead to
+      local g = assert(smarm.fs.open(path, "r+"))
+      out.rw = { g:read("*l"), g:write("T"), g:seek(), g:read("*a") }
+      g:close()
+      out.whole = smarm.fs.readfile(path)
+      out.fs_lines = {}
+      for line in smarm.fs.lines(path) do out.fs_lines[#out.fs_lines + 1] = line end
+      out.fs_lines_keep = {}
+      for line in smarm.fs.lines(path, "*L") do out.fs_lines_keep[#out.fs_lines_keep + 1] = line end
+      out.missing = select(2, pcall(smarm.fs.lines, dir .. "/nope"))
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.are.same({ "one", "two\r\n", "", "th", "", "ree" }, r.seq)
+    assert.are.same({ nil, nil, nil, "" }, { r.at_end[1], r.at_end[2], r.at_end[3], r.at_end[4] })
+    assert.is_nil(r.at_end[5])
+    assert.are.same({ 0, "one", 3, 15, 13, "ee" }, r.seek)
+    assert.is_nil(r.bad_seek[1])
+    assert.are.equal("EINVAL", r.bad_seek[3])
+    assert.are.same({ "one", "two\r", "", "three" }, r.lines)
+    assert.is_true(r.open_after)
+    assert.are.same({ "one\nt", "wo\r\n\n", "three" }, r.chunks)
+    assert.are.equal("two", r.pread_after)
+    assert.matches("\"%*l\", \"%*L\", \"%*a\" or a byte count expected", r.misuse[1])
+    assert.matches("an offset goes with a byte count", r.misuse[2])
+    assert.matches("invalid option 'middle'", r.misuse[3])
+    assert.matches("\"%*l\", \"%*L\", \"%*a\" or a byte count expected", r.misuse[4])
+    assert.matches("smarm.fs.lines: the file is closed", r.closed)
+    assert.are.same({ "one", 1, 5, "wo\r\n\nthree" }, r.rw)
+    assert.are.equal("one\nTwo\r\n\nthree", r.whole)
+    assert.are.same({ "one", "Two\r", "", "three" }, r.fs_lines)
+    assert.are.same({ "one\n", "Two\r\n", "\n", "three" }, r.fs_lines_keep)
+    assert.matches("smarm.fs.lines: .*/nope: no such file or directory", r.missing)
+  end)
+
+  it("reads a FIFO line by line as its writer writes, and hands read-ahead back", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local me = smarm.self()
+      local writer = smarm.spawn_on(2, function()
+        local w = assert(smarm.fs.open(fifo, "w"))
+        for i = 1, 3 do
+          w:write("line " .. i .. "\n")
+          assert(smarm.receive(120) == "next") -- one line at a time: the reader waits for each
+        end
+        w:close()
+      end)
+      local f = assert(smarm.fs.open(fifo, "r"))
+      local got = {}
+      for line in f:lines() do
+        got[#got + 1] = line
+        smarm.send(writer, "next")
+      end
+      f:close()
+      -- a file handed over after reading ahead: the receiver reads on from the sender's line
+      local path = dir .. "/handed"
+      assert(smarm.fs.writefile(path, "first\nsecond\nthird\n"))
+      local h = assert(smarm.fs.open(path, "r"))
+      local first = h:read()
+      local reader = smarm.spawn_on(2, function(owner)
+        local m = smarm.receive()
+        smarm.send(owner, { m.file:read(), m.file:read() })
+        m.file:close()
+      end, me)
+      smarm.send(reader, { file = h })
+      local rest = guard.receive("the new owner's lines", function(m) return type(m) == "table" end)
+      return { got = got, first = first, rest = rest }
+    end, { schedulers = 2 })
+    posix.remove_tree(dir)
+    assert.are.same({ "line 1", "line 2", "line 3" }, r.got)
+    assert.are.equal("first", r.first)
+    assert.are.same({ "second", "third" }, r.rest)
+  end)
+
+  it("refuses a second reader at the position while one waits, and allows it after", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local me = smarm.self()
+      local f = assert(smarm.fs.open(fifo, "r+")) -- r+: opening does not wait for a writer
+      local waiting = smarm.spawn(function() smarm.send(me, { f:read() }) end)
+      guard.wait(function()
+        local i = smarm.info(waiting)
+        return i and i.waiting == "io:file.read"
+      end, "the first reader parked")
+      local out = {}
+      out.second = select(2, pcall(f.read, f))
+      out.send = select(2, pcall(smarm.send, me, { file = f }))
+      out.seek = select(2, pcall(f.seek, f))
+      local w = assert(smarm.fs.open(fifo, "w"))
+      w:write("for the first\nthen the second\n")
+      out.first = guard.receive("the first reader's line")[1]
+      out.after = f:read()
+      w:close()
+      f:close()
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.matches("smarm.file.read: another actor is reading this file", r.second, 1, true)
+    assert.matches("smarm.send: the file is in use by another actor", r.send, 1, true)
+    assert.matches("smarm.fs.seek: another actor is reading this file", r.seek, 1, true)
+    assert.are.equal("for the first", r.first)
+    assert.are.equal("then the second", r.after)
   end)
 end)
 

@@ -52,25 +52,11 @@ end
 -- opened) is read with plain reads of the shared descriptor, which keep its position.
 function cli.prompt(smarm, opts, interactive)
   return smarm.run(function()
-    local st, input, pending = smarm.fs.stat("/dev/stdin"), nil, ""
+    local st, input = smarm.fs.stat("/dev/stdin"), nil
     if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
     local function read_line()
       if not input then return io.stdin:read("*l") end
-      while true do
-        local at = pending:find("\n", 1, true)
-        if at then
-          local line = pending:sub(1, at - 1)
-          pending = pending:sub(at + 1)
-          return line
-        end
-        local chunk = input:read(4096)
-        if not chunk or chunk == "" then
-          local line = pending ~= "" and pending or nil
-          pending = ""
-          return line
-        end
-        pending = pending .. chunk
-      end
+      return input:read("*l")
     end
     if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
     local text = nil -- the lines of an entry that is not finished yet

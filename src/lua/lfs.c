@@ -20,6 +20,7 @@
 
 #include <lauxlib.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,12 @@ typedef struct lfile {
   int handed;  /* sent in a message: another actor has it */
   uint32_t run; /* the run that made it (sm_lhandle_run_generation): its end closed the file */
   char *path;
+  /* Read ahead at the file's position (reads by pattern or count, lines): rbuf[rstart, rlen)
+  ** (malloc'd), so the descriptor's position is rlen - rstart bytes past the file's as the
+  ** user sees it; a write, a seek or a hand-over first moves it back (unbuffer). */
+  char *rbuf;
+  size_t rstart, rlen, rcap;
+  smarm_pid_t reader; /* the actor parked in a read at the file's position, or 0 */
 } lfile_t;
 
 /* Registry key of the VM's open files (weak keys: file userdata -> true), for sm_lfs_end_run. */
@@ -183,10 +190,9 @@ static const lhandle_kind_t file_kind;
 
 static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
 {
+  memset(f, 0, sizeof *f);
   f->fd = -1; /* owns nothing until the steps that may raise are done */
-  f->handed = 0;
   f->run = sm_lhandle_run_generation();
-  f->path = NULL;
   lvm_push_registry_table(L, &open_files_key, "k");
   lua_pushvalue(L, -2);
   lua_pushboolean(L, 1);
@@ -252,20 +258,174 @@ static int l_open(lua_State *L)
   return n;
 }
 
-/* file:read(n [, offset]) -> bytes ("" at the end of the file) */
+/* ---- Reading ---------------------------------------------------------------------------- */
+
+static void post_file_close(lfile_t *f);
+
+#define READ_CHUNK (64 * 1024) /* what one trip to the pool reads ahead */
+
+/* A read at the file's position by another live actor is parked now: a second one would add
+** its bytes to the read-ahead out of order. (An actor killed while parked leaves `reader`
+** set; it is dead, so it does not count.) */
+static int other_reader(const lfile_t *f)
+{
+  return f->reader && f->reader != smarm_self() && smarm_alive(f->reader) == 1;
+}
+
+static void check_no_reader(lua_State *L, lfile_t *f, const char *fname)
+{
+  if (other_reader(f))
+    luaL_error(L, "smarm.%s: another actor is reading this file", fname);
+}
+
+/* Moves the descriptor's position back over what was read ahead and drops it, so the position
+** is the file's again (before a write, a seek or a hand-over). A descriptor that cannot seek (a
+** FIFO, a terminal) keeps its read-ahead: reading and writing it are separate streams. */
+static void unbuffer(lfile_t *f)
+{
+  size_t ahead = f->rlen - f->rstart;
+  if (ahead && lseek(f->fd, -(off_t)ahead, SEEK_CUR) < 0)
+    return;
+  f->rstart = f->rlen = 0;
+}
+
+/* One read at the descriptor's position (up to `most` bytes) onto the read-ahead. Returns the
+** bytes read (0: the end of the file), or -k after pushing the k values of a failure. */
+static long fill(lua_State *L, lfile_t *f, size_t most, const char *fname)
+{
+  int top = lua_gettop(L);
+  fs_req_t *r = new_bare_request(L, FS_READ);
+  int box = lua_gettop(L);
+  r->len = most;
+  r->data = malloc(most);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
+  sm_lpark_check(L, fname);
+  int err = sm_fs_req_own_fd(r, f->fd);
+  if (!err) {
+    f->reader = smarm_self();
+    err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+    f->reader = 0;
+  }
+  long n = err ? 0 : (long)r->len;
+  if (n > 0) {
+    if (f->rstart == f->rlen)
+      f->rstart = f->rlen = 0;
+    if (f->rcap - f->rlen < (size_t)n) { /* slide down, then grow */
+      memmove(f->rbuf, f->rbuf + f->rstart, f->rlen - f->rstart);
+      f->rlen -= f->rstart;
+      f->rstart = 0;
+      if (f->rcap - f->rlen < (size_t)n) {
+        size_t cap = f->rcap ? f->rcap : READ_CHUNK;
+        while (cap - f->rlen < (size_t)n)
+          cap *= 2;
+        char *more = realloc(f->rbuf, cap);
+        if (!more)
+          return luaL_error(L, "not enough memory");
+        f->rbuf = more;
+        f->rcap = cap;
+      }
+    }
+    memcpy(f->rbuf + f->rlen, r->data, (size_t)n);
+    f->rlen += (size_t)n;
+  }
+  sm_lio_unbox(L, box);
+  lua_settop(L, top);
+  return err ? -sm_lio_push_failure(L, err, f->path) : n;
+}
+
+/* Pushes n read-ahead bytes as a string and drops them and `skip` more. */
+static void take(lua_State *L, lfile_t *f, size_t n, size_t skip)
+{
+  lua_pushlstring(L, f->rbuf ? f->rbuf + f->rstart : "", n);
+  f->rstart += n + skip;
+}
+
+enum pattern { LINE, LINE_KEEP, ALL, COUNT };
+
+/* The pattern argument at idx: "*l", "*L", "*a" (the '*' optional) or a count (*count). */
+static enum pattern pattern_of(lua_State *L, int idx, size_t *count)
+{
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    lua_Number n = lua_tonumber(L, idx);
+    luaL_argcheck(L, n >= 0 && n < 4294967296.0 && n == (lua_Number)(size_t)n, idx,
+                  "byte count expected");
+    *count = (size_t)n;
+    return COUNT;
+  }
+  if (lua_isnoneornil(L, idx))
+    return LINE;
+  const char *p = luaL_checkstring(L, idx);
+  p += *p == '*';
+  if (strcmp(p, "l") == 0)
+    return LINE;
+  if (strcmp(p, "L") == 0)
+    return LINE_KEEP;
+  if (strcmp(p, "a") == 0)
+    return ALL;
+  return luaL_argerror(L, idx, "\"*l\", \"*L\", \"*a\" or a byte count expected");
+}
+
+/* Reads by pattern at the file's position, as Lua's io does: a line (without its "\n", or with
+** it for "*L"; the last one may have none), nil at the end; everything left ("" at the end); n
+** bytes, fewer only at the end, nil at the end (0 bytes: "", or nil at the end). Returns the
+** values pushed. */
+static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count,
+                        const char *fname)
+{
+  check_no_reader(L, f, fname);
+  size_t scanned = 0; /* LINE: bytes already known to hold no newline */
+  for (;;) {
+    size_t avail = f->rlen - f->rstart;
+    const char *p = f->rbuf ? f->rbuf + f->rstart : NULL;
+    if ((how == LINE || how == LINE_KEEP) && avail > scanned) {
+      const char *nl = memchr(p + scanned, '\n', avail - scanned);
+      if (nl) {
+        size_t k = (size_t)(nl - p);
+        take(L, f, how == LINE_KEEP ? k + 1 : k, how == LINE_KEEP ? 0 : 1);
+        return 1;
+      }
+      scanned = avail;
+    } else if (how == COUNT && avail >= count && (count > 0 || avail > 0)) {
+      take(L, f, count, 0);
+      return 1;
+    }
+    size_t most = how == COUNT && count - avail > READ_CHUNK ? count - avail : READ_CHUNK;
+    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
+      check_file(L, fname);
+    long n = fill(L, f, most, fname);
+    if (n < 0)
+      return (int)-n;
+    if (n == 0) { /* the end */
+      if (how == ALL || avail > 0) {
+        take(L, f, avail, 0);
+        return 1;
+      }
+      lua_pushnil(L);
+      return 1;
+    }
+  }
+}
+
+/* file:read([pattern]) / file:read(n, offset): by pattern at the file's position, or up to n
+** bytes at offset (one read there: nil when offset is at or past the end; the position and the
+** read-ahead stay as they are). */
 static int f_read(lua_State *L)
 {
   lfile_t *f = check_file(L, "read");
-  lua_Number n = luaL_checknumber(L, 2);
-  luaL_argcheck(L, n >= 0 && n < 4294967296.0 && n == (lua_Number)(size_t)n, 2,
-                "byte count expected");
-  lua_Number off = luaL_optnumber(L, 3, -1);
-  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  size_t count = 0;
+  enum pattern how = pattern_of(L, 2, &count);
+  if (lua_isnoneornil(L, 3))
+    return read_pattern(L, f, how, count, "file.read");
+  luaL_argcheck(L, how == COUNT, 3, "an offset goes with a byte count");
+  lua_Number off = luaL_checknumber(L, 3);
+  luaL_argcheck(L, off >= 0, 3, "offset of at least 0 expected");
   lua_settop(L, 3);
   fs_req_t *r = new_bare_request(L, FS_READ);
   int box = lua_gettop(L);
   r->offset = off;
-  r->len = (size_t)n;
+  r->len = count;
   r->data = malloc(r->len ? r->len : 1);
   if (!r->data)
     return luaL_error(L, "not enough memory");
@@ -274,11 +434,82 @@ static int f_read(lua_State *L)
   int err = sm_fs_req_own_fd(r, f->fd);
   int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.read", f->path);
   if (!k) {
-    lua_pushlstring(L, r->data, r->len);
+    if (r->len == 0 && count > 0)
+      lua_pushnil(L);
+    else
+      lua_pushlstring(L, r->data, r->len);
     k = 1;
   }
   sm_lio_unbox(L, box);
   return k;
+}
+
+/* The iterator of file:lines(): upvalues the file and the pattern. */
+static int lines_next(lua_State *L)
+{
+  lfile_t *f = luaL_checkudata(L, lua_upvalueindex(1), FILE_MT);
+  lua_settop(L, 0);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  check_file(L, "lines");
+  size_t count = 0;
+  enum pattern how = pattern_of(L, lua_upvalueindex(2), &count);
+  int n = read_pattern(L, f, how, count, "file.lines");
+  if (n > 1) /* a failure: raised, as Lua's lines does */
+    return luaL_error(L, "smarm.fs.lines: %s", lua_tostring(L, -n + 1));
+  if (lua_isnil(L, -1) && lua_toboolean(L, lua_upvalueindex(3)))
+    post_file_close(f); /* smarm.fs.lines: the end closes the file */
+  return 1;
+}
+
+/* file:lines([pattern]) -> iterator (the file stays open at the end) */
+static int f_lines(lua_State *L)
+{
+  check_file(L, "lines");
+  size_t count;
+  pattern_of(L, 2, &count);
+  lua_settop(L, 2);
+  lua_pushboolean(L, 0);
+  lua_pushcclosure(L, lines_next, 3);
+  return 1;
+}
+
+/* smarm.fs.lines(path [, pattern]) -> iterator: the file opened for reading, closed by the
+** iterator at its end (or by its __gc); a file that cannot be opened raises, as io.lines does. */
+static int l_lines(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  size_t count;
+  pattern_of(L, 2, &count);
+  lua_settop(L, 2);
+  lua_pushcfunction(L, l_open);
+  lua_pushvalue(L, 1);
+  lua_pushliteral(L, "r");
+  lua_call(L, 2, 2);
+  if (lua_isnil(L, -2))
+    return luaL_error(L, "smarm.fs.lines: %s", lua_tostring(L, -1));
+  lua_pop(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushboolean(L, 1);
+  lua_pushcclosure(L, lines_next, 3);
+  return 1;
+}
+
+/* file:seek([whence [, offset]]) -> position: whence "set", "cur" (default) or "end". */
+static int f_seek(lua_State *L)
+{
+  lfile_t *f = check_file(L, "seek");
+  static const char *const names[] = {"set", "cur", "end", NULL};
+  static const int whences[] = {SEEK_SET, SEEK_CUR, SEEK_END};
+  int which = luaL_checkoption(L, 2, "cur", names);
+  lua_Number off = luaL_optnumber(L, 3, 0);
+  luaL_argcheck(L, off == (lua_Number)(off_t)off, 3, "whole number of bytes expected");
+  check_no_reader(L, f, "fs.seek");
+  unbuffer(f);
+  off_t at = lseek(f->fd, (off_t)off, whences[which]);
+  if (at < 0)
+    return sm_lio_push_failure(L, -errno, f->path);
+  lua_pushnumber(L, (lua_Number)at);
+  return 1;
 }
 
 /* file:write(data [, offset]) -> bytes written */
@@ -286,6 +517,8 @@ static int f_write(lua_State *L)
 {
   lfile_t *f = check_file(L, "write");
   luaL_checkstring(L, 2);
+  if (!f->reader) /* a read parked on it goes on adding at the descriptor's position */
+    unbuffer(f);
   lua_Number off = luaL_optnumber(L, 3, -1);
   luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
   lua_settop(L, 3);
@@ -327,6 +560,8 @@ static int f_gc(lua_State *L)
     post_file_close(f);
   free(f->path);
   f->path = NULL;
+  free(f->rbuf);
+  f->rbuf = NULL;
   return 0;
 }
 
@@ -349,6 +584,9 @@ static int file_test(lua_State *L, int idx, void **file, lhandle_t *h)
     luaL_error(L, "smarm.send: the file belongs to an earlier run");
   if (f->handed || f->fd < 0)
     luaL_error(L, "smarm.send: the file is %s", f->handed ? "handed to another actor" : "closed");
+  if (other_reader(f))
+    luaL_error(L, "smarm.send: the file is in use by another actor");
+  unbuffer(f); /* the receiver reads on from the position the sender had reached */
   memset(h, 0, sizeof *h);
   h->fd = f->fd;
   *file = f;
@@ -406,14 +644,15 @@ void sm_lfs_end_run(lua_State *L)
 }
 
 static const luaL_Reg file_methods[] = {
-  {"read", f_read}, {"write", f_write}, {"close", f_close}, {NULL, NULL},
+  {"read", f_read}, {"write", f_write}, {"lines", f_lines},
+  {"seek", f_seek}, {"close", f_close}, {NULL, NULL},
 };
 
 static const luaL_Reg fs_functions[] = {
   {"readfile", l_readfile}, {"writefile", l_writefile}, {"stat", l_stat},
   {"unlink", l_unlink},     {"rmdir", l_rmdir},         {"rename", l_rename},
   {"mkdir", l_mkdir},       {"scandir", l_scandir},     {"open", l_open},
-  {NULL, NULL},
+  {"lines", l_lines},       {NULL, NULL},
 };
 
 void sm_lfs_register(lua_State *L, int module)
