@@ -37,13 +37,7 @@ local function fds_down_to(n)
   return now
 end
 
--- Is there a file at path (a socket cannot be opened as a file: the directory is asked)?
-local function exists(path)
-  for _, name in ipairs(posix.list(dir)) do
-    if dir .. "/" .. name == path then return true end
-  end
-  return false
-end
+local exists = posix.exists
 
 teardown(function() posix.remove_tree(dir) end)
 

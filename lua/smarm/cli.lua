@@ -15,67 +15,39 @@ function cli.run(smarm, chunk, opts)
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
 end
 
-local function show(ok, ...)
-  if not ok then
-    io.stderr:write(tostring((...)), "\n")
-  elseif select("#", ...) > 0 then
-    print(...)
-  end
-end
-
--- The message handler of a prompt line: the error and the line's traceback, without the
--- prompt's own frames (everything from the xpcall that ran the line on).
-local function line_traceback(err)
-  local text = debug.traceback(type(err) == "string" and err or tostring(err), 2)
-  local cut = text:find("\n%s*%[C%]: in function 'xpcall'")
-  return cut and text:sub(1, cut - 1) or text
-end
-
--- Compiles the text of one prompt entry: "=expr" and expressions print their values (as lua
--- does); a chunk that is not finished yet (its error is at <eof>) asks for more lines.
-local function compile(text)
-  if text:sub(1, 1) == "=" then text = "return " .. text:sub(2) end
-  local f = loadstring("return " .. text, "=stdin")
-  if f then return f end
-  local err
-  f, err = loadstring(text, "=stdin")
-  if f then return f end
-  if err:match("<eof>'?$") then return nil, nil, true end -- the chunk stopped short, as lua.c asks
-  return nil, err
-end
+local repl = require("smarm.repl")
 
 -- The prompt: every entry runs in the main actor, so it may spawn, send, receive and sleep. An
 -- entry is a line, or the lines of a chunk that continues (`for i = 1, 3 do` ... `end`); `=expr`
--- and expressions print their values; `smarm` is a global. Input
--- that can keep it waiting (a terminal, a pipe) is read through the IO thread (smarm.fs), so the
--- other actors of scheduler 1 run on meanwhile; a regular file (or a /dev/stdin that cannot be
--- opened) is read with plain reads of the shared descriptor, which keep its position.
+-- and expressions print their values; `smarm` is a global (lua/smarm/repl.lua).
 function cli.prompt(smarm, opts, interactive)
   return smarm.run(function()
-    local st, input = smarm.fs.stat("/dev/stdin"), nil
-    if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
-    local function read_line()
-      if not input then return io.stdin:read("*l") end
-      return input:read("*l")
-    end
+    local read_line = repl.stdin_reader(smarm)
     if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
-    local text = nil -- the lines of an entry that is not finished yet
-    while true do
-      if interactive then io.stdout:write(text and ">> " or "> "); io.stdout:flush() end
-      local line = read_line()
-      if not line then
-        if interactive then io.stdout:write("\n") end
-        if text then io.stderr:write("stdin: unfinished input dropped at the end\n") end
-        return
-      end
-      text = text and (text .. "\n" .. line) or line
-      local f, err, more = compile(text)
-      if not more then
-        text = nil
-        if not f then io.stderr:write(err, "\n") else show(xpcall(f, line_traceback)) end
-      end
+    local function read(prompt)
+      if interactive then io.stdout:write(prompt); io.stdout:flush() end
+      return read_line()
     end
+    local function run(f)
+      local text, failed = repl.format(xpcall(f, repl.traceback))
+      local out = failed and io.stderr or io.stdout
+      out:write(text)
+      out:flush()
+    end
+    local function fail(err) io.stderr:write(err, "\n") end
+    local dropped = repl.loop(read, run, fail, "=stdin")
+    if interactive then io.stdout:write("\n") end
+    if dropped then io.stderr:write("stdin: unfinished input dropped at the end\n") end
   end, opts)
+end
+
+-- `smarm attach PATH` / `smarm -a PATH`: a prompt of the console listening at PATH
+-- (lua/smarm/console.lua), in a runtime of one scheduler. Exit status 1 when it cannot connect.
+function cli.attach(smarm, path, interactive)
+  return smarm.run(function()
+    local ok, err = require("smarm.console").attach(path, { interactive = interactive })
+    if not ok then error("smarm attach: " .. tostring(err), 0) end
+  end, { schedulers = 1 })
 end
 
 -- `smarm test [busted options]`: busted on this executable's LuaJIT, in plain mode (each spec

@@ -185,4 +185,14 @@ function core.info(pid, keys)
   return picked
 end
 
+-- smarm.console (lua/smarm/console.lua), loaded on first use: it requires smarm itself.
+setmetatable(core, {
+  __index = function(t, key)
+    if key ~= "console" then return nil end
+    local console = guarded_require("smarm.console")
+    rawset(t, key, console)
+    return console
+  end,
+})
+
 return core

@@ -116,6 +116,16 @@ function posix.list(path)
   return (entries(path))
 end
 
+-- Whether there is a file named path, of any type (a socket cannot be opened as a file: its
+-- folder is listed instead).
+function posix.exists(path)
+  local folder, name = path:match("^(.*)/([^/]+)$")
+  for _, n in ipairs(posix.list(folder ~= "" and folder or "/") or {}) do
+    if n == name then return true end
+  end
+  return false
+end
+
 -- This process's open descriptors as text, one "fd -> what it is" a line (for a failure
 -- message, as ls -l /proc/<pid>/fd would give it).
 function posix.fd_list()

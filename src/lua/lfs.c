@@ -309,15 +309,20 @@ static long fill(lua_State *L, lfile_t *f, size_t most, const char *fname)
     f->reader = 0;
   }
   long n = err ? 0 : (long)r->len;
-  if (n > 0) {
-    if (f->rstart == f->rlen)
-      f->rstart = f->rlen = 0;
+  if (n > 0 && f->rstart == f->rlen) { /* nothing held: the request's block becomes the buffer */
+    free(f->rbuf);
+    f->rbuf = r->data;
+    f->rcap = most;
+    f->rstart = 0;
+    f->rlen = (size_t)n;
+    r->data = NULL;
+  } else if (n > 0) {
     if (f->rcap - f->rlen < (size_t)n) { /* slide down, then grow */
       memmove(f->rbuf, f->rbuf + f->rstart, f->rlen - f->rstart);
       f->rlen -= f->rstart;
       f->rstart = 0;
       if (f->rcap - f->rlen < (size_t)n) {
-        size_t cap = f->rcap ? f->rcap : READ_CHUNK;
+        size_t cap = f->rcap;
         while (cap - f->rlen < (size_t)n)
           cap *= 2;
         char *more = realloc(f->rbuf, cap);

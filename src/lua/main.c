@@ -8,6 +8,8 @@
 **   smarm -n script.lua [args...]       plain mode: no runtime is started, the script calls
 **                                       smarm.run itself (benchmarks use this to run several
 **                                       configurations, each with its own scheduler count)
+**   smarm -a PATH, smarm attach PATH    a prompt of the console listening at PATH
+**                                       (smarm.console.listen, lua/smarm/console.lua)
 **   smarm -v                            versions
 **   smarm test [busted options...]      busted on this executable (plain mode), with Debian's or
 **                                       /usr/local's busted modules found (lua/smarm/cli.lua)
@@ -78,12 +80,14 @@ static void usage(FILE *out)
 {
   fprintf(out, "usage: smarm [-s N] [-S SIZE] [script.lua [args...] | -e code [args...]]\n"
                "       smarm -n script.lua [args...]\n"
+               "       smarm -a PATH | smarm attach PATH\n"
                "       smarm -v\n"
                "       smarm test [busted options...]\n"
                "  -s N     schedulers (default: online CPUs)\n"
                "  -S SIZE  C stack per actor: bytes, or with K, M or G (default 256K)\n"
                "  -e c     run the code c as the main actor\n"
                "  -n       plain: start no runtime; the script calls smarm.run itself\n"
+               "  -a PATH  attach to the console listening at PATH (smarm.console.listen)\n"
                "  -v       print the versions of smarm, LuaJIT and libuv\n"
                "With no script and no -e: a prompt whose lines run in the main actor.\n"
                "smarm test (first argument) runs busted (its specs call smarm.run themselves);\n"
@@ -140,6 +144,7 @@ int main(int argc, char **argv)
   unsigned schedulers = 0;
   size_t stack_size = 0;
   const char *code = NULL;
+  const char *attach = NULL;
   int plain = 0;
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
@@ -171,6 +176,8 @@ int main(int argc, char **argv)
       code = argv[++i];
       i++;
       break;
+    } else if (strcmp(argv[i], "-a") == 0 && i + 1 < argc) {
+      attach = argv[++i];
     } else if (strcmp(argv[i], "-n") == 0) {
       plain = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -188,6 +195,13 @@ int main(int argc, char **argv)
   /* the subcommand only as the first argument: `smarm -- test` and `smarm -s 4 test` run a
   ** script named test */
   int test = i == 1 && argc > 1 && strcmp(argv[1], "test") == 0;
+  if (i == 1 && argc > 1 && strcmp(argv[1], "attach") == 0) {
+    if (argc != 3) {
+      usage(stderr);
+      return 2;
+    }
+    attach = argv[2];
+  }
 
   lua_State *L = luaL_newstate();
   if (!L) {
@@ -212,7 +226,16 @@ int main(int argc, char **argv)
     return report(L, status);
   int smarm = lua_gettop(L);
 
-  if (test) {
+  if (attach) {
+    set_arg(L, argv, argc, 0);
+    status = push_cli_function(L, "attach");
+    if (status != 0)
+      return report(L, status);
+    lua_pushvalue(L, smarm);
+    lua_pushstring(L, attach);
+    lua_pushboolean(L, isatty(0) && isatty(1));
+    status = lua_pcall(L, 3, 0, 0);
+  } else if (test) {
     set_arg(L, argv, argc, i); /* arg[0] = "test", then busted's options */
     status = push_cli_function(L, "test");
     if (status == 0)

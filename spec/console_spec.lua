@@ -1,0 +1,203 @@
+-- smarm.console: a prompt into the live system over a Unix socket (lua/smarm/console.lua), and
+-- `smarm attach PATH` / `smarm -a PATH`, the executable's client (lua/smarm/cli.lua).
+local smarm = require("smarm")
+
+local posix = dofile("spec/support/posix.lua")
+local guard = dofile("spec/support/guard.lua")
+
+local exe = os.getenv("SMARM_EXE")
+local dir = posix.tmpdir()
+local serial = 0
+
+local function new_path()
+  serial = serial + 1
+  return dir .. "/console" .. serial
+end
+
+local exists = posix.exists
+
+-- Attaches to path from an actor of this runtime, answering the prompts with `lines` in turn;
+-- returns everything the console showed (prompts included) and attach's results.
+local function attach(path, lines)
+  local out, i = {}, 0
+  local ok, err = smarm.console.attach(path, {
+    interactive = true,
+    read = function()
+      i = i + 1
+      return lines[i]
+    end,
+    write = function(text) out[#out + 1] = text end,
+  })
+  return table.concat(out), ok, err
+end
+
+teardown(function() posix.remove_tree(dir) end)
+
+describe("smarm.console", function()
+  it("runs entries in the live system: values, prints, multi-line chunks, errors", function()
+    local path = new_path()
+    local r = guard.run(function()
+      _G.service_counter = 7 -- the system's own global, seen from the console
+      local console = assert(smarm.console.listen(path))
+      local out = {}
+      out.mode = smarm.fs.stat(path).mode
+      out.text = attach(path, {
+        "=1 + 1",
+        "x = 41",
+        "=x + 1, nil, 'three'",
+        "print('hi', x)",
+        "for i = 1, 3 do",
+        "  io.write(i, ' ')",
+        "end",
+        "=service_counter",
+        "error('boom')",
+        "=smarm.scheduler()",
+        "x = (",
+        "nonsense here",
+      })
+      out.global_kept = rawget(_G, "x") -- the console's globals are its own
+      console.close()
+      console.close() -- a second close does nothing
+      out.removed = not exists(path)
+      _G.service_counter = nil
+      return out
+    end)
+    assert.are.equal(tonumber("600", 8), r.mode)
+    assert.is_nil(r.global_kept)
+    assert.is_true(r.removed)
+    local t = r.text
+    assert.matches("^> 2\n> > 42\tnil\tthree\n> hi\t41\n> >> >> 1 2 3 > 7\n> ", t)
+    assert.matches("> console:1: boom\nstack traceback:\n", t, 1, true)
+    assert.is_nil(t:find("xpcall", 1, true)) -- no frames of the prompt's own
+    assert.is_nil(t:find("repl.lua", 1, true))
+    assert.matches("\n> 1\n> >> console:2: ", t, 1, true) -- the syntax error of the 2-line entry
+  end)
+
+  it("starts a new evaluator when an entry ends it, keeping the session's globals", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local text = attach(path, {
+        "kept = 'still here'",
+        "first = smarm.self()",
+        "smarm.exit('enough')",
+        "=kept",
+        "=smarm.self() ~= first",
+        "smarm.exit(smarm.self(), 'kill')",
+        "=kept",
+      })
+      console.close()
+      return text
+    end)
+    assert.matches("** the evaluator ended (enough); a new one takes over\n> still here\n> true\n",
+      r, 1, true)
+    assert.matches("** the evaluator ended (killed); a new one takes over\n> still here\n", r, 1,
+      true)
+  end)
+
+  it("serves several consoles at once, each with its own globals", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local me = smarm.self()
+      for k = 1, 3 do
+        smarm.spawn(function()
+          -- each waits in its console (a receive there) until all three have set their value
+          local text = attach(path, {
+            "mine = " .. k,
+            "smarm.register('console" .. k .. "', smarm.self())",
+            "=smarm.receive(120)",
+            "=mine",
+          })
+          smarm.send(me, { k = k, text = text })
+        end)
+      end
+      for k = 1, 3 do
+        guard.wait(function() return smarm.whereis("console" .. k) end, "console " .. k)
+      end
+      for k = 1, 3 do smarm.send(smarm.whereis("console" .. k), "go " .. k) end
+      local got = {}
+      for _ = 1, 3 do
+        local m = guard.receive("a console's transcript")
+        got[m.k] = m.text
+      end
+      console.close()
+      return got
+    end)
+    for k = 1, 3 do
+      assert.are.equal("> > > go " .. k .. "\n> " .. k .. "\n> \n", r[k]) -- "\n": input ended
+    end
+  end)
+
+  it("ends the session of a client that dies mid-entry, and the system runs on", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local before = #smarm.processes()
+      local raw = assert(smarm.unix.connect(path))
+      raw:send("for i = 1, 3 do\n") -- an unfinished entry
+      local prompt = raw:receive() -- the first prompt frame
+      raw:close()
+      -- its session and evaluator end: back to the actors there were before it came
+      guard.wait(function() return #smarm.processes() == before end, "the session ended")
+      local text = attach(path, { "=1 + 2" })
+      console.close()
+      return { prompt = prompt, text = text }
+    end)
+    assert.are.equal("\0> ", r.prompt)
+    assert.are.equal("> 3\n> \n", r.text)
+  end)
+
+  it("reports bad paths, refuses a taken one, and raises on misuse", function()
+    local taken = new_path()
+    local r = guard.run(function()
+      local out = {}
+      out.nodir = { smarm.console.listen(dir .. "/no/such/dir/console") }
+      assert(smarm.fs.writefile(taken, "a file"))
+      out.taken = { smarm.console.listen(taken) }
+      local open = assert(smarm.console.listen(new_path(), { mode = tonumber("660", 8) }))
+      out.mode = smarm.fs.stat(open.path).mode
+      open.close()
+      out.notstring = select(2, pcall(smarm.console.listen, 42))
+      out.badopts = select(2, pcall(smarm.console.listen, new_path(), "x"))
+      out.badmode = select(2, pcall(smarm.console.listen, new_path(), { mode = "rw" }))
+      out.attach_missing = { smarm.console.attach(dir .. "/nobody") }
+      return out
+    end)
+    assert.is_nil(r.nodir[1])
+    assert.are.equal("ENOENT", r.nodir[3])
+    assert.are.equal("EADDRINUSE", r.taken[3])
+    assert.are.equal(tonumber("660", 8), r.mode)
+    assert.matches("bad argument #1 to 'listen' (string expected, got number)", r.notstring, 1, true)
+    assert.matches("bad argument #2 to 'listen' (table expected, got string)", r.badopts, 1, true)
+    assert.matches("opts.mode must be a number", r.badmode, 1, true)
+    assert.is_nil(r.attach_missing[1])
+    assert.matches("nobody: no such file or directory", r.attach_missing[2], 1, true)
+  end)
+end)
+
+describe("smarm attach", function()
+  it("runs a shell's lines in a live system, and fails clearly without one", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      _G.from_service = "service value"
+      local out = {}
+      out.attach = smarm.process.run({ exe, "attach", path },
+        { stdin = "=from_service\nfor i = 1, 2 do\nprint(i)\nend\nerror('bad')\n" })
+      out.dash_a = smarm.process.run({ exe, "-a", path }, { stdin = "=2 * 21\n" })
+      console.close()
+      out.gone = smarm.process.run({ exe, "attach", path })
+      out.usage = smarm.process.run({ exe, "attach" })
+      _G.from_service = nil
+      return out
+    end)
+    assert.are.equal(0, r.attach.status)
+    assert.matches("^service value\n1\n2\nconsole:1: bad\nstack traceback:", r.attach.stdout)
+    assert.are.equal(0, r.dash_a.status)
+    assert.are.equal("42\n", r.dash_a.stdout)
+    assert.are.equal(1, r.gone.status)
+    assert.matches("smarm attach: .*: no such file or directory", r.gone.stderr)
+    assert.are.equal(2, r.usage.status)
+  end)
+end)
