@@ -89,10 +89,10 @@ describe("smarm.console", function()
       console.close()
       return text
     end)
-    assert.matches("** the evaluator ended (enough); a new one takes over\n> still here\n> true\n",
+    assert.matches("** the evaluator ended (enough); a new evaluator takes over\n> still here\n"
+      .. "> true\n", r, 1, true)
+    assert.matches("** the evaluator ended (killed); a new evaluator takes over\n> still here\n",
       r, 1, true)
-    assert.matches("** the evaluator ended (killed); a new one takes over\n> still here\n", r, 1,
-      true)
   end)
 
   it("serves several consoles at once, each with its own globals", function()
@@ -148,6 +148,41 @@ describe("smarm.console", function()
     assert.are.equal("> 3\n> \n", r.text)
   end)
 
+  it("gives an entry the console's input, and interrupts a running entry", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local out = {}
+      out.input = attach(path, {
+        "local line = io.read(); print('got ' .. line)",
+        "typed while it ran",
+        "=1",
+      })
+      -- Ctrl-C, as smarm attach sends it: a line of one ETX byte
+      local raw = assert(smarm.unix.connect(path))
+      assert(raw:receive() == "\0> ")
+      raw:send("rawset(_G, 'console_waiting', smarm.self()); smarm.receive()\n")
+      guard.wait(function()
+        local pid = rawget(_G, "console_waiting")
+        local i = pid and smarm.info(pid)
+        return i and i.waiting == "receive"
+      end, "the entry waiting in receive")
+      raw:send("\3\n")
+      out.interrupted = raw:receive()
+      out.frame = raw:receive()
+      raw:send("=smarm.self() ~= console_waiting, smarm.alive(console_waiting)\n")
+      out.after = raw:receive()
+      raw:close()
+      _G.console_waiting = nil
+      console.close()
+      return out
+    end)
+    assert.are.equal("> got typed while it ran\n> 1\n> \n", r.input)
+    assert.are.equal("** interrupted; a new evaluator takes over", r.interrupted)
+    assert.are.equal("\0> ", r.frame)
+    assert.are.equal("true\tfalse", r.after)
+  end)
+
   it("reports bad paths, refuses a taken one, and raises on misuse", function()
     local taken = new_path()
     local r = guard.run(function()
@@ -199,5 +234,45 @@ describe("smarm attach", function()
     assert.are.equal(1, r.gone.status)
     assert.matches("smarm attach: .*: no such file or directory", r.gone.stderr)
     assert.are.equal(2, r.usage.status)
+  end)
+end)
+
+describe("smarm.top", function()
+  it("shows the busiest actors first, in a console and in the executable's prompt", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local busy = smarm.spawn_on(2, function()
+        smarm.register("busy_one", smarm.self())
+        local x = 0
+        while true do -- busy, and giving way itself: TSan builds cannot preempt a Lua loop
+          for _ = 1, 100000 do x = x + 1 end
+          smarm.yield()
+        end
+      end)
+      guard.wait(function() return smarm.whereis("busy_one") end, "the busy actor")
+      local out = {}
+      out.once = attach(path, { "smarm.top({ count = 1, interval = 0.2, rows = 3, clear = false })" })
+      -- stopped by Enter: the line answering top's request for input
+      local lines = { "smarm.top({ interval = 0.05, clear = false })" }
+      out.stopped = attach(path, setmetatable(lines, { __index = function(_, i)
+        if i == 2 then smarm.sleep(0.3); return "" end
+      end }))
+      smarm.exit(busy, "kill")
+      console.close()
+      out.prompt = smarm.process.run({ exe, "-s", "1" },
+        { stdin = "smarm.top({ count = 1, interval = 0.05, clear = false })\n" })
+      out.misuse = select(2, pcall(smarm.top, { interval = -1 }))
+      return out
+    end, { schedulers = 2 })
+    assert.matches("smarm top: 2 schedulers", r.once, 1, true)
+    -- the busy actor heads the list of actors
+    local first = r.once:match("\npid[^\n]*\n([^\n]*)")
+    assert.matches("busy_one", first, 1, true)
+    assert.matches("smarm top: 2 schedulers", r.stopped, 1, true)
+    assert.matches("> \n$", r.stopped) -- back at the prompt, then the input ended
+    assert.are.equal(0, r.prompt.status)
+    assert.matches("^smarm top: 1 schedulers", r.prompt.stdout)
+    assert.matches("opts.interval must be a positive number", r.misuse, 1, true)
   end)
 end)

@@ -23,6 +23,7 @@ local repl = require("smarm.repl")
 function cli.prompt(smarm, opts, interactive)
   return smarm.run(function()
     local read_line = repl.stdin_reader(smarm)
+    repl.interactive = interactive
     if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
     local function read(prompt)
       if interactive then io.stdout:write(prompt); io.stdout:flush() end
@@ -42,12 +43,20 @@ function cli.prompt(smarm, opts, interactive)
 end
 
 -- `smarm attach PATH` / `smarm -a PATH`: a prompt of the console listening at PATH
--- (lua/smarm/console.lua), in a runtime of one scheduler. Exit status 1 when it cannot connect.
-function cli.attach(smarm, path, interactive)
+-- (lua/smarm/console.lua), in a runtime of one scheduler; on a terminal, Ctrl-C interrupts the
+-- running entry. `smarm top PATH`: that console's smarm.top() alone. Exit status 1 when it
+-- cannot connect.
+function cli.attach(smarm, path, interactive, entries)
   return smarm.run(function()
-    local ok, err = require("smarm.console").attach(path, { interactive = interactive })
-    if not ok then error("smarm attach: " .. tostring(err), 0) end
+    local ok, err = require("smarm.console").attach(path, {
+      interactive = interactive, interrupts = interactive, entries = entries,
+    })
+    if not ok then error("smarm " .. (entries and "top" or "attach") .. ": " .. tostring(err), 0) end
   end, { schedulers = 1 })
+end
+
+function cli.top(smarm, path, interactive)
+  return cli.attach(smarm, path, interactive, { "smarm.top()" })
 end
 
 -- `smarm test [busted options]`: busted on this executable's LuaJIT, in plain mode (each spec

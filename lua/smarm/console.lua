@@ -33,22 +33,42 @@ local function wire(text)
   return (text:gsub("%z", "\\0"))
 end
 
--- The environment of a session's entries: print and io.write write to conn.
-local function session_env(conn)
-  local function write(...)
+local INTERRUPT = "\3" -- a line of the client's that interrupts the running entry (Ctrl-C)
+
+-- The environment of a session's entries: print and io.write write to conn, io.read reads a
+-- line of the console's input (read_input), smarm.top shows its tables on the console and
+-- stops at a line of it.
+local function session_env(conn, read_input)
+  local function text_of(sep, ...)
     local parts = {}
     for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-    conn:send(wire(table.concat(parts)))
+    return table.concat(parts, sep)
   end
-  local env_io = setmetatable({ write = write }, { __index = io })
-  local env = {
-    print = function(...)
-      local parts = {}
-      for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
-      conn:send(wire(table.concat(parts, "\t") .. "\n"))
+  local env_io = setmetatable({
+    write = function(...) conn:send(wire(text_of("", ...))) end,
+    read = function(fmt)
+      if fmt ~= nil and fmt ~= "*l" and fmt ~= "l" then
+        error("bad argument #1 to 'read' (a console reads lines: \"*l\" expected)", 2)
+      end
+      return (read_input())
     end,
+  }, { __index = io })
+  local env_smarm = setmetatable({
+    top = function(opts)
+      local o = {}
+      for k, v in pairs(opts or {}) do o[k] = v end
+      o.write = o.write or function(text) conn:send(wire(text)) end
+      if not o.count then -- else as many screens as asked, with no input waited for
+        o.wait = o.wait or function(seconds) return read_input(seconds) ~= "timeout" end
+      end
+      if o.clear == nil then o.clear = true end
+      return smarm.top(o)
+    end,
+  }, { __index = smarm })
+  local env = {
+    print = function(...) conn:send(wire(text_of("\t", ...) .. "\n")) end,
     io = env_io,
-    smarm = smarm,
+    smarm = env_smarm,
   }
   return setmetatable(env, { __index = _G })
 end
@@ -64,34 +84,93 @@ local function evaluator(session, conn, env)
   end
 end
 
--- A session: the prompt for one connection, which it owns (it came in a message).
+-- A session: the prompt for one connection, which it owns (it came in a message). A reader
+-- actor forwards the client's lines to it, so that it hears the client (an interrupt, input the
+-- entry asked for, the client leaving) while an entry runs.
 local function session()
   local conn = smarm.receive(function(m) return type(m) == "table" and m.conn end).conn
-  local env = session_env(conn)
   local me = smarm.self()
   local eval_pid, eval_ref
+  local input_asked = false -- the running entry asked for a line and has not had it
+  -- In the evaluator: a line of the console's input (nil when the client is gone), or
+  -- "timeout" after `seconds`.
+  local function read_input(seconds)
+    if not input_asked then
+      input_asked = true
+      smarm.send(me, { input_wanted = true })
+    end
+    local m = smarm.receive(function(m) return type(m) == "table" and m.console_input ~= nil end,
+      seconds)
+    if not m then return "timeout" end
+    input_asked = false
+    return m.console_input or nil
+  end
+  local env = session_env(conn, read_input)
   local function start_evaluator()
+    input_asked = false
     eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, conn, env)
   end
   start_evaluator()
-  local function read(prompt)
-    if not conn:send(PROMPT_MARK .. prompt .. "\n") then return nil end
-    return conn:receive() -- nil when the client is gone, even mid-entry
+  smarm.spawn(function()
+    while true do
+      local line = conn:receive()
+      smarm.send(me, { console_line = line or false })
+      if not line then return end
+    end
+  end)
+  local function prompt(p) conn:send(PROMPT_MARK .. p .. "\n") end
+  local function restart(why)
+    smarm.demonitor(eval_ref, "flush")
+    conn:send(wire("** " .. why .. "; a new evaluator takes over\n"))
+    start_evaluator()
   end
-  local function run(_, text)
-    smarm.send(eval_pid, { run = text })
+  local text, running, wanted = nil, false, false
+  prompt("> ")
+  while true do
     local m = smarm.receive(function(m)
-      return type(m) == "table" and (m.done or (m.smarm == "DOWN" and m.ref == eval_ref))
+      return type(m) == "table" and (m.console_line ~= nil or m.done or m.input_wanted
+        or (m.smarm == "DOWN" and m.ref == eval_ref))
     end)
-    if not m.done then
-      local reason = m.reason
-      if type(reason) == "table" then reason = reason.error end
-      conn:send(wire("** the evaluator ended (" .. tostring(reason) .. "); a new one takes over\n"))
-      start_evaluator()
+    local line = m.console_line
+    if line == false then -- the client is gone
+      if running and wanted then smarm.send(eval_pid, { console_input = false }) end
+      break
+    elseif line == INTERRUPT then
+      if running then
+        smarm.exit(eval_pid, "kill")
+        restart("interrupted")
+      end
+      text, running, wanted = nil, false, false
+      prompt("> ")
+    elseif line and running then -- input the entry asked for (the client answers frames only)
+      wanted = false
+      smarm.send(eval_pid, { console_input = line })
+    elseif line then
+      text = text and (text .. "\n" .. line) or line
+      local f, err, more = repl.compile(text, "=console", env)
+      if more then
+        prompt(">> ")
+      elseif not f then
+        text = nil
+        conn:send(wire(err .. "\n"))
+        prompt("> ")
+      else
+        smarm.send(eval_pid, { run = text })
+        text, running = nil, true
+      end
+    elseif m.input_wanted then
+      wanted = true
+      prompt("")
+    elseif m.done then
+      running, wanted = false, false
+      prompt("> ")
+    else -- the evaluator ended inside an entry: smarm.exit, a kill
+      local reason = type(m.reason) == "table" and m.reason.error or m.reason
+      restart("the evaluator ended (" .. tostring(reason) .. ")")
+      running, wanted = false, false
+      prompt("> ")
     end
   end
-  local function fail(err) conn:send(wire(err .. "\n")) end
-  repl.loop(read, run, fail, "=console", env)
   smarm.demonitor(eval_ref, "flush")
   smarm.exit(eval_pid, "kill")
   conn:close()
@@ -153,45 +232,98 @@ function console.listen(path, opts)
 end
 
 -- attach(path [, opts]) -> true when the console closed or the input ended | nil, message. The
--- client's side: prints what the console sends, and answers each prompt with a line of opts.read
--- (default: the process's standard input), showing the prompt when opts.interactive.
+-- client's side (docs/api.md): three helper actors feed it the console's bytes, the lines of
+-- opts.read (default: the process's standard input) as it asks for them, and Ctrl-C
+-- (opts.interrupts: SIGINT is caught while attached) so that it hears all three at once.
 function console.attach(path, opts)
   opts = opts or {}
   local read_line = opts.read or repl.stdin_reader(smarm)
   local write = opts.write or function(text) io.stdout:write(text); io.stdout:flush() end
+  local entries, next_entry = opts.entries, 1
   local conn, err = smarm.unix.connect(path)
   if not conn then return nil, err end
-  local pending = ""
-  while true do
-    local data = conn:receiveany(65536)
-    if not data then
-      write(pending)
-      conn:close()
-      return true -- the console ended the session
-    end
-    pending = pending .. data
+  local me = smarm.self()
+  local helpers = {}
+  helpers[1] = smarm.spawn(function()
     while true do
-      local mark = pending:find(PROMPT_MARK, 1, true)
-      local eol = mark and pending:find("\n", mark, true)
-      if not eol then -- no whole prompt frame yet: show what comes before one
-        local upto = mark and mark - 1 or #pending
-        write(pending:sub(1, upto))
-        pending = pending:sub(upto + 1)
-        break
+      local data = conn:receiveany(65536)
+      smarm.send(me, { console_data = data or false })
+      if not data then return end
+    end
+  end)
+  helpers[2] = smarm.spawn(function()
+    while true do
+      smarm.receive(function(m) return m == "read" end)
+      smarm.send(me, { console_read = read_line() or false })
+    end
+  end)
+  if opts.interrupts then
+    helpers[3] = smarm.spawn(function()
+      while true do
+        smarm.signal.wait("SIGINT")
+        smarm.send(me, { console_interrupt = true })
       end
-      write(pending:sub(1, mark - 1))
-      local prompt = pending:sub(mark + 1, eol - 1)
-      pending = pending:sub(eol + 1)
-      if opts.interactive then write(prompt) end
-      local line = read_line()
-      if not line then
-        if opts.interactive then write("\n") end
-        conn:close()
-        return true
-      end
+    end)
+  end
+  local pending, reading = "", false
+  -- A prompt frame came: answer it with the next of opts.entries (an entry prompt, while they
+  -- last; after the last one, the next entry prompt ends the session) or a line of input.
+  local function answer(prompt)
+    if entries and prompt ~= "" then
+      local line = entries[next_entry]
+      next_entry = next_entry + 1
+      if not line then return false end
       conn:send(line .. "\n")
+      return true
+    end
+    if opts.interactive then write(prompt) end
+    if not reading then
+      reading = true
+      smarm.send(helpers[2], "read")
+    end
+    return true
+  end
+  local going = true
+  while going do
+    local m = smarm.receive(function(m)
+      return type(m) == "table" and (m.console_data ~= nil or m.console_read ~= nil
+        or m.console_interrupt)
+    end)
+    if m.console_data == false then
+      going = false
+    elseif m.console_data then
+      pending = pending .. m.console_data
+      while going do
+        local mark = pending:find(PROMPT_MARK, 1, true)
+        local eol = mark and pending:find("\n", mark, true)
+        if not eol then -- no whole prompt frame yet: show what comes before one
+          local upto = mark and mark - 1 or #pending
+          write(pending:sub(1, upto))
+          pending = pending:sub(upto + 1)
+          break
+        end
+        write(pending:sub(1, mark - 1))
+        local prompt = pending:sub(mark + 1, eol - 1)
+        pending = pending:sub(eol + 1)
+        going = answer(prompt)
+      end
+    elseif m.console_read ~= nil then
+      reading = false
+      if m.console_read == false then
+        if opts.interactive then write("\n") end
+        going = false
+      else
+        conn:send(m.console_read .. "\n")
+      end
+    else
+      write("^C\n")
+      conn:send(INTERRUPT .. "\n")
     end
   end
+  write(pending)
+  for _, pid in pairs(helpers) do smarm.exit(pid, "kill") end
+  conn:close()
+  return true
 end
 
 return console

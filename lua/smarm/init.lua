@@ -128,6 +128,12 @@ function core._answer()
     for _, p in ipairs(local_processes()) do
       if p ~= core.self() then value[#value + 1] = p end -- not this answering actor
     end
+  elseif req.request.what == "actors" then
+    value = {}
+    for _, p in ipairs(local_processes()) do
+      local t = p ~= core.self() and local_info(p, req.request.keys)
+      if t then value[#value + 1] = t end
+    end
   else
     value = local_info(req.request.pid, req.request.keys)
   end
@@ -164,6 +170,27 @@ function core.processes()
   return all
 end
 
+-- _actors(keys) -> { info, ... }: smarm.info(pid, keys) of every live actor (with its pid), one
+-- request per scheduler rather than one per actor (smarm.top's sample). A snapshot, as
+-- processes() is.
+function core._actors(keys)
+  local all, here = {}, core.scheduler()
+  for k = 1, core.schedulers() do
+    local some
+    if k == here then
+      some = {}
+      for _, p in ipairs(local_processes()) do
+        local t = local_info(p, keys)
+        if t then some[#some + 1] = t end
+      end
+    else
+      some = ask(k, "actors", nil, keys)
+    end
+    for _, t in ipairs(some) do all[#all + 1] = t end
+  end
+  return all
+end
+
 function core.info(pid, keys)
   if not core.is_pid(pid) then
     error("bad argument #1 to 'info' (pid expected, got " .. type(pid) .. ")", 2)
@@ -185,13 +212,17 @@ function core.info(pid, keys)
   return picked
 end
 
--- smarm.console (lua/smarm/console.lua), loaded on first use: it requires smarm itself.
+-- smarm.console and smarm.top (lua/smarm/console.lua, top.lua), loaded on first use: they
+-- require smarm itself.
+local lazy = { console = "smarm.console", top = "smarm.top" }
 setmetatable(core, {
   __index = function(t, key)
-    if key ~= "console" then return nil end
-    local console = guarded_require("smarm.console")
-    rawset(t, key, console)
-    return console
+    local name = lazy[key]
+    if not name then return nil end
+    local m = guarded_require(name)
+    if key == "top" then m = m.run end
+    rawset(t, key, m)
+    return m
   end,
 })
 

@@ -3,6 +3,10 @@
 -- knows nothing of terminals or sockets: its callers give it a line reader and a writer.
 local repl = {}
 
+-- Whether the executable's own prompt runs on a terminal (set by lua/smarm/cli.lua): smarm.top
+-- then clears the screen between its tables.
+repl.interactive = false
+
 -- Compiles the text of one entry: "=expr" and expressions return their values (as lua does); a
 -- chunk that is not finished yet (its error is at <eof>) asks for more lines. Returns f, or
 -- nil and the error, or nil, nil, true for "more". env (optional) becomes f's environment.

@@ -10,6 +10,7 @@
 **                                       configurations, each with its own scheduler count)
 **   smarm -a PATH, smarm attach PATH    a prompt of the console listening at PATH
 **                                       (smarm.console.listen, lua/smarm/console.lua)
+**   smarm top PATH                      smarm.top() of that console's system
 **   smarm -v                            versions
 **   smarm test [busted options...]      busted on this executable (plain mode), with Debian's or
 **                                       /usr/local's busted modules found (lua/smarm/cli.lua)
@@ -80,7 +81,7 @@ static void usage(FILE *out)
 {
   fprintf(out, "usage: smarm [-s N] [-S SIZE] [script.lua [args...] | -e code [args...]]\n"
                "       smarm -n script.lua [args...]\n"
-               "       smarm -a PATH | smarm attach PATH\n"
+               "       smarm -a PATH | smarm attach PATH | smarm top PATH\n"
                "       smarm -v\n"
                "       smarm test [busted options...]\n"
                "  -s N     schedulers (default: online CPUs)\n"
@@ -145,6 +146,7 @@ int main(int argc, char **argv)
   size_t stack_size = 0;
   const char *code = NULL;
   const char *attach = NULL;
+  int top = 0;
   int plain = 0;
   int i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
@@ -195,11 +197,12 @@ int main(int argc, char **argv)
   /* the subcommand only as the first argument: `smarm -- test` and `smarm -s 4 test` run a
   ** script named test */
   int test = i == 1 && argc > 1 && strcmp(argv[1], "test") == 0;
-  if (i == 1 && argc > 1 && strcmp(argv[1], "attach") == 0) {
+  if (i == 1 && argc > 1 && (strcmp(argv[1], "attach") == 0 || strcmp(argv[1], "top") == 0)) {
     if (argc != 3) {
       usage(stderr);
       return 2;
     }
+    top = argv[1][0] == 't';
     attach = argv[2];
   }
 
@@ -228,7 +231,7 @@ int main(int argc, char **argv)
 
   if (attach) {
     set_arg(L, argv, argc, 0);
-    status = push_cli_function(L, "attach");
+    status = push_cli_function(L, top ? "top" : "attach");
     if (status != 0)
       return report(L, status);
     lua_pushvalue(L, smarm);
