@@ -7,6 +7,7 @@
 #include "tcp.h"
 
 #include "dns.h"
+#include "ids.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,59 +49,7 @@ typedef struct sock {
   int lerr;                   /* a listening error, reported to the next accept */
 } sock_t;
 
-/* ---- Ids: slot index (low 32 bits) and a generation, so a closed socket's id never matches ----
-** */
-
-typedef struct slot {
-  sock_t *sock;
-  uint32_t gen;
-} slot_t;
-
-static slot_t *slots;
-static uint32_t nslots, slots_cap;
-static uint32_t *free_slots;
-static uint32_t nfree;
-
-static uint64_t id_new(sock_t *s)
-{
-  uint32_t i;
-  if (nfree) {
-    i = free_slots[--nfree];
-  } else {
-    if (nslots == slots_cap) {
-      uint32_t cap = slots_cap ? slots_cap * 2 : 64;
-      slot_t *more = realloc(slots, cap * sizeof *more);
-      uint32_t *fmore = realloc(free_slots, cap * sizeof *fmore);
-      if (more)
-        slots = more;
-      if (fmore)
-        free_slots = fmore;
-      if (!more || !fmore)
-        return 0;
-      slots_cap = cap;
-    }
-    i = nslots++;
-    slots[i].gen = 0;
-  }
-  slots[i].sock = s;
-  slots[i].gen++;
-  return (uint64_t)slots[i].gen << 32 | i;
-}
-
-static sock_t *id_sock(uint64_t id)
-{
-  uint32_t i = (uint32_t)id;
-  if (i >= nslots || slots[i].gen != (uint32_t)(id >> 32) || !slots[i].sock)
-    return NULL;
-  return slots[i].sock; /* sock_close empties the slot as it starts closing */
-}
-
-static void id_free(uint64_t id)
-{
-  uint32_t i = (uint32_t)id;
-  slots[i].sock = NULL;
-  free_slots[nfree++] = i;
-}
+static io_ids_t ids; /* the sockets' ids (ids.h) */
 
 /* ---- Requests ------------------------------------------------------------------------------ */
 
@@ -169,7 +118,7 @@ static void sock_close(sock_t *s)
     s->accept = NULL;
     finish(r, IOTCP_CLOSED);
   }
-  id_free(s->id);
+  sm_io_id_free(&ids, s->id);
   unlink_path(s);
   uv_close(&s->h.handle, on_closed); /* pending writes end with UV_ECANCELED */
 }
@@ -187,7 +136,7 @@ static sock_t *sock_new(uv_loop_t *loop, int listener, int unix_socket)
   }
   s->h.handle.data = s;
   s->listener = listener;
-  s->id = id_new(s);
+  s->id = sm_io_id_new(&ids, s);
   if (!s->id) {
     uv_close(&s->h.handle, on_closed);
     return NULL;
@@ -627,7 +576,7 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     finish(r, r->op == IOTCP_LISTEN_UNIX ? unix_listen(r, loop) : unix_connect(r, loop));
     return;
   }
-  sock_t *s = id_sock(r->id);
+  sock_t *s = sm_io_id_get(&ids, r->id);
   if (!s) {
     finish(r, UV_EBADF);
     return;
@@ -734,7 +683,7 @@ static void tcp_cancel(io_req_t *req)
     }
     return;
   }
-  sock_t *s = id_sock(r->id);
+  sock_t *s = sm_io_id_get(&ids, r->id);
   if (s && s->receive == r)
     s->receive = NULL;
   else if (s && s->accept == r)
@@ -745,12 +694,11 @@ static void tcp_cancel(io_req_t *req)
 }
 
 /* The IO thread stops: close every socket (waiting requests end as closed). */
+static void close_one(void *s) { sock_close(s); }
 static void close_all(void *loop)
 {
   (void)loop;
-  for (uint32_t i = 0; i < nslots; i++)
-    if (slots[i].sock)
-      sock_close(slots[i].sock);
+  sm_io_id_each(&ids, close_one);
 }
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;

@@ -28,7 +28,7 @@
 **
 ** The binding's files, each including only headers of the files below it:
 **   lsmarm.c   this module                       main.c   the executable
-**   ltcp.c lfs.c ldns.c lproc.c lsignal.c        the IO modules (smarm.tcp, .fs, .dns, ...)
+**   ltcp.c ludp.c lfs.c ldns.c lproc.c lsignal.c the IO modules (smarm.tcp, .udp, .fs, ...)
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
 **   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
@@ -57,6 +57,7 @@
 #include "ltimer.h"
 #include "lsignal.h"
 #include "ltcp.h"
+#include "ludp.h"
 #include "ltransfer.h"
 #include "lvm.h"
 #include "smarm.h"
@@ -1516,6 +1517,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_linfo_register(L, module);
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
+  sm_ludp_register(L, module);
   sm_lpreempt_wrap_sethook(L);
   sm_lrebind_learn_standard(L);
   sm_lreentry_wrap(L);

@@ -1,0 +1,407 @@
+/*
+** smarm.udp: UDP for Lua actors, in LuaSocket's shape (sendto, receivefrom). The sockets live
+** on the IO thread (src/io/udp.c); a Lua socket is a userdata holding the socket's id, its
+** descriptor and its timeout. A datagram is sent straight from the actor's thread (sendto(2),
+** non-blocking, on the IO thread's descriptor: safe while the handle is open, as ltcp.c's sends);
+** only one the kernel could not take at once goes through the IO thread. A receive parks the
+** actor until a datagram comes. Outcomes return (nil, "timeout"; nil, "closed"; nil, libuv's
+** error name); misuse raises. Addresses are numeric (IPv4 or IPv6; "*" binds every IPv4
+** address): names are resolved with smarm.dns.getaddrinfo first.
+*/
+#define _GNU_SOURCE
+#include "ludp.h"
+
+#include "io/dns.h"
+#include "io/udp.h"
+#include "lhandle.h"
+#include "lio.h"
+#include "lpark.h"
+
+#include <lauxlib.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#define UDP_MT "smarm.udp.socket"
+
+enum { OPEN, CLOSED, HANDED_OVER };
+
+typedef struct ludp {
+  uint64_t id;
+  int fd;
+  int state;           /* OPEN, CLOSED or HANDED_OVER (sent in a message) */
+  smarm_pid_t gone_by; /* who closed it or handed it over (ltcp.c's rule for sharers) */
+  double timeout;      /* seconds; negative: none */
+  int busy;            /* calls of this handle parked in the IO thread now */
+  uint32_t run;        /* the run that made it (sm_lhandle_run_generation) */
+} ludp_t;
+
+static int stale(const ludp_t *u) { return u->run != sm_lhandle_run_generation(); }
+
+static const lhandle_kind_t udp_kind;
+
+static void push_udp(lua_State *L, uint64_t id, int fd, double timeout)
+{
+  ludp_t *u = lua_newuserdata(L, sizeof *u);
+  memset(u, 0, sizeof *u);
+  u->id = id;
+  u->fd = fd;
+  u->state = OPEN;
+  u->timeout = timeout;
+  u->run = sm_lhandle_run_generation();
+  luaL_getmetatable(L, UDP_MT);
+  lua_setmetatable(L, -2);
+  sm_lhandle_own(L, -1, &udp_kind);
+}
+
+/* The socket at idx, open; NULL when another actor closed it or handed it away (the caller
+** returns nil, "closed", as ltcp.c's sharers get); raises on anything else. */
+static ludp_t *check_udp(lua_State *L, const char *fname)
+{
+  ludp_t *u = luaL_checkudata(L, 1, UDP_MT);
+  if (stale(u))
+    luaL_error(L, "smarm.udp.%s: the socket belongs to an earlier run", fname);
+  if (u->state != OPEN && u->gone_by != smarm_self())
+    return NULL;
+  if (u->state == CLOSED)
+    luaL_error(L, "smarm.udp.%s: the socket is closed", fname);
+  if (u->state == HANDED_OVER)
+    luaL_error(L, "smarm.udp.%s: the socket was handed to another actor", fname);
+  return u;
+}
+
+static int push_closed(lua_State *L)
+{
+  lua_pushnil(L);
+  lua_pushliteral(L, "closed");
+  return 2;
+}
+
+/* nil and a brief error: "timeout", "closed" or libuv's name ("EMSGSIZE"). */
+static int push_error(lua_State *L, int err)
+{
+  if (err == IOUDP_CLOSED || err == -EBADF)
+    return push_closed(L);
+  lua_pushnil(L);
+  lua_pushstring(L, err == -ETIMEDOUT ? "timeout" : sm_io_err_name(err));
+  return 2;
+}
+
+/* The address at idx (a numeric IPv4 or IPv6 address; "*" when any is true: every IPv4 one)
+** and the port at idx + 1, into *out; raises on anything else. */
+static void check_addr(lua_State *L, int idx, int any, struct sockaddr_storage *out)
+{
+  const char *host = luaL_checkstring(L, idx);
+  lua_Number p = luaL_checknumber(L, idx + 1);
+  luaL_argcheck(L, p >= 0 && p <= 65535 && p == floor(p), idx + 1, "port from 0 to 65535 expected");
+  memset(out, 0, sizeof *out);
+  if (any && strcmp(host, "*") == 0)
+    host = "0.0.0.0";
+  if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)out) != 0 &&
+      uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)out) != 0)
+    luaL_argerror(L, idx, "numeric IPv4 or IPv6 address expected (resolve names with "
+                          "smarm.dns.getaddrinfo)");
+}
+
+static int push_addr(lua_State *L, const struct sockaddr_storage *a)
+{
+  char text[64];
+  int port;
+  if (sm_dns_addr_text((const struct sockaddr *)a, text, sizeof text, &port) < 0) {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  } else {
+    lua_pushstring(L, text);
+    lua_pushinteger(L, port);
+  }
+  return 2;
+}
+
+static udp_req_t *new_req(lua_State *L, enum udp_op op, int *box)
+{
+  udp_req_t *r = sm_udp_req_new(op);
+  *box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  return r;
+}
+
+/* Runs r for the calling actor; while it is parked, u cannot be handed over. */
+static int call(lua_State *L, ludp_t *u, udp_req_t *r, int64_t timeout_ns, const char *what)
+{
+  if (u)
+    u->busy++;
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, what);
+  if (u)
+    u->busy--;
+  if (err == -EBUSY)
+    luaL_error(L, "smarm.udp.receivefrom: another actor is already waiting on this socket");
+  if (err && u && u->state != OPEN)
+    err = IOUDP_CLOSED; /* closed by another actor while this one waited */
+  return err;
+}
+
+/* ---- smarm.udp.bind(host, port) ------------------------------------------------------------ */
+
+static int l_bind(lua_State *L)
+{
+  struct sockaddr_storage a;
+  check_addr(L, 1, 1, &a);
+  lua_settop(L, 2);
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_BIND, &box);
+  r->addr = a;
+  int err = call(L, NULL, r, SMARM_FOREVER, "udp.bind");
+  int n;
+  if (err) {
+    n = sm_lio_push_failure(L, err, NULL);
+  } else {
+    push_udp(L, r->new_id, r->new_fd, -1);
+    r->new_taken = 1;
+    n = 1;
+  }
+  sm_lio_unbox(L, box);
+  return n;
+}
+
+/* ---- Methods ------------------------------------------------------------------------------- */
+
+/* sendto(data, host, port) -> true */
+static int m_sendto(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "sendto");
+  size_t len;
+  const char *data = luaL_checklstring(L, 2, &len);
+  struct sockaddr_storage a;
+  check_addr(L, 3, 0, &a);
+  if (!u)
+    return push_closed(L);
+  socklen_t alen = a.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                           : sizeof(struct sockaddr_in);
+  ssize_t n = sendto(u->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, alen);
+  if (n >= 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS && errno != EINTR)
+    return push_error(L, -errno);
+  lua_settop(L, 4); /* the kernel's buffer is full: through the IO thread, which waits for room */
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_SEND, &box);
+  r->id = u->id;
+  r->addr = a;
+  r->len = len;
+  r->data = malloc(len ? len : 1);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  memcpy(r->data, data, len);
+  int err = call(L, u, r, sm_lsmarm_timeout_ns(u->timeout), "udp.sendto");
+  sm_lio_unbox(L, box);
+  if (err)
+    return push_error(L, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* receivefrom([size]) -> data, host, port: the next datagram (cut to size bytes, the rest of it
+** lost, as LuaSocket does). receive([size]) -> data. */
+static int receive(lua_State *L, int with_sender, const char *fname)
+{
+  ludp_t *u = check_udp(L, fname);
+  lua_Number size = luaL_optnumber(L, 2, 65536);
+  luaL_argcheck(L, size >= 1 && size == floor(size) && size < 4294967296.0, 2,
+                "byte count of at least 1 expected");
+  if (!u)
+    return push_closed(L);
+  lua_settop(L, 2);
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_RECEIVE, &box);
+  r->id = u->id;
+  int err = call(L, u, r, sm_lsmarm_timeout_ns(u->timeout),
+                 with_sender ? "udp.receivefrom" : "udp.receive");
+  int n;
+  if (err) {
+    n = push_error(L, err);
+  } else {
+    lua_pushlstring(L, r->data, r->len < (size_t)size ? r->len : (size_t)size);
+    n = with_sender ? 1 + push_addr(L, &r->addr) : 1;
+  }
+  sm_lio_unbox(L, box);
+  return n;
+}
+
+static int m_receivefrom(lua_State *L) { return receive(L, 1, "receivefrom"); }
+static int m_receive(lua_State *L) { return receive(L, 0, "receive"); }
+
+static int m_getsockname(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "getsockname");
+  if (!u)
+    return push_closed(L);
+  lua_settop(L, 1);
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_NAME, &box);
+  r->id = u->id;
+  int err = call(L, u, r, SMARM_FOREVER, "udp.getsockname");
+  int n = err ? push_error(L, err) : push_addr(L, &r->addr);
+  sm_lio_unbox(L, box);
+  return n;
+}
+
+/* setoption(name, value): "broadcast" (boolean), "ttl" (1..255), "multicast-loop" (boolean),
+** "multicast-ttl" (0..255), "multicast-join" / "multicast-leave" (group address [, interface
+** address]) -> true */
+static int m_setoption(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "setoption");
+  static const char *const names[] = {"broadcast",     "ttl",           "multicast-loop",
+                                      "multicast-ttl", "multicast-join", "multicast-leave",
+                                      NULL};
+  static const enum udp_option options[] = {UDP_BROADCAST,      UDP_TTL,
+                                            UDP_MULTICAST_LOOP, UDP_MULTICAST_TTL,
+                                            UDP_MULTICAST_JOIN, UDP_MULTICAST_LEAVE};
+  int which = luaL_checkoption(L, 2, NULL, names);
+  enum udp_option opt = options[which];
+  int flag = 0;
+  if (opt == UDP_TTL || opt == UDP_MULTICAST_TTL) {
+    lua_Number v = luaL_checknumber(L, 3);
+    luaL_argcheck(L, v >= (opt == UDP_TTL ? 1 : 0) && v <= 255 && v == floor(v), 3,
+                  opt == UDP_TTL ? "ttl from 1 to 255 expected" : "ttl from 0 to 255 expected");
+    flag = (int)v;
+  } else if (opt == UDP_BROADCAST || opt == UDP_MULTICAST_LOOP) {
+    luaL_checktype(L, 3, LUA_TBOOLEAN);
+    flag = lua_toboolean(L, 3);
+  } else {
+    luaL_checkstring(L, 3);
+    luaL_optstring(L, 4, NULL);
+  }
+  if (!u)
+    return push_closed(L);
+  lua_settop(L, 4);
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_OPTION, &box);
+  r->id = u->id;
+  r->option = opt;
+  r->flag = flag;
+  if (opt == UDP_MULTICAST_JOIN || opt == UDP_MULTICAST_LEAVE) {
+    r->group = sm_lio_copy_arg(L, 3, NULL);
+    if (!lua_isnil(L, 4))
+      r->iface = sm_lio_copy_arg(L, 4, NULL);
+  }
+  int err = call(L, u, r, SMARM_FOREVER, "udp.setoption");
+  int n = 1;
+  if (err)
+    n = sm_lio_push_failure(L, err, NULL);
+  else
+    lua_pushboolean(L, 1);
+  sm_lio_unbox(L, box);
+  return n;
+}
+
+static int m_settimeout(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "settimeout");
+  if (!u)
+    return push_closed(L);
+  u->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static void post_close_id(uint64_t id)
+{
+  udp_req_t *r = sm_udp_req_new(IOUDP_CLOSE);
+  if (r) {
+    r->id = id;
+    sm_io_post(&r->base);
+  }
+}
+
+static void post_close(ludp_t *u)
+{
+  if (u->state != OPEN || stale(u))
+    return;
+  u->state = CLOSED;
+  post_close_id(u->id);
+}
+
+static int m_close(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "close");
+  if (u) {
+    post_close(u);
+    u->gone_by = smarm_self();
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int m_gc(lua_State *L)
+{
+  post_close(lua_touserdata(L, 1));
+  return 0;
+}
+
+static int m_tostring(lua_State *L)
+{
+  ludp_t *u = lua_touserdata(L, 1);
+  lua_pushfstring(L, "udp.socket (%s)", stale(u) ? "closed with an earlier run"
+                  : u->state == OPEN ? "open" : u->state == CLOSED ? "closed" : "handed over");
+  return 1;
+}
+
+/* ---- Sockets in messages (lhandle.h) --------------------------------------------------------- */
+
+static int udp_test(lua_State *L, int idx, void **ud, lhandle_t *h)
+{
+  ludp_t *u = luaL_testudata(L, idx, UDP_MT);
+  if (!u)
+    return 0;
+  if (stale(u))
+    luaL_error(L, "smarm.send: the socket belongs to an earlier run");
+  if (u->state != OPEN)
+    luaL_error(L, "smarm.send: the socket is %s", u->state == CLOSED ? "closed"
+                                                    : "handed to another actor");
+  if (u->busy) /* its datagram would reach the waiting actor, not the receiver */
+    luaL_error(L, "smarm.send: the socket is in use by another actor");
+  *ud = u;
+  memset(h, 0, sizeof *h);
+  h->id = u->id;
+  h->timeout = u->timeout;
+  h->fd = u->fd;
+  return 1;
+}
+
+static void udp_handed_over(void *ud)
+{
+  ludp_t *u = ud;
+  u->state = HANDED_OVER;
+  u->gone_by = smarm_self();
+}
+
+static void udp_push(lua_State *L, const lhandle_t *h) { push_udp(L, h->id, h->fd, h->timeout); }
+static void udp_drop(const lhandle_t *h) { post_close_id(h->id); }
+static void udp_close_owned(void *ud) { post_close(ud); }
+
+static const lhandle_kind_t udp_kind = {udp_test, udp_handed_over, udp_push, udp_drop,
+                                        udp_close_owned};
+
+static const luaL_Reg udp_methods[] = {
+  {"sendto", m_sendto},           {"receivefrom", m_receivefrom}, {"receive", m_receive},
+  {"getsockname", m_getsockname}, {"setoption", m_setoption},     {"settimeout", m_settimeout},
+  {"close", m_close},             {NULL, NULL},
+};
+
+static const luaL_Reg udp_functions[] = {
+  {"bind", l_bind},
+  {NULL, NULL},
+};
+
+void sm_ludp_register(lua_State *L, int module)
+{
+  sm_lhandle_register(&udp_kind);
+  sm_lio_handle_metatable(L, UDP_MT, udp_methods, m_gc, m_tostring);
+  sm_lio_add_table(L, module, "udp", udp_functions);
+}
