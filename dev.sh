@@ -268,6 +268,7 @@ cmd_bench() {
   done
   say "bench/c/echo_threads and bench/echo.lua (TCP echo: plain threads, then actors on the IO thread)"
   "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
+  "$BUILD/release/bench/c/echo_threads" udp | tee -a "$results"
   lua_bench "$ROOT/bench/echo.lua"
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"

@@ -5,6 +5,8 @@
 --   rtt_local  the same with client and server on one scheduler
 --   clients    SMARM_ECHO_CLIENTS client actors (default 16, on both schedulers) against one
 --              server; per round trip, and requests per second (extra field rps)
+--   udp_rtt    the rtt pair over UDP: 64-byte datagrams between a client actor (scheduler 2)
+--              and a server actor (scheduler 1); its baseline is bench/c/echo_threads udp
 -- Knobs: SMARM_ECHO_ROUNDS, SMARM_ECHO_RUNS, SMARM_ECHO_BATCH, SMARM_ECHO_CLIENTS.
 -- Run: smarm -n bench/echo.lua [rtt|rtt_local|clients]
 local smarm = require("smarm")
@@ -63,6 +65,37 @@ for _, variant in ipairs({ "rtt", "rtt_local" }) do
       bench.report({ scenario = "echo", variant = variant, schedulers = 2, bytes = 64 }, r)
     end, { schedulers = 2 })
   end
+end
+
+if want("udp_rtt") then
+  smarm.run(function()
+    local server = assert(smarm.udp.bind("127.0.0.1", 0))
+    local _, port = server:getsockname()
+    smarm.spawn(function()
+      while true do
+        local m, host, from = server:receivefrom()
+        if not m or m == "" then break end
+        server:sendto(m, host, from)
+      end
+      server:close()
+    end)
+    local me = smarm.self()
+    smarm.spawn_on(2, function(owner, p, opts)
+      local c = assert(smarm.udp.bind("127.0.0.1", 0))
+      local r = bench.measure(function(n)
+        for _ = 1, n do
+          c:sendto(MSG, "127.0.0.1", p)
+          c:receive()
+        end
+      end, opts)
+      c:sendto("", "127.0.0.1", p)
+      c:close()
+      smarm.send(owner, bench.pack(r))
+    end, me, port, { rounds = rounds, runs = runs, batch = batch, warmup = 2000,
+      label = "echo udp_rtt" })
+    local r = bench.merge({ smarm.receive() })
+    bench.report({ scenario = "echo", variant = "udp_rtt", schedulers = 2, bytes = 64 }, r)
+  end, { schedulers = 2 })
 end
 
 if want("clients") then
