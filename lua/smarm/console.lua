@@ -320,7 +320,7 @@ function console.attach(path, opts)
       conn:send(INTERRUPT .. "\n")
     end
   end
-  write(pending)
+  write((pending:gsub("%z.*$", ""))) -- what came last, without a half-received frame
   for _, pid in pairs(helpers) do smarm.exit(pid, "kill") end
   conn:close()
   return true

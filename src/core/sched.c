@@ -336,13 +336,16 @@ static inline int timers_pending(const sched_t *s)
   return s->timers.count | s->msg_timers.count | (s->virtual_time ? s->vtimers.count : 0);
 }
 
+static inline uint64_t timers_count(const sched_t *s)
+{
+  return (uint64_t)s->timers.count + s->msg_timers.count + s->vtimers.count;
+}
+
 /* How many timers wait, for smarm_stats_read, and the embedder's on_sched_tick: where the
 ** scheduler looks at its timers anyway. */
 static inline void publish_timers(sched_t *s)
 {
-  atomic_store_explicit(&s->stats.timers,
-                        (uint64_t)s->timers.count + s->msg_timers.count + s->vtimers.count,
-                        memory_order_relaxed);
+  atomic_store_explicit(&s->stats.timers, timers_count(s), memory_order_relaxed);
   if (s->rt->cfg.on_sched_tick)
     s->rt->cfg.on_sched_tick(s->index, s->rt->cfg.userdata);
 }
@@ -588,8 +591,10 @@ void sm_sched_loop(sched_t *s)
       return;
     if (timers_pending(s)) {
       s->ticks = 0;
+      uint64_t waiting = timers_count(s);
       fire_timers(s, smarm_now_ns());
-      publish_timers(s);
+      if (timers_count(s) != waiting) /* told when some fired, not at every pass */
+        publish_timers(s);
     }
     actor_t *next = s->handoff;
     if (next)
