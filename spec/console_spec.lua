@@ -5,7 +5,14 @@ local smarm = require("smarm")
 local posix = dofile("spec/support/posix.lua")
 local guard = dofile("spec/support/guard.lua")
 
-local exe = os.getenv("SMARM_EXE")
+-- The smarm executable as argv's first words (a command line under qemu: the emulator first).
+local exe_words = {}
+for word in (os.getenv("SMARM_EXE") or "smarm"):gmatch("%S+") do exe_words[#exe_words + 1] = word end
+local function smarm_argv(...)
+  local argv = { unpack(exe_words) }
+  for _, a in ipairs({ ... }) do argv[#argv + 1] = a end
+  return argv
+end
 local dir = posix.tmpdir()
 local serial = 0
 
@@ -218,12 +225,12 @@ describe("smarm attach", function()
       local console = assert(smarm.console.listen(path))
       _G.from_service = "service value"
       local out = {}
-      out.attach = smarm.process.run({ exe, "attach", path },
+      out.attach = smarm.process.run(smarm_argv("attach", path),
         { stdin = "=from_service\nfor i = 1, 2 do\nprint(i)\nend\nerror('bad')\n" })
-      out.dash_a = smarm.process.run({ exe, "-a", path }, { stdin = "=2 * 21\n" })
+      out.dash_a = smarm.process.run(smarm_argv("-a", path), { stdin = "=2 * 21\n" })
       console.close()
-      out.gone = smarm.process.run({ exe, "attach", path })
-      out.usage = smarm.process.run({ exe, "attach" })
+      out.gone = smarm.process.run(smarm_argv("attach", path))
+      out.usage = smarm.process.run(smarm_argv("attach"))
       _G.from_service = nil
       return out
     end)
@@ -260,7 +267,7 @@ describe("smarm.top", function()
       end }))
       smarm.exit(busy, "kill")
       console.close()
-      out.prompt = smarm.process.run({ exe, "-s", "1" },
+      out.prompt = smarm.process.run(smarm_argv("-s", "1"),
         { stdin = "smarm.top({ count = 1, interval = 0.05, clear = false })\n" })
       out.misuse = select(2, pcall(smarm.top, { interval = -1 }))
       return out

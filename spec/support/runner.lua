@@ -1,7 +1,8 @@
 -- A small stand-in for busted, for where busted cannot run: the aarch64 build under qemu-user
 -- (busted's C modules exist only for the host). It gives the specs what they use of busted and
 -- luassert: describe, it, pending, before_each / after_each (for the cases of their describe
--- block and the blocks inside it, outermost first / innermost first), and assert.are.equal /
+-- block and the blocks inside it, outermost first / innermost first), teardown (after all the
+-- cases: a spec file's clean-up of what its cases share), and assert.are.equal /
 -- are.same (also equals / same) / matches (luassert's init and plain too) / is_true / is_false /
 -- is_nil / is_number / is_table / truthy / has_error.
 -- Run with the smarm executable in plain mode, from the repository root:
@@ -27,6 +28,9 @@ function describe(name, body) -- luacheck: ignore (busted's globals)
   befores[#prefix], afters[#prefix] = nil, nil
   prefix[#prefix] = nil
 end
+
+local teardowns = {}
+function teardown(fn) teardowns[#teardowns + 1] = fn end -- luacheck: ignore
 
 function before_each(fn) table.insert(befores[#prefix], fn) end -- luacheck: ignore
 function after_each(fn) table.insert(afters[#prefix], fn) end -- luacheck: ignore
@@ -173,6 +177,13 @@ for _, c in ipairs(cases) do
     end
   end
   io.stdout:flush()
+end
+for _, h in ipairs(teardowns) do
+  local ok, err = xpcall(h, debug.traceback)
+  if not ok then
+    fail_n = fail_n + 1
+    print("FAIL teardown\n  " .. tostring(err):gsub("\n", "\n  "))
+  end
 end
 print(string.format("%d successes / %d failures / 0 errors / %d pending", ok_n, fail_n, pending_n))
 os.exit(fail_n == 0 and 0 or 1)

@@ -512,24 +512,25 @@ static int l_stats(lua_State *L)
   if (mine)
     lvm_publish_memory(mine, L);
   lua_createtable(L, (int)n, 3);
-  lua_newtable(L);
-  set_stats(L, &st);
-  size_t memory = 0;
-  for (unsigned k = 0; k < n; k++)
-    memory += atomic_load_explicit(&current_run->vms[k].memory, memory_order_relaxed);
-  lua_pushnumber(L, (lua_Number)memory);
-  lua_setfield(L, -2, "memory");
-  lua_setfield(L, -2, "total");
+  smarm_stats_t each;
+  size_t memory = 0; /* each VM's figure read once: the total is their sum, even while a
+                        scheduler tells a new one */
   for (unsigned k = 0; k < n; k++) {
-    if (smarm_stats_read((int)k, &st) < 0)
+    if (smarm_stats_read((int)k, &each) < 0)
       break;
+    size_t vm_memory = atomic_load_explicit(&current_run->vms[k].memory, memory_order_relaxed);
+    memory += vm_memory;
     lua_newtable(L);
-    set_stats(L, &st);
-    lua_pushnumber(L,
-                   (lua_Number)atomic_load_explicit(&current_run->vms[k].memory, memory_order_relaxed));
+    set_stats(L, &each);
+    lua_pushnumber(L, (lua_Number)vm_memory);
     lua_setfield(L, -2, "memory");
     lua_rawseti(L, -2, (int)k + 1);
   }
+  lua_newtable(L);
+  set_stats(L, &st);
+  lua_pushnumber(L, (lua_Number)memory);
+  lua_setfield(L, -2, "memory");
+  lua_setfield(L, -2, "total");
   lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + lua_gc(L, LUA_GCCOUNTB, 0));
   lua_setfield(L, -2, "memory");
   lua_pushnumber(L, (lua_Number)sm_io_in_flight());
