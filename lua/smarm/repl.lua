@@ -67,12 +67,20 @@ end
 -- A line reader of the process's standard input for an actor: input that can keep it waiting
 -- (a terminal, a pipe) is read through the IO thread (smarm.fs), so the other actors of its
 -- scheduler run on meanwhile; a regular file (or a /dev/stdin that cannot be opened) is read
--- with plain reads of the shared descriptor, which keep its position.
+-- with plain reads of the shared descriptor, which keep its position. One reader per VM and run
+-- is shared by all who ask (the prompt, smarm.top waiting for Enter): what one read ahead is
+-- the next one's.
+local shared -- { input = the file or nil, read = fn }
 function repl.stdin_reader(smarm)
+  if shared and not (shared.input and tostring(shared.input):find("earlier run", 1, true)) then
+    return shared.read
+  end
   local st, input = smarm.fs.stat("/dev/stdin"), nil
   if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
-  if not input then return function() return io.stdin:read("*l") end end
-  return function() return input:read("*l") end
+  local read = input and function() return input:read("*l") end
+    or function() return io.stdin:read("*l") end
+  shared = { input = input, read = read }
+  return read
 end
 
 return repl
