@@ -25,7 +25,7 @@ local exists = posix.exists
 
 -- Attaches to path from an actor of this runtime, answering the prompts with `lines` in turn;
 -- returns everything the console showed (prompts included) and attach's results.
-local function attach(path, lines)
+local function attach(path, lines, seen)
   local out, i = {}, 0
   local ok, err = smarm.console.attach(path, {
     interactive = true,
@@ -33,7 +33,10 @@ local function attach(path, lines)
       i = i + 1
       return lines[i]
     end,
-    write = function(text) out[#out + 1] = text end,
+    write = function(text)
+      out[#out + 1] = text
+      if seen then seen(table.concat(out)) end
+    end,
   })
   return table.concat(out), ok, err
 end
@@ -155,6 +158,26 @@ describe("smarm.console", function()
     assert.are.equal("> 3\n> \n", r.text)
   end)
 
+  it("ends the evaluator of a session that was killed", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local before = #smarm.processes()
+      local raw = assert(smarm.unix.connect(path))
+      -- the entry names its session: the actor that monitors the evaluator
+      raw:send("local _ = rawset(_G, 'console_session', smarm.info(smarm.self()).monitored_by[1])\n")
+      guard.wait(function() return rawget(_G, "console_session") end, "the session's pid")
+      smarm.kill(rawget(_G, "console_session"))
+      _G.console_session = nil
+      guard.wait(function() return #smarm.processes() == before end, "session, reader and evaluator ended")
+      local rest = raw:receive("*a") -- the session's end closed the connection
+      raw:close()
+      console.close()
+      return rest
+    end)
+    assert.matches("^%z> \n", r) -- the next prompt may or may not have come before the kill
+  end)
+
   it("gives an entry the console's input, and interrupts a running entry", function()
     local path = new_path()
     local r = guard.run(function()
@@ -260,11 +283,14 @@ describe("smarm.top", function()
       guard.wait(function() return smarm.whereis("busy_one") end, "the busy actor")
       local out = {}
       out.once = attach(path, { "smarm.top({ count = 1, interval = 0.2, rows = 3, clear = false })" })
-      -- stopped by Enter: the line answering top's request for input
-      local lines = { "smarm.top({ interval = 0.05, clear = false })" }
+      -- stopped by Enter (the line answering top's request for input) once a screen has come
+      local lines, screen = { "smarm.top({ interval = 0.05, clear = false })" }, false
       out.stopped = attach(path, setmetatable(lines, { __index = function(_, i)
-        if i == 2 then smarm.sleep(0.3); return "" end
-      end }))
+        if i == 2 then
+          guard.wait(function() return screen end, "a screen of smarm.top")
+          return ""
+        end
+      end }), function(text) screen = text:find("smarm top: ", 1, true) ~= nil end)
       smarm.exit(busy, "kill")
       console.close()
       out.prompt = smarm.process.run(smarm_argv("-s", "1"),

@@ -383,6 +383,30 @@ describe("reading files as Lua's io does", function()
     assert.are.same({ "second", "third" }, r.rest)
   end)
 
+  it("refuses to hand over a FIFO whose read-ahead cannot be put back", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local f = assert(smarm.fs.open(fifo, "r+"))
+      local w = assert(smarm.fs.open(fifo, "w"))
+      w:write("first\nsecond\n")
+      local out = { first = f:read() }
+      local receiver = smarm.spawn(function() smarm.receive() end)
+      out.send = select(2, pcall(smarm.send, receiver, { file = f }))
+      out.second = f:read() -- still the sender's, nothing lost
+      smarm.kill(receiver)
+      w:close()
+      f:close()
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.are.equal("first", r.first)
+    assert.matches("smarm.send: the file holds bytes read ahead that cannot be handed over", r.send,
+      1, true)
+    assert.are.equal("second", r.second)
+  end)
+
   it("refuses a second reader at the position while one waits, and allows it after", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"

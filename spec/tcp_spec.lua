@@ -592,7 +592,7 @@ describe("a socket shared by actors of one scheduler", function()
       local reader_conn = assert(smarm.tcp.connect("127.0.0.1", port))
       local writer_conn = assert(smarm.tcp.connect("127.0.0.1", port))
       local peers = { assert(server:accept()), assert(server:accept()) } -- never read
-      local big = ("x"):rep(64 * 1024 * 1024) -- more than the kernel buffers: the send parks
+      local big = ("x"):rep(16 * 1024 * 1024) -- more than the kernel buffers: the send parks
       local function report(tag, ...) smarm.send(me, { tag, ... }) end
       local reader = smarm.spawn(function()
         report("parked receive", reader_conn:receive())

@@ -189,6 +189,34 @@ describe("smarm.unix", function()
     assert.is_false(exists(kept))
   end)
 
+  it("closes a listener where parking is refused (a hook, a __gc) without waiting", function()
+    local in_hook, in_gc = new_path(), new_path()
+    local r = guard.run(function()
+      local out = {}
+      local a = assert(smarm.unix.listen(in_hook))
+      debug.sethook(function()
+        debug.sethook()
+        out.hook = { pcall(a.close, a) }
+      end, "", 1)
+      local x = 0
+      for i = 1, 10 do x = x + i end
+      debug.sethook()
+      local b = assert(smarm.unix.listen(in_gc))
+      local u = newproxy(true)
+      getmetatable(u).__gc = function() out.gc = { pcall(b.close, b) } end
+      u = nil -- luacheck: ignore
+      collectgarbage()
+      collectgarbage()
+      -- closed for good: the paths go (posted closes), and nothing connects any more
+      guard.wait(function() return not exists(in_hook) and not exists(in_gc) end, "paths removed")
+      out.connect = select(3, smarm.unix.connect(in_hook))
+      return out
+    end)
+    assert.are.same({ true, true }, r.hook)
+    assert.are.same({ true, true }, r.gc)
+    assert.are.equal("ENOENT", r.connect)
+  end)
+
   it("hands a connection to an actor on another scheduler, with what was read ahead", function()
     local path = new_path()
     local r = guard.run(function()

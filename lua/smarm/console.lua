@@ -73,14 +73,19 @@ local function session_env(conn, read_input)
   return setmetatable(env, { __index = _G })
 end
 
--- The evaluator: runs the entries its session sends ({ run = text }), answers { done = true }.
+-- The evaluator: runs the entries its session sends ({ run = text }), answers { done = its pid }
+-- (the pid: an answer of an evaluator interrupted since is told apart and dropped).
 local function evaluator(session, conn, env)
+  local session_ref = smarm.monitor(session) -- a session killed meanwhile leaves no evaluator
   while true do
-    local m = smarm.receive(function(m) return type(m) == "table" and m.run ~= nil end)
+    local m = smarm.receive(function(m)
+      return type(m) == "table" and (m.run ~= nil or (m.smarm == "DOWN" and m.ref == session_ref))
+    end)
+    if m.run == nil then return end
     local f = repl.compile(m.run, "=console", env)
     local text = repl.format(xpcall(f, repl.traceback))
     if text ~= "" then conn:send(wire(text)) end
-    smarm.send(session, { done = true })
+    smarm.send(session, { done = smarm.self() })
   end
 end
 
@@ -97,7 +102,7 @@ local function session()
   local function read_input(seconds)
     if not input_asked then
       input_asked = true
-      smarm.send(me, { input_wanted = true })
+      smarm.send(me, { input_wanted = smarm.self() })
     end
     local m = smarm.receive(function(m) return type(m) == "table" and m.console_input ~= nil end,
       seconds)
@@ -131,8 +136,11 @@ local function session()
       return type(m) == "table" and (m.console_line ~= nil or m.done or m.input_wanted
         or (m.smarm == "DOWN" and m.ref == eval_ref))
     end)
+    local from = m.done or m.input_wanted
     local line = m.console_line
-    if line == false then -- the client is gone
+    if from and from ~= eval_pid then -- luacheck: ignore 542 (an empty branch, on purpose)
+      -- of an evaluator interrupted since: nothing to answer
+    elseif line == false then -- the client is gone
       if running and wanted then smarm.send(eval_pid, { console_input = false }) end
       break
     elseif line == INTERRUPT then
@@ -316,7 +324,7 @@ function console.attach(path, opts)
         conn:send(m.console_read .. "\n")
       end
     else
-      write("^C\n")
+      write("\n") -- after the terminal's own "^C"
       conn:send(INTERRUPT .. "\n")
     end
   end

@@ -522,7 +522,7 @@ static int f_write(lua_State *L)
 {
   lfile_t *f = check_file(L, "write");
   luaL_checkstring(L, 2);
-  if (!f->reader) /* a read parked on it goes on adding at the descriptor's position */
+  if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
     unbuffer(f);
   lua_Number off = luaL_optnumber(L, 3, -1);
   luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
@@ -592,6 +592,9 @@ static int file_test(lua_State *L, int idx, void **file, lhandle_t *h)
   if (other_reader(f))
     luaL_error(L, "smarm.send: the file is in use by another actor");
   unbuffer(f); /* the receiver reads on from the position the sender had reached */
+  if (f->rlen > f->rstart) /* it cannot seek (a FIFO, a terminal): the bytes would be lost */
+    luaL_error(L, "smarm.send: the file holds bytes read ahead that cannot be handed over (it "
+                  "cannot seek)");
   memset(h, 0, sizeof *h);
   h->fd = f->fd;
   *file = f;

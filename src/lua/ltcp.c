@@ -18,6 +18,7 @@
 #include "io/tcp.h"
 #include "lhandle.h"
 #include "lio.h"
+#include "ljx.h"
 #include "lpark.h"
 
 #include <lauxlib.h>
@@ -634,7 +635,10 @@ static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push,
 static int m_close(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, -1, "close");
-  if (s && s->unix_sock && s->listener) {
+  /* Parking refused (a __gc, a debug hook): closed without waiting, as __gc does, rather than
+  ** raising with the handle marked closed and the listener left accepting. */
+  int can_wait = smarm_actor_data() != NULL && sm_ljx_cannot_park(L) == NULL;
+  if (s && s->unix_sock && s->listener && can_wait) {
     /* waits for the IO thread, so that the path is gone (and free to listen on again) when
     ** close returns */
     s->state = CLOSED;

@@ -197,6 +197,10 @@ int main(int argc, char **argv)
   /* the subcommand only as the first argument: `smarm -- test` and `smarm -s 4 test` run a
   ** script named test */
   int test = i == 1 && argc > 1 && strcmp(argv[1], "test") == 0;
+  if (attach && (i < argc || code || plain)) { /* -a PATH takes no script, -e or -n */
+    usage(stderr);
+    return 2;
+  }
   if (i == 1 && argc > 1 && (strcmp(argv[1], "attach") == 0 || strcmp(argv[1], "top") == 0)) {
     if (argc != 3) {
       usage(stderr);

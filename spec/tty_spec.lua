@@ -1,0 +1,141 @@
+-- smarm attach and smarm top under a real terminal: tmux runs a service with a console and the
+-- clients, the spec types keys into them and reads their screens (issue 14: Ctrl-C out of a
+-- waiting entry, =expr, Ctrl-D at an empty prompt, top showing a busy actor first).
+-- Everything runs in tmux's processes: this file starts no runtime, so its own forks (tmux's
+-- commands) come before any libuv thread could exist (spec/support/posix.lua says why).
+local posix = dofile("spec/support/posix.lua")
+local guard = dofile("spec/support/guard.lua")
+
+local exe = os.getenv("SMARM_EXE") or "smarm"
+local have_tmux = os.execute("command -v tmux >/dev/null 2>&1") == 0
+
+local own_pid = (function()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  return pid
+end)()
+
+local dir = posix.tmpdir()
+local server = "smarm-spec-" .. own_pid -- tmux's server socket: this process's alone
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function tmux(args)
+  return os.execute("tmux -L " .. server .. " " .. args .. " >/dev/null 2>&1") == 0
+end
+
+-- Starts a window named `name` running the shell command line cmd, 120 columns wide.
+local function start(name, cmd)
+  assert(tmux("new-session -d -x 120 -y 40 -s " .. name .. " " .. quote(cmd)),
+    "tmux could not start " .. name)
+end
+
+-- Types text (literally: "end" is no key name here) and presses Enter.
+local function type_line(name, text)
+  assert(tmux("send-keys -t " .. name .. " -l " .. quote(text)))
+  assert(tmux("send-keys -t " .. name .. " Enter"))
+end
+
+-- Presses a key by tmux's name for it ("C-c", "Enter").
+local function press(name, key) assert(tmux("send-keys -t " .. name .. " " .. key)) end
+
+local function screen(name)
+  local p = io.popen("tmux -L " .. server .. " capture-pane -p -t " .. name .. " 2>/dev/null")
+  local text = p:read("*a")
+  p:close()
+  return text
+end
+
+-- Waits until window name's screen matches pattern (plain text unless `pattern` is true);
+-- returns the screen. Raises with the screen past the hang guard.
+local function wait_for(name, text, is_pattern)
+  local deadline = os.time() + guard.HANG
+  while true do
+    local s = screen(name)
+    if s:find(text, 1, not is_pattern) then return s end
+    if os.time() > deadline then
+      error("tmux window " .. name .. ": no " .. text .. " within " .. guard.HANG .. " s; it shows:\n"
+        .. s, 2)
+    end
+    posix.sleep(0.05)
+  end
+end
+
+local function gone(name)
+  local deadline = os.time() + guard.HANG
+  while tmux("has-session -t " .. name) do
+    if os.time() > deadline then error("tmux window " .. name .. " did not end", 2) end
+    posix.sleep(0.05)
+  end
+  return true
+end
+
+teardown(function()
+  tmux("kill-server")
+  posix.remove_tree(dir)
+end)
+
+-- The service: a console at path, a registered actor that keeps a scheduler busy (giving way
+-- itself: TSan builds cannot preempt a Lua loop), and a wait for SIGTERM that never comes.
+local function service_cmd(path)
+  local code = table.concat({
+    "local smarm = require('smarm')",
+    "assert(smarm.console.listen(" .. string.format("%q", path) .. "))",
+    "smarm.spawn_on(2, function() smarm.register('busy_one', smarm.self()); local x = 0;"
+      .. " while true do for _ = 1, 100000 do x = x + 1 end smarm.yield() end end)",
+    "smarm.signal.wait('SIGTERM')",
+  }, "; ")
+  return exe .. " -s 2 -e " .. quote(code)
+end
+
+describe("under a terminal", function()
+  if not have_tmux then
+    pending("tmux is not installed (Debian: tmux; deps/debian-test.txt)")
+    return
+  end
+
+  it("smarm attach: =expr, Ctrl-C out of a waiting entry, Ctrl-D at an empty prompt", function()
+    local path = dir .. "/console-a"
+    start("service_a", service_cmd(path))
+    local deadline = os.time() + guard.HANG
+    while not posix.exists(path) do
+      assert(os.time() < deadline, "the service's console never listened:\n" .. screen("service_a"))
+      posix.sleep(0.05)
+    end
+    start("client_a", exe .. " attach " .. quote(path))
+    wait_for("client_a", ">") -- (tmux's screen drops the spaces that end a line)
+    type_line("client_a", "=1 + 41")
+    wait_for("client_a", "\n42\n")
+    type_line("client_a", "smarm.receive()")
+    press("client_a", "C-c")
+    wait_for("client_a", "** interrupted; a new evaluator takes over")
+    type_line("client_a", "=smarm.whereis('busy_one') ~= nil")
+    wait_for("client_a", "\ntrue\n")
+    type_line("client_a", "for i = 1, 2 do")
+    type_line("client_a", "print('line ' .. i)")
+    type_line("client_a", "end")
+    local s = wait_for("client_a", "line 2\n")
+    assert.matches(">> print", s, 1, true) -- the continued entry's prompt
+    press("client_a", "C-d")
+    assert.is_true(gone("client_a"))
+    tmux("kill-session -t service_a")
+  end)
+
+  it("smarm top PATH shows the busy actor first and stops at Enter", function()
+    local path = dir .. "/console-t"
+    start("service_t", service_cmd(path))
+    local deadline = os.time() + guard.HANG
+    while not posix.exists(path) do
+      assert(os.time() < deadline, "the service's console never listened:\n" .. screen("service_t"))
+      posix.sleep(0.05)
+    end
+    start("top_t", exe .. " top " .. quote(path))
+    -- the first actor row under the header names the busy actor
+    local s = wait_for("top_t", "\npid[^\n]*\n[^\n]*busy_one", true)
+    assert.matches("smarm top: 2 schedulers", s, 1, true)
+    press("top_t", "Enter")
+    assert.is_true(gone("top_t"))
+    tmux("kill-session -t service_t")
+  end)
+end)
