@@ -7,6 +7,7 @@
 --              server; per round trip, and requests per second (extra field rps)
 --   udp_rtt    the rtt pair over UDP: 64-byte datagrams between a client actor (scheduler 2)
 --              and a server actor (scheduler 1); its baseline is bench/c/echo_threads udp
+--   udp_rtt_local  the same with client and server on one scheduler
 -- Knobs: SMARM_ECHO_ROUNDS, SMARM_ECHO_RUNS, SMARM_ECHO_BATCH, SMARM_ECHO_CLIENTS.
 -- Run: smarm -n bench/echo.lua [rtt|rtt_local|clients]
 local smarm = require("smarm")
@@ -67,7 +68,8 @@ for _, variant in ipairs({ "rtt", "rtt_local" }) do
   end
 end
 
-if want("udp_rtt") then
+for _, variant in ipairs({ "udp_rtt", "udp_rtt_local" }) do
+  if want(variant) then
   smarm.run(function()
     local server = assert(smarm.udp.bind("127.0.0.1", 0))
     local _, port = server:getsockname()
@@ -80,7 +82,7 @@ if want("udp_rtt") then
       server:close()
     end)
     local me = smarm.self()
-    smarm.spawn_on(2, function(owner, p, opts)
+    smarm.spawn_on(variant == "udp_rtt" and 2 or 1, function(owner, p, opts)
       local c = assert(smarm.udp.bind("127.0.0.1", 0))
       local r = bench.measure(function(n)
         for _ = 1, n do
@@ -92,10 +94,11 @@ if want("udp_rtt") then
       c:close()
       smarm.send(owner, bench.pack(r))
     end, me, port, { rounds = rounds, runs = runs, batch = batch, warmup = 2000,
-      label = "echo udp_rtt" })
+      label = "echo " .. variant })
     local r = bench.merge({ smarm.receive() })
-    bench.report({ scenario = "echo", variant = "udp_rtt", schedulers = 2, bytes = 64 }, r)
+    bench.report({ scenario = "echo", variant = variant, schedulers = 2, bytes = 64 }, r)
   end, { schedulers = 2 })
+  end
 end
 
 if want("clients") then
