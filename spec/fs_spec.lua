@@ -432,7 +432,7 @@ describe("reading files as Lua's io does", function()
       return out
     end)
     posix.remove_tree(dir)
-    assert.matches("smarm.file.read: another actor is reading this file", r.second, 1, true)
+    assert.matches("smarm.fs.read: another actor is reading this file", r.second, 1, true)
     assert.matches("smarm.send: the file is in use by another actor", r.send, 1, true)
     assert.matches("smarm.fs.seek: another actor is reading this file", r.seek, 1, true)
     assert.are.equal("for the first", r.first)

@@ -274,8 +274,9 @@ static int other_reader(const lfile_t *f)
 
 static void check_no_reader(lua_State *L, lfile_t *f, const char *fname)
 {
-  if (other_reader(f))
-    luaL_error(L, "smarm.%s: another actor is reading this file", fname);
+  if (other_reader(f)) /* named as check_file names its errors: smarm.fs.read, smarm.fs.lines */
+    luaL_error(L, "smarm.fs.%s: another actor is reading this file",
+               strncmp(fname, "file.", 5) == 0 ? fname + 5 : fname);
 }
 
 /* Moves the descriptor's position back over what was read ahead and drops it, so the position
@@ -508,7 +509,7 @@ static int f_seek(lua_State *L)
   int which = luaL_checkoption(L, 2, "cur", names);
   lua_Number off = luaL_optnumber(L, 3, 0);
   luaL_argcheck(L, off == (lua_Number)(off_t)off, 3, "whole number of bytes expected");
-  check_no_reader(L, f, "fs.seek");
+  check_no_reader(L, f, "seek");
   unbuffer(f);
   off_t at = lseek(f->fd, (off_t)off, whences[which]);
   if (at < 0)
