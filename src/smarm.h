@@ -341,6 +341,14 @@ SMARM_API smarm_pid_t smarm_msg_sender(const smarm_msg_t *msg); /* set by smarm_
 ** outside an actor; on failure the caller keeps msg. */
 SMARM_API int smarm_send(smarm_pid_t to, smarm_msg_t *msg);
 
+/* From a thread that is no actor (the IO thread, a C library's callback thread) while a runtime
+** runs: queues msg for `to` as smarm_send does. Messages one such thread sends to one receiver
+** arrive in the order sent; the sender is 0 (smarm_msg_sender). Returns 0 and takes msg (it is
+** delivered, or dropped and freed if the receiver turns out to be dead when it arrives), or
+** -ESRCH when no runtime runs or `to` is of a scheduler it does not have, -EINVAL for pid 0 or a
+** NULL msg; then the caller keeps msg. From an actor, use smarm_send. */
+SMARM_API int smarm_send_outside(smarm_pid_t to, smarm_msg_t *msg);
+
 /* Takes the oldest message from the caller's mailbox, waiting up to timeout_ns of the actors'
 ** clock (smarm_clock_ns; 0 = poll, SMARM_FOREVER = no limit). Returns 0 with *out set, -ETIMEDOUT, -EPERM, -EINVAL (NULL out) or
 ** -ENOMEM (no memory for the timer). */

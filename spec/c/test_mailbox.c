@@ -1,5 +1,6 @@
 /* Mailboxes: local and remote send/receive, timeouts, polling, selective receive, per-pair FIFO
-** order, senders, dead and bad pids, payload sizes, and messages left behind at exit and at
+** order, senders, dead and bad pids, payload sizes, messages from threads that are no actors
+** (smarm_send_outside), and messages left behind at exit and at
 ** shutdown (the ASan build's leak check is what catches those being lost instead of freed). */
 #define _GNU_SOURCE
 #include "test.h"
@@ -7,6 +8,7 @@
 #include <stdatomic.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 
 #define MS (1000LL * 1000)
@@ -916,6 +918,85 @@ TEST(owning_messages_run_the_drop_hook)
   atomic_store(&dropped, 0);
   RUN(2, main_owning, NULL);
   smarm_msg_set_drop_hook(NULL);
+}
+
+/* ---- smarm_send_outside: a plain thread's messages ------------------------------------------ */
+
+#define OUTSIDE_N 20000
+
+static smarm_pid_t outside_to[2]; /* an actor on each scheduler */
+static smarm_pid_t outside_dead;  /* an actor that has ended */
+
+/* A pid of scheduler k (slot 1, generation 1): well formed, whether or not anyone has it. */
+static smarm_pid_t pid_of_sched(unsigned k)
+{
+  return (smarm_pid_t)k << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) |
+         (smarm_pid_t)1 << SMARM_PID_GEN_BITS | 1;
+}
+
+static smarm_msg_t *u64_msg(uint64_t v)
+{
+  smarm_msg_t *m = smarm_msg_new(sizeof v);
+  CHECK(m != NULL);
+  memcpy(smarm_msg_data(m), &v, sizeof v);
+  return m;
+}
+
+/* The plain thread: OUTSIDE_N numbers to each receiver, interleaved, and some to a dead pid. */
+static void *outside_sender(void *arg)
+{
+  (void)arg;
+  for (uint64_t i = 0; i < OUTSIDE_N; i++) {
+    for (int r = 0; r < 2; r++)
+      CHECK_EQ(smarm_send_outside(outside_to[r], u64_msg(i)), 0);
+    if (i % 1000 == 0) /* dropped where it arrives (the ASan build's leak check watches) */
+      CHECK_EQ(smarm_send_outside(outside_dead, u64_msg(i)), 0);
+  }
+  smarm_msg_t *m = u64_msg(0);
+  CHECK_EQ(smarm_send_outside(0, m), -EINVAL);
+  CHECK_EQ(smarm_send_outside(outside_to[0], NULL), -EINVAL);
+  CHECK_EQ(smarm_send_outside(pid_of_sched(999), m), -ESRCH); /* no such scheduler */
+  smarm_msg_free(m);
+  return NULL;
+}
+
+/* A receiver: every number in order, each from sender 0; tells main. */
+static void outside_receiver(void *arg)
+{
+  smarm_pid_t main_pid = (smarm_pid_t)(uintptr_t)arg;
+  for (uint64_t i = 0; i < OUTSIDE_N; i++) {
+    smarm_msg_t *m;
+    CHECK_EQ(smarm_receive(LONG_WAIT, &m), 0);
+    CHECK_EQ(msg_u64(m), i);
+    CHECK_EQ(smarm_msg_sender(m), (smarm_pid_t)0);
+    smarm_msg_free(m);
+  }
+  CHECK_EQ(test_send_u64(main_pid, 1), 0);
+}
+
+static void main_outside(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self();
+  CHECK_EQ(smarm_spawn(noop, NULL, NULL, &outside_dead), 0);
+  for (int r = 0; r < 2; r++)
+    CHECK_EQ(smarm_spawn_on((unsigned)r, outside_receiver, (void *)(uintptr_t)me, NULL,
+                            &outside_to[r]), 0);
+  while (smarm_alive(outside_dead) == 1)
+    smarm_yield();
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, outside_sender, NULL), 0);
+  CHECK_EQ(test_recv_u64(LONG_WAIT), 1);
+  CHECK_EQ(test_recv_u64(LONG_WAIT), 1);
+  CHECK_EQ(pthread_join(t, NULL), 0);
+}
+
+TEST(a_plain_threads_messages_arrive_in_order_on_every_scheduler)
+{
+  smarm_msg_t *m = u64_msg(1);
+  CHECK_EQ(smarm_send_outside(pid_of_sched(0), m), -ESRCH); /* no runtime runs */
+  smarm_msg_free(m);
+  RUN(2, main_outside, NULL);
 }
 
 TEST_MAIN()

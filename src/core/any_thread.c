@@ -1,7 +1,7 @@
 /*
 ** The entry points that any thread may call while a runtime runs, or at any time: smarm_stop,
-** smarm_wake and smarm_wake_many (the IO thread's completions), smarm_stats_read and
-** smarm_sched_count. The others that may be called from any thread are smarm_make_ref (faults.c,
+** smarm_wake and smarm_wake_many (the IO thread's completions), smarm_send_outside (messages
+** from threads that are no actors), smarm_stats_read and smarm_sched_count. The others that may be called from any thread are smarm_make_ref (faults.c,
 ** one atomic counter) and the message blocks' functions (message.c); the rest of the core runs
 ** on the scheduler threads.
 **
@@ -190,4 +190,28 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
   }
   sm_runtime_leave();
   return rc;
+}
+
+/* Pushes msg onto the receiver's scheduler's inbox as one item: that scheduler delivers it as it
+** delivers another scheduler's message (intersched.c, MSG_USER). The inbox keeps one producer's
+** pushes in order, so one thread's messages to one receiver keep theirs. */
+int smarm_send_outside(smarm_pid_t to, smarm_msg_t *msg)
+{
+  if (!msg || smarm_pid_gen(to) == 0)
+    return -EINVAL;
+  runtime_t *rt = sm_runtime_enter();
+  if (!rt)
+    return -ESRCH;
+  unsigned k = smarm_pid_sched(to);
+  if (k >= rt->nsched) {
+    sm_runtime_leave();
+    return -ESRCH;
+  }
+  msg->kind = MSG_USER;
+  msg->from = 0;
+  msg->to = to;
+  msg->next = NULL;
+  sm_inbox_push_chain(&rt->scheds[k].inbox, msg, msg);
+  sm_runtime_leave();
+  return 0;
 }
