@@ -197,6 +197,28 @@ describe("the smarm executable", function()
     assert.are.equal("second\n", out)
   end)
 
+  it("opens standard input again for the next reader when its owner was killed", function()
+    -- repl.stdin_reader's file is owned by the actor that asked first (smarm.top's caller);
+    -- killed, it takes the file with it: the next to ask (the prompt) must still read
+    local name = script(table.concat({
+      "local smarm = require('smarm')",
+      "local repl = require('smarm.repl')",
+      "local me = smarm.self()",
+      "local pid = smarm.spawn(function() repl.stdin_reader(smarm); smarm.send(me, 'ready');"
+        .. " smarm.receive() end)",
+      "smarm.receive(function(m) return m == 'ready' end)",
+      "local ref = smarm.monitor(pid)",
+      "smarm.exit(pid, 'kill')",
+      "smarm.receive(function(m) return type(m) == 'table' and m.ref == ref end)",
+      "print(repl.stdin_reader(smarm)())",
+    }, "\n"))
+    local out, err, status = sh("printf 'hello\\n' | " .. exe .. " " .. name)
+    os.remove(name)
+    assert.are.equal("", err)
+    assert.are.equal(0, status)
+    assert.are.equal("hello\n", out)
+  end)
+
   it("runs with standard streams closed, IO included", function()
     local _, _, status = sh(exe .. " -s 1 <&-")
     assert.are.equal(0, status)

@@ -77,7 +77,8 @@ teardown(function()
 end)
 
 -- The service: a console at path, a registered actor that keeps a scheduler busy (giving way
--- itself: TSan builds cannot preempt a Lua loop), and a wait for SIGTERM that never comes.
+-- itself: TSan builds cannot preempt a Lua loop), and a wait for SIGTERM (from timeout, when
+-- teardown never came).
 local function service_cmd(path)
   local code = table.concat({
     "local smarm = require('smarm')",
@@ -86,7 +87,9 @@ local function service_cmd(path)
       .. " while true do for _ = 1, 100000 do x = x + 1 end smarm.yield() end end)",
     "smarm.signal.wait('SIGTERM')",
   }, "; ")
-  return exe .. " -s 2 -e " .. quote(code)
+  -- a bound on its life: a spec run killed before its teardown leaves no busy service behind
+  -- (timeout's SIGTERM is the one it waits for)
+  return "exec timeout -k 10 " .. 5 * guard.HANG .. " " .. exe .. " -s 2 -e " .. quote(code)
 end
 
 describe("under a terminal", function()
@@ -107,7 +110,10 @@ describe("under a terminal", function()
     wait_for("client_a", ">") -- (tmux's screen drops the spaces that end a line)
     type_line("client_a", "=1 + 41")
     wait_for("client_a", "\n42\n")
-    type_line("client_a", "smarm.receive()")
+    -- Ctrl-C only once the entry runs: a terminal's SIGINT flushes the input its reader has
+    -- not taken yet, the typed entry with it (then nothing is interrupted)
+    type_line("client_a", "print('wait' .. 'ing'); smarm.receive()")
+    wait_for("client_a", "\nwaiting\n")
     press("client_a", "C-c")
     wait_for("client_a", "** interrupted; a new evaluator takes over")
     type_line("client_a", "=smarm.whereis('busy_one') ~= nil")

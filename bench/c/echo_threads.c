@@ -164,7 +164,8 @@ int main(int argc, char **argv)
   close(listener);
   printf("scenario=echo variant=%s schedulers=2 p50_ns=%.3f p90_ns=%.3f p99_ns=%.3f "
          "p999_ns=%.3f max_ns=%.3f per_op_ns=%.3f ops=%ld floor_ns=%ld\n",
-         udp ? "c_threads_udp" : "c_threads", sm_hist_quantile(&ps, 0.5) / 1000.0, sm_hist_quantile(&ps, 0.9) / 1000.0,
+         udp ? "c_threads_udp" : "c_threads", sm_hist_quantile(&ps, 0.5) / 1000.0,
+         sm_hist_quantile(&ps, 0.9) / 1000.0,
          sm_hist_quantile(&ps, 0.99) / 1000.0, sm_hist_quantile(&ps, 0.999) / 1000.0,
          sm_hist_quantile(&ps, 1.0) / 1000.0, sm_hist_mean(&ps) / 1000.0, samples * batch * runs,
          (long)floor_ns);

@@ -51,7 +51,9 @@ function cli.attach(smarm, path, interactive, entries)
     local ok, err = require("smarm.console").attach(path, {
       interactive = interactive, interrupts = interactive, entries = entries,
     })
-    if not ok then error("smarm " .. (entries and "top" or "attach") .. ": " .. tostring(err), 0) end
+    if not ok then
+      error("smarm " .. (entries and "top" or "attach") .. ": " .. tostring(err), 0)
+    end
   end, { schedulers = 1 })
 end
 

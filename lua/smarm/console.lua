@@ -200,7 +200,9 @@ function console.listen(path, opts)
   end
   opts = check_opts(opts)
   local listen_opts = { mode = opts.mode, backlog = opts.backlog }
-  if listen_opts.mode == nil and path:sub(1, 1) ~= "@" then listen_opts.mode = tonumber("600", 8) end
+  if listen_opts.mode == nil and path:sub(1, 1) ~= "@" then
+    listen_opts.mode = tonumber("600", 8)
+  end
   -- misuse raises here, in the caller, rather than in the acceptor
   if listen_opts.mode ~= nil and type(listen_opts.mode) ~= "number" then
     error("bad argument #2 to 'listen' (opts.mode must be a number)", 2)

@@ -69,10 +69,12 @@ end
 -- scheduler run on meanwhile; a regular file (or a /dev/stdin that cannot be opened) is read
 -- with plain reads of the shared descriptor, which keep its position. One reader per VM and run
 -- is shared by all who ask (the prompt, smarm.top waiting for Enter): what one read ahead is
--- the next one's.
+-- the next one's. The file is owned by the actor that opened it: when that one ends abnormally
+-- (smarm.top's caller killed) the file is closed, and the next to ask opens another.
 local shared -- { input = the file or nil, read = fn }
 function repl.stdin_reader(smarm)
-  if shared and not (shared.input and tostring(shared.input):find("earlier run", 1, true)) then
+  -- "fs.file (closed)", "fs.file (closed with an earlier run)": open it again
+  if shared and not (shared.input and tostring(shared.input):find("(closed", 1, true)) then
     return shared.read
   end
   local st, input = smarm.fs.stat("/dev/stdin"), nil

@@ -618,4 +618,59 @@ TEST(stop_hook_gets_each_actors_data)
   CHECK_EQ(stopped_with[3], 1);
 }
 
+/* ---- A busy scheduler still tells its timers and ticks (cfg.on_sched_tick) every 64 decisions,
+** also when every switch passes through its own stack (one stack shared by copying) while a
+** timer waits that never fires in the test ---- */
+
+#define BUSY_YIELDS 20000
+static int64_t busy_ticks, busy_done;
+
+static void count_tick(unsigned k, void *ud)
+{
+  (void)k;
+  (void)ud;
+  bump(&busy_ticks);
+}
+
+static void long_sleeper(void *arg)
+{
+  (void)arg;
+  smarm_sleep(LONG_WAIT * 10); /* the run's end stops it */
+}
+
+static void busy_yielder(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < BUSY_YIELDS; i++)
+    smarm_yield();
+  bump(&busy_done);
+}
+
+static void main_busy_ticks(void *arg)
+{
+  (void)arg;
+  CHECK_EQ(smarm_spawn(long_sleeper, NULL, NULL, NULL), 0);
+  smarm_yield(); /* it parks on its timer */
+  int64_t before = load(&busy_ticks);
+  CHECK_EQ(smarm_spawn(busy_yielder, NULL, NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(busy_yielder, NULL, NULL, NULL), 0);
+  while (load(&busy_done) < 2)
+    smarm_yield();
+  /* 2 * BUSY_YIELDS decisions at least, none of them idle: one tick per 64 */
+  CHECK(load(&busy_ticks) - before >= 2 * BUSY_YIELDS / 64);
+  smarm_stats_t st;
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.timers, 1);
+}
+
+TEST(busy_scheduler_on_a_shared_stack_still_ticks)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.max_stacks = 1;
+  cfg.on_sched_tick = count_tick;
+  CHECK_EQ(smarm_run(&cfg, main_busy_ticks, NULL), 0);
+}
+
 TEST_MAIN()

@@ -590,11 +590,14 @@ void sm_sched_loop(sched_t *s)
     if (s->stopping)
       return;
     if (timers_pending(s)) {
-      s->ticks = 0;
       uint64_t waiting = timers_count(s);
       fire_timers(s, smarm_now_ns());
-      if (timers_count(s) != waiting) /* told when some fired, not at every pass */
+      /* Told when some fired, not at every pass; else sched_poll's count goes on (resetting it
+      ** here would starve a busy scheduler whose switches all pass here of its publications). */
+      if (timers_count(s) != waiting) {
+        s->ticks = 0;
         publish_timers(s);
+      }
     }
     actor_t *next = s->handoff;
     if (next)

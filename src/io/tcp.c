@@ -1,7 +1,7 @@
 /*
-** Stream sockets, TCP and Unix, on the IO thread (see tcp.h). Everything here runs on the IO thread, in the loop's
-** callbacks; the only entry points from other threads are the requests, which reach us through
-** io.c's queue.
+** Stream sockets, TCP and Unix, on the IO thread (see tcp.h). Everything here runs on the IO
+** thread, in the loop's callbacks; the only entry points from other threads are the requests,
+** which reach us through io.c's queue.
 */
 #define _GNU_SOURCE
 #include "tcp.h"

@@ -30,11 +30,14 @@ typedef struct usock {
   datagram_t *head, *tail; /* unclaimed datagrams, oldest first */
   unsigned queued;
   int rerr;                /* a receiving error, reported to the next receive */
-  char *scratch;           /* libuv reads each datagram here (DATAGRAM_MAX bytes) */
   udp_req_t *receive;      /* the receive waiting for a datagram, or NULL */
 } usock_t;
 
 static io_ids_t ids;
+
+/* libuv reads every socket's datagrams here, one at a time: on_recv copies each out before the
+** next read (one buffer for all, not 64 KiB a socket). The IO thread's alone. */
+static char scratch[DATAGRAM_MAX];
 
 static void finish(udp_req_t *r, int err) { io_finish(&r->base, err); }
 
@@ -67,7 +70,6 @@ static void on_closed(uv_handle_t *h)
     s->head = d->next;
     free(d);
   }
-  free(s->scratch);
   free(s);
 }
 
@@ -90,8 +92,8 @@ static void sock_close(usock_t *s)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
   (void)hint;
-  usock_t *s = h->data;
-  *buf = uv_buf_init(s->scratch, DATAGRAM_MAX);
+  (void)h;
+  *buf = uv_buf_init(scratch, DATAGRAM_MAX);
 }
 
 static void on_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
@@ -160,7 +162,7 @@ static void on_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct so
     } else {
       d->next = NULL;
       d->len = (size_t)n;
-      memcpy(d->data, s->scratch, (size_t)n);
+      memcpy(d->data, scratch, (size_t)n);
       memset(&d->from, 0, sizeof d->from);
       memcpy(&d->from, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                          : sizeof(struct sockaddr_in));
@@ -180,14 +182,12 @@ static void on_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct so
 static void bind_now(udp_req_t *r, uv_loop_t *loop)
 {
   usock_t *s = calloc(1, sizeof *s);
-  if (!s || !(s->scratch = malloc(DATAGRAM_MAX))) {
-    free(s);
+  if (!s) {
     finish(r, -ENOMEM);
     return;
   }
   int rc = uv_udp_init(loop, &s->udp);
   if (rc < 0) {
-    free(s->scratch);
     free(s);
     finish(r, rc);
     return;

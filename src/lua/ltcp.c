@@ -2,9 +2,10 @@
 ** smarm.tcp and smarm.unix: stream sockets for Lua actors, in the shape of LuaSocket and
 ** OpenResty's cosockets. The sockets live on the IO thread (src/io/tcp.c); a Lua socket is a
 ** userdata holding the socket's id, its kind (server or connection, TCP or Unix: one metatable
-** each for servers and connections, the methods being the same) and its timeout. Each call is a request that parks only the calling actor. Outcomes return
-** (nil, "timeout"; nil, message, code with libuv's error name); misuse raises (wrong types, a
-** closed socket, a second receive or accept on a socket while one waits).
+** each for servers and connections, the methods being the same) and its timeout. Each call is
+** a request that parks only the calling actor. Outcomes return (nil, "timeout"; nil, message,
+** code with libuv's error name); misuse raises (wrong types, a closed socket, a second receive
+** or accept on a socket while one waits).
 **
 ** A connection's userdata also holds its descriptor, for sends straight from the actor's thread
 ** (m_send). That is safe only while the IO thread keeps the socket open: a handle's own close
@@ -341,7 +342,8 @@ static int l_unix_listen(lua_State *L)
     if (!lua_isnil(L, -1)) {
       luaL_argcheck(L, lua_type(L, -1) == LUA_TNUMBER, 2, "opts.backlog must be a number");
       backlog = lua_tonumber(L, -1);
-      luaL_argcheck(L, backlog >= 1 && backlog <= 65535, 2, "opts.backlog from 1 to 65535 expected");
+      luaL_argcheck(L, backlog >= 1 && backlog <= 65535, 2,
+                    "opts.backlog from 1 to 65535 expected");
     }
     lua_getfield(L, 2, "mode");
     if (!lua_isnil(L, -1)) {

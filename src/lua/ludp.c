@@ -23,8 +23,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
-#include <uv.h>
 
 #define UDP_MT "smarm.udp.socket"
 
@@ -101,10 +101,18 @@ static void check_addr(lua_State *L, int idx, int any, struct sockaddr_storage *
   memset(out, 0, sizeof *out);
   if (any && strcmp(host, "*") == 0)
     host = "0.0.0.0";
-  if (uv_ip4_addr(host, (int)p, (struct sockaddr_in *)out) != 0 &&
-      uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)out) != 0)
+  struct sockaddr_in *in = (struct sockaddr_in *)out;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)out;
+  if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)p);
+  } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)p);
+  } else {
     luaL_argerror(L, idx, "numeric IPv4 or IPv6 address expected (resolve names with "
                           "smarm.dns.getaddrinfo)");
+  }
 }
 
 static int push_addr(lua_State *L, const struct sockaddr_storage *a)
