@@ -7,7 +7,9 @@ local guard = dofile("spec/support/guard.lua")
 
 -- The smarm executable as argv's first words (a command line under qemu: the emulator first).
 local exe_words = {}
-for word in (os.getenv("SMARM_EXE") or "smarm"):gmatch("%S+") do exe_words[#exe_words + 1] = word end
+for word in (os.getenv("SMARM_EXE") or "smarm"):gmatch("%S+") do
+  exe_words[#exe_words + 1] = word
+end
 local function smarm_argv(...)
   local argv = { unpack(exe_words) }
   for _, a in ipairs({ ... }) do argv[#argv + 1] = a end
@@ -165,11 +167,13 @@ describe("smarm.console", function()
       local before = #smarm.processes()
       local raw = assert(smarm.unix.connect(path))
       -- the entry names its session: the actor that monitors the evaluator
-      raw:send("local _ = rawset(_G, 'console_session', smarm.info(smarm.self()).monitored_by[1])\n")
+      raw:send("local _ = rawset(_G, 'console_session', "
+        .. "smarm.info(smarm.self()).monitored_by[1])\n")
       guard.wait(function() return rawget(_G, "console_session") end, "the session's pid")
       smarm.kill(rawget(_G, "console_session"))
       _G.console_session = nil
-      guard.wait(function() return #smarm.processes() == before end, "session, reader and evaluator ended")
+      guard.wait(function() return #smarm.processes() == before end,
+        "session, reader and evaluator ended")
       local rest = raw:receive("*a") -- the session's end closed the connection
       raw:close()
       console.close()
@@ -233,7 +237,8 @@ describe("smarm.console", function()
     assert.are.equal("ENOENT", r.nodir[3])
     assert.are.equal("EADDRINUSE", r.taken[3])
     assert.are.equal(tonumber("660", 8), r.mode)
-    assert.matches("bad argument #1 to 'listen' (string expected, got number)", r.notstring, 1, true)
+    assert.matches("bad argument #1 to 'listen' (string expected, got number)", r.notstring, 1,
+      true)
     assert.matches("bad argument #2 to 'listen' (table expected, got string)", r.badopts, 1, true)
     assert.matches("opts.mode must be a number", r.badmode, 1, true)
     assert.is_nil(r.attach_missing[1])
@@ -282,7 +287,8 @@ describe("smarm.top", function()
       end)
       guard.wait(function() return smarm.whereis("busy_one") end, "the busy actor")
       local out = {}
-      out.once = attach(path, { "smarm.top({ count = 1, interval = 0.2, rows = 3, clear = false })" })
+      out.once = attach(path,
+        { "smarm.top({ count = 1, interval = 0.2, rows = 3, clear = false })" })
       -- stopped by Enter (the line answering top's request for input) once a screen has come
       local lines, screen = { "smarm.top({ interval = 0.05, clear = false })" }, false
       out.stopped = attach(path, setmetatable(lines, { __index = function(_, i)

@@ -55,7 +55,8 @@ local function wait_for(name, text, is_pattern)
     local s = screen(name)
     if s:find(text, 1, not is_pattern) then return s end
     if os.time() > deadline then
-      error("tmux window " .. name .. ": no " .. text .. " within " .. guard.HANG .. " s; it shows:\n"
+      error("tmux window " .. name .. ": no " .. text .. " within " .. guard.HANG
+        .. " s; it shows:\n"
         .. s, 2)
     end
     posix.sleep(0.05)

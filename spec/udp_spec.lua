@@ -41,7 +41,7 @@ describe("smarm.udp", function()
     assert.are.same({ "echo:datagram 100", "127.0.0.1", r.port }, r.got[100])
   end)
 
-  it("keeps datagrams whole and in order, cuts them to the size asked, and takes empty ones", function()
+  it("keeps datagrams whole and in order, cuts them to size, and takes empty ones", function()
     local r = guard.run(function()
       local a, pa = bind()
       local b = bind()

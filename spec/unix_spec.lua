@@ -182,7 +182,8 @@ describe("smarm.unix", function()
       local down = guard.watch(pid)
       smarm.kill(pid)
       down()
-      return { owned_gone = guard.wait(function() return not exists(owned) end, "the path removed") }
+      local gone = guard.wait(function() return not exists(owned) end, "the path removed")
+      return { owned_gone = gone }
     end)
     _G.kept_server = nil
     assert.is_true(r.owned_gone)

@@ -40,7 +40,8 @@ function top.render(before, now, rows)
     "switches/s", "memory")
   for k, s in ipairs(now.stats) do
     local b = before.stats[k]
-    local busy = (s.busy_ns - (b and b.busy_ns or 0)) / math.max(s.wall_ns - (b and b.wall_ns or 0), 1)
+    local wall = math.max(s.wall_ns - (b and b.wall_ns or 0), 1)
+    local busy = (s.busy_ns - (b and b.busy_ns or 0)) / wall
     line("%-5d %4.0f%% %5d %7d %10.0f %11.0f %9s", k, busy * 100, s.runq, s.live,
       per_second(s, b, "received", dt), per_second(s, b, "switches", dt), bytes(s.memory))
   end
