@@ -9,12 +9,7 @@ local guard = dofile("spec/support/guard.lua")
 local exe = os.getenv("SMARM_EXE") or "smarm"
 local have_tmux = os.execute("command -v tmux >/dev/null 2>&1") == 0
 
-local own_pid = (function()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*n")
-  f:close()
-  return pid
-end)()
+local own_pid = posix.pid()
 
 local dir = posix.tmpdir()
 local server = "smarm-spec-" .. own_pid -- tmux's server socket: this process's alone
@@ -93,6 +88,15 @@ local function service_cmd(path)
   return "exec timeout -k 10 " .. 5 * guard.HANG .. " " .. exe .. " -s 2 -e " .. quote(code)
 end
 
+-- Waits until the service in window name listens at path; raises with its screen past the guard.
+local function wait_listening(name, path)
+  local deadline = os.time() + guard.HANG
+  while not posix.exists(path) do
+    assert(os.time() < deadline, "the service's console never listened:\n" .. screen(name))
+    posix.sleep(0.05)
+  end
+end
+
 describe("under a terminal", function()
   if not have_tmux then
     pending("tmux is not installed (Debian: tmux; deps/debian-test.txt)")
@@ -102,11 +106,7 @@ describe("under a terminal", function()
   it("smarm attach: =expr, Ctrl-C out of a waiting entry, Ctrl-D at an empty prompt", function()
     local path = dir .. "/console-a"
     start("service_a", service_cmd(path))
-    local deadline = os.time() + guard.HANG
-    while not posix.exists(path) do
-      assert(os.time() < deadline, "the service's console never listened:\n" .. screen("service_a"))
-      posix.sleep(0.05)
-    end
+    wait_listening("service_a", path)
     start("client_a", exe .. " attach " .. quote(path))
     wait_for("client_a", ">") -- (tmux's screen drops the spaces that end a line)
     type_line("client_a", "=1 + 41")
@@ -132,11 +132,7 @@ describe("under a terminal", function()
   it("smarm top PATH shows the busy actor first and stops at Enter", function()
     local path = dir .. "/console-t"
     start("service_t", service_cmd(path))
-    local deadline = os.time() + guard.HANG
-    while not posix.exists(path) do
-      assert(os.time() < deadline, "the service's console never listened:\n" .. screen("service_t"))
-      posix.sleep(0.05)
-    end
+    wait_listening("service_t", path)
     start("top_t", exe .. " top " .. quote(path))
     -- the first actor row under the header names the busy actor
     local s = wait_for("top_t", "\npid[^\n]*\n[^\n]*busy_one", true)

@@ -14,12 +14,7 @@ local function new_path()
   return dir .. "/sock" .. serial
 end
 
-local own_pid = (function()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*n")
-  f:close()
-  return pid
-end)()
+local own_pid = posix.pid()
 
 -- An abstract name no other process of this machine uses.
 local function new_abstract()

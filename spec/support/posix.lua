@@ -116,6 +116,14 @@ function posix.list(path)
   return (entries(path))
 end
 
+-- This process's id (read off /proc/self/stat: no fork, no FFI declaration).
+function posix.pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("*n")
+  f:close()
+  return pid
+end
+
 -- Whether there is a file named path, of any type (a socket cannot be opened as a file: its
 -- folder is listed instead).
 function posix.exists(path)
