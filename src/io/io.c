@@ -560,3 +560,13 @@ int sm_io_buf_reserve(char **data, size_t *cap, size_t len, size_t room)
 
 const char *sm_io_err_name(int err) { return uv_err_name(err); }
 const char *sm_io_strerror(int err) { return uv_strerror(err); }
+
+smarm_msg_t *sm_io_event_new(int source, int kind, uint64_t id, int err, size_t n)
+{
+  smarm_msg_t *m = smarm_msg_new(sizeof(io_event_t) + n);
+  if (!m)
+    return NULL;
+  io_event_t ev = {IO_EVENT_TAG, (uint8_t)source, (uint8_t)kind, 0, err, id};
+  memcpy(smarm_msg_data(m), &ev, sizeof ev);
+  return m;
+}

@@ -139,6 +139,29 @@ int sm_io_interrupted(void);
 ** (the buffer stays as it was). */
 int sm_io_buf_reserve(char **data, size_t *cap, size_t len, size_t room);
 
+/* ---- Events: the IO thread's own messages to an actor -------------------------------------- */
+/* A socket in active mode (tcp.c, udp.c) tells its owner what happens to it in messages that the
+** IO thread sends itself (smarm_send_outside). Such a block starts with an io_event_t, whose
+** first byte (IO_EVENT_TAG) is no tag of the binding's codec, so its decoder knows it (codec.h);
+** the payload follows: the bytes (data), or nothing. */
+#define IO_EVENT_TAG 0xE5
+
+enum io_event_source { IO_EV_TCP = 1, IO_EV_UNIX = 2, IO_EV_UDP = 3 };
+enum io_event_kind { IO_EV_DATA = 1, IO_EV_CLOSED = 2, IO_EV_ERROR = 3 };
+
+typedef struct io_event {
+  uint8_t tag;    /* IO_EVENT_TAG */
+  uint8_t source; /* io_event_source */
+  uint8_t kind;   /* io_event_kind */
+  uint8_t pad;
+  int32_t err;    /* IO_EV_ERROR: a negative errno (libuv's) */
+  uint64_t id;    /* the socket's id */
+} io_event_t;
+
+/* A new event block with room for n payload bytes after the header, filled but for the payload
+** (smarm_msg_data(msg) + sizeof(io_event_t)), or NULL when out of memory. */
+smarm_msg_t *sm_io_event_new(int source, int kind, uint64_t id, int err, size_t n);
+
 /* libuv's name for a negative errno ("ENOENT"), and its message. */
 const char *sm_io_err_name(int err);
 const char *sm_io_strerror(int err);

@@ -42,6 +42,9 @@ typedef struct sock {
   char *buf;
   size_t start, len, cap;
   int eof, rerr, reading;
+  int active;                 /* IOTCP_PASSIVE, IOTCP_ACTIVE_ONCE or IOTCP_ACTIVE_ON (tcp.h) */
+  smarm_pid_t owner;          /* who gets the messages of an active socket */
+  size_t unacked;             /* IOTCP_ACTIVE_ON: data bytes sent as messages, unacknowledged */
   tcp_req_t *receive;         /* the receive waiting for bytes, or NULL */
   /* a listener */
   tcp_req_t *accept;          /* the accept waiting for a connection, or NULL */
@@ -230,7 +233,49 @@ static int unread(sock_t *s, const char *p, size_t n)
   return 0;
 }
 
-/* Finishes the waiting receive if the buffer meets it now; then reads on or pauses. */
+/* Sends an active socket's owner one event (the payload's n bytes from p); 0 or -1 (out of
+** memory: tried again at the next read, acknowledgement or re-arm). The owner's end is no
+** failure: its scheduler drops what comes for a dead actor. */
+static int send_event(sock_t *s, int kind, int err, const char *p, size_t n)
+{
+  smarm_msg_t *m = sm_io_event_new(is_unix(s) ? IO_EV_UNIX : IO_EV_TCP, kind, s->id, err, n);
+  if (!m)
+    return -1;
+  if (n)
+    memcpy((char *)smarm_msg_data(m) + sizeof(io_event_t), p, n);
+  if (smarm_send_outside(s->owner, m) < 0)
+    smarm_msg_free(m); /* no runtime any more: the socket is about to close */
+  return 0;
+}
+
+/* An active socket hands its owner what the buffer holds, as far as its mode lets it (tcp.h). */
+static void serve_active(sock_t *s)
+{
+  while (s->active != IOTCP_PASSIVE && !s->closing) {
+    size_t avail = s->len - s->start;
+    if (avail > 0) {
+      if (s->active == IOTCP_ACTIVE_ON && s->unacked >= IOTCP_ACTIVE_HIGH)
+        return;
+      size_t n = avail < READ_CHUNK ? avail : READ_CHUNK;
+      if (send_event(s, IO_EV_DATA, 0, s->buf + s->start, n) < 0)
+        return;
+      s->start += n;
+      s->unacked += n;
+    } else if (s->eof || s->rerr) {
+      if (send_event(s, s->rerr ? IO_EV_ERROR : IO_EV_CLOSED, s->rerr, NULL, 0) < 0)
+        return;
+      s->active = IOTCP_PASSIVE; /* the end is told once; a receive still finds it */
+      return;
+    } else {
+      return;
+    }
+    if (s->active == IOTCP_ACTIVE_ONCE)
+      s->active = IOTCP_PASSIVE;
+  }
+}
+
+/* Finishes the waiting receive if the buffer meets it now, or sends an active socket's messages;
+** then reads on or pauses. */
 static void serve_receive(sock_t *s)
 {
   tcp_req_t *r = s->receive;
@@ -238,6 +283,7 @@ static void serve_receive(sock_t *s)
     s->receive = NULL;
     sm_io_complete(&r->base);
   }
+  serve_active(s);
   if (s->len - s->start >= READ_HIGH)
     read_pause(s);
   else
@@ -596,8 +642,8 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     }
     return;
   case IOTCP_RECEIVE:
-    if (s->listener || s->receive) {
-      finish(r, s->listener ? UV_EINVAL : UV_EBUSY);
+    if (s->listener || s->receive || s->active != IOTCP_PASSIVE) {
+      finish(r, s->listener || s->active != IOTCP_PASSIVE ? UV_EINVAL : UV_EBUSY);
       return;
     }
     s->receive = r;
@@ -650,6 +696,26 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     finish(r, rc);
     return;
   }
+  case IOTCP_SETACTIVE:
+    if (s->listener || s->receive) {
+      finish(r, UV_EINVAL);
+      return;
+    }
+    s->active = r->flag;
+    s->owner = r->owner;
+    s->unacked = 0;
+    finish(r, 0);
+    serve_receive(s);
+    return;
+  case IOTCP_ACK:
+    if (s->listener) {
+      finish(r, UV_EINVAL);
+      return;
+    }
+    s->unacked = r->len < s->unacked ? s->unacked - r->len : 0;
+    finish(r, 0);
+    serve_receive(s);
+    return;
   case IOTCP_NODELAY:
     finish(r, s->listener || is_unix(s) ? UV_EINVAL : uv_tcp_nodelay(&s->h.tcp, r->flag));
     return;

@@ -33,7 +33,21 @@ enum tcp_op {
   IOTCP_NODELAY,  /* id, flag */
   IOTCP_LISTEN_UNIX,  /* host (a path, or "@name": Linux's abstract names), backlog, mode -> new_id */
   IOTCP_CONNECT_UNIX, /* host -> new_id */
+  IOTCP_SETACTIVE, /* id, flag (IOTCP_PASSIVE, _ONCE or _ON), owner */
+  IOTCP_ACK,       /* id, len: the owner took len bytes of data messages (posted) */
 };
+
+/* Active modes (Erlang's {active, false | once | true}). An active connection sends what it reads
+** to its owner as event messages (io.h: IO_EV_DATA with the bytes, then IO_EV_CLOSED or
+** IO_EV_ERROR at the end, after which it is passive again): _ONCE one message, then passive;
+** _ON every chunk as it comes, until IOTCP_ACTIVE_HIGH bytes of data messages wait unacknowledged
+** (the owner acknowledges what it has taken with IOTCP_ACK), then it stops sending and, once its
+** buffer holds 256 KiB, stops reading: the same back-pressure on the peer as a passive socket's.
+** Only one actor, the owner, gets a socket's messages. Events and completions reach a scheduler in
+** the order the IO thread made them (both through its inbox), so when a SETACTIVE to passive has
+** completed, every message sent before it is in the owner's mailbox. */
+enum { IOTCP_PASSIVE = 0, IOTCP_ACTIVE_ONCE = 1, IOTCP_ACTIVE_ON = 2 };
+#define IOTCP_ACTIVE_HIGH (256 * 1024)
 
 /* A receive after the peer closed (nothing left) ends with err = IOTCP_CLOSED. */
 #define IOTCP_CLOSED (-4095) /* libuv's UV_EOF */
@@ -53,6 +67,7 @@ typedef struct tcp_req {
                                  orders the two): a socket nobody took is closed then */
   int new_fd;                 /* connect, accept: the connection's descriptor (see ltcp.c) */
   int peer, flag;
+  smarm_pid_t owner;          /* setactive: who gets the messages */
   int mode;                   /* listen_unix: the path's permission bits, or -1 (the umask's) */
   char addr[112];             /* name: the address as text (a Unix socket's path), and port (-1
                                  for a Unix socket) */

@@ -10,6 +10,7 @@
 */
 #include "codec.h"
 
+#include "io/io.h"
 #include "lhandle.h"
 #include "ljx.h"
 #include "lpid.h"
@@ -17,6 +18,7 @@
 
 #include <lauxlib.h>
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -630,8 +632,20 @@ static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
 
 /* Encodes the value at idx (or, with a call, that call's request around it) with `tail` spare
 ** bytes at the end. */
+/* Readies the handles met for travel (lhandle.h: before_move); 1 if one of them changed. */
+static int ready_moves(lua_State *L, codec_moves_t *moves)
+{
+  int changed = 0;
+  for (int i = 0; i < moves->n; i++) {
+    const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
+    if (k->before_move && k->before_move(L, moves->uds[i]))
+      changed = 1;
+  }
+  return changed;
+}
+
 static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                           size_t tail, const codec_call_t *call, int data_only)
+                           size_t tail, const codec_call_t *call, int data_only, int readied)
 {
   enc_t e;
   moves->n = 0;
@@ -655,6 +669,14 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
     enc_call(&e, idx, call->caller);
   } else {
     enc_value(&e, idx, 0);
+  }
+  if (!data_only && ready_moves(L, moves)) { /* a handle was readied: encode it as it is now */
+    if (e.buf_idx)
+      lua_pop(L, ENC_SLOTS);
+    if (readied >= 2)
+      luaL_error(L, "%s: a socket in it changed again while it was readied to travel (another "
+                    "actor uses it)", root && *root ? root : "message");
+    return encode(L, idx, root, moves, tail, call, data_only, readied + 1);
   }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
@@ -683,24 +705,24 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
 
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 0);
+  return encode(L, idx, root, moves, 0, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_data(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 1);
+  return encode(L, idx, root, moves, 0, NULL, 1, 0);
 }
 
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail)
 {
-  return encode(L, idx, root, moves, tail, NULL, 0);
+  return encode(L, idx, root, moves, tail, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail)
 {
-  return encode(L, idx, "request", moves, tail, call, 0);
+  return encode(L, idx, "request", moves, tail, call, 0, 0);
 }
 
 void sm_codec_commit(codec_moves_t *moves)
@@ -710,11 +732,18 @@ void sm_codec_commit(codec_moves_t *moves)
   moves->n = 0;
 }
 
-void sm_codec_abandon(smarm_msg_t *msg)
+void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves)
 {
   if (msg)
     smarm_msg_set_owning(msg, 0);
   smarm_msg_free(msg);
+  for (int i = 0; moves && i < moves->n; i++) {
+    const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
+    if (k->kept)
+      k->kept(L, moves->uds[i]);
+  }
+  if (moves)
+    moves->n = 0;
 }
 
 /* A handle of the list as read back: the kind's fields, its kind, and the codec's flags. */
@@ -1170,7 +1199,53 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   }
 }
 
-void sm_codec_decode(lua_State *L, smarm_msg_t *msg) { sm_codec_decode_head(L, msg, 0); }
+/* The IO events' functions by source (io.h); set once per module, read by every receive. */
+#define EVENT_SOURCES 4
+static _Atomic(const codec_event_fns_t *) event_fns[EVENT_SOURCES];
+
+void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns)
+{
+  if (source > 0 && source < EVENT_SOURCES) /* pairs with the acquires below */
+    atomic_store_explicit(&event_fns[source], fns, memory_order_release);
+}
+
+int sm_codec_is_event(const smarm_msg_t *msg)
+{
+  return smarm_msg_size(msg) >= sizeof(io_event_t) &&
+         *(const unsigned char *)smarm_msg_data((smarm_msg_t *)msg) == IO_EVENT_TAG;
+}
+
+int sm_codec_event_taken(lua_State *L)
+{
+  const codec_event_fns_t *asked[EVENT_SOURCES];
+  int n = 0;
+  for (int i = 1; i < EVENT_SOURCES; i++) {
+    const codec_event_fns_t *f = atomic_load_explicit(&event_fns[i], memory_order_acquire);
+    int again = 0;
+    for (int j = 0; j < n; j++)
+      again |= asked[j] == f;
+    if (!f || again)
+      continue;
+    asked[n++] = f;
+    if (f->taken(L))
+      return 1;
+  }
+  return 0;
+}
+
+void sm_codec_decode(lua_State *L, smarm_msg_t *msg)
+{
+  if (sm_codec_is_event(msg)) {
+    const unsigned char *p = smarm_msg_data(msg);
+    const codec_event_fns_t *f =
+      p[1] < EVENT_SOURCES ? atomic_load_explicit(&event_fns[p[1]], memory_order_acquire) : NULL;
+    if (!f)
+      luaL_error(L, "malformed message");
+    f->decode(L, p, smarm_msg_size(msg));
+    return;
+  }
+  sm_codec_decode_head(L, msg, 0);
+}
 
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
 {

@@ -49,7 +49,9 @@ typedef struct codec_moves {
 } codec_moves_t;
 
 /* Encodes the value at idx into a new message block (owned by the caller). Raises a Lua error
-** naming the path of a value that cannot be sent (nothing leaks). moves receives the handles in
+** naming the path of a value that cannot be sent (nothing leaks). A handle that must be readied
+** to travel (lhandle.h: before_move; an active socket) may park the caller, and the value is
+** then encoded again, as it is by then. moves receives the handles in
 ** it: after sending the block, sm_codec_commit(moves); if it is not sent, sm_codec_abandon(block).
 ** */
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
@@ -71,8 +73,8 @@ typedef struct codec_call {
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail);
 void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
-/* Frees an unsent block; the handles stay the sender's. */
-void sm_codec_abandon(smarm_msg_t *msg);
+/* Frees an unsent block; the handles (moves, or NULL when there are none) stay the sender's. */
+void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
 
 /* Pushes the value a message holds; the receiver now owns its handles (the block is no longer
 ** owning). Raises on a block sm_codec_encode did not make. */
@@ -83,6 +85,25 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 /* Pushes the value of bytes that sm_codec_encode made without handles (an exit reason inside a
 ** notice). Raises on malformed bytes or a handle list. */
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n);
+
+/* IO events: blocks the IO thread makes for a socket's owner (io.h, beginning with
+** IO_EVENT_TAG) decode through the functions its module sets for their source (ltcp.c): decode
+** pushes one value (the event's table); taken is told when a receive hands a value to the actor
+** (sm_codec_event_taken) and returns 1 if it was one of its events (then it counts it: a socket
+** sends more once its owner has taken what it sent). Any thread may set them, at any time (every
+** VM's module load sets its own again: the same functions). */
+typedef struct codec_event_fns {
+  void (*decode)(lua_State *L, const unsigned char *p, size_t n);
+  int (*taken)(lua_State *L); /* the value on top; leaves the stack as it found it */
+} codec_event_fns_t;
+void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns);
+
+/* Is this block an IO event (decoding it pushes an event's table)? */
+int sm_codec_is_event(const smarm_msg_t *msg);
+
+/* A receive hands the value on top to the actor, which has received IO events not yet taken:
+** 1 if it is one of them (its module has counted it as taken), else 0. */
+int sm_codec_event_taken(lua_State *L);
 
 /* The drop hook: drops (closes) the handles of a block nobody decoded. */
 void sm_codec_drop(smarm_msg_t *msg);

@@ -65,7 +65,7 @@ static int encode_reason(lua_State *L)
   codec_moves_t moves;
   smarm_msg_t *b = sm_codec_encode_data(L, 1, "reason", &moves);
   if (moves.n) { /* every notice gets a copy of a reason: a socket or file cannot be one */
-    sm_codec_abandon(b);
+    sm_codec_abandon(L, b, &moves);
     return luaL_error(L, "reason holds a socket or file");
   }
   job->block = b;

@@ -628,7 +628,7 @@ static void file_close_owned(void *file)
 }
 
 static const lhandle_kind_t file_kind = {file_test, file_handed_over, file_push, file_drop,
-                                         file_close_owned};
+                                         file_close_owned, NULL, NULL};
 
 void sm_lfs_end_run(lua_State *L)
 {

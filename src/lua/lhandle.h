@@ -54,6 +54,14 @@ typedef struct sm_lhandle_kind {
   /* Its owner ended abnormally: close the userdata's handle now if it is open (a posted close:
   ** no parking, no raising); a no-op for one that is closed, handed over or stale. */
   void (*close_owned)(void *ud);
+  /* Optional. Called by the encoder for each of a message's handles once it has encoded them all
+  ** (not for exit reasons), where the sender may park: returns 1 when it changed the handle so
+  ** that it must be encoded again (an active socket made passive, its messages taken back: it is
+  ** then tested again), 0 when it is ready to travel. May raise. */
+  int (*before_move)(lua_State *L, void *ud);
+  /* Optional. The message was not sent after all (sm_codec_abandon): the handle stays the
+  ** sender's; undo what before_move did. Must not raise. */
+  void (*kept)(lua_State *L, void *ud);
 } lhandle_kind_t;
 
 /* At most this many kinds; a kind is named in messages by its index. */

@@ -35,6 +35,12 @@ char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len);
 ** refused; else returns 0 or the error (the call's, else the request's). */
 int sm_lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
 
+/* Takes out of the calling actor's saved queue (the messages its selective receives set aside),
+** oldest first, every one that claim(L, ud) claims: it is called with the message on top, must
+** leave the stack as it found it, and returns 1 to take the message (which is then gone). Does
+** nothing outside an actor. */
+void sm_lsmarm_saved_claim(lua_State *L, int (*claim)(lua_State *L, void *ud), void *ud);
+
 /* Pushes nil and the failure: "timeout" alone, or "<subject>: <reason>" (just the reason without
 ** a subject) and libuv's error name. Returns how many values it pushed. */
 int sm_lio_push_failure(lua_State *L, int err, const char *subject);

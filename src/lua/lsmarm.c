@@ -47,6 +47,7 @@
 #include "linfo.h"
 #include "lfs.h"
 #include "lhandle.h"
+#include "lio.h"
 #include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
@@ -91,6 +92,7 @@ typedef struct lactor {
   unsigned saved_epoch; /* bumped whenever the messages are renumbered (a receive under way
                            then looks for its message again) */
   smarm_msg_t *pending; /* a block being decoded: freed here if decoding raised */
+  int io_held;   /* IO events (codec.h) decoded and not yet handed to the actor by a receive */
   int nargs;     /* values waiting on co's stack above the function */
   int is_main;
 } lactor_t;
@@ -582,7 +584,7 @@ static int l_send(lua_State *L)
   smarm_msg_t *m = sm_codec_encode(L, 2, "message", &moves);
   int rc = smarm_send(to, m);
   if (rc < 0) {
-    sm_codec_abandon(m); /* any sockets in it stay the sender's */
+    sm_codec_abandon(L, m, &moves); /* any sockets in it stay the sender's */
     if (rc != -ESRCH) /* a dead receiver just drops the message */
       return luaL_error(L, "smarm.send: %s", strerror(-rc));
     return 0;
@@ -599,16 +601,27 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
   smarm_msg_free(la->pending);
   la->pending = msg;
   int kind = smarm_msg_kind(msg);
-  if (kind == SMARM_MSG_USER)
+  if (kind == SMARM_MSG_USER) {
+    int event = sm_codec_is_event(msg);
     sm_codec_decode(L, msg);
-  else if (kind == SMARM_MSG_REPLY) /* a call's answer: the value, then the alias */
+    la->io_held += event; /* a socket's message: delivered() counts it when the actor gets it */
+  } else if (kind == SMARM_MSG_REPLY) { /* a call's answer: the value, then the alias */
     sm_codec_decode_head(L, msg, sizeof(smarm_ref_t));
-  else
+  } else {
     sm_lfaults_push_notice(L, msg); /* EXIT or DOWN */
+  }
   if (la->pending == msg) { /* else a receive while decoding (a module's top level) freed it */
     la->pending = NULL;
     smarm_msg_free(msg);
   }
+}
+
+/* A receive hands the value on top to the actor: a socket's message is taken (codec.h), which
+** lets its socket send more. */
+static void delivered(lua_State *L, lactor_t *la)
+{
+  if (la->io_held > 0 && sm_codec_event_taken(L))
+    la->io_held--;
 }
 
 /* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
@@ -706,6 +719,33 @@ static void saved_take(lua_State *L, lactor_t *la, int q, int i)
     saved_compact(L, la, q); /* leaves the taken value on top */
 }
 
+void sm_lsmarm_saved_claim(lua_State *L, int (*claim)(lua_State *L, void *ud), void *ud)
+{
+  lactor_t *la = smarm_actor_data();
+  if (!la || la->saved_count == 0)
+    return;
+  int top = lua_gettop(L);
+  int q = push_saved(L, la), taken = 0;
+  for (int i = la->saved_first; la->saved_count > 0 && i <= la->saved_last; i++) {
+    lua_rawgeti(L, q, i);
+    int mine = !lua_isnil(L, -1) && claim(L, ud);
+    lua_pop(L, 1);
+    if (mine) {
+      if (la->io_held > 0)
+        la->io_held--; /* claims take back IO events */
+      unsigned epoch = la->saved_epoch;
+      saved_take(L, la, q, i);
+      lua_pop(L, 1);
+      taken = 1;
+      if (la->saved_epoch != epoch) /* renumbered: what is left starts at saved_first again */
+        i = la->saved_first - 1;
+    }
+  }
+  if (taken)
+    la->saved_epoch++; /* a receive under way (a match function that called us) looks again */
+  lua_settop(L, top);
+}
+
 /* Calls the match function at match_idx on the value on top (left in place); returns truth. */
 static int call_match(lua_State *L, int match_idx)
 {
@@ -782,12 +822,12 @@ static int l_call(lua_State *L)
                                              ** come at once */
   int rc = smarm_monitor_ref(to, ref);
   if (rc < 0) {
-    sm_codec_abandon(m);
+    sm_codec_abandon(L, m, &moves);
     return luaL_error(L, "smarm.call: %s", strerror(-rc));
   }
   rc = smarm_send(to, m);
   if (rc < 0) {
-    sm_codec_abandon(m); /* any sockets in it stay the caller's */
+    sm_codec_abandon(L, m, &moves); /* any sockets in it stay the caller's */
     call_give_up(mark, ref);
     if (rc != -ESRCH)
       return luaL_error(L, "smarm.call: %s", strerror(-rc));
@@ -845,7 +885,7 @@ static int l_reply(lua_State *L)
   memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof ref, &ref, sizeof ref);
   int rc = smarm_send_reply(pid, m);
   if (rc < 0) {
-    sm_codec_abandon(m);
+    sm_codec_abandon(L, m, &moves);
     if (rc != -ESRCH) /* a caller that ended: nobody to answer */
       return luaL_error(L, "smarm.reply: %s", strerror(-rc));
     return 0;
@@ -927,6 +967,7 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
     if (!match_idx) {
       lua_pop(L, 1);
       saved_take(L, la, q, i);
+      delivered(L, la);
       return 1;
     }
     unsigned epoch = la->saved_epoch;
@@ -936,6 +977,7 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
       lua_pop(L, 1);
       if (at) {
         saved_take(L, la, q, at);
+        delivered(L, la);
         return 1;
       }
       i = la->saved_first - 1; /* numbers changed: look again from the oldest */
@@ -947,6 +989,7 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
     lua_pop(L, 1);
     if (yes && still_there) {
       saved_take(L, la, q, i);
+      delivered(L, la);
       return 1;
     }
   }
@@ -968,8 +1011,12 @@ static int l_receive(lua_State *L)
   }
   lactor_t *la = self_or_raise(L, "receive");
   lua_settop(L, 2);
-  if (!match_idx && la->saved_count == 0)
-    return mailbox_next(L, la, timeout); /* the common case: straight from the mailbox */
+  if (!match_idx && la->saved_count == 0) { /* the common case: straight from the mailbox */
+    int n = mailbox_next(L, la, timeout);
+    if (n == 1)
+      delivered(L, la);
+    return n;
+  }
   return receive_in(L, la, match_idx, timeout);
 }
 
@@ -1011,6 +1058,7 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->saved_count = 0;
   la->saved_epoch = 0;
   la->pending = NULL;
+  la->io_held = 0;
 }
 
 /* remote_actor_main's allocations, under lua_cpcall in the VM's main state: the coroutine, and
@@ -1154,7 +1202,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   ** its coroutine. */
   lactor_t *shell = calloc(1, sizeof *shell);
   if (!shell) {
-    sm_codec_abandon(block);
+    sm_codec_abandon(L, block, &moves);
     return luaL_error(L, "not enough memory");
   }
   shell->coref = shell->savedref = LUA_NOREF;
@@ -1169,7 +1217,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   }
   if (rc < 0) {
     free(shell);
-    sm_codec_abandon(block); /* any sockets in the arguments stay the caller's */
+    sm_codec_abandon(L, block, &moves); /* any sockets in the arguments stay the caller's */
   } else {
     sm_codec_commit(&moves);
   }

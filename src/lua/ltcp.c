@@ -16,11 +16,13 @@
 #define _GNU_SOURCE
 #include "ltcp.h"
 
+#include "codec.h"
 #include "io/tcp.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "ljx.h"
 #include "lpark.h"
+#include "lvm.h"
 
 #include <lauxlib.h>
 
@@ -55,6 +57,12 @@ typedef struct lsock {
   int sending;    /* sends of this handle parked in the IO thread now */
   int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
+  int active;     /* IOTCP_PASSIVE, _ONCE or _ON (tcp.h) as far as this side knows: armed, or
+                     its message not received yet */
+  smarm_pid_t events_to; /* an active socket's messages go to this actor (the one that armed it) */
+  size_t taken;   /* _ON: data bytes received as messages since the last acknowledgement */
+  int rearm;      /* the mode to arm again after a hand-over (by the receiver), or after one
+                     that did not happen (by the sender) */
   uint32_t run;   /* the run that made it (sm_lhandle_run_generation): its end closed the socket */
 } lsock_t;
 
@@ -114,6 +122,14 @@ static void check_open(lua_State *L, const lsock_t *s, const char *fname)
     luaL_error(L, "smarm.%s.%s: the socket was handed to another actor", module_of(s), fname);
 }
 
+/* The calls that read refuse an active socket: its data comes as messages. */
+static void check_passive(lua_State *L, const lsock_t *s, const char *fname)
+{
+  if (s->active != IOTCP_PASSIVE)
+    luaL_error(L, "smarm.%s.%s: the socket is active (its data comes as messages; "
+                  "setactive(false) first)", module_of(s), fname);
+}
+
 /* The socket at idx, open; NULL when another actor closed it or handed it away (the caller
 ** returns nil, "closed": gone_elsewhere); raises on anything else. */
 static lsock_t *check_sock(lua_State *L, int idx, int listener, const char *fname)
@@ -148,6 +164,13 @@ static int push_closed(lua_State *L, const char *extra)
 #define BIT_LISTENER 1
 #define BIT_QUEUED 2 /* writes through the IO thread may still be in flight: the next go that way */
 #define BIT_UNIX 4
+#define BIT_ONCE 8 /* active "once" on the sender's side: the receiver arms it again */
+#define BIT_ON 16  /* active true: the same */
+
+static int give_back(lsock_t *s);
+static void activate(lua_State *L, lsock_t *s, int idx, int mode);
+static int activate_posts(lsock_t *s, int mode);
+static void passive_sync(lua_State *L, lsock_t *s, const char *fname);
 
 static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
 {
@@ -157,26 +180,16 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
   check_open(L, s, "send");
   if (s->busy) /* its bytes or connection would reach the waiting actor, not the receiver */
     luaL_error(L, "smarm.send: the socket is in use by another actor");
-  if (s->rlen > s->rstart) { /* bytes read ahead go back to the IO side, ahead of the rest */
-    tcp_req_t *r = sm_tcp_req_new(IOTCP_UNREAD);
-    char *copy = r ? malloc(s->rlen - s->rstart) : NULL;
-    if (!copy) {
-      sm_io_req_release(r ? &r->base : NULL);
-      luaL_error(L, "not enough memory");
-    }
-    memcpy(copy, s->rbuf + s->rstart, s->rlen - s->rstart);
-    r->id = s->id;
-    r->data = copy;
-    r->len = s->rlen - s->rstart;
-    s->rstart = s->rlen = 0;
-    sm_io_post(&r->base);
-  }
+  if (give_back(s) < 0) /* bytes read ahead go back to the IO side, ahead of the rest */
+    luaL_error(L, "not enough memory");
   *sock = s;
   h->id = s->id;
   h->timeout = s->timeout;
   h->fd = s->fd;
   h->bits = (uint8_t)((s->listener ? BIT_LISTENER : 0) | (s->unsure ? BIT_QUEUED : 0) |
-                       (s->unix_sock ? BIT_UNIX : 0));
+                       (s->unix_sock ? BIT_UNIX : 0) |
+                       (s->rearm == IOTCP_ACTIVE_ONCE ? BIT_ONCE : 0) |
+                       (s->rearm == IOTCP_ACTIVE_ON ? BIT_ON : 0));
   return 1;
 }
 
@@ -185,6 +198,8 @@ static void sock_handed_over(void *sock)
   lsock_t *s = sock;
   s->state = HANDED_OVER;
   s->gone_by = smarm_self();
+  s->active = IOTCP_PASSIVE;
+  s->rearm = 0;
 }
 
 static void sock_push(lua_State *L, const lhandle_t *h)
@@ -193,6 +208,39 @@ static void sock_push(lua_State *L, const lhandle_t *h)
   lsock_t *s = lua_touserdata(L, -1);
   s->timeout = h->timeout;
   s->unsure = (h->bits & BIT_QUEUED) != 0;
+  if (h->bits & (BIT_ONCE | BIT_ON)) /* it was active: its messages come here now */
+    activate(L, s, lua_gettop(L), h->bits & BIT_ONCE ? IOTCP_ACTIVE_ONCE : IOTCP_ACTIVE_ON);
+}
+
+/* An active socket travels passive: its messages that the sender has not received yet are taken
+** back first (passive_sync: the sender parks for a trip to the IO thread), and the receiver arms
+** it again in the same mode. Only the actor its messages go to can hand it over. */
+static int sock_before_move(lua_State *L, void *sock)
+{
+  lsock_t *s = sock;
+  if (s->active == IOTCP_PASSIVE)
+    return 0;
+  if (s->events_to != smarm_self())
+    luaL_error(L, "smarm.send: the socket is active for another actor, which alone can hand it "
+                  "over");
+  const char *why = sm_ljx_cannot_park(L);
+  if (why)
+    luaL_error(L, "smarm.send: an active socket cannot be handed over %s", why);
+  int mode = s->active;
+  passive_sync(L, s, "send");
+  s->rearm = mode;
+  return 1;
+}
+
+/* The message that was to carry an active socket was not sent: it stays the sender's, active
+** again (out of memory: it stays passive, its bytes kept). */
+static void sock_kept(lua_State *L, void *sock)
+{
+  (void)L;
+  lsock_t *s = sock;
+  if (s->rearm && s->state == OPEN && !stale(s) && activate_posts(s, s->rearm) == 0)
+    s->active = s->rearm;
+  s->rearm = 0;
 }
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
@@ -217,6 +265,7 @@ static int call(lua_State *L, tcp_req_t *r, int unix_sock, int64_t timeout_ns,
     {"receiveany", "tcp.receiveany", "unix.receiveany"},
     {"send", "tcp.send", "unix.send"},
     {"setoption", "tcp.setoption", "unix.setoption"},
+    {"setactive", "tcp.setactive", "unix.setactive"},
     {"getsockname", "tcp.getsockname", "unix.getsockname"},
     {"getpeername", "tcp.getpeername", "unix.getpeername"},
     {"close", "tcp.close", "unix.close"},
@@ -393,8 +442,8 @@ static int m_accept(lua_State *L)
   return new_sock_result(L, r, err, box, 0, s->unix_sock, NULL);
 }
 
-/* Appends n bytes to the read-ahead buffer (raises when out of memory). */
-static void keep_bytes(lua_State *L, lsock_t *s, const char *p, size_t n)
+/* Appends n bytes to the read-ahead buffer: 0, or -1 when out of memory. */
+static int keep_bytes(lsock_t *s, const char *p, size_t n)
 {
   if (s->rstart == s->rlen)
     s->rstart = s->rlen = 0;
@@ -410,13 +459,14 @@ static void keep_bytes(lua_State *L, lsock_t *s, const char *p, size_t n)
         cap *= 2;
       char *more = realloc(s->rbuf, cap);
       if (!more)
-        luaL_error(L, "not enough memory");
+        return -1;
       s->rbuf = more;
       s->rcap = cap;
     }
   }
   memcpy(s->rbuf + s->rlen, p, n);
   s->rlen += n;
+  return 0;
 }
 
 /* One trip to the IO thread for at least one byte (at most `most`), kept in the read-ahead
@@ -443,8 +493,8 @@ static int read_more(lua_State *L, lsock_t *s, size_t most, int64_t deadline, co
       s->rcap = s->rlen = r->len;
       s->rstart = 0;
       r->data = NULL;
-    } else {
-      keep_bytes(L, s, r->data, r->len);
+    } else if (keep_bytes(s, r->data, r->len) < 0) {
+      luaL_error(L, "not enough memory"); /* the box frees the request */
     }
   }
   sm_lio_unbox(L, box);
@@ -473,6 +523,7 @@ static int m_receive(lua_State *L)
   lsock_t *s = check_sock(L, 1, 0, "receive");
   if (!s)
     return push_closed(L, "");
+  check_passive(L, s, "receive");
   enum { LINE, ALL, EXACT } mode = LINE;
   size_t want = 0;
   if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -531,6 +582,7 @@ static int m_receiveany(lua_State *L)
   lsock_t *s = check_sock(L, 1, 0, "receiveany");
   if (!s)
     return push_closed(L, NULL);
+  check_passive(L, s, "receiveany");
   lua_Number max = luaL_checknumber(L, 2);
   luaL_argcheck(L, max >= 1 && max == floor(max) && max < 4294967296.0, 2,
                 "byte count of at least 1 expected");
@@ -609,6 +661,315 @@ static int m_settimeout(lua_State *L)
   return 1;
 }
 
+/* ---- Active mode (tcp.h): data and the end arrive as messages ------------------------------ */
+/* The IO thread sends an active socket's events to the actor that armed it (events_to). This side
+** mirrors the mode: "once" counts as armed until its message has been received here (the decoder
+** makes it passive), so a receive never overtakes a message still on its way. Moving from one
+** mode to another goes through passive (passive_sync), which takes back what was sent. */
+
+#define ACK_EVERY (IOTCP_ACTIVE_HIGH / 4) /* _ON: received bytes are acknowledged in batches */
+
+/* The VM's active sockets, so that an event names the receiver's own userdata:
+** registry[&active_key] = { [the id's slot, its low 32 bits: exact as a number] = userdata }, with
+** weak values; the userdata's whole id is checked. */
+static const char active_key;
+
+/* The event tables decoded in this VM and not yet taken by a receive nor taken back:
+** registry[&held_key] = { [table] = true }, weak keys. */
+static const char held_key;
+
+/* Was the table on top a held event (then it is not any more)? */
+static int unhold(lua_State *L)
+{
+  if (!lua_istable(L, -1))
+    return 0;
+  lvm_push_registry(L, &held_key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushvalue(L, -2);
+  lua_rawget(L, -2);
+  int held = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (held) {
+    lua_pushvalue(L, -2);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  return held;
+}
+
+static void remember_active(lua_State *L, int idx, const lsock_t *s)
+{
+  lvm_push_registry_table(L, &active_key, "v");
+  lua_pushnumber(L, (lua_Number)(uint32_t)s->id);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Pushes this VM's userdata of socket id and returns it; NULL (nothing pushed) when there is none
+** (collected: its __gc closed the socket while the event was on its way). */
+static lsock_t *find_active(lua_State *L, uint64_t id)
+{
+  lvm_push_registry(L, &active_key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  lua_pushnumber(L, (lua_Number)(uint32_t)id);
+  lua_rawget(L, -2);
+  lsock_t *s = test_sock(L, -1, 0);
+  if (!s || s->id != id || stale(s)) {
+    lua_pop(L, 2);
+    return NULL;
+  }
+  lua_remove(L, -2);
+  return s;
+}
+
+/* Hands the bytes read ahead back to the IO side, in front of what it holds (a posted request):
+** 0, or -ENOMEM (nothing changed). */
+static int give_back(lsock_t *s)
+{
+  if (s->rlen == s->rstart)
+    return 0;
+  tcp_req_t *r = sm_tcp_req_new(IOTCP_UNREAD);
+  char *copy = r ? malloc(s->rlen - s->rstart) : NULL;
+  if (!copy) {
+    sm_io_req_release(r ? &r->base : NULL);
+    return -ENOMEM;
+  }
+  memcpy(copy, s->rbuf + s->rstart, s->rlen - s->rstart);
+  r->id = s->id;
+  r->data = copy;
+  r->len = s->rlen - s->rstart;
+  s->rstart = s->rlen = 0;
+  sm_io_post(&r->base);
+  return 0;
+}
+
+/* Posts what arms s in mode for the caller: the bytes read ahead first (they come back as its
+** first messages), then the mode. 0, or -ENOMEM (then it stays passive, nothing lost). */
+static int activate_posts(lsock_t *s, int mode)
+{
+  tcp_req_t *r = sm_tcp_req_new(IOTCP_SETACTIVE);
+  if (!r)
+    return -ENOMEM;
+  if (give_back(s) < 0) {
+    sm_io_req_release(&r->base);
+    return -ENOMEM;
+  }
+  r->id = s->id;
+  r->flag = mode;
+  r->owner = smarm_self();
+  sm_io_post(&r->base);
+  s->rend = 0; /* an end seen here is known there too: it comes as a message */
+  return 0;
+}
+
+/* Arms the passive socket s (its userdata at idx) in mode for the caller. Raises when out of
+** memory. */
+static void activate(lua_State *L, lsock_t *s, int idx, int mode)
+{
+  remember_active(L, idx, s);
+  if (activate_posts(s, mode) < 0)
+    luaL_error(L, "not enough memory");
+  s->active = mode;
+  s->events_to = smarm_self();
+  s->taken = 0;
+  s->rearm = 0;
+}
+
+/* Is msg an event of stream socket s (a block the IO thread made: io.h)? */
+static int is_event_of(const smarm_msg_t *msg, void *sock)
+{
+  const lsock_t *s = sock;
+  if (smarm_msg_kind(msg) != SMARM_MSG_USER || smarm_msg_size(msg) < sizeof(io_event_t))
+    return 0;
+  io_event_t ev;
+  memcpy(&ev, smarm_msg_data((smarm_msg_t *)msg), sizeof ev);
+  return ev.tag == IO_EVENT_TAG && ev.id == s->id &&
+         ev.source == (s->unix_sock ? IO_EV_UNIX : IO_EV_TCP);
+}
+
+/* The event names of a socket's messages, by io_event_kind - 1. */
+static const char *const event_names[2][3] = {
+  {"tcp", "tcp_closed", "tcp_error"},
+  {"unix", "unix_closed", "unix_error"},
+};
+
+/* sm_lsmarm_saved_claim's test: is the value on top a received message of socket `sock`? Its
+** data is kept as read-ahead bytes again. */
+static int claim_saved(lua_State *L, void *sock)
+{
+  lsock_t *s = sock;
+  if (!lua_istable(L, -1))
+    return 0;
+  lua_pushliteral(L, "socket");
+  lua_rawget(L, -2);
+  int same = lua_touserdata(L, -1) == s;
+  lua_pop(L, 1);
+  if (!same || !unhold(L))
+    return 0;
+  lua_pushliteral(L, "smarm");
+  lua_rawget(L, -2);
+  const char *name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+  int kind = 0;
+  for (int k = 0; k < 3; k++)
+    if (strcmp(name, event_names[s->unix_sock][k]) == 0)
+      kind = k + 1;
+  lua_pop(L, 1);
+  if (kind == IO_EV_DATA) {
+    lua_pushliteral(L, "data");
+    lua_rawget(L, -2);
+    size_t n = 0;
+    const char *p = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    int rc = p ? keep_bytes(s, p, n) : 0;
+    lua_pop(L, 1);
+    if (rc < 0)
+      luaL_error(L, "not enough memory");
+  }
+  return kind != 0;
+}
+
+/* Makes an active socket passive again and takes back what it sent that has not been received:
+** its data messages in the caller's mailbox (set aside by a selective receive or not) become
+** read-ahead bytes again, in order; its end messages go (the IO side still knows the end, which
+** the next receive finds). One trip to the IO thread, after which every message the socket sent
+** is in the mailbox (tcp.h). */
+static void passive_sync(lua_State *L, lsock_t *s, const char *fname)
+{
+  int top = lua_gettop(L);
+  int box;
+  tcp_req_t *r = new_req(L, IOTCP_SETACTIVE, &box);
+  r->id = s->id;
+  r->flag = IOTCP_PASSIVE;
+  r->owner = smarm_self();
+  sock_call(L, s, r, SMARM_FOREVER, fname); /* closed meanwhile: there is still mail to take */
+  sm_lio_unbox(L, box);
+  lua_settop(L, top);
+  s->active = IOTCP_PASSIVE;
+  s->taken = 0;
+  sm_lsmarm_saved_claim(L, claim_saved, s);
+  smarm_msg_t *m;
+  while (smarm_receive_match(is_event_of, s, 0, &m) == 0) {
+    io_event_t ev;
+    const char *p = smarm_msg_data(m);
+    memcpy(&ev, p, sizeof ev);
+    int rc = ev.kind == IO_EV_DATA
+               ? keep_bytes(s, p + sizeof ev, smarm_msg_size(m) - sizeof ev) : 0;
+    smarm_msg_free(m);
+    if (rc < 0)
+      luaL_error(L, "not enough memory");
+  }
+}
+
+/* The decoder of stream sockets' events (codec.h): { smarm = "tcp", socket =, data = },
+** { smarm = "tcp_closed", socket = } or { smarm = "tcp_error", socket =, reason = } ("unix" for a
+** Unix socket), held until a receive hands it to the actor (event_taken). */
+static void decode_event(lua_State *L, const unsigned char *p, size_t n)
+{
+  io_event_t ev;
+  memcpy(&ev, p, sizeof ev);
+  if (ev.kind < IO_EV_DATA || ev.kind > IO_EV_ERROR)
+    luaL_error(L, "malformed message");
+  int unix_sock = ev.source == IO_EV_UNIX;
+  luaL_checkstack(L, 4, "message");
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, event_names[unix_sock][ev.kind - 1]);
+  lua_setfield(L, -2, "smarm");
+  lsock_t *s = find_active(L, ev.id);
+  if (!s) { /* nobody holds it any more: a closed one stands for it */
+    push_sock(L, ev.id, 0, -1, unix_sock);
+    ((lsock_t *)lua_touserdata(L, -1))->state = CLOSED;
+  }
+  lua_setfield(L, -2, "socket");
+  size_t len = n - sizeof ev;
+  if (ev.kind == IO_EV_DATA) {
+    lua_pushlstring(L, (const char *)p + sizeof ev, len);
+    lua_setfield(L, -2, "data");
+  } else if (ev.kind == IO_EV_ERROR) {
+    lua_pushstring(L, sm_io_err_name(ev.err));
+    lua_setfield(L, -2, "reason");
+  }
+  lvm_push_registry_table(L, &held_key, "k");
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+/* A receive hands the value on top to the actor (codec.h): if it is one of our events, its
+** socket counts it. Taking a message is what lets the next come: "once" is passive again, true
+** counts the bytes towards its acknowledgement, an end makes it passive. */
+static int event_taken(lua_State *L)
+{
+  if (!unhold(L))
+    return 0;
+  lua_pushliteral(L, "socket");
+  lua_rawget(L, -2);
+  lsock_t *s = test_sock(L, -1, 0);
+  lua_pop(L, 1);
+  lua_pushliteral(L, "data");
+  lua_rawget(L, -2);
+  size_t len = lua_type(L, -1) == LUA_TSTRING ? lua_objlen(L, -1) : 0;
+  int data = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!s || s->state != OPEN || stale(s) || s->events_to != smarm_self())
+    return 1;
+  if (!data || s->active == IOTCP_ACTIVE_ONCE) {
+    s->active = IOTCP_PASSIVE;
+  } else if (s->active == IOTCP_ACTIVE_ON && (s->taken += len) >= ACK_EVERY) {
+    tcp_req_t *r = sm_tcp_req_new(IOTCP_ACK);
+    if (r) { /* out of memory: acknowledged with the next batch */
+      r->id = s->id;
+      r->len = s->taken;
+      s->taken = 0;
+      sm_io_post(&r->base);
+    }
+  }
+  return 1;
+}
+
+static const codec_event_fns_t event_fns = {decode_event, event_taken};
+
+/* conn:setactive(mode): false, "once" or true (tcp.h). Raises for a socket whose messages go to
+** another actor, or on which another actor waits. */
+static int m_setactive(lua_State *L)
+{
+  lsock_t *s = check_sock(L, 1, 0, "setactive");
+  if (!s)
+    return push_closed(L, NULL);
+  int mode;
+  if (lua_type(L, 2) == LUA_TBOOLEAN)
+    mode = lua_toboolean(L, 2) ? IOTCP_ACTIVE_ON : IOTCP_PASSIVE;
+  else if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "once") == 0)
+    mode = IOTCP_ACTIVE_ONCE;
+  else
+    return luaL_argerror(L, 2, "true, false or \"once\" expected");
+  lua_settop(L, 1);
+  if (s->busy)
+    return luaL_error(L, "smarm.%s.setactive: another actor is waiting on this socket",
+                      module_of(s));
+  if (s->active != IOTCP_PASSIVE && s->events_to != smarm_self())
+    return luaL_error(L, "smarm.%s.setactive: the socket is active for another actor",
+                      module_of(s));
+  if (mode != s->active) {
+    if (s->active != IOTCP_PASSIVE) {
+      passive_sync(L, s, "setactive");
+      if (gone_elsewhere(s))
+        return push_closed(L, NULL);
+    }
+    if (mode != IOTCP_PASSIVE)
+      activate(L, s, 1, mode);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* Closing does not wait: the request goes to the IO thread. */
 static void post_close_id(uint64_t id)
 {
@@ -631,8 +992,9 @@ static void sock_drop(const lhandle_t *h) { post_close_id(h->id); }
 
 static void sock_close_owned(void *ud) { post_close(ud); }
 
-static const lhandle_kind_t sock_kind = {sock_test, sock_handed_over, sock_push, sock_drop,
-                                         sock_close_owned};
+static const lhandle_kind_t sock_kind = {sock_test,        sock_handed_over, sock_push,
+                                         sock_drop,        sock_close_owned, sock_before_move,
+                                         sock_kept};
 
 static int m_close(lua_State *L)
 {
@@ -727,9 +1089,11 @@ static int m_setoption(lua_State *L)
 static int m_tostring(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
-  lua_pushfstring(L, "%s.%s (%s)", module_of(s), s->listener ? "server" : "conn",
+  lua_pushfstring(L, "%s.%s (%s%s)", module_of(s), s->listener ? "server" : "conn",
                   stale(s) ? "closed with an earlier run" : s->state == OPEN ? "open"
-                  : s->state == CLOSED ? "closed" : "handed over");
+                  : s->state == CLOSED ? "closed" : "handed over",
+                  s->state != OPEN || stale(s) ? "" : s->active == IOTCP_ACTIVE_ONCE
+                  ? ", active once" : s->active == IOTCP_ACTIVE_ON ? ", active" : "");
   return 1;
 }
 
@@ -741,7 +1105,8 @@ static const luaL_Reg server_methods[] = {
 static const luaL_Reg conn_methods[] = {
   {"receive", m_receive},         {"receiveany", m_receiveany}, {"send", m_send},
   {"settimeout", m_settimeout},   {"close", m_close},           {"getsockname", m_getsockname},
-  {"getpeername", m_getpeername}, {"setoption", m_setoption},   {NULL, NULL},
+  {"getpeername", m_getpeername}, {"setoption", m_setoption},   {"setactive", m_setactive},
+  {NULL, NULL},
 };
 
 static const luaL_Reg tcp_functions[] = {
@@ -759,6 +1124,8 @@ static const luaL_Reg unix_functions[] = {
 void sm_ltcp_register(lua_State *L, int module)
 {
   sm_lhandle_register(&sock_kind);
+  sm_codec_set_event_fns(IO_EV_TCP, &event_fns);
+  sm_codec_set_event_fns(IO_EV_UNIX, &event_fns);
   sm_lio_handle_metatable(L, SERVER_MT, server_methods, m_gc, m_tostring);
   sm_lio_handle_metatable(L, CONN_MT, conn_methods, m_gc, m_tostring);
   sm_lio_add_table(L, module, "tcp", tcp_functions);

@@ -40,7 +40,7 @@ static int l_send_after(lua_State *L)
   if (far)
     sm_lpark_resumed(L);
   if (rc == -EINVAL || rc == -EPERM) { /* not taken: the sockets and files stay the caller's */
-    sm_codec_abandon(m);
+    sm_codec_abandon(L, m, &moves);
     return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
   }
   sm_codec_commit(&moves); /* taken: a timer's message owns its sockets and files */

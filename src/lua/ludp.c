@@ -394,7 +394,7 @@ static void udp_drop(const lhandle_t *h) { post_close_id(h->id); }
 static void udp_close_owned(void *ud) { post_close(ud); }
 
 static const lhandle_kind_t udp_kind = {udp_test, udp_handed_over, udp_push, udp_drop,
-                                        udp_close_owned};
+                                        udp_close_owned, NULL, NULL};
 
 static const luaL_Reg udp_methods[] = {
   {"sendto", m_sendto},           {"receivefrom", m_receivefrom}, {"receive", m_receive},
