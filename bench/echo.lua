@@ -8,8 +8,11 @@
 --   udp_rtt    the rtt pair over UDP: 64-byte datagrams between a client actor (scheduler 2)
 --              and a server actor (scheduler 1); its baseline is bench/c/echo_threads udp
 --   udp_rtt_local  the same with client and server on one scheduler
+--   active_rtt, active_rtt_local  rtt and rtt_local with both ends in active "once" mode
+--              (conn:setactive): each side takes the 64 bytes as messages and arms again;
+--              compare with rtt and rtt_local (the passive receive path)
 -- Knobs: SMARM_ECHO_ROUNDS, SMARM_ECHO_RUNS, SMARM_ECHO_BATCH, SMARM_ECHO_CLIENTS.
--- Run: smarm -n bench/echo.lua [rtt|rtt_local|clients]
+-- Run: smarm -n bench/echo.lua [rtt|rtt_local|clients|udp_rtt|udp_rtt_local|active_rtt|...]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
@@ -20,15 +23,30 @@ local batch = bench.knob("SMARM_ECHO_BATCH", 10)
 local nclients = bench.knob("SMARM_ECHO_CLIENTS", 16)
 local MSG = ("m"):rep(64)
 
--- The server: accepts forever, one handler actor per connection echoing 64-byte messages.
-local function serve(server)
+-- The next n bytes of active connection c, from its messages (arming it again for each); nil
+-- at its end.
+local function take_active(c, n)
+  local got = ""
+  repeat
+    c:setactive("once")
+    local m = smarm.receive(function(m) return type(m) == "table" and m.socket == c end)
+    if m.smarm ~= "tcp" then return nil end
+    got = got .. m.data
+  until #got >= n
+  return got
+end
+
+-- The server: accepts forever, one handler actor per connection echoing 64-byte messages
+-- (taken from active messages when active).
+local function serve(server, active)
   while true do
     local c = server:accept()
     if not c then return end
     c:setoption("tcp-nodelay", true)
     smarm.spawn(function()
       while true do
-        local m = c:receive(64)
+        local m
+        if active then m = take_active(c, 64) else m = c:receive(64) end
         if not m then break end
         c:send(m)
       end
@@ -39,28 +57,30 @@ end
 
 -- A client: round trips of MSG, measured by the harness; sends its packed result to owner.
 -- (It moves to another scheduler's VM with spawn_on: its upvalues are modules and MSG.)
-local function client(owner, port, opts)
+local function client(owner, port, opts, active)
   local c = assert(smarm.tcp.connect("127.0.0.1", port))
   c:setoption("tcp-nodelay", true)
   local r = bench.measure(function(n)
     for _ = 1, n do
       c:send(MSG)
-      c:receive(64)
+      if active then take_active(c, 64) else c:receive(64) end
     end
   end, opts)
   c:close()
   smarm.send(owner, bench.pack(r))
 end
 
-for _, variant in ipairs({ "rtt", "rtt_local" }) do
+for _, variant in ipairs({ "rtt", "rtt_local", "active_rtt", "active_rtt_local" }) do
   if want(variant) then
+    local active = variant:match("^active") ~= nil
     smarm.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))
       local _, port = server:getsockname()
-      smarm.spawn(serve, server)
+      smarm.spawn(serve, server, active)
       local me = smarm.self()
-      smarm.spawn_on(variant == "rtt" and 2 or 1, client, me, port,
-        { rounds = rounds, runs = runs, batch = batch, warmup = 2000, label = "echo " .. variant })
+      smarm.spawn_on(variant:match("local$") and 1 or 2, client, me, port,
+        { rounds = rounds, runs = runs, batch = batch, warmup = 2000, label = "echo " .. variant },
+        active)
       local r = bench.merge({ smarm.receive() })
       server:close()
       bench.report({ scenario = "echo", variant = variant, schedulers = 2, bytes = 64 }, r)
