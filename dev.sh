@@ -270,6 +270,8 @@ cmd_bench() {
   "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
   "$BUILD/release/bench/c/echo_threads" udp | tee -a "$results"
   lua_bench "$ROOT/bench/echo.lua"
+  say "bench/chat.lua (examples/chat.lua: 1,000 clients from a second process, fan-out latency)"
+  lua_bench "$ROOT/bench/chat.lua"
   say "scale (${SMARM_SCALE_ACTORS:-1000000} parked actors)"
   "$BUILD/release/bench/c/scale"
   say "the Lua scenarios (lines in $results)"

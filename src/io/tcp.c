@@ -151,24 +151,41 @@ static int is_unix(const sock_t *s) { return s->h.handle.type == UV_NAMED_PIPE; 
 
 /* ---- Reading ------------------------------------------------------------------------------- */
 
+/* libuv reads every connection into this one buffer (the IO thread's alone: a read's bytes are
+** dealt with before the next read), and a connection keeps only what nobody takes at once, in a
+** buffer of its own that goes when it is empty: an idle connection holds no read buffer. */
+static char scratch[READ_CHUNK];
+
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
+  (void)h;
   (void)hint;
-  sock_t *s = h->data;
-  if (s->start > 0 && s->start == s->len)
-    s->start = s->len = 0;
-  if (s->cap - s->len < READ_CHUNK) {
-    if (s->start > 0) { /* slide the unclaimed bytes down first */
-      memmove(s->buf, s->buf + s->start, s->len - s->start);
-      s->len -= s->start;
-      s->start = 0;
-    }
-    if (sm_io_buf_reserve(&s->buf, &s->cap, s->len, READ_CHUNK) < 0) {
-      *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
-      return;
-    }
+  *buf = uv_buf_init(scratch, sizeof scratch);
+}
+
+/* A connection's own buffer goes when nothing is left in it. */
+static void drop_empty_buffer(sock_t *s)
+{
+  if (s->start == s->len && s->buf != scratch) {
+    free(s->buf);
+    s->buf = NULL;
+    s->start = s->len = s->cap = 0;
   }
-  *buf = uv_buf_init(s->buf + s->len, (unsigned)(s->cap - s->len));
+}
+
+/* Keeps n bytes just read (in scratch) after the unclaimed ones: 0, or -ENOMEM. */
+static int keep_read(sock_t *s, size_t n)
+{
+  if (s->start > 0) { /* slide the unclaimed bytes down first */
+    memmove(s->buf, s->buf + s->start, s->len - s->start);
+    s->len -= s->start;
+    s->start = 0;
+  }
+  if (sm_io_buf_reserve(&s->buf, &s->cap, s->len, n) < 0)
+    return -ENOMEM;
+  memcpy(s->buf + s->len, scratch, n);
+  s->len += n;
+  return 0;
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
@@ -284,6 +301,7 @@ static void serve_receive(sock_t *s)
     sm_io_complete(&r->base);
   }
   serve_active(s);
+  drop_empty_buffer(s);
   if (s->len - s->start >= READ_HIGH)
     read_pause(s);
   else
@@ -294,8 +312,33 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
   (void)buf;
   sock_t *s = st->data;
+  if (n > 0 && s->start == s->len) {
+    /* Nothing kept: served straight from scratch (a waiting receive or an active socket takes
+    ** it all, usually), and only what is left is copied into a buffer of the socket's own. */
+    free(s->buf);
+    s->buf = scratch;
+    s->start = 0;
+    s->len = s->cap = (size_t)n;
+    serve_receive(s);
+    size_t rest = s->len - s->start;
+    char *own = rest ? malloc(rest) : NULL;
+    if (own)
+      memcpy(own, scratch + s->start, rest);
+    s->buf = own;
+    s->start = 0;
+    s->len = s->cap = own ? rest : 0;
+    if (rest && !own) { /* out of memory: the bytes are lost, which the reader is told */
+      s->rerr = -ENOMEM;
+      read_pause(s);
+      serve_receive(s);
+    }
+    return;
+  }
   if (n > 0) {
-    s->len += (size_t)n;
+    if (keep_read(s, (size_t)n) < 0) {
+      s->rerr = -ENOMEM;
+      read_pause(s);
+    }
   } else if (n == UV_EOF) {
     s->eof = 1;
     read_pause(s);
