@@ -48,17 +48,22 @@ local function hub()
 end
 
 -- A connection's actor: lines from the client go to the hub, broadcasts from the hub go to the
--- client. It ends when the client leaves (or writes a line over max_line), or at "stop".
+-- client. It ends when the client leaves (or writes a line over max_line, or reads nothing for
+-- SEND_TIMEOUT while lines wait for it), at "stop", or when the hub is gone.
+local SEND_TIMEOUT = 10
 local function session(conn, hub_pid, id, max_line)
+  local hub_ref = smarm.monitor(hub_pid) -- a hub that ended already: its DOWN comes at once
   smarm.send(hub_pid, { join = smarm.self() })
+  conn:settimeout(SEND_TIMEOUT)
   conn:setactive("once")
   local partial = ""
   while true do
     local m = smarm.receive()
-    if m == "stop" then
+    if m == "stop" or m.smarm == "DOWN" and m.ref == hub_ref then
       break
     elseif m.line then
-      if not conn:send(m.line .. "\n") then break end -- the client is gone: its end follows
+      -- a client that is gone, or that does not read (its lines would pile up here): dropped
+      if not conn:send(m.line .. "\n") then break end
     elseif m.socket == conn and m.smarm == "tcp" then
       local text = partial .. m.data
       local from = 1

@@ -636,9 +636,14 @@ static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
 static int ready_moves(lua_State *L, codec_moves_t *moves)
 {
   int changed = 0;
+  for (int i = 0; i < moves->n; i++) { /* first every refusal, while nothing has changed */
+    const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
+    if (k->before_move)
+      k->before_move(L, moves->uds[i], 1);
+  }
   for (int i = 0; i < moves->n; i++) {
     const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
-    if (k->before_move && k->before_move(L, moves->uds[i]))
+    if (k->before_move && k->before_move(L, moves->uds[i], 0))
       changed = 1;
   }
   return changed;

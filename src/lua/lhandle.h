@@ -57,8 +57,11 @@ typedef struct sm_lhandle_kind {
   /* Optional. Called by the encoder for each of a message's handles once it has encoded them all
   ** (not for exit reasons), where the sender may park: returns 1 when it changed the handle so
   ** that it must be encoded again (an active socket made passive, its messages taken back: it is
-  ** then tested again), 0 when it is ready to travel. May raise. */
-  int (*before_move)(lua_State *L, void *ud);
+  ** then tested again), 0 when it is ready to travel. May raise. With dry set it changes
+  ** nothing and does not park: it only raises for a handle that cannot be readied, so that the
+  ** encoder checks every handle before it readies any (a raise after one was readied would
+  ** leave it changed with nobody to undo it). */
+  int (*before_move)(lua_State *L, void *ud, int dry);
   /* Optional. The message was not sent after all (sm_codec_abandon): the handle stays the
   ** sender's; undo what before_move did. Must not raise. */
   void (*kept)(lua_State *L, void *ud);

@@ -172,6 +172,15 @@ static void activate(lua_State *L, lsock_t *s, int idx, int mode);
 static int activate_posts(lsock_t *s, int mode);
 static void passive_sync(lua_State *L, lsock_t *s, const char *fname);
 
+/* Are s's messages another live actor's? The actor that armed it is of this VM, so of this
+** scheduler: smarm_alive answers without parking. One that ended leaves the socket to whoever
+** holds the handle (what the IO thread sent to it is lost with it). */
+static int active_elsewhere(const lsock_t *s)
+{
+  return s->active != IOTCP_PASSIVE && s->events_to != smarm_self() &&
+         smarm_alive(s->events_to) > 0;
+}
+
 static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
 {
   lsock_t *s = test_sock(L, idx, -1);
@@ -215,17 +224,19 @@ static void sock_push(lua_State *L, const lhandle_t *h)
 /* An active socket travels passive: its messages that the sender has not received yet are taken
 ** back first (passive_sync: the sender parks for a trip to the IO thread), and the receiver arms
 ** it again in the same mode. Only the actor its messages go to can hand it over. */
-static int sock_before_move(lua_State *L, void *sock)
+static int sock_before_move(lua_State *L, void *sock, int dry)
 {
   lsock_t *s = sock;
   if (s->active == IOTCP_PASSIVE)
     return 0;
-  if (s->events_to != smarm_self())
+  if (active_elsewhere(s))
     luaL_error(L, "smarm.send: the socket is active for another actor, which alone can hand it "
                   "over");
   const char *why = sm_ljx_cannot_park(L);
   if (why)
     luaL_error(L, "smarm.send: an active socket cannot be handed over %s", why);
+  if (dry)
+    return 0;
   int mode = s->active;
   passive_sync(L, s, "send");
   s->rearm = mode;
@@ -233,12 +244,15 @@ static int sock_before_move(lua_State *L, void *sock)
 }
 
 /* The message that was to carry an active socket was not sent: it stays the sender's, active
-** again (out of memory: it stays passive, its bytes kept). */
+** again (out of memory, or a sharer waiting on it by then: it stays passive, its bytes kept). */
 static void sock_kept(lua_State *L, void *sock)
 {
   (void)L;
   lsock_t *s = sock;
-  if (s->rearm && s->state == OPEN && !stale(s) && activate_posts(s, s->rearm) == 0)
+  /* (not while a sharer parks in a receive it began meanwhile: the IO side would refuse the
+  ** arming, unseen, and this side wait for messages that never come; it stays passive) */
+  if (s->rearm && s->state == OPEN && !stale(s) && s->busy == 0 &&
+      activate_posts(s, s->rearm) == 0)
     s->active = s->rearm;
   s->rearm = 0;
 }
@@ -954,9 +968,10 @@ static int m_setactive(lua_State *L)
   if (s->busy)
     return luaL_error(L, "smarm.%s.setactive: another actor is waiting on this socket",
                       module_of(s));
-  if (s->active != IOTCP_PASSIVE && s->events_to != smarm_self())
+  if (active_elsewhere(s))
     return luaL_error(L, "smarm.%s.setactive: the socket is active for another actor",
                       module_of(s));
+  s->rearm = 0; /* a hand-over that raised after readying it left its mode here: forgotten */
   if (mode != s->active) {
     if (s->active != IOTCP_PASSIVE) {
       passive_sync(L, s, "setactive");
