@@ -432,3 +432,92 @@ describe("conn:setactive", function()
     assert.are.equal("world", r.data)
   end)
 end)
+
+describe("udp sock:setactive", function()
+  -- A UDP socket on 127.0.0.1 and its port.
+  local function bind()
+    local u = assert(smarm.udp.bind("127.0.0.1", 0))
+    local _, port = u:getsockname()
+    return u, port
+  end
+
+  it("sends datagrams as messages, with their sender, once or on", function()
+    local r = guard.run(function()
+      local u, port = bind()
+      local peer, peer_port = bind()
+      local out = {}
+      assert(u:setactive("once"))
+      out.mode = tostring(u)
+      out.receive = select(2, pcall(u.receivefrom, u))
+      assert(peer:sendto("one", "127.0.0.1", port))
+      local m = next_of(u)
+      out.first = { m.smarm, m.socket == u, m.data, m.ip, m.port == peer_port }
+      out.after = tostring(u)
+      assert(u:setactive(true))
+      for i = 1, 3 do assert(peer:sendto("d" .. i, "127.0.0.1", port)) end
+      out.rest = { next_of(u).data, next_of(u).data, next_of(u).data }
+      assert(u:setactive(false))
+      u:close()
+      peer:close()
+      return out
+    end)
+    assert.are.equal("udp.socket (open, active once)", r.mode)
+    assert.matches("smarm.udp.receivefrom: the socket is active", r.receive, 1, true)
+    assert.are.same({ "udp", true, "one", "127.0.0.1", true }, r.first)
+    assert.are.equal("udp.socket (open)", r.after)
+    assert.are.same({ "d1", "d2", "d3" }, r.rest)
+  end)
+
+  it("false gives the datagrams not received yet back to receivefrom, in order", function()
+    local r = guard.run(function()
+      local u, port = bind()
+      local me = smarm.self()
+      assert(u:setactive(true))
+      smarm.spawn_on(2, function(p)
+        local peer = assert(smarm.udp.bind("127.0.0.1", 0))
+        for i = 1, 5 do assert(peer:sendto("d" .. i, "127.0.0.1", p)) end
+        local _, own = peer:getsockname()
+        smarm.send(me, own)
+        smarm.receive()
+        peer:close()
+      end, port)
+      -- a selective receive for something else sets some of them aside
+      local peer_port = guard.receive("the sender's word", function(m) return type(m) == "number" end)
+      local first = next_of(u)
+      assert(u:setactive(false))
+      local out = { first = first.data }
+      for i = 2, 5 do
+        local data, _, from = u:receivefrom()
+        out[i] = data .. (from == peer_port and "" or "?")
+      end
+      out.left = smarm.receive(function(m) return type(m) == "table" and m.socket == u end, 0)
+      u:close()
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ first = "d1", nil, "d2", "d3", "d4", "d5" }, r)
+  end)
+
+  it("moves its messages with it to an actor on another scheduler", function()
+    local r = guard.run(function()
+      local u, port = bind()
+      local peer = bind()
+      local me = smarm.self()
+      local taker = smarm.spawn_on(2, function()
+        local m = smarm.receive()
+        local got = { tostring(m.u) }
+        for i = 2, 4 do got[i] = next_of(m.u).data end
+        smarm.send(me, got)
+        m.u:close()
+      end)
+      assert(u:setactive(true))
+      for i = 1, 4 do assert(peer:sendto("d" .. i, "127.0.0.1", port)) end
+      local first = next_of(u).data -- the others are on their way or in the mailbox
+      smarm.send(taker, { u = u })
+      local got = guard.receive("the taker's datagrams", function(m) return type(m) == "table" end)
+      peer:close()
+      got[1] = first .. " " .. got[1]
+      return got
+    end, { schedulers = 2 })
+    assert.are.same({ "d1 udp.socket (open, active)", "d2", "d3", "d4" }, r)
+  end)
+end)

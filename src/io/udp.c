@@ -31,6 +31,9 @@ typedef struct usock {
   unsigned queued;
   int rerr;                /* a receiving error, reported to the next receive */
   udp_req_t *receive;      /* the receive waiting for a datagram, or NULL */
+  int active;              /* IOUDP_PASSIVE, _ONCE or _ON (udp.h) */
+  smarm_pid_t owner;       /* who gets an active socket's messages */
+  unsigned unacked;        /* _ON: datagram messages sent and not acknowledged */
 } usock_t;
 
 static io_ids_t ids;
@@ -114,19 +117,95 @@ static void read_pause(usock_t *s)
   }
 }
 
-/* Hands the oldest datagram (or the error) to the waiting receive, if both are there; then
-** reads on or pauses. */
+/* Takes the oldest datagram off the queue. */
+static datagram_t *pop(usock_t *s)
+{
+  datagram_t *d = s->head;
+  s->head = d->next;
+  if (!s->head)
+    s->tail = NULL;
+  s->queued--;
+  return d;
+}
+
+/* An active socket sends its owner the datagrams (and a receiving error) as far as its mode lets
+** it (udp.h). Out of memory: tried again at the next datagram, acknowledgement or arming. */
+static void serve_active(usock_t *s)
+{
+  while (s->active != IOUDP_PASSIVE && !s->closing && (s->head || s->rerr)) {
+    smarm_msg_t *m;
+    if (s->head) {
+      if (s->active == IOUDP_ACTIVE_ON && s->unacked >= IOUDP_ACTIVE_HIGH)
+        return;
+      datagram_t *d = s->head;
+      m = sm_io_event_new(IO_EV_UDP, IO_EV_DATA, s->id, 0, sizeof d->from + d->len);
+      if (!m)
+        return;
+      char *p = (char *)smarm_msg_data(m) + sizeof(io_event_t);
+      memcpy(p, &d->from, sizeof d->from);
+      memcpy(p + sizeof d->from, d->data, d->len);
+      free(pop(s));
+      s->unacked++;
+    } else {
+      if (!(m = sm_io_event_new(IO_EV_UDP, IO_EV_ERROR, s->id, s->rerr, 0)))
+        return;
+      s->rerr = 0;
+    }
+    if (smarm_send_outside(s->owner, m) < 0)
+      smarm_msg_free(m); /* no runtime any more: the socket is about to close */
+    if (s->active == IOUDP_ACTIVE_ONCE)
+      s->active = IOUDP_PASSIVE;
+  }
+}
+
+/* Puts the packed datagrams of an IOUDP_UNREAD back in front of the queue, in their order. */
+static int unread(usock_t *s, const char *p, size_t n)
+{
+  datagram_t *first = NULL, **link = &first, *last = NULL;
+  unsigned count = 0;
+  while (n >= sizeof(udp_packed_t)) {
+    udp_packed_t h;
+    memcpy(&h, p, sizeof h);
+    if (h.len > n - sizeof h)
+      break;
+    datagram_t *d = malloc(sizeof *d + h.len);
+    if (!d) {
+      while (first) {
+        datagram_t *next = first->next;
+        free(first);
+        first = next;
+      }
+      return -ENOMEM;
+    }
+    d->next = NULL;
+    d->from = h.from;
+    d->len = h.len;
+    memcpy(d->data, p + sizeof h, h.len);
+    *link = last = d;
+    link = &d->next;
+    count++;
+    p += sizeof h + h.len;
+    n -= sizeof h + h.len;
+  }
+  if (!first)
+    return 0;
+  last->next = s->head;
+  s->head = first;
+  if (!s->tail)
+    s->tail = last;
+  s->queued += count;
+  return 0;
+}
+
+/* Hands the oldest datagram (or the error) to the waiting receive, if both are there, or sends
+** an active socket's messages; then reads on or pauses. */
 static void serve_receive(usock_t *s)
 {
   udp_req_t *r = s->receive;
   if (r && (s->head || s->rerr)) {
     s->receive = NULL;
     if (s->head) {
-      datagram_t *d = s->head;
-      s->head = d->next;
-      if (!s->head)
-        s->tail = NULL;
-      s->queued--;
+      datagram_t *d = pop(s);
       r->data = malloc(d->len ? d->len : 1);
       if (r->data) {
         memcpy(r->data, d->data, d->len);
@@ -141,6 +220,7 @@ static void serve_receive(usock_t *s)
       finish(r, e);
     }
   }
+  serve_active(s);
   if (s->queued >= QUEUE_HIGH)
     read_pause(s);
   else
@@ -249,8 +329,8 @@ static void udp_on_loop(io_req_t *req, void *loop)
   }
   switch (r->op) {
   case IOUDP_RECEIVE:
-    if (s->receive) {
-      finish(r, UV_EBUSY);
+    if (s->receive || s->active != IOUDP_PASSIVE) {
+      finish(r, s->receive ? UV_EBUSY : UV_EINVAL);
       return;
     }
     s->receive = r;
@@ -282,6 +362,26 @@ static void udp_on_loop(io_req_t *req, void *loop)
   }
   case IOUDP_OPTION:
     finish(r, set_option(s, r));
+    return;
+  case IOUDP_SETACTIVE:
+    if (s->receive) {
+      finish(r, UV_EINVAL);
+      return;
+    }
+    s->active = r->flag;
+    s->owner = r->owner;
+    s->unacked = 0;
+    finish(r, 0);
+    serve_receive(s);
+    return;
+  case IOUDP_ACK:
+    s->unacked = (size_t)s->unacked > r->len ? s->unacked - (unsigned)r->len : 0;
+    finish(r, 0);
+    serve_receive(s);
+    return;
+  case IOUDP_UNREAD:
+    finish(r, unread(s, r->data, r->len));
+    serve_receive(s);
     return;
   default:
     finish(r, UV_EINVAL);

@@ -25,7 +25,25 @@ enum udp_op {
   IOUDP_CLOSE,   /* id (posted: nobody waits) */
   IOUDP_NAME,    /* id -> addr */
   IOUDP_OPTION,  /* id, option, flag / group, iface */
+  IOUDP_SETACTIVE, /* id, flag (IOUDP_PASSIVE, _ONCE or _ON), owner */
+  IOUDP_ACK,       /* id, len: the owner took len datagram messages (posted) */
+  IOUDP_UNREAD,    /* id, data, len: datagrams to put back in front, packed as udp_packed_t
+                      headers each followed by its bytes (posted: taken back from messages) */
 };
+
+/* Active modes, as tcp.h's: an active socket sends each datagram to its owner as an event
+** message (io.h: IO_EV_DATA, the payload a sockaddr_storage, the sender, then the datagram's
+** bytes; IO_EV_ERROR for a receiving error, after which it stays active): _ONCE one message, then
+** passive; _ON each one, until IOUDP_ACTIVE_HIGH wait unacknowledged (IOUDP_ACK), then it stops
+** sending them and, once 64 more wait, stops reading (the kernel drops the rest). */
+enum { IOUDP_PASSIVE = 0, IOUDP_ACTIVE_ONCE = 1, IOUDP_ACTIVE_ON = 2 };
+#define IOUDP_ACTIVE_HIGH 64
+
+/* A datagram given back by IOUDP_UNREAD: its sender and length; its bytes follow. */
+typedef struct udp_packed {
+  struct sockaddr_storage from;
+  size_t len;
+} udp_packed_t;
 
 enum udp_option {
   UDP_BROADCAST,       /* flag */
@@ -52,6 +70,7 @@ typedef struct udp_req {
   uint64_t new_id;
   int new_fd;
   int new_taken;                /* as tcp.h's: the caller took new_id */
+  smarm_pid_t owner;            /* setactive: who gets the messages */
 } udp_req_t;
 
 /* A request for op (zeroed), or NULL. */

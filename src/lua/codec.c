@@ -15,6 +15,7 @@
 #include "ljx.h"
 #include "lpid.h"
 #include "lrebind.h"
+#include "lvm.h"
 
 #include <lauxlib.h>
 
@@ -1220,22 +1221,80 @@ int sm_codec_is_event(const smarm_msg_t *msg)
          *(const unsigned char *)smarm_msg_data((smarm_msg_t *)msg) == IO_EVENT_TAG;
 }
 
+/* Per VM: registry[&targets_key] = { [source * 2^32 + the id's slot] = handle } (weak values;
+** exact as numbers) and registry[&held_key] = { [event table] = source } (weak keys). */
+static const char targets_key, held_key;
+
+static lua_Number target_key(int source, uint64_t id)
+{
+  return (lua_Number)source * 4294967296.0 + (lua_Number)(uint32_t)id;
+}
+
+void sm_codec_set_event_target(lua_State *L, int idx, int source, uint64_t id)
+{
+  idx = abs_index(L, idx);
+  lvm_push_registry_table(L, &targets_key, "v");
+  lua_pushnumber(L, target_key(source, id));
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+int sm_codec_push_event_target(lua_State *L, int source, uint64_t id)
+{
+  lvm_push_registry(L, &targets_key);
+  if (!lua_isnil(L, -1)) {
+    lua_pushnumber(L, target_key(source, id));
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+  }
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  return 1;
+}
+
+void sm_codec_hold_event(lua_State *L, int source)
+{
+  lvm_push_registry_table(L, &held_key, "k");
+  lua_pushvalue(L, -2);
+  lua_pushinteger(L, source);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+int sm_codec_unhold_event(lua_State *L)
+{
+  if (!lua_istable(L, -1))
+    return 0;
+  lvm_push_registry(L, &held_key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  lua_pushvalue(L, -2);
+  lua_rawget(L, -2);
+  int source = (int)lua_tointeger(L, -1); /* nil: 0 */
+  lua_pop(L, 1);
+  if (source) {
+    lua_pushvalue(L, -2);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  return source;
+}
+
 int sm_codec_event_taken(lua_State *L)
 {
-  const codec_event_fns_t *asked[EVENT_SOURCES];
-  int n = 0;
-  for (int i = 1; i < EVENT_SOURCES; i++) {
-    const codec_event_fns_t *f = atomic_load_explicit(&event_fns[i], memory_order_acquire);
-    int again = 0;
-    for (int j = 0; j < n; j++)
-      again |= asked[j] == f;
-    if (!f || again)
-      continue;
-    asked[n++] = f;
-    if (f->taken(L))
-      return 1;
-  }
-  return 0;
+  int source = sm_codec_unhold_event(L);
+  if (source <= 0 || source >= EVENT_SOURCES)
+    return 0;
+  const codec_event_fns_t *f = atomic_load_explicit(&event_fns[source], memory_order_acquire);
+  if (f)
+    f->taken(L);
+  return 1;
 }
 
 void sm_codec_decode(lua_State *L, smarm_msg_t *msg)

@@ -87,22 +87,35 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n);
 
 /* IO events: blocks the IO thread makes for a socket's owner (io.h, beginning with
-** IO_EVENT_TAG) decode through the functions its module sets for their source (ltcp.c): decode
-** pushes one value (the event's table); taken is told when a receive hands a value to the actor
-** (sm_codec_event_taken) and returns 1 if it was one of its events (then it counts it: a socket
-** sends more once its owner has taken what it sent). Any thread may set them, at any time (every
-** VM's module load sets its own again: the same functions). */
+** IO_EVENT_TAG) decode through the functions its module sets for their source (ltcp.c, ludp.c):
+** decode pushes one value, the event's table, which it marks held (sm_codec_hold_event); taken
+** is called when a receive hands a held event of that source to the actor (sm_codec_event_taken,
+** with the table on top, left there), and counts it: a socket sends more once its owner has taken
+** what it sent. Any thread may set them, at any time (every VM's module load sets its own again:
+** the same functions). */
 typedef struct codec_event_fns {
   void (*decode)(lua_State *L, const unsigned char *p, size_t n);
-  int (*taken)(lua_State *L); /* the value on top; leaves the stack as it found it */
+  void (*taken)(lua_State *L);
 } codec_event_fns_t;
 void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns);
 
 /* Is this block an IO event (decoding it pushes an event's table)? */
 int sm_codec_is_event(const smarm_msg_t *msg);
 
-/* A receive hands the value on top to the actor, which has received IO events not yet taken:
-** 1 if it is one of them (its module has counted it as taken), else 0. */
+/* Per VM, which handle userdata an event names: the handle at idx is the target of source's
+** socket id from now on (weak: a collected handle is forgotten). sm_codec_push_event_target pushes
+** it and returns 1, or pushes nothing and returns 0 (the caller checks the whole id). */
+void sm_codec_set_event_target(lua_State *L, int idx, int source, uint64_t id);
+int sm_codec_push_event_target(lua_State *L, int source, uint64_t id);
+
+/* The table on top is an event of source, decoded and not yet taken (held, in a weak set of the
+** VM's). sm_codec_unhold_event: if the table on top is held, it is not any more: returns its
+** source, else 0 (a socket taking back its events from the saved queue). */
+void sm_codec_hold_event(lua_State *L, int source);
+int sm_codec_unhold_event(lua_State *L);
+
+/* A receive hands the value on top to the actor, which holds IO events not yet taken: 1 if it is
+** one of them (its module has counted it as taken), else 0. */
 int sm_codec_event_taken(lua_State *L);
 
 /* The drop hook: drops (closes) the handles of a block nobody decoded. */

@@ -22,7 +22,6 @@
 #include "lio.h"
 #include "ljx.h"
 #include "lpark.h"
-#include "lvm.h"
 
 #include <lauxlib.h>
 
@@ -683,64 +682,19 @@ static int m_settimeout(lua_State *L)
 
 #define ACK_EVERY (IOTCP_ACTIVE_HIGH / 4) /* _ON: received bytes are acknowledged in batches */
 
-/* The VM's active sockets, so that an event names the receiver's own userdata:
-** registry[&active_key] = { [the id's slot, its low 32 bits: exact as a number] = userdata }, with
-** weak values; the userdata's whole id is checked. */
-static const char active_key;
-
-/* The event tables decoded in this VM and not yet taken by a receive nor taken back:
-** registry[&held_key] = { [table] = true }, weak keys. */
-static const char held_key;
-
-/* Was the table on top a held event (then it is not any more)? */
-static int unhold(lua_State *L)
-{
-  if (!lua_istable(L, -1))
-    return 0;
-  lvm_push_registry(L, &held_key);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    return 0;
-  }
-  lua_pushvalue(L, -2);
-  lua_rawget(L, -2);
-  int held = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if (held) {
-    lua_pushvalue(L, -2);
-    lua_pushnil(L);
-    lua_rawset(L, -3);
-  }
-  lua_pop(L, 1);
-  return held;
-}
-
-static void remember_active(lua_State *L, int idx, const lsock_t *s)
-{
-  lvm_push_registry_table(L, &active_key, "v");
-  lua_pushnumber(L, (lua_Number)(uint32_t)s->id);
-  lua_pushvalue(L, idx);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
+static int source_of(const lsock_t *s) { return s->unix_sock ? IO_EV_UNIX : IO_EV_TCP; }
 
 /* Pushes this VM's userdata of socket id and returns it; NULL (nothing pushed) when there is none
 ** (collected: its __gc closed the socket while the event was on its way). */
-static lsock_t *find_active(lua_State *L, uint64_t id)
+static lsock_t *find_active(lua_State *L, int source, uint64_t id)
 {
-  lvm_push_registry(L, &active_key);
-  if (lua_isnil(L, -1)) {
+  if (!sm_codec_push_event_target(L, source, id))
+    return NULL;
+  lsock_t *s = test_sock(L, -1, 0);
+  if (!s || s->id != id || stale(s)) {
     lua_pop(L, 1);
     return NULL;
   }
-  lua_pushnumber(L, (lua_Number)(uint32_t)id);
-  lua_rawget(L, -2);
-  lsock_t *s = test_sock(L, -1, 0);
-  if (!s || s->id != id || stale(s)) {
-    lua_pop(L, 2);
-    return NULL;
-  }
-  lua_remove(L, -2);
   return s;
 }
 
@@ -788,7 +742,7 @@ static int activate_posts(lsock_t *s, int mode)
 ** memory. */
 static void activate(lua_State *L, lsock_t *s, int idx, int mode)
 {
-  remember_active(L, idx, s);
+  sm_codec_set_event_target(L, idx, source_of(s), s->id);
   if (activate_posts(s, mode) < 0)
     luaL_error(L, "not enough memory");
   s->active = mode;
@@ -805,8 +759,7 @@ static int is_event_of(const smarm_msg_t *msg, void *sock)
     return 0;
   io_event_t ev;
   memcpy(&ev, smarm_msg_data((smarm_msg_t *)msg), sizeof ev);
-  return ev.tag == IO_EVENT_TAG && ev.id == s->id &&
-         ev.source == (s->unix_sock ? IO_EV_UNIX : IO_EV_TCP);
+  return ev.tag == IO_EVENT_TAG && ev.id == s->id && ev.source == source_of(s);
 }
 
 /* The event names of a socket's messages, by io_event_kind - 1. */
@@ -826,7 +779,7 @@ static int claim_saved(lua_State *L, void *sock)
   lua_rawget(L, -2);
   int same = lua_touserdata(L, -1) == s;
   lua_pop(L, 1);
-  if (!same || !unhold(L))
+  if (!same || !sm_codec_unhold_event(L))
     return 0;
   lua_pushliteral(L, "smarm");
   lua_rawget(L, -2);
@@ -895,7 +848,7 @@ static void decode_event(lua_State *L, const unsigned char *p, size_t n)
   lua_createtable(L, 0, 3);
   lua_pushstring(L, event_names[unix_sock][ev.kind - 1]);
   lua_setfield(L, -2, "smarm");
-  lsock_t *s = find_active(L, ev.id);
+  lsock_t *s = find_active(L, ev.source, ev.id);
   if (!s) { /* nobody holds it any more: a closed one stands for it */
     push_sock(L, ev.id, 0, -1, unix_sock);
     ((lsock_t *)lua_touserdata(L, -1))->state = CLOSED;
@@ -909,20 +862,13 @@ static void decode_event(lua_State *L, const unsigned char *p, size_t n)
     lua_pushstring(L, sm_io_err_name(ev.err));
     lua_setfield(L, -2, "reason");
   }
-  lvm_push_registry_table(L, &held_key, "k");
-  lua_pushvalue(L, -2);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
+  sm_codec_hold_event(L, ev.source);
 }
 
-/* A receive hands the value on top to the actor (codec.h): if it is one of our events, its
-** socket counts it. Taking a message is what lets the next come: "once" is passive again, true
+/* A receive hands one of our events (on top) to the actor (codec.h): its socket counts it. Taking a message is what lets the next come: "once" is passive again, true
 ** counts the bytes towards its acknowledgement, an end makes it passive. */
-static int event_taken(lua_State *L)
+static void event_taken(lua_State *L)
 {
-  if (!unhold(L))
-    return 0;
   lua_pushliteral(L, "socket");
   lua_rawget(L, -2);
   lsock_t *s = test_sock(L, -1, 0);
@@ -933,7 +879,7 @@ static int event_taken(lua_State *L)
   int data = !lua_isnil(L, -1);
   lua_pop(L, 1);
   if (!s || s->state != OPEN || stale(s) || s->events_to != smarm_self())
-    return 1;
+    return;
   if (!data || s->active == IOTCP_ACTIVE_ONCE) {
     s->active = IOTCP_PASSIVE;
   } else if (s->active == IOTCP_ACTIVE_ON && (s->taken += len) >= ACK_EVERY) {
@@ -945,7 +891,6 @@ static int event_taken(lua_State *L)
       sm_io_post(&r->base);
     }
   }
-  return 1;
 }
 
 static const codec_event_fns_t event_fns = {decode_event, event_taken};

@@ -11,8 +11,10 @@
 #define _GNU_SOURCE
 #include "ludp.h"
 
+#include "codec.h"
 #include "io/dns.h"
 #include "io/udp.h"
+#include "ljx.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
@@ -38,6 +40,10 @@ typedef struct ludp {
   double timeout;      /* seconds; negative: none */
   int busy;            /* calls of this handle parked in the IO thread now */
   uint32_t run;        /* the run that made it (sm_lhandle_run_generation) */
+  int active;          /* IOUDP_PASSIVE, _ONCE or _ON as this side knows it (ltcp.c's rule) */
+  smarm_pid_t events_to; /* an active socket's messages go to this actor (who armed it) */
+  unsigned taken;      /* _ON: datagram messages received since the last acknowledgement */
+  int rearm;           /* the mode to arm again after a hand-over (ltcp.c's rearm) */
 } ludp_t;
 
 static int stale(const ludp_t *u) { return u->run != sm_lhandle_run_generation(); }
@@ -218,6 +224,9 @@ static int m_sendto(lua_State *L)
 static int receive(lua_State *L, int with_sender, const char *fname)
 {
   ludp_t *u = check_udp(L, fname);
+  if (u && u->active != IOUDP_PASSIVE)
+    luaL_error(L, "smarm.udp.%s: the socket is active (its datagrams come as messages; "
+                  "setactive(false) first)", fname);
   lua_Number size = luaL_optnumber(L, 2, 65536);
   luaL_argcheck(L, size >= 1 && size == floor(size) && size < 4294967296.0, 2,
                 "byte count of at least 1 expected");
@@ -355,8 +364,267 @@ static int m_gc(lua_State *L)
 static int m_tostring(lua_State *L)
 {
   ludp_t *u = lua_touserdata(L, 1);
-  lua_pushfstring(L, "udp.socket (%s)", stale(u) ? "closed with an earlier run"
-                  : u->state == OPEN ? "open" : u->state == CLOSED ? "closed" : "handed over");
+  lua_pushfstring(L, "udp.socket (%s%s)", stale(u) ? "closed with an earlier run"
+                  : u->state == OPEN ? "open" : u->state == CLOSED ? "closed" : "handed over",
+                  u->state != OPEN || stale(u) ? "" : u->active == IOUDP_ACTIVE_ONCE
+                  ? ", active once" : u->active == IOUDP_ACTIVE_ON ? ", active" : "");
+  return 1;
+}
+
+/* ---- Active mode (udp.h; the rules of ltcp.c's, per datagram) ------------------------------ */
+
+#define ACK_EVERY (IOUDP_ACTIVE_HIGH / 4) /* _ON: received datagrams are acknowledged in batches */
+#define BIT_ONCE 8 /* lhandle bits: active "once" on the sender's side; the receiver arms it */
+#define BIT_ON 16  /* active true: the same */
+
+/* Are u's messages another live actor's (ltcp.c's active_elsewhere)? */
+static int active_elsewhere(const ludp_t *u)
+{
+  return u->active != IOUDP_PASSIVE && u->events_to != smarm_self() &&
+         smarm_alive(u->events_to) > 0;
+}
+
+/* Posts the arming of u in mode for the caller: 0, or -ENOMEM (it stays passive). */
+static int activate_posts(ludp_t *u, int mode)
+{
+  udp_req_t *r = sm_udp_req_new(IOUDP_SETACTIVE);
+  if (!r)
+    return -ENOMEM;
+  r->id = u->id;
+  r->flag = mode;
+  r->owner = smarm_self();
+  sm_io_post(&r->base);
+  return 0;
+}
+
+/* Arms the passive socket u (its userdata at idx) in mode for the caller; raises when out of
+** memory. */
+static void activate(lua_State *L, ludp_t *u, int idx, int mode)
+{
+  sm_codec_set_event_target(L, idx, IO_EV_UDP, u->id);
+  if (activate_posts(u, mode) < 0)
+    luaL_error(L, "not enough memory");
+  u->active = mode;
+  u->events_to = smarm_self();
+  u->taken = 0;
+  u->rearm = 0;
+}
+
+/* The datagrams taken back, packed for IOUDP_UNREAD (udp_packed_t, then the bytes, each). */
+typedef struct packed {
+  ludp_t *u;
+  char *p;
+  size_t len, cap;
+  int oom; /* a datagram could not be kept (then the UNREAD is not posted: they are lost) */
+} packed_t;
+
+static void pack_datagram(packed_t *k, const struct sockaddr_storage *from, const char *data,
+                          size_t len)
+{
+  udp_packed_t h;
+  memset(&h, 0, sizeof h);
+  h.from = *from;
+  h.len = len;
+  if (k->oom || sm_io_buf_reserve(&k->p, &k->cap, k->len, sizeof h + len) < 0) {
+    k->oom = 1;
+    return;
+  }
+  memcpy(k->p + k->len, &h, sizeof h);
+  memcpy(k->p + k->len + sizeof h, data, len);
+  k->len += sizeof h + len;
+}
+
+/* sm_lsmarm_saved_claim's test: a received message of u's (a datagram goes back packed). Reads
+** with raw gets only: nothing here raises. */
+static int claim_saved(lua_State *L, void *ud)
+{
+  packed_t *k = ud;
+  if (!lua_istable(L, -1))
+    return 0;
+  lua_pushliteral(L, "socket");
+  lua_rawget(L, -2);
+  int same = lua_touserdata(L, -1) == k->u;
+  lua_pop(L, 1);
+  if (!same || !sm_codec_unhold_event(L))
+    return 0;
+  lua_pushliteral(L, "data");
+  lua_rawget(L, -2);
+  lua_pushliteral(L, "ip");
+  lua_rawget(L, -3);
+  lua_pushliteral(L, "port");
+  lua_rawget(L, -4);
+  struct sockaddr_storage from;
+  memset(&from, 0, sizeof from);
+  if (lua_type(L, -3) == LUA_TSTRING && lua_type(L, -2) == LUA_TSTRING &&
+      lua_type(L, -1) == LUA_TNUMBER) {
+    const char *ip = lua_tostring(L, -2);
+    uint16_t port = htons((uint16_t)lua_tointeger(L, -1));
+    struct sockaddr_in *in = (struct sockaddr_in *)&from;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&from;
+    if (inet_pton(AF_INET, ip, &in->sin_addr) == 1) {
+      in->sin_family = AF_INET;
+      in->sin_port = port;
+    } else if (inet_pton(AF_INET6, ip, &in6->sin6_addr) == 1) {
+      in6->sin6_family = AF_INET6;
+      in6->sin6_port = port;
+    }
+    size_t len;
+    const char *data = lua_tolstring(L, -3, &len);
+    pack_datagram(k, &from, data, len);
+  } /* an error message goes: UDP errors are not kept for the next receive */
+  lua_pop(L, 3);
+  return 1;
+}
+
+/* Is msg an event of UDP socket u? */
+static int is_event_of(const smarm_msg_t *msg, void *ud)
+{
+  const ludp_t *u = ud;
+  if (smarm_msg_kind(msg) != SMARM_MSG_USER || smarm_msg_size(msg) < sizeof(io_event_t))
+    return 0;
+  io_event_t ev;
+  memcpy(&ev, smarm_msg_data((smarm_msg_t *)msg), sizeof ev);
+  return ev.tag == IO_EVENT_TAG && ev.id == u->id && ev.source == IO_EV_UDP;
+}
+
+/* Makes an active socket passive again (ltcp.c's passive_sync): after one waited trip to the IO
+** thread every datagram message it sent is in the caller's mailbox or saved queue; they go back
+** to the IO side, in front of its queue, in order. */
+static void passive_sync(lua_State *L, ludp_t *u, const char *fname)
+{
+  int top = lua_gettop(L);
+  int box;
+  udp_req_t *r = new_req(L, IOUDP_SETACTIVE, &box);
+  r->id = u->id;
+  r->flag = IOUDP_PASSIVE;
+  r->owner = smarm_self();
+  call(L, u, r, SMARM_FOREVER, fname); /* closed meanwhile: there is still mail to take */
+  sm_lio_unbox(L, box);
+  lua_settop(L, top);
+  u->active = IOUDP_PASSIVE;
+  u->taken = 0;
+  packed_t k = {u, NULL, 0, 0, 0};
+  sm_lsmarm_saved_claim(L, claim_saved, &k);
+  smarm_msg_t *m;
+  while (smarm_receive_match(is_event_of, u, 0, &m) == 0) {
+    io_event_t ev;
+    const char *p = smarm_msg_data(m);
+    size_t n = smarm_msg_size(m), head = sizeof ev + sizeof(struct sockaddr_storage);
+    memcpy(&ev, p, sizeof ev);
+    if (ev.kind == IO_EV_DATA && n >= head) {
+      struct sockaddr_storage from;
+      memcpy(&from, p + sizeof ev, sizeof from);
+      pack_datagram(&k, &from, p + head, n - head);
+    }
+    smarm_msg_free(m);
+  }
+  udp_req_t *back = k.len && !k.oom && u->state == OPEN && !stale(u)
+                      ? sm_udp_req_new(IOUDP_UNREAD) : NULL;
+  if (back) {
+    back->id = u->id;
+    back->data = k.p; /* the request's now */
+    back->len = k.len;
+    sm_io_post(&back->base);
+  } else {
+    free(k.p);
+  }
+}
+
+/* The decoder of UDP events (codec.h): { smarm = "udp", socket =, data =, ip =, port = } or
+** { smarm = "udp_error", socket =, reason = }, held until a receive hands it over. */
+static void decode_event(lua_State *L, const unsigned char *p, size_t n)
+{
+  io_event_t ev;
+  memcpy(&ev, p, sizeof ev);
+  size_t head = sizeof ev + sizeof(struct sockaddr_storage);
+  if ((ev.kind != IO_EV_DATA && ev.kind != IO_EV_ERROR) || (ev.kind == IO_EV_DATA && n < head))
+    luaL_error(L, "malformed message");
+  luaL_checkstack(L, 6, "message");
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, ev.kind == IO_EV_DATA ? "udp" : "udp_error");
+  lua_setfield(L, -2, "smarm");
+  ludp_t *u = NULL;
+  if (sm_codec_push_event_target(L, IO_EV_UDP, ev.id)) {
+    u = luaL_testudata(L, -1, UDP_MT);
+    if (!u || u->id != ev.id || stale(u)) {
+      lua_pop(L, 1);
+      u = NULL;
+    }
+  }
+  if (!u) { /* nobody holds it any more: a closed one stands for it */
+    push_udp(L, ev.id, -1, -1);
+    ((ludp_t *)lua_touserdata(L, -1))->state = CLOSED;
+  }
+  lua_setfield(L, -2, "socket");
+  if (ev.kind == IO_EV_DATA) {
+    struct sockaddr_storage from;
+    memcpy(&from, p + sizeof ev, sizeof from);
+    lua_pushlstring(L, (const char *)p + head, n - head);
+    lua_setfield(L, -2, "data");
+    push_addr(L, &from);
+    lua_setfield(L, -3, "port");
+    lua_setfield(L, -2, "ip");
+  } else {
+    lua_pushstring(L, sm_io_err_name(ev.err));
+    lua_setfield(L, -2, "reason");
+  }
+  sm_codec_hold_event(L, IO_EV_UDP);
+}
+
+/* A receive hands one of our events (on top) to the actor: "once" is passive again, true counts
+** it towards its acknowledgement. */
+static void event_taken(lua_State *L)
+{
+  lua_pushliteral(L, "socket");
+  lua_rawget(L, -2);
+  ludp_t *u = luaL_testudata(L, -1, UDP_MT);
+  lua_pop(L, 1);
+  if (!u || u->state != OPEN || stale(u) || u->events_to != smarm_self())
+    return;
+  if (u->active == IOUDP_ACTIVE_ONCE) {
+    u->active = IOUDP_PASSIVE;
+  } else if (u->active == IOUDP_ACTIVE_ON && ++u->taken >= ACK_EVERY) {
+    udp_req_t *r = sm_udp_req_new(IOUDP_ACK);
+    if (r) { /* out of memory: acknowledged with the next batch */
+      r->id = u->id;
+      r->len = u->taken;
+      u->taken = 0;
+      sm_io_post(&r->base);
+    }
+  }
+}
+
+static const codec_event_fns_t event_fns = {decode_event, event_taken};
+
+/* sock:setactive(mode): false, "once" or true, as a TCP connection's. */
+static int m_setactive(lua_State *L)
+{
+  ludp_t *u = check_udp(L, "setactive");
+  int mode;
+  if (lua_type(L, 2) == LUA_TBOOLEAN)
+    mode = lua_toboolean(L, 2) ? IOUDP_ACTIVE_ON : IOUDP_PASSIVE;
+  else if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "once") == 0)
+    mode = IOUDP_ACTIVE_ONCE;
+  else
+    return luaL_argerror(L, 2, "true, false or \"once\" expected");
+  if (!u)
+    return push_closed(L);
+  lua_settop(L, 1);
+  if (u->busy)
+    return luaL_error(L, "smarm.udp.setactive: another actor is waiting on this socket");
+  if (active_elsewhere(u))
+    return luaL_error(L, "smarm.udp.setactive: the socket is active for another actor");
+  u->rearm = 0;
+  if (mode != u->active) {
+    if (u->active != IOUDP_PASSIVE) {
+      passive_sync(L, u, "udp.setactive");
+      if (u->state != OPEN)
+        return push_closed(L);
+    }
+    if (mode != IOUDP_PASSIVE)
+      activate(L, u, 1, mode);
+  }
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -379,6 +647,8 @@ static int udp_test(lua_State *L, int idx, void **ud, lhandle_t *h)
   h->id = u->id;
   h->timeout = u->timeout;
   h->fd = u->fd;
+  h->bits = (uint8_t)(u->rearm == IOUDP_ACTIVE_ONCE ? BIT_ONCE
+                      : u->rearm == IOUDP_ACTIVE_ON ? BIT_ON : 0);
   return 1;
 }
 
@@ -387,19 +657,60 @@ static void udp_handed_over(void *ud)
   ludp_t *u = ud;
   u->state = HANDED_OVER;
   u->gone_by = smarm_self();
+  u->active = IOUDP_PASSIVE;
+  u->rearm = 0;
 }
 
-static void udp_push(lua_State *L, const lhandle_t *h) { push_udp(L, h->id, h->fd, h->timeout); }
+static void udp_push(lua_State *L, const lhandle_t *h)
+{
+  push_udp(L, h->id, h->fd, h->timeout);
+  if (h->bits & (BIT_ONCE | BIT_ON)) /* it was active: its messages come here now */
+    activate(L, lua_touserdata(L, -1), lua_gettop(L),
+             h->bits & BIT_ONCE ? IOUDP_ACTIVE_ONCE : IOUDP_ACTIVE_ON);
+}
+
 static void udp_drop(const lhandle_t *h) { post_close_id(h->id); }
 static void udp_close_owned(void *ud) { post_close(ud); }
 
-static const lhandle_kind_t udp_kind = {udp_test, udp_handed_over, udp_push, udp_drop,
-                                        udp_close_owned, NULL, NULL};
+/* An active socket travels passive, as ltcp.c's: its messages not received yet go back to the
+** IO side first (passive_sync), and the receiver arms it again in the same mode. */
+static int udp_before_move(lua_State *L, void *ud, int dry)
+{
+  ludp_t *u = ud;
+  if (u->active == IOUDP_PASSIVE)
+    return 0;
+  if (active_elsewhere(u))
+    luaL_error(L, "smarm.send: the socket is active for another actor, which alone can hand it "
+                  "over");
+  const char *why = sm_ljx_cannot_park(L);
+  if (why)
+    luaL_error(L, "smarm.send: an active socket cannot be handed over %s", why);
+  if (dry)
+    return 0;
+  int mode = u->active;
+  passive_sync(L, u, "send");
+  u->rearm = mode;
+  return 1;
+}
+
+static void udp_kept(lua_State *L, void *ud)
+{
+  (void)L;
+  ludp_t *u = ud;
+  if (u->rearm && u->state == OPEN && !stale(u) && u->busy == 0 &&
+      activate_posts(u, u->rearm) == 0)
+    u->active = u->rearm;
+  u->rearm = 0;
+}
+
+static const lhandle_kind_t udp_kind = {udp_test,        udp_handed_over, udp_push,
+                                        udp_drop,        udp_close_owned, udp_before_move,
+                                        udp_kept};
 
 static const luaL_Reg udp_methods[] = {
   {"sendto", m_sendto},           {"receivefrom", m_receivefrom}, {"receive", m_receive},
   {"getsockname", m_getsockname}, {"setoption", m_setoption},     {"settimeout", m_settimeout},
-  {"close", m_close},             {NULL, NULL},
+  {"close", m_close},             {"setactive", m_setactive},     {NULL, NULL},
 };
 
 static const luaL_Reg udp_functions[] = {
@@ -410,6 +721,7 @@ static const luaL_Reg udp_functions[] = {
 void sm_ludp_register(lua_State *L, int module)
 {
   sm_lhandle_register(&udp_kind);
+  sm_codec_set_event_fns(IO_EV_UDP, &event_fns);
   sm_lio_handle_metatable(L, UDP_MT, udp_methods, m_gc, m_tostring);
   sm_lio_add_table(L, module, "udp", udp_functions);
 }
