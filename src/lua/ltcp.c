@@ -17,6 +17,7 @@
 #include "ltcp.h"
 
 #include "codec.h"
+#include "lactive.h"
 #include "io/tcp.h"
 #include "lhandle.h"
 #include "lio.h"
@@ -56,12 +57,7 @@ typedef struct lsock {
   int sending;    /* sends of this handle parked in the IO thread now */
   int busy;       /* calls of this handle parked in the IO thread now (sends included) */
   int unsure;     /* a send through the IO thread timed out: its bytes may still be queued */
-  int active;     /* IOTCP_PASSIVE, _ONCE or _ON (tcp.h) as far as this side knows: armed, or
-                     its message not received yet */
-  smarm_pid_t events_to; /* an active socket's messages go to this actor (the one that armed it) */
-  size_t taken;   /* _ON: data bytes received as messages since the last acknowledgement */
-  int rearm;      /* the mode to arm again after a hand-over (by the receiver), or after one
-                     that did not happen (by the sender) */
+  lactive_t act;  /* its active mode as this side knows it (lactive.h; taken: bytes) */
   uint32_t run;   /* the run that made it (sm_lhandle_run_generation): its end closed the socket */
 } lsock_t;
 
@@ -124,7 +120,7 @@ static void check_open(lua_State *L, const lsock_t *s, const char *fname)
 /* The calls that read refuse an active socket: its data comes as messages. */
 static void check_passive(lua_State *L, const lsock_t *s, const char *fname)
 {
-  if (s->active != IOTCP_PASSIVE)
+  if (s->act.mode != LACTIVE_PASSIVE)
     luaL_error(L, "smarm.%s.%s: the socket is active (its data comes as messages; "
                   "setactive(false) first)", module_of(s), fname);
 }
@@ -167,18 +163,8 @@ static int push_closed(lua_State *L, const char *extra)
 #define BIT_ON 16  /* active true: the same */
 
 static int give_back(lsock_t *s);
-static void activate(lua_State *L, lsock_t *s, int idx, int mode);
-static int activate_posts(lsock_t *s, int mode);
-static void passive_sync(lua_State *L, lsock_t *s, const char *fname);
-
-/* Are s's messages another live actor's? The actor that armed it is of this VM, so of this
-** scheduler: smarm_alive answers without parking. One that ended leaves the socket to whoever
-** holds the handle (what the IO thread sent to it is lost with it). */
-static int active_elsewhere(const lsock_t *s)
-{
-  return s->active != IOTCP_PASSIVE && s->events_to != smarm_self() &&
-         smarm_alive(s->events_to) > 0;
-}
+static int source_of(const lsock_t *s);
+static const lactive_ops_t active_ops;
 
 static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
 {
@@ -196,8 +182,8 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
   h->fd = s->fd;
   h->bits = (uint8_t)((s->listener ? BIT_LISTENER : 0) | (s->unsure ? BIT_QUEUED : 0) |
                        (s->unix_sock ? BIT_UNIX : 0) |
-                       (s->rearm == IOTCP_ACTIVE_ONCE ? BIT_ONCE : 0) |
-                       (s->rearm == IOTCP_ACTIVE_ON ? BIT_ON : 0));
+                       (s->act.rearm == LACTIVE_ONCE ? BIT_ONCE : 0) |
+                       (s->act.rearm == LACTIVE_ON ? BIT_ON : 0));
   return 1;
 }
 
@@ -206,8 +192,7 @@ static void sock_handed_over(void *sock)
   lsock_t *s = sock;
   s->state = HANDED_OVER;
   s->gone_by = smarm_self();
-  s->active = IOTCP_PASSIVE;
-  s->rearm = 0;
+  sm_lactive_handed_over(&s->act);
 }
 
 static void sock_push(lua_State *L, const lhandle_t *h)
@@ -217,43 +202,24 @@ static void sock_push(lua_State *L, const lhandle_t *h)
   s->timeout = h->timeout;
   s->unsure = (h->bits & BIT_QUEUED) != 0;
   if (h->bits & (BIT_ONCE | BIT_ON)) /* it was active: its messages come here now */
-    activate(L, s, lua_gettop(L), h->bits & BIT_ONCE ? IOTCP_ACTIVE_ONCE : IOTCP_ACTIVE_ON);
+    sm_lactive_arm(L, &s->act, s, lua_gettop(L), source_of(s), s->id,
+                   h->bits & BIT_ONCE ? LACTIVE_ONCE : LACTIVE_ON, &active_ops);
 }
 
 /* An active socket travels passive: its messages that the sender has not received yet are taken
-** back first (passive_sync: the sender parks for a trip to the IO thread), and the receiver arms
-** it again in the same mode. Only the actor its messages go to can hand it over. */
+** back first (the sender parks for a trip to the IO thread), and the receiver arms it again in the
+** same mode; if the message does not go after all, it is armed again here (lactive.h). */
 static int sock_before_move(lua_State *L, void *sock, int dry)
 {
   lsock_t *s = sock;
-  if (s->active == IOTCP_PASSIVE)
-    return 0;
-  if (active_elsewhere(s))
-    luaL_error(L, "smarm.send: the socket is active for another actor, which alone can hand it "
-                  "over");
-  const char *why = sm_ljx_cannot_park(L);
-  if (why)
-    luaL_error(L, "smarm.send: an active socket cannot be handed over %s", why);
-  if (dry)
-    return 0;
-  int mode = s->active;
-  passive_sync(L, s, "send");
-  s->rearm = mode;
-  return 1;
+  return sm_lactive_before_move(L, &s->act, s, dry, &active_ops);
 }
 
-/* The message that was to carry an active socket was not sent: it stays the sender's, active
-** again (out of memory, or a sharer waiting on it by then: it stays passive, its bytes kept). */
 static void sock_kept(lua_State *L, void *sock)
 {
   (void)L;
   lsock_t *s = sock;
-  /* (not while a sharer parks in a receive it began meanwhile: the IO side would refuse the
-  ** arming, unseen, and this side wait for messages that never come; it stays passive) */
-  if (s->rearm && s->state == OPEN && !stale(s) && s->busy == 0 &&
-      activate_posts(s, s->rearm) == 0)
-    s->active = s->rearm;
-  s->rearm = 0;
+  sm_lactive_kept(&s->act, s, s->state == OPEN && !stale(s) && s->busy == 0, &active_ops);
 }
 
 static tcp_req_t *new_req(lua_State *L, enum tcp_op op, int *box)
@@ -675,10 +641,8 @@ static int m_settimeout(lua_State *L)
 }
 
 /* ---- Active mode (tcp.h): data and the end arrive as messages ------------------------------ */
-/* The IO thread sends an active socket's events to the actor that armed it (events_to). This side
-** mirrors the mode: "once" counts as armed until its message has been received here (the decoder
-** makes it passive), so a receive never overtakes a message still on its way. Moving from one
-** mode to another goes through passive (passive_sync), which takes back what was sent. */
+/* The rules are lactive.h's; here: arming (the bytes read ahead go back first), taking back
+** (passive_sync: into the read-ahead buffer), the events' tables and what taking one counts. */
 
 #define ACK_EVERY (IOTCP_ACTIVE_HIGH / 4) /* _ON: received bytes are acknowledged in batches */
 
@@ -721,8 +685,9 @@ static int give_back(lsock_t *s)
 
 /* Posts what arms s in mode for the caller: the bytes read ahead first (they come back as its
 ** first messages), then the mode. 0, or -ENOMEM (then it stays passive, nothing lost). */
-static int activate_posts(lsock_t *s, int mode)
+static int post_arm(void *sock, int mode)
 {
+  lsock_t *s = sock;
   tcp_req_t *r = sm_tcp_req_new(IOTCP_SETACTIVE);
   if (!r)
     return -ENOMEM;
@@ -738,18 +703,8 @@ static int activate_posts(lsock_t *s, int mode)
   return 0;
 }
 
-/* Arms the passive socket s (its userdata at idx) in mode for the caller. Raises when out of
-** memory. */
-static void activate(lua_State *L, lsock_t *s, int idx, int mode)
-{
-  sm_codec_set_event_target(L, idx, source_of(s), s->id);
-  if (activate_posts(s, mode) < 0)
-    luaL_error(L, "not enough memory");
-  s->active = mode;
-  s->events_to = smarm_self();
-  s->taken = 0;
-  s->rearm = 0;
-}
+static void passive_sync(lua_State *L, void *sock, const char *fname);
+static const lactive_ops_t active_ops = {post_arm, passive_sync};
 
 /* Is msg an event of stream socket s (a block the IO thread made: io.h)? */
 static int is_event_of(const smarm_msg_t *msg, void *sock)
@@ -807,8 +762,9 @@ static int claim_saved(lua_State *L, void *sock)
 ** read-ahead bytes again, in order; its end messages go (the IO side still knows the end, which
 ** the next receive finds). One trip to the IO thread, after which every message the socket sent
 ** is in the mailbox (tcp.h). */
-static void passive_sync(lua_State *L, lsock_t *s, const char *fname)
+static void passive_sync(lua_State *L, void *sock, const char *fname)
 {
+  lsock_t *s = sock;
   int top = lua_gettop(L);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_SETACTIVE, &box);
@@ -818,8 +774,6 @@ static void passive_sync(lua_State *L, lsock_t *s, const char *fname)
   sock_call(L, s, r, SMARM_FOREVER, fname); /* closed meanwhile: there is still mail to take */
   sm_lio_unbox(L, box);
   lua_settop(L, top);
-  s->active = IOTCP_PASSIVE;
-  s->taken = 0;
   sm_lsmarm_saved_claim(L, claim_saved, s);
   smarm_msg_t *m;
   while (smarm_receive_match(is_event_of, s, 0, &m) == 0) {
@@ -865,8 +819,9 @@ static void decode_event(lua_State *L, const unsigned char *p, size_t n)
   sm_codec_hold_event(L, ev.source);
 }
 
-/* A receive hands one of our events (on top) to the actor (codec.h): its socket counts it. Taking a message is what lets the next come: "once" is passive again, true
-** counts the bytes towards its acknowledgement, an end makes it passive. */
+/* A receive hands one of our events (on top) to the actor (codec.h): its socket counts it
+** (lactive.h). Taking a message is what lets the next come: "once" is passive again, true counts
+** the bytes towards its acknowledgement, an end makes it passive. */
 static void event_taken(lua_State *L)
 {
   lua_pushliteral(L, "socket");
@@ -878,18 +833,16 @@ static void event_taken(lua_State *L)
   size_t len = lua_type(L, -1) == LUA_TSTRING ? lua_objlen(L, -1) : 0;
   int data = !lua_isnil(L, -1);
   lua_pop(L, 1);
-  if (!s || s->state != OPEN || stale(s) || s->events_to != smarm_self())
+  if (!s || s->state != OPEN || stale(s))
     return;
-  if (!data || s->active == IOTCP_ACTIVE_ONCE) {
-    s->active = IOTCP_PASSIVE;
-  } else if (s->active == IOTCP_ACTIVE_ON && (s->taken += len) >= ACK_EVERY) {
-    tcp_req_t *r = sm_tcp_req_new(IOTCP_ACK);
-    if (r) { /* out of memory: acknowledged with the next batch */
-      r->id = s->id;
-      r->len = s->taken;
-      s->taken = 0;
-      sm_io_post(&r->base);
-    }
+  size_t ack = sm_lactive_taken(&s->act, !data, len, ACK_EVERY);
+  tcp_req_t *r = ack ? sm_tcp_req_new(IOTCP_ACK) : NULL;
+  if (r) {
+    r->id = s->id;
+    r->len = ack;
+    sm_io_post(&r->base);
+  } else if (ack) {
+    s->act.taken += ack; /* out of memory: acknowledged with the next batch */
   }
 }
 
@@ -897,35 +850,18 @@ static const codec_event_fns_t event_fns = {decode_event, event_taken};
 
 /* conn:setactive(mode): false, "once" or true (tcp.h). Raises for a socket whose messages go to
 ** another actor, or on which another actor waits. */
+static int sock_gone(void *sock) { return gone_elsewhere(sock); }
+
 static int m_setactive(lua_State *L)
 {
   lsock_t *s = check_sock(L, 1, 0, "setactive");
   if (!s)
     return push_closed(L, NULL);
-  int mode;
-  if (lua_type(L, 2) == LUA_TBOOLEAN)
-    mode = lua_toboolean(L, 2) ? IOTCP_ACTIVE_ON : IOTCP_PASSIVE;
-  else if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "once") == 0)
-    mode = IOTCP_ACTIVE_ONCE;
-  else
-    return luaL_argerror(L, 2, "true, false or \"once\" expected");
+  int mode = sm_lactive_mode_arg(L, 2);
   lua_settop(L, 1);
-  if (s->busy)
-    return luaL_error(L, "smarm.%s.setactive: another actor is waiting on this socket",
-                      module_of(s));
-  if (active_elsewhere(s))
-    return luaL_error(L, "smarm.%s.setactive: the socket is active for another actor",
-                      module_of(s));
-  s->rearm = 0; /* a hand-over that raised after readying it left its mode here: forgotten */
-  if (mode != s->active) {
-    if (s->active != IOTCP_PASSIVE) {
-      passive_sync(L, s, "setactive");
-      if (gone_elsewhere(s))
-        return push_closed(L, NULL);
-    }
-    if (mode != IOTCP_PASSIVE)
-      activate(L, s, 1, mode);
-  }
+  if (sm_lactive_set(L, &s->act, s, 1, source_of(s), s->id, mode, s->busy, module_of(s),
+                     &active_ops, sock_gone) < 0)
+    return push_closed(L, NULL);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -1052,8 +988,8 @@ static int m_tostring(lua_State *L)
   lua_pushfstring(L, "%s.%s (%s%s)", module_of(s), s->listener ? "server" : "conn",
                   stale(s) ? "closed with an earlier run" : s->state == OPEN ? "open"
                   : s->state == CLOSED ? "closed" : "handed over",
-                  s->state != OPEN || stale(s) ? "" : s->active == IOTCP_ACTIVE_ONCE
-                  ? ", active once" : s->active == IOTCP_ACTIVE_ON ? ", active" : "");
+                  s->state != OPEN || stale(s) ? "" : s->act.mode == LACTIVE_ONCE
+                  ? ", active once" : s->act.mode == LACTIVE_ON ? ", active" : "");
   return 1;
 }
 

@@ -14,7 +14,7 @@
 #include "codec.h"
 #include "io/dns.h"
 #include "io/udp.h"
-#include "ljx.h"
+#include "lactive.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
@@ -40,10 +40,7 @@ typedef struct ludp {
   double timeout;      /* seconds; negative: none */
   int busy;            /* calls of this handle parked in the IO thread now */
   uint32_t run;        /* the run that made it (sm_lhandle_run_generation) */
-  int active;          /* IOUDP_PASSIVE, _ONCE or _ON as this side knows it (ltcp.c's rule) */
-  smarm_pid_t events_to; /* an active socket's messages go to this actor (who armed it) */
-  unsigned taken;      /* _ON: datagram messages received since the last acknowledgement */
-  int rearm;           /* the mode to arm again after a hand-over (ltcp.c's rearm) */
+  lactive_t act;       /* its active mode as this side knows it (lactive.h; taken: datagrams) */
 } ludp_t;
 
 static int stale(const ludp_t *u) { return u->run != sm_lhandle_run_generation(); }
@@ -224,7 +221,7 @@ static int m_sendto(lua_State *L)
 static int receive(lua_State *L, int with_sender, const char *fname)
 {
   ludp_t *u = check_udp(L, fname);
-  if (u && u->active != IOUDP_PASSIVE)
+  if (u && u->act.mode != LACTIVE_PASSIVE)
     luaL_error(L, "smarm.udp.%s: the socket is active (its datagrams come as messages; "
                   "setactive(false) first)", fname);
   lua_Number size = luaL_optnumber(L, 2, 65536);
@@ -366,27 +363,23 @@ static int m_tostring(lua_State *L)
   ludp_t *u = lua_touserdata(L, 1);
   lua_pushfstring(L, "udp.socket (%s%s)", stale(u) ? "closed with an earlier run"
                   : u->state == OPEN ? "open" : u->state == CLOSED ? "closed" : "handed over",
-                  u->state != OPEN || stale(u) ? "" : u->active == IOUDP_ACTIVE_ONCE
-                  ? ", active once" : u->active == IOUDP_ACTIVE_ON ? ", active" : "");
+                  u->state != OPEN || stale(u) ? "" : u->act.mode == LACTIVE_ONCE
+                  ? ", active once" : u->act.mode == LACTIVE_ON ? ", active" : "");
   return 1;
 }
 
-/* ---- Active mode (udp.h; the rules of ltcp.c's, per datagram) ------------------------------ */
+/* ---- Active mode (udp.h; lactive.h's rules, per datagram) ---------------------------------- */
+
+static void passive_sync(lua_State *L, void *ud, const char *fname);
 
 #define ACK_EVERY (IOUDP_ACTIVE_HIGH / 4) /* _ON: received datagrams are acknowledged in batches */
 #define BIT_ONCE 8 /* lhandle bits: active "once" on the sender's side; the receiver arms it */
 #define BIT_ON 16  /* active true: the same */
 
-/* Are u's messages another live actor's (ltcp.c's active_elsewhere)? */
-static int active_elsewhere(const ludp_t *u)
-{
-  return u->active != IOUDP_PASSIVE && u->events_to != smarm_self() &&
-         smarm_alive(u->events_to) > 0;
-}
-
 /* Posts the arming of u in mode for the caller: 0, or -ENOMEM (it stays passive). */
-static int activate_posts(ludp_t *u, int mode)
+static int post_arm(void *ud, int mode)
 {
+  ludp_t *u = ud;
   udp_req_t *r = sm_udp_req_new(IOUDP_SETACTIVE);
   if (!r)
     return -ENOMEM;
@@ -395,19 +388,6 @@ static int activate_posts(ludp_t *u, int mode)
   r->owner = smarm_self();
   sm_io_post(&r->base);
   return 0;
-}
-
-/* Arms the passive socket u (its userdata at idx) in mode for the caller; raises when out of
-** memory. */
-static void activate(lua_State *L, ludp_t *u, int idx, int mode)
-{
-  sm_codec_set_event_target(L, idx, IO_EV_UDP, u->id);
-  if (activate_posts(u, mode) < 0)
-    luaL_error(L, "not enough memory");
-  u->active = mode;
-  u->events_to = smarm_self();
-  u->taken = 0;
-  u->rearm = 0;
 }
 
 /* The datagrams taken back, packed for IOUDP_UNREAD (udp_packed_t, then the bytes, each). */
@@ -490,8 +470,9 @@ static int is_event_of(const smarm_msg_t *msg, void *ud)
 /* Makes an active socket passive again (ltcp.c's passive_sync): after one waited trip to the IO
 ** thread every datagram message it sent is in the caller's mailbox or saved queue; they go back
 ** to the IO side, in front of its queue, in order. */
-static void passive_sync(lua_State *L, ludp_t *u, const char *fname)
+static void passive_sync(lua_State *L, void *ud, const char *fname)
 {
+  ludp_t *u = ud;
   int top = lua_gettop(L);
   int box;
   udp_req_t *r = new_req(L, IOUDP_SETACTIVE, &box);
@@ -501,8 +482,6 @@ static void passive_sync(lua_State *L, ludp_t *u, const char *fname)
   call(L, u, r, SMARM_FOREVER, fname); /* closed meanwhile: there is still mail to take */
   sm_lio_unbox(L, box);
   lua_settop(L, top);
-  u->active = IOUDP_PASSIVE;
-  u->taken = 0;
   packed_t k = {u, NULL, 0, 0, 0};
   sm_lsmarm_saved_claim(L, claim_saved, &k);
   smarm_msg_t *m;
@@ -579,51 +558,36 @@ static void event_taken(lua_State *L)
   lua_rawget(L, -2);
   ludp_t *u = luaL_testudata(L, -1, UDP_MT);
   lua_pop(L, 1);
-  if (!u || u->state != OPEN || stale(u) || u->events_to != smarm_self())
+  if (!u || u->state != OPEN || stale(u))
     return;
-  if (u->active == IOUDP_ACTIVE_ONCE) {
-    u->active = IOUDP_PASSIVE;
-  } else if (u->active == IOUDP_ACTIVE_ON && ++u->taken >= ACK_EVERY) {
-    udp_req_t *r = sm_udp_req_new(IOUDP_ACK);
-    if (r) { /* out of memory: acknowledged with the next batch */
-      r->id = u->id;
-      r->len = u->taken;
-      u->taken = 0;
-      sm_io_post(&r->base);
-    }
+  size_t ack = sm_lactive_taken(&u->act, 0, 1, ACK_EVERY);
+  udp_req_t *r = ack ? sm_udp_req_new(IOUDP_ACK) : NULL;
+  if (r) {
+    r->id = u->id;
+    r->len = ack;
+    sm_io_post(&r->base);
+  } else if (ack) {
+    u->act.taken += ack; /* out of memory: acknowledged with the next batch */
   }
 }
 
 static const codec_event_fns_t event_fns = {decode_event, event_taken};
 
+static const lactive_ops_t active_ops = {post_arm, passive_sync};
+
+static int udp_gone(void *ud) { return ((ludp_t *)ud)->state != OPEN; }
+
 /* sock:setactive(mode): false, "once" or true, as a TCP connection's. */
 static int m_setactive(lua_State *L)
 {
   ludp_t *u = check_udp(L, "setactive");
-  int mode;
-  if (lua_type(L, 2) == LUA_TBOOLEAN)
-    mode = lua_toboolean(L, 2) ? IOUDP_ACTIVE_ON : IOUDP_PASSIVE;
-  else if (lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "once") == 0)
-    mode = IOUDP_ACTIVE_ONCE;
-  else
-    return luaL_argerror(L, 2, "true, false or \"once\" expected");
+  int mode = sm_lactive_mode_arg(L, 2);
   if (!u)
     return push_closed(L);
   lua_settop(L, 1);
-  if (u->busy)
-    return luaL_error(L, "smarm.udp.setactive: another actor is waiting on this socket");
-  if (active_elsewhere(u))
-    return luaL_error(L, "smarm.udp.setactive: the socket is active for another actor");
-  u->rearm = 0;
-  if (mode != u->active) {
-    if (u->active != IOUDP_PASSIVE) {
-      passive_sync(L, u, "udp.setactive");
-      if (u->state != OPEN)
-        return push_closed(L);
-    }
-    if (mode != IOUDP_PASSIVE)
-      activate(L, u, 1, mode);
-  }
+  if (sm_lactive_set(L, &u->act, u, 1, IO_EV_UDP, u->id, mode, u->busy, "udp", &active_ops,
+                     udp_gone) < 0)
+    return push_closed(L);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -647,8 +611,8 @@ static int udp_test(lua_State *L, int idx, void **ud, lhandle_t *h)
   h->id = u->id;
   h->timeout = u->timeout;
   h->fd = u->fd;
-  h->bits = (uint8_t)(u->rearm == IOUDP_ACTIVE_ONCE ? BIT_ONCE
-                      : u->rearm == IOUDP_ACTIVE_ON ? BIT_ON : 0);
+  h->bits = (uint8_t)(u->act.rearm == LACTIVE_ONCE ? BIT_ONCE
+                      : u->act.rearm == LACTIVE_ON ? BIT_ON : 0);
   return 1;
 }
 
@@ -657,50 +621,33 @@ static void udp_handed_over(void *ud)
   ludp_t *u = ud;
   u->state = HANDED_OVER;
   u->gone_by = smarm_self();
-  u->active = IOUDP_PASSIVE;
-  u->rearm = 0;
+  sm_lactive_handed_over(&u->act);
 }
 
 static void udp_push(lua_State *L, const lhandle_t *h)
 {
   push_udp(L, h->id, h->fd, h->timeout);
+  ludp_t *u = lua_touserdata(L, -1);
   if (h->bits & (BIT_ONCE | BIT_ON)) /* it was active: its messages come here now */
-    activate(L, lua_touserdata(L, -1), lua_gettop(L),
-             h->bits & BIT_ONCE ? IOUDP_ACTIVE_ONCE : IOUDP_ACTIVE_ON);
+    sm_lactive_arm(L, &u->act, u, lua_gettop(L), IO_EV_UDP, u->id,
+                   h->bits & BIT_ONCE ? LACTIVE_ONCE : LACTIVE_ON, &active_ops);
 }
 
 static void udp_drop(const lhandle_t *h) { post_close_id(h->id); }
 static void udp_close_owned(void *ud) { post_close(ud); }
 
-/* An active socket travels passive, as ltcp.c's: its messages not received yet go back to the
-** IO side first (passive_sync), and the receiver arms it again in the same mode. */
+/* An active socket travels passive, its messages going with it (lactive.h). */
 static int udp_before_move(lua_State *L, void *ud, int dry)
 {
   ludp_t *u = ud;
-  if (u->active == IOUDP_PASSIVE)
-    return 0;
-  if (active_elsewhere(u))
-    luaL_error(L, "smarm.send: the socket is active for another actor, which alone can hand it "
-                  "over");
-  const char *why = sm_ljx_cannot_park(L);
-  if (why)
-    luaL_error(L, "smarm.send: an active socket cannot be handed over %s", why);
-  if (dry)
-    return 0;
-  int mode = u->active;
-  passive_sync(L, u, "send");
-  u->rearm = mode;
-  return 1;
+  return sm_lactive_before_move(L, &u->act, u, dry, &active_ops);
 }
 
 static void udp_kept(lua_State *L, void *ud)
 {
   (void)L;
   ludp_t *u = ud;
-  if (u->rearm && u->state == OPEN && !stale(u) && u->busy == 0 &&
-      activate_posts(u, u->rearm) == 0)
-    u->active = u->rearm;
-  u->rearm = 0;
+  sm_lactive_kept(&u->act, u, u->state == OPEN && !stale(u) && u->busy == 0, &active_ops);
 }
 
 static const lhandle_kind_t udp_kind = {udp_test,        udp_handed_over, udp_push,
