@@ -54,7 +54,9 @@ int sm_lactive_set(lua_State *L, lactive_t *a, void *ud, int idx, int source, ui
   if (sm_lactive_elsewhere(a))
     luaL_error(L, "smarm.%s.setactive: the socket is active for another actor", module);
   a->rearm = 0; /* a hand-over that raised after readying it left its mode here: forgotten */
-  if (mode == a->mode)
+  /* (the same mode as an actor that ended armed it for itself is a change: its messages would
+  ** still go to the dead actor) */
+  if (mode == a->mode && (mode == LACTIVE_PASSIVE || a->events_to == smarm_self()))
     return 0;
   if (a->mode != LACTIVE_PASSIVE) {
     sm_lactive_sync(L, a, ud, "setactive", ops);

@@ -774,6 +774,8 @@ static void passive_sync(lua_State *L, void *sock, const char *fname)
   sock_call(L, s, r, SMARM_FOREVER, fname); /* closed meanwhile: there is still mail to take */
   sm_lio_unbox(L, box);
   lua_settop(L, top);
+  s->act.mode = LACTIVE_PASSIVE; /* as the IO side is now, should keeping the bytes raise */
+  s->act.taken = 0;
   sm_lsmarm_saved_claim(L, claim_saved, s);
   smarm_msg_t *m;
   while (smarm_receive_match(is_event_of, s, 0, &m) == 0) {

@@ -558,9 +558,13 @@ static void event_taken(lua_State *L)
   lua_rawget(L, -2);
   ludp_t *u = luaL_testudata(L, -1, UDP_MT);
   lua_pop(L, 1);
+  lua_pushliteral(L, "data");
+  lua_rawget(L, -2);
+  int data = !lua_isnil(L, -1); /* the IO side counts datagram messages only, not errors */
+  lua_pop(L, 1);
   if (!u || u->state != OPEN || stale(u))
     return;
-  size_t ack = sm_lactive_taken(&u->act, 0, 1, ACK_EVERY);
+  size_t ack = sm_lactive_taken(&u->act, 0, data, ACK_EVERY);
   udp_req_t *r = ack ? sm_udp_req_new(IOUDP_ACK) : NULL;
   if (r) {
     r->id = u->id;
