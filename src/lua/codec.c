@@ -1215,7 +1215,8 @@ void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns)
     atomic_store_explicit(&event_fns[source], fns, memory_order_release);
 }
 
-int sm_codec_is_event(const smarm_msg_t *msg)
+/* Is this block an IO event (decoding it pushes an event's table)? */
+static int is_event(const smarm_msg_t *msg)
 {
   return smarm_msg_size(msg) >= sizeof(io_event_t) &&
          *(const unsigned char *)smarm_msg_data((smarm_msg_t *)msg) == IO_EVENT_TAG;
@@ -1297,18 +1298,19 @@ int sm_codec_event_taken(lua_State *L)
   return 1;
 }
 
-void sm_codec_decode(lua_State *L, smarm_msg_t *msg)
+int sm_codec_decode(lua_State *L, smarm_msg_t *msg)
 {
-  if (sm_codec_is_event(msg)) {
+  if (is_event(msg)) {
     const unsigned char *p = smarm_msg_data(msg);
     const codec_event_fns_t *f =
       p[1] < EVENT_SOURCES ? atomic_load_explicit(&event_fns[p[1]], memory_order_acquire) : NULL;
     if (!f)
       luaL_error(L, "malformed message");
     f->decode(L, p, smarm_msg_size(msg));
-    return;
+    return 1;
   }
   sm_codec_decode_head(L, msg, 0);
+  return 0;
 }
 
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)

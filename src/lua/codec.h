@@ -77,8 +77,9 @@ void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed o
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
 
 /* Pushes the value a message holds; the receiver now owns its handles (the block is no longer
-** owning). Raises on a block sm_codec_encode did not make. */
-void sm_codec_decode(lua_State *L, smarm_msg_t *msg);
+** owning). Returns 1 when it was an IO event (its table is held: sm_codec_event_taken), else 0.
+** Raises on a block sm_codec_encode did not make. */
+int sm_codec_decode(lua_State *L, smarm_msg_t *msg);
 /* The same for a block made by sm_codec_encode_tail with that tail. */
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 
@@ -98,9 +99,6 @@ typedef struct codec_event_fns {
   void (*taken)(lua_State *L);
 } codec_event_fns_t;
 void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns);
-
-/* Is this block an IO event (decoding it pushes an event's table)? */
-int sm_codec_is_event(const smarm_msg_t *msg);
 
 /* Per VM, which handle userdata an event names: the handle at idx is the target of source's
 ** socket id from now on (weak: a collected handle is forgotten). sm_codec_push_event_target pushes

@@ -602,9 +602,8 @@ static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
   la->pending = msg;
   int kind = smarm_msg_kind(msg);
   if (kind == SMARM_MSG_USER) {
-    int event = sm_codec_is_event(msg);
-    sm_codec_decode(L, msg);
-    la->io_held += event; /* a socket's message: delivered() counts it when the actor gets it */
+    /* a socket's message is held: delivered() counts it when the actor gets it */
+    la->io_held += sm_codec_decode(L, msg);
   } else if (kind == SMARM_MSG_REPLY) { /* a call's answer: the value, then the alias */
     sm_codec_decode_head(L, msg, sizeof(smarm_ref_t));
   } else {
