@@ -93,8 +93,6 @@ describe("smarm.info", function()
       local watched = smarm.spawn(function() smarm.receive() end)
       local ref = smarm.monitor(watched)
       local ref2 = smarm.monitor(server)
-      local caller = smarm.spawn(function() return smarm.call(server, "question", 60) end)
-      local fresh = smarm.spawn(function() end) -- not run yet
       local wait_for = function(pid, what)
         for _ = 1, 60000 do
           if smarm.info(pid, "waiting").waiting == what then return end
@@ -102,6 +100,11 @@ describe("smarm.info", function()
         end
         error(what .. " never came")
       end
+      -- the server runs once before the call comes (on a slow machine the call could otherwise
+      -- be there at its first run, and it would be scheduled once only)
+      wait_for(server, "receive")
+      local caller = smarm.spawn(function() return smarm.call(server, "question", 60) end)
+      local fresh = smarm.spawn(function() end) -- not run yet
       local f = smarm.info(fresh)
       assert.equals(0, f.scheduled)
       assert.equals(0, f.stack_used)
