@@ -11,7 +11,11 @@
 **                          own count hook keeps its count across a preemption and a switch.
 **   global_State.vmstate   what the VM is doing (interpreter, C, GC, a trace): saved across a
 **                          preemption's switch (the unwinder and the profiler read it).
-**   jit_State.state        via lj_trace_abort(): stops a trace that is being recorded.
+**   jit_State.state        read, and lj_trace_abort(): stops a trace that is being recorded,
+**                          at once (sm_ljx_before_switch); read by a signal handler, which
+**                          then sets the hook itself:
+**   global_State.hookf, hookmask, hookcount, hookcstart   what lua_sethook writes, written by
+**                          the preemption's signal handler while the trace compiler is busy.
 **   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
 **                          has made no callback, so none can be running).
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print).
@@ -75,9 +79,46 @@ const char *sm_ljx_cannot_park(lua_State *L)
 void sm_ljx_before_switch(lua_State *L)
 {
 #if LJ_HASJIT
-  lj_trace_abort(G(L));
+  global_State *g = G(L);
+  if (G2J(g)->state == LJ_TRACE_IDLE)
+    return;
+  lj_trace_abort(g);
+  /* Finish the stop as the interpreter's next dispatch would: while the recorder is not idle,
+  ** every call goes through lj_dispatch_call, which hands the callee's first instruction to the
+  ** recorder, which drops the marked trace, restores a patched instruction and sets itself idle
+  ** and the dispatch table back. The binding may only call LuaJIT's exported API, so the call is
+  ** of an empty chunk; HOOK_ACTIVE is set around it so that no hook sees it. */
+  if (!lua_checkstack(L, 2))
+    return; /* no memory: the next dispatch ends it, as in LuaJIT */
+  if (luaL_loadbuffer(L, "", 0, "=(smarm: end of a trace)") != 0) {
+    lua_pop(L, 1);
+    return;
+  }
+  int active = hook_active(g);
+  if (!active)
+    hook_enter(g);
+  lua_call(L, 0, 0);
+  if (!active)
+    hook_leave(g);
 #else
   (void)L;
+#endif
+}
+
+int sm_ljx_sethook_in_compiler(lua_State *L, lua_Hook f, int mask, int count)
+{
+#if LJ_HASJIT
+  global_State *g = G(L);
+  if (G2J(g)->state == LJ_TRACE_IDLE)
+    return 0;
+  /* lua_sethook's own writes, without its trace abort and dispatch table update */
+  g->hookf = f;
+  g->hookcount = g->hookcstart = (int32_t)count;
+  g->hookmask = (uint8_t)((g->hookmask & ~HOOK_EVENTMASK) | (mask & HOOK_EVENTMASK));
+  return 1;
+#else
+  (void)L, (void)f, (void)mask, (void)count;
+  return 0;
 #endif
 }
 
@@ -122,9 +163,9 @@ int sm_ljx_has_ffi_callbacks(lua_State *L)
 void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st)
 {
   global_State *g = G(L);
+  sm_ljx_before_switch(L); /* still inside the hook: no hook sees what it does */
   st->vmstate = g->vmstate;
   hook_leave(g);
-  sm_ljx_before_switch(L);
 }
 
 void sm_ljx_hook_resume(lua_State *L, const ljx_hook_state_t *st)

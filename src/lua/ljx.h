@@ -16,8 +16,23 @@
 ** stack (a compiled FFI call: switching there corrupts the VM). */
 const char *sm_ljx_cannot_park(lua_State *L);
 
-/* Right before a switch: stop recording a trace (a trace must not span actors). */
+/* Right before a switch: stop recording a trace (a trace must not span actors), and finish the
+** stop there and then. LuaJIT's own abort (lj_trace_abort, which every hook call and hook change
+** makes) only marks the trace; the next instruction the interpreter dispatches cleans it up. Left
+** marked, the actor switched to would meet it: one resumed in its preemption hook at a loop's
+** edge enters compiled code with the recorder still busy (a hot side exit there asserts
+** "hot side exit while recording", and in a release build starts a trace over a half-dropped
+** one). Calls into the VM (an empty chunk) when a trace was being recorded; otherwise nothing. */
 void sm_ljx_before_switch(lua_State *L);
+
+/* For the preemption's signal handler, on the VM's thread: while the trace compiler is busy
+** (recording a trace, between its instructions or inside the recorder, optimising, assembling),
+** sets the hook as lua_sethook would but without aborting the trace and rewriting the dispatch
+** table, which in the middle of the compiler's state machine break it (seen: "unbalanced stack
+** after tracing of instruction"), and returns 1. The hook then runs at the next instruction the
+** recorder sees, or once the compiler is done, since it updates the dispatch table itself when
+** it ends. Returns 0, changing nothing, while the compiler is idle: use lua_sethook. */
+int sm_ljx_sethook_in_compiler(lua_State *L, lua_Hook f, int mask, int count);
 
 /* Right after a switch back into L's actor: make L the VM's current state again (other actors
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */

@@ -5,7 +5,11 @@
 ** slice; the handler runs on that scheduler's thread, so arming the hook (lua_sethook, count 1)
 ** races with nothing but the code it interrupted. If that code was in the middle of changing the
 ** VM's hook state itself, the arming can be lost; the ticker then asks again later. Every change
-** of the hook from the VM's own thread keeps the handler off while it runs (no_arm).
+** of the hook from the VM's own thread keeps the handler off while it runs (no_arm). While the VM
+** is in its trace compiler, the handler sets the hook without lua_sethook's trace abort and
+** dispatch table rewrite, which would break the compiler's state machine under its feet; the
+** hook then runs when the recorder sees the next instruction or the compiler is done
+** (sm_ljx_sethook_in_compiler).
 **
 ** Hooks of actors. LuaJIT has one hook per VM, shared by every actor of the scheduler. So an
 ** actor's debug.sethook records the hook on the actor (lvm_actor_head_t: the function's registry
@@ -207,6 +211,14 @@ static void actor_hook(lua_State *L, lua_Debug *ar)
   call_own_hook(vm, L, ar);
 }
 
+/* Sets the hook from the signal handler: as lua_sethook, or quietly while the trace compiler is
+** busy (see the top). */
+static void arm_hook(lua_State *L, lua_Hook f, int mask, int count)
+{
+  if (!sm_ljx_sethook_in_compiler(L, f, mask, count))
+    lua_sethook(L, f, mask, count);
+}
+
 void sm_lpreempt_arm(lvm_t *vm)
 {
   lua_State *L = vm->L;
@@ -218,18 +230,18 @@ void sm_lpreempt_arm(lvm_t *vm)
     int mask = vm->hook_mask | LUA_MASKCOUNT;
     if (!vm->hook_armed) /* what is left of the actor's own count runs on while armed */
       vm->own_count_left = (vm->hook_mask & LUA_MASKCOUNT) ? sm_ljx_hook_left(L) : 0;
-    lua_sethook(L, NULL, 0, 0);
+    arm_hook(L, NULL, 0, 0);
     vm->armed_count = 1;
     vm->hook_armed = 1;
-    lua_sethook(L, actor_hook, mask, 1);
+    arm_hook(L, actor_hook, mask, 1);
     return;
   }
   if (h == preempt_hook) /* the dispatch table may be half rewritten (an arming that was lost in
                             an update it interrupted): a change of mode rewrites all of it */
-    lua_sethook(L, NULL, 0, 0);
+    arm_hook(L, NULL, 0, 0);
   else if (h != NULL)
     return; /* a hook set outside any actor (see the top) */
-  lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
+  arm_hook(L, preempt_hook, LUA_MASKCOUNT, 1);
 }
 
 void sm_lpreempt_disarm(lua_State *L)
