@@ -259,18 +259,23 @@ describe("the smarm executable", function()
     assert.is_nil(err:find("xpcall", 1, true))
   end)
 
-  it("runs prompt lines in the main actor", function()
+  it("runs prompt lines in one actor, whose mailbox lasts from entry to entry", function()
     local out, err, status = sh(exe .. " -s 2", table.concat({
       "1 + 1",
       "smarm = require('smarm')",
+      "me = smarm.self()",
       -- globals do not travel: the function finds smarm in its own VM
       "p = smarm.spawn_on(2, function(me) local s = require('smarm'); s.send(me, s.scheduler()) end, smarm.self())",
       "smarm.receive(120)", -- a hang guard
       "error('oops')",
+      "smarm.send(me, 'kept')",
+      "=smarm.receive(120), smarm.self() == me",
       "print('after')",
+      "for i = 1, 2 do", -- the input ends inside an entry
     }, "\n") .. "\n")
     assert.are.equal(0, status)
-    assert.are.equal("2\n2\nafter\n", out)
+    assert.are.equal("2\n2\nkept\ttrue\nafter\n", out)
     assert.matches("oops", err)
+    assert.matches("stdin: unfinished input dropped at the end", err, 1, true)
   end)
 end)

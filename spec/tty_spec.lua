@@ -1,6 +1,7 @@
--- smarm attach and smarm top under a real terminal: tmux runs a service with a console and the
--- clients, the spec types keys into them and reads their screens (issue 14: Ctrl-C out of a
--- waiting entry, =expr, Ctrl-D at an empty prompt, top showing a busy actor first).
+-- smarm attach, smarm top and smarm's own prompt under a real terminal: tmux runs a service with
+-- a console and the clients, the spec types keys into them and reads their screens (issue 14:
+-- Ctrl-C out of a waiting entry or a typed line, =expr, line editing and history, Ctrl-D at an
+-- empty prompt, top showing a busy actor first).
 -- Everything runs in tmux's processes: this file starts no runtime, so its own forks (tmux's
 -- commands) come before any libuv thread could exist (spec/support/posix.lua says why).
 local posix = dofile("spec/support/posix.lua")
@@ -56,6 +57,15 @@ local function wait_for(name, text, is_pattern)
     end
     posix.sleep(0.05)
   end
+end
+
+-- A `for` over three lines in window name: it runs once whole, the middle lines prompted ">> ".
+local function check_multi_line(name)
+  type_line(name, "for i = 1, 2 do")
+  type_line(name, "print('line ' .. i)")
+  type_line(name, "end")
+  local s = wait_for(name, "line 2\n")
+  assert.matches(">> print", s, 1, true) -- the continued entry's prompt
 end
 
 local function gone(name)
@@ -119,14 +129,56 @@ describe("under a terminal", function()
     wait_for("client_a", "** interrupted; a new evaluator takes over")
     type_line("client_a", "=smarm.whereis('busy_one') ~= nil")
     wait_for("client_a", "\ntrue\n")
-    type_line("client_a", "for i = 1, 2 do")
-    type_line("client_a", "print('line ' .. i)")
-    type_line("client_a", "end")
-    local s = wait_for("client_a", "line 2\n")
-    assert.matches(">> print", s, 1, true) -- the continued entry's prompt
+    check_multi_line("client_a")
     press("client_a", "C-d")
     assert.is_true(gone("client_a"))
     tmux("kill-session -t service_a")
+  end)
+
+  -- The executable's own prompt: the same session as a console's, in the process. Line editing
+  -- needs libedit (libedit2), which the aarch64 emulator's root lacks: there the editing steps
+  -- are skipped, and the rest still runs on plain lines.
+  it("smarm alone: edits lines, recalls history, interrupts an entry or a typed line", function()
+    -- (no timeout wrapper: it would take the terminal's Ctrl-C too, and send it again; the
+    -- prompt ends with its terminal, at tmux's kill-server)
+    start("local_p", exe .. " -s 1")
+    wait_for("local_p", ">")
+    type_line("local_p", "print('editing', smarm.lineedit.available())")
+    local edits = wait_for("local_p", "\nediting%s+[tf]", true):find("editing%s+true") ~= nil
+    type_line("local_p", "x = 40")
+    type_line("local_p", "=x + 2")
+    wait_for("local_p", "\n42\n")
+    if edits then
+      -- "=x10", then the cursor two to the left and "*": "=x*10"
+      assert(tmux("send-keys -t local_p -l '=x10'"))
+      press("local_p", "Left")
+      press("local_p", "Left")
+      assert(tmux("send-keys -t local_p -l '*'"))
+      press("local_p", "Enter")
+      wait_for("local_p", "\n400\n")
+      type_line("local_p", "x = 5")
+      press("local_p", "Up") -- x = 5
+      press("local_p", "Up") -- =x*10
+      press("local_p", "Enter")
+      wait_for("local_p", "\n50\n")
+      -- Ctrl-C drops the line being typed (once it is on the screen: the editor has it)
+      assert(tmux("send-keys -t local_p -l \"print('dropped')\""))
+      wait_for("local_p", "print('dropped')")
+      press("local_p", "C-c")
+      type_line("local_p", "print('kept')")
+      local s = wait_for("local_p", "\nkept\n")
+      assert.is_nil(s:find("\ndropped\n", 1, true))
+    end
+    check_multi_line("local_p")
+    -- Ctrl-C out of a waiting entry (once it runs, as for attach above); the prompt goes on
+    type_line("local_p", "print('wait' .. 'ing'); smarm.receive()")
+    wait_for("local_p", "\nwaiting\n")
+    press("local_p", "C-c")
+    wait_for("local_p", "** interrupted; a new evaluator takes over")
+    type_line("local_p", "=x + 1")
+    wait_for("local_p", edits and "\n6\n" or "\n41\n")
+    press("local_p", "C-d")
+    assert.is_true(gone("local_p"))
   end)
 
   it("smarm top PATH shows the busy actor first and stops at Enter", function()

@@ -17,28 +17,19 @@ end
 
 local repl = require("smarm.repl")
 
--- The prompt: every entry runs in the main actor, so it may spawn, send, receive and sleep. An
--- entry is a line, or the lines of a chunk that continues (`for i = 1, 3 do` ... `end`); `=expr`
--- and expressions print their values; `smarm` is a global (lua/smarm/repl.lua).
+-- The prompt (lua/smarm/console.lua's console.prompt): entries run in an evaluator actor with
+-- the process's globals, so they may spawn, send, receive and sleep; on a terminal, lines are
+-- edited with history (libedit) and Ctrl-C interrupts the running entry or drops the line being
+-- typed. An entry is a line, or the lines of a chunk that continues (`for i = 1, 3 do` ...
+-- `end`); `=expr` and expressions print their values; `smarm` is a global.
 function cli.prompt(smarm, opts, interactive)
   return smarm.run(function()
-    local read_line = repl.stdin_reader(smarm)
     repl.interactive = interactive
     if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
-    local function read(prompt)
-      if interactive then io.stdout:write(prompt); io.stdout:flush() end
-      return read_line()
-    end
-    local function run(f)
-      local text, failed = repl.format(xpcall(f, repl.traceback))
-      local out = failed and io.stderr or io.stdout
-      out:write(text)
-      out:flush()
-    end
-    local function fail(err) io.stderr:write(err, "\n") end
-    local dropped = repl.loop(read, run, fail, "=stdin")
-    if interactive then io.stdout:write("\n") end
-    if dropped then io.stderr:write("stdin: unfinished input dropped at the end\n") end
+    local unfinished = require("smarm.console").prompt({
+      interactive = interactive, interrupts = interactive,
+    })
+    if unfinished then io.stderr:write("stdin: unfinished input dropped at the end\n") end
   end, opts)
 end
 

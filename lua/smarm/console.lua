@@ -18,6 +18,9 @@
 -- _G), where print and io.write write to the connection. Code defined elsewhere prints where it
 -- always does.
 --
+-- The executable's own prompt (console.prompt) is the same session, its client an actor of the
+-- same runtime that talks to it in messages, with the process's globals.
+--
 -- The wire: the client sends lines; the server sends output, and for each prompt a frame
 -- "\0" .. prompt .. "\n" (a NUL byte in the output is sent as "\\0"), after which it reads one
 -- line.
@@ -35,17 +38,18 @@ end
 
 local INTERRUPT = "\3" -- a line of the client's that interrupts the running entry (Ctrl-C)
 
--- The environment of a session's entries: print and io.write write to conn, io.read reads a
--- line of the console's input (read_input), smarm.top shows its tables on the console and
--- stops at a line of it.
-local function session_env(conn, read_input)
+-- The environment of a session's entries: print and io.write write through out, io.read reads
+-- a line of the console's input (read_input), smarm.top shows its tables on the console and
+-- stops at a line of it. Globals are the session's own (reads fall through to _G), or with
+-- shared_globals the process's (_G's), as the executable's own prompt has them.
+local function session_env(out, read_input, shared_globals)
   local function text_of(sep, ...)
     local parts = {}
     for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
     return table.concat(parts, sep)
   end
   local env_io = setmetatable({
-    write = function(...) conn:send(wire(text_of("", ...))) end,
+    write = function(...) out(wire(text_of("", ...))) end,
     read = function(fmt)
       if fmt ~= nil and fmt ~= "*l" and fmt ~= "l" then
         error("bad argument #1 to 'read' (a console reads lines: \"*l\" expected)", 2)
@@ -57,7 +61,7 @@ local function session_env(conn, read_input)
     top = function(opts)
       local o = {}
       for k, v in pairs(opts or {}) do o[k] = v end
-      o.write = o.write or function(text) conn:send(wire(text)) end
+      o.write = o.write or function(text) out(wire(text)) end
       if not o.count then -- else as many screens as asked, with no input waited for
         o.wait = o.wait or function(seconds) return read_input(seconds) ~= "timeout" end
       end
@@ -66,35 +70,46 @@ local function session_env(conn, read_input)
     end,
   }, { __index = smarm })
   local env = {
-    print = function(...) conn:send(wire(text_of("\t", ...) .. "\n")) end,
+    print = function(...) out(wire(text_of("\t", ...) .. "\n")) end,
     io = env_io,
     smarm = env_smarm,
   }
-  return setmetatable(env, { __index = _G })
+  return setmetatable(env, { __index = _G, __newindex = shared_globals and _G or nil })
 end
 
 -- The evaluator: runs the entries its session sends ({ run = text }), answers { done = its pid }
 -- (the pid: an answer of an evaluator interrupted since is told apart and dropped).
-local function evaluator(session, conn, env)
+local function evaluator(session, out, env, chunkname)
   local session_ref = smarm.monitor(session) -- a session killed meanwhile leaves no evaluator
   while true do
     local m = smarm.receive(function(m)
       return type(m) == "table" and (m.run ~= nil or (m.smarm == "DOWN" and m.ref == session_ref))
     end)
     if m.run == nil then return end
-    local f = repl.compile(m.run, "=console", env)
-    local text = repl.format(xpcall(f, repl.traceback))
-    if text ~= "" then conn:send(wire(text)) end
+    local f = repl.compile(m.run, chunkname, env)
+    local text, failed = repl.format(xpcall(f, repl.traceback))
+    if text ~= "" then out(wire(text), failed) end
     smarm.send(session, { done = smarm.self() })
   end
 end
 
--- A session: the prompt for one connection, which it owns (it came in a message). A reader
--- actor forwards the client's lines to it, so that it hears the client (an interrupt, input the
--- entry asked for, the client leaving) while an entry runs.
+-- A session: the prompt for one client. A console's session owns its connection (it came in a
+-- message, { conn = }), and a reader actor forwards the client's lines to it, so that it hears
+-- the client (an interrupt, input the entry asked for, the client leaving) while an entry runs.
+-- The executable's own prompt is a session too ({ client = pid }: console.prompt), whose client
+-- is an actor of the same runtime: output goes to it in messages ({ console_data =, failed = }),
+-- and its lines come the same way ({ console_line = line | false }).
 local function session()
-  local conn = smarm.receive(function(m) return type(m) == "table" and m.conn end).conn
+  local m0 = smarm.receive(function(m) return type(m) == "table" and (m.conn or m.client) end)
+  local conn, client = m0.conn, m0.client
   local me = smarm.self()
+  local out, chunkname
+  if conn then
+    out, chunkname = function(text) conn:send(text) end, "=console"
+  else
+    out = function(text, failed) smarm.send(client, { console_data = text, failed = failed }) end
+    chunkname = "=stdin"
+  end
   local eval_pid, eval_ref
   local input_asked = false -- the running entry asked for a line and has not had it
   -- In the evaluator: a line of the console's input (nil when the client is gone), or
@@ -110,23 +125,25 @@ local function session()
     input_asked = false
     return m.console_input or nil
   end
-  local env = session_env(conn, read_input)
+  local env = session_env(out, read_input, client ~= nil)
   local function start_evaluator()
     input_asked = false
-    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, conn, env)
+    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, out, env, chunkname)
   end
   start_evaluator()
-  smarm.spawn(function()
-    while true do
-      local line = conn:receive()
-      smarm.send(me, { console_line = line or false })
-      if not line then return end
-    end
-  end)
-  local function prompt(p) conn:send(PROMPT_MARK .. p .. "\n") end
+  if conn then
+    smarm.spawn(function()
+      while true do
+        local line = conn:receive()
+        smarm.send(me, { console_line = line or false })
+        if not line then return end
+      end
+    end)
+  end
+  local function prompt(p) out(PROMPT_MARK .. p .. "\n") end
   local function restart(why)
     smarm.demonitor(eval_ref, "flush")
-    conn:send(wire("** " .. why .. "; a new evaluator takes over\n"))
+    out(wire("** " .. why .. "; a new evaluator takes over\n"), true)
     start_evaluator()
   end
   local text, running, wanted = nil, false, false
@@ -155,12 +172,12 @@ local function session()
       smarm.send(eval_pid, { console_input = line })
     elseif line then
       text = text and (text .. "\n" .. line) or line
-      local f, err, more = repl.compile(text, "=console", env)
+      local f, err, more = repl.compile(text, chunkname, env)
       if more then
         prompt(">> ")
       elseif not f then
         text = nil
-        conn:send(wire(err .. "\n"))
+        out(wire(err .. "\n"), true)
         prompt("> ")
       else
         smarm.send(eval_pid, { run = text })
@@ -181,7 +198,7 @@ local function session()
   end
   smarm.demonitor(eval_ref, "flush")
   smarm.exit(eval_pid, "kill")
-  conn:close()
+  if conn then conn:close() end
 end
 
 local function check_opts(opts)
@@ -241,59 +258,63 @@ function console.listen(path, opts)
   }
 end
 
--- attach(path [, opts]) -> true when the console closed or the input ended | nil, message. The
--- client's side (docs/api.md): three helper actors feed it the console's bytes, the lines of
--- opts.read (default: the process's standard input) as it asks for them, and Ctrl-C
--- (opts.interrupts: SIGINT is caught while attached) so that it hears all three at once.
-function console.attach(path, opts)
-  opts = opts or {}
-  local read_line = opts.read or repl.stdin_reader(smarm)
+-- The client's side of a session (docs/api.md), for attach and prompt: helper actors feed it
+-- the lines of opts.read (default: the process's standard input, with line editing on a
+-- terminal: repl.stdin_reader) as it asks for them, and Ctrl-C (opts.interrupts: SIGINT is
+-- caught meanwhile), so that it hears them and the session's output at once. link: how it talks
+-- to the session: send(line) (false: the input ended), and the session's output arrives as
+-- { console_data = text (false: the session is gone), failed = } messages. Returns whether the
+-- input ended inside an unfinished entry.
+local function client(link, opts)
   local write = opts.write or function(text) io.stdout:write(text); io.stdout:flush() end
+  local read_line, edits
+  if opts.read then
+    read_line = function(prompt)
+      if opts.interactive then write(prompt) end
+      return opts.read(prompt)
+    end
+  else
+    read_line, edits = repl.stdin_reader(smarm, opts.interactive)
+  end
   local entries, next_entry = opts.entries, 1
-  local conn, err = smarm.unix.connect(path)
-  if not conn then return nil, err end
   local me = smarm.self()
   local helpers = {}
-  helpers[1] = smarm.spawn(function()
-    while true do
-      local data = conn:receiveany(65536)
-      smarm.send(me, { console_data = data or false })
-      if not data then return end
-    end
-  end)
-  helpers[2] = smarm.spawn(function()
-    while true do
-      smarm.receive(function(m) return m == "read" end)
-      smarm.send(me, { console_read = read_line() or false })
-    end
-  end)
+  local function start_reader()
+    helpers.reader = smarm.spawn(function()
+      while true do
+        local m = smarm.receive(function(m) return type(m) == "table" and m.read end)
+        smarm.send(me, { console_read = read_line(m.read) or false })
+      end
+    end)
+  end
+  start_reader()
   if opts.interrupts then
-    helpers[3] = smarm.spawn(function()
+    helpers.interrupts = smarm.spawn(function()
       while true do
         smarm.signal.wait("SIGINT")
         smarm.send(me, { console_interrupt = true })
       end
     end)
   end
-  local pending, reading = "", false
+  local pending, reading, last_prompt = "", false, "> "
   -- A prompt frame came: answer it with the next of opts.entries (an entry prompt, while they
   -- last; after the last one, the next entry prompt ends the session) or a line of input.
   local function answer(prompt)
+    if prompt ~= "" then last_prompt = prompt end
     if entries and prompt ~= "" then
       local line = entries[next_entry]
       next_entry = next_entry + 1
       if not line then return false end
-      conn:send(line .. "\n")
+      link.send(line)
       return true
     end
-    if opts.interactive then write(prompt) end
     if not reading then
       reading = true
-      smarm.send(helpers[2], "read")
+      smarm.send(helpers.reader, { read = prompt })
     end
     return true
   end
-  local going = true
+  local going, unfinished = true, false
   while going do
     local m = smarm.receive(function(m)
       return type(m) == "table" and (m.console_data ~= nil or m.console_read ~= nil
@@ -301,6 +322,9 @@ function console.attach(path, opts)
     end)
     if m.console_data == false then
       going = false
+    elseif m.failed then -- the session's errors, where they go apart (the local prompt)
+      io.stderr:write(m.console_data)
+      io.stderr:flush()
     elseif m.console_data then
       pending = pending .. m.console_data
       while going do
@@ -321,19 +345,73 @@ function console.attach(path, opts)
       reading = false
       if m.console_read == false then
         if opts.interactive then write("\n") end
+        unfinished = last_prompt == ">> "
         going = false
       else
-        conn:send(m.console_read .. "\n")
+        link.send(m.console_read)
       end
     else
+      if reading and edits then -- the line being edited is dropped: its read ends
+        smarm.exit(helpers.reader, "kill")
+        start_reader()
+        reading = false
+      end
       write("\n") -- after the terminal's own "^C"
-      conn:send(INTERRUPT .. "\n")
+      link.send(INTERRUPT)
     end
   end
   write((pending:gsub("%z.*$", ""))) -- what came last, without a half-received frame
   for _, pid in pairs(helpers) do smarm.exit(pid, "kill") end
+  link.send(false)
+  return unfinished
+end
+
+-- attach(path [, opts]) -> true when the console closed or the input ended | nil, message.
+-- opts: interactive (prompts shown), interrupts (Ctrl-C interrupts the entry), read, write,
+-- entries (lines to send instead of reading, ending the session after the last).
+function console.attach(path, opts)
+  opts = opts or {}
+  local conn, err = smarm.unix.connect(path)
+  if not conn then return nil, err end
+  local me = smarm.self()
+  local receiver = smarm.spawn(function()
+    while true do
+      local data = conn:receiveany(65536)
+      smarm.send(me, { console_data = data or false })
+      if not data then return end
+    end
+  end)
+  client({
+    send = function(line)
+      if line then conn:send(line .. "\n") end
+    end,
+  }, opts)
+  smarm.exit(receiver, "kill")
   conn:close()
   return true
+end
+
+-- prompt([opts]) -> whether the input ended inside an unfinished entry. The executable's own
+-- prompt (lua/smarm/cli.lua): a session of the calling actor's runtime, its entries run by an
+-- evaluator actor with the process's globals, print and io.read through the prompt, errors on
+-- stderr, Ctrl-C (opts.interrupts) interrupting the running entry or the line being typed.
+-- opts as attach's.
+function console.prompt(opts)
+  opts = opts or {}
+  local me = smarm.self()
+  local s = smarm.spawn(session)
+  smarm.send(s, { client = me })
+  -- the session's end reads as the socket's end does for attach
+  local watcher = smarm.spawn(function()
+    local ref = smarm.monitor(s)
+    smarm.receive(function(m) return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref end)
+    smarm.send(me, { console_data = false })
+  end)
+  local unfinished = client({
+    send = function(line) smarm.send(s, { console_line = line }) end,
+  }, opts)
+  smarm.exit(watcher, "kill")
+  return unfinished
 end
 
 return console

@@ -64,25 +64,40 @@ function repl.loop(read, run, fail, chunkname, env)
   end
 end
 
--- A line reader of the process's standard input for an actor: input that can keep it waiting
--- (a terminal, a pipe) is read through the IO thread (smarm.fs), so the other actors of its
--- scheduler run on meanwhile; a regular file (or a /dev/stdin that cannot be opened) is read
--- with plain reads of the shared descriptor, which keep its position. One reader per VM and run
--- is shared by all who ask (the prompt, smarm.top waiting for Enter): what one read ahead is
--- the next one's. The file is owned by the actor that opened it: when that one ends abnormally
--- (smarm.top's caller killed) the file is closed, and the next to ask opens another.
+-- A line reader of the process's standard input for an actor: read(prompt) -> line | nil.
+-- On a terminal (interactive) with libedit, lines are edited, with history (smarm.lineedit: a
+-- read runs on the IO thread's pool; an actor killed while it reads cancels it), and the second
+-- result is true. Otherwise the prompt is written when interactive and the line read plainly:
+-- input that can keep it waiting (a terminal, a pipe) is read through the IO thread
+-- (smarm.fs), so the other actors of its scheduler run on meanwhile; a regular file (or a
+-- /dev/stdin that cannot be opened) is read with plain reads of the shared descriptor, which
+-- keep its position. One plain reader per VM and run is shared by all who ask (the prompt,
+-- smarm.top waiting for Enter): what one read ahead is the next one's. The file is owned by the
+-- actor that opened it: when that one ends abnormally (smarm.top's caller killed) the file is
+-- closed, and the next to ask opens another.
 local shared -- { input = the file or nil, read = fn }
-function repl.stdin_reader(smarm)
+function repl.stdin_reader(smarm, interactive)
+  if interactive and smarm.lineedit.available() then
+    return smarm.lineedit.read, true
+  end
+  local function with_prompt(read)
+    if not interactive then return read end
+    return function(prompt)
+      io.stdout:write(prompt or "")
+      io.stdout:flush()
+      return read()
+    end
+  end
   -- "fs.file (closed)", "fs.file (closed with an earlier run)": open it again
   if shared and not (shared.input and tostring(shared.input):find("(closed", 1, true)) then
-    return shared.read
+    return with_prompt(shared.read), false
   end
   local st, input = smarm.fs.stat("/dev/stdin"), nil
   if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
   local read = input and function() return input:read("*l") end
     or function() return io.stdin:read("*l") end
   shared = { input = input, read = read }
-  return read
+  return with_prompt(read), false
 end
 
 return repl

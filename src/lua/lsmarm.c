@@ -28,7 +28,7 @@
 **
 ** The binding's files, each including only headers of the files below it:
 **   lsmarm.c   this module                       main.c   the executable
-**   ltcp.c ludp.c lfs.c ldns.c lproc.c lsignal.c the IO modules (smarm.tcp, .udp, .fs, ...)
+**   ltcp.c ludp.c lfs.c ldns.c lproc.c lsignal.c llineedit.c   the IO modules (smarm.tcp, ...)
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
 **   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
@@ -43,6 +43,7 @@
 #include "io/io.h"
 #include "lbench.h"
 #include "ldns.h"
+#include "llineedit.h"
 #include "lfaults.h"
 #include "linfo.h"
 #include "lfs.h"
@@ -1559,6 +1560,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lbench_register(L, module);
   sm_lfs_register(L, module);
   sm_ldns_register(L, module);
+  sm_llineedit_register(L, module);
   sm_lproc_register(L, module);
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
