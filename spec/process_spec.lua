@@ -118,6 +118,32 @@ describe("smarm.process.run", function()
     assert.are.equal(0, left)
   end)
 
+  -- issue 15: `sleep 77` outlived a parent killed by SIGTERM. A smarm process runs a program
+  -- and is sent SIGTERM (nobody waits for it): it must end of that signal, its program with it.
+  -- The shell that does it is itself run through smarm.process (no fork from this process: see
+  -- posix.lua). A zombie counts as gone: the program's parent is dead and nothing may reap it.
+  it("kills its programs when a signal nobody waits for ends the process", function()
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local pidfile = fresh_path()
+    local code = "local smarm = require('smarm'); smarm.process.run({ 'sh', '-c', "
+      .. "'echo $$ > \"$1.tmp\"; mv \"$1.tmp\" \"$1\"; exec sleep 301.5', 'sh', "
+      .. string.format("%q", pidfile) .. " })"
+    local r = guard.run(function()
+      return smarm.process.run({ "sh", "-c", [[
+        $1 -s 1 -e "$2" & p=$!
+        i=0; while [ ! -s "$3" ] && [ $i -lt 6000 ]; do sleep 0.02; i=$((i+1)); done
+        kid=$(cat "$3")
+        kill -TERM $p; wait $p; echo "smarm ended: $?"
+        alive() { [ -e /proc/$1 ] && ! awk '{ print $3 }' /proc/$1/stat | grep -q Z; }
+        i=0; while alive "$kid" && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done
+        if alive "$kid"; then echo "left running"; kill -KILL "$kid"; else echo "gone"; fi
+      ]], "sh", exe, code, pidfile }, { timeout = 5 * HANG })
+    end)
+    os.remove(pidfile)
+    assert.are.equal("smarm ended: 143\ngone\n", r.stdout) -- 128 + SIGTERM
+  end)
+
   it("raises on misuse", function()
     local e1, e2 = guard.run(function()
       return select(2, pcall(function() smarm.process.run("ls") end)),

@@ -36,11 +36,13 @@ typedef struct running {
 static running_t *all_running;
 
 static void maybe_finish(running_t *k);
+static void update_guards(uv_loop_t *loop);
 
 static void on_handle_closed(uv_handle_t *h)
 {
   running_t *k = h->data;
   if (--k->open_handles == 0) {
+    uv_loop_t *loop = h->loop;
     if (k->prev)
       k->prev->next = k->next;
     else if (all_running == k)
@@ -50,6 +52,7 @@ static void on_handle_closed(uv_handle_t *h)
     free(k->bout.data);
     free(k->berr.data);
     free(k);
+    update_guards(loop);
   }
 }
 
@@ -185,6 +188,7 @@ static void run_on_loop(io_req_t *req, void *loop)
   if (all_running)
     all_running->prev = k;
   all_running = k;
+  update_guards(loop);
   uv_read_start((uv_stream_t *)&k->out, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&k->err, on_alloc, on_read);
   if (r->input) {
@@ -276,6 +280,7 @@ static void on_signal(uv_signal_t *h, int signum)
     sm_io_complete(&list[i]->base);
   }
   free(list);
+  update_guards(h->loop);
 }
 
 static void signal_on_loop(io_req_t *req, void *loop)
@@ -305,6 +310,7 @@ static void signal_on_loop(io_req_t *req, void *loop)
   }
   w->list[w->count++] = r;
   r->base.uv = w;
+  update_guards(loop);
 }
 
 static void signal_cancel(io_req_t *req)
@@ -323,6 +329,7 @@ static void signal_cancel(io_req_t *req)
     uv_signal_stop(&w->handle);
   r->base.uv = NULL;
   io_finish(req, -ETIMEDOUT);
+  update_guards(w->handle.loop);
 }
 
 /* The IO thread stops: waiters end cancelled, the handles close. */
@@ -345,11 +352,70 @@ static void stop_signals(void *loop)
   }
 }
 
+/* ---- Children die with the runtime ----------------------------------------------------------
+** The runtime's end kills the programs still running (stop_programs); so must a signal that ends
+** the process with nobody to handle it. While a program runs, each of these signals that no
+** smarm.signal.wait waits for has a guard: its handler (on the loop, through libuv) kills every
+** running program, then lets the signal end the process as it would have (its default action,
+** raised again). A waiter for the signal takes over from the guard while it waits. SIGKILL
+** cannot be caught: a process killed by it leaves its programs running. */
+
+static const int fatal_signals[] = {SIGTERM, SIGINT, SIGHUP};
+#define NGUARDS (sizeof fatal_signals / sizeof *fatal_signals)
+static uv_signal_t guards[NGUARDS];
+static int guards_made;       /* the handles exist on the current loop */
+static int guard_on[NGUARDS]; /* started */
+
+static void on_fatal_signal(uv_signal_t *h, int signum)
+{
+  (void)h;
+  for (running_t *k = all_running; k; k = k->next)
+    if (!k->exited)
+      uv_process_kill(&k->proc, SIGKILL);
+  for (size_t i = 0; i < NGUARDS; i++)
+    if (guard_on[i])
+      uv_signal_stop(&guards[i]);
+  signal(signum, SIG_DFL);
+  raise(signum);
+}
+
+static void update_guards(uv_loop_t *loop)
+{
+  if (sm_io_interrupted())
+    return; /* the IO thread stops (stop_guards): no new handle may keep its loop going */
+  for (size_t i = 0; i < NGUARDS; i++) {
+    int want = all_running != NULL && signals[fatal_signals[i]].count == 0;
+    if (want && !guard_on[i]) {
+      if (!guards_made) {
+        for (size_t j = 0; j < NGUARDS; j++)
+          uv_signal_init(loop, &guards[j]);
+        guards_made = 1;
+      }
+      guard_on[i] = uv_signal_start(&guards[i], on_fatal_signal, fatal_signals[i]) == 0;
+    } else if (!want && guard_on[i]) {
+      uv_signal_stop(&guards[i]);
+      guard_on[i] = 0;
+    }
+  }
+}
+
+static void stop_guards(void *loop)
+{
+  (void)loop;
+  for (size_t i = 0; i < NGUARDS; i++) {
+    guard_on[i] = 0;
+    if (guards_made)
+      uv_close((uv_handle_t *)&guards[i], NULL);
+  }
+  guards_made = 0;
+}
+
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
 static void register_stop(void)
 {
   sm_io_on_stop(stop_programs);
   sm_io_on_stop(stop_signals);
+  sm_io_on_stop(stop_guards);
 }
 
 proc_req_t *sm_proc_run_new(void)
