@@ -259,6 +259,16 @@ describe("the smarm executable", function()
     assert.is_nil(err:find("xpcall", 1, true))
   end)
 
+  it("shows a value whose __tostring raises, and goes on", function()
+    local out, err, status = sh(exe .. " -s 1", table.concat({
+      "=setmetatable({}, { __tostring = function() error('no text') end })",
+      "print('still here')",
+    }, "\n") .. "\n")
+    assert.are.equal(0, status)
+    assert.are.equal("(table: its __tostring failed: stdin:1: no text)\nstill here\n", out)
+    assert.are.equal("", err)
+  end)
+
   it("runs prompt lines in one actor, whose mailbox lasts from entry to entry", function()
     local out, err, status = sh(exe .. " -s 2", table.concat({
       "1 + 1",

@@ -35,14 +35,23 @@ function repl.traceback(err)
   return cut and text:sub(1, cut - 1) or text
 end
 
+-- tostring(v), or what its __tostring raised, as text: a value that cannot be shown does not
+-- end the entry's evaluator.
+local function show(v)
+  local ok, text = pcall(tostring, v)
+  if ok and type(text) == "string" then return text end
+  return "(" .. type(v) .. ": its __tostring failed: " .. (ok and "it returned no string"
+    or select(2, pcall(tostring, text)) or "?") .. ")"
+end
+
 -- What an entry's xpcall gave, as text to show: its values separated by tabs (as print does),
 -- or the error with its traceback; "" for no values. Second result: whether it failed.
 function repl.format(ok, ...)
-  if not ok then return tostring((...)) .. "\n", true end
+  if not ok then return show((...)) .. "\n", true end
   local n = select("#", ...)
   if n == 0 then return "", false end
   local parts = {}
-  for i = 1, n do parts[i] = tostring((select(i, ...))) end
+  for i = 1, n do parts[i] = show((select(i, ...))) end
   return table.concat(parts, "\t") .. "\n", false
 end
 
