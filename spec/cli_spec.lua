@@ -151,6 +151,10 @@ describe("the smarm executable", function()
     local _, err2, status2 = sh(exe .. " -q")
     assert.are.equal(2, status2)
     assert.matches("usage", err2)
+    -- plain mode starts no runtime: -s and -S would do nothing
+    local _, err3, status3 = sh(exe .. " -n -s 2 -e 'print(1)'")
+    assert.are.equal(2, status3)
+    assert.matches("-s and -S configure the runtime that -n does not start", err3, 1, true)
   end)
 
   it("sets the actors' C stack with -S", function()

@@ -201,6 +201,11 @@ int main(int argc, char **argv)
     usage(stderr);
     return 2;
   }
+  if (plain && (schedulers || stack_size)) { /* they would be silently ignored */
+    fprintf(stderr, "smarm: -s and -S configure the runtime that -n does not start: pass them to "
+                    "smarm.run as opts.schedulers and opts.stack_size\n");
+    return 2;
+  }
   if (i == 1 && argc > 1 && (strcmp(argv[1], "attach") == 0 || strcmp(argv[1], "top") == 0)) {
     if (argc != 3) {
       usage(stderr);
