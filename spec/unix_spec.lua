@@ -72,10 +72,16 @@ describe("smarm.unix", function()
       out.got = guard.receive("the client's lines")
       server:close()
       out.after_close = exists(path)
+      -- a mode wider than the umask's leave (bits it takes are given back after the bind)
+      local wide_path = new_path()
+      local wide = assert(smarm.unix.listen(wide_path, { mode = tonumber("666", 8) }))
+      out.wide_mode = smarm.fs.stat(wide_path).mode
+      wide:close()
       return out
     end, { schedulers = 2 })
     assert.are.equal("socket", r.stat.type)
     assert.are.equal(tonumber("600", 8), r.stat.mode)
+    assert.are.equal(tonumber("666", 8), r.wide_mode)
     assert.are.equal(path, r.server_name)
     assert.are.equal("unix.server (open)", r.server_str)
     assert.are.same({ path }, r.accepted_name) -- the server's end is named, with no port

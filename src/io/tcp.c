@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -552,6 +553,25 @@ static int unix_socket(const char *name, struct sockaddr_un *a, socklen_t *len)
 }
 
 /* Binds, sets the path's mode (before listen: nobody can connect in between), listens. */
+/* chmod of the socket file at path, never through a symlink that replaced it meanwhile: glibc
+** refuses one for AT_SYMLINK_NOFOLLOW (through /proc/self/fd); where it cannot tell (no /proc:
+** EOPNOTSUPP), the file is looked at first. -1 with errno set on failure. */
+static int chmod_socket_file(const char *path, mode_t mode)
+{
+  if (fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW) == 0)
+    return 0;
+  if (errno != EOPNOTSUPP)
+    return -1;
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return -1;
+  if (!S_ISSOCK(st.st_mode)) {
+    errno = ELOOP;
+    return -1;
+  }
+  return chmod(path, mode);
+}
+
 static int unix_listen(tcp_req_t *r, uv_loop_t *loop)
 {
   struct sockaddr_un a;
@@ -562,12 +582,21 @@ static int unix_listen(tcp_req_t *r, uv_loop_t *loop)
   int on_path = r->host[0] != '@';
   struct stat st;
   sock_t *s = NULL;
+  /* The mode, before the path exists: Linux makes the socket file with the socket's own mode
+  ** less the umask, so it is never open wider than asked, not even between bind and the chmod
+  ** below (a console's socket would otherwise take connections of the group for that while). */
+  if (on_path && r->mode >= 0 && fchmod(fd, (mode_t)r->mode) < 0) {
+    rc = -errno;
+    close(fd);
+    return rc;
+  }
   if (bind(fd, (struct sockaddr *)&a, len) < 0) {
     rc = -errno;
     close(fd);
     return rc;
   }
-  if (on_path && r->mode >= 0 && chmod(r->host, (mode_t)r->mode) < 0)
+  /* then exactly the bits asked for (the umask may have taken some) */
+  if (on_path && r->mode >= 0 && chmod_socket_file(r->host, (mode_t)r->mode) < 0)
     rc = -errno;
   else if (on_path && stat(r->host, &st) < 0)
     rc = -errno;
