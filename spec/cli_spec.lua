@@ -273,6 +273,27 @@ describe("the smarm executable", function()
     assert.are.equal("", err)
   end)
 
+  it("writes an entry's output as it goes: an entry that ends the process has written it", function()
+    local out, err, status = sh(exe, table.concat({
+      "io.write('a\\0b', '\\n')", -- a NUL byte is output like any other
+      "smarm.top({ count = 1, limit = 1 })", -- no terminal: no screen clearing
+      "print('bye'); os.exit(3)",
+      "print('not run')",
+    }, "\n") .. "\n")
+    assert.are.equal(3, status)
+    assert.are.equal("a\0b\n", out:sub(1, 4))
+    assert.is_nil(out:find("\27[", 1, true))
+    assert.matches("\nbye\n$", out)
+    assert.are.equal("", err)
+  end)
+
+  it("lets an entry that reads the input see its end, and finish", function()
+    local out, err, status = sh(exe .. " -s 1", "x = io.read(); smarm.sleep(0.05); print(x or 'eof')\n")
+    assert.are.equal(0, status)
+    assert.are.equal("eof\n", out)
+    assert.are.equal("", err)
+  end)
+
   it("runs prompt lines in one actor, whose mailbox lasts from entry to entry", function()
     local out, err, status = sh(exe .. " -s 2", table.concat({
       "1 + 1",

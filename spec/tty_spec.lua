@@ -191,6 +191,59 @@ describe("under a terminal", function()
     assert.is_true(gone("local_p"))
   end)
 
+  -- A cancel (Ctrl-C, a killed reader, the process's exit) ends any read of the editor's: also
+  -- one inside an incremental search or after Escape, where libedit reads keys itself, and one
+  -- cancelled before its work ran; non-ASCII characters are kept.
+  it("smarm alone: Ctrl-C out of a search or a key sequence; a cancel before the read ran", function()
+    start("edit_e", "LANG=C.UTF-8 " .. exe .. " -s 1")
+    wait_for("edit_e", ">")
+    type_line("edit_e", "print('editing', smarm.lineedit.available())")
+    if not wait_for("edit_e", "\nediting%s+[tf]", true):find("editing%s+true") then
+      tmux("kill-session -t edit_e")
+      return -- no libedit here (see above)
+    end
+    type_line("edit_e", "=#'\195\169' .. '|\195\169|'") -- e acute, typed as UTF-8
+    wait_for("edit_e", "\n2|\195\169|\n")
+    type_line("edit_e", "=10 + 1")
+    wait_for("edit_e", "\n11\n")
+    press("edit_e", "C-r")
+    assert(tmux("send-keys -t edit_e -l 1"))
+    wait_for("edit_e", "bck:1") -- the search is libedit's: it reads the keys itself
+    press("edit_e", "C-c")
+    type_line("edit_e", "print('after' .. ' the search')")
+    wait_for("edit_e", "\nafter the search\n")
+    assert(tmux("send-keys -t edit_e -l abc"))
+    wait_for("edit_e", "> abc")
+    press("edit_e", "Escape") -- the start of a key sequence: libedit waits for the next key
+    press("edit_e", "C-c")
+    type_line("edit_e", "print('after' .. ' escape')")
+    wait_for("edit_e", "\nafter escape\n")
+    -- an exit while the prompt reads: the read ends (libuv joins its pool's threads at exit)
+    type_line("edit_e", "smarm.spawn(function() smarm.sleep(0.2); os.exit(0) end)")
+    assert.is_true(gone("edit_e"))
+    -- a read killed while its work waits for libuv's pool (one thread, kept busy by the open of a
+    -- FIFO with no writer) does not run once the pool frees: the next read gets the line
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local code = table.concat({
+      "local smarm = require('smarm')",
+      "smarm.spawn(function() local f = smarm.fs.open(" .. string.format("%q", fifo)
+        .. ", 'r'); if f then f:close() end end)",
+      "smarm.sleep(0.2)",
+      "local r = smarm.spawn(function() smarm.lineedit.read('cancelled> ') end)",
+      "while (smarm.info(r) or {}).waiting ~= 'io:lineedit.read' do smarm.sleep(0.01) end",
+      "smarm.exit(r, 'kill'); smarm.sleep(0.1)",
+      "local w = assert(io.open(" .. string.format("%q", fifo) .. ", 'w')); w:close()",
+      "print('got ' .. tostring(smarm.lineedit.read('real> ')))",
+    }, "; ")
+    start("edit_q", "UV_THREADPOOL_SIZE=1 " .. exe .. " -e " .. quote(code) .. "; sleep 60")
+    wait_for("edit_q", "real>")
+    type_line("edit_q", "x")
+    local s = wait_for("edit_q", "got x")
+    assert.is_nil(s:find("cancelled>", 1, true))
+    tmux("kill-session -t edit_q")
+  end)
+
   it("smarm top PATH shows the busy actor first and stops at Enter", function()
     local path = dir .. "/console-t"
     start("service_t", service_cmd(path))
@@ -202,5 +255,20 @@ describe("under a terminal", function()
     press("top_t", "Enter")
     assert.is_true(gone("top_t"))
     tmux("kill-session -t service_t")
+  end)
+
+  -- Plain lines (no libedit, or turned off): a Ctrl-C while a line is read does not end that read,
+  -- and the prompt that follows is shown all the same.
+  it("smarm alone, plain lines: the prompt comes back after Ctrl-C", function()
+    start("plain_p", "SMARM_LINEEDIT=0 " .. exe .. " -s 1")
+    wait_for("plain_p", ">")
+    assert(tmux("send-keys -t plain_p -l abc"))
+    wait_for("plain_p", "> abc")
+    press("plain_p", "C-c")
+    wait_for("plain_p", "^C\n>") -- a new prompt on the next line
+    type_line("plain_p", "=6 * 7")
+    wait_for("plain_p", "\n42\n")
+    press("plain_p", "C-d")
+    assert.is_true(gone("plain_p"))
   end)
 end)

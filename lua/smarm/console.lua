@@ -38,18 +38,19 @@ end
 
 local INTERRUPT = "\3" -- a line of the client's that interrupts the running entry (Ctrl-C)
 
--- The environment of a session's entries: print and io.write write through out, io.read reads
--- a line of the console's input (read_input), smarm.top shows its tables on the console and
--- stops at a line of it. Globals are the session's own (reads fall through to _G), or with
--- shared_globals the process's (_G's), as the executable's own prompt has them.
-local function session_env(out, read_input, shared_globals)
+-- The environment of a session's entries: print and io.write write through emit (text, failed),
+-- io.read reads a line of the console's input (read_input), smarm.top shows its tables on the
+-- console and stops at a line of it. Globals are the session's own (reads fall through to _G),
+-- or with shared_globals the process's (_G's), as the executable's own prompt has them (whose
+-- smarm.top then clears the screen only on a terminal, as smarm.top does there).
+local function session_env(emit, read_input, shared_globals)
   local function text_of(sep, ...)
     local parts = {}
     for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
     return table.concat(parts, sep)
   end
   local env_io = setmetatable({
-    write = function(...) out(wire(text_of("", ...))) end,
+    write = function(...) emit(text_of("", ...)) end,
     read = function(fmt)
       if fmt ~= nil and fmt ~= "*l" and fmt ~= "l" then
         error("bad argument #1 to 'read' (a console reads lines: \"*l\" expected)", 2)
@@ -61,16 +62,16 @@ local function session_env(out, read_input, shared_globals)
     top = function(opts)
       local o = {}
       for k, v in pairs(opts or {}) do o[k] = v end
-      o.write = o.write or function(text) out(wire(text)) end
+      o.write = o.write or function(text) emit(text) end
       if not o.count then -- else as many screens as asked, with no input waited for
         o.wait = o.wait or function(seconds) return read_input(seconds) ~= "timeout" end
       end
-      if o.clear == nil then o.clear = true end
+      if o.clear == nil and not shared_globals then o.clear = true end
       return smarm.top(o)
     end,
   }, { __index = smarm })
   local env = {
-    print = function(...) out(wire(text_of("\t", ...) .. "\n")) end,
+    print = function(...) emit(text_of("\t", ...) .. "\n") end,
     io = env_io,
     smarm = env_smarm,
   }
@@ -79,7 +80,7 @@ end
 
 -- The evaluator: runs the entries its session sends ({ run = text }), answers { done = its pid }
 -- (the pid: an answer of an evaluator interrupted since is told apart and dropped).
-local function evaluator(session, out, env, chunkname)
+local function evaluator(session, emit, env, chunkname)
   local session_ref = smarm.monitor(session) -- a session killed meanwhile leaves no evaluator
   while true do
     local m = smarm.receive(function(m)
@@ -88,7 +89,7 @@ local function evaluator(session, out, env, chunkname)
     if m.run == nil then return end
     local f = repl.compile(m.run, chunkname, env)
     local text, failed = repl.format(xpcall(f, repl.traceback))
-    if text ~= "" then out(wire(text), failed) end
+    if text ~= "" then emit(text, failed) end
     smarm.send(session, { done = smarm.self() })
   end
 end
@@ -98,8 +99,10 @@ end
 -- the client (an interrupt, input the entry asked for, the client leaving) while an entry runs.
 -- The executable's own prompt is a session too ({ client = pid }: console.prompt), whose client
 -- is an actor of the same runtime: output goes to it in messages ({ console_data =, failed = }),
--- and its lines come the same way ({ console_line = line | false }).
-local function session()
+-- and its lines come the same way ({ console_line = line | false }); what its entries write goes
+-- straight out through local_emit(text, failed) (as it went when they ran in the main actor: a
+-- process that an entry ends, os.exit, has written it all).
+local function session(local_emit)
   local m0 = smarm.receive(function(m) return type(m) == "table" and (m.conn or m.client) end)
   local conn, client = m0.conn, m0.client
   local me = smarm.self()
@@ -125,10 +128,11 @@ local function session()
     input_asked = false
     return m.console_input or nil
   end
-  local env = session_env(out, read_input, client ~= nil)
+  local emit = client and local_emit or function(text, failed) out(wire(text), failed) end
+  local env = session_env(emit, read_input, client ~= nil)
   local function start_evaluator()
     input_asked = false
-    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, out, env, chunkname)
+    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, emit, env, chunkname)
   end
   start_evaluator()
   if conn then
@@ -147,6 +151,7 @@ local function session()
     start_evaluator()
   end
   local text, running, wanted = nil, false, false
+  local ending = false -- the local prompt's input ended while an entry ran: it may finish
   prompt("> ")
   while true do
     local m = smarm.receive(function(m)
@@ -157,12 +162,14 @@ local function session()
     local line = m.console_line
     if from and from ~= eval_pid then -- luacheck: ignore 542 (an empty branch, on purpose)
       -- of an evaluator interrupted since: nothing to answer
-    elseif line == false then -- the client is gone
+    elseif line == false then -- the client is gone, or the local prompt's input ended
       if running and wanted then smarm.send(eval_pid, { console_input = false }) end
-      break
+      if not (client and running) then break end
+      ending, wanted = true, false -- (a console's client is gone: its entry ends with it)
     elseif line == INTERRUPT then
       if running then
         smarm.exit(eval_pid, "kill")
+        if ending then break end
         restart("interrupted")
       end
       text, running, wanted = nil, false, false
@@ -183,12 +190,17 @@ local function session()
         smarm.send(eval_pid, { run = text })
         text, running = nil, true
       end
+    elseif m.input_wanted and ending then
+      smarm.send(eval_pid, { console_input = false }) -- no more input
     elseif m.input_wanted then
       wanted = true
       prompt("")
     elseif m.done then
+      if ending then break end
       running, wanted = false, false
       prompt("> ")
+    elseif ending then -- the evaluator ended inside the last entry
+      break
     else -- the evaluator ended inside an entry: smarm.exit, a kill
       local reason = type(m.reason) == "table" and m.reason.error or m.reason
       restart("the evaluator ended (" .. tostring(reason) .. ")")
@@ -263,19 +275,18 @@ end
 -- terminal: repl.stdin_reader) as it asks for them, and Ctrl-C (opts.interrupts: SIGINT is
 -- caught meanwhile), so that it hears them and the session's output at once. link: how it talks
 -- to the session: send(line) (false: the input ended), and the session's output arrives as
--- { console_data = text (false: the session is gone), failed = } messages. Returns whether the
--- input ended inside an unfinished entry.
+-- { console_data = text (false: the session is gone), failed = } messages; link.drains: at the
+-- end of input the session lets a running entry finish (the local prompt), and the client
+-- waits for its end. Returns whether the input ended inside an unfinished entry.
 local function client(link, opts)
   local write = opts.write or function(text) io.stdout:write(text); io.stdout:flush() end
-  local read_line, edits
-  if opts.read then
-    read_line = function(prompt)
-      if opts.interactive then write(prompt) end
-      return opts.read(prompt)
-    end
-  else
+  local read_line, edits = opts.read, false
+  if not read_line then
     read_line, edits = repl.stdin_reader(smarm, opts.interactive)
   end
+  -- a plain read shows no prompt: the client writes it, also when a read already waits (after
+  -- a Ctrl-C, which does not end a plain read)
+  local show_prompts = opts.interactive and not edits
   local entries, next_entry = opts.entries, 1
   local me = smarm.self()
   local helpers = {}
@@ -283,7 +294,7 @@ local function client(link, opts)
     helpers.reader = smarm.spawn(function()
       while true do
         local m = smarm.receive(function(m) return type(m) == "table" and m.read end)
-        smarm.send(me, { console_read = read_line(m.read) or false })
+        smarm.send(me, { console_read = read_line(m.read) or false, reader = smarm.self() })
       end
     end)
   end
@@ -299,7 +310,9 @@ local function client(link, opts)
   local pending, reading, last_prompt = "", false, "> "
   -- A prompt frame came: answer it with the next of opts.entries (an entry prompt, while they
   -- last; after the last one, the next entry prompt ends the session) or a line of input.
+  local ended = false -- the input ended; the session finishes its entry (link.drains)
   local function answer(prompt)
+    if ended then return true end
     if prompt ~= "" then last_prompt = prompt end
     if entries and prompt ~= "" then
       local line = entries[next_entry]
@@ -308,6 +321,7 @@ local function client(link, opts)
       link.send(line)
       return true
     end
+    if show_prompts then write(prompt) end
     if not reading then
       reading = true
       smarm.send(helpers.reader, { read = prompt })
@@ -323,6 +337,7 @@ local function client(link, opts)
     if m.console_data == false then
       going = false
     elseif m.failed then -- the session's errors, where they go apart (the local prompt)
+      io.stdout:flush() -- entries' output, written straight, first
       io.stderr:write(m.console_data)
       io.stderr:flush()
     elseif m.console_data then
@@ -341,12 +356,19 @@ local function client(link, opts)
         pending = pending:sub(eol + 1)
         going = answer(prompt)
       end
+    elseif m.console_read ~= nil and m.reader ~= helpers.reader then -- luacheck: ignore 542
+      -- a line a reader killed since had read (just before a Ctrl-C): dropped
     elseif m.console_read ~= nil then
       reading = false
       if m.console_read == false then
         if opts.interactive then write("\n") end
         unfinished = last_prompt == ">> "
-        going = false
+        if link.drains then -- the session ends once its running entry has (console_data false)
+          ended = true
+          link.send(false)
+        else
+          going = false
+        end
       else
         link.send(m.console_read)
       end
@@ -399,7 +421,16 @@ end
 function console.prompt(opts)
   opts = opts or {}
   local me = smarm.self()
-  local s = smarm.spawn(session)
+  local write = opts.write or function(text) io.stdout:write(text) end
+  local s = smarm.spawn(session, function(text, failed)
+    if failed then
+      io.stdout:flush()
+      io.stderr:write(text)
+      io.stderr:flush()
+    else
+      write(text)
+    end
+  end)
   smarm.send(s, { client = me })
   -- the session's end reads as the socket's end does for attach
   local watcher = smarm.spawn(function()
@@ -409,6 +440,7 @@ function console.prompt(opts)
   end)
   local unfinished = client({
     send = function(line) smarm.send(s, { console_line = line }) end,
+    drains = true,
   }, opts)
   smarm.exit(watcher, "kill")
   return unfinished

@@ -76,7 +76,7 @@ end
 -- A line reader of the process's standard input for an actor: read(prompt) -> line | nil.
 -- On a terminal (interactive) with libedit, lines are edited, with history (smarm.lineedit: a
 -- read runs on the IO thread's pool; an actor killed while it reads cancels it), and the second
--- result is true. Otherwise the prompt is written when interactive and the line read plainly:
+-- result is true. Otherwise the line is read plainly (the prompt is the caller's to show):
 -- input that can keep it waiting (a terminal, a pipe) is read through the IO thread
 -- (smarm.fs), so the other actors of its scheduler run on meanwhile; a regular file (or a
 -- /dev/stdin that cannot be opened) is read with plain reads of the shared descriptor, which
@@ -89,24 +89,16 @@ function repl.stdin_reader(smarm, interactive)
   if interactive and smarm.lineedit.available() then
     return smarm.lineedit.read, true
   end
-  local function with_prompt(read)
-    if not interactive then return read end
-    return function(prompt)
-      io.stdout:write(prompt or "")
-      io.stdout:flush()
-      return read()
-    end
-  end
   -- "fs.file (closed)", "fs.file (closed with an earlier run)": open it again
   if shared and not (shared.input and tostring(shared.input):find("(closed", 1, true)) then
-    return with_prompt(shared.read), false
+    return shared.read, false
   end
   local st, input = smarm.fs.stat("/dev/stdin"), nil
   if st and st.type ~= "file" then input = smarm.fs.open("/dev/stdin", "r") end
   local read = input and function() return input:read("*l") end
     or function() return io.stdin:read("*l") end
   shared = { input = input, read = read }
-  return with_prompt(read), false
+  return read, false
 end
 
 return repl

@@ -10,9 +10,12 @@
 **   editing_t.line, err, done        written by the work (pool thread), read by the IO thread
 **                                    in the after-work callback (libuv orders the two).
 **   cancel_fd                        an eventfd: the IO thread adds to it to stop the running
-**                                    work (a cancel, the IO thread's stop); the work drains it
-**                                    as it starts, so a cancel that came after its line is not
-**                                    taken by the next read.
+**                                    work (a cancel, the IO thread's stop), and only the IO
+**                                    thread drains it, once that work has ended (edit_done): a
+**                                    cancel that came after its line is not taken by the next
+**                                    read, and one that came before the work ran is not lost.
+**                                    The work only polls it (every key libedit reads, inside a
+**                                    key sequence or a search too, goes through edit_getc).
 **   libedit's own state, last_line   the running work's (works never overlap; libuv's queue
 **                                    orders one's end before the next one's start).
 */
@@ -21,6 +24,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <locale.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -30,6 +34,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <uv.h>
+#include <wchar.h>
 
 typedef void (*line_fn)(char *line);
 
@@ -38,10 +43,13 @@ static struct {
   void (*read_char)(void);                         /* rl_callback_read_char */
   void (*remove)(void);                            /* rl_callback_handler_remove */
   int (*add_history)(const char *line);
+  locale_t ctype; /* the environment's LC_CTYPE, the editing thread's while it edits; 0: C */
   const char *why; /* NULL once loaded */
   char why_buf[200];
 } le;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+static int edit_getc(FILE *f);
 
 /* dlsym into a function pointer of any type (ISO C has no cast between the two). */
 static int sym(void *lib, const char *name, void *fn_ptr)
@@ -68,10 +76,11 @@ static void load(void)
   }
   int *catch_signals = dlsym(lib, "rl_catch_signals");
   int *catch_winch = dlsym(lib, "rl_catch_sigwinch");
+  int (**getc_fn)(FILE *) = dlsym(lib, "rl_getc_function");
   if (!sym(lib, "rl_callback_handler_install", &le.install) ||
       !sym(lib, "rl_callback_read_char", &le.read_char) ||
       !sym(lib, "rl_callback_handler_remove", &le.remove) ||
-      !sym(lib, "add_history", &le.add_history) || !catch_signals) {
+      !sym(lib, "add_history", &le.add_history) || !catch_signals || !getc_fn) {
     le.why = "libedit.so.2 lacks the readline callback interface";
     dlclose(lib);
     return;
@@ -81,6 +90,13 @@ static void load(void)
   *catch_signals = 0;
   if (catch_winch)
     *catch_winch = 0;
+  /* Every key through edit_getc, which a cancel ends: libedit's own reads block (inside a key
+  ** sequence after Escape, an incremental search, a multibyte character). Set before libedit's
+  ** initialisation (the first read), which installs it. */
+  *getc_fn = edit_getc;
+  /* Characters as the environment's locale encodes them (the process's stays "C": only the
+  ** editing thread takes it, with uselocale), else libedit drops every non-ASCII byte. */
+  le.ctype = newlocale(LC_CTYPE_MASK, "", (locale_t)0);
   le.why = NULL;
 }
 
@@ -102,7 +118,7 @@ typedef struct editing {
   lineedit_req_t *req;  /* NULL once cancelled */
   char *prompt;
   char *line;
-  int err;
+  int err; /* -ECANCELED once the work saw a cancel */
   int done;
 } editing_t;
 
@@ -129,33 +145,79 @@ static void add_history(const char *line)
   last_line = strdup(line);
 }
 
-static void edit_work(uv_work_t *w)
+/* Waits for the terminal or a cancel: 1 when a byte can be read (or the terminal hung up: the
+** read says so), 0 when the read is cancelled (err) or the terminal is gone (done). */
+static int wait_key(editing_t *e)
 {
-  editing_t *e = w->data;
-  uint64_t n;
-  while (read(cancel_fd, &n, sizeof n) > 0) /* a cancel meant for an earlier read */
-    ;
-  reading = e;
-  le.install(e->prompt, on_line);
   struct pollfd p[2] = {{STDIN_FILENO, POLLIN, 0}, {cancel_fd, POLLIN, 0}};
-  while (!e->done) {
+  for (;;) {
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR)
         continue;
       e->err = -errno;
-      break;
+      return 0;
     }
     if (p[1].revents & POLLIN) {
       e->err = -ECANCELED;
-      break;
+      return 0;
     }
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
-      le.read_char();
-    if ((p[0].revents & (POLLHUP | POLLERR | POLLNVAL)) && !e->done)
-      e->done = 1; /* the terminal is gone: the end of input */
+      return 1;
+    if (p[0].revents & POLLNVAL) {
+      e->done = 1; /* no terminal: the end of input */
+      return 0;
+    }
   }
+}
+
+/* libedit's key reader (rl_getc_function): the next character, decoded in the editing thread's
+** locale, or EOF once the read is cancelled or the input ends. */
+static int edit_getc(FILE *f)
+{
+  (void)f;
+  editing_t *e = reading;
+  mbstate_t st;
+  memset(&st, 0, sizeof st);
+  for (;;) {
+    if (!e || e->err || e->done || !wait_key(e))
+      return EOF;
+    char b;
+    ssize_t n = read(STDIN_FILENO, &b, 1);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (n <= 0) {
+      e->done = 1; /* the end of input (or the terminal gone) */
+      return EOF;
+    }
+    wchar_t wc;
+    size_t k = mbrtowc(&wc, &b, 1, &st);
+    if (k == (size_t)-2)
+      continue; /* more bytes of the same character */
+    if (k == (size_t)-1) {
+      memset(&st, 0, sizeof st); /* not a character: dropped, as libedit does */
+      continue;
+    }
+    return (int)wc;
+  }
+}
+
+static void edit_work(uv_work_t *w)
+{
+  editing_t *e = w->data;
+  struct pollfd c = {cancel_fd, POLLIN, 0};
+  if (poll(&c, 1, 0) > 0 && (c.revents & POLLIN)) { /* cancelled before it ran: nothing shown */
+    e->err = -ECANCELED;
+    return;
+  }
+  locale_t old = le.ctype ? uselocale(le.ctype) : (locale_t)0;
+  reading = e;
+  le.install(e->prompt, on_line);
+  while (!e->done && !e->err)
+    le.read_char(); /* edit_getc waits for the keys */
   le.remove(); /* the terminal as it was */
   reading = NULL;
+  if (old)
+    uselocale(old);
   if (e->line)
     add_history(e->line);
 }
@@ -171,11 +233,21 @@ static void free_editing(editing_t *e)
 
 static void start_next(uv_loop_t *loop);
 
+/* On the IO thread, between two works: whatever was added to cancel_fd was for the one that
+** ended (the only writers are this thread's cancel and stop, of the running work). */
+static void drain_cancels(void)
+{
+  uint64_t n;
+  while (read(cancel_fd, &n, sizeof n) > 0)
+    ;
+}
+
 static void edit_done(uv_work_t *w, int status)
 {
   editing_t *e = w->data;
   uv_loop_t *loop = w->loop; /* w is freed with e */
   running = NULL;
+  drain_cancels();
   lineedit_req_t *r = e->req;
   if (r) {
     r->base.uv = NULL;
@@ -223,6 +295,16 @@ static void lineedit_stop(void *loop)
   queue_tail = NULL;
 }
 
+/* exit() (os.exit from any actor) while a read runs: libuv joins its pool's threads as the
+** process ends, which waited for a line; the cancel ends the read and gives the terminal back. */
+static void cancel_at_exit(void)
+{
+  uint64_t one = 1;
+  if (cancel_fd >= 0 && write(cancel_fd, &one, sizeof one) < 0) {
+    /* full: already signalled */
+  }
+}
+
 static void lineedit_on_loop(io_req_t *req, void *loop)
 {
   lineedit_req_t *r = (lineedit_req_t *)req;
@@ -237,6 +319,7 @@ static void lineedit_on_loop(io_req_t *req, void *loop)
       return;
     }
     sm_io_on_stop(lineedit_stop);
+    atexit(cancel_at_exit);
   }
   editing_t *e = calloc(1, sizeof *e);
   if (!e || !(e->prompt = strdup(r->prompt ? r->prompt : ""))) {

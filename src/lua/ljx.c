@@ -88,18 +88,29 @@ void sm_ljx_before_switch(lua_State *L)
   ** recorder, which drops the marked trace, restores a patched instruction and sets itself idle
   ** and the dispatch table back. The binding may only call LuaJIT's exported API, so the call is
   ** of an empty chunk; HOOK_ACTIVE is set around it so that no hook sees it. */
-  if (!lua_checkstack(L, 2))
+  /* The call's frame (call_init grows the stack for it, and raises where it cannot) */
+  if (!lua_checkstack(L, LUA_MINSTACK))
     return; /* no memory: the next dispatch ends it, as in LuaJIT */
   if (luaL_loadbuffer(L, "", 0, "=(smarm: end of a trace)") != 0) {
     lua_pop(L, 1);
     return;
   }
+  /* The call leaves the VM state C; the caller's stays (a hook's: the interpreter's, whose
+  ** recording has just ended), else the interpreter would run on marked as in C code (the
+  ** profiler, sm_ljx_signal_traceback). */
+  int32_t vmstate = g->vmstate;
+  if (vmstate == ~LJ_VMST_RECORD)
+    vmstate = ~LJ_VMST_INTERP;
   int active = hook_active(g);
   if (!active)
     hook_enter(g);
-  lua_call(L, 0, 0);
+  /* Protected: an error (out of memory growing the stack) must not leave HOOK_ACTIVE set on the
+  ** VM, where no hook would run again and every park would be refused. */
+  if (lua_pcall(L, 0, 0, 0) != 0)
+    lua_pop(L, 1); /* the next dispatch ends the trace */
   if (!active)
     hook_leave(g);
+  g->vmstate = vmstate;
 #else
   (void)L;
 #endif

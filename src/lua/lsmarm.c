@@ -245,6 +245,9 @@ static void lactor_main(void *arg)
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
+  /* The actor's end is a switch too (design rule 2): an error that unwound it without another
+  ** dispatch (out of memory: no message handler runs) may have left a trace marked aborted. */
+  sm_ljx_before_switch(co);
   lua_remove(co, 1); /* the message handler; results or the error remain */
   smarm_actor_set_data(NULL);
   if (la->is_main) {
