@@ -21,10 +21,20 @@ local function tmux(args)
   return os.execute("tmux -L " .. server .. " " .. args .. " >/dev/null 2>&1") == 0
 end
 
--- Starts a window named `name` running the shell command line cmd, 120 columns wide.
+-- Starts a window named `name` running the shell command line cmd, 120 columns wide. A first
+-- session that outlives the cases keeps tmux's server up between them: a new-session that meets
+-- a server exiting because its last session just ended fails ("server exited unexpectedly"),
+-- which a loaded machine made happen. A failed start is tried again all the same.
+local keeper = false
 local function start(name, cmd)
-  assert(tmux("new-session -d -x 120 -y 40 -s " .. name .. " " .. quote(cmd)),
-    "tmux could not start " .. name)
+  if not keeper then
+    keeper = tmux("new-session -d -s keeper " .. quote("exec sleep " .. 10 * guard.HANG))
+  end
+  for _ = 1, 5 do
+    if tmux("new-session -d -x 120 -y 40 -s " .. name .. " " .. quote(cmd)) then return end
+    posix.sleep(0.2)
+  end
+  error("tmux could not start " .. name)
 end
 
 -- Types text (literally: "end" is no key name here) and presses Enter.
