@@ -233,6 +233,16 @@ static void free_editing(editing_t *e)
 
 static void start_next(uv_loop_t *loop);
 
+/* Stops the running work (it sees cancel_fd readable). A write fails only when the counter is
+** full: then it is signalled already. */
+static void signal_cancel(void)
+{
+  uint64_t one = 1;
+  if (write(cancel_fd, &one, sizeof one) < 0) {
+    /* full: already signalled */
+  }
+}
+
 /* On the IO thread, between two works: whatever was added to cancel_fd was for the one that
 ** ended (the only writers are this thread's cancel and stop, of the running work). */
 static void drain_cancels(void)
@@ -281,10 +291,8 @@ static void start_next(uv_loop_t *loop)
 static void lineedit_stop(void *loop)
 {
   (void)loop;
-  uint64_t one = 1;
-  if (running && write(cancel_fd, &one, sizeof one) < 0) {
-    /* cannot fail but when the counter is full: then it is already signalled */
-  }
+  if (running)
+    signal_cancel();
   while (queue_head) {
     editing_t *e = queue_head;
     queue_head = e->next;
@@ -299,10 +307,8 @@ static void lineedit_stop(void *loop)
 ** process ends, which waited for a line; the cancel ends the read and gives the terminal back. */
 static void cancel_at_exit(void)
 {
-  uint64_t one = 1;
-  if (cancel_fd >= 0 && write(cancel_fd, &one, sizeof one) < 0) {
-    /* full: already signalled */
-  }
+  if (cancel_fd >= 0)
+    signal_cancel();
 }
 
 static void lineedit_on_loop(io_req_t *req, void *loop)
@@ -348,10 +354,7 @@ static void lineedit_cancel(io_req_t *req)
   e->req = NULL;
   req->uv = NULL;
   if (e == running) {
-    uint64_t one = 1;
-    if (write(cancel_fd, &one, sizeof one) < 0) {
-      /* full: already signalled */
-    }
+    signal_cancel();
   } else {
     editing_t **p = &queue_head, *prev = NULL;
     while (*p && *p != e) {

@@ -199,6 +199,14 @@ static void run_on_loop(io_req_t *req, void *loop)
   }
 }
 
+/* SIGKILL to every program still running (the runtime's end, a fatal signal). */
+static void kill_running_programs(void)
+{
+  for (running_t *k = all_running; k; k = k->next)
+    if (!k->exited)
+      uv_process_kill(&k->proc, SIGKILL);
+}
+
 /* Timed out: kill the program; its handles close when it has gone. */
 static void run_cancel(io_req_t *req)
 {
@@ -241,9 +249,8 @@ static void proc_free(io_req_t *req)
 static void stop_programs(void *loop)
 {
   (void)loop;
+  kill_running_programs();
   for (running_t *k = all_running; k; k = k->next) {
-    if (!k->exited)
-      uv_process_kill(&k->proc, SIGKILL);
     proc_req_t *r = k->req;
     if (r) {
       k->req = NULL;
@@ -369,9 +376,7 @@ static int guard_on[NGUARDS]; /* started */
 static void on_fatal_signal(uv_signal_t *h, int signum)
 {
   (void)h;
-  for (running_t *k = all_running; k; k = k->next)
-    if (!k->exited)
-      uv_process_kill(&k->proc, SIGKILL);
+  kill_running_programs();
   for (size_t i = 0; i < NGUARDS; i++)
     if (guard_on[i])
       uv_signal_stop(&guards[i]);
