@@ -40,11 +40,22 @@ describe("smarm.stats", function()
 
   it("tells the run queue, the pending timers and the live actors now", function()
     smarm.run(function()
-      for _ = 1, 7 do smarm.spawn(function() smarm.sleep(3600) end) end
+      local pids = {}
+      for i = 1, 7 do pids[i] = smarm.spawn(function() smarm.sleep(3600) end) end
       local queued = smarm.stats()[1]
       assert.are.equal(7, queued.runq) -- spawned, not yet run
       assert.are.equal(8, queued.live)
-      smarm.sleep(0.01) -- they run and sleep; the scheduler idles, then wakes this one
+      -- they run and sleep; on a slow machine (qemu) this one's 10 ms may end first, so it
+      -- waits until all seven sleep, then once more: the count is published as of the
+      -- scheduler's last look at its timers, the one that woke this actor
+      local function all_asleep()
+        for _, p in ipairs(pids) do
+          if smarm.info(p).waiting ~= "sleep" then return false end
+        end
+        return true
+      end
+      repeat smarm.sleep(0.01) until all_asleep()
+      smarm.sleep(0.01)
       local sleeping = smarm.stats()[1]
       assert.are.equal(0, sleeping.runq)
       assert.are.equal(7, sleeping.timers)
