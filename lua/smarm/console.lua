@@ -273,7 +273,8 @@ end
 -- The client's side of a session (docs/api.md), for attach and prompt: helper actors feed it
 -- the lines of opts.read (default: the process's standard input, with line editing on a
 -- terminal: repl.stdin_reader) as it asks for them, and Ctrl-C (opts.interrupts: SIGINT is
--- caught meanwhile), so that it hears them and the session's output at once. link: how it talks
+-- caught meanwhile; typed into the line editor, it ends the read instead: nil, "interrupted"),
+-- so that it hears them and the session's output at once. link: how it talks
 -- to the session: send(line) (false: the input ended), and the session's output arrives as
 -- { console_data = text (false: the session is gone), failed = } messages; link.drains: at the
 -- end of input the session lets a running entry finish (the local prompt), and the client
@@ -294,7 +295,9 @@ local function client(link, opts)
     helpers.reader = smarm.spawn(function()
       while true do
         local m = smarm.receive(function(m) return type(m) == "table" and m.read end)
-        smarm.send(me, { console_read = read_line(m.read) or false, reader = smarm.self() })
+        local line, err = read_line(m.read)
+        smarm.send(me, { console_read = line or false, interrupted = err == "interrupted",
+          reader = smarm.self() })
       end
     end)
   end
@@ -358,6 +361,10 @@ local function client(link, opts)
       end
     elseif m.console_read ~= nil and m.reader ~= helpers.reader then -- luacheck: ignore 542
       -- a line a reader killed since had read (just before a Ctrl-C): dropped
+    elseif m.interrupted then -- Ctrl-C typed into the editor: the line is dropped
+      reading = false
+      write("^C\n")
+      link.send(INTERRUPT)
     elseif m.console_read ~= nil then
       reading = false
       if m.console_read == false then
@@ -373,7 +380,7 @@ local function client(link, opts)
         link.send(m.console_read)
       end
     else
-      if reading and edits then -- the line being edited is dropped: its read ends
+      if reading and edits then -- (a SIGINT from elsewhere) the line being edited is dropped
         smarm.exit(helpers.reader, "kill")
         start_reader()
         reading = false

@@ -16,8 +16,14 @@
 **                                    read, and one that came before the work ran is not lost.
 **                                    The work only polls it (every key libedit reads, inside a
 **                                    key sequence or a search too, goes through edit_getc).
-**   libedit's own state, last_line   the running work's (works never overlap; libuv's queue
-**                                    orders one's end before the next one's start).
+**   libedit's own state, last_line,  the running work's (works never overlap; libuv's queue
+**   intr_char                        orders one's end before the next one's start).
+**
+** Ctrl-C while a line is edited is a key, not a signal: the work turns the terminal's interrupt
+** character off (VINTR) while it reads and ends the read itself when the key comes (-EINTR).
+** A SIGINT would reach the prompt's actor later than the keys typed after it reach the editor,
+** which took them into the line being dropped; now they stay queued for the next read. Ctrl-\
+** and Ctrl-Z keep their signals.
 */
 #define _GNU_SOURCE
 #include "lineedit.h"
@@ -32,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <termios.h>
 #include <unistd.h>
 #include <uv.h>
 #include <wchar.h>
@@ -129,6 +136,29 @@ static int cancel_fd = -1;
 
 static editing_t *reading;
 static char *last_line;
+static int intr_char = -1; /* the terminal's interrupt character as it was; -1: not known */
+
+/* Turns the terminal's interrupt character off (libedit may have set its modes again since the
+** last key: looked at every key), remembering it. */
+static void take_interrupt_key(void)
+{
+  struct termios t;
+  if (tcgetattr(STDIN_FILENO, &t) < 0 || t.c_cc[VINTR] == _POSIX_VDISABLE)
+    return;
+  intr_char = t.c_cc[VINTR];
+  t.c_cc[VINTR] = _POSIX_VDISABLE;
+  tcsetattr(STDIN_FILENO, TCSANOW, &t); /* TCSANOW: the keys typed ahead stay */
+}
+
+/* The interrupt character back, once libedit gave the terminal back. */
+static void give_back_interrupt_key(void)
+{
+  struct termios t;
+  if (intr_char < 0 || tcgetattr(STDIN_FILENO, &t) < 0 || t.c_cc[VINTR] != _POSIX_VDISABLE)
+    return;
+  t.c_cc[VINTR] = (cc_t)intr_char;
+  tcsetattr(STDIN_FILENO, TCSANOW, &t);
+}
 
 static void on_line(char *line)
 {
@@ -171,7 +201,7 @@ static int wait_key(editing_t *e)
 }
 
 /* libedit's key reader (rl_getc_function): the next character, decoded in the editing thread's
-** locale, or EOF once the read is cancelled or the input ends. */
+** locale, or EOF once the read is cancelled or interrupted (Ctrl-C) or the input ends. */
 static int edit_getc(FILE *f)
 {
   (void)f;
@@ -179,7 +209,10 @@ static int edit_getc(FILE *f)
   mbstate_t st;
   memset(&st, 0, sizeof st);
   for (;;) {
-    if (!e || e->err || e->done || !wait_key(e))
+    if (!e || e->err || e->done)
+      return EOF;
+    take_interrupt_key();
+    if (!wait_key(e))
       return EOF;
     char b;
     ssize_t n = read(STDIN_FILENO, &b, 1);
@@ -187,6 +220,10 @@ static int edit_getc(FILE *f)
       continue;
     if (n <= 0) {
       e->done = 1; /* the end of input (or the terminal gone) */
+      return EOF;
+    }
+    if (intr_char >= 0 && (unsigned char)b == intr_char) {
+      e->err = -EINTR;
       return EOF;
     }
     wchar_t wc;
@@ -215,6 +252,7 @@ static void edit_work(uv_work_t *w)
   while (!e->done && !e->err)
     le.read_char(); /* edit_getc waits for the keys */
   le.remove(); /* the terminal as it was */
+  give_back_interrupt_key();
   reading = NULL;
   if (old)
     uselocale(old);

@@ -24,7 +24,7 @@ static int l_available(lua_State *L)
   return 2;
 }
 
-/* read([prompt]) -> line | nil (the end of input) */
+/* read([prompt]) -> line | nil (the end of input) | nil, "interrupted" (Ctrl-C) */
 static int l_read(lua_State *L)
 {
   if (lua_isnoneornil(L, 1))
@@ -39,7 +39,11 @@ static int l_read(lua_State *L)
   if (err == -ENOTSUP)
     return luaL_error(L, "smarm.lineedit.read: %s", sm_lineedit_unavailable());
   int n = 1;
-  if (err)
+  if (err == -EINTR) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "interrupted");
+    n = 2;
+  } else if (err)
     n = sm_lio_push_failure(L, err, NULL);
   else if (r->line)
     lua_pushstring(L, r->line);
