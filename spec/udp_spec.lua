@@ -13,6 +13,25 @@ local function bind()
 end
 
 describe("smarm.udp", function()
+  -- First in this file: the IO thread's stop hooks of the other modules registered before udp's
+  -- (four slots once held proc's three and tcp's one, and udp's was dropped: its sockets stayed
+  -- open past the run's end, and a later run hung on one).
+  it("closes its sockets at the run's end after the other IO modules came first", function()
+    guard.run(function() -- process and tcp first; libuv's own descriptors too
+      assert(smarm.process.run({ "true" }))
+      assert(smarm.tcp.listen("127.0.0.1", 0)):close()
+    end)
+    local before = posix.fd_count()
+    guard.run(function() _G.kept_udp = assert(smarm.udp.bind("127.0.0.1", 0)) end)
+    _G.kept_udp = nil
+    local deadline, now = os.time() + HANG, posix.fd_count()
+    while now > before and os.time() < deadline do
+      posix.sleep(0.05)
+      now = posix.fd_count()
+    end
+    assert.are.equal(before, now)
+  end)
+
   it("echoes datagrams between actors on two schedulers, each with its sender", function()
     local r = guard.run(function()
       local server, port = bind()

@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -252,7 +253,10 @@ static void cancel_on_loop(io_req_t *req, void *loop)
 
 static void cancel_free(io_req_t *req) { sm_io_req_release(((cancel_req_t *)req)->target); }
 
-static io_stop_fn stop_hooks[4];
+/* One per module that keeps things open (tcp, udp, proc, lineedit): a fixed number, so a full
+** table is a bug of smarm's, which aborts rather than leave a module's handles open at the stop
+** (four slots once dropped udp's hook silently, after proc's three and tcp's one). */
+static io_stop_fn stop_hooks[16];
 static int nstop_hooks;
 
 void sm_io_on_stop(io_stop_fn fn)
@@ -261,8 +265,13 @@ void sm_io_on_stop(io_stop_fn fn)
   int known = 0;
   for (int i = 0; i < nstop_hooks; i++)
     known |= stop_hooks[i] == fn;
-  if (!known && nstop_hooks < (int)(sizeof stop_hooks / sizeof *stop_hooks))
+  if (!known) {
+    if (nstop_hooks == (int)(sizeof stop_hooks / sizeof *stop_hooks)) {
+      fprintf(stderr, "smarm: too many IO stop hooks (src/io/io.c)\n");
+      abort();
+    }
     stop_hooks[nstop_hooks++] = fn;
+  }
   pthread_mutex_unlock(&io_lock);
 }
 
