@@ -16,8 +16,10 @@ set(spec_env "")
 # connection, qemu's time; 2000 is what the connection specs are sized to there).
 set(fd_cap 0)
 if(SMARM_ASAN)
+  # SMARM_SANITIZER=asan: ASan's quarantine keeps freed memory from reuse (process_spec's bound
+  # on resident memory cannot hold)
   list(APPEND spec_env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 SMARM_SANITIZER=asan)
 endif()
 if(SMARM_TSAN)
   # SMARM_SANITIZER: specs that cannot hold under TSan say so (preempt_spec: TSan runs a signal

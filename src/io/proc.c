@@ -4,15 +4,106 @@
 #define _GNU_SOURCE
 #include "proc.h"
 
+#include "ids.h"
+#include "tcp.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
 
-/* ---- Running a program --------------------------------------------------------------------- */
+/* ---- Programs: what run and spawn share --------------------------------------------------- */
+
+typedef struct child child_t;
+struct child {
+  uv_process_t proc;         /* first: the handle's data is the record (a running_t or live_t) */
+  int exited;
+  long long status;
+  int term_signal;
+  int group;                 /* leads a process group of its own: kills go to the group */
+  void (*on_exit)(child_t *c);
+  child_t *prev, *next;      /* in all_running while the program runs */
+};
+
+static child_t *all_running; /* the programs running (the guards and the stop kill them) */
+
+static void update_guards(uv_loop_t *loop);
+
+static void unlink_running(child_t *c)
+{
+  if (c->prev)
+    c->prev->next = c->next;
+  else if (all_running == c)
+    all_running = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
+{
+  child_t *c = p->data;
+  c->exited = 1;
+  c->status = status;
+  c->term_signal = term_signal;
+  unlink_running(c);
+  update_guards(p->loop);
+  c->on_exit(c);
+}
+
+/* Signals a running program (its group when it leads one): 0 or a libuv error. */
+static int signal_child(child_t *c, int signum)
+{
+  if (c->exited)
+    return UV_ESRCH;
+  return c->group ? uv_kill(-c->proc.pid, signum) : uv_process_kill(&c->proc, signum);
+}
+
+/* SIGKILL to every program still running (the runtime's end, a fatal signal). */
+static void kill_running_programs(void)
+{
+  for (child_t *c = all_running; c; c = c->next)
+    signal_child(c, SIGKILL);
+}
+
+/* Starts r's argv as c with these standard streams: 0, or a libuv error (*spawned says whether
+** libuv made c->proc, which must be closed then too). */
+static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_container_t *stdio,
+                       int *spawned)
+{
+  uv_process_options_t o;
+  memset(&o, 0, sizeof o);
+  o.exit_cb = on_child_exit;
+  o.file = r->argv[0];
+  o.args = r->argv;
+  o.env = r->env;
+  o.cwd = r->cwd;
+  o.stdio_count = 3;
+  o.stdio = stdio;
+  if (c->group)
+    o.flags |= UV_PROCESS_DETACHED; /* setsid: a session and process group of its own */
+  c->proc.data = c;
+  int rc = uv_spawn(loop, &c->proc, &o);
+  *spawned = 1;
+  /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
+  ** a cwd that cannot be entered is the one to name */
+  if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
+    r->cwd_failed = 1;
+  if (rc < 0)
+    return rc;
+  c->next = all_running;
+  if (all_running)
+    all_running->prev = c;
+  all_running = c;
+  update_guards(loop);
+  return 0;
+}
+
+/* ---- Running a program to its end (run) ---------------------------------------------------- */
 
 typedef struct buf {
   char *data;
@@ -20,46 +111,41 @@ typedef struct buf {
 } buf_t;
 
 typedef struct running {
-  uv_process_t proc;
+  child_t c;               /* first (child_t's proc) */
   uv_pipe_t in, out, err;
   uv_write_t write;
   proc_req_t *req;         /* NULL once abandoned (timed out) */
   buf_t bout, berr;
   int open_handles;        /* closes still to come before this can be freed */
-  int exited, out_done, err_done;
-  long long status;
-  int term_signal;
+  int out_done, err_done;
   int failed;              /* an error while reading (-errno) */
-  struct running *prev, *next; /* every program running, for the IO thread's stop */
+  struct running *prev, *next; /* every run not freed yet, for the IO thread's stop */
 } running_t;
 
-static running_t *all_running;
+static running_t *all_runs;
 
 static void maybe_finish(running_t *k);
-static void update_guards(uv_loop_t *loop);
 
 static void on_handle_closed(uv_handle_t *h)
 {
   running_t *k = h->data;
   if (--k->open_handles == 0) {
-    uv_loop_t *loop = h->loop;
     if (k->prev)
       k->prev->next = k->next;
-    else if (all_running == k)
-      all_running = k->next;
+    else if (all_runs == k)
+      all_runs = k->next;
     if (k->next)
       k->next->prev = k->prev;
     free(k->bout.data);
     free(k->berr.data);
     free(k);
-    update_guards(loop);
   }
 }
 
 static void close_all_handles(running_t *k)
 {
-  uv_handle_t *hs[] = {(uv_handle_t *)&k->proc, (uv_handle_t *)&k->in, (uv_handle_t *)&k->out,
-                       (uv_handle_t *)&k->err};
+  uv_handle_t *hs[] = {(uv_handle_t *)&k->c.proc, (uv_handle_t *)&k->in,
+                       (uv_handle_t *)&k->out, (uv_handle_t *)&k->err};
   for (size_t i = 0; i < sizeof hs / sizeof *hs; i++)
     if (hs[i]->data && !uv_is_closing(hs[i]))
       uv_close(hs[i], on_handle_closed);
@@ -94,14 +180,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *unused)
   maybe_finish(k);
 }
 
-static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
-{
-  running_t *k = p->data;
-  k->exited = 1;
-  k->status = status;
-  k->term_signal = term_signal;
-  maybe_finish(k);
-}
+static void run_exited(child_t *c) { maybe_finish((running_t *)c); }
 
 static void on_written(uv_write_t *w, int status)
 {
@@ -111,22 +190,29 @@ static void on_written(uv_write_t *w, int status)
     uv_close((uv_handle_t *)&k->in, on_handle_closed);
 }
 
+/* Hands what the program wrote to r. */
+static void take_output(running_t *k, proc_req_t *r)
+{
+  r->out = k->bout.data;
+  r->out_len = k->bout.len;
+  r->err = k->berr.data;
+  r->err_len = k->berr.len;
+  memset(&k->bout, 0, sizeof k->bout);
+  memset(&k->berr, 0, sizeof k->berr);
+}
+
 /* Completes the request once the program has exited and both pipes ended; then closes up. */
 static void maybe_finish(running_t *k)
 {
-  if (!(k->exited && k->out_done && k->err_done))
+  if (!(k->c.exited && k->out_done && k->err_done))
     return;
   proc_req_t *r = k->req;
   if (r) {
     k->req = NULL;
     r->base.uv = NULL;
-    r->status = k->status;
-    r->term_signal = k->term_signal;
-    r->out = k->bout.data;
-    r->out_len = k->bout.len;
-    r->err = k->berr.data;
-    r->err_len = k->berr.len;
-    k->bout.data = k->berr.data = NULL;
+    r->status = k->c.status;
+    r->term_signal = k->c.term_signal;
+    take_output(k, r);
     io_finish(&r->base, k->failed);
   }
   close_all_handles(k);
@@ -141,6 +227,11 @@ static void run_on_loop(io_req_t *req, void *loop)
     return;
   }
   k->req = r;
+  k->c.on_exit = run_exited;
+  k->next = all_runs;
+  if (all_runs)
+    all_runs->prev = k;
+  all_runs = k;
   uv_pipe_init(loop, &k->out, 0);
   uv_pipe_init(loop, &k->err, 0);
   k->out.data = k->err.data = k;
@@ -159,36 +250,16 @@ static void run_on_loop(io_req_t *req, void *loop)
   stdio[1].data.stream = (uv_stream_t *)&k->out;
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&k->err;
-  uv_process_options_t o;
-  memset(&o, 0, sizeof o);
-  o.exit_cb = on_child_exit;
-  o.file = r->argv[0];
-  o.args = r->argv;
-  o.env = r->env;
-  o.cwd = r->cwd;
-  o.stdio_count = 3;
-  o.stdio = stdio;
-  k->proc.data = k;
-  int rc = uv_spawn(loop, &k->proc, &o);
-  /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
-  ** a cwd that cannot be entered is the one to name */
-  if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
-    r->cwd_failed = 1;
+  int spawned = 0;
+  int rc = start_child(loop, &k->c, r, stdio, &spawned);
+  k->open_handles++; /* the process handle: libuv wants it closed even when the spawn failed */
   if (rc < 0) {
-    /* libuv still wants the process handle closed */
-    k->open_handles++;
     k->req = NULL;
     close_all_handles(k);
     io_finish(req, rc);
     return;
   }
-  k->open_handles++;
   r->base.uv = k;
-  k->next = all_running;
-  if (all_running)
-    all_running->prev = k;
-  all_running = k;
-  update_guards(loop);
   uv_read_start((uv_stream_t *)&k->out, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&k->err, on_alloc, on_read);
   if (r->input) {
@@ -197,14 +268,6 @@ static void run_on_loop(io_req_t *req, void *loop)
     if (uv_write(&k->write, (uv_stream_t *)&k->in, &b, 1, on_written) < 0)
       uv_close((uv_handle_t *)&k->in, on_handle_closed);
   }
-}
-
-/* SIGKILL to every program still running (the runtime's end, a fatal signal). */
-static void kill_running_programs(void)
-{
-  for (running_t *k = all_running; k; k = k->next)
-    if (!k->exited)
-      uv_process_kill(&k->proc, SIGKILL);
 }
 
 /* Timed out: kill the program; its handles close when it has gone. */
@@ -216,15 +279,205 @@ static void run_cancel(io_req_t *req)
     return;
   k->req = NULL;
   r->base.uv = NULL;
-  uv_process_kill(&k->proc, SIGKILL);
-  r->out = k->bout.data; /* what it wrote so far; what comes until its pipes close is dropped */
-  r->out_len = k->bout.len;
-  r->err = k->berr.data;
-  r->err_len = k->berr.len;
-  memset(&k->bout, 0, sizeof k->bout);
-  memset(&k->berr, 0, sizeof k->berr);
+  signal_child(&k->c, SIGKILL);
+  take_output(k, r); /* what it wrote so far; what comes until its pipes close is dropped */
   io_finish(req, -ETIMEDOUT);
 }
+
+/* ---- Live programs (spawn) ------------------------------------------------------------------
+** A live_t is named by its id from the spawn until its handle is released; it is freed when
+** both have happened: released and exited (libuv reaps the program only while its process
+** handle is open). */
+
+typedef struct live {
+  child_t c;               /* first (child_t's proc) */
+  uint64_t id;             /* 0 once released */
+  smarm_pid_t notify;      /* who gets the exit message, or 0 */
+  proc_req_t *waits;       /* the waits for its exit (linked through wait_next) */
+} live_t;
+
+static io_ids_t lives;
+
+static void free_live(uv_handle_t *h) { free(h->data); }
+
+static void finish_waits(live_t *l, int err)
+{
+  proc_req_t *w = l->waits;
+  l->waits = NULL;
+  while (w) {
+    proc_req_t *next = w->wait_next;
+    w->wait_next = NULL;
+    w->base.uv = NULL;
+    w->status = l->c.status;
+    w->term_signal = l->c.term_signal;
+    io_finish(&w->base, err);
+    w = next;
+  }
+}
+
+static void live_exited(child_t *c)
+{
+  live_t *l = (live_t *)c;
+  if (l->notify) {
+    smarm_msg_t *m = sm_io_event_new(IO_EV_PROCESS, IO_EV_EXIT, l->id, 0,
+                                     sizeof(proc_exit_payload_t));
+    if (m) { /* out of memory: no message (a wait still tells) */
+      proc_exit_payload_t pl = {c->status, c->term_signal, c->proc.pid};
+      memcpy((char *)smarm_msg_data(m) + sizeof(io_event_t), &pl, sizeof pl);
+      if (smarm_send_outside(l->notify, m) < 0)
+        smarm_msg_free(m); /* no runtime any more */
+    }
+  }
+  finish_waits(l, 0);
+  if (!l->id) /* released already */
+    uv_close((uv_handle_t *)&c->proc, free_live);
+}
+
+/* The handle is gone: forgotten now if it has exited, else once it has. */
+static void live_release(live_t *l)
+{
+  sm_io_id_free(&lives, l->id);
+  l->id = 0;
+  if (l->c.exited)
+    uv_close((uv_handle_t *)&l->c.proc, free_live);
+}
+
+/* A standard stream of a spawned program: the container for uv_spawn, and for a pipe the
+** socketpair (parent's end, child's end). 0 or -errno. */
+static int stdio_of(proc_req_t *r, int i, uv_stdio_container_t *stdio, int pair[3][2])
+{
+  switch (r->stdio[i]) {
+  case IOPROC_PIPE:
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair[i]) < 0)
+      return -errno;
+    if (i > 0)
+      shutdown(pair[i][0], SHUT_WR); /* an output: nothing of ours reaches the program's reads */
+    stdio[i].flags = UV_INHERIT_FD;
+    stdio[i].data.fd = pair[i][1];
+    return 0;
+  case IOPROC_INHERIT:
+    stdio[i].flags = UV_INHERIT_FD;
+    stdio[i].data.fd = i;
+    return 0;
+  case IOPROC_TO_STDOUT:
+    stdio[i] = stdio[1];
+    return 0;
+  default:
+    stdio[i].flags = UV_IGNORE; /* /dev/null */
+    return 0;
+  }
+}
+
+static void spawn_on_loop(proc_req_t *r, uv_loop_t *loop)
+{
+  live_t *l = calloc(1, sizeof *l);
+  if (!l) {
+    io_finish(&r->base, -ENOMEM);
+    return;
+  }
+  l->c.on_exit = live_exited;
+  l->c.group = r->group;
+  l->notify = r->notify;
+  int pair[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+  uv_stdio_container_t stdio[3];
+  int rc = 0, spawned = 0;
+  for (int i = 0; i < 3 && rc == 0; i++)
+    rc = stdio_of(r, i, stdio, pair);
+  if (rc == 0)
+    rc = start_child(loop, &l->c, r, stdio, &spawned);
+  for (int i = 0; i < 3; i++) /* the child's ends are the child's alone */
+    if (pair[i][1] >= 0)
+      close(pair[i][1]);
+  if (rc == 0 && !(l->id = sm_io_id_new(&lives, l))) {
+    signal_child(&l->c, SIGKILL); /* nobody could name it: it goes */
+    rc = -ENOMEM;
+  }
+  for (int i = 0; i < 3; i++) {
+    if (pair[i][0] < 0)
+      continue;
+    if (rc == 0) { /* adopting closes the descriptor when it fails */
+      r->stdio_fd[i] = pair[i][0];
+      if (!(r->stdio_id[i] = sm_tcp_adopt_unix(loop, pair[i][0])))
+        rc = -ENOMEM;
+    } else {
+      close(pair[i][0]);
+    }
+  }
+  if (rc == 0) {
+    r->new_id = l->id;
+    r->os_pid = l->c.proc.pid;
+    io_finish(&r->base, 0);
+    return;
+  }
+  for (int i = 0; i < 3; i++)
+    if (r->stdio_id[i])
+      sm_tcp_post_close(r->stdio_id[i]);
+  if (l->id) {
+    signal_child(&l->c, SIGKILL);
+    live_release(l); /* freed at its exit */
+  } else if (spawned) {
+    uv_close((uv_handle_t *)&l->c.proc, free_live);
+  } else {
+    free(l);
+  }
+  io_finish(&r->base, rc);
+}
+
+static void live_on_loop(io_req_t *req, void *loop)
+{
+  proc_req_t *r = (proc_req_t *)req;
+  if (r->op == IOPROC_SPAWN) {
+    spawn_on_loop(r, loop);
+    return;
+  }
+  live_t *l = sm_io_id_get(&lives, r->id);
+  if (!l) {
+    io_finish(req, UV_EBADF);
+    return;
+  }
+  switch (r->op) {
+  case IOPROC_WAIT:
+    if (l->c.exited) {
+      r->status = l->c.status;
+      r->term_signal = l->c.term_signal;
+      io_finish(req, 0);
+    } else {
+      r->wait_next = l->waits;
+      l->waits = r;
+      r->base.uv = l;
+    }
+    return;
+  case IOPROC_KILL:
+    io_finish(req, signal_child(&l->c, r->signum));
+    return;
+  case IOPROC_RELEASE:
+    live_release(l);
+    io_finish(req, 0);
+    return;
+  default:
+    io_finish(req, UV_EINVAL);
+  }
+}
+
+/* A wait timed out: it leaves the list. */
+static void live_cancel(io_req_t *req)
+{
+  proc_req_t *r = (proc_req_t *)req;
+  live_t *l = r->base.uv;
+  if (!l)
+    return;
+  for (proc_req_t **p = &l->waits; *p; p = &(*p)->wait_next) {
+    if (*p == r) {
+      *p = r->wait_next;
+      break;
+    }
+  }
+  r->wait_next = NULL;
+  r->base.uv = NULL;
+  io_finish(req, -ETIMEDOUT);
+}
+
+/* ---- Requests' ends ------------------------------------------------------------------------ */
 
 static void free_list(char **v)
 {
@@ -233,9 +486,26 @@ static void free_list(char **v)
   free(v);
 }
 
+static void post_release(uint64_t id)
+{
+  proc_req_t *c = sm_proc_req_new(IOPROC_RELEASE);
+  if (c) { /* out of memory: it stays known until the IO thread stops */
+    c->id = id;
+    sm_io_post(&c->base);
+  }
+}
+
+/* Runs on the thread that lets go of the last reference (tcp.c's tcp_free says why): what a
+** spawn made for a caller that never took it is let go here; the program runs on. */
 static void proc_free(io_req_t *req)
 {
   proc_req_t *r = (proc_req_t *)req;
+  if (r->op == IOPROC_SPAWN && r->base.completed && r->base.err == 0 && !r->new_taken) {
+    for (int i = 0; i < 3; i++)
+      if (r->stdio_id[i])
+        sm_tcp_post_close(r->stdio_id[i]);
+    post_release(r->new_id);
+  }
   free_list(r->argv);
   free_list(r->env);
   free(r->cwd);
@@ -245,19 +515,34 @@ static void proc_free(io_req_t *req)
 }
 
 /* The IO thread stops (the runtime has ended): programs still running are killed, their callers
-** (gone) completed as cancelled; their handles close as they go, so the loop can end. */
+** (gone) completed as cancelled, and every handle closes, so that the loop can end. */
+static void stop_live(void *l)
+{
+  live_t *v = l;
+  finish_waits(v, -ECANCELED);
+  v->notify = 0;
+  sm_io_id_free(&lives, v->id);
+  v->id = 0;
+  unlink_running(&v->c);
+  if (!uv_is_closing((uv_handle_t *)&v->c.proc))
+    uv_close((uv_handle_t *)&v->c.proc, free_live);
+}
+
 static void stop_programs(void *loop)
 {
   (void)loop;
   kill_running_programs();
-  for (running_t *k = all_running; k; k = k->next) {
+  for (running_t *k = all_runs; k; k = k->next) {
     proc_req_t *r = k->req;
     if (r) {
       k->req = NULL;
       r->base.uv = NULL;
       io_finish(&r->base, -ECANCELED);
     }
+    unlink_running(&k->c);
+    close_all_handles(k);
   }
+  sm_io_id_each(&lives, stop_live);
 }
 
 /* ---- Signals ------------------------------------------------------------------------------- */
@@ -432,6 +717,19 @@ proc_req_t *sm_proc_run_new(void)
 proc_req_t *sm_proc_signal_new(void)
 {
   pthread_once(&registered, register_stop);
-  return (proc_req_t *)sm_io_req_new_loop(sizeof(proc_req_t), signal_on_loop, signal_cancel,
-                                          proc_free);
+  proc_req_t *r = (proc_req_t *)sm_io_req_new_loop(sizeof(proc_req_t), signal_on_loop,
+                                                   signal_cancel, proc_free);
+  if (r)
+    r->op = IOPROC_SIGNAL;
+  return r;
+}
+
+proc_req_t *sm_proc_req_new(enum proc_op op)
+{
+  pthread_once(&registered, register_stop);
+  proc_req_t *r = (proc_req_t *)sm_io_req_new_loop(sizeof(proc_req_t), live_on_loop, live_cancel,
+                                                   proc_free);
+  if (r)
+    r->op = op;
+  return r;
 }

@@ -74,6 +74,8 @@ static void tcp_free(io_req_t *req)
   free(r->data);
 }
 
+void sm_tcp_post_close(uint64_t id) { post_close_id(id); }
+
 static void post_close_id(uint64_t id)
 {
   tcp_req_t *c = sm_tcp_req_new(IOTCP_CLOSE);
@@ -654,6 +656,26 @@ static int unix_connect(tcp_req_t *r, uv_loop_t *loop)
   return rc;
 }
 
+static pthread_once_t registered = PTHREAD_ONCE_INIT;
+static void register_stop(void);
+
+uint64_t sm_tcp_adopt_unix(void *loop, int fd)
+{
+  pthread_once(&registered, register_stop); /* the sockets close when the IO thread stops */
+  sock_t *s = sock_new(loop, 0, 1);
+  if (!s) {
+    close(fd);
+    return 0;
+  }
+  if (uv_pipe_open(&s->h.pipe, fd) < 0) {
+    close(fd);
+    sock_close(s);
+    return 0;
+  }
+  read_resume(s);
+  return s->id;
+}
+
 /* A Unix socket's own or peer's name: its path, "@name" for an abstract one, "" for none. */
 static int unix_name(sock_t *s, int peer, char *out, size_t size)
 {
@@ -839,7 +861,6 @@ static void close_all(void *loop)
   sm_io_id_each(&ids, close_one);
 }
 
-static pthread_once_t registered = PTHREAD_ONCE_INIT;
 static void register_stop(void) { sm_io_on_stop(close_all); }
 
 tcp_req_t *sm_tcp_req_new(enum tcp_op op)

@@ -77,4 +77,13 @@ typedef struct tcp_req {
 /* A request for op (a zeroed tcp_req_t that runs on the IO thread), or NULL. */
 tcp_req_t *sm_tcp_req_new(enum tcp_op op);
 
+/* On the IO thread: fd, a connected Unix stream socket made elsewhere (a child process's end of
+** a socketpair: proc.c), becomes a connection named by an id, reading like any other; 0 when it
+** cannot (then fd is closed). */
+uint64_t sm_tcp_adopt_unix(void *loop, int fd);
+
+/* From any thread: closes the socket id (a posted request; nothing when out of memory: it stays
+** open until the IO thread stops). */
+void sm_tcp_post_close(uint64_t id);
+
 #endif

@@ -30,6 +30,14 @@ int sm_lio_push_failure(lua_State *L, int err, const char *subject)
   return 3;
 }
 
+int sm_lio_push_done(lua_State *L, int err)
+{
+  if (err)
+    return sm_lio_push_failure(L, err, NULL);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
   size_t n;

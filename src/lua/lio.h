@@ -45,6 +45,10 @@ void sm_lsmarm_saved_claim(lua_State *L, int (*claim)(lua_State *L, void *ud), v
 ** a subject) and libuv's error name. Returns how many values it pushed. */
 int sm_lio_push_failure(lua_State *L, int err, const char *subject);
 
+/* Pushes true when err is 0, else the failure (sm_lio_push_failure, no subject); returns how
+** many values it pushed. */
+int sm_lio_push_done(lua_State *L, int err);
+
 /* Sets module[name] (module: the stack index of the smarm.core table) to a new table of the
 ** functions. */
 void sm_lio_add_table(lua_State *L, int module, const char *name, const luaL_Reg *functions);

@@ -88,6 +88,8 @@ static void push_sock(lua_State *L, uint64_t id, int listener, int fd, int unix_
   sm_lhandle_own(L, -1, &sock_kind);
 }
 
+void sm_ltcp_push_unix_conn(lua_State *L, uint64_t id, int fd) { push_sock(L, id, 0, fd, 1); }
+
 /* Is the value at idx a socket userdata (a server when listener, a connection when not, either
 ** when -1)? */
 static lsock_t *test_sock(lua_State *L, int idx, int listener)

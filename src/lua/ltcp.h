@@ -7,7 +7,13 @@
 
 #include <lua.h>
 
+#include <stdint.h>
+
 /* Sets module.tcp (module: the stack index of the smarm.core table). */
 void sm_ltcp_register(lua_State *L, int module);
+
+/* Pushes a new Unix connection's userdata for the IO socket id (descriptor fd), owned by the
+** running actor (a spawned program's pipe: lproc.c). */
+void sm_ltcp_push_unix_conn(lua_State *L, uint64_t id, int fd);
 
 #endif

@@ -305,11 +305,7 @@ static int m_setoption(lua_State *L)
       r->iface = sm_lio_copy_arg(L, 4, NULL);
   }
   int err = call(L, u, r, SMARM_FOREVER, "udp.setoption");
-  int n = 1;
-  if (err)
-    n = sm_lio_push_failure(L, err, NULL);
-  else
-    lua_pushboolean(L, 1);
+  int n = sm_lio_push_done(L, err);
   sm_lio_unbox(L, box);
   return n;
 }
