@@ -383,6 +383,64 @@ describe("reading files as Lua's io does", function()
     assert.are.same({ "second", "third" }, r.rest)
   end)
 
+  -- issue 15, item 6: a read that waits for data can be given a time limit, and what it took
+  -- before the limit passed stays for the next read
+  it("times out a read that waits for data, keeping what it had read", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local writer = smarm.spawn(function()
+        local w = assert(smarm.fs.open(fifo, "w"))
+        assert(smarm.receive(HANG) == "part")
+        w:write("par")
+        assert(smarm.receive(HANG) == "rest")
+        w:write("tial\nnext\n")
+        assert(smarm.receive(HANG) == "end")
+        w:close()
+      end)
+      local f = assert(smarm.fs.open(fifo, "r"))
+      local out = { set = f:settimeout(0.01) }
+      out.nothing = { f:read("*l") } -- nothing written yet
+      smarm.send(writer, "part")
+      -- a read that took "par" and then waited for the end of the line
+      guard.wait(function()
+        local got = { f:read("*l") }
+        return got[2] == "timeout" and f:read(0) == "" -- "par" is held: a count of 0 sees it
+      end, "the first half")
+      smarm.send(writer, "rest")
+      f:settimeout(nil) -- no limit again
+      out.line = f:read("*l")
+      out.next = f:read("*l")
+      f:settimeout(0)
+      out.zero = { f:read("*l") } -- a limit of 0: only what is there now
+      smarm.send(writer, "end")
+      f:settimeout(HANG)
+      out.eof = { f:read("*l") } -- the writer's end ends the wait
+      f:close()
+      -- a regular file never waits: its reads go on as without a limit
+      local path = dir .. "/plain"
+      assert(smarm.fs.writefile(path, "a\nb\n"))
+      local g = assert(smarm.fs.open(path, "r"))
+      g:settimeout(0)
+      out.plain = { g:read("*l"), g:read("*l"), g:read("*l") }
+      g:close()
+      out.closed = select(2, pcall(g.settimeout, g, 1))
+      out.bad = select(2, pcall(function() assert(smarm.fs.open(path, "r")):settimeout("soon") end))
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.is_true(r.set)
+    assert.are.same({ nil, "timeout" }, r.nothing)
+    assert.are.equal("partial", r.line)
+    assert.are.equal("next", r.next)
+    assert.are.same({ nil, "timeout" }, r.zero)
+    assert.are.same({}, r.eof)
+    assert.are.same({ "a", "b" }, r.plain)
+    assert.matches("smarm.fs.settimeout: the file is closed", r.closed, 1, true)
+    assert.matches("number expected, got string", r.bad, 1, true)
+  end)
+
   it("refuses to hand over a FIFO whose read-ahead cannot be put back", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"

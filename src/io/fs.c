@@ -1,6 +1,7 @@
 /*
 ** File-system work on libuv's pool (see fs.h). Everything here runs on a pool thread, except
-** sm_fs_req_new and sm_fs_post_close (any thread).
+** sm_fs_req_new, sm_fs_wait_new and sm_fs_post_close (any thread) and the waits (the IO thread's
+** alone: a wait, the list of them, and the poll handle each holds).
 */
 #define _GNU_SOURCE
 #include "fs.h"
@@ -10,8 +11,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
+#include <uv.h>
 
 static int read_all(fs_req_t *r)
 {
@@ -155,6 +158,7 @@ static void fs_work(io_req_t *req)
     break;
   }
   case FS_CLOSE: err = close(r->fd) == 0 ? 0 : -errno; break;
+  case FS_WAIT: err = -EINVAL; break; /* the IO thread's (sm_fs_wait_new) */
   }
   req->err = err;
 }
@@ -177,6 +181,104 @@ fs_req_t *sm_fs_req_new(enum fs_op op)
   fs_req_t *r = (fs_req_t *)sm_io_req_new(sizeof *r, fs_work, fs_free);
   if (r) {
     r->op = op;
+    r->fd = -1;
+    r->offset = -1;
+  }
+  return r;
+}
+
+/* ---- Waiting for a descriptor to be readable (the IO thread) -------------------------------- */
+
+typedef struct fs_wait {
+  uv_poll_t poll;
+  fs_req_t *req;
+  struct fs_wait *prev, *next; /* every wait under way, for the IO thread's stop */
+} fs_wait_t;
+
+static fs_wait_t *all_waits;
+
+static void wait_closed(uv_handle_t *h) { free(h->data); }
+
+/* Ends wait w with err. Closing the poll handle takes its descriptor out of the loop at once
+** (uv_close), so the request may close its duplicate as soon as it is freed. */
+static void wait_end(fs_wait_t *w, int err)
+{
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    all_waits = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  fs_req_t *r = w->req;
+  r->base.uv = NULL;
+  uv_close((uv_handle_t *)&w->poll, wait_closed);
+  io_finish(&r->base, err);
+}
+
+static void on_readable(uv_poll_t *p, int status, int events)
+{
+  (void)events; /* readable, or hung up: a read says which */
+  wait_end(p->data, status < 0 ? status : 0);
+}
+
+static void stop_waits(void *loop)
+{
+  (void)loop;
+  while (all_waits)
+    wait_end(all_waits, -ECANCELED);
+}
+
+static pthread_once_t waits_registered = PTHREAD_ONCE_INIT;
+static void register_waits_stop(void) { sm_io_on_stop(stop_waits); }
+
+static void wait_on_loop(io_req_t *req, void *loop)
+{
+  fs_req_t *r = (fs_req_t *)req;
+  fs_wait_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    io_finish(req, -ENOMEM);
+    return;
+  }
+  /* uv_poll_init makes the descriptor non-blocking, a flag of the open file that its pool reads
+  ** (and whoever else shares it: a terminal's shell) would meet: it is put back at once (epoll
+  ** needs no such flag) */
+  int flags = fcntl(r->fd, F_GETFL);
+  int rc = uv_poll_init(loop, &w->poll, r->fd); /* a regular file: EPERM (epoll's) */
+  if (flags >= 0)
+    fcntl(r->fd, F_SETFL, flags);
+  if (rc < 0) {
+    free(w);
+    io_finish(req, rc);
+    return;
+  }
+  w->poll.data = w;
+  w->req = r;
+  if ((rc = uv_poll_start(&w->poll, UV_READABLE, on_readable)) < 0) {
+    uv_close((uv_handle_t *)&w->poll, wait_closed);
+    io_finish(req, rc);
+    return;
+  }
+  w->next = all_waits;
+  if (all_waits)
+    all_waits->prev = w;
+  all_waits = w;
+  r->base.uv = w;
+}
+
+/* Timed out: nothing was read. */
+static void wait_cancel(io_req_t *req)
+{
+  fs_wait_t *w = req->uv;
+  if (w)
+    wait_end(w, -ETIMEDOUT);
+}
+
+fs_req_t *sm_fs_wait_new(void)
+{
+  pthread_once(&waits_registered, register_waits_stop);
+  fs_req_t *r = (fs_req_t *)sm_io_req_new_loop(sizeof *r, wait_on_loop, wait_cancel, fs_free);
+  if (r) {
+    r->op = FS_WAIT;
     r->fd = -1;
     r->offset = -1;
   }

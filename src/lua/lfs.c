@@ -173,6 +173,8 @@ typedef struct lfile {
   char *rbuf;
   size_t rstart, rlen, rcap;
   smarm_pid_t reader; /* the actor parked in a read at the file's position, or 0 */
+  double timeout; /* seconds a read at the position waits for data; negative: no limit */
+  int unpollable; /* a regular file: its reads never wait, there is nothing to wait for */
 } lfile_t;
 
 /* Registry key of the VM's open files (weak keys: file userdata -> true), for sm_lfs_end_run. */
@@ -192,6 +194,7 @@ static void file_made(lua_State *L, lfile_t *f, int fd, char *path)
 {
   memset(f, 0, sizeof *f);
   f->fd = -1; /* owns nothing until the steps that may raise are done */
+  f->timeout = -1;
   f->run = sm_lhandle_run_generation();
   lvm_push_registry_table(L, &open_files_key, "k");
   lua_pushvalue(L, -2);
@@ -290,10 +293,46 @@ static void unbuffer(lfile_t *f)
   f->rstart = f->rlen = 0;
 }
 
-/* One read at the descriptor's position (up to `most` bytes) onto the read-ahead. Returns the
-** bytes read (0: the end of the file), or -k after pushing the k values of a failure. */
-static long fill(lua_State *L, lfile_t *f, size_t most, const char *fname)
+/* Waits on the IO thread until the file can be read, or the deadline (smarm_now_ns) passes:
+** 0, -ETIMEDOUT (nothing was taken from the file) or another error. A regular file has nothing
+** to wait for: 0 at once, and never asked again. */
+static int wait_readable(lua_State *L, lfile_t *f, int64_t deadline, const char *fname)
 {
+  if (f->unpollable)
+    return 0;
+  int64_t now = smarm_now_ns();
+  int top = lua_gettop(L);
+  fs_req_t *r = sm_fs_wait_new();
+  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
+  sm_lpark_check(L, fname);
+  int err = sm_fs_req_own_fd(r, f->fd);
+  if (!err) {
+    f->reader = smarm_self();
+    err = sm_lsmarm_io_call(L, &r->base, now >= deadline ? 0 : deadline - now, fname);
+    f->reader = 0;
+  }
+  sm_lio_unbox(L, box);
+  lua_settop(L, top);
+  if (err == -EPERM) { /* epoll's answer for a regular file */
+    f->unpollable = 1;
+    err = 0;
+  }
+  return err;
+}
+
+/* One read at the descriptor's position (up to `most` bytes) onto the read-ahead, waiting for
+** data until deadline (negative: no limit). Returns the bytes read (0: the end of the file), or
+** -k after pushing the k values of a failure (nil, "timeout" when the deadline passed). */
+static long fill(lua_State *L, lfile_t *f, size_t most, int64_t deadline, const char *fname)
+{
+  if (deadline >= 0) {
+    int err = wait_readable(L, f, deadline, fname);
+    if (err)
+      return -sm_lio_push_failure(L, err, err == -ETIMEDOUT ? NULL : f->path);
+    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
+      check_file(L, fname);
+  }
   int top = lua_gettop(L);
   fs_req_t *r = new_bare_request(L, FS_READ);
   int box = lua_gettop(L);
@@ -381,6 +420,9 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
                         const char *fname)
 {
   check_no_reader(L, f, fname);
+  int64_t ns = sm_lsmarm_timeout_ns(f->timeout), deadline = -1;
+  if (ns != SMARM_FOREVER)
+    deadline = smarm_now_ns() + ns;
   size_t scanned = 0; /* LINE: bytes already known to hold no newline */
   for (;;) {
     size_t avail = f->rlen - f->rstart;
@@ -400,7 +442,7 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
     size_t most = how == COUNT && count - avail > READ_CHUNK ? count - avail : READ_CHUNK;
     if (f->fd < 0) /* closed or handed over by another actor while this one waited */
       check_file(L, fname);
-    long n = fill(L, f, most, fname);
+    long n = fill(L, f, most, deadline, fname);
     if (n < 0)
       return (int)-n;
     if (n == 0) { /* the end */
@@ -448,6 +490,16 @@ static int f_read(lua_State *L)
   }
   sm_lio_unbox(L, box);
   return k;
+}
+
+/* file:settimeout(seconds): how long a read at the file's position waits for data (nil or
+** negative: no limit). */
+static int f_settimeout(lua_State *L)
+{
+  lfile_t *f = check_file(L, "settimeout");
+  f->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 /* The iterator of file:lines(): upvalues the file and the pattern. */
@@ -598,6 +650,7 @@ static int file_test(lua_State *L, int idx, void **file, lhandle_t *h)
                   "cannot seek)");
   memset(h, 0, sizeof *h);
   h->fd = f->fd;
+  h->timeout = f->timeout;
   *file = f;
   return 1;
 }
@@ -613,6 +666,7 @@ static void file_push(lua_State *L, const lhandle_t *h)
 {
   lfile_t *f = lua_newuserdata(L, sizeof *f);
   file_made(L, f, h->fd, NULL);
+  f->timeout = h->timeout;
   f->path = strdup("(a file handed over)"); /* only after file_made, which may raise */
 }
 
@@ -654,7 +708,7 @@ void sm_lfs_end_run(lua_State *L)
 
 static const luaL_Reg file_methods[] = {
   {"read", f_read}, {"write", f_write}, {"lines", f_lines},
-  {"seek", f_seek}, {"close", f_close}, {NULL, NULL},
+  {"seek", f_seek}, {"close", f_close}, {"settimeout", f_settimeout}, {NULL, NULL},
 };
 
 static const luaL_Reg fs_functions[] = {
