@@ -68,6 +68,29 @@ describe("smarm.process.run", function()
     assert.are.same({ stdout = "so far\n", stderr = "and err\n" }, r.slow[3])
   end)
 
+  -- A run given up (its caller killed, or timed out) must stop writing its stdin: the bytes
+  -- are the request's, freed with it. A program the run started reads them only later.
+  it("stops feeding the stdin of a run given up (the input goes with the request)", function()
+    local base = fresh_path()
+    local out = guard.run(function()
+      local caller = smarm.spawn(function()
+        smarm.process.run({ "sh", "-c", [[exec 3<&0
+          (echo > "$1.ready"; while [ ! -e "$1" ]; do sleep 0.01; done
+           cat <&3 > "$1.out"; echo > "$1.done") &
+          exec sleep 60]], "sh", base }, { stdin = ("x"):rep(1024 * 1024) })
+      end)
+      guard.wait(function() return smarm.fs.stat(base .. ".ready") end, "the reader's start")
+      smarm.kill(caller) -- its request is cancelled: the program killed, the input freed
+      guard.ended(caller)
+      assert(smarm.fs.writefile(base, "go")) -- now the reader reads what it is given
+      guard.wait(function() return smarm.fs.stat(base .. ".done") end, "the reader's end")
+      return smarm.fs.readfile(base .. ".out")
+    end)
+    for _, suffix in ipairs({ "", ".ready", ".out", ".done" }) do os.remove(base .. suffix) end
+    assert.is_true(#out < 1024 * 1024) -- cut off at the cancel (what the pipe held by then)
+    assert.are.equal(("x"):rep(#out), out)
+  end)
+
   it("parks only the caller: other actors run while a program runs", function()
     -- the program runs until the main actor, which ticks meanwhile, creates a file after 5 ticks
     local flag = fresh_path()
@@ -354,6 +377,35 @@ describe("smarm.process.spawn", function()
       guard.wait(function() return not running_cmdline("sleep 32.25 ") and not running_cmdline("sleep 32.5 ") end,
         "the programs' end")
     end)
+  end)
+
+  -- A program killed at the runtime's end is reaped before the run returns: its process handle
+  -- closes only once it has exited, else it would stay a zombie child of this process for good.
+  it("leaves no zombie of a program killed at the runtime's end (spawned or run)", function()
+    local function state(pid) -- of our child pid ("gone" also for a pid reused by another's)
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if not f then return "gone" end
+      local s, ppid = (f:read("*a") or ""):match("^%d+ %b() (%a) (%d+)")
+      f:close()
+      return tonumber(ppid) == posix.pid() and s or "gone"
+    end
+    local pidfile = fresh_path()
+    local spawned = guard.run(function()
+      local p = smarm.process.spawn({ "sleep", "32.75" }, { stdin = "null", stdout = "null" })
+      smarm.spawn(function()
+        smarm.process.run({ "sh", "-c", 'echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 32.75',
+          "sh", pidfile })
+      end)
+      guard.wait(function() local s = smarm.fs.readfile(pidfile); return s and #s > 0 end,
+        "the run's start")
+      return p.pid
+    end)
+    local f = assert(io.open(pidfile))
+    local ran = f:read("*n")
+    f:close()
+    os.remove(pidfile)
+    -- the runtime has ended: both were killed and waited for (not a zombie, not running)
+    assert.are.same({ "gone", "gone" }, { state(spawned), state(ran) })
   end)
 
   it("raises for a handle of an earlier run", function()

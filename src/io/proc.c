@@ -280,6 +280,10 @@ static void run_cancel(io_req_t *req)
   k->req = NULL;
   r->base.uv = NULL;
   signal_child(&k->c, SIGKILL);
+  /* its stdin's bytes are r's, freed once r is completed: a write still pending (a program it
+  ** started may read that pipe on) ends now, cancelled by the close */
+  if (k->in.data && !uv_is_closing((uv_handle_t *)&k->in))
+    uv_close((uv_handle_t *)&k->in, on_handle_closed);
   take_output(k, r); /* what it wrote so far; what comes until its pipes close is dropped */
   io_finish(req, -ETIMEDOUT);
 }
@@ -380,18 +384,16 @@ static void spawn_on_loop(proc_req_t *r, uv_loop_t *loop)
   l->notify = r->notify;
   int pair[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
   uv_stdio_container_t stdio[3];
-  int rc = 0, spawned = 0;
+  int rc = 0, spawned = 0, started = 0;
   for (int i = 0; i < 3 && rc == 0; i++)
     rc = stdio_of(r, i, stdio, pair);
   if (rc == 0)
-    rc = start_child(loop, &l->c, r, stdio, &spawned);
+    started = (rc = start_child(loop, &l->c, r, stdio, &spawned)) == 0;
   for (int i = 0; i < 3; i++) /* the child's ends are the child's alone */
     if (pair[i][1] >= 0)
       close(pair[i][1]);
-  if (rc == 0 && !(l->id = sm_io_id_new(&lives, l))) {
-    signal_child(&l->c, SIGKILL); /* nobody could name it: it goes */
+  if (rc == 0 && !(l->id = sm_io_id_new(&lives, l)))
     rc = -ENOMEM;
-  }
   for (int i = 0; i < 3; i++) {
     if (pair[i][0] < 0)
       continue;
@@ -412,9 +414,11 @@ static void spawn_on_loop(proc_req_t *r, uv_loop_t *loop)
   for (int i = 0; i < 3; i++)
     if (r->stdio_id[i])
       sm_tcp_post_close(r->stdio_id[i]);
-  if (l->id) {
+  if (started) { /* it runs, in all_running: killed, and freed at its exit (reaped) */
+    l->notify = 0; /* no exit message for a spawn that failed */
     signal_child(&l->c, SIGKILL);
-    live_release(l); /* freed at its exit */
+    if (l->id)
+      live_release(l);
   } else if (spawned) {
     uv_close((uv_handle_t *)&l->c.proc, free_live);
   } else {
@@ -515,17 +519,16 @@ static void proc_free(io_req_t *req)
 }
 
 /* The IO thread stops (the runtime has ended): programs still running are killed, their callers
-** (gone) completed as cancelled, and every handle closes, so that the loop can end. */
+** (gone) completed as cancelled, and every handle closes, so that the loop can end. A process
+** handle closes only once its program has exited (killed: at once), so that libuv reaps it
+** rather than leave a zombie for the rest of the host's life; a run's pipes close now (a
+** program it started may hold them open for good). */
 static void stop_live(void *l)
 {
   live_t *v = l;
   finish_waits(v, -ECANCELED);
   v->notify = 0;
-  sm_io_id_free(&lives, v->id);
-  v->id = 0;
-  unlink_running(&v->c);
-  if (!uv_is_closing((uv_handle_t *)&v->c.proc))
-    uv_close((uv_handle_t *)&v->c.proc, free_live);
+  live_release(v); /* closed now if it has exited, else at its exit (live_exited) */
 }
 
 static void stop_programs(void *loop)
@@ -539,8 +542,13 @@ static void stop_programs(void *loop)
       r->base.uv = NULL;
       io_finish(&r->base, -ECANCELED);
     }
-    unlink_running(&k->c);
-    close_all_handles(k);
+    k->out_done = k->err_done = 1; /* maybe_finish closes the process handle at its exit */
+    uv_handle_t *pipes[] = {(uv_handle_t *)&k->in, (uv_handle_t *)&k->out, (uv_handle_t *)&k->err};
+    for (size_t i = 0; i < sizeof pipes / sizeof *pipes; i++)
+      if (pipes[i]->data && !uv_is_closing(pipes[i]))
+        uv_close(pipes[i], on_handle_closed);
+    if (k->c.exited)
+      close_all_handles(k);
   }
   sm_io_id_each(&lives, stop_live);
 }
