@@ -76,12 +76,25 @@ const char *sm_ljx_cannot_park(lua_State *L)
   return sm_ljx_cannot_preempt(L); /* what a preemption, inside its own hook, checks too */
 }
 
+#if LJ_HASJIT
+static void finish_trace_abort(lua_State *L, global_State *g);
+#endif
+
 void sm_ljx_before_switch(lua_State *L)
 {
 #if LJ_HASJIT
   global_State *g = G(L);
-  if (G2J(g)->state == LJ_TRACE_IDLE)
-    return;
+  if (G2J(g)->state != LJ_TRACE_IDLE)
+    finish_trace_abort(L, g);
+#else
+  (void)L;
+#endif
+}
+
+#if LJ_HASJIT
+/* Out of line: the check above is on every switch, and its frame stays that of a leaf. */
+static __attribute__((noinline, cold)) void finish_trace_abort(lua_State *L, global_State *g)
+{
   lj_trace_abort(g);
   /* Finish the stop as the interpreter's next dispatch would: while the recorder is not idle,
   ** every call goes through lj_dispatch_call, which hands the callee's first instruction to the
@@ -111,10 +124,8 @@ void sm_ljx_before_switch(lua_State *L)
   if (!active)
     hook_leave(g);
   g->vmstate = vmstate;
-#else
-  (void)L;
-#endif
 }
+#endif
 
 int sm_ljx_sethook_in_compiler(lua_State *L, lua_Hook f, int mask, int count)
 {
