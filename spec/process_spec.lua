@@ -4,6 +4,12 @@ local guard = dofile("spec/support/guard.lua")
 local posix = dofile("spec/support/posix.lua")
 local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
+-- A duration for `sleep` that names this process's programs alone: the cases below look for
+-- them by command line, and the other variants' process_spec run beside this one (ctest -j).
+local function own_duration(seconds)
+  return ("%d.%05d"):format(seconds, posix.pid() % 100000)
+end
+
 -- A path that does not exist yet, for a program to wait for or to create.
 local function fresh_path()
   local p = os.tmpname()
@@ -122,19 +128,19 @@ describe("smarm.process.run", function()
       -- a duration no other test uses, so that the count below sees only this program; it says
       -- when it has started by creating a file
       smarm.spawn(function()
-        smarm.process.run({ "sh", "-c", 'echo > "$1"; exec sleep 29.5', "sh", started })
+        smarm.process.run({ "sh", "-c", 'echo > "$1"; exec sleep ' .. own_duration(29), "sh", started })
       end)
       guard.wait(function() return smarm.fs.stat(started) end, "the program's start", 0.01)
       -- the main actor ends, and the runtime with it
     end)
     os.remove(started)
     assert.is_true(os.time() - t0 < 25) -- killed: not waited for (29.5 s)
-    -- no process left running `sleep 29.5` (read from /proc without a fork: see posix.lua)
+    -- no process left running this sleep (read from /proc without a fork: see posix.lua)
     local left = 0
     for _, name in ipairs(posix.list("/proc")) do
       local f = name:match("^%d+$") and io.open("/proc/" .. name .. "/cmdline")
       if f then
-        if (f:read("*a") or ""):gsub("%z", " ") == "sleep 29.5 " then left = left + 1 end
+        if (f:read("*a") or ""):gsub("%z", " ") == "sleep " .. own_duration(29) .. " " then left = left + 1 end
         f:close()
       end
     end
@@ -192,6 +198,11 @@ local function running_cmdline(cmdline)
     end
   end
   return false
+end
+
+-- Whether one of this process's `sleep own_duration(seconds)` runs.
+local function running_sleep(seconds)
+  return running_cmdline("sleep " .. own_duration(seconds) .. " ")
 end
 
 local function rss_kib()
@@ -260,16 +271,17 @@ describe("smarm.process.spawn", function()
 
   it("kills a whole process group when the program leads one", function()
     local r = guard.run(function()
-      local p = smarm.process.spawn({ "sh", "-c", "sleep 31.25 & sleep 31.25 & echo started; wait" },
+      local sleep = "sleep " .. own_duration(31)
+      local p = smarm.process.spawn({ "sh", "-c", sleep .. " & " .. sleep .. " & echo started; wait" },
         { group = true, stdin = "null" })
       local line = p.stdout:receive("*l")
-      guard.wait(function() return running_cmdline("sleep 31.25 ") end, "the group's sleeps")
+      guard.wait(function() return running_cmdline(sleep .. " ") end, "the group's sleeps")
       assert(p:kill("SIGTERM"))
       return { line = line, w = p:wait() }
     end)
     assert.are.same({ line = "started", w = { signal = 15 } }, r)
     guard.run(function()
-      guard.wait(function() return not running_cmdline("sleep 31.25 ") end, "the group's end")
+      guard.wait(function() return not running_sleep(31) end, "the group's end")
     end)
   end)
 
@@ -363,19 +375,17 @@ describe("smarm.process.spawn", function()
   it("kills a spawned program still running when the runtime ends, its handle collected or not", function()
     local gone_handle
     guard.run(function()
-      local p = smarm.process.spawn({ "sleep", "32.25" }, { stdin = "null", stdout = "null" })
-      smarm.process.spawn({ "sleep", "32.5" }, { stdin = "null", stdout = "null" }) -- dropped at once
+      local p = smarm.process.spawn({ "sleep", own_duration(32) }, { stdin = "null", stdout = "null" })
+      smarm.process.spawn({ "sleep", own_duration(33) }, { stdin = "null", stdout = "null" }) -- dropped
       collectgarbage()
       collectgarbage()
       gone_handle = true
-      guard.wait(function() return running_cmdline("sleep 32.25 ") and running_cmdline("sleep 32.5 ") end,
-        "the programs' start")
+      guard.wait(function() return running_sleep(32) and running_sleep(33) end, "the programs' start")
       assert(p.pid)
     end)
     assert.is_true(gone_handle)
     guard.run(function()
-      guard.wait(function() return not running_cmdline("sleep 32.25 ") and not running_cmdline("sleep 32.5 ") end,
-        "the programs' end")
+      guard.wait(function() return not running_sleep(32) and not running_sleep(33) end, "the programs' end")
     end)
   end)
 
