@@ -1,11 +1,13 @@
 /* Programs and signals on the IO thread (src/io/proc.c), through the request protocol the Lua
 ** layer uses: output and status collected, a timeout kills the program, a runtime that ends with
-** programs running kills them, signal waiters complete; nothing leaks (ASan, valgrind) and no
-** race is seen (TSan). */
+** programs running kills them (and reaps them), a live program talks through its pipes (tcp.c's
+** sockets), is waited for and tells its exit in a message, signal waiters complete; nothing
+** leaks (ASan, valgrind) and no race is seen (TSan). */
 #define _GNU_SOURCE
 #include "test.h"
 
 #include "io/proc.h"
+#include "io/tcp.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -157,6 +159,124 @@ TEST(a_runtime_end_kills_its_programs)
   ** else by the IO thread's stop (-ECANCELED) */
   CHECK(left_running->base.err == -ETIMEDOUT || left_running->base.err == -ECANCELED);
   sm_io_req_release(&left_running->base); /* the test's (the stopped actor's went with it) */
+}
+
+/* ---- live programs (spawn) ---- */
+
+static proc_req_t *spawn_new(const char *const *argv, int in, int out, smarm_pid_t notify)
+{
+  proc_req_t *r = sm_proc_req_new(IOPROC_SPAWN);
+  CHECK(r != NULL);
+  size_t n = 0;
+  while (argv[n])
+    n++;
+  r->argv = calloc(n + 1, sizeof *r->argv);
+  for (size_t i = 0; i < n; i++)
+    r->argv[i] = strdup(argv[i]);
+  r->stdio[0] = in;
+  r->stdio[1] = out;
+  r->stdio[2] = IOPROC_NULL;
+  r->notify = notify;
+  return r;
+}
+
+/* A request on program id (wait, kill, release), its result left in the request. */
+static proc_req_t *on_program(enum proc_op op, uint64_t id, int64_t timeout_ns)
+{
+  proc_req_t *r = sm_proc_req_new(op);
+  CHECK(r != NULL);
+  r->id = id;
+  r->signum = SIGTERM;
+  sm_io_call_timeout(&r->base, timeout_ns);
+  return r;
+}
+
+static int is_exit_event(const smarm_msg_t *m, void *id)
+{
+  io_event_t ev;
+  if (smarm_msg_size(m) != sizeof ev + sizeof(proc_exit_payload_t))
+    return 0;
+  memcpy(&ev, smarm_msg_data((smarm_msg_t *)m), sizeof ev);
+  return ev.tag == IO_EVENT_TAG && ev.source == IO_EV_PROCESS && ev.kind == IO_EV_EXIT &&
+         ev.id == *(uint64_t *)id;
+}
+
+static int spawned_pid; /* the program left running at the runtime's end */
+
+static void main_spawn(void *arg)
+{
+  (void)arg;
+  const char *const sh[] = {"/bin/sh", "-c", "read x; echo got:$x; exit 4", NULL};
+  proc_req_t *r = spawn_new(sh, IOPROC_PIPE, IOPROC_PIPE, smarm_self());
+  CHECK_EQ(sm_io_call(&r->base), 0);
+  CHECK_EQ(r->base.err, 0);
+  uint64_t id = r->new_id, in = r->stdio_id[0], out = r->stdio_id[1];
+  CHECK(id != 0 && in != 0 && out != 0 && r->stdio_id[2] == 0 && r->os_pid > 0);
+  r->new_taken = 1; /* the test closes the pipes and releases the program below */
+  sm_io_req_release(&r->base);
+
+  /* a wait that times out leaves the program as it was */
+  proc_req_t *w = on_program(IOPROC_WAIT, id, 10 * MS);
+  CHECK_EQ(w->base.err, -ETIMEDOUT);
+  sm_io_req_release(&w->base);
+
+  tcp_req_t *t = sm_tcp_req_new(IOTCP_SEND);
+  t->id = in;
+  t->data = strdup("hi\n");
+  t->len = 3;
+  CHECK_EQ(sm_io_call(&t->base), 0);
+  CHECK_EQ(t->base.err, 0);
+  sm_io_req_release(&t->base);
+  char line[32];
+  size_t got = 0;
+  while (got < 7) { /* "got:hi\n", in as many pieces as the pipe gives */
+    t = sm_tcp_req_new(IOTCP_RECEIVE);
+    t->id = out;
+    t->want = sizeof line - got;
+    CHECK_EQ(sm_io_call(&t->base), 0);
+    CHECK_EQ(t->base.err, 0);
+    memcpy(line + got, t->data, t->len);
+    got += t->len;
+    sm_io_req_release(&t->base);
+  }
+  CHECK(got == 7 && memcmp(line, "got:hi\n", 7) == 0);
+
+  w = on_program(IOPROC_WAIT, id, SMARM_FOREVER);
+  CHECK_EQ(w->base.err, 0);
+  CHECK_EQ(w->status, 4);
+  CHECK_EQ(w->term_signal, 0);
+  sm_io_req_release(&w->base);
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive_match(is_exit_event, &id, TEST_HANG_GUARD_NS, &m), 0);
+  proc_exit_payload_t pl;
+  memcpy(&pl, (char *)smarm_msg_data(m) + sizeof(io_event_t), sizeof pl);
+  CHECK_EQ(pl.status, 4);
+  smarm_msg_free(m);
+  proc_req_t *k = on_program(IOPROC_KILL, id, SMARM_FOREVER); /* it has exited */
+  CHECK_EQ(k->base.err, -ESRCH);
+  sm_io_req_release(&k->base);
+  sm_tcp_post_close(in);
+  sm_tcp_post_close(out);
+  k = sm_proc_req_new(IOPROC_RELEASE);
+  k->id = id;
+  CHECK_EQ(sm_io_post(&k->base), 0);
+
+  /* one left running: the runtime's end kills it and reaps it */
+  const char *const sleeper[] = {"/bin/sleep", "30", NULL};
+  r = spawn_new(sleeper, IOPROC_NULL, IOPROC_NULL, 0);
+  CHECK_EQ(sm_io_call(&r->base), 0);
+  CHECK_EQ(r->base.err, 0);
+  spawned_pid = r->os_pid;
+  r->new_taken = 1;
+  sm_io_req_release(&r->base);
+}
+
+TEST(a_live_program_talks_exits_and_is_reaped_at_the_end)
+{
+  RUN_IO(1, main_spawn, NULL);
+  sm_io_shutdown();
+  CHECK(spawned_pid > 0);
+  CHECK(kill(spawned_pid, 0) < 0 && errno == ESRCH); /* gone, not a zombie of this process */
 }
 
 /* ---- signals ---- */
