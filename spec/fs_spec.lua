@@ -441,6 +441,42 @@ describe("reading files as Lua's io does", function()
     assert.matches("number expected, got string", r.bad, 1, true)
   end)
 
+  it("times out a write that waits for room, saying how much it wrote", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local me = smarm.self()
+      local reader = smarm.spawn(function()
+        local f = assert(smarm.fs.open(fifo, "r"))
+        assert(smarm.receive(HANG) == "read") -- nothing read until then: the FIFO fills
+        local got = {}
+        while true do
+          local data = f:read(65536)
+          if not data then break end
+          got[#got + 1] = data
+        end
+        smarm.send(me, { table.concat(got) })
+      end)
+      local w = assert(smarm.fs.open(fifo, "w"))
+      w:settimeout(0.05)
+      local first = { w:write(("a"):rep(1000000)) } -- more than a FIFO holds
+      smarm.send(reader, "read")
+      w:settimeout(HANG)
+      local second = w:write("end")
+      w:close()
+      local got = guard.receive("the reader's bytes", function(m) return type(m) == "table" end)[1]
+      return { first = first, second = second, got = got }
+    end)
+    posix.remove_tree(dir)
+    assert.is_nil(r.first[1])
+    assert.are.equal("timeout", r.first[2])
+    local n = r.first[3]
+    assert.is_true(n > 0 and n < 1000000, tostring(n))
+    assert.are.equal(3, r.second)
+    assert.are.equal(("a"):rep(n) .. "end", r.got) -- exactly what the writes said they wrote
+  end)
+
   it("refuses to hand over a FIFO whose read-ahead cannot be put back", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"

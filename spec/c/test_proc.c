@@ -15,10 +15,9 @@
 
 #define MS (1000LL * 1000)
 
-/* A run request for argv (copied: the request owns its strings), with stdin bytes or NULL. */
-static proc_req_t *run_new(const char *const *argv, const char *input)
+/* Gives request r (checked) a copy of argv: the request owns its strings. */
+static proc_req_t *with_argv(proc_req_t *r, const char *const *argv)
 {
-  proc_req_t *r = sm_proc_run_new();
   CHECK(r != NULL);
   size_t n = 0;
   while (argv[n])
@@ -26,6 +25,13 @@ static proc_req_t *run_new(const char *const *argv, const char *input)
   r->argv = calloc(n + 1, sizeof *r->argv);
   for (size_t i = 0; i < n; i++)
     r->argv[i] = strdup(argv[i]);
+  return r;
+}
+
+/* A run request for argv, with stdin bytes or NULL. */
+static proc_req_t *run_new(const char *const *argv, const char *input)
+{
+  proc_req_t *r = with_argv(sm_proc_run_new(), argv);
   if (input) {
     r->input = strdup(input);
     r->input_len = strlen(input);
@@ -165,14 +171,7 @@ TEST(a_runtime_end_kills_its_programs)
 
 static proc_req_t *spawn_new(const char *const *argv, int in, int out, smarm_pid_t notify)
 {
-  proc_req_t *r = sm_proc_req_new(IOPROC_SPAWN);
-  CHECK(r != NULL);
-  size_t n = 0;
-  while (argv[n])
-    n++;
-  r->argv = calloc(n + 1, sizeof *r->argv);
-  for (size_t i = 0; i < n; i++)
-    r->argv[i] = strdup(argv[i]);
+  proc_req_t *r = with_argv(sm_proc_req_new(IOPROC_SPAWN), argv);
   r->stdio[0] = in;
   r->stdio[1] = out;
   r->stdio[2] = IOPROC_NULL;

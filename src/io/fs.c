@@ -187,7 +187,7 @@ fs_req_t *sm_fs_req_new(enum fs_op op)
   return r;
 }
 
-/* ---- Waiting for a descriptor to be readable (the IO thread) -------------------------------- */
+/* ---- Waiting for a descriptor to be readable or writable (the IO thread) ---------------------- */
 
 typedef struct fs_wait {
   uv_poll_t poll;
@@ -215,9 +215,9 @@ static void wait_end(fs_wait_t *w, int err)
   io_finish(&r->base, err);
 }
 
-static void on_readable(uv_poll_t *p, int status, int events)
+static void on_ready(uv_poll_t *p, int status, int events)
 {
-  (void)events; /* readable, or hung up: a read says which */
+  (void)events; /* ready, or hung up: the read or write says which */
   wait_end(p->data, status < 0 ? status : 0);
 }
 
@@ -253,7 +253,8 @@ static void wait_on_loop(io_req_t *req, void *loop)
   }
   w->poll.data = w;
   w->req = r;
-  if ((rc = uv_poll_start(&w->poll, UV_READABLE, on_readable)) < 0) {
+  int events = r->flags == FS_WAIT_WRITE ? UV_WRITABLE : UV_READABLE;
+  if ((rc = uv_poll_start(&w->poll, events, on_ready)) < 0) {
     uv_close((uv_handle_t *)&w->poll, wait_closed);
     io_finish(req, rc);
     return;
@@ -265,7 +266,7 @@ static void wait_on_loop(io_req_t *req, void *loop)
   r->base.uv = w;
 }
 
-/* Timed out: nothing was read. */
+/* Timed out: nothing was read or written. */
 static void wait_cancel(io_req_t *req)
 {
   fs_wait_t *w = req->uv;
@@ -273,12 +274,13 @@ static void wait_cancel(io_req_t *req)
     wait_end(w, -ETIMEDOUT);
 }
 
-fs_req_t *sm_fs_wait_new(void)
+fs_req_t *sm_fs_wait_new(int for_what)
 {
   pthread_once(&waits_registered, register_waits_stop);
   fs_req_t *r = (fs_req_t *)sm_io_req_new_loop(sizeof *r, wait_on_loop, wait_cancel, fs_free);
   if (r) {
     r->op = FS_WAIT;
+    r->flags = for_what;
     r->fd = -1;
     r->offset = -1;
   }

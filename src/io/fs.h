@@ -4,8 +4,9 @@
 ** asked. A request carries copies of its arguments (paths, bytes: the caller's own may be gone
 ** before the work runs) and its results; the work touches neither Lua nor the runtime.
 **
-** A read's wait for data can be done first on the IO thread (FS_WAIT), so that a timed-out read
-** of a FIFO or terminal takes nothing from it.
+** A read's wait for data, and a write's wait for room, can be done first on the IO thread
+** (FS_WAIT), so that a read of a FIFO or terminal that timed out took nothing from it and a write
+** that timed out wrote a known part.
 **
 ** Descriptors: an open file's descriptor belongs to whoever holds the file (the Lua handle); a
 ** read or write names it, and its owner keeps it open until the request is done. Reads and
@@ -33,7 +34,8 @@ enum fs_op {
   FS_READ,      /* fd, len, offset -> data, len: up to len bytes (0 at the end) */
   FS_WRITE,     /* fd, data, len, offset -> len: the bytes written (all, unless it failed) */
   FS_CLOSE,     /* fd (posted: nobody waits) */
-  FS_WAIT,      /* fd: until it can be read (on the IO thread: sm_fs_wait_new) */
+  FS_WAIT,      /* fd, flags (FS_WAIT_READ or _WRITE): until it can be read or written (on the
+                   IO thread: sm_fs_wait_new) */
 };
 
 typedef struct fs_entry {
@@ -60,11 +62,13 @@ typedef struct fs_req {
 /* A request for op (fd -1, offset -1, the rest zeroed) that runs on the pool, or NULL. */
 fs_req_t *sm_fs_req_new(enum fs_op op);
 
-/* A request that completes once fd (its own duplicate: sm_fs_req_own_fd) can be read without
-** blocking, or at its end (a hang-up, an error); it runs on the IO thread (libuv's poll), so it
-** can time out (sm_io_call_timeout) with nothing taken from the file. A regular file cannot be
-** waited for: -EPERM (its reads never wait). The IO thread's stop ends it with -ECANCELED. */
-fs_req_t *sm_fs_wait_new(void);
+/* A request that completes once fd (its own duplicate: sm_fs_req_own_fd) can be read (for_what
+** FS_WAIT_READ) or written (FS_WAIT_WRITE) without blocking, or at its end (a hang-up, an
+** error); it runs on the IO thread (libuv's poll), so it can time out (sm_io_call_timeout) with
+** nothing done to the file. A regular file cannot be waited for: -EPERM (its reads and writes
+** never wait). The IO thread's stop ends it with -ECANCELED. */
+enum { FS_WAIT_READ = 1, FS_WAIT_WRITE = 2 };
+fs_req_t *sm_fs_wait_new(int for_what);
 
 /* Gives a read or write request its own duplicate of fd (close-on-exec), so that the file may be
 ** closed, and its number reused, while the request waits in the pool or runs: the work uses the

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -293,24 +294,28 @@ static void unbuffer(lfile_t *f)
   f->rstart = f->rlen = 0;
 }
 
-/* Waits on the IO thread until the file can be read, or the deadline (smarm_now_ns) passes:
-** 0, -ETIMEDOUT (nothing was taken from the file) or another error. A regular file has nothing
-** to wait for: 0 at once, and never asked again. */
-static int wait_readable(lua_State *L, lfile_t *f, int64_t deadline, const char *fname)
+/* Waits on the IO thread until the file can be read (for_what FS_WAIT_READ) or written
+** (FS_WAIT_WRITE), or the deadline (smarm_now_ns) passes: 0, -ETIMEDOUT (nothing was done to the
+** file) or another error. A regular file has nothing to wait for: 0 at once, and never asked
+** again. */
+static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, const char *fname)
 {
   if (f->unpollable)
     return 0;
   int64_t now = smarm_now_ns();
   int top = lua_gettop(L);
-  fs_req_t *r = sm_fs_wait_new();
+  fs_req_t *r = sm_fs_wait_new(for_what);
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
   sm_lpark_check(L, fname);
   int err = sm_fs_req_own_fd(r, f->fd);
   if (!err) {
-    f->reader = smarm_self();
+    int reads = for_what == FS_WAIT_READ;
+    if (reads)
+      f->reader = smarm_self();
     err = sm_lsmarm_io_call(L, &r->base, now >= deadline ? 0 : deadline - now, fname);
-    f->reader = 0;
+    if (reads)
+      f->reader = 0;
   }
   sm_lio_unbox(L, box);
   lua_settop(L, top);
@@ -321,13 +326,20 @@ static int wait_readable(lua_State *L, lfile_t *f, int64_t deadline, const char 
   return err;
 }
 
+/* The deadline of a call on f (smarm_now_ns), or -1 for none (file:settimeout). */
+static int64_t deadline_of(const lfile_t *f)
+{
+  int64_t ns = sm_lsmarm_timeout_ns(f->timeout);
+  return ns == SMARM_FOREVER ? -1 : smarm_now_ns() + ns;
+}
+
 /* One read at the descriptor's position (up to `most` bytes) onto the read-ahead, waiting for
 ** data until deadline (negative: no limit). Returns the bytes read (0: the end of the file), or
 ** -k after pushing the k values of a failure (nil, "timeout" when the deadline passed). */
 static long fill(lua_State *L, lfile_t *f, size_t most, int64_t deadline, const char *fname)
 {
   if (deadline >= 0) {
-    int err = wait_readable(L, f, deadline, fname);
+    int err = wait_ready(L, f, deadline, FS_WAIT_READ, fname);
     if (err)
       return -sm_lio_push_failure(L, err, err == -ETIMEDOUT ? NULL : f->path);
     if (f->fd < 0) /* closed or handed over by another actor while this one waited */
@@ -420,9 +432,7 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
                         const char *fname)
 {
   check_no_reader(L, f, fname);
-  int64_t ns = sm_lsmarm_timeout_ns(f->timeout), deadline = -1;
-  if (ns != SMARM_FOREVER)
-    deadline = smarm_now_ns() + ns;
+  int64_t deadline = deadline_of(f);
   size_t scanned = 0; /* LINE: bytes already known to hold no newline */
   for (;;) {
     size_t avail = f->rlen - f->rstart;
@@ -570,30 +580,75 @@ static int f_seek(lua_State *L)
   return 1;
 }
 
-/* file:write(data [, offset]) -> bytes written */
+/* One write of len bytes of data through the pool, at off (-1: the file's position): 0 with
+** *written set, or -k after pushing the k values of a failure. */
+static int write_once(lua_State *L, lfile_t *f, const char *data, size_t len, lua_Number off,
+                      size_t *written)
+{
+  int top = lua_gettop(L);
+  fs_req_t *r = new_bare_request(L, FS_WRITE);
+  int box = lua_gettop(L);
+  r->offset = off;
+  r->data = malloc(len ? len : 1);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  memcpy(r->data, data, len);
+  r->len = len;
+  sm_lpark_actor(L, "file.write"); /* raise here, before there is a duplicate to close */
+  sm_lpark_check(L, "file.write");
+  int err = sm_fs_req_own_fd(r, f->fd);
+  if (!err)
+    err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "file.write");
+  *written = err ? 0 : r->len;
+  sm_lio_unbox(L, box);
+  lua_settop(L, top);
+  return err ? -sm_lio_push_failure(L, err, f->path) : 0;
+}
+
+/* file:write(data [, offset]) -> bytes written. At the file's position with a time limit
+** (file:settimeout), a FIFO or terminal is written a pipe's atomic size (PIPE_BUF) at a time,
+** each once there is room: nil, "timeout", the bytes written, when the limit passes. */
 static int f_write(lua_State *L)
 {
   lfile_t *f = check_file(L, "write");
-  luaL_checkstring(L, 2);
+  size_t len;
+  const char *data = luaL_checklstring(L, 2, &len);
   if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
     unbuffer(f);
   lua_Number off = luaL_optnumber(L, 3, -1);
   luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
   lua_settop(L, 3);
-  fs_req_t *r = new_bare_request(L, FS_WRITE);
-  int box = lua_gettop(L);
-  r->offset = off;
-  r->data = sm_lio_copy_arg(L, 2, &r->len);
-  sm_lpark_actor(L, "file.write"); /* raise here, before there is a duplicate to close */
-  sm_lpark_check(L, "file.write");
-  int err = sm_fs_req_own_fd(r, f->fd);
-  int k = err ? sm_lio_push_failure(L, err, f->path) : run(L, r, "file.write", f->path);
-  if (!k) {
-    lua_pushnumber(L, (lua_Number)r->len);
-    k = 1;
+  int64_t deadline = off < 0 ? deadline_of(f) : -1;
+  size_t done = 0;
+  while (deadline >= 0 && !f->unpollable && done < len) {
+    int err = wait_ready(L, f, deadline, FS_WAIT_WRITE, "file.write");
+    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
+      check_file(L, "write");
+    if (err == -ETIMEDOUT) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "timeout");
+      lua_pushnumber(L, (lua_Number)done);
+      return 3;
+    }
+    if (err)
+      return sm_lio_push_failure(L, err, f->path);
+    if (f->unpollable)
+      break; /* a regular file: the rest in one write */
+    size_t n = len - done < PIPE_BUF ? len - done : PIPE_BUF, written;
+    int k = write_once(L, f, data + done, n, -1, &written);
+    if (k < 0)
+      return -k;
+    done += written;
   }
-  sm_lio_unbox(L, box);
-  return k;
+  if (done < len || len == 0) {
+    size_t written;
+    int k = write_once(L, f, data + done, len - done, off, &written);
+    if (k < 0)
+      return -k;
+    done += written;
+  }
+  lua_pushnumber(L, (lua_Number)done);
+  return 1;
 }
 
 static void post_file_close(lfile_t *f)
