@@ -477,6 +477,55 @@ describe("reading files as Lua's io does", function()
     assert.are.equal(("a"):rep(n) .. "end", r.got) -- exactly what the writes said they wrote
   end)
 
+  it("watches a folder: its changes arrive as messages until the watch is closed", function()
+    local dir, other = tmpdir(), tmpdir()
+    local r = guard.run(function()
+      local out = {}
+      local w = assert(smarm.fs.watch(dir))
+      out.text = tostring(w)
+      local function event_of(watch, name, kind)
+        return guard.receive(name .. " " .. kind, function(m)
+          return type(m) == "table" and m.smarm == "fs_event" and m.watch == watch and m.name == name
+            and m[kind] == true
+        end)
+      end
+      assert(smarm.fs.writefile(dir .. "/a", "one"))
+      local made = event_of(w, "a", "rename") -- made: a rename in libuv's (inotify's) terms
+      out.path = made.path
+      local f = assert(smarm.fs.open(dir .. "/a", "a"))
+      f:write("two")
+      f:close()
+      out.changed = event_of(w, "a", "change").change
+      assert(w:close())
+      out.closed = tostring(w)
+      -- a watch started after the close went through the IO thread after it: from here on
+      -- nothing of w's can come
+      local w2 = assert(smarm.fs.watch(other))
+      assert(smarm.fs.writefile(dir .. "/b", "x"))
+      assert(smarm.fs.writefile(other .. "/c", "x"))
+      event_of(w2, "c", "rename")
+      out.after_close = smarm.receive(function(m) return type(m) == "table" and m.name == "b" end, 0)
+      out.missing = { smarm.fs.watch(dir .. "/nothing-here") }
+      out.send = select(2, pcall(smarm.send, smarm.self(), w2))
+      _G.kept_watch = w2
+      return out
+    end)
+    local stale = select(2, pcall(_G.kept_watch.close, _G.kept_watch))
+    _G.kept_watch = nil
+    posix.remove_tree(dir)
+    posix.remove_tree(other)
+    assert.matches("^smarm%.fs%.watch %(.*, watching%)$", r.text)
+    assert.are.equal(dir, r.path)
+    assert.is_true(r.changed)
+    assert.matches("closed%)$", r.closed)
+    assert.is_nil(r.after_close)
+    assert.is_nil(r.missing[1])
+    assert.matches("nothing%-here: no such file or directory", r.missing[2])
+    assert.are.equal("ENOENT", r.missing[3])
+    assert.matches("userdata", r.send)
+    assert.matches("smarm.fs.watch.close: the watch belongs to an earlier run", stale, 1, true)
+  end)
+
   it("refuses to hand over a FIFO whose read-ahead cannot be put back", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"

@@ -1206,7 +1206,7 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
 }
 
 /* The IO events' functions by source (io.h); set once per module, read by every receive. */
-#define EVENT_SOURCES 5
+#define EVENT_SOURCES 6
 static _Atomic(const codec_event_fns_t *) event_fns[EVENT_SOURCES];
 
 void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns)

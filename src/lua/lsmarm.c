@@ -28,7 +28,7 @@
 **
 ** The binding's files, each including only headers of the files below it:
 **   lsmarm.c   this module                       main.c   the executable
-**   ltcp.c ludp.c lfs.c ldns.c lproc.c lsignal.c llineedit.c   the IO modules (smarm.tcp, ...)
+**   ltcp.c ludp.c lfs.c lwatch.c ldns.c lproc.c lsignal.c llineedit.c   the IO modules
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
 **   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
@@ -62,6 +62,7 @@
 #include "ludp.h"
 #include "ltransfer.h"
 #include "lvm.h"
+#include "lwatch.h"
 #include "smarm.h"
 
 #include <lauxlib.h>
@@ -1562,6 +1563,7 @@ int luaopen_smarm_core(lua_State *L)
   int module = lua_gettop(L);
   sm_lbench_register(L, module);
   sm_lfs_register(L, module);
+  sm_lwatch_register(L, module);
   sm_ldns_register(L, module);
   sm_llineedit_register(L, module);
   sm_lproc_register(L, module);
