@@ -477,6 +477,30 @@ describe("reading files as Lua's io does", function()
     assert.are.equal(("a"):rep(n) .. "end", r.got) -- exactly what the writes said they wrote
   end)
 
+  -- a write with a time limit to a FIFO whose reader is gone says EPIPE, as one without does
+  -- (libuv's poll answers EBADF for the pipe's POLLERR: the write must say what happened)
+  it("says EPIPE for a write with a time limit to a FIFO whose reader is gone", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local me = smarm.self()
+      smarm.spawn(function()
+        assert(smarm.fs.open(fifo, "r")):close()
+        smarm.send(me, "closed")
+      end)
+      local w = assert(smarm.fs.open(fifo, "w"))
+      guard.receive("the reader's close", function(m) return m == "closed" end)
+      w:settimeout(HANG)
+      local out = { w:write("x") }
+      w:close()
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.is_nil(r[1])
+    assert.are.equal("EPIPE", r[3])
+  end)
+
   it("watches a folder: its changes arrive as messages until the watch is closed", function()
     local dir, other = tmpdir(), tmpdir()
     local r = guard.run(function()

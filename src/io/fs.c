@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -189,18 +190,30 @@ fs_req_t *sm_fs_req_new(enum fs_op op)
 
 /* ---- Waiting for a descriptor to be readable or writable (the IO thread) ---------------------- */
 
+/* A wait polls an epoll instance of its own that watches the request's duplicate: libuv's poll
+** (uv_poll_init) makes the descriptor it is given non-blocking, and O_NONBLOCK is a flag of the
+** open file, shared with the file's other users (the pool's reads and writes of other actors,
+** a terminal's shell, stdout on the same terminal description), which would meet EAGAIN while it
+** is set. The epoll descriptor is the wait's alone; epoll_ctl changes no flag of the file. */
 typedef struct fs_wait {
   uv_poll_t poll;
+  int epfd;
   fs_req_t *req;
   struct fs_wait *prev, *next; /* every wait under way, for the IO thread's stop */
 } fs_wait_t;
 
 static fs_wait_t *all_waits;
 
-static void wait_closed(uv_handle_t *h) { free(h->data); }
+static void wait_closed(uv_handle_t *h)
+{
+  fs_wait_t *w = h->data;
+  close(w->epfd); /* out of the loop since uv_close */
+  free(w);
+}
 
-/* Ends wait w with err. Closing the poll handle takes its descriptor out of the loop at once
-** (uv_close), so the request may close its duplicate as soon as it is freed. */
+/* Ends wait w with err. Closing the poll handle takes its epoll descriptor out of the loop at
+** once (uv_close), and that one holds no reference to the file, so the request may close its
+** duplicate as soon as it is freed; the epoll descriptor is closed with w (wait_closed). */
 static void wait_end(fs_wait_t *w, int err)
 {
   if (w->prev)
@@ -217,8 +230,8 @@ static void wait_end(fs_wait_t *w, int err)
 
 static void on_ready(uv_poll_t *p, int status, int events)
 {
-  (void)events; /* ready, or hung up: the read or write says which */
-  wait_end(p->data, status < 0 ? status : 0);
+  (void)events; (void)status; /* ready, hung up or failed: the read or write says which */
+  wait_end(p->data, 0);
 }
 
 static void stop_waits(void *loop)
@@ -239,22 +252,23 @@ static void wait_on_loop(io_req_t *req, void *loop)
     io_finish(req, -ENOMEM);
     return;
   }
-  /* uv_poll_init makes the descriptor non-blocking, a flag of the open file that its pool reads
-  ** (and whoever else shares it: a terminal's shell) would meet: it is put back at once (epoll
-  ** needs no such flag) */
-  int flags = fcntl(r->fd, F_GETFL);
-  int rc = uv_poll_init(loop, &w->poll, r->fd); /* a regular file: EPERM (epoll's) */
-  if (flags >= 0)
-    fcntl(r->fd, F_SETFL, flags);
+  struct epoll_event ev = {.events = r->flags == FS_WAIT_WRITE ? EPOLLOUT : EPOLLIN};
+  w->epfd = epoll_create1(EPOLL_CLOEXEC);
+  int rc = w->epfd < 0 ? -errno : 0;
+  if (!rc && epoll_ctl(w->epfd, EPOLL_CTL_ADD, r->fd, &ev) != 0) /* a regular file: EPERM */
+    rc = -errno;
+  if (!rc)
+    rc = uv_poll_init(loop, &w->poll, w->epfd); /* readable once r->fd is ready (or hung up) */
   if (rc < 0) {
+    if (w->epfd >= 0)
+      close(w->epfd);
     free(w);
     io_finish(req, rc);
     return;
   }
   w->poll.data = w;
   w->req = r;
-  int events = r->flags == FS_WAIT_WRITE ? UV_WRITABLE : UV_READABLE;
-  if ((rc = uv_poll_start(&w->poll, events, on_ready)) < 0) {
+  if ((rc = uv_poll_start(&w->poll, UV_READABLE, on_ready)) < 0) {
     uv_close((uv_handle_t *)&w->poll, wait_closed);
     io_finish(req, rc);
     return;
