@@ -441,6 +441,44 @@ describe("reading files as Lua's io does", function()
     assert.matches("number expected, got string", r.bad, 1, true)
   end)
 
+  -- a limit of 0 (or the little left of one) does what it can without waiting: the data already
+  -- in a FIFO is read and the room in it written, never a "timeout" that depends on the IO
+  -- thread's speed
+  it("reads what is there and writes what fits with a limit of 0", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local r = guard.run(function()
+      local me = smarm.self()
+      local writer = smarm.spawn(function()
+        local w = assert(smarm.fs.open(fifo, "w"))
+        w:settimeout(0)
+        while smarm.receive(HANG) == "go" do
+          smarm.send(me, { w:write("line\n") }) -- the FIFO has room: all of it, at once
+        end
+        w:close()
+      end)
+      local f = assert(smarm.fs.open(fifo, "r"))
+      f:settimeout(0)
+      local out = { writes = {}, reads = {} }
+      for i = 1, 50 do
+        smarm.send(writer, "go")
+        out.writes[i] = guard.receive("a write", function(m) return type(m) == "table" end)
+        out.reads[i] = { f:read("*l") } -- the line is in the FIFO now
+        if out.writes[i][1] ~= 5 or out.reads[i][1] ~= "line" then break end
+      end
+      smarm.send(writer, "stop")
+      f:close()
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.are.equal(50, #r.reads)
+    for i = 1, 50 do
+      assert.are.same({ 5 }, r.writes[i])
+      assert.are.same({ "line" }, r.reads[i])
+    end
+  end)
+
   it("times out a write that waits for room, saying how much it wrote", function()
     local dir = tmpdir()
     local fifo = dir .. "/fifo"
@@ -548,6 +586,36 @@ describe("reading files as Lua's io does", function()
     assert.are.equal("ENOENT", r.missing[3])
     assert.matches("userdata", r.send)
     assert.matches("smarm.fs.watch.close: the watch belongs to an earlier run", stale, 1, true)
+  end)
+
+  -- docs/api.md: after w:close(), the events already sent may still arrive; they are w's
+  -- events, with watch = w and its path, so that a receive that picks w's events still can
+  it("delivers a closed watch's events sent before the close as its own", function()
+    local dir, other = tmpdir(), tmpdir()
+    local r = guard.run(function()
+      local w = assert(smarm.fs.watch(dir))
+      -- another actor's watch of the same folder, started after w: libuv gives each change to
+      -- w first, so once that actor has its event, w's is in this mailbox (nothing here looks
+      -- at the mailbox until w is closed: a look decodes a message)
+      local helper = smarm.spawn(function()
+        local w2 = assert(smarm.fs.watch(dir))
+        assert(smarm.fs.writefile(other .. "/ready", ""))
+        guard.receive("x", function(m) return type(m) == "table" and m.watch == w2 and m.name == "x" end)
+        w2:close()
+      end)
+      guard.wait(function() return smarm.fs.stat(other .. "/ready") end, "the helper's watch")
+      assert(smarm.fs.writefile(dir .. "/x", "1"))
+      guard.ended(helper, "the helper")
+      assert(w:close())
+      local m = smarm.receive(function(m)
+        return type(m) == "table" and m.smarm == "fs_event" and m.name == "x"
+      end, 0)
+      return { is_w = m and m.watch == w, path = m and m.path }
+    end)
+    posix.remove_tree(dir)
+    posix.remove_tree(other)
+    assert.is_true(r.is_w)
+    assert.are.equal(dir, r.path)
   end)
 
   it("refuses to hand over a FIFO whose read-ahead cannot be put back", function()

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -302,7 +303,20 @@ static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, 
 {
   if (f->unpollable)
     return 0;
+  sm_lpark_actor(L, fname); /* outside an actor: raises, as the read or write would */
+  /* Ready now (data, room, a hang-up): no trip to the IO thread, whose answer could come after
+  ** a limit of 0 (or the little left of one) has passed although the file was ready all along:
+  ** a limit of 0 reads what is there and writes what fits. */
+  struct pollfd pfd = {.fd = f->fd, .events = for_what == FS_WAIT_WRITE ? POLLOUT : POLLIN};
+  if (poll(&pfd, 1, 0) > 0) {
+    struct stat st; /* a regular file is always ready: never asked again */
+    if (fstat(f->fd, &st) == 0 && S_ISREG(st.st_mode))
+      f->unpollable = 1;
+    return 0;
+  }
   int64_t now = smarm_now_ns();
+  if (now >= deadline)
+    return -ETIMEDOUT; /* not ready, and no time left to wait */
   int top = lua_gettop(L);
   fs_req_t *r = sm_fs_wait_new(for_what);
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
@@ -313,7 +327,7 @@ static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, 
     int reads = for_what == FS_WAIT_READ;
     if (reads)
       f->reader = smarm_self();
-    err = sm_lsmarm_io_call(L, &r->base, now >= deadline ? 0 : deadline - now, fname);
+    err = sm_lsmarm_io_call(L, &r->base, deadline - now, fname);
     if (reads)
       f->reader = 0;
   }

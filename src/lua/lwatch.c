@@ -27,6 +27,8 @@
 
 typedef struct lwatch {
   uint64_t id;  /* 0 once stopped */
+  uint64_t events_id; /* the id its events carry, kept after the stop: those sent before it
+                         still arrive as its own (watch = w) */
   uint32_t run; /* the run that made it (sm_lhandle_run_generation) */
   char *path;
 } lwatch_t;
@@ -66,7 +68,7 @@ static int l_watch(lua_State *L)
   w->path = strdup(r->path);
   if (!w->path)
     return luaL_error(L, "not enough memory"); /* the box stops the watch */
-  w->id = r->new_id;
+  w->id = w->events_id = r->new_id;
   luaL_getmetatable(L, WATCH_MT);
   lua_setmetatable(L, -2);
   r->new_taken = 1; /* the userdata stops it now */
@@ -126,7 +128,7 @@ static void decode_event(lua_State *L, const unsigned char *p, size_t n)
   lua_setfield(L, -2, "smarm");
   if (sm_codec_push_event_target(L, IO_EV_WATCH, ev.id)) {
     lwatch_t *w = luaL_testudata(L, -1, WATCH_MT);
-    if (w && w->id == ev.id && !stale(w)) {
+    if (w && w->events_id == ev.id && !stale(w)) {
       lua_pushstring(L, w->path);
       lua_setfield(L, -3, "path");
       lua_setfield(L, -2, "watch");
