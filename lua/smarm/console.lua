@@ -310,7 +310,7 @@ local function client(link, opts)
       end
     end)
   end
-  local pending, reading, last_prompt = "", false, "> "
+  local pending, reading, last_prompt, read_prompt = "", false, "> ", "> "
   -- A prompt frame came: answer it with the next of opts.entries (an entry prompt, while they
   -- last; after the last one, the next entry prompt ends the session) or a line of input.
   local ended = false -- the input ended; the session finishes its entry (link.drains)
@@ -326,7 +326,7 @@ local function client(link, opts)
     end
     if show_prompts then write(prompt) end
     if not reading then
-      reading = true
+      reading, read_prompt = true, prompt
       smarm.send(helpers.reader, { read = prompt })
     end
     return true
@@ -364,7 +364,11 @@ local function client(link, opts)
     elseif m.interrupted then -- Ctrl-C typed into the editor: the line is dropped
       reading = false
       write("^C\n")
-      link.send(INTERRUPT)
+      if opts.interrupts then
+        link.send(INTERRUPT) -- the session drops an unfinished entry and prompts again
+      else
+        answer(read_prompt) -- no interrupts asked for: the same prompt again
+      end
     elseif m.console_read ~= nil then
       reading = false
       if m.console_read == false then

@@ -253,9 +253,10 @@ static void cancel_on_loop(io_req_t *req, void *loop)
 
 static void cancel_free(io_req_t *req) { sm_io_req_release(((cancel_req_t *)req)->target); }
 
-/* One per module that keeps things open (tcp, udp, proc, lineedit): a fixed number, so a full
-** table is a bug of smarm's, which aborts rather than leave a module's handles open at the stop
-** (four slots once dropped udp's hook silently, after proc's three and tcp's one). */
+/* One per module that keeps things open (tcp, udp, proc's three, lineedit, fs's waits, watch):
+** a fixed number, so a full table is a bug of smarm's, which aborts rather than leave a module's
+** handles open at the stop (four slots once dropped udp's hook silently, after proc's three and
+** tcp's one). */
 static io_stop_fn stop_hooks[16];
 static int nstop_hooks;
 

@@ -136,7 +136,8 @@ static int cancel_fd = -1;
 
 static editing_t *reading;
 static char *last_line;
-static int intr_char = -1; /* the terminal's interrupt character as it was; -1: not known */
+static int intr_char = -1; /* the interrupt character this read turned off; -1: none (it was
+                              off already: the user's stty, which is left alone) */
 
 /* Turns the terminal's interrupt character off (libedit may have set its modes again since the
 ** last key: looked at every key), remembering it. */
@@ -248,6 +249,8 @@ static void edit_work(uv_work_t *w)
   }
   locale_t old = le.ctype ? uselocale(le.ctype) : (locale_t)0;
   reading = e;
+  intr_char = -1;
+  take_interrupt_key(); /* before the prompt shows: a Ctrl-C from then on is a key */
   le.install(e->prompt, on_line);
   while (!e->done && !e->err)
     le.read_char(); /* edit_getc waits for the keys */
