@@ -7,14 +7,7 @@ local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 -- Waits (outside a runtime) until fd_count() is at most n, or the hang guard passes; returns it.
-local function fds_down_to(n)
-  local deadline, now = os.time() + HANG, fd_count()
-  while now > n and os.time() < deadline do
-    posix.sleep(0.05)
-    now = fd_count()
-  end
-  return now
-end
+local function fds_down_to(n) return posix.fds_down_to(n, HANG) end
 
 -- A listener on a free port of 127.0.0.1, and its port.
 local function listen()

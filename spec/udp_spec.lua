@@ -24,12 +24,7 @@ describe("smarm.udp", function()
     local before = posix.fd_count()
     guard.run(function() _G.kept_udp = assert(smarm.udp.bind("127.0.0.1", 0)) end)
     _G.kept_udp = nil
-    local deadline, now = os.time() + HANG, posix.fd_count()
-    while now > before and os.time() < deadline do
-      posix.sleep(0.05)
-      now = posix.fd_count()
-    end
-    assert.are.equal(before, now)
+    assert.are.equal(before, posix.fds_down_to(before, HANG))
   end)
 
   it("echoes datagrams between actors on two schedulers, each with its sender", function()
@@ -184,11 +179,6 @@ describe("smarm.udp", function()
       _G.kept_udp = assert(smarm.udp.bind("127.0.0.1", 0)) -- closed by the run's end
     end)
     _G.kept_udp = nil
-    local deadline, now = os.time() + HANG, posix.fd_count()
-    while now > before and os.time() < deadline do
-      posix.sleep(0.05)
-      now = posix.fd_count()
-    end
-    assert.are.equal(before, now)
+    assert.are.equal(before, posix.fds_down_to(before, HANG))
   end)
 end)

@@ -111,6 +111,17 @@ function posix.fd_count()
   return n
 end
 
+-- Waits (outside a runtime: no actor needed) until fd_count() is at most n, or `limit`
+-- seconds have passed (a hang guard); returns the count.
+function posix.fds_down_to(n, limit)
+  local deadline, now = os.time() + limit, posix.fd_count()
+  while now > n and os.time() < deadline do
+    posix.sleep(0.05)
+    now = posix.fd_count()
+  end
+  return now
+end
+
 -- The names in directory path but . and .., in readdir's order; nil if it cannot be listed.
 function posix.list(path)
   return (entries(path))

@@ -19,6 +19,7 @@
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
+#include "lsignal.h"
 #include "ltcp.h"
 #include "lvm.h"
 
@@ -290,15 +291,6 @@ static int m_wait(lua_State *L)
   return n;
 }
 
-static const struct {
-  const char *name;
-  int signum;
-} kill_signals[] = {
-  {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
-  {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGSTOP", SIGSTOP},
-  {"SIGCONT", SIGCONT}, {"SIGALRM", SIGALRM}, {"SIGPIPE", SIGPIPE},
-};
-
 /* process:kill([signal]) -> true | nil, "no such process", "ESRCH" (it has exited) */
 static int m_kill(lua_State *L)
 {
@@ -309,12 +301,8 @@ static int m_kill(lua_State *L)
     luaL_argcheck(L, signum >= 0 && signum < 65 && lua_tonumber(L, 2) == signum, 2,
                   "a signal number expected");
   } else if (!lua_isnoneornil(L, 2)) {
-    const char *name = luaL_checkstring(L, 2);
-    signum = -1;
-    for (size_t i = 0; i < sizeof kill_signals / sizeof *kill_signals; i++)
-      if (strcmp(name, kill_signals[i].name) == 0)
-        signum = kill_signals[i].signum;
-    if (signum < 0)
+    signum = sm_lsignal_number(luaL_checkstring(L, 2), 1);
+    if (!signum)
       return luaL_argerror(L, 2, "a signal number or a name (\"SIGTERM\", \"SIGKILL\", "
                                  "\"SIGINT\", ...) expected");
   }

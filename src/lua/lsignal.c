@@ -17,19 +17,27 @@
 static const struct {
   const char *name;
   int signum;
+  int waitable; /* smarm.signal.wait takes it (the rest can only be sent) */
 } signal_names[] = {
-  {"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGHUP", SIGHUP},
-  {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGQUIT", SIGQUIT},
+  {"SIGINT", SIGINT, 1},   {"SIGTERM", SIGTERM, 1}, {"SIGHUP", SIGHUP, 1},
+  {"SIGUSR1", SIGUSR1, 1}, {"SIGUSR2", SIGUSR2, 1}, {"SIGQUIT", SIGQUIT, 1},
+  {"SIGKILL", SIGKILL, 0}, {"SIGSTOP", SIGSTOP, 0}, {"SIGCONT", SIGCONT, 0},
+  {"SIGALRM", SIGALRM, 0}, {"SIGPIPE", SIGPIPE, 0},
 };
+
+int sm_lsignal_number(const char *name, int any)
+{
+  for (size_t i = 0; i < sizeof signal_names / sizeof *signal_names; i++)
+    if ((any || signal_names[i].waitable) && strcmp(name, signal_names[i].name) == 0)
+      return signal_names[i].signum;
+  return 0;
+}
 
 /* wait(name [, timeout]) -> name | nil, "timeout" */
 static int l_signal_wait(lua_State *L)
 {
   const char *name = luaL_checkstring(L, 1);
-  int signum = 0;
-  for (size_t i = 0; i < sizeof signal_names / sizeof *signal_names; i++)
-    if (strcmp(name, signal_names[i].name) == 0)
-      signum = signal_names[i].signum;
+  int signum = sm_lsignal_number(name, 0);
   if (!signum)
     return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
   double timeout = luaL_optnumber(L, 2, -1);
