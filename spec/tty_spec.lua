@@ -235,14 +235,19 @@ describe("under a terminal", function()
     -- FIFO with no writer) does not run once the pool frees: the next read gets the line
     local fifo = dir .. "/fifo"
     posix.mkfifo(fifo)
+    -- (ordered, not timed: the IO thread takes requests in order and libuv's pool its works, so
+    -- the open waiting first holds the pool before the read is queued; the reader's end posts
+    -- its cancel, and a later request's answer comes only once the IO thread has taken it)
     local code = table.concat({
       "local smarm = require('smarm')",
-      "smarm.spawn(function() local f = smarm.fs.open(" .. string.format("%q", fifo)
+      "local o = smarm.spawn(function() local f = smarm.fs.open(" .. string.format("%q", fifo)
         .. ", 'r'); if f then f:close() end end)",
-      "smarm.sleep(0.2)",
+      "while (smarm.info(o) or {}).waiting ~= 'io:fs.open' do smarm.sleep(0.01) end",
       "local r = smarm.spawn(function() smarm.lineedit.read('cancelled> ') end)",
       "while (smarm.info(r) or {}).waiting ~= 'io:lineedit.read' do smarm.sleep(0.01) end",
-      "smarm.exit(r, 'kill'); smarm.sleep(0.1)",
+      "smarm.exit(r, 'kill')",
+      "while smarm.alive(r) do smarm.sleep(0.01) end",
+      "smarm.signal.wait('SIGUSR2', 0)",
       "local w = assert(io.open(" .. string.format("%q", fifo) .. ", 'w')); w:close()",
       "print('got ' .. tostring(smarm.lineedit.read('real> ')))",
     }, "; ")
