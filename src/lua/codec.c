@@ -12,6 +12,8 @@
 
 #include "io/io.h"
 #include "lhandle.h"
+#include "lpath.h"
+#include "lterm.h"
 #include "ljx.h"
 #include "lpid.h"
 #include "lrebind.h"
@@ -33,7 +35,11 @@ enum tag {
   T_FUNC,   /* a Lua function: bytecode, then each upvalue (a value or a JOIN) */
   T_SFUNC,  /* a FUNC that a later REF or JOIN points back to (the encoder rewrites the tag) */
   T_NAMED,  /* a value the receiver finds by name (lrebind.h): module [, field] */
-  T_JOIN    /* only as an upvalue: shares the cell of an upvalue of a function met before */
+  T_JOIN,   /* only as an upvalue: shares the cell of an upvalue of a function met before */
+  T_ATOM,   /* an Erlang atom (lterm.h): its name as a string */
+  T_OPAQUE, /* an opaque Erlang term: its bytes as a string */
+  T_TUPLE,  /* before a TABLE or STABLE: the table is a tuple (lterm.h) */
+  T_MAP     /* before a TABLE or STABLE: the table is a map */
 };
 
 /* Tables (and functions) remembered by address in the encoder's own array before it needs a Lua
@@ -75,12 +81,6 @@ typedef struct enc {
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
-
-/* The path of a failing value, built only when something fails. */
-typedef struct path {
-  char s[200];
-  size_t len;
-} path_t;
 
 static int abs_index(lua_State *L, int idx)
 {
@@ -151,86 +151,15 @@ static void put_varint(enc_t *e, uint64_t v)
   put_bytes(e, b, varint(b, v));
 }
 
-/* ---- Paths for error messages ------------------------------------------------------------- */
-
-static void path_append(path_t *p, const char *s)
-{
-  size_t n = strlen(s);
-  if (p->len + n >= sizeof p->s - 4) {
-    if (p->len < sizeof p->s - 4)
-      memcpy(p->s + p->len, "...", 4);
-    p->len = sizeof p->s - 1;
-    return;
-  }
-  memcpy(p->s + p->len, s, n + 1);
-  p->len += n;
-}
-
-static int is_identifier(const char *s, size_t n)
-{
-  if (n == 0 || n > 60 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
-    return 0;
-  for (size_t i = 1; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-          (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
-      return 0;
-  return 1;
-}
-
-/* Appends the key at idx to the path: .name, ["str"], [3], [true], [table]; an upvalue's name
-** as [upvalue 'name']. */
-static void path_push_key(path_t *p, lua_State *L, int idx, int is_upvalue)
-{
-  char part[80];
-  if (is_upvalue) {
-    snprintf(part, sizeof part, "[upvalue '%.60s']", lua_tostring(L, idx));
-    path_append(p, part);
-    return;
-  }
-  switch (lua_type(L, idx)) {
-  case LUA_TSTRING: {
-    size_t n;
-    const char *s = lua_tolstring(L, idx, &n);
-    if (is_identifier(s, n)) {
-      snprintf(part, sizeof part, ".%s", s);
-    } else { /* quoted as Lua would read it back: \" \\ and control bytes escaped */
-      size_t o = 0, i = 0;
-      part[o++] = '[';
-      part[o++] = '"';
-      for (; i < n && o < 48; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-          o += (size_t)snprintf(part + o, sizeof part - o, "\\%c", c);
-        else if (c < 32 || c == 127)
-          o += (size_t)snprintf(part + o, sizeof part - o, "\\%u", c);
-        else
-          part[o++] = (char)c;
-      }
-      snprintf(part + o, sizeof part - o, "%s\"]", i < n ? "..." : "");
-    }
-    break;
-  }
-  case LUA_TNUMBER: /* %.17g: every double reads back as itself (2^53 + 2 is not 2^53) */
-    snprintf(part, sizeof part, "[%.17g]", lua_tonumber(L, idx));
-    break;
-  case LUA_TBOOLEAN:
-    snprintf(part, sizeof part, "[%s]", lua_toboolean(L, idx) ? "true" : "false");
-    break;
-  default:
-    snprintf(part, sizeof part, "[%s]", luaL_typename(L, idx));
-  }
-  path_append(p, part);
-}
-
 /* Raises "<root><path of the first nkeys keys><rest>": the keys are still on the stack, each
 ** where lua_next left it. */
 static void fail_at(enc_t *e, int nkeys, const char *rest)
 {
-  path_t p;
+  lpath_t p;
   p.s[0] = '\0';
   p.len = 0;
   for (int i = 0; i < nkeys; i++)
-    path_push_key(&p, e->L, e->keys[i], e->key_is_upvalue[i]);
+    sm_lpath_key(&p, e->L, e->keys[i], e->key_is_upvalue[i]);
   /* an empty root (spawn_on's: "function[upvalue 'x']", "argument[2]") drops the first dot */
   const char *path = e->root[0] == '\0' && p.s[0] == '.' ? p.s + 1 : p.s;
   luaL_error(e->L, "%s%s%s", e->root, path, rest);
@@ -325,6 +254,9 @@ static void enc_table(enc_t *e, int idx, int depth)
   if (put_back_ref(e, idx, T_STABLE))
     return;
   check_depth(e, depth);
+  enum lterm_kind kind = sm_lterm_table_kind(L, idx); /* a tuple or map keeps its mark */
+  if (kind != LTERM_NONE)
+    put_byte(e, kind == LTERM_TUPLE ? T_TUPLE : T_MAP);
   seen_add(e, idx);
   /* TABLE, then how many array-like and other keys follow (patched at the end), so that the
   ** receiver makes the table at its final size */
@@ -573,6 +505,15 @@ static void enc_value(enc_t *e, int idx, int depth)
       put_byte(e, from ? T_FROM : T_TIMER);
       put_bytes(e, &pid, sizeof pid);
       put_bytes(e, &ref, sizeof ref);
+      return;
+    }
+    const char *s;
+    size_t n;
+    enum lterm_kind kind = sm_lterm_to_blob(L, idx, &s, &n);
+    if (kind != LTERM_NONE) {
+      put_byte(e, kind == LTERM_ATOM ? T_ATOM : T_OPAQUE);
+      put_varint(e, n);
+      put_bytes(e, s, n);
       return;
     }
     int nkinds = sm_lhandle_kind_count();
@@ -1121,6 +1062,18 @@ static int dec_value(dec_t *d, int depth)
     return dec_function(d, depth, tag == T_SFUNC);
   case T_NAMED:
     return dec_named(d);
+  case T_ATOM: case T_OPAQUE: {
+    const char *s;
+    size_t n = get_string(d, &s);
+    sm_lterm_push_blob(L, tag == T_ATOM ? LTERM_ATOM : LTERM_OPAQUE, s, n);
+    return 1;
+  }
+  case T_TUPLE: case T_MAP:
+    if (d->p >= d->end || (*d->p != T_TABLE && *d->p != T_STABLE))
+      malformed(d);
+    dec_value(d, depth);
+    sm_lterm_mark_table(L, -1, tag == T_TUPLE ? LTERM_TUPLE : LTERM_MAP);
+    return 1;
   case T_TABLE: case T_STABLE: {
     if (depth >= CODEC_MAX_DEPTH || !d->refs_idx)
       malformed(d);
@@ -1187,7 +1140,8 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     memcpy(&d.alias, d.end, sizeof d.alias);
   }
   int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE || *d.p == T_CALL ||
-                                    *d.p == T_FUNC || *d.p == T_SFUNC);
+                                    *d.p == T_FUNC || *d.p == T_SFUNC || *d.p == T_TUPLE ||
+                                    *d.p == T_MAP);
   if (has_tables) {
     lua_pushnil(L); /* the slot of the refs table, made at the first STABLE */
     d.refs_idx = lua_gettop(L);

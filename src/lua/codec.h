@@ -5,7 +5,7 @@
 ** Sendable: booleans, numbers, strings, pids, refs, calls' reply handles, timers, functions,
 ** and tables of those, nested up to CODEC_MAX_DEPTH levels, with shared references and cycles
 ** preserved (the receiver gets one table where the sender had one table). Metatables are not
-** sent. nil encodes too (send refuses it: nil is not a message). A function or userdata that
+** sent, but a tuple's or map's mark is, and Erlang atoms and opaque terms travel (lterm.h). nil encodes too (send refuses it: nil is not a message). A function or userdata that
 ** every VM finds by name (lrebind.h) travels as that name; another Lua function as its bytecode
 ** and upvalues (upvalue tables re-bound by name when they are modules, cells shared between
 ** closures kept shared). Anything else (coroutines, other userdata, cdata, C functions no

@@ -32,6 +32,7 @@
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
 **   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
+**   lterm.c    Erlang terms                        lpath.c       paths in error messages
 **   lhandle.c  the neutral handle interface       lpid.c   pids     lpark.c   parking rules
 **   lrebind.c  values every VM finds by name       lreentry.c  gsub and sort checked for C stack
 **   lvm.h      a scheduler's VM                   ljx.c    LuaJIT internals
@@ -58,6 +59,7 @@
 #include "lreentry.h"
 #include "ltimer.h"
 #include "lsignal.h"
+#include "lterm.h"
 #include "ltcp.h"
 #include "ludp.h"
 #include "ltransfer.h"
@@ -1569,6 +1571,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lproc_register(L, module);
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
+  sm_lterm_register(L, module);
   sm_linfo_register(L, module);
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);

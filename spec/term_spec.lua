@@ -1,0 +1,352 @@
+-- Erlang terms (src/lua/lterm.c): smarm.atom, smarm.tuple, smarm.map, smarm.term.encode/decode/
+-- type, and atoms, tuples, maps and opaque terms in messages between actors. The round trips
+-- against a real Erlang run spec/fixtures/smarm_term_check.erl under `erl` (Debian's
+-- erlang-base); without it they are pending with a SKIP line, the rest still runs.
+local smarm = require("smarm")
+local T = smarm.term
+
+local guard = dofile("spec/support/guard.lua")
+
+local function unhex(h) return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end)) end
+local function hex(s) return (s:gsub(".", function(c) return string.format("%02X", c:byte()) end)) end
+
+local have_erl = os.execute("command -v erl >/dev/null 2>&1 && command -v erlc >/dev/null 2>&1") == 0
+
+-- A temporary directory with the Erlang module compiled in it (once per file).
+local dir
+local function erl_dir()
+  if dir then return dir end
+  local p = assert(io.popen("mktemp -d"))
+  dir = p:read("*l")
+  p:close()
+  local out = assert(io.popen("erlc -o " .. dir .. " spec/fixtures/smarm_term_check.erl 2>&1"))
+  local text = out:read("*a")
+  assert(out:close(), "erlc failed: " .. text)
+  return dir
+end
+
+-- Runs smarm_term_check with these arguments; returns its output, asserting it ended with "done".
+local function erl(...)
+  local cmd = "erl -noshell -pa " .. erl_dir() .. " -run smarm_term_check main " ..
+    table.concat({ ... }, " ") .. " 2>&1"
+  local p = assert(io.popen(cmd))
+  local text = p:read("*a")
+  p:close()
+  assert(text:match("done %d+\n$"), "erl: " .. cmd .. "\n" .. text)
+  return text
+end
+
+local function write_lines(name, strings)
+  local path = erl_dir() .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  for _, s in ipairs(strings) do f:write(hex(s), "\n") end
+  f:close()
+  return path
+end
+
+local function read_lines(path)
+  local t = {}
+  for line in io.lines(path) do t[#t + 1] = unhex(line) end
+  return t
+end
+
+local function skip_without_erl()
+  if have_erl then return false end
+  pending("SKIP: erl is not installed (Debian: erlang-base; deps/debian-test.txt)")
+  return true
+end
+
+-- Deep equality of a Lua value and what came back through Erlang: a table that went as a map
+-- comes back marked as one; a tuple keeps its mark and arity; the atom nil comes back as nil
+-- where Lua can hold a nil (the whole value, a tuple's element).
+local function arity(t) return type(t.n) == "number" and t.n or #t end
+local function same(a, b, path)
+  path = path or "value"
+  if type(a) ~= "table" then
+    if a == smarm.atom("nil") and b == nil then return end
+    if a ~= b then error(path .. ": " .. tostring(a) .. " ~= " .. tostring(b), 0) end
+    return
+  end
+  if type(b) ~= "table" then error(path .. ": a table came back as " .. tostring(b), 0) end
+  local ka = T.type(a)
+  if ka == "tuple" then
+    if T.type(b) ~= "tuple" or arity(a) ~= arity(b) then error(path .. ": not the same tuple", 0) end
+    for i = 1, arity(a) do same(a[i], b[i], path .. "[" .. i .. "]") end
+    return
+  end
+  if ka == "map" and T.type(b) ~= "map" then error(path .. ": a map came back as a list", 0) end
+  local n = 0
+  for k, v in pairs(a) do
+    n = n + 1
+    same(v, b[k], path .. "[" .. tostring(k) .. "]")
+  end
+  for _ in pairs(b) do n = n - 1 end
+  if n ~= 0 then error(path .. ": other keys came back", 0) end
+end
+
+-- A random Lua value of what maps to Erlang (no table keys: their identity does not come back).
+local function random_value(depth)
+  local r = math.random(depth > 0 and 16 or 10)
+  if r == 1 then return math.random(0, 255)
+  elseif r == 2 then return math.random(-2 ^ 31, 2 ^ 31) * 4096 + math.random(0, 4095)
+  elseif r == 3 then return (math.random() - 0.5) * 10 ^ math.random(-300, 300)
+  elseif r == 4 then
+    local b = {}
+    for i = 1, math.random(0, 12) do b[i] = string.char(math.random(0, 255)) end
+    return table.concat(b)
+  elseif r == 5 then return math.random(2) == 1
+  elseif r == 6 then
+    return smarm.atom(({ "ok", "nil", "héllo", "with space", "", "EXIT" })[math.random(6)])
+  elseif r == 7 then return 2 ^ 53 * (math.random(2) == 1 and 1 or -1)
+  elseif r == 8 then return {}
+  elseif r == 9 then return smarm.map({})
+  elseif r == 10 then return "text"
+  elseif r <= 12 then -- a list
+    local t = {}
+    for i = 1, math.random(0, 5) do t[i] = random_value(depth - 1) end
+    return t
+  elseif r <= 14 then -- a tuple, maybe with nils
+    local t, n = {}, math.random(0, 5)
+    for i = 1, n do if math.random(4) > 1 then t[i] = random_value(depth - 1) end end
+    t.n = n
+    return smarm.tuple(t)
+  else -- a map: keys of every kind but tables
+    local t = math.random(2) == 1 and smarm.map({}) or {}
+    for _ = 1, math.random(0, 5) do
+      local keys = { "k" .. math.random(9), math.random(-5, 20) + 0.5, math.random(2, 9) * 7,
+        smarm.atom("key"), math.random(2) == 1 }
+      t[keys[math.random(#keys)]] = random_value(depth - 1)
+    end
+    if next(t) == nil then t.x = 1 end
+    return t
+  end
+end
+
+describe("smarm.term", function()
+  it("decodes what Erlang's term_to_binary made, kinds and values kept", function()
+    -- term_to_binary({ok, 1.0, 2.5, [a|b], <<1:3>>, 1 bsl 70, -(1 bsl 53), #{}, "abc",
+    --   'héllo', nil, [nil], {nil}}) with atoms in Latin-1 (OTP 25)
+    local bin = unhex(table.concat({
+      "83680D6400026F6B463FF00000000000004640040000000000006C0000000164000161640001624D00000001",
+      "03206E09000000000000000000406E07010000000000002074000000006B000361626364000568E96C6C6F64",
+      "00036E696C6C000000016400036E696C6A68016400036E696C",
+    }))
+    local v, next_pos = T.decode(bin)
+    assert.are.equal(#bin + 1, next_pos)
+    assert.are.equal("tuple", T.type(v))
+    assert.are.equal(13, v.n)
+    assert.are.equal(smarm.atom("ok"), v[1])
+    assert.are.equal(1, v[2])
+    assert.are.equal(2.5, v[3])
+    assert.are.equal("list", T.type(v[4]))
+    assert.are.equal("#Term<improper list>", tostring(v[4]))
+    assert.are.equal("bitstring", T.type(v[5]))
+    assert.are.equal("integer", T.type(v[6]))
+    assert.are.equal("1180591620717411303424", tostring(v[6]))
+    assert.are.equal(-2 ^ 53, v[7])
+    assert.are.equal("map", T.type(v[8]))
+    assert.is_nil(next(v[8]))
+    assert.are.same({ 97, 98, 99 }, v[9])
+    assert.are.equal(smarm.atom("héllo"), v[10]) -- Latin-1 arrives as UTF-8: the same atom
+    assert.is_nil(v[11]) -- nil where Lua can hold it
+    assert.are.equal(smarm.atom("nil"), v[12][1]) -- the atom where it cannot
+    assert.are.equal(1, v[13].n)
+    assert.is_nil(v[13][1])
+  end)
+
+  it("encodes and decodes Lua values back to themselves", function()
+    local values = {
+      0, 255, 256, -1, 2 ^ 31, -2 ^ 31 - 1, 2 ^ 53, -2 ^ 53, 0.1, -1e300, 2 ^ 60, "", "a\0b",
+      true, false, smarm.atom("ok"), smarm.atom("nil"), {}, { 1, 2, { 3 } }, { a = 1, [2] = "b" },
+      smarm.map({}), smarm.map({ "x", "y" }), smarm.tuple({}), smarm.tuple({ n = 3, nil, 2 }),
+      smarm.tuple({ smarm.tuple({ 1 }), { smarm.map({}) } }), { [smarm.atom("k")] = { true } },
+    }
+    for i, v in ipairs(values) do
+      local back = T.decode(T.encode(v))
+      same(v, back, "values[" .. i .. "]")
+    end
+    assert.is_nil(T.decode(T.encode(nil)))
+    for _ = 1, 300 do
+      local v = random_value(4)
+      same(v, (T.decode(T.encode(v))))
+    end
+  end)
+
+  it("makes atoms interned, printable, and refuses names Erlang refuses", function()
+    assert.are.equal(smarm.atom("ok"), smarm.atom("ok"))
+    assert.is_true(smarm.atom("ok") ~= smarm.atom("error"))
+    assert.are.equal("ok", tostring(smarm.atom("ok")))
+    assert.are.equal(true, smarm.atom("true"))
+    assert.are.equal(false, smarm.atom("false"))
+    assert.are.equal("atom", T.type(smarm.atom("nil")))
+    local t = { [smarm.atom("k")] = 1 }
+    assert.are.equal(1, t[smarm.atom("k")])
+    assert.are.equal("smarm.atom", getmetatable(smarm.atom("x")))
+    assert.are.equal("atom", T.type(smarm.atom(string.rep("é", 255))))
+    assert.has_error(function() smarm.atom(string.rep("a", 256)) end,
+      "bad argument #1 to 'atom' (an atom's name has at most 255 characters)")
+    assert.has_error(function() smarm.atom("\255") end,
+      "bad argument #1 to 'atom' (an atom's name must be UTF-8)")
+    assert.has_error(function() smarm.atom({}) end)
+    assert.has_error(function() smarm.tuple(1) end)
+    assert.has_error(function() smarm.map(setmetatable({}, {})) end,
+      "bad argument #1 to 'map' (the table has a metatable of its own)")
+    assert.has_error(function() setmetatable(smarm.tuple({}), {}) end)
+    local tup = smarm.tuple({ 1 })
+    assert.are.equal(tup, smarm.map(tup)) -- marked again, as the other kind
+    assert.are.equal("map", T.type(tup))
+    assert.is_nil(T.type({}))
+    assert.is_nil(T.type("ok"))
+  end)
+
+  it("names the place of what has no Erlang term", function()
+    local cyclic = { list = {} }
+    cyclic.list[1] = cyclic
+    local cases = {
+      { { f = print }, "smarm.term.encode: value.f is a function (it has no Erlang term)" },
+      { { 1, { coroutine.create(print) } }, "smarm.term.encode: value[2][1] is a thread (it has no Erlang term)" },
+      { cyclic, "smarm.term.encode: value.list[1] is a table that contains itself (a term cannot)" },
+      { { x = 0 / 0 }, "smarm.term.encode: value.x is not a finite number (Erlang has no NaN or infinity)" },
+      { smarm.tuple({ 1, math.huge }),
+        "smarm.term.encode: value[2] is not a finite number (Erlang has no NaN or infinity)" },
+      { { [print] = 1 }, "smarm.term.encode: value[function] is a function (it has no Erlang term)" },
+      { io.stdout, "smarm.term.encode: value is a userdata (it has no Erlang term)" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(T.encode, c[1])
+      assert.is_false(ok)
+      assert.are.equal(c[2], err)
+    end
+    local shared = { 1 } -- shared, not cyclic: encoded twice
+    same({ { 1 }, { 1 } }, (T.decode(T.encode({ shared, shared }))))
+    local deep = {}
+    for _ = 1, 300 do deep = { deep } end
+    assert.has_error(function() T.encode(deep) end)
+    local err = smarm.run(function() return select(2, pcall(T.encode, { smarm.self() })) end)
+    assert.are.equal("smarm.term.encode: value[1] is a pid or ref of this runtime, which is not an Erlang node", err)
+  end)
+
+  it("refuses malformed bytes with the place, and survives random ones", function()
+    local cases = {
+      { "", "no version byte (131) at byte 1" },
+      { "\131", "truncated term at byte 2" },
+      { "\131\108\0\0\0\5", "truncated term at byte 7" },
+      { "\131\108\255\255\255\255\106", "truncated term at byte 8" },
+      { "\131\109\0\0\1\0abc", "truncated term at byte 7" },
+      { "\131\116\127\255\255\255", "truncated term at byte 7" },
+      { "\131\1", "unknown tag at byte 2" },
+      { "\131\80\0\0\0\1\0", "a compressed term (not supported) at byte 2" },
+      { "\131\103\82\0\0\0\0\0\0\0\0\0\0", "an atom cache reference at byte 3" },
+      { "\131" .. string.rep("\104\1", 300) .. "\106", "term nested too deeply at byte 402" },
+      { "\131\110\1\2\1", "bad sign of a big integer at byte 2" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(T.decode, c[1])
+      assert.is_false(ok)
+      assert.are.equal("smarm.term.decode: " .. c[2], err)
+    end
+    assert.has_error(function() T.decode("\131\97\1", 5) end,
+      "bad argument #2 to 'decode' (position out of the string)")
+    -- a stream of terms, one after the other
+    local s = T.encode(1) .. T.encode("two")
+    local one, at = T.decode(s)
+    assert.are.equal(1, one)
+    assert.are.equal("two", (T.decode(s, at)))
+    -- random bytes after a valid start: an error or a value, never a crash. Fewer under TSan:
+    -- an error thrown across C frames (LuaJIT unwinds them itself) leaves them on TSan's shadow
+    -- stack, which aborts past 65,536 frames.
+    math.randomseed(7)
+    local starts = { 104, 105, 106, 107, 108, 109, 110, 111, 116, 103, 88, 90, 112, 113, 77 }
+    for _ = 1, os.getenv("SMARM_SANITIZER") == "tsan" and 1000 or 20000 do
+      local b = { "\131", string.char(starts[math.random(#starts)]) }
+      for i = 3, math.random(2, 40) do b[i] = string.char(math.random(0, 255)) end
+      local ok, err = pcall(T.decode, table.concat(b))
+      assert(ok or err:match("^smarm.term.decode: "), err)
+    end
+  end)
+
+  it("keeps atoms, tuples, maps and opaque terms what they are in messages", function()
+    local big = T.decode(unhex("836E09000000000000000000" .. "01"))
+    local local_copy, report, remote = smarm.run(function()
+      local msg = smarm.tuple({ n = 4, smarm.atom("ok"), smarm.map({ 1 }), nil, big })
+      msg.shared = msg[2]
+      local here = smarm.spawn(function() smarm.send(smarm.receive(), smarm.receive()) end)
+      smarm.send(here, smarm.self())
+      smarm.send(here, msg)
+      local local_copy = guard.receive("local echo")
+      local there = smarm.spawn_on(2, function()
+        local from = smarm.receive()
+        local m = smarm.receive()
+        smarm.send(from, {
+          smarm.term.type(m), m.n, m[1] == smarm.atom("ok"), smarm.term.type(m[2]),
+          rawequal(m[2], m.shared), tostring(m[4]), smarm.term.type(m[4]), m[3],
+        })
+        smarm.send(from, m)
+      end)
+      smarm.send(there, smarm.self())
+      smarm.send(there, msg)
+      return local_copy, guard.receive("remote report"), guard.receive("remote echo")
+    end)
+    assert.are.same({ "tuple", 4, true, "map", true, "18446744073709551616", "integer" },
+      { report[1], report[2], report[3], report[4], report[5], report[6], report[7] })
+    assert.is_nil(report[8])
+    for _, m in ipairs({ local_copy, remote }) do
+      assert.are.equal("tuple", T.type(m))
+      assert.are.equal(smarm.atom("ok"), m[1])
+      assert.are.equal(big, m[4]) -- interned: the same value again
+      assert.are.equal("map", T.type(m[2]))
+    end
+  end)
+end)
+
+describe("smarm.term with Erlang", function()
+  it("gives Erlang the terms it expects", function()
+    if skip_without_erl() then return end
+    local values = {
+      nil, true, false, 0, 255, 256, -1, 2147483647, -2147483648, 2147483648,
+      2 ^ 53, -2 ^ 53, 1.5, -0.25, 1e300, "", "héllo", "\0\255\n", {}, { 1, 2, 3 },
+      { "a", { "b" } }, { a = 1 }, { [1] = "x", [3] = "y" }, smarm.map({}), smarm.map({ smarm.atom("one") }),
+      smarm.tuple({}), smarm.tuple({ smarm.atom("ok"), 3 }), smarm.tuple({ n = 3, nil, 2 }),
+      smarm.atom("ok"), smarm.atom("with space"), smarm.atom("héllo"), smarm.atom(""),
+      { smarm.atom("nil") }, smarm.map({ [smarm.atom("nil")] = smarm.atom("nil") }),
+      smarm.tuple({ {}, smarm.map({}) }), { smarm.tuple({ true, false }) },
+    }
+    local encoded = {}
+    for i = 1, 36 do encoded[i] = T.encode(values[i]) end
+    local out = erl("expect", write_lines("expect.hex", encoded))
+    assert.are.equal("done 36\n", out)
+  end)
+
+  it("takes Erlang's random terms and gives back terms =:= to them", function()
+    if skip_without_erl() then return end
+    local from_erl = erl_dir() .. "/random.hex"
+    erl("random", "1234", "3000", from_erl)
+    local back = {}
+    for i, bin in ipairs(read_lines(from_erl)) do
+      local v, next_pos = T.decode(bin)
+      assert.are.equal(#bin + 1, next_pos)
+      back[i] = T.encode(v)
+    end
+    assert.are.equal(3000, #back)
+    assert.are.equal("done 3000\n", erl("same", from_erl, write_lines("back.hex", back)))
+  end)
+
+  it("gets back random Lua values that went through Erlang", function()
+    if skip_without_erl() then return end
+    math.randomseed(99)
+    local values, encoded = {}, {}
+    for i = 1, 3000 do
+      values[i] = random_value(4)
+      encoded[i] = T.encode(values[i])
+    end
+    local echoed = erl_dir() .. "/echoed.hex"
+    erl("echo", write_lines("lua.hex", encoded), echoed)
+    for i, bin in ipairs(read_lines(echoed)) do
+      same(values[i], (T.decode(bin)), "values[" .. i .. "]")
+    end
+  end)
+
+  teardown(function()
+    if dir then os.execute("rm -rf " .. dir) end
+  end)
+end)

@@ -1,0 +1,984 @@
+/*
+** Erlang terms in Lua (see lterm.h), and Erlang's external term format (ETF) both ways.
+**
+** The mapping, chosen so that both round trips give back what went in (docs/api.md):
+**   Lua nil            <-> the atom nil, where Lua can hold a nil (the whole value, a tuple's
+**                          element); a list's element or a map's key or value nil is the atom
+**                          value smarm.atom("nil"), which encodes as nil again
+**   true, false        <-> the atoms true and false
+**   number             --> an integer when integral and within 2^53, else a float;
+**                      <-- integers within 2^53 and floats (so 2.0 comes back as 2: Lua has one
+**                          number type); other integers stay opaque terms
+**   string             <-> binary
+**   smarm.atom(s)      <-> other atoms (Latin-1 ones arrive as UTF-8)
+**   smarm.tuple(t)     <-> tuple: t[1..n], n = t.n when it is a number, else #t; a decoded tuple
+**                          with a nil element has n set
+**   table              --> a list when its keys are exactly 1..#t, [] when empty, else a map;
+**                      <-- lists (strings, which are lists of bytes, too)
+**   smarm.map(t)       <-> map (a map is marked, so #{} and #{1 => a} stay maps)
+**   opaque terms       <-> pids, refs and ports (of Erlang nodes), funs, big integers, bit
+**                          strings and improper lists: the same bytes go back
+** Cycles, functions, coroutines, other userdata, NaN and infinities have no term and raise,
+** naming the path; so do this runtime's own pids and refs, until it is a node.
+**
+** Decoding trusts nothing: every length is checked against the bytes left, nesting is bounded
+** (TERM_MAX_DEPTH), and a size hint never asks for more slots than the bytes could fill.
+*/
+#include "lterm.h"
+
+#include "lpath.h"
+#include "lpid.h"
+#include "lvm.h"
+
+#include <lauxlib.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The external term format's tags (erts' external.h names them *_EXT). */
+enum etf_tag {
+  ETF_VERSION = 131,
+  ETF_NEW_FLOAT = 70, ETF_BIT_BINARY = 77, ETF_COMPRESSED = 80, ETF_ATOM_CACHE_REF = 82,
+  ETF_NEW_PID = 88, ETF_NEW_PORT = 89, ETF_NEWER_REFERENCE = 90, ETF_SMALL_INTEGER = 97,
+  ETF_INTEGER = 98, ETF_FLOAT = 99, ETF_ATOM = 100, ETF_REFERENCE = 101, ETF_PORT = 102,
+  ETF_PID = 103, ETF_SMALL_TUPLE = 104, ETF_LARGE_TUPLE = 105, ETF_NIL = 106, ETF_STRING = 107,
+  ETF_LIST = 108, ETF_BINARY = 109, ETF_SMALL_BIG = 110, ETF_LARGE_BIG = 111, ETF_NEW_FUN = 112,
+  ETF_EXPORT = 113, ETF_NEW_REFERENCE = 114, ETF_SMALL_ATOM = 115, ETF_MAP = 116,
+  ETF_ATOM_UTF8 = 118, ETF_SMALL_ATOM_UTF8 = 119, ETF_V4_PORT = 120
+};
+
+#define MAX_EXACT 9007199254740992.0 /* 2^53: every integer up to it is a double */
+#define ATOM_MAX_CHARS 255           /* Erlang's limit */
+#define TERM_MAX_DEPTH 200           /* nesting, as the message codec allows (both recurse) */
+
+/* Registry keys: the metatables of atoms, opaque terms, tuples and maps, and the intern tables
+** (weak values) of atoms (by name) and opaque terms (by bytes). */
+static const char atom_mt_key, opaque_mt_key, tuple_mt_key, map_mt_key, atoms_key, opaques_key;
+
+#define ATOM_MAGIC UINT64_C(0x736d61726d61746d)   /* "smarmatm" */
+#define OPAQUE_MAGIC UINT64_C(0x736d61726d74726d) /* "smarmtrm" */
+
+typedef struct blob {
+  uint64_t magic; /* ATOM_MAGIC or OPAQUE_MAGIC */
+  size_t len;
+  unsigned char bytes[]; /* an atom's name, or an opaque term's external format */
+} blob_t;
+
+static blob_t *test_blob(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) < sizeof(blob_t))
+    return NULL;
+  blob_t *b = lua_touserdata(L, idx);
+  return (b->magic == ATOM_MAGIC || b->magic == OPAQUE_MAGIC) &&
+                 lua_objlen(L, idx) == sizeof(blob_t) + b->len
+             ? b
+             : NULL;
+}
+
+enum lterm_kind sm_lterm_to_blob(lua_State *L, int idx, const char **s, size_t *n)
+{
+  blob_t *b = test_blob(L, idx);
+  if (!b)
+    return LTERM_NONE;
+  *s = (const char *)b->bytes;
+  *n = b->len;
+  return b->magic == ATOM_MAGIC ? LTERM_ATOM : LTERM_OPAQUE;
+}
+
+static const unsigned char *skip_term(lua_State *L, const unsigned char *start,
+                                      const unsigned char *p, const unsigned char *end,
+                                      int depth);
+
+void sm_lterm_push_blob(lua_State *L, enum lterm_kind kind, const char *s, size_t n)
+{
+  if (kind == LTERM_OPAQUE) { /* one whole term, of a kind that stays opaque */
+    const unsigned char *p = (const unsigned char *)s;
+    if (n == 0 || skip_term(L, p, p, p + n, 0) != p + n)
+      luaL_error(L, "smarm: malformed opaque term");
+  }
+  lvm_push_registry_table(L, kind == LTERM_ATOM ? &atoms_key : &opaques_key, "v");
+  lua_pushlstring(L, s, n);
+  lua_pushvalue(L, -1);
+  lua_rawget(L, -3);
+  if (!lua_isnil(L, -1)) { /* [intern, key, value] */
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pop(L, 1);
+  blob_t *b = lua_newuserdata(L, sizeof *b + n);
+  b->magic = kind == LTERM_ATOM ? ATOM_MAGIC : OPAQUE_MAGIC;
+  b->len = n;
+  memcpy(b->bytes, s, n);
+  lvm_push_registry(L, kind == LTERM_ATOM ? &atom_mt_key : &opaque_mt_key);
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -2); /* [intern, key, value, key, value] */
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -5);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+enum lterm_kind sm_lterm_table_kind(lua_State *L, int idx)
+{
+  if (!lua_getmetatable(L, idx))
+    return LTERM_NONE;
+  enum lterm_kind kind = LTERM_NONE;
+  lvm_push_registry(L, &tuple_mt_key);
+  if (lua_rawequal(L, -1, -2))
+    kind = LTERM_TUPLE;
+  lua_pop(L, 1);
+  if (kind == LTERM_NONE) {
+    lvm_push_registry(L, &map_mt_key);
+    if (lua_rawequal(L, -1, -2))
+      kind = LTERM_MAP;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return kind;
+}
+
+void sm_lterm_mark_table(lua_State *L, int idx, enum lterm_kind kind)
+{
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lvm_push_registry(L, kind == LTERM_TUPLE ? &tuple_mt_key : &map_mt_key);
+  lua_setmetatable(L, idx);
+}
+
+/* Pushes the atom of that UTF-8 name: true and false as booleans, nil as Lua nil when nil_ok. */
+static void push_atom(lua_State *L, const char *s, size_t n, int nil_ok)
+{
+  if (n == 4 && memcmp(s, "true", 4) == 0)
+    lua_pushboolean(L, 1);
+  else if (n == 5 && memcmp(s, "false", 5) == 0)
+    lua_pushboolean(L, 0);
+  else if (n == 3 && memcmp(s, "nil", 3) == 0 && nil_ok)
+    lua_pushnil(L);
+  else
+    sm_lterm_push_blob(L, LTERM_ATOM, s, n);
+}
+
+/* How many characters the UTF-8 text has, or -1 if it is not well-formed UTF-8. */
+static long utf8_chars(const unsigned char *s, size_t n)
+{
+  long chars = 0;
+  for (size_t i = 0; i < n; chars++) {
+    unsigned char c = s[i];
+    size_t more = c < 0x80 ? 0 : c >= 0xc2 && c < 0xe0 ? 1 : c >= 0xe0 && c < 0xf0 ? 2
+                                                           : c >= 0xf0 && c < 0xf5  ? 3
+                                                                                    : 9;
+    if (more == 9 || n - i <= more)
+      return more == 0 ? chars + 1 : -1;
+    for (size_t k = 1; k <= more; k++)
+      if ((s[i + k] & 0xc0) != 0x80)
+        return -1;
+    i += more + 1;
+  }
+  return chars;
+}
+
+/* ---- Encoding ------------------------------------------------------------------------------ */
+
+typedef struct tenc {
+  lua_State *L;
+  const char *root;  /* the whole value's name in errors */
+  int buf_idx;       /* stack slot of the buffer userdata */
+  int visiting_idx;  /* stack slot of the set of tables being encoded (cycles) */
+  unsigned char *buf;
+  size_t len, cap;
+  int nkeys;         /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
+  int keys[TERM_MAX_DEPTH + 1];
+} tenc_t;
+
+static void enc_fail(tenc_t *e, int nkeys, const char *what)
+{
+  lpath_t p = {"", 0};
+  for (int i = 0; i < nkeys; i++)
+    sm_lpath_key(&p, e->L, e->keys[i], 0);
+  const char *path = e->root[0] == '\0' && p.s[0] == '.' ? p.s + 1 : p.s;
+  luaL_error(e->L, "%s%s %s", e->root, path, what);
+}
+
+static void reserve(tenc_t *e, size_t n)
+{
+  if (e->len + n <= e->cap)
+    return;
+  size_t cap = e->cap * 2;
+  while (cap < e->len + n)
+    cap *= 2;
+  unsigned char *nb = lua_newuserdata(e->L, cap);
+  memcpy(nb, e->buf, e->len);
+  lua_replace(e->L, e->buf_idx);
+  e->buf = nb;
+  e->cap = cap;
+}
+
+static void put_bytes(tenc_t *e, const void *p, size_t n)
+{
+  reserve(e, n);
+  memcpy(e->buf + e->len, p, n);
+  e->len += n;
+}
+
+static void put_u8(tenc_t *e, unsigned v)
+{
+  unsigned char b = (unsigned char)v;
+  put_bytes(e, &b, 1);
+}
+
+static void put_u32(tenc_t *e, uint32_t v)
+{
+  unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                        (unsigned char)(v >> 8), (unsigned char)v};
+  put_bytes(e, b, 4);
+}
+
+static void put_atom(tenc_t *e, const char *s, size_t n)
+{
+  if (n <= 255) {
+    put_u8(e, ETF_SMALL_ATOM_UTF8);
+    put_u8(e, (unsigned)n);
+  } else {
+    put_u8(e, ETF_ATOM_UTF8);
+    put_u8(e, (unsigned)(n >> 8));
+    put_u8(e, (unsigned)n & 0xff);
+  }
+  put_bytes(e, s, n);
+}
+
+static void enc_number(tenc_t *e, lua_Number n)
+{
+  if (!isfinite(n))
+    enc_fail(e, e->nkeys, "is not a finite number (Erlang has no NaN or infinity)");
+  if (n == floor(n) && fabs(n) <= MAX_EXACT) {
+    if (n >= 0 && n <= 255) {
+      put_u8(e, ETF_SMALL_INTEGER);
+      put_u8(e, (unsigned)n);
+    } else if (n >= INT32_MIN && n <= INT32_MAX) {
+      put_u8(e, ETF_INTEGER);
+      put_u32(e, (uint32_t)(int32_t)n);
+    } else { /* a small big: sign, then the magnitude's bytes, least significant first */
+      uint64_t m = (uint64_t)fabs(n);
+      unsigned char digits[8];
+      unsigned nd = 0;
+      for (; m; m >>= 8)
+        digits[nd++] = (unsigned char)m;
+      put_u8(e, ETF_SMALL_BIG);
+      put_u8(e, nd);
+      put_u8(e, n < 0);
+      put_bytes(e, digits, nd);
+    }
+    return;
+  }
+  union {
+    double d;
+    uint64_t u;
+  } v = {n};
+  put_u8(e, ETF_NEW_FLOAT);
+  put_u32(e, (uint32_t)(v.u >> 32));
+  put_u32(e, (uint32_t)v.u);
+}
+
+static void enc_value(tenc_t *e, int idx, int depth);
+
+/* The element at key `key` (pushed by the caller) of the table at t, with the key on the path. */
+static void enc_field(tenc_t *e, int t, int depth)
+{
+  lua_State *L = e->L;
+  int key = lua_gettop(L);
+  e->keys[e->nkeys - 1] = key;
+  lua_pushvalue(L, key);
+  lua_rawget(L, t);
+  enc_value(e, lua_gettop(L), depth + 1);
+  lua_pop(L, 2);
+}
+
+static void enc_table(tenc_t *e, int t, int depth)
+{
+  lua_State *L = e->L;
+  if (depth >= TERM_MAX_DEPTH)
+    enc_fail(e, e->nkeys, "is nested too deeply");
+  luaL_checkstack(L, 8, "term too deep");
+  lua_pushvalue(L, t);
+  lua_rawget(L, e->visiting_idx);
+  if (!lua_isnil(L, -1))
+    enc_fail(e, e->nkeys, "is a table that contains itself (a term cannot)");
+  lua_pop(L, 1);
+  lua_pushvalue(L, t);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, e->visiting_idx);
+  int level = e->nkeys++;
+  e->keys[level] = t; /* replaced by each key before anything below can fail */
+  enum lterm_kind kind = sm_lterm_table_kind(L, t);
+  if (kind == LTERM_TUPLE) {
+    lua_pushliteral(L, "n");
+    lua_rawget(L, t);
+    size_t n = lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 0 &&
+                       lua_tonumber(L, -1) <= UINT32_MAX
+                   ? (size_t)lua_tonumber(L, -1)
+                   : lua_objlen(L, t);
+    lua_pop(L, 1);
+    if (n <= 255) {
+      put_u8(e, ETF_SMALL_TUPLE);
+      put_u8(e, (unsigned)n);
+    } else {
+      put_u8(e, ETF_LARGE_TUPLE);
+      put_u32(e, (uint32_t)n);
+    }
+    for (size_t i = 1; i <= n; i++) {
+      lua_pushnumber(L, (lua_Number)i);
+      enc_field(e, t, depth);
+    }
+  } else {
+    /* count the pairs; a plain table whose keys are all whole numbers from 1 to the count is
+    ** a list (count distinct keys in 1..count are exactly 1..count) */
+    size_t count = 0;
+    int list = kind == LTERM_NONE;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+      lua_pop(L, 1);
+      count++;
+      if (list) {
+        lua_Number k = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+        list = k >= 1 && k == floor(k);
+      }
+    }
+    if (list) {
+      lua_pushnil(L);
+      while (list && lua_next(L, t)) {
+        list = lua_tonumber(L, -2) <= (lua_Number)count;
+        lua_pop(L, 1);
+      }
+      if (!list)
+        lua_pop(L, 1); /* the key lua_next left */
+    }
+    if (list && count == 0) {
+      put_u8(e, ETF_NIL);
+    } else if (list) {
+      put_u8(e, ETF_LIST);
+      put_u32(e, (uint32_t)count);
+      for (size_t i = 1; i <= count; i++) {
+        lua_pushnumber(L, (lua_Number)i);
+        enc_field(e, t, depth);
+      }
+      put_u8(e, ETF_NIL);
+    } else {
+      if (count > UINT32_MAX)
+        enc_fail(e, level, "has too many keys for a map");
+      put_u8(e, ETF_MAP);
+      put_u32(e, (uint32_t)count);
+      lua_pushnil(L);
+      while (lua_next(L, t)) {
+        int key = lua_gettop(L) - 1;
+        e->keys[level] = key;
+        enc_value(e, key, depth + 1);
+        enc_value(e, key + 1, depth + 1);
+        lua_pop(L, 1);
+      }
+    }
+  }
+  e->nkeys = level;
+  lua_pushvalue(L, t);
+  lua_pushnil(L);
+  lua_rawset(L, e->visiting_idx);
+}
+
+static void enc_value(tenc_t *e, int idx, int depth)
+{
+  lua_State *L = e->L;
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL:
+    put_atom(e, "nil", 3);
+    return;
+  case LUA_TBOOLEAN:
+    if (lua_toboolean(L, idx))
+      put_atom(e, "true", 4);
+    else
+      put_atom(e, "false", 5);
+    return;
+  case LUA_TNUMBER:
+    enc_number(e, lua_tonumber(L, idx));
+    return;
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    if (n > UINT32_MAX)
+      enc_fail(e, e->nkeys, "is a string too long for a binary");
+    put_u8(e, ETF_BINARY);
+    put_u32(e, (uint32_t)n);
+    put_bytes(e, s, n);
+    return;
+  }
+  case LUA_TTABLE:
+    enc_table(e, idx, depth);
+    return;
+  case LUA_TUSERDATA: {
+    const char *s;
+    size_t n;
+    enum lterm_kind kind = sm_lterm_to_blob(L, idx, &s, &n);
+    if (kind == LTERM_ATOM) {
+      put_atom(e, s, n);
+      return;
+    }
+    if (kind == LTERM_OPAQUE) {
+      put_bytes(e, s, n);
+      return;
+    }
+    smarm_pid_t pid;
+    smarm_ref_t ref;
+    if (sm_lsmarm_to_pid(L, idx, &pid) || sm_lsmarm_to_ref(L, idx, &ref))
+      enc_fail(e, e->nkeys, "is a pid or ref of this runtime, which is not an Erlang node");
+    break;
+  }
+  default:
+    break;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "is a %s (it has no Erlang term)", luaL_typename(L, idx));
+  enc_fail(e, e->nkeys, what);
+}
+
+/* Pushes the external format of the value at idx (with the version byte) as a string. */
+static void push_encoded(lua_State *L, int idx, const char *root)
+{
+  tenc_t *e = lua_newuserdata(L, sizeof *e); /* the state, off the C stack: it is large */
+  int state = lua_gettop(L);
+  e->L = L;
+  e->root = root;
+  e->nkeys = 0;
+  e->cap = 256;
+  e->buf = lua_newuserdata(L, e->cap);
+  e->buf_idx = lua_gettop(L);
+  lua_newtable(L);
+  e->visiting_idx = lua_gettop(L);
+  e->len = 0;
+  put_u8(e, ETF_VERSION);
+  enc_value(e, idx, 0);
+  lua_pushlstring(L, (const char *)e->buf, e->len);
+  lua_replace(L, state);
+  lua_settop(L, state);
+}
+
+/* ---- Decoding ------------------------------------------------------------------------------ */
+
+/* Raises "smarm.term.decode: <why> at byte <offset + 1>". */
+static void bad(lua_State *L, const unsigned char *start, const unsigned char *p, const char *why)
+{
+  luaL_error(L, "smarm.term.decode: %s at byte %d", why, (int)(p - start) + 1);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The atom at p (any of the four encodings; no cache references outside the distribution's
+** headers): its name in *s, *n (raw: Latin-1 or UTF-8 as *latin1 says); returns the end. */
+static const unsigned char *read_atom(lua_State *L, const unsigned char *start,
+                                      const unsigned char *p, const unsigned char *end,
+                                      const char **s, size_t *n, int *latin1)
+{
+  if (p >= end)
+    bad(L, start, p, "truncated term");
+  unsigned char tag = *p;
+  size_t hdr = tag == ETF_ATOM || tag == ETF_ATOM_UTF8 ? 3 : tag == ETF_SMALL_ATOM || tag == ETF_SMALL_ATOM_UTF8 ? 2 : 0;
+  if (!hdr)
+    bad(L, start, p, tag == ETF_ATOM_CACHE_REF ? "an atom cache reference" : "not an atom");
+  if ((size_t)(end - p) < hdr)
+    bad(L, start, p, "truncated atom");
+  size_t len = hdr == 3 ? (size_t)p[1] << 8 | p[2] : p[1];
+  if ((size_t)(end - p) - hdr < len)
+    bad(L, start, p, "truncated atom");
+  *s = (const char *)p + hdr;
+  *n = len;
+  *latin1 = tag == ETF_ATOM || tag == ETF_SMALL_ATOM;
+  return p + hdr + len;
+}
+
+/* The end of the term at p, without decoding it; raises if it runs past end or is malformed. */
+static const unsigned char *skip_term(lua_State *L, const unsigned char *start,
+                                      const unsigned char *p, const unsigned char *end,
+                                      int depth)
+{
+  const char *s;
+  size_t n;
+  int latin1;
+  if (depth >= TERM_MAX_DEPTH)
+    bad(L, start, p, "term nested too deeply");
+  if (p >= end)
+    bad(L, start, p, "truncated term");
+  size_t left = (size_t)(end - p) - 1, fixed = 0;
+#define NEED(k)                                                                                    \
+  do {                                                                                             \
+    if (left < (k))                                                                                \
+      bad(L, start, p, "truncated term");                                                          \
+  } while (0)
+  switch (*p) {
+  case ETF_SMALL_INTEGER: fixed = 1; break;
+  case ETF_INTEGER: fixed = 4; break;
+  case ETF_NEW_FLOAT: fixed = 8; break;
+  case ETF_FLOAT: fixed = 31; break;
+  case ETF_NIL: fixed = 0; break;
+  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8:
+    return read_atom(L, start, p, end, &s, &n, &latin1);
+  case ETF_STRING: NEED(2); fixed = 2 + ((size_t)p[1] << 8 | p[2]); break;
+  case ETF_BINARY: NEED(4); fixed = 4 + (size_t)be32(p + 1); break;
+  case ETF_BIT_BINARY: NEED(5); fixed = 5 + (size_t)be32(p + 1); break;
+  case ETF_SMALL_BIG: NEED(1); fixed = 2 + (size_t)p[1]; break;
+  case ETF_LARGE_BIG: NEED(4); fixed = 5 + (size_t)be32(p + 1); break;
+  case ETF_NEW_FUN: NEED(4); fixed = (size_t)be32(p + 1); break; /* its size counts itself */
+  case ETF_PID: case ETF_NEW_PID: case ETF_PORT: case ETF_NEW_PORT: case ETF_V4_PORT:
+  case ETF_REFERENCE: {
+    const unsigned char *q = read_atom(L, start, p + 1, end, &s, &n, &latin1);
+    size_t rest = *p == ETF_PID ? 9 : *p == ETF_NEW_PID ? 12 : *p == ETF_PORT ? 5
+                  : *p == ETF_NEW_PORT ? 8 : *p == ETF_V4_PORT ? 12 : 5;
+    if ((size_t)(end - q) < rest)
+      bad(L, start, p, "truncated term");
+    return q + rest;
+  }
+  case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: {
+    NEED(2);
+    size_t ids = (size_t)p[1] << 8 | p[2];
+    const unsigned char *q = read_atom(L, start, p + 3, end, &s, &n, &latin1);
+    size_t rest = (*p == ETF_NEW_REFERENCE ? 1 : 4) + 4 * ids;
+    if ((size_t)(end - q) < rest)
+      bad(L, start, p, "truncated term");
+    return q + rest;
+  }
+  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: {
+    size_t hdr = *p == ETF_SMALL_TUPLE ? 1 : 4;
+    NEED(hdr);
+    uint64_t count = hdr == 1 ? p[1] : be32(p + 1);
+    if (*p == ETF_MAP)
+      count *= 2;
+    if (*p == ETF_LIST)
+      count++; /* the tail */
+    const unsigned char *q = p + 1 + hdr;
+    for (uint64_t i = 0; i < count; i++)
+      q = skip_term(L, start, q, end, depth + 1);
+    return q;
+  }
+  case ETF_EXPORT: {
+    const unsigned char *q = p + 1;
+    for (int i = 0; i < 3; i++)
+      q = skip_term(L, start, q, end, depth + 1);
+    return q;
+  }
+  case ETF_COMPRESSED:
+    bad(L, start, p, "a compressed term (not supported)");
+    return NULL;
+  default:
+    bad(L, start, p, "unknown tag");
+    return NULL;
+  }
+#undef NEED
+  if (left < fixed)
+    bad(L, start, p, "truncated term");
+  return p + 1 + fixed;
+}
+
+typedef struct tdec {
+  lua_State *L;
+  const unsigned char *start, *p, *end;
+} tdec_t;
+
+static const unsigned char *need(tdec_t *d, size_t n)
+{
+  if ((size_t)(d->end - d->p) < n)
+    bad(d->L, d->start, d->p, "truncated term");
+  const unsigned char *at = d->p;
+  d->p += n;
+  return at;
+}
+
+/* Pushes the opaque term that starts at `at` and ends at d->p. */
+static void push_opaque_here(tdec_t *d, const unsigned char *at)
+{
+  sm_lterm_push_blob(d->L, LTERM_OPAQUE, (const char *)at, (size_t)(d->p - at));
+}
+
+/* Pushes the big integer at `at` (tag, size, sign, digits) as a number if it is within 2^53,
+** else as an opaque term. */
+static void push_big(tdec_t *d, const unsigned char *at, size_t size)
+{
+  unsigned sign = *need(d, 1);
+  const unsigned char *digits = need(d, size);
+  if (sign > 1)
+    bad(d->L, d->start, at, "bad sign of a big integer");
+  size_t used = size;
+  while (used && digits[used - 1] == 0)
+    used--;
+  if (used <= 7) {
+    uint64_t m = 0;
+    for (size_t i = used; i-- > 0;)
+      m = m << 8 | digits[i];
+    if ((double)m <= MAX_EXACT) {
+      lua_pushnumber(d->L, sign ? -(lua_Number)m : (lua_Number)m);
+      return;
+    }
+  }
+  push_opaque_here(d, at);
+}
+
+static void dec_term(tdec_t *d, int depth, int nil_ok)
+{
+  lua_State *L = d->L;
+  if (depth >= TERM_MAX_DEPTH)
+    bad(L, d->start, d->p, "term nested too deeply");
+  luaL_checkstack(L, 6, "term too deep");
+  const unsigned char *at = d->p;
+  unsigned char tag = *need(d, 1);
+  switch (tag) {
+  case ETF_SMALL_INTEGER:
+    lua_pushnumber(L, *need(d, 1));
+    return;
+  case ETF_INTEGER:
+    lua_pushnumber(L, (int32_t)be32(need(d, 4)));
+    return;
+  case ETF_NEW_FLOAT: {
+    const unsigned char *b = need(d, 8);
+    union {
+      uint64_t u;
+      double f;
+    } v = {(uint64_t)be32(b) << 32 | be32(b + 4)};
+    lua_pushnumber(L, v.f);
+    return;
+  }
+  case ETF_FLOAT: { /* the old format: "%.20e" in 31 bytes */
+    char text[32];
+    memcpy(text, need(d, 31), 31);
+    text[31] = '\0';
+    char *stop;
+    double v = strtod(text, &stop);
+    if (stop == text)
+      bad(L, d->start, at, "bad float");
+    lua_pushnumber(L, v);
+    return;
+  }
+  case ETF_SMALL_BIG:
+    push_big(d, at, *need(d, 1));
+    return;
+  case ETF_LARGE_BIG:
+    push_big(d, at, be32(need(d, 4)));
+    return;
+  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8: {
+    const char *s;
+    size_t n;
+    int latin1;
+    d->p = read_atom(L, d->start, at, d->end, &s, &n, &latin1);
+    if (latin1) { /* Latin-1 to UTF-8: what Erlang calls the same atom */
+      char utf8[2 * 255 * 2];
+      size_t o = 0;
+      for (size_t i = 0; i < n && o + 2 <= sizeof utf8; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+          utf8[o++] = (char)c;
+        } else {
+          utf8[o++] = (char)(0xc0 | c >> 6);
+          utf8[o++] = (char)(0x80 | (c & 0x3f));
+        }
+      }
+      push_atom(L, utf8, o, nil_ok);
+    } else {
+      push_atom(L, s, n, nil_ok);
+    }
+    return;
+  }
+  case ETF_BINARY: {
+    size_t n = be32(need(d, 4));
+    lua_pushlstring(L, (const char *)need(d, n), n);
+    return;
+  }
+  case ETF_STRING: { /* a list of bytes */
+    const unsigned char *b = need(d, 2);
+    size_t n = (size_t)b[0] << 8 | b[1];
+    const unsigned char *s = need(d, n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+      lua_pushnumber(L, s[i]);
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+    return;
+  }
+  case ETF_NIL:
+    lua_createtable(L, 0, 0);
+    return;
+  case ETF_LIST: {
+    uint32_t n = be32(need(d, 4));
+    /* each element takes a byte at least: a bad count cannot ask for more slots */
+    lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 0);
+    for (uint32_t i = 0; i < n; i++) {
+      dec_term(d, depth + 1, 0);
+      lua_rawseti(L, -2, (int)i + 1);
+    }
+    if (d->p < d->end && *d->p == ETF_NIL) {
+      d->p++;
+      return;
+    }
+    d->p = skip_term(L, d->start, d->p, d->end, depth + 1); /* an improper list */
+    lua_pop(L, 1);
+    push_opaque_here(d, at);
+    return;
+  }
+  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
+    uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : be32(need(d, 4));
+    lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
+    sm_lterm_mark_table(L, -1, LTERM_TUPLE);
+    int holes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      dec_term(d, depth + 1, 1);
+      if (lua_isnil(L, -1)) {
+        holes = 1;
+        lua_pop(L, 1);
+      } else {
+        lua_rawseti(L, -2, (int)i + 1);
+      }
+    }
+    if (holes) {
+      lua_pushnumber(L, n);
+      lua_setfield(L, -2, "n");
+    }
+    return;
+  }
+  case ETF_MAP: {
+    uint32_t n = be32(need(d, 4));
+    lua_createtable(L, 0, n <= (size_t)(d->end - d->p) / 2 ? (int)n : 0);
+    sm_lterm_mark_table(L, -1, LTERM_MAP);
+    for (uint32_t i = 0; i < n; i++) {
+      dec_term(d, depth + 1, 0);
+      dec_term(d, depth + 1, 0);
+      lua_rawset(L, -3);
+    }
+    return;
+  }
+  default: /* pids, refs, ports, funs, bit strings: opaque */
+    d->p = skip_term(L, d->start, at, d->end, depth);
+    push_opaque_here(d, at);
+    return;
+  }
+}
+
+/* ---- Opaque terms for people ------------------------------------------------------------- */
+
+static const char *opaque_type(const blob_t *b)
+{
+  switch (b->bytes[0]) {
+  case ETF_PID: case ETF_NEW_PID: return "pid";
+  case ETF_REFERENCE: case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: return "ref";
+  case ETF_PORT: case ETF_NEW_PORT: case ETF_V4_PORT: return "port";
+  case ETF_NEW_FUN: case ETF_EXPORT: return "fun";
+  case ETF_SMALL_BIG: case ETF_LARGE_BIG: return "integer";
+  case ETF_BIT_BINARY: return "bitstring";
+  default: return "list"; /* improper */
+  }
+}
+
+/* Pushes a big integer's decimal digits (at most 64 bytes of magnitude: beyond, its size). */
+static void push_big_text(lua_State *L, const unsigned char *p)
+{
+  size_t size = p[0] == ETF_SMALL_BIG ? p[1] : be32(p + 1);
+  const unsigned char *sign = p + (p[0] == ETF_SMALL_BIG ? 2 : 5);
+  if (size > 64) {
+    lua_pushfstring(L, "#Integer<%d bytes>", (int)size);
+    return;
+  }
+  unsigned char mag[64];
+  memcpy(mag, sign + 1, size);
+  char digits[160];
+  size_t nd = 0;
+  for (;;) { /* divide the little-endian magnitude by 10 until it is 0 */
+    unsigned rem = 0;
+    int nonzero = 0;
+    for (size_t i = size; i-- > 0;) {
+      unsigned cur = rem << 8 | mag[i];
+      mag[i] = (unsigned char)(cur / 10);
+      rem = cur % 10;
+      nonzero |= mag[i];
+    }
+    digits[nd++] = (char)('0' + rem);
+    if (!nonzero)
+      break;
+  }
+  char text[162];
+  size_t o = 0;
+  if (*sign)
+    text[o++] = '-';
+  while (nd)
+    text[o++] = digits[--nd];
+  lua_pushlstring(L, text, o);
+}
+
+static int m_opaque_tostring(lua_State *L)
+{
+  blob_t *b = test_blob(L, 1);
+  const unsigned char *p = b->bytes, *end = b->bytes + b->len;
+  const char *node = "";
+  size_t nn = 0;
+  int latin1;
+  switch (p[0]) {
+  case ETF_SMALL_BIG: case ETF_LARGE_BIG:
+    push_big_text(L, p);
+    return 1;
+  case ETF_PID: case ETF_NEW_PID: {
+    const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
+    lua_pushlstring(L, node, nn);
+    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)be32(q), (int)be32(q + 4));
+    return 1;
+  }
+  case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: { /* its first five numbers at most */
+    size_t ids = (size_t)p[1] << 8 | p[2];
+    const unsigned char *q = read_atom(L, p, p + 3, end, &node, &nn, &latin1);
+    q += p[0] == ETF_NEW_REFERENCE ? 1 : 4;
+    char numbers[64];
+    size_t o = 0;
+    for (size_t i = 0; i < ids && i < 5; i++)
+      o += (size_t)snprintf(numbers + o, sizeof numbers - o, ".%u", (unsigned)be32(q + 4 * i));
+    lua_pushlstring(L, node, nn);
+    lua_pushfstring(L, "#Ref<%s%s>", lua_tostring(L, -1), numbers);
+    return 1;
+  }
+  case ETF_REFERENCE: case ETF_PORT: case ETF_NEW_PORT: case ETF_V4_PORT: {
+    const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
+    lua_pushlstring(L, node, nn);
+    lua_pushfstring(L, "#%s<%s.%d>", p[0] == ETF_REFERENCE ? "Ref" : "Port", lua_tostring(L, -1),
+                    (int)be32(q + (p[0] == ETF_V4_PORT ? 4 : 0)));
+    return 1;
+  }
+  case ETF_EXPORT: {
+    const char *m, *f;
+    size_t mn, fn;
+    const unsigned char *q = read_atom(L, p, p + 1, end, &m, &mn, &latin1);
+    q = read_atom(L, p, q, end, &f, &fn, &latin1);
+    lua_pushlstring(L, m, mn);
+    lua_pushlstring(L, f, fn);
+    lua_pushfstring(L, "#Fun<%s:%s/%d>", lua_tostring(L, -2), lua_tostring(L, -1),
+                    q < end && *q == ETF_SMALL_INTEGER && q + 1 < end ? q[1] : -1);
+    return 1;
+  }
+  case ETF_BIT_BINARY:
+    lua_pushfstring(L, "#Bits<%d>", (int)(be32(p + 1) ? (be32(p + 1) - 1) * 8 + p[5] : 0));
+    return 1;
+  default:
+    lua_pushfstring(L, "#Term<%s>", p[0] == ETF_NEW_FUN ? "fun" : "improper list");
+    return 1;
+  }
+}
+
+static int m_atom_tostring(lua_State *L)
+{
+  blob_t *b = test_blob(L, 1);
+  lua_pushlstring(L, (const char *)b->bytes, b->len);
+  return 1;
+}
+
+/* ---- The Lua functions --------------------------------------------------------------------- */
+
+/* smarm.atom(name) -> the atom (true and false: the booleans) */
+static int l_atom(lua_State *L)
+{
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  long chars = utf8_chars((const unsigned char *)s, n);
+  if (chars < 0)
+    return luaL_argerror(L, 1, "an atom's name must be UTF-8");
+  if (chars > ATOM_MAX_CHARS)
+    return luaL_argerror(L, 1, "an atom's name has at most 255 characters");
+  push_atom(L, s, n, 0);
+  return 1;
+}
+
+static int mark(lua_State *L, enum lterm_kind kind)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  enum lterm_kind was = sm_lterm_table_kind(L, 1);
+  if (was == LTERM_NONE && lua_getmetatable(L, 1))
+    return luaL_argerror(L, 1, "the table has a metatable of its own");
+  sm_lterm_mark_table(L, 1, kind);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* smarm.tuple(t) -> t, marked as a tuple; smarm.map(t) -> t, marked as a map */
+static int l_tuple(lua_State *L) { return mark(L, LTERM_TUPLE); }
+static int l_map(lua_State *L) { return mark(L, LTERM_MAP); }
+
+/* smarm.term.encode(value) -> string */
+static int l_encode(lua_State *L)
+{
+  lua_settop(L, 1);
+  push_encoded(L, 1, "smarm.term.encode: value");
+  return 1;
+}
+
+/* smarm.term.decode(s [, pos]) -> value, the position after it */
+static int l_decode(lua_State *L)
+{
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  lua_Integer pos = luaL_optinteger(L, 2, 1);
+  if (pos < 1 || (size_t)pos > n + 1)
+    return luaL_argerror(L, 2, "position out of the string");
+  tdec_t d = {L, s, s + pos - 1, s + n};
+  if (d.p >= d.end || *d.p != ETF_VERSION)
+    bad(L, d.start, d.p, "no version byte (131)");
+  d.p++;
+  dec_term(&d, 0, 1);
+  lua_pushinteger(L, (lua_Integer)(d.p - s) + 1);
+  return 2;
+}
+
+/* smarm.term.type(value) -> "atom", "tuple", "map", "pid", "ref", "port", "fun", "integer",
+** "bitstring", "list" (an improper one), or nil for another value */
+static int l_type(lua_State *L)
+{
+  const char *s;
+  size_t n;
+  enum lterm_kind kind = lua_istable(L, 1) ? sm_lterm_table_kind(L, 1)
+                                           : sm_lterm_to_blob(L, 1, &s, &n);
+  switch (kind) {
+  case LTERM_ATOM: lua_pushliteral(L, "atom"); break;
+  case LTERM_TUPLE: lua_pushliteral(L, "tuple"); break;
+  case LTERM_MAP: lua_pushliteral(L, "map"); break;
+  case LTERM_OPAQUE: lua_pushstring(L, opaque_type(test_blob(L, 1))); break;
+  default: lua_pushnil(L);
+  }
+  return 1;
+}
+
+static void new_metatable(lua_State *L, const void *key, const char *name, lua_CFunction tostr)
+{
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+  if (tostr) {
+    lua_pushcfunction(L, tostr);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pushstring(L, name); /* getmetatable says what it is; setmetatable cannot change it */
+  lua_setfield(L, -2, "__metatable");
+  lvm_set_registry_once(L, key);
+}
+
+void sm_lterm_register(lua_State *L, int module)
+{
+  new_metatable(L, &atom_mt_key, "smarm.atom", m_atom_tostring);
+  new_metatable(L, &opaque_mt_key, "smarm.term", m_opaque_tostring);
+  new_metatable(L, &tuple_mt_key, "smarm.tuple", NULL);
+  new_metatable(L, &map_mt_key, "smarm.map", NULL);
+  static const luaL_Reg top[] = {
+    {"atom", l_atom}, {"tuple", l_tuple}, {"map", l_map}, {NULL, NULL},
+  };
+  static const luaL_Reg term[] = {
+    {"encode", l_encode}, {"decode", l_decode}, {"type", l_type}, {NULL, NULL},
+  };
+  for (const luaL_Reg *r = top; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, module, r->name);
+  }
+  lua_newtable(L);
+  luaL_register(L, NULL, term);
+  lua_setfield(L, module, "term");
+}
