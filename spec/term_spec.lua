@@ -10,20 +10,8 @@ local guard = dofile("spec/support/guard.lua")
 local function unhex(h) return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end)) end
 local function hex(s) return (s:gsub(".", function(c) return string.format("%02X", c:byte()) end)) end
 
-local have_erl = os.execute("command -v erl >/dev/null 2>&1 && command -v erlc >/dev/null 2>&1") == 0
-
--- A temporary directory with the Erlang module compiled in it (once per file).
-local dir
-local function erl_dir()
-  if dir then return dir end
-  local p = assert(io.popen("mktemp -d"))
-  dir = p:read("*l")
-  p:close()
-  local out = assert(io.popen("erlc -o " .. dir .. " spec/fixtures/smarm_term_check.erl 2>&1"))
-  local text = out:read("*a")
-  assert(out:close(), "erlc failed: " .. text)
-  return dir
-end
+local erl_support = dofile("spec/support/erl.lua")
+local function erl_dir() return erl_support.compile("smarm_term_check") end
 
 -- Runs smarm_term_check with these arguments; returns its output, asserting it ended with "done".
 local function erl(...)
@@ -51,8 +39,8 @@ local function read_lines(path)
 end
 
 local function skip_without_erl()
-  if have_erl then return false end
-  pending("SKIP: erl is not installed (Debian: erlang-base; deps/debian-test.txt)")
+  if erl_support.have then return false end
+  pending(erl_support.SKIP)
   return true
 end
 
@@ -346,7 +334,5 @@ describe("smarm.term with Erlang", function()
     end
   end)
 
-  teardown(function()
-    if dir then os.execute("rm -rf " .. dir) end
-  end)
+  teardown(erl_support.clean)
 end)

@@ -546,6 +546,9 @@ SMARM_API int smarm_unregister(const char *name);
 
 /* The pid holding the name, or 0 (also outside an actor). */
 SMARM_API smarm_pid_t smarm_whereis(const char *name);
+/* The same from a thread that is no actor (the IO thread), while a runtime runs: asks the table
+** itself (no scheduler's cache). 0 when nobody holds the name or no runtime runs. */
+SMARM_API smarm_pid_t smarm_whereis_outside(const char *name);
 
 /* The name the calling actor holds, or NULL; valid until its name changes. */
 SMARM_API const char *smarm_own_name(void);

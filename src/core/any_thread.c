@@ -2,7 +2,8 @@
 ** The entry points that any thread may call while a runtime runs, or at any time: smarm_stop,
 ** smarm_wake and smarm_wake_many (the IO thread's completions), smarm_send_outside (messages
 ** from threads that are no actors), smarm_stats_read and smarm_sched_count. The others that may
-** be called from any thread are smarm_make_ref (faults.c, one atomic counter) and the message
+** be called from any thread are smarm_make_ref (faults.c, one atomic counter),
+** smarm_whereis_outside (names.c, through sm_runtime_enter like those here) and the message
 ** blocks' functions (message.c); the rest of the core runs on the scheduler threads.
 **
 ** Such a caller must never touch a runtime that smarm_run() has freed. It reaches the runtime

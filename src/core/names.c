@@ -268,6 +268,22 @@ smarm_pid_t smarm_whereis(const char *name)
   return sm_names_lookup(s, name);
 }
 
+smarm_pid_t smarm_whereis_outside(const char *name)
+{
+  if (!sm_names_valid(name))
+    return 0;
+  runtime_t *rt = sm_runtime_enter(); /* any_thread.c: the runtime stays while we use it */
+  if (!rt)
+    return 0;
+  name_registry_t *r = &rt->names;
+  pthread_mutex_lock(&r->lock);
+  name_entry_t *e = table_slot(&r->table, name, name_hash(name));
+  smarm_pid_t pid = e ? e->pid : 0;
+  pthread_mutex_unlock(&r->lock);
+  sm_runtime_leave();
+  return pid;
+}
+
 int smarm_send_named(const char *name, smarm_msg_t *msg)
 {
   sched_t *s;

@@ -141,14 +141,15 @@ int sm_io_buf_reserve(char **data, size_t *cap, size_t len, size_t room);
 
 /* ---- Events: the IO thread's own messages to an actor -------------------------------------- */
 /* A socket in active mode (tcp.c, udp.c) tells its owner what happens to it, a spawned program
-** who asked of its exit (proc.c), and a watch its owner what changed (watch.c), in messages that the IO thread sends itself
+** who asked of its exit (proc.c), a watch its owner what changed (watch.c), and the node a
+** message from another node (dist.c), in messages that the IO thread sends itself
 ** (smarm_send_outside). Such a block starts with an io_event_t, whose
 ** first byte (IO_EVENT_TAG) is no tag of the binding's codec, so its decoder knows it (codec.h);
 ** the payload follows: the bytes (data), or nothing. */
 #define IO_EVENT_TAG 0xE5
 
 enum io_event_source {
-  IO_EV_TCP = 1, IO_EV_UNIX = 2, IO_EV_UDP = 3, IO_EV_PROCESS = 4, IO_EV_WATCH = 5
+  IO_EV_TCP = 1, IO_EV_UNIX = 2, IO_EV_UDP = 3, IO_EV_PROCESS = 4, IO_EV_WATCH = 5, IO_EV_DIST = 6
 };
 enum io_event_kind { IO_EV_DATA = 1, IO_EV_CLOSED = 2, IO_EV_ERROR = 3, IO_EV_EXIT = 4 };
 

@@ -1160,7 +1160,7 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
 }
 
 /* The IO events' functions by source (io.h); set once per module, read by every receive. */
-#define EVENT_SOURCES 6
+#define EVENT_SOURCES 7
 static _Atomic(const codec_event_fns_t *) event_fns[EVENT_SOURCES];
 
 void sm_codec_set_event_fns(int source, const codec_event_fns_t *fns)
@@ -1247,7 +1247,7 @@ int sm_codec_event_taken(lua_State *L)
   if (source <= 0 || source >= EVENT_SOURCES)
     return 0;
   const codec_event_fns_t *f = atomic_load_explicit(&event_fns[source], memory_order_acquire);
-  if (f)
+  if (f && f->taken)
     f->taken(L);
   return 1;
 }
@@ -1261,7 +1261,7 @@ int sm_codec_decode(lua_State *L, smarm_msg_t *msg)
     if (!f)
       luaL_error(L, "malformed message");
     f->decode(L, p, smarm_msg_size(msg));
-    return 1;
+    return f->taken != NULL; /* a source without flow control holds nothing */
   }
   sm_codec_decode_head(L, msg, 0);
   return 0;

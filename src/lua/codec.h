@@ -92,7 +92,8 @@ void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n);
 ** decode pushes one value, the event's table, which it marks held (sm_codec_hold_event); taken
 ** is called when a receive hands a held event of that source to the actor (sm_codec_event_taken,
 ** with the table on top, left there), and counts it: a socket sends more once its owner has taken
-** what it sent. Any thread may set them, at any time (every VM's module load sets its own again:
+** what it sent. A source without flow control (the node's messages: dist.h) has no taken and
+** holds nothing; its decode pushes the message itself. Any thread may set them, at any time (every VM's module load sets its own again:
 ** the same functions). */
 typedef struct codec_event_fns {
   void (*decode)(lua_State *L, const unsigned char *p, size_t n);

@@ -32,7 +32,7 @@
 **   lio.c      their shared helpers               ltransfer.c   functions between VMs
 **   lfaults.c  links, monitors, names             ltimer.c      message timers
 **   codec.c    messages                           lbench.c      clock and histograms
-**   lterm.c    Erlang terms                        lpath.c       paths in error messages
+**   ldist.c    smarm.node: the Erlang node          lterm.c  Erlang terms   lpath.c  error paths
 **   lhandle.c  the neutral handle interface       lpid.c   pids     lpark.c   parking rules
 **   lrebind.c  values every VM finds by name       lreentry.c  gsub and sort checked for C stack
 **   lvm.h      a scheduler's VM                   ljx.c    LuaJIT internals
@@ -43,6 +43,7 @@
 #include "codec.h"
 #include "io/io.h"
 #include "lbench.h"
+#include "ldist.h"
 #include "ldns.h"
 #include "llineedit.h"
 #include "lfaults.h"
@@ -573,7 +574,9 @@ static int l_alive(lua_State *L)
 static int l_is_pid(lua_State *L)
 {
   smarm_pid_t pid;
-  lua_pushboolean(L, sm_lsmarm_to_pid(L, 1, &pid));
+  const char *node;
+  size_t n;
+  lua_pushboolean(L, sm_lsmarm_to_pid(L, 1, &pid) || sm_lterm_pid_node(L, 1, &node, &n));
   return 1;
 }
 
@@ -582,6 +585,14 @@ static int l_is_pid(lua_State *L)
 static int l_send(lua_State *L)
 {
   smarm_pid_t to;
+  if (!sm_lsmarm_to_pid(L, 1, &to) && lua_type(L, 1) != LUA_TSTRING &&
+      sm_ldist_is_target(L, 1)) { /* another node's process (or a name of this node) */
+    if (lua_isnoneornil(L, 2))
+      return luaL_argerror(L, 2, "message expected, got nil");
+    self_or_raise(L, "send");
+    if (sm_ldist_send(L))
+      return 0;
+  }
   if (!sm_lsmarm_to_pid(L, 1, &to) && !(to = sm_lfaults_check_target(L, 1)))
     return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   if (lua_isnoneornil(L, 2))
@@ -1572,6 +1583,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
   sm_lterm_register(L, module);
+  sm_ldist_register(L, module);
   sm_linfo_register(L, module);
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);

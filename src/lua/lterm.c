@@ -26,6 +26,7 @@
 */
 #include "lterm.h"
 
+#include "io/dist.h"
 #include "lpath.h"
 #include "lpid.h"
 #include "lvm.h"
@@ -429,8 +430,32 @@ static void enc_value(tenc_t *e, int idx, int depth)
     }
     smarm_pid_t pid;
     smarm_ref_t ref;
-    if (sm_lsmarm_to_pid(L, idx, &pid) || sm_lsmarm_to_ref(L, idx, &ref))
-      enc_fail(e, e->nkeys, "is a pid or ref of this runtime, which is not an Erlang node");
+    int is_pid = sm_lsmarm_to_pid(L, idx, &pid);
+    if (is_pid || sm_lsmarm_to_ref(L, idx, &ref)) {
+      const char *node;
+      size_t nn;
+      uint32_t creation;
+      if (!sm_dist_identity(&node, &nn, &creation))
+        enc_fail(e, e->nkeys, "is a pid or ref of this runtime, which is not an Erlang node");
+      uint64_t v = is_pid ? pid : ref;
+      if (is_pid) { /* dist.h: the smarm pid is the Erlang pid's ID and serial */
+        put_u8(e, ETF_NEW_PID);
+        put_atom(e, node, nn);
+        put_u32(e, (uint32_t)v);
+        put_u32(e, (uint32_t)(v >> 32));
+        put_u32(e, creation);
+      } else {
+        put_u8(e, ETF_NEWER_REFERENCE);
+        put_u8(e, 0);
+        put_u8(e, 3);
+        put_atom(e, node, nn);
+        put_u32(e, creation);
+        put_u32(e, (uint32_t)v);
+        put_u32(e, (uint32_t)(v >> 32));
+        put_u32(e, 0);
+      }
+      return;
+    }
     break;
   }
   default:
@@ -623,6 +648,38 @@ static void push_big(tdec_t *d, const unsigned char *at, size_t size)
   push_opaque_here(d, at);
 }
 
+/* If the pid or ref at `at` (whole, ending at d->p) is one of this node's, pushes the smarm pid
+** or ref it stands for and returns 1 (dist.h says how they map). */
+static int push_own(tdec_t *d, const unsigned char *at)
+{
+  const char *node, *s;
+  size_t nn, n;
+  uint32_t creation;
+  int latin1;
+  if ((at[0] != ETF_NEW_PID && at[0] != ETF_NEWER_REFERENCE) ||
+      !sm_dist_identity(&node, &nn, &creation))
+    return 0;
+  if (at[0] == ETF_NEWER_REFERENCE && (at[1] != 0 || at[2] != 3))
+    return 0;
+  const unsigned char *q = read_atom(d->L, d->start, at + (at[0] == ETF_NEW_PID ? 1 : 3), d->end,
+                                     &s, &n, &latin1);
+  if (n != nn || memcmp(s, node, n) != 0)
+    return 0;
+  if (at[0] == ETF_NEW_PID) { /* ID, serial, creation */
+    if (be32(q + 8) != creation)
+      return 0;
+    smarm_pid_t pid = (uint64_t)be32(q + 4) << 32 | be32(q);
+    if (smarm_pid_gen(pid) == 0)
+      return 0;
+    sm_lsmarm_push_pid(d->L, pid);
+  } else { /* creation, then three numbers: the low and high halves, 0 */
+    if (be32(q) != creation || be32(q + 12) != 0)
+      return 0;
+    sm_lsmarm_push_ref(d->L, (uint64_t)be32(q + 8) << 32 | be32(q + 4));
+  }
+  return 1;
+}
+
 static void dec_term(tdec_t *d, int depth, int nil_ok)
 {
   lua_State *L = d->L;
@@ -754,11 +811,38 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     }
     return;
   }
-  default: /* pids, refs, ports, funs, bit strings: opaque */
+  default: /* pids, refs, ports, funs, bit strings: opaque, but this node's own pids and refs */
     d->p = skip_term(L, d->start, at, d->end, depth);
-    push_opaque_here(d, at);
+    if (!push_own(d, at))
+      push_opaque_here(d, at);
     return;
   }
+}
+
+void sm_lterm_encode(lua_State *L, int idx, const char *root)
+{
+  idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
+  push_encoded(L, idx, root);
+}
+
+void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what)
+{
+  const unsigned char *s = p;
+  tdec_t d = {L, s, s, s + n};
+  if (n == 0 || *s != ETF_VERSION)
+    luaL_error(L, "%s: no version byte (131)", what);
+  d.p++;
+  dec_term(&d, 0, 1);
+}
+
+int sm_lterm_pid_node(lua_State *L, int idx, const char **node, size_t *n)
+{
+  blob_t *b = test_blob(L, idx);
+  int latin1;
+  if (!b || b->magic != OPAQUE_MAGIC || (b->bytes[0] != ETF_NEW_PID && b->bytes[0] != ETF_PID))
+    return 0;
+  read_atom(L, b->bytes, b->bytes + 1, b->bytes + b->len, node, n, &latin1);
+  return 1;
 }
 
 /* ---- Opaque terms for people ------------------------------------------------------------- */

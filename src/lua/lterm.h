@@ -35,6 +35,16 @@ enum lterm_kind sm_lterm_table_kind(lua_State *L, int idx);
 /* Marks the table at idx as a tuple or a map (kind). */
 void sm_lterm_mark_table(lua_State *L, int idx, enum lterm_kind kind);
 
+/* Pushes the external format of the value at idx (version byte first) as a string; raises like
+** smarm.term.encode, `root` naming the value ("message"). A pid or ref of this runtime is encoded
+** as this node's when it is one (dist.h). */
+void sm_lterm_encode(lua_State *L, int idx, const char *root);
+/* Pushes the term of those bytes (version byte first), this node's own pids and refs as smarm's;
+** raises "<what>: ..." on malformed bytes. */
+void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what);
+/* Whether the value at idx is a pid of another node (an opaque term): its node's name then. */
+int sm_lterm_pid_node(lua_State *L, int idx, const char **node, size_t *n);
+
 /* Sets module.atom, module.tuple, module.map and module.term (module: the stack index of the
 ** smarm.core table). */
 void sm_lterm_register(lua_State *L, int module);

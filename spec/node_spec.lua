@@ -1,0 +1,186 @@
+-- smarm.node: the runtime as an Erlang node (src/io/dist.c, src/lua/ldist.c), beside real
+-- Erlang nodes on loopback (spec/fixtures/smarm_node_check.erl under `erl`, Debian's
+-- erlang-base) and another smarm process. Without erl (or a smarm built without erl_interface)
+-- those cases are pending with a SKIP line; the rest still runs.
+local smarm = require("smarm")
+
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG
+
+local erl = dofile("spec/support/erl.lua")
+local own = tostring(io.open("/proc/self/stat"):read("*n")) -- this process's pid: unique names
+local COOKIE = "smarm-spec-cookie"
+local function name(alive) return alive .. own .. "@localhost" end
+
+-- The argv of an Erlang node named `alive` running smarm_node_check's function.
+local function erl_argv(alive, cookie, fn, ...)
+  local argv = { "erl", "-sname", name(alive), "-setcookie", cookie, "-noshell",
+    "-pa", erl.compile("smarm_node_check"), "-run", "smarm_node_check", fn }
+  for _, a in ipairs({ ... }) do argv[#argv + 1] = a end
+  return argv
+end
+
+local function skip_without_erl()
+  if not erl.have then
+    pending(erl.SKIP)
+    return true
+  end
+  if not smarm.node.available() then
+    pending("SKIP: this smarm was built without erl_interface (Debian: erlang-dev)")
+    return true
+  end
+  return false
+end
+
+-- Starts `erl ... serve` as a live program and waits for its "ready".
+local function start_server(alive)
+  local proc = assert(smarm.process.spawn(erl_argv(alive, COOKIE, "serve"), { group = true }))
+  proc.stdout:settimeout(HANG)
+  local line, err = proc.stdout:receive("*l")
+  assert(line == "ready", "erl serve: " .. tostring(line or err))
+  return proc
+end
+
+describe("smarm.node", function()
+  it("is no node until started, and says what cannot go", function()
+    local r = smarm.run(function()
+      local out = { self = smarm.node.self(), nodes = #smarm.node.nodes() }
+      out.send = select(2, pcall(smarm.send, { "echo", "erl@localhost" }, 1))
+      -- a pid of another node, decoded from the bytes Erlang makes: dropped, as to a dead actor
+      local pid = smarm.term.decode("\131\88\119\3x@y\0\0\0\9\0\0\0\0\0\0\0\1")
+      out.is_pid = smarm.is_pid(pid)
+      out.dropped = pcall(smarm.send, pid, "lost")
+      out.bad_name = select(2, pcall(smarm.node.start, { name = "nohost", cookie = "c" }))
+      out.no_table = select(2, pcall(smarm.node.start, "x@y"))
+      out.bad_cookie = select(2, pcall(smarm.node.start, { name = "a@b", cookie = "" }))
+      out.connect = { smarm.node.connect("erl@localhost") }
+      return out
+    end)
+    assert.is_nil(r.self)
+    assert.are.equal(0, r.nodes)
+    assert.are.equal("smarm.send: this runtime is not a node (smarm.node.start)", r.send)
+    assert.is_true(r.is_pid)
+    assert.is_true(r.dropped)
+    assert.are.equal("smarm.node.start: a node name is 'alive@host', got 'nohost'", r.bad_name)
+    assert(r.no_table:match("table expected"), r.no_table)
+    assert.are.equal("smarm.node.start: a cookie is 1 to 255 bytes, no zero byte", r.bad_cookie)
+    assert.is_nil(r.connect[1])
+    assert.are.equal(smarm.node.available() and "this runtime is not a node (smarm.node.start)"
+      or "this smarm was built without erl_interface (Debian: erlang-dev)", r.connect[2])
+  end)
+
+  it("is called by Erlang by name and by pid, terms and order kept", function()
+    if skip_without_erl() then return end
+    local me = name("smarma")
+    local res, err = smarm.run(function()
+      assert(smarm.node.start({ name = me, cookie = COOKIE }))
+      assert.are.equal(me, smarm.node.self())
+      local echo = smarm.spawn_opt({ name = "echo" }, function()
+        local count, in_order = 0, true
+        while true do
+          local m = smarm.receive()
+          if m[1] == smarm.atom("seq") then
+            count = count + 1
+            in_order = in_order and m[2] == count
+          elseif m[1] == smarm.atom("done") then
+            smarm.send(m[2], smarm.tuple({ smarm.atom("count"), count, in_order }))
+          else
+            smarm.send(m[1], smarm.tuple({ n = 2, smarm.self(), m[2] })) -- m[2] may be nil
+          end
+        end
+      end)
+      local out, e = smarm.process.run(erl_argv("cla", COOKIE, "client", me, "7", "2000"),
+        { timeout = HANG })
+      smarm.kill(echo)
+      return out, e
+    end)
+    assert(res, "erl client: " .. tostring(err))
+    assert.are.equal("done 2000\n", res.stdout)
+  end)
+
+  it("calls Erlang by name, and is refused with another cookie or a taken name", function()
+    if skip_without_erl() then return end
+    local srv = name("srvb")
+    local r = smarm.run(function()
+      local proc = start_server("srvb")
+      local out = {}
+      out.taken = { smarm.node.start({ name = srv, cookie = COOKIE }) }
+      assert(smarm.node.start({ name = name("smarmb"), cookie = COOKIE }))
+      out.connected = { smarm.node.connect(srv) }
+      out.nodes = smarm.node.nodes()
+      local value = smarm.tuple({ smarm.atom("ok"), { 1, 2.5, "three" }, smarm.map({ a = true }) })
+      smarm.send({ "echo", srv }, smarm.tuple({ smarm.self(), value }))
+      local back = guard.receive("echo")
+      out.echoed = back[1] == smarm.atom("ok") and back[2][3] == "three" and back[3].a == true
+      for i = 1, 20000 do smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("seq"), i })) end
+      smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("count"), smarm.self() }))
+      local count = guard.receive("count")
+      out.count, out.in_order = count[1], count[2]
+      proc:kill("SIGKILL")
+      proc:wait(HANG)
+      return out
+    end)
+    assert.is_nil(r.taken[1])
+    assert.are.equal("epmd refused the name " .. srv .. " (taken by another node?)", r.taken[2])
+    assert.are.same({ true }, r.connected)
+    assert.are.same({ srv }, r.nodes)
+    assert.is_true(r.echoed)
+    assert.are.equal(20000, r.count)
+    assert.is_true(r.in_order)
+
+    local wrong = smarm.run(function()
+      local proc = start_server("srvc")
+      assert(smarm.node.start({ name = name("smarmc"), cookie = "not-the-cookie" }))
+      local out = { smarm.node.connect(name("srvc")) }
+      proc:kill("SIGKILL")
+      proc:wait(HANG)
+      return out
+    end)
+    assert.is_nil(wrong[1])
+    assert.are.equal("cannot connect to " .. name("srvc") .. " (refused: is the cookie the same?)",
+      wrong[2])
+  end)
+
+  it("talks to another smarm node", function()
+    if skip_without_erl() then return end
+    local other, me = name("smarmd"), name("smarme")
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local smarm = require("smarm")
+      assert(smarm.node.start({ name = %q, cookie = %q }))
+      smarm.register("echo", smarm.self())
+      print("ready")
+      io.stdout:flush()
+      while true do
+        local m = smarm.receive(120)
+        if not m or m == smarm.atom("stop") then break end
+        smarm.send(m[1], smarm.tuple({ smarm.node.self(), m[2] }))
+      end
+    ]]):format(other, COOKIE))
+    f:close()
+    local r = smarm.run(function()
+      local exe = {}
+      for word in os.getenv("SMARM_EXE"):gmatch("%S+") do exe[#exe + 1] = word end
+      exe[#exe + 1] = script
+      local proc = assert(smarm.process.spawn(exe))
+      proc.stdout:settimeout(HANG)
+      assert.are.equal("ready", proc.stdout:receive("*l"))
+      assert(smarm.node.start({ name = me, cookie = COOKIE }))
+      local got = {}
+      for i = 1, 100 do
+        smarm.send({ "echo", other }, smarm.tuple({ smarm.self(), { i, smarm.self() } }))
+        local m = guard.receive("echo from the other smarm")
+        got[i] = m[1] == other and m[2][1] == i and m[2][2] == smarm.self()
+      end
+      smarm.send({ "echo", other }, smarm.atom("stop"))
+      local status = proc:wait(HANG)
+      return { got = got, status = status and status.status }
+    end)
+    os.remove(script)
+    for i = 1, 100 do assert.is_true(r.got[i], "message " .. i) end
+    assert.are.equal(0, r.status)
+  end)
+
+  teardown(erl.clean)
+end)

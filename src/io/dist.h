@@ -1,0 +1,63 @@
+/*
+** The runtime as an Erlang node (smarm.node) on the IO thread: Erlang's own distribution, with
+** erl_interface (`ei`, Debian's erlang-dev) for what is hard to get right alone (epmd, the
+** handshake and its cookie digest) and the rest written here: after a handshake, a connection is
+** a libuv TCP handle of the IO thread that reads and writes the distribution's packets (a 4-byte
+** length, 112 'pass through', the control term, the message term), so no `ei` call ever blocks
+** the loop. Handshakes (accepting and connecting) and the publishing to epmd run on libuv's pool,
+** one at a time.
+**
+** Incoming messages to a pid of this node or a registered name go to the actor as IO events
+** (io.h: source IO_EV_DIST, IO_EV_DATA, the message's external format as the payload, version
+** byte included); to anything else they are dropped, as Erlang drops them. Outgoing packets are
+** made whole by the caller (the Lua binding encodes them) and posted; a packet to a node not
+** connected yet starts the connection and waits for it, and is dropped if it fails.
+**
+** Pids of this node: an actor's smarm pid is its Erlang pid's ID (the low 32 bits) and serial
+** (the high 32 bits), with this node's name and creation, so no table maps them (Erlang keeps
+** the 64 bits of NEW_PID_EXT since OTP 24). A ref of this node has three numbers: the smarm ref's
+** low and high 32 bits, and 0.
+**
+** Owner: the node and its connections belong to the IO thread; the identity (sm_dist_identity) is
+** written by the IO thread before the start's caller returns and read by any actor after.
+*/
+#ifndef SMARM_IO_DIST_H
+#define SMARM_IO_DIST_H
+
+#include "io.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DIST_NAME_MAX 255 /* a node name, alive@host, in bytes */
+
+enum dist_op {
+  DIST_START,   /* name, cookie, listen_ip -> err, error text */
+  DIST_CONNECT, /* node -> err, error text */
+  DIST_SEND,    /* node, packet (posted: nobody waits) */
+  DIST_NODES,   /* -> names: the connected nodes, NUL-separated */
+};
+
+typedef struct dist_req {
+  io_req_t base;
+  enum dist_op op;
+  char node[DIST_NAME_MAX + 1]; /* start: this node's name; connect, send: the peer's */
+  char cookie[256];             /* start */
+  char listen_ip[64];           /* start: where to listen ("127.0.0.1") */
+  char *packet;                 /* send: a whole packet, its length first (owned) */
+  size_t packet_len;
+  char *names;                  /* nodes' result (owned) */
+  size_t names_len;
+  char error[DIST_NAME_MAX + 160];              /* start, connect: what went wrong, for people */
+} dist_req_t;
+
+/* A request for op (zeroed, run on the IO thread), or NULL. */
+dist_req_t *sm_dist_req_new(enum dist_op op);
+
+/* Whether this process is a node now, and if so its name and creation (valid while it is). */
+int sm_dist_identity(const char **name, size_t *len, uint32_t *creation);
+
+/* Whether this build has the distribution (erl_interface was found at build time). */
+int sm_dist_available(void);
+
+#endif

@@ -1,0 +1,270 @@
+/*
+** smarm.node (see ldist.h): the runtime as an Erlang node, over src/io/dist.c. Messages to other
+** nodes are encoded here, in the sender's VM, as the distribution's packets (the control term
+** and the message in the external format, lterm.h), and posted to the IO thread, which writes
+** them in order; messages from other nodes arrive as IO events whose payload is the message's
+** external format, decoded in the receiver's VM.
+*/
+#define _GNU_SOURCE
+#include "ldist.h"
+
+#include "codec.h"
+#include "io/dist.h"
+#include "lio.h"
+#include "lpark.h"
+#include "lpid.h"
+#include "lterm.h"
+
+#include <lauxlib.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PASS_THROUGH 112
+enum { OP_SEND = 2, OP_REG_SEND = 6 };
+
+/* Raises unless the string at idx is a node name that fits. */
+static const char *check_node(lua_State *L, int idx, const char *fname)
+{
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  if (!s || n == 0 || n > DIST_NAME_MAX || !strchr(s, '@') || strlen(s) != n)
+    luaL_error(L, "smarm.%s: a node name is 'alive@host', got %s", fname,
+               s ? lua_pushfstring(L, "'%s'", s) : luaL_typename(L, idx));
+  return s;
+}
+
+/* Pushes nil and the request's error text (or the errno's); returns 2. */
+static int push_error(lua_State *L, dist_req_t *r, int err)
+{
+  lua_pushnil(L);
+  if (r->error[0])
+    lua_pushstring(L, r->error);
+  else
+    lua_pushstring(L, strerror(-err));
+  return 2;
+}
+
+/* The cookie of ~/.erlang.cookie, as erl reads it, or NULL. */
+static char *home_cookie(char *out, size_t cap)
+{
+  const char *home = getenv("HOME");
+  char path[4096];
+  if (!home || snprintf(path, sizeof path, "%s/.erlang.cookie", home) >= (int)sizeof path)
+    return NULL;
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  char *got = fgets(out, (int)cap, f);
+  fclose(f);
+  if (!got)
+    return NULL;
+  out[strcspn(out, "\r\n")] = '\0';
+  return out[0] ? out : NULL;
+}
+
+/* smarm.node.start{ name = "alive@host" [, cookie = s] [, listen = "127.0.0.1"] } -> true |
+** nil, err */
+static int l_start(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "name");
+  const char *name = check_node(L, -1, "node.start");
+  lua_getfield(L, 1, "cookie");
+  lua_getfield(L, 1, "listen");
+  dist_req_t *r = sm_dist_req_new(DIST_START);
+  int box = sm_lio_box(L, &r->base);
+  snprintf(r->node, sizeof r->node, "%s", name);
+  size_t n;
+  const char *cookie = lua_tolstring(L, -3, &n);
+  if (cookie) {
+    if (n == 0 || n >= sizeof r->cookie || strlen(cookie) != n)
+      return luaL_error(L, "smarm.node.start: a cookie is 1 to 255 bytes, no zero byte");
+    memcpy(r->cookie, cookie, n + 1);
+  } else if (!lua_isnil(L, -3)) {
+    return luaL_error(L, "smarm.node.start: cookie must be a string");
+  } else if (!home_cookie(r->cookie, sizeof r->cookie)) {
+    return luaL_error(L, "smarm.node.start: no cookie given, and ~/.erlang.cookie cannot be read");
+  }
+  const char *ip = lua_isnil(L, -2) ? "127.0.0.1" : lua_tostring(L, -2);
+  if (!ip || strlen(ip) >= sizeof r->listen_ip)
+    return luaL_error(L, "smarm.node.start: listen must be an IPv4 address");
+  snprintf(r->listen_ip, sizeof r->listen_ip, "%s", ip);
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.start");
+  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
+  sm_lio_unbox(L, box);
+  return ret;
+}
+
+/* smarm.node.connect(node) -> true | nil, err */
+static int l_connect(lua_State *L)
+{
+  const char *node = check_node(L, 1, "node.connect");
+  dist_req_t *r = sm_dist_req_new(DIST_CONNECT);
+  int box = sm_lio_box(L, &r->base);
+  snprintf(r->node, sizeof r->node, "%s", node);
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.connect");
+  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
+  sm_lio_unbox(L, box);
+  return ret;
+}
+
+/* smarm.node.available() -> whether this smarm was built with erl_interface */
+static int l_available(lua_State *L)
+{
+  lua_pushboolean(L, sm_dist_available());
+  return 1;
+}
+
+/* smarm.node.self() -> name | nil */
+static int l_self(lua_State *L)
+{
+  const char *name;
+  size_t n;
+  uint32_t creation;
+  if (sm_dist_identity(&name, &n, &creation))
+    lua_pushlstring(L, name, n);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+/* smarm.node.nodes() -> { name, ... }: the nodes connected now */
+static int l_nodes(lua_State *L)
+{
+  lua_newtable(L);
+  const char *name;
+  size_t n;
+  uint32_t creation;
+  if (!sm_dist_identity(&name, &n, &creation))
+    return 1;
+  dist_req_t *r = sm_dist_req_new(DIST_NODES);
+  int box = sm_lio_box(L, &r->base);
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.nodes");
+  if (err == -ENOTCONN) { /* stopped meanwhile: none */
+    sm_lio_unbox(L, box);
+    lua_settop(L, box - 1);
+    return 1;
+  }
+  if (err)
+    return luaL_error(L, "smarm.node.nodes: %s", strerror(-err));
+  int k = 0;
+  for (size_t at = 0; at < r->names_len; at += strlen(r->names + at) + 1) {
+    lua_pushstring(L, r->names + at);
+    lua_rawseti(L, box - 1, ++k);
+  }
+  sm_lio_unbox(L, box);
+  lua_settop(L, box - 1);
+  return 1;
+}
+
+int sm_ldist_is_target(lua_State *L, int idx)
+{
+  const char *node;
+  size_t n;
+  if (sm_lterm_pid_node(L, idx, &node, &n))
+    return 1;
+  if (!lua_istable(L, idx))
+    return 0;
+  lua_rawgeti(L, idx, 1);
+  lua_rawgeti(L, idx, 2);
+  int ok = lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING;
+  lua_pop(L, 2);
+  return ok;
+}
+
+int sm_ldist_send(lua_State *L)
+{
+  const char *node, *self_name;
+  size_t node_len, self_len;
+  uint32_t creation;
+  lua_settop(L, 2);
+  int to_pid = sm_lterm_pid_node(L, 1, &node, &node_len);
+  if (!to_pid) { /* { name, node } */
+    lua_rawgeti(L, 1, 2);
+    node = check_node(L, -1, "send");
+    node_len = strlen(node);
+    lua_pop(L, 1); /* the table at 1 keeps it */
+  }
+  if (!sm_dist_identity(&self_name, &self_len, &creation)) {
+    if (to_pid) /* a pid of another node: the message is dropped, as to a dead actor */
+      return 1;
+    return luaL_error(L, "smarm.send: this runtime is not a node (smarm.node.start)");
+  }
+  if (!to_pid && node_len == self_len && memcmp(node, self_name, node_len) == 0) {
+    lua_rawgeti(L, 1, 1); /* { name, this node }: a local send by name */
+    lua_replace(L, 1);
+    return 0;
+  }
+  /* the control term: {SEND, '', ToPid} or {REG_SEND, From, '', ToName} */
+  lua_createtable(L, 4, 1);
+  int ctrl = lua_gettop(L);
+  lua_pushnumber(L, to_pid ? OP_SEND : OP_REG_SEND);
+  lua_rawseti(L, ctrl, 1);
+  sm_lterm_push_blob(L, LTERM_ATOM, "", 0); /* the unused field (once the cookie) */
+  lua_rawseti(L, ctrl, to_pid ? 2 : 3);
+  if (to_pid) {
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, ctrl, 3);
+  } else {
+    sm_lsmarm_push_pid(L, smarm_self());
+    lua_rawseti(L, ctrl, 2);
+    lua_rawgeti(L, 1, 1);
+    size_t n;
+    const char *to_name = lua_tolstring(L, -1, &n);
+    if (n == 0 || n > 255)
+      return luaL_error(L, "smarm.send: a registered name has 1 to 255 bytes");
+    sm_lterm_push_blob(L, LTERM_ATOM, to_name, n);
+    lua_rawseti(L, ctrl, 4);
+    lua_pop(L, 1);
+  }
+  sm_lterm_mark_table(L, ctrl, LTERM_TUPLE);
+  sm_lterm_encode(L, ctrl, "control");
+  sm_lterm_encode(L, 2, "message");
+  size_t cn, mn;
+  const char *cs = lua_tolstring(L, -2, &cn), *ms = lua_tolstring(L, -1, &mn);
+  size_t total = 5 + cn + mn;
+  if (total - 4 > UINT32_MAX)
+    return luaL_error(L, "smarm.send: the message is too big for the distribution (4 GiB)");
+  dist_req_t *r = sm_dist_req_new(DIST_SEND);
+  if (r && !(r->packet = malloc(total))) {
+    sm_io_req_release(&r->base);
+    r = NULL;
+  }
+  if (!r)
+    return luaL_error(L, "not enough memory");
+  uint32_t len = (uint32_t)(total - 4);
+  unsigned char *p = (unsigned char *)r->packet;
+  p[0] = (unsigned char)(len >> 24);
+  p[1] = (unsigned char)(len >> 16);
+  p[2] = (unsigned char)(len >> 8);
+  p[3] = (unsigned char)len;
+  p[4] = PASS_THROUGH;
+  memcpy(p + 5, cs, cn);
+  memcpy(p + 5 + cn, ms, mn);
+  r->packet_len = total;
+  snprintf(r->node, sizeof r->node, "%.*s", (int)node_len, node);
+  sm_io_post(&r->base); /* the IO thread takes it (or it is gone: the run is ending) */
+  return 1;
+}
+
+/* An incoming message: its external format after the event's header. */
+static void decode_event(lua_State *L, const unsigned char *p, size_t n)
+{
+  sm_lterm_decode(L, p + sizeof(io_event_t), n - sizeof(io_event_t), "smarm: a message from a node");
+}
+
+static const codec_event_fns_t event_fns = {decode_event, NULL};
+
+void sm_ldist_register(lua_State *L, int module)
+{
+  static const luaL_Reg functions[] = {
+    {"start", l_start}, {"connect", l_connect}, {"self", l_self}, {"nodes", l_nodes},
+    {"available", l_available},
+    {NULL, NULL},
+  };
+  sm_lio_add_table(L, module, "node", functions);
+  sm_codec_set_event_fns(IO_EV_DIST, &event_fns);
+}
