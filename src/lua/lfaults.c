@@ -12,6 +12,7 @@
 #include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
+#include "lterm.h"
 #include "lvm.h"
 
 #include <lauxlib.h>
@@ -177,6 +178,10 @@ smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
     return pid;
   if (lua_type(L, idx) == LUA_TSTRING)
     return smarm_whereis(check_name(L, idx));
+  const char *node;
+  size_t n;
+  if (sm_lterm_pid_node(L, idx, &node, &n))
+    return luaL_argerror(L, idx, "a pid of another node (only smarm.send reaches one yet)");
   return luaL_argerror(L, idx, lua_pushfstring(L, "pid or name expected, got %s",
                                                luaL_typename(L, idx)));
 }
