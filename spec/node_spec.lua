@@ -144,6 +144,34 @@ describe("smarm.node", function()
       wrong[2])
   end)
 
+  it("starts once, and gives programs it starts none of its sockets", function()
+    if skip_without_erl() then return end
+    local r = smarm.run(function()
+      local function fds() -- what a program started now holds open
+        local res = assert(smarm.process.run({ "sh", "-c", "ls /proc/$$/fd | wc -l" }))
+        return tonumber(res.stdout)
+      end
+      local out = { before = fds() }
+      local me = smarm.self()
+      for i = 1, 2 do -- two at once: one becomes the node
+        smarm.spawn(function()
+          smarm.send(me, { i, smarm.node.start({ name = name("smarmf"), cookie = COOKIE }) })
+        end)
+      end
+      local a, b = guard.receive("a start"), guard.receive("the other start")
+      out.started = (a[2] and 1 or 0) + (b[2] and 1 or 0)
+      out.refused = a[2] and b[3] or a[3]
+      out.again = select(2, smarm.node.start({ name = name("smarmg"), cookie = COOKIE }))
+      out.after = fds()
+      return out
+    end)
+    assert.are.equal(1, r.started)
+    assert(r.refused == "this runtime is becoming a node already" or
+      r.refused == "this runtime is already the node " .. name("smarmf"), r.refused)
+    assert.are.equal("this runtime is already the node " .. name("smarmf"), r.again)
+    assert.are.equal(r.before, r.after)
+  end)
+
   it("talks to another smarm node", function()
     if skip_without_erl() then return end
     local other, me = name("smarmd"), name("smarme")
@@ -152,7 +180,7 @@ describe("smarm.node", function()
     f:write(([[
       local smarm = require("smarm")
       assert(smarm.node.start({ name = %q, cookie = %q }))
-      smarm.register("echo", smarm.self())
+      smarm.register("écho", smarm.self()) -- a name beyond ASCII: UTF-8 both ways
       print("ready")
       io.stdout:flush()
       while true do
@@ -172,11 +200,11 @@ describe("smarm.node", function()
       assert(smarm.node.start({ name = me, cookie = COOKIE }))
       local got = {}
       for i = 1, 100 do
-        smarm.send({ "echo", other }, smarm.tuple({ smarm.self(), { i, smarm.self() } }))
+        smarm.send({ "écho", other }, smarm.tuple({ smarm.self(), { i, smarm.self() } }))
         local m = guard.receive("echo from the other smarm")
         got[i] = m[1] == other and m[2][1] == i and m[2][2] == smarm.self()
       end
-      smarm.send({ "echo", other }, smarm.atom("stop"))
+      smarm.send({ "écho", other }, smarm.atom("stop"))
       local status = proc:wait(HANG)
       return { got = got, status = status and status.status }
     end)

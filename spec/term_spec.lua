@@ -128,6 +128,8 @@ describe("smarm.term", function()
     assert.are.equal(2.5, v[3])
     assert.are.equal("list", T.type(v[4]))
     assert.are.equal("#Term<improper list>", tostring(v[4]))
+    -- a ref with no numbers (Erlang never makes one) still prints
+    assert.are.equal("#Ref<a>", tostring(T.decode("\131\90\0\0\119\1a\0\0\0\0")))
     assert.are.equal("bitstring", T.type(v[5]))
     assert.are.equal("integer", T.type(v[6]))
     assert.are.equal("1180591620717411303424", tostring(v[6]))
@@ -227,6 +229,7 @@ describe("smarm.term", function()
       { "\131\103\82\0\0\0\0\0\0\0\0\0\0", "an atom cache reference at byte 3" },
       { "\131" .. string.rep("\104\1", 300) .. "\106", "term nested too deeply at byte 402" },
       { "\131\110\1\2\1", "bad sign of a big integer at byte 2" },
+      { "\131\82\0", "an atom cache reference at byte 2" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])

@@ -13,7 +13,10 @@
 #define _GNU_SOURCE
 #include "dist.h"
 
+#include "util/etf.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,6 +71,7 @@ dist_req_t *sm_dist_req_new(enum dist_op op)
 
 #include <arpa/inet.h>
 #include <ei.h>
+#include <limits.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,6 +107,7 @@ typedef struct conn {
 /* A handshake on the pool: accepting (conn NULL) or connecting. */
 typedef struct job {
   uv_work_t w;
+  ei_cnode ec;         /* the node's, copied for this handshake: jobs share nothing */
   int fd;              /* the result: the connection's descriptor, or -1 */
   char peer[DIST_NAME_MAX + 1];
   char error[DIST_NAME_MAX + 160];
@@ -115,12 +120,14 @@ static struct {
   uv_poll_t listen_poll;
   uv_timer_t ticker;   /* every TICK_MS: a tick to each connection that heard nothing from us */
   int accepting;       /* an accept job is on the pool */
+  int starting;        /* a start job is on the pool: it alone writes node.ec and the fds */
   conn_t *conns;
   uv_loop_t *loop;
 } node = {.listen_fd = -1, .epmd_fd = -1};
 
-/* ei's calls that touch the node (handshakes, publishing) one at a time: they share node.ec. */
-static pthread_mutex_t ei_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Handshakes run on the pool at the same time (one accepting, one per node called), each with
+** its own copy of node.ec, so one peer that stays silent holds up only its own handshake (for
+** HANDSHAKE_MS at most) and, for an accept, the next accept. */
 static pthread_once_t ei_once = PTHREAD_ONCE_INIT;
 static void ei_start(void) { ei_init(); }
 
@@ -308,18 +315,28 @@ static void answer_ping(conn_t *c, const char *msg)
 }
 
 /* One packet (without its length) from c: passes a message on to its actor; other control
-** messages (links, monitors) are not handled yet and are dropped. */
+** messages (links, monitors) are not handled yet and are dropped. The control term and the
+** message are walked whole (sm_etf_skip: every length within the packet, nesting bounded)
+** before erl_interface's decoders, which trust every length they read, see a byte of them; a
+** packet that fails the walk is dropped. */
 static void on_packet(conn_t *c, const char *p, size_t n)
 {
-  if (n < 2 || (unsigned char)p[0] != PASS_THROUGH)
+  const unsigned char *u = (const unsigned char *)p;
+  etf_error_t bad;
+  if (n < 3 || n > INT_MAX || u[0] != PASS_THROUGH || u[1] != ETF_VERSION)
     return;
+  size_t ctrl_end = sm_etf_skip(u, n, 2, 0, &bad);
+  if (!ctrl_end)
+    return;
+  const char *msg = p + ctrl_end;
+  size_t msg_len = n - ctrl_end;
+  if (msg_len < 2 || u[ctrl_end] != ETF_VERSION ||
+      sm_etf_skip(u + ctrl_end, msg_len, 1, 0, &bad) != msg_len)
+    return; /* every message we take has one term after the control */
   int at = 1, version, arity;
   long op;
   if (ei_decode_version(p, &at, &version) < 0 || ei_decode_tuple_header(p, &at, &arity) < 0 ||
       arity < 1 || ei_decode_long(p, &at, &op) < 0)
-    return;
-  int ctrl_end = 2; /* after the version byte */
-  if (ei_skip_term(p, &ctrl_end) < 0 || (size_t)ctrl_end > n)
     return;
   erlang_pid to;
   char name[MAXATOMLEN_UTF8];
@@ -330,18 +347,18 @@ static void on_packet(conn_t *c, const char *p, size_t n)
       return;
     pid = local_pid(&to);
     break;
-  case OP_REG_SEND: case OP_REG_SEND_TT:
+  case OP_REG_SEND: case OP_REG_SEND_TT: /* the name in UTF-8, as smarm.register keeps it */
     if (arity < 4 || ei_skip_term(p, &at) < 0 || ei_skip_term(p, &at) < 0 ||
-        ei_decode_atom(p, &at, name) < 0)
+        ei_decode_atom_as(p, &at, name, sizeof name, ERLANG_UTF8, NULL, NULL) < 0)
       return;
     pid = smarm_whereis_outside(name);
     if (!pid && strcmp(name, "net_kernel") == 0)
-      answer_ping(c, p + ctrl_end);
+      answer_ping(c, msg);
     break;
   default:
     return;
   }
-  deliver(pid, p + ctrl_end, n - (size_t)ctrl_end);
+  deliver(pid, msg, msg_len);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -415,13 +432,21 @@ static int conn_adopt(conn_t *c, int fd)
 
 /* ---- Handshakes on the pool ----------------------------------------------------------------- */
 
+/* ei makes its sockets without close-on-exec: every program started after (smarm.process,
+** io.popen, epmd) would inherit them, and keep epmd's registration and the connections open
+** after we close ours. */
+static int cloexec(int fd)
+{
+  if (fd >= 0)
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
+}
+
 static void accept_work(uv_work_t *w)
 {
   job_t *j = (job_t *)w;
   ErlConnect who;
-  pthread_mutex_lock(&ei_lock);
-  j->fd = ei_accept_tmo(&node.ec, node.listen_fd, &who, HANDSHAKE_MS);
-  pthread_mutex_unlock(&ei_lock);
+  j->fd = cloexec(ei_accept_tmo(&j->ec, node.listen_fd, &who, HANDSHAKE_MS));
   if (j->fd >= 0)
     snprintf(j->peer, sizeof j->peer, "%.*s", DIST_NAME_MAX, who.nodename);
 }
@@ -468,6 +493,7 @@ static void on_listen_ready(uv_poll_t *p, int status, int events)
   job_t *j = calloc(1, sizeof *j);
   if (!j)
     return; /* out of memory: the next readiness tries again */
+  j->ec = node.ec;
   node.accepting = 1;
   uv_poll_stop(p); /* until this one is accepted */
   if (uv_queue_work(node.loop, &j->w, accept_work, after_accept) < 0) {
@@ -480,10 +506,8 @@ static void on_listen_ready(uv_poll_t *p, int status, int events)
 static void connect_work(uv_work_t *w)
 {
   job_t *j = (job_t *)w;
-  pthread_mutex_lock(&ei_lock);
-  j->fd = ei_connect_tmo(&node.ec, j->peer, HANDSHAKE_MS);
+  j->fd = cloexec(ei_connect_tmo(&j->ec, j->peer, HANDSHAKE_MS));
   int why = erl_errno;
-  pthread_mutex_unlock(&ei_lock);
   if (j->fd < 0)
     snprintf(j->error, sizeof j->error, "cannot connect to %s (%s)", j->peer,
              why == EHOSTUNREACH ? "no such node, or epmd does not know it"
@@ -522,6 +546,7 @@ static conn_t *conn_get(const char *peer)
     free(j);
     return NULL;
   }
+  j->ec = node.ec;
   snprintf(j->peer, sizeof j->peer, "%s", peer);
   if (uv_queue_work(node.loop, &j->w, connect_work, after_connect) < 0) {
     conn_unlink(c);
@@ -573,23 +598,22 @@ static void start_work(uv_work_t *w)
   snprintf(alive, sizeof alive, "%.*s", (int)(at - r->node), r->node);
   snprintf(host, sizeof host, "%s", at + 1);
   pthread_once(&ei_once, ei_start);
-  pthread_mutex_lock(&ei_lock);
   j->err = -EIO;
   if (ei_connect_xinit(&node.ec, host, alive, r->node, (Erl_IpAddr)&addr, r->cookie, 0) < 0) {
     snprintf(r->error, sizeof r->error, "erl_interface refused the name or cookie");
   } else {
     int port = 0;
-    node.listen_fd = ei_xlisten(&node.ec, (Erl_IpAddr)&addr, &port, 16);
+    node.listen_fd = cloexec(ei_xlisten(&node.ec, (Erl_IpAddr)&addr, &port, 16));
     if (node.listen_fd < 0) {
       snprintf(r->error, sizeof r->error, "cannot listen on %s: %s", r->listen_ip,
                strerror(errno));
     } else {
-      node.epmd_fd = ei_publish_tmo(&node.ec, port, HANDSHAKE_MS);
+      node.epmd_fd = cloexec(ei_publish_tmo(&node.ec, port, HANDSHAKE_MS));
       if (node.epmd_fd < 0) { /* no epmd: start one, as erl does, and ask again */
         start_epmd();
         for (int i = 0; i < 50 && node.epmd_fd < 0; i++) {
           usleep(20000);
-          node.epmd_fd = ei_publish_tmo(&node.ec, port, HANDSHAKE_MS);
+          node.epmd_fd = cloexec(ei_publish_tmo(&node.ec, port, HANDSHAKE_MS));
         }
       }
       if (node.epmd_fd < 0) {
@@ -602,7 +626,6 @@ static void start_work(uv_work_t *w)
       }
     }
   }
-  pthread_mutex_unlock(&ei_lock);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -625,6 +648,8 @@ static void after_start(uv_work_t *w, int status)
   start_job_t *j = (start_job_t *)w;
   dist_req_t *r = j->req;
   int err = status < 0 ? status : j->err;
+  if (err == 0 && sm_io_interrupted()) /* the IO thread stops: stop_all found no node to close */
+    err = -ECANCELED;                  /* and no new handle may keep its loop going */
   if (err == 0 && (err = uv_poll_init(node.loop, &node.listen_poll, node.listen_fd)) == 0) {
     uv_poll_start(&node.listen_poll, UV_READABLE, on_listen_ready);
     uv_timer_init(node.loop, &node.ticker);
@@ -641,6 +666,7 @@ static void after_start(uv_work_t *w, int status)
       close(node.epmd_fd);
     node.listen_fd = node.epmd_fd = -1;
   }
+  node.starting = 0;
   free(j);
   io_finish(&r->base, err);
 }
@@ -673,8 +699,11 @@ static void dist_on_loop(io_req_t *req, void *loop)
   dist_req_t *r = (dist_req_t *)req;
   node.loop = loop;
   if (r->op == DIST_START) {
-    if (node.started) {
-      snprintf(r->error, sizeof r->error, "this runtime is already the node %s", identity_name);
+    if (node.started || node.starting) {
+      if (node.started)
+        snprintf(r->error, sizeof r->error, "this runtime is already the node %s", identity_name);
+      else
+        snprintf(r->error, sizeof r->error, "this runtime is becoming a node already");
       io_finish(req, -EALREADY);
       return;
     }
@@ -688,6 +717,8 @@ static void dist_on_loop(io_req_t *req, void *loop)
     if (rc < 0) {
       free(j);
       io_finish(req, rc);
+    } else {
+      node.starting = 1;
     }
     return;
   }

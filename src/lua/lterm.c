@@ -22,7 +22,7 @@
 ** naming the path; so do this runtime's own pids and refs, until it is a node.
 **
 ** Decoding trusts nothing: every length is checked against the bytes left, nesting is bounded
-** (TERM_MAX_DEPTH), and a size hint never asks for more slots than the bytes could fill.
+** (ETF_MAX_DEPTH), and a size hint never asks for more slots than the bytes could fill.
 */
 #include "lterm.h"
 
@@ -30,6 +30,7 @@
 #include "lpath.h"
 #include "lpid.h"
 #include "lvm.h"
+#include "util/etf.h"
 
 #include <lauxlib.h>
 
@@ -39,21 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The external term format's tags (erts' external.h names them *_EXT). */
-enum etf_tag {
-  ETF_VERSION = 131,
-  ETF_NEW_FLOAT = 70, ETF_BIT_BINARY = 77, ETF_COMPRESSED = 80, ETF_ATOM_CACHE_REF = 82,
-  ETF_NEW_PID = 88, ETF_NEW_PORT = 89, ETF_NEWER_REFERENCE = 90, ETF_SMALL_INTEGER = 97,
-  ETF_INTEGER = 98, ETF_FLOAT = 99, ETF_ATOM = 100, ETF_REFERENCE = 101, ETF_PORT = 102,
-  ETF_PID = 103, ETF_SMALL_TUPLE = 104, ETF_LARGE_TUPLE = 105, ETF_NIL = 106, ETF_STRING = 107,
-  ETF_LIST = 108, ETF_BINARY = 109, ETF_SMALL_BIG = 110, ETF_LARGE_BIG = 111, ETF_NEW_FUN = 112,
-  ETF_EXPORT = 113, ETF_NEW_REFERENCE = 114, ETF_SMALL_ATOM = 115, ETF_MAP = 116,
-  ETF_ATOM_UTF8 = 118, ETF_SMALL_ATOM_UTF8 = 119, ETF_V4_PORT = 120
-};
-
 #define MAX_EXACT 9007199254740992.0 /* 2^53: every integer up to it is a double */
 #define ATOM_MAX_CHARS 255           /* Erlang's limit */
-#define TERM_MAX_DEPTH 200           /* nesting, as the message codec allows (both recurse) */
 
 /* Registry keys: the metatables of atoms, opaque terms, tuples and maps, and the intern tables
 ** (weak values) of atoms (by name) and opaque terms (by bytes). */
@@ -191,7 +179,7 @@ typedef struct tenc {
   unsigned char *buf;
   size_t len, cap;
   int nkeys;         /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
-  int keys[TERM_MAX_DEPTH + 1];
+  int keys[ETF_MAX_DEPTH + 1];
 } tenc_t;
 
 static void enc_fail(tenc_t *e, int nkeys, const char *what)
@@ -300,7 +288,7 @@ static void enc_field(tenc_t *e, int t, int depth)
 static void enc_table(tenc_t *e, int t, int depth)
 {
   lua_State *L = e->L;
-  if (depth >= TERM_MAX_DEPTH)
+  if (depth >= ETF_MAX_DEPTH)
     enc_fail(e, e->nkeys, "is nested too deeply");
   luaL_checkstack(L, 8, "term too deep");
   lua_pushvalue(L, t);
@@ -495,32 +483,18 @@ static void bad(lua_State *L, const unsigned char *start, const unsigned char *p
   luaL_error(L, "smarm.term.decode: %s at byte %d", why, (int)(p - start) + 1);
 }
 
-static uint32_t be32(const unsigned char *p)
-{
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
-/* The atom at p (any of the four encodings; no cache references outside the distribution's
-** headers): its name in *s, *n (raw: Latin-1 or UTF-8 as *latin1 says); returns the end. */
+/* The atom at p: its name in *s, *n (Latin-1 or UTF-8 as *latin1 says); returns the end.
+** Raises on a malformed one. */
 static const unsigned char *read_atom(lua_State *L, const unsigned char *start,
                                       const unsigned char *p, const unsigned char *end,
                                       const char **s, size_t *n, int *latin1)
 {
-  if (p >= end)
-    bad(L, start, p, "truncated term");
-  unsigned char tag = *p;
-  size_t hdr = tag == ETF_ATOM || tag == ETF_ATOM_UTF8 ? 3 : tag == ETF_SMALL_ATOM || tag == ETF_SMALL_ATOM_UTF8 ? 2 : 0;
-  if (!hdr)
-    bad(L, start, p, tag == ETF_ATOM_CACHE_REF ? "an atom cache reference" : "not an atom");
-  if ((size_t)(end - p) < hdr)
-    bad(L, start, p, "truncated atom");
-  size_t len = hdr == 3 ? (size_t)p[1] << 8 | p[2] : p[1];
-  if ((size_t)(end - p) - hdr < len)
-    bad(L, start, p, "truncated atom");
-  *s = (const char *)p + hdr;
-  *n = len;
-  *latin1 = tag == ETF_ATOM || tag == ETF_SMALL_ATOM;
-  return p + hdr + len;
+  etf_error_t err;
+  size_t at = sm_etf_atom(start, (size_t)(end - start), (size_t)(p - start), s, n, latin1, &err);
+  if (!at)
+    bad(L, start, start + err.at, sm_etf_fault_text(err.fault));
+  return start + at;
 }
 
 /* The end of the term at p, without decoding it; raises if it runs past end or is malformed. */
@@ -528,81 +502,11 @@ static const unsigned char *skip_term(lua_State *L, const unsigned char *start,
                                       const unsigned char *p, const unsigned char *end,
                                       int depth)
 {
-  const char *s;
-  size_t n;
-  int latin1;
-  if (depth >= TERM_MAX_DEPTH)
-    bad(L, start, p, "term nested too deeply");
-  if (p >= end)
-    bad(L, start, p, "truncated term");
-  size_t left = (size_t)(end - p) - 1, fixed = 0;
-#define NEED(k)                                                                                    \
-  do {                                                                                             \
-    if (left < (k))                                                                                \
-      bad(L, start, p, "truncated term");                                                          \
-  } while (0)
-  switch (*p) {
-  case ETF_SMALL_INTEGER: fixed = 1; break;
-  case ETF_INTEGER: fixed = 4; break;
-  case ETF_NEW_FLOAT: fixed = 8; break;
-  case ETF_FLOAT: fixed = 31; break;
-  case ETF_NIL: fixed = 0; break;
-  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8:
-    return read_atom(L, start, p, end, &s, &n, &latin1);
-  case ETF_STRING: NEED(2); fixed = 2 + ((size_t)p[1] << 8 | p[2]); break;
-  case ETF_BINARY: NEED(4); fixed = 4 + (size_t)be32(p + 1); break;
-  case ETF_BIT_BINARY: NEED(5); fixed = 5 + (size_t)be32(p + 1); break;
-  case ETF_SMALL_BIG: NEED(1); fixed = 2 + (size_t)p[1]; break;
-  case ETF_LARGE_BIG: NEED(4); fixed = 5 + (size_t)be32(p + 1); break;
-  case ETF_NEW_FUN: NEED(4); fixed = (size_t)be32(p + 1); break; /* its size counts itself */
-  case ETF_PID: case ETF_NEW_PID: case ETF_PORT: case ETF_NEW_PORT: case ETF_V4_PORT:
-  case ETF_REFERENCE: {
-    const unsigned char *q = read_atom(L, start, p + 1, end, &s, &n, &latin1);
-    size_t rest = *p == ETF_PID ? 9 : *p == ETF_NEW_PID ? 12 : *p == ETF_PORT ? 5
-                  : *p == ETF_NEW_PORT ? 8 : *p == ETF_V4_PORT ? 12 : 5;
-    if ((size_t)(end - q) < rest)
-      bad(L, start, p, "truncated term");
-    return q + rest;
-  }
-  case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: {
-    NEED(2);
-    size_t ids = (size_t)p[1] << 8 | p[2];
-    const unsigned char *q = read_atom(L, start, p + 3, end, &s, &n, &latin1);
-    size_t rest = (*p == ETF_NEW_REFERENCE ? 1 : 4) + 4 * ids;
-    if ((size_t)(end - q) < rest)
-      bad(L, start, p, "truncated term");
-    return q + rest;
-  }
-  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: {
-    size_t hdr = *p == ETF_SMALL_TUPLE ? 1 : 4;
-    NEED(hdr);
-    uint64_t count = hdr == 1 ? p[1] : be32(p + 1);
-    if (*p == ETF_MAP)
-      count *= 2;
-    if (*p == ETF_LIST)
-      count++; /* the tail */
-    const unsigned char *q = p + 1 + hdr;
-    for (uint64_t i = 0; i < count; i++)
-      q = skip_term(L, start, q, end, depth + 1);
-    return q;
-  }
-  case ETF_EXPORT: {
-    const unsigned char *q = p + 1;
-    for (int i = 0; i < 3; i++)
-      q = skip_term(L, start, q, end, depth + 1);
-    return q;
-  }
-  case ETF_COMPRESSED:
-    bad(L, start, p, "a compressed term (not supported)");
-    return NULL;
-  default:
-    bad(L, start, p, "unknown tag");
-    return NULL;
-  }
-#undef NEED
-  if (left < fixed)
-    bad(L, start, p, "truncated term");
-  return p + 1 + fixed;
+  etf_error_t err;
+  size_t at = sm_etf_skip(start, (size_t)(end - start), (size_t)(p - start), depth, &err);
+  if (!at)
+    bad(L, start, start + err.at, sm_etf_fault_text(err.fault));
+  return start + at;
 }
 
 typedef struct tdec {
@@ -666,16 +570,16 @@ static int push_own(tdec_t *d, const unsigned char *at)
   if (n != nn || memcmp(s, node, n) != 0)
     return 0;
   if (at[0] == ETF_NEW_PID) { /* ID, serial, creation */
-    if (be32(q + 8) != creation)
+    if (sm_etf_be32(q + 8) != creation)
       return 0;
-    smarm_pid_t pid = (uint64_t)be32(q + 4) << 32 | be32(q);
+    smarm_pid_t pid = (uint64_t)sm_etf_be32(q + 4) << 32 | sm_etf_be32(q);
     if (smarm_pid_gen(pid) == 0)
       return 0;
     sm_lsmarm_push_pid(d->L, pid);
   } else { /* creation, then three numbers: the low and high halves, 0 */
-    if (be32(q) != creation || be32(q + 12) != 0)
+    if (sm_etf_be32(q) != creation || sm_etf_be32(q + 12) != 0)
       return 0;
-    sm_lsmarm_push_ref(d->L, (uint64_t)be32(q + 8) << 32 | be32(q + 4));
+    sm_lsmarm_push_ref(d->L, (uint64_t)sm_etf_be32(q + 8) << 32 | sm_etf_be32(q + 4));
   }
   return 1;
 }
@@ -683,7 +587,7 @@ static int push_own(tdec_t *d, const unsigned char *at)
 static void dec_term(tdec_t *d, int depth, int nil_ok)
 {
   lua_State *L = d->L;
-  if (depth >= TERM_MAX_DEPTH)
+  if (depth >= ETF_MAX_DEPTH)
     bad(L, d->start, d->p, "term nested too deeply");
   luaL_checkstack(L, 6, "term too deep");
   const unsigned char *at = d->p;
@@ -693,14 +597,14 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     lua_pushnumber(L, *need(d, 1));
     return;
   case ETF_INTEGER:
-    lua_pushnumber(L, (int32_t)be32(need(d, 4)));
+    lua_pushnumber(L, (int32_t)sm_etf_be32(need(d, 4)));
     return;
   case ETF_NEW_FLOAT: {
     const unsigned char *b = need(d, 8);
     union {
       uint64_t u;
       double f;
-    } v = {(uint64_t)be32(b) << 32 | be32(b + 4)};
+    } v = {(uint64_t)sm_etf_be32(b) << 32 | sm_etf_be32(b + 4)};
     lua_pushnumber(L, v.f);
     return;
   }
@@ -719,7 +623,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     push_big(d, at, *need(d, 1));
     return;
   case ETF_LARGE_BIG:
-    push_big(d, at, be32(need(d, 4)));
+    push_big(d, at, sm_etf_be32(need(d, 4)));
     return;
   case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8: {
     const char *s;
@@ -745,7 +649,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     return;
   }
   case ETF_BINARY: {
-    size_t n = be32(need(d, 4));
+    size_t n = sm_etf_be32(need(d, 4));
     lua_pushlstring(L, (const char *)need(d, n), n);
     return;
   }
@@ -764,7 +668,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     lua_createtable(L, 0, 0);
     return;
   case ETF_LIST: {
-    uint32_t n = be32(need(d, 4));
+    uint32_t n = sm_etf_be32(need(d, 4));
     /* each element takes a byte at least: a bad count cannot ask for more slots */
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 0);
     for (uint32_t i = 0; i < n; i++) {
@@ -781,7 +685,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     return;
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
-    uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : be32(need(d, 4));
+    uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : sm_etf_be32(need(d, 4));
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);
     int holes = 0;
@@ -801,7 +705,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     return;
   }
   case ETF_MAP: {
-    uint32_t n = be32(need(d, 4));
+    uint32_t n = sm_etf_be32(need(d, 4));
     lua_createtable(L, 0, n <= (size_t)(d->end - d->p) / 2 ? (int)n : 0);
     sm_lterm_mark_table(L, -1, LTERM_MAP);
     for (uint32_t i = 0; i < n; i++) {
@@ -863,7 +767,7 @@ static const char *opaque_type(const blob_t *b)
 /* Pushes a big integer's decimal digits (at most 64 bytes of magnitude: beyond, its size). */
 static void push_big_text(lua_State *L, const unsigned char *p)
 {
-  size_t size = p[0] == ETF_SMALL_BIG ? p[1] : be32(p + 1);
+  size_t size = p[0] == ETF_SMALL_BIG ? p[1] : sm_etf_be32(p + 1);
   const unsigned char *sign = p + (p[0] == ETF_SMALL_BIG ? 2 : 5);
   if (size > 64) {
     lua_pushfstring(L, "#Integer<%d bytes>", (int)size);
@@ -909,17 +813,17 @@ static int m_opaque_tostring(lua_State *L)
   case ETF_PID: case ETF_NEW_PID: {
     const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
     lua_pushlstring(L, node, nn);
-    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)be32(q), (int)be32(q + 4));
+    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)sm_etf_be32(q), (int)sm_etf_be32(q + 4));
     return 1;
   }
   case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: { /* its first five numbers at most */
     size_t ids = (size_t)p[1] << 8 | p[2];
     const unsigned char *q = read_atom(L, p, p + 3, end, &node, &nn, &latin1);
     q += p[0] == ETF_NEW_REFERENCE ? 1 : 4;
-    char numbers[64];
+    char numbers[64] = ""; /* a ref of no numbers (Len 0) leaves it empty */
     size_t o = 0;
     for (size_t i = 0; i < ids && i < 5; i++)
-      o += (size_t)snprintf(numbers + o, sizeof numbers - o, ".%u", (unsigned)be32(q + 4 * i));
+      o += (size_t)snprintf(numbers + o, sizeof numbers - o, ".%u", (unsigned)sm_etf_be32(q + 4 * i));
     lua_pushlstring(L, node, nn);
     lua_pushfstring(L, "#Ref<%s%s>", lua_tostring(L, -1), numbers);
     return 1;
@@ -928,7 +832,7 @@ static int m_opaque_tostring(lua_State *L)
     const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
     lua_pushlstring(L, node, nn);
     lua_pushfstring(L, "#%s<%s.%d>", p[0] == ETF_REFERENCE ? "Ref" : "Port", lua_tostring(L, -1),
-                    (int)be32(q + (p[0] == ETF_V4_PORT ? 4 : 0)));
+                    (int)sm_etf_be32(q + (p[0] == ETF_V4_PORT ? 4 : 0)));
     return 1;
   }
   case ETF_EXPORT: {
@@ -943,7 +847,7 @@ static int m_opaque_tostring(lua_State *L)
     return 1;
   }
   case ETF_BIT_BINARY:
-    lua_pushfstring(L, "#Bits<%d>", (int)(be32(p + 1) ? (be32(p + 1) - 1) * 8 + p[5] : 0));
+    lua_pushfstring(L, "#Bits<%d>", (int)(sm_etf_be32(p + 1) ? (sm_etf_be32(p + 1) - 1) * 8 + p[5] : 0));
     return 1;
   default:
     lua_pushfstring(L, "#Term<%s>", p[0] == ETF_NEW_FUN ? "fun" : "improper list");

@@ -1,0 +1,119 @@
+/*
+** A bounded walk over a term of Erlang's external term format (see etf.h).
+*/
+#include "etf.h"
+
+static size_t fail(etf_error_t *err, enum etf_fault fault, size_t at)
+{
+  err->fault = fault;
+  err->at = at;
+  return 0;
+}
+
+const char *sm_etf_fault_text(enum etf_fault fault)
+{
+  switch (fault) {
+  case ETF_FAULT_TRUNCATED: return "truncated term";
+  case ETF_FAULT_UNKNOWN_TAG: return "unknown tag";
+  case ETF_FAULT_TOO_DEEP: return "term nested too deeply";
+  case ETF_FAULT_COMPRESSED: return "a compressed term (not supported)";
+  case ETF_FAULT_CACHE_REF: return "an atom cache reference";
+  case ETF_FAULT_NOT_ATOM: return "not an atom";
+  default: return "malformed term";
+  }
+}
+
+size_t sm_etf_atom(const unsigned char *b, size_t n, size_t at, const char **s, size_t *len,
+                   int *latin1, etf_error_t *err)
+{
+  if (at >= n)
+    return fail(err, ETF_FAULT_TRUNCATED, at);
+  unsigned char tag = b[at];
+  size_t hdr = tag == ETF_ATOM || tag == ETF_ATOM_UTF8               ? 3
+               : tag == ETF_SMALL_ATOM || tag == ETF_SMALL_ATOM_UTF8 ? 2
+                                                                     : 0;
+  if (!hdr)
+    return fail(err, tag == ETF_ATOM_CACHE_REF ? ETF_FAULT_CACHE_REF : ETF_FAULT_NOT_ATOM, at);
+  if (n - at < hdr)
+    return fail(err, ETF_FAULT_TRUNCATED, at);
+  size_t size = hdr == 3 ? (size_t)b[at + 1] << 8 | b[at + 2] : b[at + 1];
+  if (n - at - hdr < size)
+    return fail(err, ETF_FAULT_TRUNCATED, at);
+  *s = (const char *)b + at + hdr;
+  *len = size;
+  *latin1 = tag == ETF_ATOM || tag == ETF_SMALL_ATOM;
+  return at + hdr + size;
+}
+
+size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_error_t *err)
+{
+  const char *s;
+  size_t len;
+  int latin1;
+  if (depth >= ETF_MAX_DEPTH)
+    return fail(err, ETF_FAULT_TOO_DEEP, at);
+  if (at >= n)
+    return fail(err, ETF_FAULT_TRUNCATED, at);
+  const unsigned char *p = b + at;
+  size_t left = n - at - 1, fixed;
+  switch (*p) {
+  case ETF_SMALL_INTEGER: fixed = 1; break;
+  case ETF_INTEGER: fixed = 4; break;
+  case ETF_NEW_FLOAT: fixed = 8; break;
+  case ETF_FLOAT: fixed = 31; break;
+  case ETF_NIL: fixed = 0; break;
+  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8:
+    return sm_etf_atom(b, n, at, &s, &len, &latin1, err);
+  case ETF_STRING: case ETF_SMALL_BIG:
+  case ETF_BINARY: case ETF_BIT_BINARY: case ETF_LARGE_BIG: case ETF_NEW_FUN: {
+    /* a length, then that many bytes (and a sign byte, a bits byte) */
+    size_t hdr = *p == ETF_STRING ? 2 : *p == ETF_SMALL_BIG ? 1 : 4;
+    if (left < hdr)
+      return fail(err, ETF_FAULT_TRUNCATED, at);
+    size_t size = hdr == 1 ? p[1] : hdr == 2 ? (size_t)p[1] << 8 | p[2] : sm_etf_be32(p + 1);
+    if (*p == ETF_NEW_FUN) { /* its size counts itself */
+      if (size < 4)
+        return fail(err, ETF_FAULT_TRUNCATED, at);
+      fixed = size;
+    } else {
+      fixed = hdr + size + (*p == ETF_SMALL_BIG || *p == ETF_LARGE_BIG || *p == ETF_BIT_BINARY);
+    }
+    break;
+  }
+  case ETF_PID: case ETF_NEW_PID: case ETF_PORT: case ETF_NEW_PORT: case ETF_V4_PORT:
+  case ETF_REFERENCE: case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: {
+    int ref = *p == ETF_NEW_REFERENCE || *p == ETF_NEWER_REFERENCE;
+    if (ref && left < 2)
+      return fail(err, ETF_FAULT_TRUNCATED, at);
+    size_t q = sm_etf_atom(b, n, at + (ref ? 3 : 1), &s, &len, &latin1, err);
+    if (!q)
+      return 0;
+    size_t rest = *p == ETF_PID ? 9 : *p == ETF_NEW_PID ? 12 : *p == ETF_PORT ? 5
+                  : *p == ETF_NEW_PORT ? 8 : *p == ETF_V4_PORT ? 12 : *p == ETF_REFERENCE ? 5
+                  : (*p == ETF_NEW_REFERENCE ? 1 : 4) + 4 * ((size_t)p[1] << 8 | p[2]);
+    return n - q < rest ? fail(err, ETF_FAULT_TRUNCATED, at) : q + rest;
+  }
+  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: case ETF_EXPORT: {
+    size_t hdr = *p == ETF_EXPORT ? 0 : *p == ETF_SMALL_TUPLE ? 1 : 4;
+    if (left < hdr)
+      return fail(err, ETF_FAULT_TRUNCATED, at);
+    uint64_t count = *p == ETF_EXPORT ? 3 : hdr == 1 ? p[1] : sm_etf_be32(p + 1);
+    if (*p == ETF_MAP)
+      count *= 2;
+    if (*p == ETF_LIST)
+      count++; /* the tail */
+    size_t q = at + 1 + hdr;
+    for (uint64_t i = 0; i < count; i++)
+      if (!(q = sm_etf_skip(b, n, q, depth + 1, err)))
+        return 0;
+    return q;
+  }
+  case ETF_COMPRESSED:
+    return fail(err, ETF_FAULT_COMPRESSED, at);
+  case ETF_ATOM_CACHE_REF: /* only in the distribution's headers, which smarm does not ask for */
+    return fail(err, ETF_FAULT_CACHE_REF, at);
+  default:
+    return fail(err, ETF_FAULT_UNKNOWN_TAG, at);
+  }
+  return left < fixed ? fail(err, ETF_FAULT_TRUNCATED, at) : at + 1 + fixed;
+}

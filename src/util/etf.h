@@ -1,0 +1,57 @@
+/*
+** Erlang's external term format (term_to_binary's): its tags, and a bounded walk over a term
+** (etf.c). Both readers of terms from outside use the walk before they trust a length: the Lua
+** layer's decoder (src/lua/lterm.c) and the node's packet parser (src/io/dist.c, before it hands
+** bytes to erl_interface's decoders, which trust every length they read). No allocation, no
+** Lua, no libuv: any thread.
+*/
+#ifndef SMARM_UTIL_ETF_H
+#define SMARM_UTIL_ETF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* erts' external.h names them *_EXT */
+enum etf_tag {
+  ETF_VERSION = 131,
+  ETF_NEW_FLOAT = 70, ETF_BIT_BINARY = 77, ETF_COMPRESSED = 80, ETF_ATOM_CACHE_REF = 82,
+  ETF_NEW_PID = 88, ETF_NEW_PORT = 89, ETF_NEWER_REFERENCE = 90, ETF_SMALL_INTEGER = 97,
+  ETF_INTEGER = 98, ETF_FLOAT = 99, ETF_ATOM = 100, ETF_REFERENCE = 101, ETF_PORT = 102,
+  ETF_PID = 103, ETF_SMALL_TUPLE = 104, ETF_LARGE_TUPLE = 105, ETF_NIL = 106, ETF_STRING = 107,
+  ETF_LIST = 108, ETF_BINARY = 109, ETF_SMALL_BIG = 110, ETF_LARGE_BIG = 111, ETF_NEW_FUN = 112,
+  ETF_EXPORT = 113, ETF_NEW_REFERENCE = 114, ETF_SMALL_ATOM = 115, ETF_MAP = 116,
+  ETF_ATOM_UTF8 = 118, ETF_SMALL_ATOM_UTF8 = 119, ETF_V4_PORT = 120
+};
+
+#define ETF_MAX_DEPTH 200 /* nesting, as the Lua layer's encoder and decoder allow */
+
+/* Why a walk stopped: sm_etf_fault_text names it for people. */
+enum etf_fault {
+  ETF_FAULT_NONE, ETF_FAULT_TRUNCATED, ETF_FAULT_UNKNOWN_TAG, ETF_FAULT_TOO_DEEP,
+  ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM
+};
+
+typedef struct etf_error {
+  enum etf_fault fault;
+  size_t at; /* the offset of the tag or length at fault */
+} etf_error_t;
+
+/* "truncated term", "unknown tag", ... */
+const char *sm_etf_fault_text(enum etf_fault fault);
+
+/* The offset just past the term at b[at] within b[0..n), at `depth` levels of nesting already;
+** 0 on a malformed term (a length past n, an unknown tag, deeper than ETF_MAX_DEPTH), with *err
+** saying why and where. */
+size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_error_t *err);
+
+/* The atom at b[at] (any of its four encodings): its name in *s, *len (Latin-1 or UTF-8, as
+** *latin1 says); returns the offset past it, or 0 with *err. */
+size_t sm_etf_atom(const unsigned char *b, size_t n, size_t at, const char **s, size_t *len,
+                   int *latin1, etf_error_t *err);
+
+static inline uint32_t sm_etf_be32(const unsigned char *p)
+{
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+#endif
