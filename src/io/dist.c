@@ -100,6 +100,8 @@ typedef struct conn {
   out_t *pending, **pending_tail; /* packets waiting for the handshake */
   dist_req_t *waiters;   /* connect requests waiting for it (linked by base.next) */
   int written;           /* something was written since the last tick */
+  char *out;             /* packets queued since the last flush (flush_all), in order */
+  size_t out_len, out_cap;
   char *rbuf;
   size_t rlen, rcap;
 } conn_t;
@@ -119,6 +121,7 @@ static struct {
   int listen_fd, epmd_fd;
   uv_poll_t listen_poll;
   uv_timer_t ticker;   /* every TICK_MS: a tick to each connection that heard nothing from us */
+  uv_check_t flusher;  /* after each turn of the loop: what each connection queued, one write */
   int accepting;       /* an accept job is on the pool */
   int starting;        /* a start job is on the pool: it alone writes node.ec and the fds */
   conn_t *conns;
@@ -197,6 +200,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
   conn_t *c = h->data;
   free(c->rbuf);
+  free(c->out);
   free(c);
 }
 
@@ -226,20 +230,37 @@ static void on_written(uv_write_t *w, int status)
     conn_close(c);
 }
 
-/* Writes the packet (takes data: freed once written, or now if it cannot be). */
+/* Queues the packet for the connection's next write (takes data). Every write goes this way, so
+** that the packets of one turn of the loop (a burst of sends drained at once) leave in one write
+** call, in the order queued. */
 static void conn_write(conn_t *c, char *data, size_t len)
 {
-  write_job_t *j = malloc(sizeof *j);
-  if (!j) {
-    free(data);
-    return; /* out of memory: this packet is lost, as a send to a node that went away is */
-  }
-  j->data = data;
-  c->written = 1;
-  uv_buf_t b = uv_buf_init(data, (unsigned)len);
-  if (uv_write(&j->w, (uv_stream_t *)&c->h, &b, 1, on_written) < 0) {
-    free(data);
-    free(j);
+  if (sm_io_buf_reserve(&c->out, &c->out_cap, c->out_len, len) == 0) {
+    memcpy(c->out + c->out_len, data, len);
+    c->out_len += len;
+    c->written = 1;
+  } /* else out of memory: this packet is lost, as a send to a node that went away is */
+  free(data);
+}
+
+/* The flusher: each connection's queued packets, one uv_write. */
+static void flush_all(uv_check_t *h)
+{
+  (void)h;
+  for (conn_t *c = node.conns; c; c = c->next) {
+    if (!c->up || c->out_len == 0)
+      continue;
+    write_job_t *j = malloc(sizeof *j);
+    if (!j)
+      return; /* out of memory: the next turn tries again */
+    j->data = c->out;
+    uv_buf_t b = uv_buf_init(c->out, (unsigned)c->out_len);
+    c->out = NULL;
+    c->out_len = c->out_cap = 0;
+    if (uv_write(&j->w, (uv_stream_t *)&c->h, &b, 1, on_written) < 0) {
+      free(j->data);
+      free(j);
+    }
   }
 }
 
@@ -654,6 +675,8 @@ static void after_start(uv_work_t *w, int status)
     uv_poll_start(&node.listen_poll, UV_READABLE, on_listen_ready);
     uv_timer_init(node.loop, &node.ticker);
     uv_timer_start(&node.ticker, on_tick, TICK_MS, TICK_MS);
+    uv_check_init(node.loop, &node.flusher);
+    uv_check_start(&node.flusher, flush_all);
     snprintf(identity_name, sizeof identity_name, "%s", ei_thisnodename(&node.ec));
     identity_len = strlen(identity_name);
     identity_creation = node.ec.creation;
@@ -684,6 +707,7 @@ static void stop_all(void *loop)
     conn_close(node.conns);
   uv_close((uv_handle_t *)&node.listen_poll, NULL);
   uv_close((uv_handle_t *)&node.ticker, NULL);
+  uv_close((uv_handle_t *)&node.flusher, NULL);
   if (!node.accepting) { /* else after_accept closes it */
     close(node.listen_fd);
     node.listen_fd = -1;
