@@ -3,6 +3,7 @@
 -- erlang-base) and another smarm process. Without erl (or a smarm built without erl_interface)
 -- those cases are pending with a SKIP line; the rest still runs.
 local smarm = require("smarm")
+local server = require("smarm.server")
 
 local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG
@@ -92,9 +93,19 @@ describe("smarm.node", function()
           end
         end
       end)
+      local add = smarm.atom("add")
+      local counter = assert(server.start({
+        init = function() return "ok", 0 end,
+        handle_call = function(req, _, n)
+          assert(req[1] == add)
+          return "reply", n + req[2], n + req[2]
+        end,
+        handle_cast = function(req, n) return "noreply", n + req[2] end,
+      }, nil, { name = "counter" }))
       local out, e = smarm.process.run(erl_argv("cla", COOKIE, "client", me, "7", "2000"),
         { timeout = HANG })
       smarm.kill(echo)
+      server.stop(counter)
       return out, e
     end)
     assert(res, "erl client: " .. tostring(err))
@@ -119,6 +130,8 @@ describe("smarm.node", function()
       smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("count"), smarm.self() }))
       local count = guard.receive("count")
       out.count, out.in_order = count[1], count[2]
+      out.sum = smarm.call({ "calc", srv }, smarm.tuple({ smarm.atom("add"), 2, 3 }))
+      out.no_server = { smarm.call({ "nobody", srv }, 1, 0.2) }
       proc:kill("SIGKILL")
       proc:wait(HANG)
       return out
@@ -130,6 +143,8 @@ describe("smarm.node", function()
     assert.is_true(r.echoed)
     assert.are.equal(20000, r.count)
     assert.is_true(r.in_order)
+    assert.are.equal(5, r.sum)
+    assert.are.same({ nil, "timeout" }, r.no_server)
 
     local wrong = smarm.run(function()
       local proc = start_server("srvc")
@@ -147,9 +162,12 @@ describe("smarm.node", function()
   it("starts once, and gives programs it starts none of its sockets", function()
     if skip_without_erl() then return end
     local r = smarm.run(function()
-      local function fds() -- what a program started now holds open
-        local res = assert(smarm.process.run({ "sh", "-c", "ls /proc/$$/fd | wc -l" }))
-        return tonumber(res.stdout)
+      local function fds() -- how many sockets a program started now holds beyond 0-2
+        local res = assert(smarm.process.run({ "sh", "-c",
+          "cd /proc/$$/fd && for f in *; do [ $f -gt 2 ] && readlink $f; done; true" }))
+        local n = 0
+        for _ in res.stdout:gmatch("socket:") do n = n + 1 end
+        return n
       end
       local out = { before = fds() }
       local me = smarm.self()
@@ -180,6 +198,11 @@ describe("smarm.node", function()
     f:write(([[
       local smarm = require("smarm")
       assert(smarm.node.start({ name = %q, cookie = %q }))
+      local sum = 0
+      assert(require("smarm.server").start({
+        init = function() return "ok" end,
+        handle_call = function(n) sum = sum + n return "reply", sum end,
+      }, nil, { name = "adder" }))
       smarm.register("écho", smarm.self()) -- a name beyond ASCII: UTF-8 both ways
       print("ready")
       io.stdout:flush()
@@ -204,12 +227,14 @@ describe("smarm.node", function()
         local m = guard.receive("echo from the other smarm")
         got[i] = m[1] == other and m[2][1] == i and m[2][2] == smarm.self()
       end
+      local sums = { smarm.call({ "adder", other }, 2), smarm.call({ "adder", other }, 3) }
       smarm.send({ "écho", other }, smarm.atom("stop"))
       local status = proc:wait(HANG)
-      return { got = got, status = status and status.status }
+      return { got = got, sums = sums, status = status and status.status }
     end)
     os.remove(script)
     for i = 1, 100 do assert.is_true(r.got[i], "message " .. i) end
+    assert.are.same({ 2, 5 }, r.sums)
     assert.are.equal(0, r.status)
   end)
 

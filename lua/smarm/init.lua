@@ -112,6 +112,24 @@ function core.demonitor(ref, opt)
   return was
 end
 
+-- A call to a process of another node speaks gen_server's protocol (docs/api.md, "smarm.node"):
+-- {'$gen_call', {Self, Ref}, Request} goes, and the answer is the message {Ref, Reply}. smarm.call
+-- (C) hands such targets here; a target of this node's own name is a local call. (smarm.reply
+-- answers a `from` that is such a {Pid, Tag} tuple in C.)
+local term_type, tuple = core.term.type, core.tuple
+local GEN_CALL = core.atom("$gen_call")
+local call = core.call
+core._set_remote_call(function(to, request, timeout)
+  if type(to) == "table" and to[2] == core.node.self() then return call(to[1], request, timeout) end
+  local ref = core.ref()
+  core.send(to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request }))
+  local answer = core.receive(function(m)
+    return term_type(m) == "tuple" and m[1] == ref
+  end, timeout == nil and 5 or timeout)
+  if answer == nil then return nil, "timeout" end
+  return answer[2]
+end)
+
 -- processes() -> { pid, ... } and info(pid [, keys]) -> table | nil (docs/api.md). Each
 -- scheduler answers for its own actors (linfo.c); another scheduler is asked by a call to an
 -- actor spawned there (_answer), so nothing is read across threads, and an answer that comes

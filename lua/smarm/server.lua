@@ -19,6 +19,10 @@
 --   means "normal". Anything else ends the server with the reason
 --   `smarm.server: handle_call returned x (expected ...)` (Erlang's bad_return_value), after
 --   terminate ran.
+-- * From another node (Erlang's gen_server:call and cast, or smarm.call across nodes), the
+--   server takes gen_server's own messages: {'$gen_call', {Pid, Tag}, Request} is a call whose
+--   `from` is that {Pid, Tag} tuple (smarm.reply answers it as {Tag, Reply}), {'$gen_cast', Msg}
+--   a cast.
 -- * Wire shapes: a call is smarm.call's `{ smarm = "CALL", from =, request = }`; a cast is
 --   `{ smarm = "CAST", msg = }`; a stop is `{ smarm = "STOP", reason = }`; an EXIT message from
 --   the parent (the starter, when started with opts.link) stops the server; everything else,
@@ -160,6 +164,16 @@ local function noreply_returned(ctx, callback, state, ok, tag, a, b)
   return finish(ctx, bad_return(callback, tag, '"noreply" or "stop"'), state)
 end
 
+-- gen_server's own messages from another node: {'$gen_call', {Pid, Tag}, Request} and
+-- {'$gen_cast', Msg}.
+local term_type, GEN_CALL, GEN_CAST = smarm.term.type, smarm.atom("$gen_call"), smarm.atom("$gen_cast")
+local function erlang_kind(m)
+  if term_type(m) ~= "tuple" then return nil end
+  if m[1] == GEN_CALL and term_type(m[2]) == "tuple" then return "GEN_CALL" end
+  if m[1] == GEN_CAST then return "GEN_CAST" end
+  return nil
+end
+
 -- The server's loop: never returns (it ends by finish).
 local function serve(ctx, state)
   local module = ctx.module
@@ -169,10 +183,14 @@ local function serve(ctx, state)
   local parent = ctx.parent
   while true do
     local m = receive()
-    local kind = type(m) == "table" and m.smarm
+    local kind = type(m) == "table" and (m.smarm or erlang_kind(m))
     if kind == "CALL" then
       local from = m.from
       state = call_returned(ctx, from, state, xpcall(handle_call, crashed, m.request, from, state))
+    elseif kind == "GEN_CALL" then -- gen_server:call from another node: from is {Pid, Tag}
+      state = call_returned(ctx, m[2], state, xpcall(handle_call, crashed, m[3], m[2], state))
+    elseif kind == "GEN_CAST" then
+      state = noreply_returned(ctx, "handle_cast", state, xpcall(handle_cast, crashed, m[2], state))
     elseif kind == "CAST" then
       state = noreply_returned(ctx, "handle_cast", state,
         xpcall(handle_cast, crashed, m.msg, state))

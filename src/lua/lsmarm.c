@@ -810,10 +810,32 @@ static void call_give_up(smarm_mark_t mark, smarm_ref_t ref)
 ** of it is left in the mailbox; a reply that comes later is dropped before it reaches it.
 ** (Placing the monitor inside the request's own signal was measured: 10% slower across
 ** schedulers, as the server's scheduler then records it on the request's critical path.) */
+/* registry[&remote_call_key]: init.lua's call to a process of another node (_set_remote_call) */
+static const char remote_call_key;
+
+static int l_set_remote_call(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_pushlightuserdata(L, (void *)&remote_call_key);
+  lua_pushvalue(L, 1);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
 static int l_call(lua_State *L)
 {
   lactor_t *la = self_or_raise(L, "call");
   luaL_checkany(L, 2);
+  smarm_pid_t local;
+  if (!sm_lsmarm_to_pid(L, 1, &local) && lua_type(L, 1) != LUA_TSTRING &&
+      sm_ldist_is_target(L, 1)) { /* another node's process: gen_server's protocol, in Lua */
+    lvm_push_registry(L, &remote_call_key);
+    if (!lua_isfunction(L, -1))
+      return luaL_error(L, "smarm.call: calls to other nodes need require(\"smarm\")");
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+  }
   smarm_pid_t to = sm_lfaults_check_target(L, 1);
   int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
   if (!lua_isnoneornil(L, 3)) {
@@ -893,8 +915,25 @@ static int l_reply(lua_State *L)
 {
   smarm_pid_t pid;
   smarm_ref_t ref;
-  if (!sm_lsmarm_to_from(L, 1, &pid, &ref))
-    return luaL_argerror(L, 1, "a call's `from` expected");
+  if (!sm_lsmarm_to_from(L, 1, &pid, &ref)) {
+    if (!lua_istable(L, 1) || sm_lterm_table_kind(L, 1) != LTERM_TUPLE)
+      return luaL_argerror(L, 1, "a call's `from` expected");
+    /* a call from another node: from is gen_server's {Pid, Tag}, answered {Tag, Value} */
+    luaL_checkany(L, 2);
+    lua_settop(L, 2);
+    lua_createtable(L, 2, 1);
+    lua_rawgeti(L, 1, 2);
+    lua_rawseti(L, 3, 1);
+    lua_pushvalue(L, 2);
+    lua_rawseti(L, 3, 2);
+    lua_pushnumber(L, 2); /* the value may be nil: the arity says 2 */
+    lua_setfield(L, 3, "n");
+    sm_lterm_mark_table(L, 3, LTERM_TUPLE);
+    lua_rawgeti(L, 1, 1);
+    lua_replace(L, 1);
+    lua_replace(L, 2);
+    return l_send(L);
+  }
   luaL_checkany(L, 2);
   self_or_raise(L, "reply");
   codec_moves_t moves;
@@ -1562,6 +1601,7 @@ static const luaL_Reg functions[] = {
   {"spawn_link", l_spawn_link}, {"spawn_monitor", l_spawn_monitor},
   {"call", l_call},       {"reply", l_reply},     {"last_traceback", l_last_traceback},
   {"_set_crash_reporter", l_set_crash_reporter}, {"_request_timeout", l_request_timeout},
+  {"_set_remote_call", l_set_remote_call},
   {NULL, NULL},
 };
 
