@@ -54,6 +54,29 @@ describe("the smarm executable", function()
     assert.are.equal("true\tone\ttwo\t2\tpong\n", out)
   end)
 
+  it("makes the runtime an Erlang node with -N, before the script runs", function()
+    local smarm = require("smarm")
+    local name = "cli" .. tostring(io.open("/proc/self/stat"):read("*n")) .. "@localhost"
+    local code = "-e 'print(require(\"smarm\").node.self())'"
+    local out, err, status = sh(exe .. " -N " .. name .. " -C spec-cookie " .. code)
+    if smarm.node.available() and os.execute("command -v epmd >/dev/null 2>&1") == 0 then
+      assert.are.equal(0, status, err)
+      assert.are.equal(name .. "\n", out)
+    else
+      assert.are.equal(1, status)
+      assert.matches("-N " .. name .. ": ", err, 1, true)
+    end
+    local _, err2, status2 = sh(exe .. " -N nohost -C c " .. code)
+    assert.are.equal(1, status2)
+    assert.matches("-N nohost: smarm.node.start: a node name is 'alive@host', got 'nohost'", err2,
+      1, true)
+    for _, bad in ipairs({ "-C c -e 1", "-n -N a@b x.lua", "-a /tmp/x -N a@b" }) do
+      out, _, status = sh(exe .. " " .. bad)
+      assert.are.equal(2, status, bad)
+      assert.are.equal("", out, bad)
+    end
+  end)
+
   it("exits 1 with the error and its traceback on stderr", function()
     local s = script("local function f() error('script failed') end\nf()\n")
     local out, err, status = sh(exe .. " " .. s)

@@ -3,13 +3,28 @@
 -- the VM it made; everything here runs in that VM.
 local cli = {}
 
+-- -N NODE [-C COOKIE]: opts.node and opts.cookie, taken out of smarm.run's options; the main
+-- actor starts the node before anything else runs.
+local function node_starter(smarm, opts)
+  local node, cookie = opts.node, opts.cookie
+  opts.node, opts.cookie = nil, nil
+  return function()
+    if not node then return end
+    local ran, ok, err = pcall(smarm.node.start, { name = node, cookie = cookie })
+    if not (ran and ok) then error("-N " .. node .. ": " .. tostring(ran and err or ok), 0) end
+  end
+end
+
 -- Runs chunk as the main actor with the script's arguments (the global `arg`, set by main.c
 -- like the lua interpreter does); returns its results. opts: smarm.run's options from the
--- command line (schedulers, stack_size).
+-- command line (schedulers, stack_size; node and cookie: -N, -C).
 function cli.run(smarm, chunk, opts)
   local args = _G.arg or { n = 0 }
-  local ok, err = pcall(smarm.run, function() return chunk(unpack(args, 1, args.n or #args)) end,
-    opts)
+  local start_node = node_starter(smarm, opts)
+  local ok, err = pcall(smarm.run, function()
+    start_node()
+    return chunk(unpack(args, 1, args.n or #args))
+  end, opts)
   -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
   if not ok and err == nil then error(nil, 0) end -- error() without a value: silent, as lua.c
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
@@ -23,7 +38,9 @@ local repl = require("smarm.repl")
 -- typed. An entry is a line, or the lines of a chunk that continues (`for i = 1, 3 do` ...
 -- `end`); `=expr` and expressions print their values; `smarm` is a global.
 function cli.prompt(smarm, opts, interactive)
+  local start_node = node_starter(smarm, opts)
   return smarm.run(function()
+    start_node()
     repl.interactive = interactive
     if rawget(_G, "smarm") == nil then rawset(_G, "smarm", smarm) end -- preloaded, as a global
     local unfinished = require("smarm.console").prompt({

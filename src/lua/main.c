@@ -3,6 +3,7 @@
 ** the main actor of a runtime.
 **
 **   smarm [-s N] script.lua [args...]   run the script; `arg` as the lua interpreter sets it
+**   (-N NODE [-C COOKIE]: the runtime is that Erlang node first)
 **   smarm [-s N] -e 'code' [args...]    run code
 **   smarm [-s N]                        a prompt whose lines run in the main actor
 **   smarm -n script.lua [args...]       plain mode: no runtime is started, the script calls
@@ -79,13 +80,16 @@ static int push_cli_function(lua_State *L, const char *name)
 
 static void usage(FILE *out)
 {
-  fprintf(out, "usage: smarm [-s N] [-S SIZE] [script.lua [args...] | -e code [args...]]\n"
+  fprintf(out, "usage: smarm [-s N] [-S SIZE] [-N NODE [-C COOKIE]] [script.lua [args...] | -e code "
+               "[args...]]\n"
                "       smarm -n script.lua [args...]\n"
                "       smarm -a PATH | smarm attach PATH | smarm top PATH\n"
                "       smarm -v\n"
                "       smarm test [busted options...]\n"
                "  -s N     schedulers (default: online CPUs)\n"
                "  -S SIZE  C stack per actor: bytes, or with K, M or G (default 256K)\n"
+               "  -N NODE  make the runtime the Erlang node NODE (alive@host) before anything runs\n"
+               "  -C C     its cookie (default: ~/.erlang.cookie's)\n"
                "  -e c     run the code c as the main actor\n"
                "  -n       plain: start no runtime; the script calls smarm.run itself\n"
                "  -a PATH  attach to the console listening at PATH (smarm.console.listen)\n"
@@ -126,10 +130,20 @@ static int report(lua_State *L, int status)
   return 0;
 }
 
-/* Pushes smarm.run's options from the command line (-s, -S): those given, the rest defaults. */
+/* Pushes smarm.run's options from the command line (-s, -S): those given, the rest defaults;
+** and -N, -C as node and cookie (cli.lua starts the node with them). */
+static const char *node_name, *node_cookie;
 static void push_run_opts(lua_State *L, unsigned schedulers, size_t stack_size)
 {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 4);
+  if (node_name) {
+    lua_pushstring(L, node_name);
+    lua_setfield(L, -2, "node");
+  }
+  if (node_cookie) {
+    lua_pushstring(L, node_cookie);
+    lua_setfield(L, -2, "cookie");
+  }
   if (schedulers) {
     lua_pushinteger(L, schedulers);
     lua_setfield(L, -2, "schedulers");
@@ -178,6 +192,10 @@ int main(int argc, char **argv)
       code = argv[++i];
       i++;
       break;
+    } else if (strcmp(argv[i], "-N") == 0 && i + 1 < argc) {
+      node_name = argv[++i];
+    } else if (strcmp(argv[i], "-C") == 0 && i + 1 < argc) {
+      node_cookie = argv[++i];
     } else if (strcmp(argv[i], "-a") == 0 && i + 1 < argc) {
       attach = argv[++i];
     } else if (strcmp(argv[i], "-n") == 0) {
@@ -204,6 +222,15 @@ int main(int argc, char **argv)
   if (plain && (schedulers || stack_size)) { /* they would be silently ignored */
     fprintf(stderr, "smarm: -s and -S configure the runtime that -n does not start: pass them to "
                     "smarm.run as opts.schedulers and opts.stack_size\n");
+    return 2;
+  }
+  if (node_cookie && !node_name) {
+    fprintf(stderr, "smarm: -C is the cookie of the node that -N starts\n");
+    return 2;
+  }
+  if ((plain || attach) && node_name) {
+    fprintf(stderr, "smarm: -N makes the runtime that runs the script a node: not with -n or -a "
+                    "(a script calls smarm.node.start itself)\n");
     return 2;
   }
   if (i == 1 && argc > 1 && (strcmp(argv[1], "attach") == 0 || strcmp(argv[1], "top") == 0)) {
