@@ -30,6 +30,7 @@ local function skip_without_erl()
     pending("SKIP: this smarm was built without erl_interface (Debian: erlang-dev)")
     return true
   end
+  erl.compile("smarm_node_check") -- here, outside the run: erlc would hold an actor's scheduler
   return false
 end
 
@@ -132,8 +133,18 @@ describe("smarm.node", function()
       out.count, out.in_order = count[1], count[2]
       out.sum = smarm.call({ "calc", srv }, smarm.tuple({ smarm.atom("add"), 2, 3 }))
       out.no_server = { smarm.call({ "nobody", srv }, 1, 0.2) }
+      -- node monitors: three, one taken back, then the node dies: two nodedowns
+      local function nodedown(m) return type(m) == "table" and m.smarm == "nodedown" end
+      for _ = 1, 3 do assert(smarm.node.monitor(srv)) end
+      assert(smarm.node.monitor(srv, false))
       proc:kill("SIGKILL")
       proc:wait(HANG)
+      out.down = { guard.receive("a nodedown", nodedown).node, guard.receive("another", nodedown).node }
+      out.extra = smarm.receive(nodedown, 0.3)
+      out.after = smarm.node.nodes()
+      -- a node that cannot be reached: nodedown at once
+      assert(smarm.node.monitor(name("nobody")))
+      out.unreachable = guard.receive("the unreachable nodedown", nodedown).node
       return out
     end)
     assert.is_nil(r.taken[1])
@@ -145,6 +156,10 @@ describe("smarm.node", function()
     assert.is_true(r.in_order)
     assert.are.equal(5, r.sum)
     assert.are.same({ nil, "timeout" }, r.no_server)
+    assert.are.same({ srv, srv }, r.down)
+    assert.is_nil(r.extra)
+    assert.are.same({}, r.after)
+    assert.are.equal(name("nobody"), r.unreachable)
 
     local wrong = smarm.run(function()
       local proc = start_server("srvc")

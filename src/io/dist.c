@@ -99,6 +99,8 @@ typedef struct conn {
   int up;                /* the handle is open and the handshake done */
   out_t *pending, **pending_tail; /* packets waiting for the handshake */
   dist_req_t *waiters;   /* connect requests waiting for it (linked by base.next) */
+  smarm_pid_t *watchers; /* who monitors the node: one entry per monitor */
+  size_t nwatchers, watchers_cap;
   int written;           /* something was written since the last tick */
   char *out;             /* packets queued since the last flush (flush_all), in order */
   size_t out_len, out_cap;
@@ -123,6 +125,7 @@ static struct {
   uv_timer_t ticker;   /* every TICK_MS: a tick to each connection that heard nothing from us */
   uv_check_t flusher;  /* after each turn of the loop: what each connection queued, one write */
   int accepting;       /* an accept job is on the pool */
+  int stopping;        /* the stop closes the connections: no nodedown for an ending run */
   int starting;        /* a start job is on the pool: it alone writes node.ec and the fds */
   conn_t *conns;
   uv_loop_t *loop;
@@ -196,6 +199,23 @@ static void finish_waiters(conn_t *c, int err, const char *error)
   }
 }
 
+/* The connection is gone: each monitor of its node gets its nodedown and ends. */
+static void conn_gone(conn_t *c)
+{
+  for (size_t i = 0; i < c->nwatchers && !node.stopping; i++) {
+    size_t n = strlen(c->peer);
+    smarm_msg_t *m = sm_io_event_new(IO_EV_DIST, IO_EV_CLOSED, 0, 0, n);
+    if (!m)
+      continue; /* out of memory: this nodedown is lost */
+    memcpy((char *)smarm_msg_data(m) + sizeof(io_event_t), c->peer, n);
+    if (smarm_send_outside(c->watchers[i], m) < 0)
+      smarm_msg_free(m);
+  }
+  free(c->watchers);
+  c->watchers = NULL;
+  c->nwatchers = c->watchers_cap = 0;
+}
+
 static void on_conn_closed(uv_handle_t *h)
 {
   conn_t *c = h->data;
@@ -207,6 +227,7 @@ static void on_conn_closed(uv_handle_t *h)
 static void conn_close(conn_t *c)
 {
   conn_unlink(c);
+  conn_gone(c);
   drop_pending(c);
   finish_waiters(c, -ECONNRESET, "the connection closed");
   if (c->up)
@@ -547,6 +568,7 @@ static void after_connect(uv_work_t *w, int status)
       close(j->fd);
   } else if (j->fd < 0) {
     conn_unlink(c);
+    conn_gone(c);
     drop_pending(c);
     finish_waiters(c, -ECONNREFUSED, j->error);
     free(c);
@@ -677,6 +699,7 @@ static void after_start(uv_work_t *w, int status)
     uv_timer_start(&node.ticker, on_tick, TICK_MS, TICK_MS);
     uv_check_init(node.loop, &node.flusher);
     uv_check_start(&node.flusher, flush_all);
+    node.stopping = 0;
     snprintf(identity_name, sizeof identity_name, "%s", ei_thisnodename(&node.ec));
     identity_len = strlen(identity_name);
     identity_creation = node.ec.creation;
@@ -703,6 +726,7 @@ static void stop_all(void *loop)
     return;
   atomic_store_explicit(&identity_up, 0, memory_order_release);
   node.started = 0;
+  node.stopping = 1;
   while (node.conns)
     conn_close(node.conns);
   uv_close((uv_handle_t *)&node.listen_poll, NULL);
@@ -781,6 +805,39 @@ static void dist_on_loop(io_req_t *req, void *loop)
         r->packet = NULL;
       }
     }
+    io_finish(req, 0);
+    return;
+  }
+  case DIST_MONITOR: {
+    if (strcmp(r->node, identity_name) == 0) { /* this node: never down while it runs */
+      io_finish(req, 0);
+      return;
+    }
+    conn_t *c = r->on ? conn_get(r->node) : conn_find(r->node);
+    if (!c) {
+      io_finish(req, r->on ? -ENOMEM : 0);
+      return;
+    }
+    if (!r->on) { /* one fewer: the last of this watcher's */
+      for (size_t i = c->nwatchers; i-- > 0;)
+        if (c->watchers[i] == r->watcher) {
+          c->watchers[i] = c->watchers[--c->nwatchers];
+          break;
+        }
+      io_finish(req, 0);
+      return;
+    }
+    if (c->nwatchers == c->watchers_cap) {
+      size_t cap = c->watchers_cap ? c->watchers_cap * 2 : 4;
+      smarm_pid_t *w = realloc(c->watchers, cap * sizeof *w);
+      if (!w) {
+        io_finish(req, -ENOMEM);
+        return;
+      }
+      c->watchers = w;
+      c->watchers_cap = cap;
+    }
+    c->watchers[c->nwatchers++] = r->watcher;
     io_finish(req, 0);
     return;
   }

@@ -9,7 +9,8 @@
 **
 ** Incoming messages to a pid of this node or a registered name go to the actor as IO events
 ** (io.h: source IO_EV_DIST, IO_EV_DATA, the message's external format as the payload, version
-** byte included); to anything else they are dropped, as Erlang drops them. Outgoing packets are
+** byte included); a connection's end goes to the actors that monitor its node (IO_EV_CLOSED,
+** the node's name as the payload), once per monitor, which then ends (Erlang's monitor_node); to anything else they are dropped, as Erlang drops them. Outgoing packets are
 ** made whole by the caller (the Lua binding encodes them) and posted; a packet to a node not
 ** connected yet starts the connection and waits for it, and is dropped if it fails.
 **
@@ -36,6 +37,7 @@ enum dist_op {
   DIST_CONNECT, /* node -> err, error text */
   DIST_SEND,    /* node, packet (posted: nobody waits) */
   DIST_NODES,   /* -> names: the connected nodes, NUL-separated */
+  DIST_MONITOR, /* node, watcher, on: one more (or one fewer) nodedown for watcher */
 };
 
 typedef struct dist_req {
@@ -47,6 +49,8 @@ typedef struct dist_req {
   char *packet;                 /* send: a whole packet, its length first (owned) */
   size_t packet_len;
   char *names;                  /* nodes' result (owned) */
+  smarm_pid_t watcher;          /* monitor: who gets { smarm = "nodedown", node = } */
+  int on;                       /* monitor: 1 adds a monitor, 0 removes one */
   size_t names_len;
   char error[DIST_NAME_MAX + 160];              /* start, connect: what went wrong, for people */
 } dist_req_t;

@@ -111,6 +111,24 @@ static int l_connect(lua_State *L)
   return ret;
 }
 
+/* smarm.node.monitor(node [, on]) -> true | nil, err: the caller gets { smarm = "nodedown",
+** node = } when the connection to node ends (at once if it cannot be made), once per call;
+** on = false takes one such monitor back */
+static int l_monitor(lua_State *L)
+{
+  const char *node = check_node(L, 1, "node.monitor");
+  int on = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
+  dist_req_t *r = sm_dist_req_new(DIST_MONITOR);
+  int box = sm_lio_box(L, &r->base);
+  snprintf(r->node, sizeof r->node, "%s", node);
+  r->watcher = smarm_self();
+  r->on = on;
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.monitor");
+  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
+  sm_lio_unbox(L, box);
+  return ret;
+}
+
 /* smarm.node.available() -> whether this smarm was built with erl_interface */
 static int l_available(lua_State *L)
 {
@@ -269,6 +287,14 @@ static int decode_protected(lua_State *L)
 static void decode_event(lua_State *L, const unsigned char *p, size_t n)
 {
   bytes_t b = {p + sizeof(io_event_t), n - sizeof(io_event_t)};
+  if (((const io_event_t *)p)->kind == IO_EV_CLOSED) { /* a monitored node's connection ended */
+    lua_createtable(L, 0, 2);
+    lua_pushliteral(L, "nodedown");
+    lua_setfield(L, -2, "smarm");
+    lua_pushlstring(L, (const char *)b.p, b.n);
+    lua_setfield(L, -2, "node");
+    return;
+  }
   lua_pushcfunction(L, decode_protected);
   lua_pushlightuserdata(L, &b);
   if (lua_pcall(L, 1, 1, 0) == 0)
@@ -287,7 +313,7 @@ void sm_ldist_register(lua_State *L, int module)
 {
   static const luaL_Reg functions[] = {
     {"start", l_start}, {"connect", l_connect}, {"self", l_self}, {"nodes", l_nodes},
-    {"available", l_available},
+    {"available", l_available}, {"monitor", l_monitor},
     {NULL, NULL},
   };
   sm_lio_add_table(L, module, "node", functions);
