@@ -133,6 +133,8 @@ describe("smarm.node", function()
       out.count, out.in_order = count[1], count[2]
       out.sum = smarm.call({ "calc", srv }, smarm.tuple({ smarm.atom("add"), 2, 3 }))
       out.no_server = { smarm.call({ "nobody", srv }, 1, 0.2) }
+      local echoed = smarm.call({ "calc", srv }, nil) -- still a 3-tuple: {'$gen_call', From, nil}
+      out.nil_request = echoed and echoed[1] == smarm.atom("echo") and echoed.n == 2
       -- node monitors: three, one taken back, then the node dies: two nodedowns
       local function nodedown(m) return type(m) == "table" and m.smarm == "nodedown" end
       for _ = 1, 3 do assert(smarm.node.monitor(srv)) end
@@ -156,6 +158,7 @@ describe("smarm.node", function()
     assert.is_true(r.in_order)
     assert.are.equal(5, r.sum)
     assert.are.same({ nil, "timeout" }, r.no_server)
+    assert.is_true(r.nil_request)
     assert.are.same({ srv, srv }, r.down)
     assert.is_nil(r.extra)
     assert.are.same({}, r.after)

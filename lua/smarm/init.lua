@@ -122,7 +122,8 @@ local call = core.call
 core._set_remote_call(function(to, request, timeout)
   if type(to) == "table" and to[2] == core.node.self() then return call(to[1], request, timeout) end
   local ref = core.ref()
-  core.send(to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request }))
+  -- n = 3: a nil request is the atom nil, not a missing element (a 2-tuple is no call)
+  core.send(to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request, n = 3 }))
   local answer = core.receive(function(m)
     return term_type(m) == "tuple" and m[1] == ref
   end, timeout == nil and 5 or timeout)

@@ -39,6 +39,9 @@ TEST(lengths_that_claim_more_than_there_is_fail)
   CHECK_EQ(sm_etf_skip(bin, sizeof bin, 0, 0, &err), 0);
   CHECK_EQ(sm_etf_skip(list, sizeof list, 0, 0, &err), 0);
   CHECK_EQ(sm_etf_skip(fun, sizeof fun, 0, 0, &err), 0);
+  /* a fun whose size covers only itself: ei_decode_fun would read its fields past the end */
+  static const unsigned char bare_fun[] = {112, 0, 0, 0, 4};
+  CHECK_EQ(sm_etf_skip(bare_fun, sizeof bare_fun, 0, 0, &err), 0);
   static unsigned char deep[2 * ETF_MAX_DEPTH + 1];
   for (int i = 0; i < ETF_MAX_DEPTH; i++) {
     deep[2 * i] = ETF_SMALL_TUPLE;

@@ -727,6 +727,9 @@ static void stop_all(void *loop)
   atomic_store_explicit(&identity_up, 0, memory_order_release);
   node.started = 0;
   node.stopping = 1;
+  /* what this turn queued (sends drained in the same async callback as the stop) is handed to
+  ** libuv before the handles close: uv_write tries the write at once */
+  flush_all(&node.flusher);
   while (node.conns)
     conn_close(node.conns);
   uv_close((uv_handle_t *)&node.listen_poll, NULL);

@@ -72,9 +72,17 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
       return fail(err, ETF_FAULT_TRUNCATED, at);
     size_t size = hdr == 1 ? p[1] : hdr == 2 ? (size_t)p[1] << 8 | p[2] : sm_etf_be32(p + 1);
     if (*p == ETF_NEW_FUN) { /* its size counts itself */
-      if (size < 4)
+      /* erl_interface's ei_skip_term reads a fun's fields (ei_decode_fun: arity, uniq, index,
+      ** free count, then module, old index, old uniq and pid, with the lengths they hold), so
+      ** they are walked too, each within the fun's own size */
+      if (size < 29 || left < size)
         return fail(err, ETF_FAULT_TRUNCATED, at);
-      fixed = size;
+      size_t end = at + 1 + size, q = at + 1 + 29;
+      uint64_t fields = 4 + (uint64_t)sm_etf_be32(p + 26); /* module ... pid, free vars */
+      for (uint64_t i = 0; i < fields; i++)
+        if (!(q = sm_etf_skip(b, end, q, depth + 1, err)))
+          return 0;
+      return q == end ? end : fail(err, ETF_FAULT_TRUNCATED, at);
     } else {
       fixed = hdr + size + (*p == ETF_SMALL_BIG || *p == ETF_LARGE_BIG || *p == ETF_BIT_BINARY);
     }
