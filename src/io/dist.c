@@ -80,11 +80,6 @@ dist_req_t *sm_dist_req_new(enum dist_op op)
 /* Erlang drops a connection it has heard nothing on for net_ticktime (60 s by default, four
 ** of its ticks): a quarter of that is how often we make sure it hears something. */
 #define TICK_MS 15000
-#define PASS_THROUGH 112
-
-/* Control messages (erts' dist.h names them DOP_*). */
-enum { OP_SEND = 2, OP_REG_SEND = 6, OP_SEND_TT = 12, OP_REG_SEND_TT = 16, OP_SEND_SENDER = 22,
-       OP_SEND_SENDER_TT = 23 };
 
 typedef struct out {
   struct out *next;
@@ -139,10 +134,6 @@ static void ei_start(void) { ei_init(); }
 
 int sm_dist_available(void) { return 1; }
 
-static uint32_t be32(const unsigned char *p)
-{
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 /* ---- Connections ---------------------------------------------------------------------------- */
 
@@ -331,7 +322,7 @@ static void answer_ping(conn_t *c, const char *msg)
     return;
   static const char yes[] = {119, 3, 'y', 'e', 's'}; /* SMALL_ATOM_UTF8 yes */
   size_t tag_len = (size_t)(tag_end - tag_at);
-  if (ei_x_encode_tuple_header(&ctrl, 3) == 0 && ei_x_encode_long(&ctrl, OP_SEND) == 0 &&
+  if (ei_x_encode_tuple_header(&ctrl, 3) == 0 && ei_x_encode_long(&ctrl, DIST_OP_SEND) == 0 &&
       ei_x_encode_atom(&ctrl, "") == 0 && ei_x_encode_pid(&ctrl, &from) == 0) {
     size_t len = 1 + (size_t)ctrl.index + 3 + tag_len + sizeof yes;
     char *data = malloc(4 + len);
@@ -341,7 +332,7 @@ static void answer_ping(conn_t *c, const char *msg)
       *o++ = (char)(len >> 16);
       *o++ = (char)(len >> 8);
       *o++ = (char)len;
-      *o++ = (char)PASS_THROUGH;
+      *o++ = (char)DIST_PASS_THROUGH;
       memcpy(o, ctrl.buff, (size_t)ctrl.index);
       o += ctrl.index;
       *o++ = (char)131; /* {Tag, yes} */
@@ -365,7 +356,7 @@ static void on_packet(conn_t *c, const char *p, size_t n)
 {
   const unsigned char *u = (const unsigned char *)p;
   etf_error_t bad;
-  if (n < 3 || n > INT_MAX || u[0] != PASS_THROUGH || u[1] != ETF_VERSION)
+  if (n < 3 || n > INT_MAX || u[0] != DIST_PASS_THROUGH || u[1] != ETF_VERSION)
     return;
   size_t ctrl_end = sm_etf_skip(u, n, 2, 0, &bad);
   if (!ctrl_end)
@@ -384,12 +375,12 @@ static void on_packet(conn_t *c, const char *p, size_t n)
   char name[MAXATOMLEN_UTF8];
   smarm_pid_t pid = 0;
   switch (op) {
-  case OP_SEND: case OP_SEND_TT: case OP_SEND_SENDER: case OP_SEND_SENDER_TT:
+  case DIST_OP_SEND: case DIST_OP_SEND_TT: case DIST_OP_SEND_SENDER: case DIST_OP_SEND_SENDER_TT:
     if (arity < 3 || ei_skip_term(p, &at) < 0 || ei_decode_pid(p, &at, &to) < 0)
       return;
     pid = local_pid(&to);
     break;
-  case OP_REG_SEND: case OP_REG_SEND_TT: /* the name in UTF-8, as smarm.register keeps it */
+  case DIST_OP_REG_SEND: case DIST_OP_REG_SEND_TT: /* the name in UTF-8, as register keeps it */
     if (arity < 4 || ei_skip_term(p, &at) < 0 || ei_skip_term(p, &at) < 0 ||
         ei_decode_atom_as(p, &at, name, sizeof name, ERLANG_UTF8, NULL, NULL) < 0)
       return;
@@ -427,7 +418,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
   c->rlen += (size_t)nread;
   size_t used = 0;
   while (c->rlen - used >= 4) {
-    size_t n = be32((unsigned char *)c->rbuf + used);
+    size_t n = sm_etf_be32((unsigned char *)c->rbuf + used);
     if (n == 0) { /* a tick: answered, so the peer hears from us */
       char *t = malloc(4);
       if (t) {

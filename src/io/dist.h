@@ -10,7 +10,8 @@
 ** Incoming messages to a pid of this node or a registered name go to the actor as IO events
 ** (io.h: source IO_EV_DIST, IO_EV_DATA, the message's external format as the payload, version
 ** byte included); a connection's end goes to the actors that monitor its node (IO_EV_CLOSED,
-** the node's name as the payload), once per monitor, which then ends (Erlang's monitor_node); to anything else they are dropped, as Erlang drops them. Outgoing packets are
+** the node's name as the payload), once per monitor, which then ends (Erlang's monitor_node);
+** to anything else they are dropped, as Erlang drops them. Outgoing packets are
 ** made whole by the caller (the Lua binding encodes them) and posted; a packet to a node not
 ** connected yet starts the connection and waits for it, and is dropped if it fails.
 **
@@ -31,6 +32,14 @@
 #include <stdint.h>
 
 #define DIST_NAME_MAX 255 /* a node name, alive@host, in bytes */
+
+/* A packet after its length: this tag, the control term, the message (erts' dist.h); the
+** control messages' first elements (DOP_*) this node reads and writes. */
+#define DIST_PASS_THROUGH 112
+enum {
+  DIST_OP_SEND = 2, DIST_OP_REG_SEND = 6, DIST_OP_SEND_TT = 12, DIST_OP_REG_SEND_TT = 16,
+  DIST_OP_SEND_SENDER = 22, DIST_OP_SEND_SENDER_TT = 23
+};
 
 enum dist_op {
   DIST_START,   /* name, cookie, listen_ip -> err, error text */

@@ -22,8 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PASS_THROUGH 112
-enum { OP_SEND = 2, OP_REG_SEND = 6 };
 
 /* Raises unless the string at idx is a node name that fits. */
 static const char *check_node(lua_State *L, int idx, const char *fname)
@@ -36,15 +34,19 @@ static const char *check_node(lua_State *L, int idx, const char *fname)
   return s;
 }
 
-/* Pushes nil and the request's error text (or the errno's); returns 2. */
-static int push_error(lua_State *L, dist_req_t *r, int err)
+/* Runs the boxed request r (box: its stack slot) for the caller; pushes true, or nil and the
+** request's error text (or the errno's); returns how many it pushed. */
+static int run_request(lua_State *L, dist_req_t *r, int box, const char *fname)
 {
-  lua_pushnil(L);
-  if (r->error[0])
-    lua_pushstring(L, r->error);
-  else
-    lua_pushstring(L, strerror(-err));
-  return 2;
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+  if (!err) {
+    lua_pushboolean(L, 1);
+  } else {
+    lua_pushnil(L);
+    lua_pushstring(L, r->error[0] ? r->error : strerror(-err));
+  }
+  sm_lio_unbox(L, box);
+  return err ? 2 : 1;
 }
 
 /* The cookie of ~/.erlang.cookie, as erl reads it, or NULL. */
@@ -92,10 +94,7 @@ static int l_start(lua_State *L)
   if (!ip || strlen(ip) >= sizeof r->listen_ip)
     return luaL_error(L, "smarm.node.start: listen must be an IPv4 address");
   snprintf(r->listen_ip, sizeof r->listen_ip, "%s", ip);
-  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.start");
-  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
-  sm_lio_unbox(L, box);
-  return ret;
+  return run_request(L, r, box, "node.start");
 }
 
 /* smarm.node.connect(node) -> true | nil, err */
@@ -105,10 +104,7 @@ static int l_connect(lua_State *L)
   dist_req_t *r = sm_dist_req_new(DIST_CONNECT);
   int box = sm_lio_box(L, &r->base);
   snprintf(r->node, sizeof r->node, "%s", node);
-  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.connect");
-  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
-  sm_lio_unbox(L, box);
-  return ret;
+  return run_request(L, r, box, "node.connect");
 }
 
 /* smarm.node.monitor(node [, on]) -> true | nil, err: the caller gets { smarm = "nodedown",
@@ -123,10 +119,7 @@ static int l_monitor(lua_State *L)
   snprintf(r->node, sizeof r->node, "%s", node);
   r->watcher = smarm_self();
   r->on = on;
-  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "node.monitor");
-  int ret = err ? push_error(L, r, err) : (lua_pushboolean(L, 1), 1);
-  sm_lio_unbox(L, box);
-  return ret;
+  return run_request(L, r, box, "node.monitor");
 }
 
 /* smarm.node.available() -> whether this smarm was built with erl_interface */
@@ -219,7 +212,7 @@ int sm_ldist_send(lua_State *L)
   /* the control term: {SEND, '', ToPid} or {REG_SEND, From, '', ToName} */
   lua_createtable(L, 4, 1);
   int ctrl = lua_gettop(L);
-  lua_pushnumber(L, to_pid ? OP_SEND : OP_REG_SEND);
+  lua_pushnumber(L, to_pid ? DIST_OP_SEND : DIST_OP_REG_SEND);
   lua_rawseti(L, ctrl, 1);
   sm_lterm_push_blob(L, LTERM_ATOM, "", 0); /* the unused field (once the cookie) */
   lua_rawseti(L, ctrl, to_pid ? 2 : 3);
@@ -259,7 +252,7 @@ int sm_ldist_send(lua_State *L)
   p[1] = (unsigned char)(len >> 16);
   p[2] = (unsigned char)(len >> 8);
   p[3] = (unsigned char)len;
-  p[4] = PASS_THROUGH;
+  p[4] = DIST_PASS_THROUGH;
   memcpy(p + 5, cs, cn);
   memcpy(p + 5 + cn, ms, mn);
   r->packet_len = total;

@@ -396,6 +396,16 @@ static void on_sched_stop(unsigned k, void *ud)
 /* The calling actor's state, or a raised error naming the function. */
 static lactor_t *self_or_raise(lua_State *L, const char *fname) { return sm_lpark_actor(L, fname); }
 
+/* registry[key] = the function at 1 (init.lua's hooks: _after_run, _set_remote_call). */
+static int set_registry_function(lua_State *L, const void *key)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_pushlightuserdata(L, (void *)key);
+  lua_pushvalue(L, 1);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
 static int l_yield(lua_State *L)
 {
   self_or_raise(L, "yield");
@@ -585,16 +595,17 @@ static int l_is_pid(lua_State *L)
 static int l_send(lua_State *L)
 {
   smarm_pid_t to;
-  if (!sm_lsmarm_to_pid(L, 1, &to) && lua_type(L, 1) != LUA_TSTRING &&
-      sm_ldist_is_target(L, 1)) { /* another node's process (or a name of this node) */
-    if (lua_isnoneornil(L, 2))
-      return luaL_argerror(L, 2, "message expected, got nil");
-    self_or_raise(L, "send");
-    if (sm_ldist_send(L))
-      return 0;
+  if (!sm_lsmarm_to_pid(L, 1, &to)) { /* a pid is tested once: the hot path */
+    if (lua_type(L, 1) != LUA_TSTRING && sm_ldist_is_target(L, 1)) { /* another node's process */
+      if (lua_isnoneornil(L, 2))
+        return luaL_argerror(L, 2, "message expected, got nil");
+      self_or_raise(L, "send");
+      if (sm_ldist_send(L))
+        return 0; /* else a name of this node, now at 1 */
+    }
+    if (!(to = sm_lfaults_check_target(L, 1)))
+      return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   }
-  if (!sm_lsmarm_to_pid(L, 1, &to) && !(to = sm_lfaults_check_target(L, 1)))
-    return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   if (lua_isnoneornil(L, 2))
     return luaL_argerror(L, 2, "message expected, got nil");
   self_or_raise(L, "send");
@@ -813,30 +824,25 @@ static void call_give_up(smarm_mark_t mark, smarm_ref_t ref)
 /* registry[&remote_call_key]: init.lua's call to a process of another node (_set_remote_call) */
 static const char remote_call_key;
 
-static int l_set_remote_call(lua_State *L)
-{
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  lua_pushlightuserdata(L, (void *)&remote_call_key);
-  lua_pushvalue(L, 1);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  return 0;
-}
+static int l_set_remote_call(lua_State *L) { return set_registry_function(L, &remote_call_key); }
 
 static int l_call(lua_State *L)
 {
   lactor_t *la = self_or_raise(L, "call");
   luaL_checkany(L, 2);
-  smarm_pid_t local;
-  if (!sm_lsmarm_to_pid(L, 1, &local) && lua_type(L, 1) != LUA_TSTRING &&
-      sm_ldist_is_target(L, 1)) { /* another node's process: gen_server's protocol, in Lua */
-    lvm_push_registry(L, &remote_call_key);
-    if (!lua_isfunction(L, -1))
-      return luaL_error(L, "smarm.call: calls to other nodes need require(\"smarm\")");
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-    return lua_gettop(L);
+  smarm_pid_t to;
+  if (!sm_lsmarm_to_pid(L, 1, &to)) { /* a pid is tested once: the hot path */
+    if (lua_type(L, 1) != LUA_TSTRING && sm_ldist_is_target(L, 1)) {
+      /* another node's process: gen_server's protocol, in Lua */
+      lvm_push_registry(L, &remote_call_key);
+      if (!lua_isfunction(L, -1))
+        return luaL_error(L, "smarm.call: calls to other nodes need require(\"smarm\")");
+      lua_insert(L, 1);
+      lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+      return lua_gettop(L);
+    }
+    to = sm_lfaults_check_target(L, 1);
   }
-  smarm_pid_t to = sm_lfaults_check_target(L, 1);
   int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
   if (!lua_isnoneornil(L, 3)) {
     timeout = sm_lpark_check_seconds(L, 3);
@@ -1418,14 +1424,7 @@ static int l_last_traceback(lua_State *L)
 
 /* _after_run(fn): fn is called in the caller's VM each time a run has ended (every actor gone);
 ** init.lua uses it to forget module loaders the end of a run stopped. One per VM. */
-static int l_after_run(lua_State *L)
-{
-  luaL_checktype(L, 1, LUA_TFUNCTION);
-  lua_pushlightuserdata(L, (void *)&after_run_key);
-  lua_pushvalue(L, 1);
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  return 0;
-}
+static int l_after_run(lua_State *L) { return set_registry_function(L, &after_run_key); }
 
 static void call_after_run(lua_State *L)
 {

@@ -813,7 +813,8 @@ static int m_opaque_tostring(lua_State *L)
   case ETF_PID: case ETF_NEW_PID: {
     const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
     lua_pushlstring(L, node, nn);
-    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)sm_etf_be32(q), (int)sm_etf_be32(q + 4));
+    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)sm_etf_be32(q),
+                    (int)sm_etf_be32(q + 4));
     return 1;
   }
   case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: { /* its first five numbers at most */
@@ -823,7 +824,8 @@ static int m_opaque_tostring(lua_State *L)
     char numbers[64] = ""; /* a ref of no numbers (Len 0) leaves it empty */
     size_t o = 0;
     for (size_t i = 0; i < ids && i < 5; i++)
-      o += (size_t)snprintf(numbers + o, sizeof numbers - o, ".%u", (unsigned)sm_etf_be32(q + 4 * i));
+      o += (size_t)snprintf(numbers + o, sizeof numbers - o, ".%u",
+                            (unsigned)sm_etf_be32(q + 4 * i));
     lua_pushlstring(L, node, nn);
     lua_pushfstring(L, "#Ref<%s%s>", lua_tostring(L, -1), numbers);
     return 1;
@@ -846,9 +848,11 @@ static int m_opaque_tostring(lua_State *L)
                     q < end && *q == ETF_SMALL_INTEGER && q + 1 < end ? q[1] : -1);
     return 1;
   }
-  case ETF_BIT_BINARY:
-    lua_pushfstring(L, "#Bits<%d>", (int)(sm_etf_be32(p + 1) ? (sm_etf_be32(p + 1) - 1) * 8 + p[5] : 0));
+  case ETF_BIT_BINARY: {
+    uint32_t bytes = sm_etf_be32(p + 1); /* the last one holds p[5] bits */
+    lua_pushfstring(L, "#Bits<%d>", (int)(bytes ? (bytes - 1) * 8 + p[5] : 0));
     return 1;
+  }
   default:
     lua_pushfstring(L, "#Term<%s>", p[0] == ETF_NEW_FUN ? "fun" : "improper list");
     return 1;
