@@ -176,8 +176,7 @@ typedef struct tenc {
   const char *root;  /* the whole value's name in errors */
   int buf_idx;       /* stack slot of the buffer userdata */
   int visiting_idx;  /* stack slot of the set of tables being encoded (cycles) */
-  unsigned char *buf;
-  size_t len, cap;
+  etf_buf_t out;     /* its bytes: that userdata's (grow_userdata) */
   int nkeys;         /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int keys[ETF_MAX_DEPTH + 1];
 } tenc_t;
@@ -191,84 +190,26 @@ static void enc_fail(tenc_t *e, int nkeys, const char *what)
   luaL_error(e->L, "%s%s %s", e->root, path, what);
 }
 
-static void reserve(tenc_t *e, size_t n)
+/* The buffer grows as a new userdata in its stack slot (an error half-way leaks nothing). */
+static int grow_userdata(etf_buf_t *b, size_t need)
 {
-  if (e->len + n <= e->cap)
-    return;
-  size_t cap = e->cap * 2;
-  while (cap < e->len + n)
+  tenc_t *e = b->ctx;
+  size_t cap = b->cap * 2;
+  while (cap - b->len < need)
     cap *= 2;
   unsigned char *nb = lua_newuserdata(e->L, cap);
-  memcpy(nb, e->buf, e->len);
+  memcpy(nb, b->b, b->len);
   lua_replace(e->L, e->buf_idx);
-  e->buf = nb;
-  e->cap = cap;
-}
-
-static void put_bytes(tenc_t *e, const void *p, size_t n)
-{
-  reserve(e, n);
-  memcpy(e->buf + e->len, p, n);
-  e->len += n;
-}
-
-static void put_u8(tenc_t *e, unsigned v)
-{
-  unsigned char b = (unsigned char)v;
-  put_bytes(e, &b, 1);
-}
-
-static void put_u32(tenc_t *e, uint32_t v)
-{
-  unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
-                        (unsigned char)(v >> 8), (unsigned char)v};
-  put_bytes(e, b, 4);
-}
-
-static void put_atom(tenc_t *e, const char *s, size_t n)
-{
-  if (n <= 255) {
-    put_u8(e, ETF_SMALL_ATOM_UTF8);
-    put_u8(e, (unsigned)n);
-  } else {
-    put_u8(e, ETF_ATOM_UTF8);
-    put_u8(e, (unsigned)(n >> 8));
-    put_u8(e, (unsigned)n & 0xff);
-  }
-  put_bytes(e, s, n);
+  b->b = nb;
+  b->cap = cap;
+  return 0;
 }
 
 static void enc_number(tenc_t *e, lua_Number n)
 {
   if (!isfinite(n))
     enc_fail(e, e->nkeys, "is not a finite number (Erlang has no NaN or infinity)");
-  if (n == floor(n) && fabs(n) <= MAX_EXACT) {
-    if (n >= 0 && n <= 255) {
-      put_u8(e, ETF_SMALL_INTEGER);
-      put_u8(e, (unsigned)n);
-    } else if (n >= INT32_MIN && n <= INT32_MAX) {
-      put_u8(e, ETF_INTEGER);
-      put_u32(e, (uint32_t)(int32_t)n);
-    } else { /* a small big: sign, then the magnitude's bytes, least significant first */
-      uint64_t m = (uint64_t)fabs(n);
-      unsigned char digits[8];
-      unsigned nd = 0;
-      for (; m; m >>= 8)
-        digits[nd++] = (unsigned char)m;
-      put_u8(e, ETF_SMALL_BIG);
-      put_u8(e, nd);
-      put_u8(e, n < 0);
-      put_bytes(e, digits, nd);
-    }
-    return;
-  }
-  union {
-    double d;
-    uint64_t u;
-  } v = {n};
-  put_u8(e, ETF_NEW_FLOAT);
-  put_u32(e, (uint32_t)(v.u >> 32));
-  put_u32(e, (uint32_t)v.u);
+  sm_etf_put_number(&e->out, n);
 }
 
 static void enc_value(tenc_t *e, int idx, int depth);
@@ -311,11 +252,11 @@ static void enc_table(tenc_t *e, int t, int depth)
                    : lua_objlen(L, t);
     lua_pop(L, 1);
     if (n <= 255) {
-      put_u8(e, ETF_SMALL_TUPLE);
-      put_u8(e, (unsigned)n);
+      sm_etf_put_u8(&e->out, ETF_SMALL_TUPLE);
+      sm_etf_put_u8(&e->out, (unsigned)n);
     } else {
-      put_u8(e, ETF_LARGE_TUPLE);
-      put_u32(e, (uint32_t)n);
+      sm_etf_put_u8(&e->out, ETF_LARGE_TUPLE);
+      sm_etf_put_u32(&e->out, (uint32_t)n);
     }
     for (size_t i = 1; i <= n; i++) {
       lua_pushnumber(L, (lua_Number)i);
@@ -345,20 +286,20 @@ static void enc_table(tenc_t *e, int t, int depth)
         lua_pop(L, 1); /* the key lua_next left */
     }
     if (list && count == 0) {
-      put_u8(e, ETF_NIL);
+      sm_etf_put_u8(&e->out, ETF_NIL);
     } else if (list) {
-      put_u8(e, ETF_LIST);
-      put_u32(e, (uint32_t)count);
+      sm_etf_put_u8(&e->out, ETF_LIST);
+      sm_etf_put_u32(&e->out, (uint32_t)count);
       for (size_t i = 1; i <= count; i++) {
         lua_pushnumber(L, (lua_Number)i);
         enc_field(e, t, depth);
       }
-      put_u8(e, ETF_NIL);
+      sm_etf_put_u8(&e->out, ETF_NIL);
     } else {
       if (count > UINT32_MAX)
         enc_fail(e, level, "has too many keys for a map");
-      put_u8(e, ETF_MAP);
-      put_u32(e, (uint32_t)count);
+      sm_etf_put_u8(&e->out, ETF_MAP);
+      sm_etf_put_u32(&e->out, (uint32_t)count);
       lua_pushnil(L);
       while (lua_next(L, t)) {
         int key = lua_gettop(L) - 1;
@@ -380,13 +321,13 @@ static void enc_value(tenc_t *e, int idx, int depth)
   lua_State *L = e->L;
   switch (lua_type(L, idx)) {
   case LUA_TNIL:
-    put_atom(e, "nil", 3);
+    sm_etf_put_atom(&e->out, "nil", 3);
     return;
   case LUA_TBOOLEAN:
     if (lua_toboolean(L, idx))
-      put_atom(e, "true", 4);
+      sm_etf_put_atom(&e->out, "true", 4);
     else
-      put_atom(e, "false", 5);
+      sm_etf_put_atom(&e->out, "false", 5);
     return;
   case LUA_TNUMBER:
     enc_number(e, lua_tonumber(L, idx));
@@ -396,9 +337,9 @@ static void enc_value(tenc_t *e, int idx, int depth)
     const char *s = lua_tolstring(L, idx, &n);
     if (n > UINT32_MAX)
       enc_fail(e, e->nkeys, "is a string too long for a binary");
-    put_u8(e, ETF_BINARY);
-    put_u32(e, (uint32_t)n);
-    put_bytes(e, s, n);
+    sm_etf_put_u8(&e->out, ETF_BINARY);
+    sm_etf_put_u32(&e->out, (uint32_t)n);
+    sm_etf_put(&e->out, s, n);
     return;
   }
   case LUA_TTABLE:
@@ -409,11 +350,11 @@ static void enc_value(tenc_t *e, int idx, int depth)
     size_t n;
     enum lterm_kind kind = sm_lterm_to_blob(L, idx, &s, &n);
     if (kind == LTERM_ATOM) {
-      put_atom(e, s, n);
+      sm_etf_put_atom(&e->out, s, n);
       return;
     }
     if (kind == LTERM_OPAQUE) {
-      put_bytes(e, s, n);
+      sm_etf_put(&e->out, s, n);
       return;
     }
     smarm_pid_t pid;
@@ -426,22 +367,10 @@ static void enc_value(tenc_t *e, int idx, int depth)
       if (!sm_dist_identity(&node, &nn, &creation))
         enc_fail(e, e->nkeys, "is a pid or ref of this runtime, which is not an Erlang node");
       uint64_t v = is_pid ? pid : ref;
-      if (is_pid) { /* dist.h: the smarm pid is the Erlang pid's ID and serial */
-        put_u8(e, ETF_NEW_PID);
-        put_atom(e, node, nn);
-        put_u32(e, (uint32_t)v);
-        put_u32(e, (uint32_t)(v >> 32));
-        put_u32(e, creation);
-      } else {
-        put_u8(e, ETF_NEWER_REFERENCE);
-        put_u8(e, 0);
-        put_u8(e, 3);
-        put_atom(e, node, nn);
-        put_u32(e, creation);
-        put_u32(e, (uint32_t)v);
-        put_u32(e, (uint32_t)(v >> 32));
-        put_u32(e, 0);
-      }
+      if (is_pid) /* dist.h: the smarm pid is the Erlang pid's ID and serial */
+        sm_etf_put_local_pid(&e->out, node, nn, v, creation);
+      else
+        sm_etf_put_local_ref(&e->out, node, nn, v, creation);
       return;
     }
     break;
@@ -462,15 +391,14 @@ static void push_encoded(lua_State *L, int idx, const char *root)
   e->L = L;
   e->root = root;
   e->nkeys = 0;
-  e->cap = 256;
-  e->buf = lua_newuserdata(L, e->cap);
+  e->out = (etf_buf_t){NULL, 0, 256, 0, grow_userdata, e};
+  e->out.b = lua_newuserdata(L, e->out.cap);
   e->buf_idx = lua_gettop(L);
   lua_newtable(L);
   e->visiting_idx = lua_gettop(L);
-  e->len = 0;
-  put_u8(e, ETF_VERSION);
+  sm_etf_put_u8(&e->out, ETF_VERSION);
   enc_value(e, idx, 0);
-  lua_pushlstring(L, (const char *)e->buf, e->len);
+  lua_pushlstring(L, (const char *)e->out.b, e->out.len);
   lua_replace(L, state);
   lua_settop(L, state);
 }

@@ -3,6 +3,9 @@
 */
 #include "etf.h"
 
+#include <math.h>
+#include <string.h>
+
 static size_t fail(etf_error_t *err, enum etf_fault fault, size_t at)
 {
   err->fault = fault;
@@ -124,4 +127,143 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
     return fail(err, ETF_FAULT_UNKNOWN_TAG, at);
   }
   return left < fixed ? fail(err, ETF_FAULT_TRUNCATED, at) : at + 1 + fixed;
+}
+
+/* ---- Writers -------------------------------------------------------------------------------- */
+
+#define NUMBER_MAX 11    /* a small big of 8 digits: tag, count, sign, digits */
+#define ATOM_HEAD_MAX 3
+
+static unsigned char *be32(unsigned char *o, uint32_t v)
+{
+  o[0] = (unsigned char)(v >> 24);
+  o[1] = (unsigned char)(v >> 16);
+  o[2] = (unsigned char)(v >> 8);
+  o[3] = (unsigned char)v;
+  return o + 4;
+}
+
+#define MAX_EXACT 9007199254740992.0 /* 2^53: every integer up to it is a double */
+
+static size_t number(unsigned char *out, double n)
+{
+  unsigned char *o = out;
+  if (n == floor(n) && fabs(n) <= MAX_EXACT) {
+    if (n >= 0 && n <= 255) {
+      *o++ = ETF_SMALL_INTEGER;
+      *o++ = (unsigned char)n;
+    } else if (n >= INT32_MIN && n <= INT32_MAX) {
+      *o++ = ETF_INTEGER;
+      o = be32(o, (uint32_t)(int32_t)n);
+    } else { /* a small big: digit count, sign, the magnitude's bytes least significant first */
+      uint64_t m = (uint64_t)fabs(n);
+      unsigned char *count = o + 1;
+      *o++ = ETF_SMALL_BIG;
+      o++;
+      *o++ = n < 0;
+      for (*count = 0; m; m >>= 8, (*count)++)
+        *o++ = (unsigned char)m;
+    }
+    return (size_t)(o - out);
+  }
+  uint64_t u;
+  memcpy(&u, &n, sizeof u);
+  *o++ = ETF_NEW_FLOAT;
+  o = be32(o, (uint32_t)(u >> 32));
+  o = be32(o, (uint32_t)u);
+  return (size_t)(o - out);
+}
+
+static size_t atom_head(unsigned char *out, size_t len)
+{
+  if (len <= 255) {
+    out[0] = ETF_SMALL_ATOM_UTF8;
+    out[1] = (unsigned char)len;
+    return 2;
+  }
+  out[0] = ETF_ATOM_UTF8;
+  out[1] = (unsigned char)(len >> 8);
+  out[2] = (unsigned char)len;
+  return 3;
+}
+
+static size_t pid_tail(unsigned char out[12], uint64_t id_serial, uint32_t creation)
+{
+  unsigned char *o = be32(out, (uint32_t)id_serial);
+  o = be32(o, (uint32_t)(id_serial >> 32));
+  be32(o, creation);
+  return 12;
+}
+
+static size_t ref_head(unsigned char out[3])
+{
+  out[0] = ETF_NEWER_REFERENCE;
+  out[1] = 0;
+  out[2] = 3;
+  return 3;
+}
+
+static size_t ref_tail(unsigned char out[16], uint64_t ref, uint32_t creation)
+{
+  unsigned char *o = be32(out, creation);
+  o = be32(o, (uint32_t)ref);
+  o = be32(o, (uint32_t)(ref >> 32));
+  be32(o, 0);
+  return 16;
+}
+
+/* ---- The growing buffer --------------------------------------------------------------------- */
+
+void sm_etf_put(etf_buf_t *buf, const void *p, size_t n)
+{
+  if (buf->failed || (buf->cap - buf->len < n && buf->grow(buf, n) < 0)) {
+    buf->failed = 1;
+    return;
+  }
+  memcpy(buf->b + buf->len, p, n);
+  buf->len += n;
+}
+
+void sm_etf_put_u8(etf_buf_t *buf, unsigned v)
+{
+  unsigned char b = (unsigned char)v;
+  sm_etf_put(buf, &b, 1);
+}
+
+void sm_etf_put_u32(etf_buf_t *buf, uint32_t v)
+{
+  unsigned char b[4];
+  be32(b, v);
+  sm_etf_put(buf, b, 4);
+}
+
+void sm_etf_put_atom(etf_buf_t *buf, const char *name, size_t len)
+{
+  unsigned char head[ATOM_HEAD_MAX];
+  sm_etf_put(buf, head, atom_head(head, len));
+  sm_etf_put(buf, name, len);
+}
+
+void sm_etf_put_number(etf_buf_t *buf, double n)
+{
+  unsigned char b[NUMBER_MAX];
+  sm_etf_put(buf, b, number(b, n));
+}
+
+void sm_etf_put_local_pid(etf_buf_t *buf, const char *node, size_t len, uint64_t id_serial,
+                          uint32_t creation)
+{
+  unsigned char b[12];
+  sm_etf_put_u8(buf, ETF_NEW_PID);
+  sm_etf_put_atom(buf, node, len);
+  sm_etf_put(buf, b, pid_tail(b, id_serial, creation));
+}
+
+void sm_etf_put_local_ref(etf_buf_t *buf, const char *node, size_t len, uint64_t ref,
+                          uint32_t creation)
+{
+  unsigned char b[16];
+  sm_etf_put(buf, b, ref_head(b));
+  sm_etf_put_atom(buf, node, len);
+  sm_etf_put(buf, b, ref_tail(b, ref, creation));
 }

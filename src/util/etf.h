@@ -1,9 +1,10 @@
 /*
-** Erlang's external term format (term_to_binary's): its tags, and a bounded walk over a term
-** (etf.c). Both readers of terms from outside use the walk before they trust a length: the Lua
-** layer's decoder (src/lua/lterm.c) and the node's packet parser (src/io/dist.c, before it hands
-** bytes to erl_interface's decoders, which trust every length they read). No allocation, no
-** Lua, no libuv: any thread.
+** Erlang's external term format (term_to_binary's): its tags, a bounded walk over a term, and
+** writers (etf.c). Both readers of terms from outside use the walk before they trust a length: the
+** Lua layer's decoder (src/lua/lterm.c) and the node's packet parser (src/io/dist.c, before it
+** hands bytes to erl_interface's decoders, which trust every length they read). Both writers of
+** terms use the writers: the Lua encoder (lterm.c) and the translation of exit reasons
+** (src/lua/codec.c). No Lua, no libuv, no allocation but the buffer owner's: any thread.
 */
 #ifndef SMARM_UTIL_ETF_H
 #define SMARM_UTIL_ETF_H
@@ -48,6 +49,29 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
 ** *latin1 says); returns the offset past it, or 0 with *err. */
 size_t sm_etf_atom(const unsigned char *b, size_t n, size_t at, const char **s, size_t *len,
                    int *latin1, etf_error_t *err);
+
+/* A growing buffer that terms are written into: its owner says how it grows (grow makes room for
+** `need` more bytes, or returns -1: the buffer is then `failed` and takes nothing more). */
+typedef struct etf_buf {
+  unsigned char *b;
+  size_t len, cap;
+  int failed;
+  int (*grow)(struct etf_buf *buf, size_t need);
+  void *ctx; /* the owner's */
+} etf_buf_t;
+
+void sm_etf_put(etf_buf_t *buf, const void *p, size_t n);
+void sm_etf_put_u8(etf_buf_t *buf, unsigned v);
+void sm_etf_put_u32(etf_buf_t *buf, uint32_t v); /* big-endian */
+void sm_etf_put_atom(etf_buf_t *buf, const char *name, size_t len); /* UTF-8 */
+/* A whole number within 2^53 as an integer (small, 32-bit or small big), anything else as a
+** float; the caller refuses NaN and infinities. */
+void sm_etf_put_number(etf_buf_t *buf, double n);
+/* This node's pid (ID and serial in 64 bits) or ref, with the node's name and creation. */
+void sm_etf_put_local_pid(etf_buf_t *buf, const char *node, size_t len, uint64_t id_serial,
+                          uint32_t creation);
+void sm_etf_put_local_ref(etf_buf_t *buf, const char *node, size_t len, uint64_t ref,
+                          uint32_t creation);
 
 static inline uint32_t sm_etf_be32(const unsigned char *p)
 {
