@@ -64,8 +64,7 @@ describe("smarm.node", function()
     assert.are.equal("smarm.send: this runtime is not a node (smarm.node.start)", r.send)
     assert.is_true(r.is_pid)
     assert.is_true(r.dropped)
-    assert(r.monitor:find("(a pid of another node (only smarm.send reaches one yet))", 1, true),
-      r.monitor)
+    assert.are.equal("smarm.monitor: this runtime is not a node (smarm.node.start)", r.monitor)
     assert.are.equal("smarm.node.start: a node name is 'alive@host', got 'nohost'", r.bad_name)
     assert(r.no_table:match("table expected"), r.no_table)
     assert.are.equal("smarm.node.start: a cookie is 1 to 255 bytes, no zero byte", r.bad_cookie)
@@ -132,7 +131,8 @@ describe("smarm.node", function()
       local count = guard.receive("count")
       out.count, out.in_order = count[1], count[2]
       out.sum = smarm.call({ "calc", srv }, smarm.tuple({ smarm.atom("add"), 2, 3 }))
-      out.no_server = { smarm.call({ "nobody", srv }, 1, 0.2) }
+      out.no_server = { smarm.call({ "nobody", srv }, 1) } -- noproc: the name's monitor says
+      out.silent = { smarm.call({ "sink", srv }, 1, 0.2) } -- it never answers calls
       local echoed = smarm.call({ "calc", srv }, nil) -- still a 3-tuple: {'$gen_call', From, nil}
       out.nil_request = echoed and echoed[1] == smarm.atom("echo") and echoed.n == 2
       -- node monitors: three, one taken back, then the node dies: two nodedowns
@@ -157,7 +157,8 @@ describe("smarm.node", function()
     assert.are.equal(20000, r.count)
     assert.is_true(r.in_order)
     assert.are.equal(5, r.sum)
-    assert.are.same({ nil, "timeout" }, r.no_server)
+    assert.are.same({ nil, "noproc" }, r.no_server)
+    assert.are.same({ nil, "timeout" }, r.silent)
     assert.is_true(r.nil_request)
     assert.are.same({ srv, srv }, r.down)
     assert.is_nil(r.extra)
@@ -175,6 +176,120 @@ describe("smarm.node", function()
     assert.is_nil(wrong[1])
     assert.are.equal("cannot connect to " .. name("srvc") .. " (refused: is the cookie the same?)",
       wrong[2])
+  end)
+
+  it("links and monitors Erlang processes both ways, noconnection when the node dies", function()
+    if skip_without_erl() then return end
+    local srv = name("srvl")
+    local A = smarm.atom
+    local r = smarm.run(function()
+      local proc = start_server("srvl")
+      assert(smarm.node.start({ name = name("smarml"), cookie = COOKIE }))
+      local out = {}
+      local function victim()
+        smarm.send({ "maker", srv }, smarm.tuple({ A("victim"), smarm.self() }))
+        return guard.receive("a victim", function(m) return m[1] == A("victim") end)[2]
+      end
+      -- we monitor and link to (trapping exits) a process that exits with {boom, 42}
+      smarm.trap_exit(true)
+      local v = victim()
+      local ref = smarm.monitor(v)
+      smarm.link(v)
+      smarm.send(v, smarm.tuple({ A("exit"), smarm.tuple({ A("boom"), 42 }) }))
+      local down = guard.receive("its DOWN", function(m) return m.smarm == "DOWN" end)
+      local exit = guard.receive("its EXIT", function(m) return m.smarm == "EXIT" end)
+      out.down = down.ref == ref and down.pid == v and down.reason[1] == A("boom")
+        and down.reason[2]
+      out.exit = exit.pid == v and exit.reason[1] == A("boom") and exit.reason[2]
+      out.dead_call = { smarm.call(v, 1) } -- it is gone: noproc, at once
+      out.link_name = select(2, pcall(smarm.link, { "maker", srv })) -- Erlang links pids only
+      -- a monitor by name: {Name, Node} in its DOWN
+      local by_name = smarm.monitor({ "nobody", srv })
+      local named = guard.receive("the name's DOWN", function(m)
+        return m.smarm == "DOWN" and m.ref == by_name end)
+      out.named = { named.pid[1], named.pid[2], named.reason }
+      -- a demonitor and an unlink: nothing comes when it ends
+      v = victim()
+      ref = smarm.monitor(v)
+      smarm.link(v)
+      out.demonitor = smarm.demonitor(ref)
+      smarm.unlink(v)
+      smarm.send(v, smarm.tuple({ A("exit"), A("gone") }))
+      -- an actor that does not trap exits dies of a link's abnormal exit, not of normal
+      local function linked_dies(reason)
+        local w = victim()
+        local pid, mref = smarm.spawn_monitor(function()
+          smarm.link(w)
+          smarm.send(w, smarm.tuple({ A("exit"), reason }))
+          smarm.sleep(HANG)
+        end)
+        local m = guard.receive("a linked actor's DOWN", function(x)
+          return x.smarm == "DOWN" and x.ref == mref end)
+        return m.reason, pid
+      end
+      out.shutdown = linked_dies(A("shutdown")) == A("shutdown")
+      -- Erlang watches one of ours (a monitor and a link), which ends with {bye, 7}
+      local ours = smarm.spawn(function()
+        smarm.receive()
+        smarm.exit(smarm.tuple({ A("bye"), 7, "text", { 1, 2 } }))
+      end)
+      smarm.send({ "maker", srv }, smarm.tuple({ A("watch"), ours, smarm.self() }))
+      guard.receive("watching", function(m) return m[1] == A("watching") end)
+      smarm.send(ours, "go")
+      local watched = guard.receive("watched", function(m) return m[1] == A("watched") end)
+      out.watched = { smarm.term.encode(watched[2]), smarm.term.encode(watched[3]) }
+      -- one that is already gone: noproc for both
+      smarm.send({ "maker", srv }, smarm.tuple({ A("watch"), ours, smarm.self() }))
+      watched = guard.receive("watched", function(m) return m[1] == A("watched") end)
+      out.gone = { watched[2], watched[3] }
+      -- the node dies: our links and monitors of its processes end with noconnection
+      v = victim()
+      ref = smarm.monitor(v)
+      smarm.link(v)
+      proc:kill("SIGKILL")
+      proc:wait(HANG)
+      down = guard.receive("a DOWN", function(m) return m.smarm == "DOWN" end)
+      exit = guard.receive("an EXIT", function(m) return m.smarm == "EXIT" end)
+      out.noconnection = { down.ref == ref and down.pid == v and down.reason,
+        exit.pid == v and exit.reason }
+      out.extra = smarm.receive(function(m) return m.smarm == "DOWN" or m.smarm == "EXIT" end, 0.3)
+      return out
+    end)
+    assert.are.equal(42, r.down)
+    assert.are.equal(42, r.exit)
+    assert.are.same({ nil, "noproc" }, r.dead_call)
+    assert(r.link_name:find("pid or name expected, got table", 1, true), r.link_name)
+    assert.are.same({ A("nobody"), A(srv), "noproc" }, r.named)
+    assert.is_true(r.demonitor)
+    assert.is_true(r.shutdown)
+    local reason = smarm.term.encode(smarm.tuple({ A("bye"), 7, "text", { 1, 2 } }))
+    assert.are.same({ reason, reason }, r.watched)
+    assert.are.same({ A("noproc"), A("noproc") }, r.gone)
+    assert.are.same({ "noconnection", "noconnection" }, r.noconnection)
+    assert.is_nil(r.extra)
+  end)
+
+  it("sends reasons to Erlang as the terms smarm.term.encode makes", function()
+    local A = smarm.atom
+    local values = { "text", 42, -7, 2.5, 1e15, true, false, A("ok"), {}, { 1, 2, 3 },
+      { a = 1, b = { "x" } }, smarm.tuple({ A("error"), "why", { 1, { 2 } } }),
+      smarm.tuple({ n = 3, 1 }), smarm.map({ 1, 2 }), { [1] = "a", [3] = "c" } }
+    local r = smarm.run(function()
+      local out = { same = {} }
+      for i, v in ipairs(values) do
+        out.same[i] = smarm.term.encode(v) == smarm.node._reason_term(v) or smarm.node._reason_term(v)
+      end
+      out.nan = smarm.node._reason_term({ 0 / 0 })
+      local deep = "bottom" -- 150 levels: each level's bytes read once per level above it
+      for _ = 1, 150 do deep = { cause = deep, { 1 } } end
+      out.deep = smarm.node._reason_term(deep) == smarm.term.encode(deep)
+      out.normal = smarm.node._reason_term("normal") -- a reason with a code: no term made
+      return out
+    end)
+    for i = 1, #values do assert.is_true(r.same[i]) end
+    assert.is_nil(r.nan)
+    assert.is_true(r.deep)
+    assert.are.equal(0, r.normal)
   end)
 
   it("starts once, and gives programs it starts none of its sockets", function()
@@ -222,6 +337,13 @@ describe("smarm.node", function()
         handle_call = function(n) sum = sum + n return "reply", sum end,
       }, nil, { name = "adder" }))
       smarm.register("écho", smarm.self()) -- a name beyond ASCII: UTF-8 both ways
+      smarm.spawn_opt({ name = "victim" }, function() -- tells who it is, then ends with
+        -- {stopped, 1} when told
+        local m = smarm.receive()
+        smarm.send(m[1], smarm.self())
+        smarm.receive()
+        smarm.exit(smarm.tuple({ smarm.atom("stopped"), 1 }))
+      end)
       print("ready")
       io.stdout:flush()
       while true do
@@ -246,13 +368,25 @@ describe("smarm.node", function()
         got[i] = m[1] == other and m[2][1] == i and m[2][2] == smarm.self()
       end
       local sums = { smarm.call({ "adder", other }, 2), smarm.call({ "adder", other }, 3) }
+      -- a monitor and a link (trapping exits) across: its reason comes back as sent
+      smarm.trap_exit(true)
+      smarm.send({ "victim", other }, smarm.tuple({ smarm.self() }))
+      local victim = guard.receive("the victim's pid")
+      local ref = smarm.monitor(victim)
+      smarm.link(victim)
+      smarm.send(victim, "die")
+      local down = guard.receive("its DOWN", function(m) return m.smarm == "DOWN" end)
+      local exit = guard.receive("its EXIT", function(m) return m.smarm == "EXIT" end)
+      local ties = { down.ref == ref and down.pid == victim and down.reason[1],
+        exit.pid == victim and exit.reason[2] }
       smarm.send({ "écho", other }, smarm.atom("stop"))
       local status = proc:wait(HANG)
-      return { got = got, sums = sums, status = status and status.status }
+      return { got = got, sums = sums, ties = ties, status = status and status.status }
     end)
     os.remove(script)
     for i = 1, 100 do assert.is_true(r.got[i], "message " .. i) end
     assert.are.same({ 2, 5 }, r.sums)
+    assert.are.same({ smarm.atom("stopped"), 1 }, r.ties)
     assert.are.equal(0, r.status)
   end)
 

@@ -394,6 +394,10 @@ enum smarm_exit_code {
                             could not be saved to let another actor run on the slot they share
                             (docs/design.md, "Stacks"), or a link or monitor could not be
                             recorded (the asker's exit signal or DOWN carries it) */
+  SMARM_EXIT_NOCONNECTION, /* the link or monitor was to a process of another node whose
+                              connection ended (or could not be made) */
+  SMARM_EXIT_TERM,       /* the reason is an Erlang term: its bytes (the external format,
+                            version byte first) come with it (a process of another node) */
 };
 
 /* Ends the calling actor like smarm_exit() with reason `code` (with SMARM_EXIT_VALUE, `size`
@@ -467,7 +471,10 @@ typedef struct smarm_notice {
   smarm_pid_t pid;
   smarm_ref_t ref;   /* DOWN: the monitor; EXIT: 0 */
   int32_t reason;    /* enum smarm_exit_code */
-  uint32_t size;     /* bytes of a SMARM_EXIT_VALUE reason, right after this header */
+  uint32_t size;     /* bytes of a SMARM_EXIT_VALUE or _TERM reason, right after this header;
+                        the message's bytes after those, if any, are the sender's pid in the
+                        external format without the version byte: a process of another node
+                        (smarm_signal_outside) */
 } smarm_notice_t;
 
 /* SMARM_MSG_USER, _EXIT, _DOWN or _REPLY. */
@@ -549,6 +556,55 @@ SMARM_API smarm_pid_t smarm_whereis(const char *name);
 /* The same from a thread that is no actor (the IO thread), while a runtime runs: asks the table
 ** itself (no scheduler's cache). 0 when nobody holds the name or no runtime runs. */
 SMARM_API smarm_pid_t smarm_whereis_outside(const char *name);
+
+/* ---- Processes of other nodes ----------------------------------------------------------------
+**
+** A remote pid (scheduler field SMARM_PID_SCHED_REMOTE) stands for a process of another node: the
+** distribution (src/io/dist.h) makes them and says what each means. Links and monitors to one are
+** recorded like any, and the signals to it (a link, an unlink, an exit signal, a monitor, a
+** demonitor) go to the remote hook instead of an inbox; signals from the other node come in
+** through smarm_signal_outside. An actor watched from another node (SMARM_SIG_WATCH) has the hook
+** called with SMARM_SIG_WATCHED_DOWN when it ends: the other node keeps the monitors' refs. */
+#define SMARM_PID_SCHED_REMOTE ((1u << SMARM_PID_SCHED_BITS) - 1)
+static inline int smarm_pid_is_remote(smarm_pid_t pid)
+{
+  return smarm_pid_sched(pid) == SMARM_PID_SCHED_REMOTE;
+}
+
+enum smarm_signal_kind {
+  SMARM_SIG_EXIT,          /* from sends to an exit signal (smarm_exit_signal, Erlang's exit/2) */
+  SMARM_SIG_EXIT_LINK,     /* from, linked to to, ended with the reason */
+  SMARM_SIG_LINK,          /* from links to to */
+  SMARM_SIG_UNLINK,        /* from unlinks from to */
+  SMARM_SIG_MONITOR,       /* from starts the monitor ref on to */
+  SMARM_SIG_DEMONITOR,     /* the monitor ref of from on to ends */
+  SMARM_SIG_DOWN,          /* to the watcher to: from, watched by ref, ended with the reason */
+  SMARM_SIG_WATCH,         /* in only: another node watches to (hook: WATCHED_DOWN when it ends) */
+  SMARM_SIG_WATCHED_DOWN,  /* out only: from, watched from another node, ended (or was no actor:
+                              SMARM_EXIT_NOPROC) */
+};
+
+typedef struct smarm_signal {
+  int kind;             /* enum smarm_signal_kind */
+  smarm_pid_t from, to; /* out: to is remote (from for WATCHED_DOWN); in: from is (0 for WATCH) */
+  smarm_ref_t ref;      /* MONITOR, DEMONITOR, DOWN */
+  int reason;           /* EXIT, EXIT_LINK, DOWN, WATCHED_DOWN: enum smarm_exit_code */
+  const void *data;     /* the reason's bytes (SMARM_EXIT_VALUE, SMARM_EXIT_TERM) */
+  size_t size;
+} smarm_signal_t;
+
+/* Called on the scheduler thread of the sending actor (the dying one, in its last moments), for
+** every signal to a remote pid and every WATCHED_DOWN; it must not block or call back into the
+** runtime, and copies what it keeps. NULL: such signals are dropped. Any thread, any time. */
+typedef void (*smarm_remote_hook_fn)(const smarm_signal_t *sig);
+SMARM_API void smarm_set_remote_hook(smarm_remote_hook_fn hook);
+
+/* From any thread while a runtime runs: delivers sig (from a remote pid, except WATCH) to the
+** local actor sig->to as if its sender were an actor; pid_bytes (the sender's pid in the external
+** format, without the version byte) go with the notice it may become. Returns 0, -EINVAL, -ENOMEM,
+** -ESRCH (no runtime runs, or to names none of its schedulers). */
+SMARM_API int smarm_signal_outside(const smarm_signal_t *sig, const void *pid_bytes,
+                                   size_t pid_size);
 
 /* The name the calling actor holds, or NULL; valid until its name changes. */
 SMARM_API const char *smarm_own_name(void);

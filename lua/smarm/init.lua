@@ -121,13 +121,17 @@ local GEN_CALL = core.atom("$gen_call")
 local call = core.call
 core._set_remote_call(function(to, request, timeout)
   if type(to) == "table" and to[2] == core.node.self() then return call(to[1], request, timeout) end
-  local ref = core.ref()
+  -- gen_server's way: the monitor's ref is the call's tag, and its DOWN ends the wait
+  local ref = core.monitor(to)
   -- n = 3: a nil request is the atom nil, not a missing element (a 2-tuple is no call)
   core.send(to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request, n = 3 }))
   local answer = core.receive(function(m)
     return term_type(m) == "tuple" and m[1] == ref
+      or type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
   end, timeout == nil and 5 or timeout)
+  core.demonitor(ref, "flush")
   if answer == nil then return nil, "timeout" end
+  if answer.smarm == "DOWN" then return nil, answer.reason end
   return answer[2]
 end)
 

@@ -216,7 +216,7 @@ static smarm_notice_t *notice_of(smarm_msg_t *m) { return (smarm_notice_t *)m->d
 static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
                                smarm_ref_t ref, int code, const void *data, size_t size)
 {
-  if (code != SMARM_EXIT_VALUE)
+  if (code != SMARM_EXIT_VALUE && code != SMARM_EXIT_TERM)
     size = 0;
   smarm_msg_t *m = sm_msg_new(kind, sizeof(smarm_notice_t) + size);
   if (!m)
@@ -233,8 +233,50 @@ static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, 
   return m;
 }
 
+/* ---- Processes of other nodes ---------------------------------------------------------------
+** Their pids are remote pids (smarm.h): the records here hold them like any pid, the signals to
+** them go to the hook (the distribution, which speaks to the other node), and the other node's
+** signals come back through smarm_signal_outside as blocks like ours, the sender's pid bytes
+** after the reason for the notice the block may become. The hook may be set at any time (each Lua
+** VM sets the same one as it loads): relaxed, a function pointer alone. */
+static _Atomic(smarm_remote_hook_fn) remote_hook;
+
+void smarm_set_remote_hook(smarm_remote_hook_fn hook)
+{
+  atomic_store_explicit(&remote_hook, hook, memory_order_relaxed);
+}
+
+static const struct { uint16_t sig; int kind; } signal_kinds[] = {
+  {SIG_EXIT, SMARM_SIG_EXIT},           {SIG_EXIT_LINK, SMARM_SIG_EXIT_LINK},
+  {SIG_LINK, SMARM_SIG_LINK},           {SIG_UNLINK, SMARM_SIG_UNLINK},
+  {SIG_MONITOR, SMARM_SIG_MONITOR},     {SIG_DEMONITOR, SMARM_SIG_DEMONITOR},
+  {SIG_DOWN, SMARM_SIG_DOWN},           {SIG_WATCH, SMARM_SIG_WATCH},
+};
+#define NSIGNAL_KINDS (sizeof signal_kinds / sizeof signal_kinds[0])
+
+static void remote_call(const smarm_signal_t *sig)
+{
+  smarm_remote_hook_fn hook = atomic_load_explicit(&remote_hook, memory_order_relaxed);
+  if (hook)
+    hook(sig);
+}
+
+/* A signal to a remote pid: to the hook, then freed. */
+static void remote_out(smarm_msg_t *m)
+{
+  smarm_notice_t *n = notice_of(m);
+  smarm_signal_t sig = {-1, m->from, m->to, n->ref, n->reason, n + 1, n->size};
+  for (size_t i = 0; i < NSIGNAL_KINDS; i++)
+    if (signal_kinds[i].sig == m->kind)
+      sig.kind = signal_kinds[i].kind;
+  if (sig.kind >= 0)
+    remote_call(&sig);
+  sm_msg_release(m);
+}
+
 /* Sends signal m to its `to`: handled here at once when that actor is ours, else pushed onto
-** its scheduler's inbox. A pid of a scheduler this runtime lacks names nobody: dropped. */
+** its scheduler's inbox, or handed to the remote hook. A pid of a scheduler this runtime lacks
+** names nobody: dropped. */
 static void signal_send(sched_t *s, smarm_msg_t *m)
 {
   unsigned k = smarm_pid_sched(m->to);
@@ -244,6 +286,8 @@ static void signal_send(sched_t *s, smarm_msg_t *m)
     sm_sched_push_deferred(s, m);
   else if (k < s->rt->nsched)
     sm_sched_push_remote(s, &s->rt->scheds[k], m);
+  else if (k == SMARM_PID_SCHED_REMOTE)
+    remote_out(m);
   else
     sm_faults_deliver(s, m); /* finds no actor: answered as for a dead one */
 }
@@ -260,7 +304,7 @@ static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t f
   smarm_msg_t *m = signal_new(kind, to, from, pid, ref, code, data, size);
   if (!m && kind == SIG_DEMONITOR)
     return;
-  if (!m && code == SMARM_EXIT_VALUE)
+  if (!m && (code == SMARM_EXIT_VALUE || code == SMARM_EXIT_TERM))
     m = signal_new(kind, to, from, pid, ref, SMARM_EXIT_NOMEM, NULL, 0);
   SMARM_CHECK(m != NULL, "out of memory sending a link or monitor signal");
   signal_send(s, m);
@@ -271,7 +315,7 @@ static int store_reason(actor_t *a, int code, const void *data, size_t size)
 {
   actor_faults_t *f = sm_faults_of(a);
   void *copy = NULL;
-  if (code != SMARM_EXIT_VALUE)
+  if (code != SMARM_EXIT_VALUE && code != SMARM_EXIT_TERM)
     size = 0;
   if (!f || (size && !(copy = sm_alloc(SM_ALLOC_FAULTS, size)))) {
     free(copy);
@@ -368,6 +412,15 @@ void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
       return;
     }
     break;
+  case SIG_WATCH: /* another node watches a: the hook hears of its end */
+    if (a && sm_faults_of(a)) {
+      a->faults->watched_remotely = 1;
+    } else {
+      smarm_signal_t sig = {SMARM_SIG_WATCHED_DOWN, m->to, 0, 0,
+                            a ? SMARM_EXIT_NOMEM : SMARM_EXIT_NOPROC, NULL, 0};
+      remote_call(&sig);
+    }
+    break;
   case SIG_DEMONITOR: /* only the monitor its watcher placed on this target */
     if ((mon = monitor_find(s, 0, n->ref)) && mon->owner == a && mon->other == m->from)
       monitor_remove(s, 0, mon);
@@ -416,6 +469,10 @@ void sm_faults_on_death(sched_t *s, actor_t *a, int code, const void *data, size
     signal_post(s, SIG_DEMONITOR, m->other, a->pid, a->pid, m->node.key, SMARM_EXIT_NORMAL, NULL,
                 0);
     monitor_remove(s, 1, m);
+  }
+  if (f->watched_remotely) {
+    smarm_signal_t sig = {SMARM_SIG_WATCHED_DOWN, a->pid, 0, 0, code, data, size};
+    remote_call(&sig);
   }
   sm_faults_destroy(s, a);
 }
@@ -474,7 +531,7 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
 
 int sm_faults_valid_reason(int code, const void *data, size_t size)
 {
-  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_NOMEM && (data || !size) &&
+  return code >= SMARM_EXIT_NORMAL && code <= SMARM_EXIT_TERM && (data || !size) &&
          size <= UINT32_MAX;
 }
 
@@ -523,7 +580,7 @@ int smarm_is_watched(void)
   sched_t *s;
   actor_t *self = sched_self(&s);
   actor_faults_t *f = self ? self->faults : NULL;
-  return f && (f->nlinks || f->watchers);
+  return f && (f->nlinks || f->watchers || f->watched_remotely);
 }
 
 int smarm_link(smarm_pid_t pid)
@@ -651,3 +708,46 @@ int smarm_demonitor(smarm_ref_t ref, int flush)
 }
 
 int smarm_msg_kind(const smarm_msg_t *msg) { return msg->kind; }
+
+int smarm_signal_outside(const smarm_signal_t *sig, const void *pid_bytes, size_t pid_size)
+{
+  uint16_t kind = 0;
+  for (size_t i = 0; i < NSIGNAL_KINDS; i++)
+    if (signal_kinds[i].kind == sig->kind)
+      kind = signal_kinds[i].sig;
+  if (!kind || smarm_pid_gen(sig->to) == 0 || smarm_pid_is_remote(sig->to) ||
+      !sm_faults_valid_reason(sig->reason, sig->data, sig->size) || pid_size > UINT32_MAX)
+    return -EINVAL;
+  size_t size = sig->reason == SMARM_EXIT_VALUE || sig->reason == SMARM_EXIT_TERM ? sig->size : 0;
+  smarm_msg_t *m = signal_new(kind, sig->to, sig->from, sig->from, sig->ref, sig->reason, NULL, 0);
+  if (m && (size || pid_size)) { /* the notice, the reason, the pid: one block */
+    smarm_msg_t *big = sm_msg_new(kind, sizeof(smarm_notice_t) + size + pid_size);
+    if (big) {
+      big->to = m->to;
+      big->from = m->from;
+      memcpy(big->data, m->data, sizeof(smarm_notice_t));
+      smarm_notice_t *n = notice_of(big);
+      n->size = (uint32_t)size;
+      if (size)
+        memcpy(n + 1, sig->data, size);
+      if (pid_size)
+        memcpy((char *)(n + 1) + size, pid_bytes, pid_size);
+    }
+    sm_msg_release(m);
+    m = big;
+  }
+  if (!m)
+    return -ENOMEM;
+  runtime_t *rt = sm_runtime_enter();
+  unsigned k = smarm_pid_sched(sig->to);
+  if (!rt || k >= rt->nsched) {
+    if (rt)
+      sm_runtime_leave();
+    sm_msg_release(m);
+    return -ESRCH;
+  }
+  m->next = NULL;
+  sm_inbox_push_chain(&rt->scheds[k].inbox, m, m);
+  sm_runtime_leave();
+  return 0;
+}

@@ -48,6 +48,7 @@ enum msg_kind {
   SIG_DOWN,         /* to the watcher `to`: notice.pid, watched by notice.ref, ended */
   SIG_REPLY,        /* smarm_send_reply: delivered as MSG_REPLY_NOTICE while `to` holds the
                     ** monitor whose ref the payload ends with, else dropped */
+  SIG_WATCH,        /* smarm_signal_outside: another node watches `to` (faults.c) */
 };
 
 struct smarm_msg {

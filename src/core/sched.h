@@ -64,6 +64,7 @@ typedef struct actor_faults {
   monitor_t *watchers;        /* monitors held on this actor */
   char *name;                 /* the name this scheduler registered for it (names.c) */
   int reason_set;             /* exit_* hold smarm_set_exit_reason's reason */
+  int watched_remotely;       /* another node watches it: its death goes to the remote hook */
   int exit_code;              /* the reason of a pending death (actor.exit_pending), or the
                                  one set (reason_set) */
   uint32_t exit_size;

@@ -12,6 +12,7 @@
 */
 #define _GNU_SOURCE
 #include "dist.h"
+#include "handshake.h"
 
 #include "util/etf.h"
 
@@ -67,11 +68,29 @@ dist_req_t *sm_dist_req_new(enum dist_op op)
   return r;
 }
 
+smarm_pid_t sm_dist_alias_pin(const char *pid, size_t n)
+{
+  (void)pid;
+  (void)n;
+  return 0;
+}
+
+void sm_dist_alias_unpin(smarm_pid_t alias) { (void)alias; }
+
+void sm_dist_signal(const smarm_signal_t *sig, const char *reason, size_t len)
+{
+  (void)sig;
+  (void)reason;
+  (void)len;
+}
+
 #else
 
 #include <arpa/inet.h>
 #include <ei.h>
 #include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,6 +99,190 @@ dist_req_t *sm_dist_req_new(enum dist_op op)
 /* Erlang drops a connection it has heard nothing on for net_ticktime (60 s by default, four
 ** of its ticks): a quarter of that is how often we make sure it hears something. */
 #define TICK_MS 15000
+
+/* ---- Remote pids (dist.h) ------------------------------------------------------------------
+** A remote pid is SMARM_PID_SCHED_REMOTE, a slot of this table and the slot's generation. Entries
+** are found by the pid's bytes (a hash of them) when an actor links to or monitors a pid of
+** another node, and when the other node's control messages name one. Any thread, under `lock`;
+** the IO thread counts in `refs` the ties it keeps, the others pin. */
+#define ALIAS_BUCKETS 1024
+#define ALIAS_GEN_MASK ((1u << SMARM_PID_GEN_BITS) - 1)
+#define ALIAS_SLOTS_MAX (1u << SMARM_PID_SLOT_BITS)
+/* NEW_PID: tag, node atom, ID, serial, creation; or {Name, Node} (a monitor by name): two atoms */
+#define PID_BYTES_MAX (2 + 2 * (3 + DIST_NAME_MAX))
+
+typedef struct alias {
+  uint32_t gen;  /* of the remote pid this slot stands for now (or stood for last) */
+  uint32_t refs; /* ties and pins; 0: free */
+  uint32_t next; /* the next in its bucket, or in the free list: slot + 1 (0: none) */
+  size_t n;
+  char pid[PID_BYTES_MAX];
+  char node[DIST_NAME_MAX + 1];
+} alias_t;
+
+static struct {
+  pthread_mutex_t lock;
+  alias_t *slots;
+  uint32_t used, cap, free_head;
+  uint32_t buckets[ALIAS_BUCKETS];
+} aliases = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint32_t alias_hash(const char *p, size_t n)
+{
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)p[i]) * 16777619u;
+  return h % ALIAS_BUCKETS;
+}
+
+static smarm_pid_t alias_pid(uint32_t slot)
+{
+  return (smarm_pid_t)SMARM_PID_SCHED_REMOTE << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) |
+         (smarm_pid_t)slot << SMARM_PID_GEN_BITS | aliases.slots[slot].gen;
+}
+
+/* The live entry of alias, or NULL (lock held). */
+static alias_t *alias_at(smarm_pid_t alias)
+{
+  uint32_t slot = smarm_pid_slot(alias);
+  if (!smarm_pid_is_remote(alias) || slot >= aliases.used)
+    return NULL;
+  alias_t *a = &aliases.slots[slot];
+  return a->refs && a->gen == smarm_pid_gen(alias) ? a : NULL;
+}
+
+/* The node of the pid whose bytes are p[0..n), or of the registered name {Name, Node} (two
+** atoms: a monitor by name), into node; 0 when it is neither, or names this node. */
+static int pid_node(const char *p, size_t n, char node[DIST_NAME_MAX + 1])
+{
+  const unsigned char *u = (const unsigned char *)p;
+  const char *s;
+  size_t len, at = 1;
+  int latin1;
+  etf_error_t bad;
+  if (n < 1 || n > PID_BYTES_MAX || sm_etf_skip(u, n, 0, 1, &bad) != n)
+    return 0;
+  if (u[0] == ETF_SMALL_TUPLE && n > 2 && u[1] == 2) /* {Name, Node}: Node after Name */
+    at = sm_etf_atom(u, n, 2, &s, &len, &latin1, &bad);
+  else if (u[0] != ETF_NEW_PID && u[0] != ETF_PID)
+    return 0;
+  if (!at || !sm_etf_atom(u, n, at, &s, &len, &latin1, &bad) || len > DIST_NAME_MAX)
+    return 0;
+  for (size_t i = 0; latin1 && i < len; i++)
+    if ((unsigned char)s[i] >= 0x80)
+      return 0; /* a Latin-1 node name beyond ASCII: no node this one talks to */
+  memcpy(node, s, len);
+  node[len] = '\0';
+  return strcmp(node, identity_name) != 0;
+}
+
+/* Finds or makes the remote pid of those bytes and adds a ref (lock held); 0: out of room. */
+static smarm_pid_t alias_ref_bytes(const char *p, size_t n, const char *node)
+{
+  uint32_t b = alias_hash(p, n);
+  for (uint32_t i = aliases.buckets[b]; i; i = aliases.slots[i - 1].next) {
+    alias_t *a = &aliases.slots[i - 1];
+    if (a->n == n && memcmp(a->pid, p, n) == 0) {
+      a->refs++;
+      return alias_pid(i - 1);
+    }
+  }
+  uint32_t slot;
+  if (aliases.free_head) {
+    slot = aliases.free_head - 1;
+    aliases.free_head = aliases.slots[slot].next;
+  } else {
+    if (aliases.used == aliases.cap) {
+      uint32_t cap = aliases.cap ? aliases.cap * 2 : 64;
+      alias_t *more = cap <= ALIAS_SLOTS_MAX ? realloc(aliases.slots, cap * sizeof *more) : NULL;
+      if (!more)
+        return 0;
+      aliases.slots = more;
+      aliases.cap = cap;
+    }
+    slot = aliases.used++;
+    aliases.slots[slot].gen = 0;
+  }
+  alias_t *a = &aliases.slots[slot];
+  a->gen = (a->gen + 1) & ALIAS_GEN_MASK;
+  if (a->gen == 0) /* gen 0 is no pid */
+    a->gen = 1;
+  a->refs = 1;
+  a->n = n;
+  memcpy(a->pid, p, n);
+  snprintf(a->node, sizeof a->node, "%s", node);
+  a->next = aliases.buckets[b];
+  aliases.buckets[b] = slot + 1;
+  return alias_pid(slot);
+}
+
+/* Drops a ref of alias (lock held); the last one frees its slot. */
+static void alias_unref_locked(smarm_pid_t alias)
+{
+  alias_t *a = alias_at(alias);
+  if (!a || --a->refs)
+    return;
+  uint32_t slot = smarm_pid_slot(alias);
+  for (uint32_t *at = &aliases.buckets[alias_hash(a->pid, a->n)]; *at;
+       at = &aliases.slots[*at - 1].next)
+    if (*at == slot + 1) {
+      *at = a->next;
+      break;
+    }
+  a->next = aliases.free_head;
+  aliases.free_head = slot + 1;
+}
+
+smarm_pid_t sm_dist_alias_pin(const char *pid, size_t n)
+{
+  char nodename[DIST_NAME_MAX + 1];
+  if (!atomic_load_explicit(&identity_up, memory_order_acquire) || !pid_node(pid, n, nodename))
+    return 0;
+  pthread_mutex_lock(&aliases.lock);
+  smarm_pid_t alias = alias_ref_bytes(pid, n, nodename);
+  pthread_mutex_unlock(&aliases.lock);
+  return alias;
+}
+
+void sm_dist_alias_unpin(smarm_pid_t alias)
+{
+  pthread_mutex_lock(&aliases.lock);
+  alias_unref_locked(alias);
+  pthread_mutex_unlock(&aliases.lock);
+}
+
+/* Copies what alias stands for: its bytes and node; 0 when it names nobody now. */
+static int alias_copy(smarm_pid_t alias, char pid[PID_BYTES_MAX], size_t *n,
+                      char node[DIST_NAME_MAX + 1])
+{
+  pthread_mutex_lock(&aliases.lock);
+  alias_t *a = alias_at(alias);
+  if (a) {
+    memcpy(pid, a->pid, a->n);
+    *n = a->n;
+    memcpy(node, a->node, sizeof a->node);
+  }
+  pthread_mutex_unlock(&aliases.lock);
+  return a != NULL;
+}
+
+/* ---- Ties: links and monitors across the connection (IO thread) -----------------------------
+** Each connection keeps the links and monitors between our actors and its node's processes,
+** each holding a ref of its remote pid, so that when the connection ends every one of them ends
+** with noconnection; the actors keep their own halves (faults.c). */
+enum tie_kind {
+  TIE_LINK,     /* local and alias are linked */
+  TIE_WATCHING, /* local monitors alias, by our ref */
+  TIE_WATCHED   /* alias monitors local, by the peer's ref (its bytes) */
+};
+
+typedef struct tie {
+  int kind;
+  smarm_pid_t local, alias;
+  smarm_ref_t ref;
+  char *rref; /* WATCHED: the peer's ref, in the external format without the version byte */
+  size_t rref_len;
+} tie_t;
 
 typedef struct out {
   struct out *next;
@@ -95,6 +298,8 @@ typedef struct conn {
   out_t *pending, **pending_tail; /* packets waiting for the handshake */
   dist_req_t *waiters;   /* connect requests waiting for it (linked by base.next) */
   smarm_pid_t *watchers; /* who monitors the node: one entry per monitor */
+  struct tie *ties;      /* links and monitors between our actors and the peer's processes */
+  size_t nties, ties_cap;
   size_t nwatchers, watchers_cap;
   int written;           /* something was written since the last tick */
   char *out;             /* packets queued since the last flush (flush_all), in order */
@@ -106,7 +311,7 @@ typedef struct conn {
 /* A handshake on the pool: accepting (conn NULL) or connecting. */
 typedef struct job {
   uv_work_t w;
-  ei_cnode ec;         /* the node's, copied for this handshake: jobs share nothing */
+  hs_self_t self;      /* the node's, copied for this handshake: jobs share nothing */
   int fd;              /* the result: the connection's descriptor, or -1 */
   char peer[DIST_NAME_MAX + 1];
   char error[DIST_NAME_MAX + 160];
@@ -114,7 +319,8 @@ typedef struct job {
 
 static struct {
   int started;
-  ei_cnode ec;
+  ei_cnode ec;         /* for epmd (the publish) */
+  hs_self_t self;      /* for handshakes */
   int listen_fd, epmd_fd;
   uv_poll_t listen_poll;
   uv_timer_t ticker;   /* every TICK_MS: a tick to each connection that heard nothing from us */
@@ -134,6 +340,90 @@ static void ei_start(void) { ei_init(); }
 
 int sm_dist_available(void) { return 1; }
 
+
+/* The index of the tie like t in c, or -1 (rref compared for WATCHED, ref for WATCHING). */
+static ptrdiff_t tie_find(const conn_t *c, const tie_t *t)
+{
+  for (size_t i = 0; i < c->nties; i++) {
+    const tie_t *u = &c->ties[i];
+    if (u->kind != t->kind || u->local != t->local || u->alias != t->alias)
+      continue;
+    if ((t->kind == TIE_WATCHING && u->ref != t->ref) ||
+        (t->kind == TIE_WATCHED &&
+         (u->rref_len != t->rref_len || memcmp(u->rref, t->rref, t->rref_len) != 0)))
+      continue;
+    return (ptrdiff_t)i;
+  }
+  return -1;
+}
+
+/* Keeps t in c (its alias gains a ref, its rref is copied). 0 or -ENOMEM. */
+static int tie_add(conn_t *c, const tie_t *t)
+{
+  if (c->nties == c->ties_cap) {
+    size_t cap = c->ties_cap ? c->ties_cap * 2 : 8;
+    tie_t *more = realloc(c->ties, cap * sizeof *more);
+    if (!more)
+      return -ENOMEM;
+    c->ties = more;
+    c->ties_cap = cap;
+  }
+  tie_t u = *t;
+  if (t->rref_len && !(u.rref = malloc(t->rref_len)))
+    return -ENOMEM;
+  if (t->rref_len)
+    memcpy(u.rref, t->rref, t->rref_len);
+  pthread_mutex_lock(&aliases.lock);
+  alias_t *a = alias_at(t->alias);
+  if (a)
+    a->refs++;
+  pthread_mutex_unlock(&aliases.lock);
+  if (!a) {
+    free(u.rref);
+    return -ENOMEM; /* cannot happen: the caller holds a ref */
+  }
+  c->ties[c->nties++] = u;
+  return 0;
+}
+
+static void tie_drop(conn_t *c, size_t i)
+{
+  tie_t t = c->ties[i];
+  c->ties[i] = c->ties[--c->nties];
+  free(t.rref);
+  sm_dist_alias_unpin(t.alias);
+}
+
+/* Hands our actor `local` a signal from the remote pid alias (whose bytes go with it): 0, or
+** smarm_signal_outside's error (out of memory, a pid of no scheduler of ours). */
+static int signal_in(int kind, smarm_pid_t local, smarm_pid_t alias, smarm_ref_t ref, int code,
+                      const char *reason, size_t reason_len)
+{
+  char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
+  size_t n = 0;
+  if (alias && !alias_copy(alias, pid, &n, nodename))
+    n = 0;
+  smarm_signal_t sig = {kind, alias, local, ref, code, reason, reason_len};
+  return smarm_signal_outside(&sig, pid, n);
+}
+
+/* The connection has ended: every tie ends, our side hearing noconnection. */
+static void ties_gone(conn_t *c)
+{
+  while (c->nties) {
+    tie_t *t = &c->ties[c->nties - 1];
+    if (!node.stopping && t->kind == TIE_LINK)
+      signal_in(SMARM_SIG_EXIT_LINK, t->local, t->alias, 0, SMARM_EXIT_NOCONNECTION, NULL, 0);
+    else if (!node.stopping && t->kind == TIE_WATCHING)
+      signal_in(SMARM_SIG_DOWN, t->local, t->alias, t->ref, SMARM_EXIT_NOCONNECTION, NULL, 0);
+    tie_drop(c, c->nties - 1);
+  }
+  free(c->ties);
+  c->ties = NULL;
+  c->ties_cap = 0;
+}
+
+static conn_t *conn_get(const char *peer);
 
 /* ---- Connections ---------------------------------------------------------------------------- */
 
@@ -205,6 +495,7 @@ static void conn_gone(conn_t *c)
   free(c->watchers);
   c->watchers = NULL;
   c->nwatchers = c->watchers_cap = 0;
+  ties_gone(c);
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -347,8 +638,463 @@ static void answer_ping(conn_t *c, const char *msg)
   ei_x_free(&ctrl);
 }
 
-/* One packet (without its length) from c: passes a message on to its actor; other control
-** messages (links, monitors) are not handled yet and are dropped. The control term and the
+/* A whole packet for c: written now, or kept until the handshake is done (takes data). */
+static void conn_send(conn_t *c, char *data, size_t len)
+{
+  if (c->up) {
+    conn_write(c, data, len);
+    return;
+  }
+  out_t *o = malloc(sizeof *o);
+  if (!o) {
+    free(data); /* out of memory: lost, as a send to a node that went away is */
+    return;
+  }
+  o->data = data;
+  o->len = len;
+  o->next = NULL;
+  *c->pending_tail = o;
+  c->pending_tail = &o->next;
+}
+
+/* Sends the control term in x (version byte first), with no message, to c. */
+static void send_control(conn_t *c, const ei_x_buff *x)
+{
+  size_t len = 1 + (size_t)x->index;
+  char *data = malloc(4 + len);
+  if (!data)
+    return;
+  unsigned char *o = (unsigned char *)data;
+  o[0] = (unsigned char)(len >> 24);
+  o[1] = (unsigned char)(len >> 16);
+  o[2] = (unsigned char)(len >> 8);
+  o[3] = (unsigned char)len;
+  o[4] = DIST_PASS_THROUGH;
+  memcpy(data + 5, x->buff, (size_t)x->index);
+  conn_send(c, data, 4 + len);
+}
+
+static int x_local_pid(ei_x_buff *x, smarm_pid_t pid)
+{
+  erlang_pid p = {{0}, (unsigned)(uint32_t)pid, (unsigned)(pid >> 32), identity_creation};
+  snprintf(p.node, sizeof p.node, "%s", identity_name);
+  return ei_x_encode_pid(x, &p);
+}
+
+static int x_local_ref(ei_x_buff *x, smarm_ref_t ref)
+{
+  erlang_ref r = {{0}, 3, {(unsigned)(uint32_t)ref, (unsigned)(ref >> 32), 0}, identity_creation};
+  snprintf(r.node, sizeof r.node, "%s", identity_name);
+  return ei_x_encode_ref(x, &r);
+}
+
+/* Reasons with a code, as Erlang names them (and back). */
+static const char *const code_atoms[] = {
+  [SMARM_EXIT_NORMAL] = "normal",   [SMARM_EXIT_KILL] = "kill",
+  [SMARM_EXIT_KILLED] = "killed",   [SMARM_EXIT_NOPROC] = "noproc",
+  [SMARM_EXIT_MAILBOX_OVERFLOW] = "mailbox_overflow", [SMARM_EXIT_NOMEM] = "nomem",
+  [SMARM_EXIT_NOCONNECTION] = "noconnection",
+};
+#define NCODE_ATOMS (sizeof code_atoms / sizeof code_atoms[0])
+
+/* The reason: its term (version byte first), or the atom of its code; a reason with no term
+** (a Lua value Erlang has none for) goes as the atom undefined. */
+static int x_reason(ei_x_buff *x, int code, const char *term, size_t len)
+{
+  if (term && len > 1)
+    return ei_x_append_buf(x, term + 1, (int)(len - 1));
+  const char *name = code >= 0 && (size_t)code < NCODE_ATOMS && code_atoms[code]
+                         ? code_atoms[code] : "undefined";
+  return ei_x_encode_atom(x, name);
+}
+
+/* One control message: {op, Local, Remote}, our pid and the remote pid (its bytes), then the
+** ref (ours, or the peer's bytes) and the reason when it has them. */
+typedef struct ctrl {
+  long op;
+  smarm_pid_t local;
+  const char *remote;
+  size_t remote_len;
+  int has_ref;
+  smarm_ref_t ref;                 /* ours, when rref is NULL */
+  const char *rref;                /* the peer's ref (bytes) */
+  size_t rref_len;
+  int has_reason;
+  int code;
+  const char *term;                /* the reason's term, version byte first, or NULL */
+  size_t term_len;
+} ctrl_t;
+
+static void send_ctrl(conn_t *c, const ctrl_t *k)
+{
+  ei_x_buff x;
+  if (ei_x_new_with_version(&x) < 0)
+    return;
+  int arity = 3 + (k->has_ref != 0) + (k->has_reason != 0);
+  /* in the tuple's order: each call appends */
+  int rc = ei_x_encode_tuple_header(&x, arity);
+  if (rc == 0)
+    rc = ei_x_encode_long(&x, k->op);
+  if (rc == 0)
+    rc = x_local_pid(&x, k->local);
+  if (rc == 0)
+    rc = ei_x_append_buf(&x, k->remote, (int)k->remote_len);
+  if (rc == 0 && k->has_ref)
+    rc = k->rref ? ei_x_append_buf(&x, k->rref, (int)k->rref_len) : x_local_ref(&x, k->ref);
+  if (rc == 0 && k->has_reason)
+    rc = x_reason(&x, k->code, k->term, k->term_len);
+  if (rc == 0)
+    send_control(c, &x);
+  ei_x_free(&x);
+}
+
+/* The remote hook's signal, on the IO thread (DIST_SIGNAL): our actor sig->from acts on the
+** remote pid sig->to, whose ref the hook pinned. */
+static void on_signal(dist_req_t *r)
+{
+  const smarm_signal_t *g = &r->sig;
+  ctrl_t k = {0};
+  k.local = g->from;
+  k.code = g->reason;
+  k.term = r->packet;
+  k.term_len = r->packet_len;
+  if (g->kind == SMARM_SIG_WATCHED_DOWN) { /* {21, FromProc, ToPid, Ref, Reason} */
+    char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
+    k.op = DIST_OP_MONITOR_P_EXIT;
+    k.has_ref = k.has_reason = 1;
+    for (conn_t *c = node.conns; c; c = c->next)
+      for (size_t i = c->nties; i-- > 0;) {
+        tie_t *t = &c->ties[i];
+        if (t->kind != TIE_WATCHED || t->local != g->from)
+          continue;
+        if (alias_copy(t->alias, pid, &k.remote_len, nodename)) {
+          k.remote = pid;
+          k.rref = t->rref;
+          k.rref_len = t->rref_len;
+          send_ctrl(c, &k);
+        }
+        tie_drop(c, i);
+      }
+    return;
+  }
+  char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
+  if (!alias_copy(g->to, pid, &k.remote_len, nodename))
+    return; /* its ties ended meanwhile: it names nobody */
+  k.remote = pid;
+  if ((unsigned char)pid[0] == ETF_SMALL_TUPLE) { /* {Name, Node}: monitors name Name there */
+    etf_error_t bad;
+    if (g->kind != SMARM_SIG_MONITOR && g->kind != SMARM_SIG_DEMONITOR)
+      return; /* the Lua layer links and signals pids only */
+    k.remote = pid + 2;
+    k.remote_len = sm_etf_skip((const unsigned char *)pid, k.remote_len, 2, 1, &bad) - 2;
+  }
+  tie_t t = {TIE_LINK, g->from, g->to, g->ref, NULL, 0};
+  conn_t *c = conn_get(nodename);
+  if (!c) {
+    if (g->kind == SMARM_SIG_LINK)
+      signal_in(SMARM_SIG_EXIT_LINK, g->from, g->to, 0, SMARM_EXIT_NOCONNECTION, NULL, 0);
+    else if (g->kind == SMARM_SIG_MONITOR)
+      signal_in(SMARM_SIG_DOWN, g->from, g->to, g->ref, SMARM_EXIT_NOCONNECTION, NULL, 0);
+    return;
+  }
+  ptrdiff_t i;
+  switch (g->kind) {
+  case SMARM_SIG_LINK:
+    if (tie_find(c, &t) < 0 && tie_add(c, &t) < 0) {
+      signal_in(SMARM_SIG_EXIT_LINK, g->from, g->to, 0, SMARM_EXIT_NOMEM, NULL, 0);
+      return;
+    }
+    k.op = DIST_OP_LINK;
+    break;
+  case SMARM_SIG_UNLINK: { /* {35, Id, From, To} (handshake.c: we link with unlink ids); the
+                            ** ack that comes back says nothing we need */
+    static uint64_t unlink_id;
+    ei_x_buff x;
+    if ((i = tie_find(c, &t)) >= 0)
+      tie_drop(c, (size_t)i);
+    if (ei_x_new_with_version(&x) < 0)
+      return;
+    if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_UNLINK_ID) == 0 &&
+        ei_x_encode_ulonglong(&x, ++unlink_id) == 0 && x_local_pid(&x, g->from) == 0 &&
+        ei_x_append_buf(&x, pid, (int)k.remote_len) == 0)
+      send_control(c, &x);
+    ei_x_free(&x);
+    return;
+  }
+  case SMARM_SIG_EXIT_LINK: /* our actor ended: the link's other end hears, if it still is one */
+    if ((i = tie_find(c, &t)) < 0)
+      return;
+    tie_drop(c, (size_t)i);
+    k.op = DIST_OP_EXIT;
+    k.has_reason = 1;
+    break;
+  case SMARM_SIG_EXIT:
+    k.op = DIST_OP_EXIT2;
+    k.has_reason = 1;
+    break;
+  case SMARM_SIG_MONITOR:
+    t.kind = TIE_WATCHING;
+    if (tie_add(c, &t) < 0) {
+      signal_in(SMARM_SIG_DOWN, g->from, g->to, g->ref, SMARM_EXIT_NOMEM, NULL, 0);
+      return;
+    }
+    k.op = DIST_OP_MONITOR_P;
+    k.has_ref = 1;
+    k.ref = g->ref;
+    break;
+  case SMARM_SIG_DEMONITOR:
+    t.kind = TIE_WATCHING;
+    if ((i = tie_find(c, &t)) < 0)
+      return;
+    tie_drop(c, (size_t)i);
+    k.op = DIST_OP_DEMONITOR_P;
+    k.has_ref = 1;
+    k.ref = g->ref;
+    break;
+  default:
+    return;
+  }
+  send_ctrl(c, &k);
+}
+
+/* A pid term at p[*at]: its bytes' start and length, *at moved past it; 0 if it is none. */
+static int take_pid(const char *p, int end, int *at, const char **s, size_t *n)
+{
+  if (*at >= end)
+    return 0;
+  unsigned char tag = (unsigned char)p[*at];
+  int start = *at;
+  if ((tag != ETF_NEW_PID && tag != ETF_PID) || ei_skip_term(p, at) < 0)
+    return 0;
+  *s = p + start;
+  *n = (size_t)(*at - start);
+  return 1;
+}
+
+/* Our actor a pid term names (0: another node's, or an earlier incarnation's). */
+static smarm_pid_t local_of(const char *s)
+{
+  int at = 0;
+  erlang_pid pid;
+  return ei_decode_pid(s, &at, &pid) == 0 ? local_pid(&pid) : 0;
+}
+
+/* The reason term at p[at..end): its code, or SMARM_EXIT_TERM with its bytes copied (version
+** byte first) into *term (malloc'd; NULL out of memory: the code is then SMARM_EXIT_NOMEM). */
+static int reason_in(const char *p, int at, int end, char **term, size_t *len)
+{
+  char atom[MAXATOMLEN_UTF8];
+  int a = at;
+  *term = NULL;
+  *len = 0;
+  if (ei_decode_atom(p, &a, atom) == 0)
+    for (size_t c = 0; c < NCODE_ATOMS; c++)
+      if (code_atoms[c] && strcmp(atom, code_atoms[c]) == 0)
+        return (int)c;
+  *len = 1 + (size_t)(end - at);
+  if (!(*term = malloc(*len))) {
+    *len = 0;
+    return SMARM_EXIT_NOMEM;
+  }
+  (*term)[0] = (char)ETF_VERSION;
+  memcpy(*term + 1, p + at, *len - 1);
+  return SMARM_EXIT_TERM;
+}
+
+/* The remote pid of a pid term for a new tie (a ref the caller drops), or 0. */
+static smarm_pid_t alias_of(const char *s, size_t n)
+{
+  char nodename[DIST_NAME_MAX + 1];
+  if (!pid_node(s, n, nodename))
+    return 0;
+  pthread_mutex_lock(&aliases.lock);
+  smarm_pid_t alias = alias_ref_bytes(s, n, nodename);
+  pthread_mutex_unlock(&aliases.lock);
+  return alias;
+}
+
+/* A control message with no message after it (links, exits, monitors), whole in p[0..n); `at`
+** is past its op. */
+static void on_control(conn_t *c, const char *p, int at, int n, long op, int arity)
+{
+  const char *from = NULL, *to = NULL;
+  size_t from_len = 0, to_len = 0;
+  unsigned long long id = 0;
+  if (op == DIST_OP_MONITOR_P || op == DIST_OP_DEMONITOR_P) { /* {op, From, ToProc, Ref} */
+    if (arity != 4 || !take_pid(p, n, &at, &from, &from_len))
+      return;
+    int to_at = at;
+    char name[MAXATOMLEN_UTF8];
+    smarm_pid_t local = 0;
+    if (ei_decode_atom_as(p, &to_at, name, sizeof name, ERLANG_UTF8, NULL, NULL) == 0) {
+      if (op == DIST_OP_MONITOR_P && !(local = smarm_whereis_outside(name)) &&
+          strcmp(name, "net_kernel") == 0)
+        return; /* answered by this node itself (answer_ping), which never ends while it runs */
+    } else if (take_pid(p, n, &to_at, &to, &to_len)) {
+      local = local_of(to);
+    } else {
+      return;
+    }
+    int ref_at = to_at;
+    if (ei_skip_term(p, &to_at) < 0 || to_at != n)
+      return;
+    smarm_pid_t alias = alias_of(from, from_len);
+    if (!alias)
+      return;
+    tie_t t = {TIE_WATCHED, local, alias, 0, (char *)p + ref_at, (size_t)(n - ref_at)};
+    if (op == DIST_OP_DEMONITOR_P) { /* by its ref: a name may have changed hands since */
+      for (size_t i = 0; i < c->nties; i++) {
+        tie_t *u = &c->ties[i];
+        if (u->kind == TIE_WATCHED && u->alias == alias && u->rref_len == t.rref_len &&
+            memcmp(u->rref, t.rref, t.rref_len) == 0) {
+          tie_drop(c, i);
+          break;
+        }
+      }
+    } else if (local && tie_add(c, &t) == 0) {
+      smarm_signal_t sig = {SMARM_SIG_WATCH, 0, local, 0, SMARM_EXIT_NORMAL, NULL, 0};
+      if (smarm_signal_outside(&sig, NULL, 0) < 0) { /* a pid of no scheduler of ours */
+        ptrdiff_t i = tie_find(c, &t);
+        if (i >= 0)
+          tie_drop(c, (size_t)i);
+        local = 0;
+      }
+    } else if (local) { /* out of memory: DOWN, nomem */
+      ctrl_t k = {DIST_OP_MONITOR_P_EXIT, local, from, from_len, 1, 0, t.rref, t.rref_len,
+                  1, SMARM_EXIT_NOMEM, NULL, 0};
+      send_ctrl(c, &k);
+    }
+    if (op == DIST_OP_MONITOR_P && !local) { /* nobody by that name or pid: DOWN, noproc, with
+                                             ** FromProc the name or pid it asked for */
+      ei_x_buff x;
+      if (ei_x_new_with_version(&x) == 0) {
+        if (ei_x_encode_tuple_header(&x, 5) == 0 &&
+            ei_x_encode_long(&x, DIST_OP_MONITOR_P_EXIT) == 0 &&
+            ei_x_append_buf(&x, p + at, ref_at - at) == 0 &&
+            ei_x_append_buf(&x, from, (int)from_len) == 0 &&
+            ei_x_append_buf(&x, t.rref, (int)t.rref_len) == 0 &&
+            ei_x_encode_atom(&x, "noproc") == 0)
+          send_control(c, &x);
+        ei_x_free(&x);
+      }
+    }
+    sm_dist_alias_unpin(alias);
+    return;
+  }
+  /* the others: {op, From, To, ...} (UNLINK_ID: after its id), MONITOR_P_EXIT's From a name or
+  ** a pid; each read only in a tuple of its arity (the walk checked the term's lengths) */
+  int want = op == DIST_OP_LINK || op == DIST_OP_UNLINK ? 3
+             : op == DIST_OP_UNLINK_ID || op == DIST_OP_EXIT || op == DIST_OP_EXIT2 ? 4
+             : op == DIST_OP_EXIT_TT || op == DIST_OP_EXIT2_TT || op == DIST_OP_MONITOR_P_EXIT ? 5
+                                                                                             : 0;
+  if (arity != want)
+    return; /* an op this node does not take (UNLINK_ID_ACK...), or a malformed one */
+  if (op == DIST_OP_UNLINK_ID && ei_decode_ulonglong(p, &at, &id) < 0)
+    return;
+  if (op == DIST_OP_MONITOR_P_EXIT ? ei_skip_term(p, &at) < 0
+                                   : !take_pid(p, n, &at, &from, &from_len))
+    return;
+  if (!take_pid(p, n, &at, &to, &to_len))
+    return;
+  smarm_pid_t local = local_of(to);
+  smarm_ref_t ref = 0;
+  if (op == DIST_OP_MONITOR_P_EXIT) { /* {21, FromProc, ToPid, Ref, Reason}: our monitor's ref */
+    erlang_ref r;
+    if (ei_decode_ref(p, &at, &r) < 0 || strcmp(r.node, identity_name) != 0 || r.len < 2)
+      return;
+    ref = (smarm_ref_t)r.n[1] << 32 | r.n[0];
+  } else if (op == DIST_OP_EXIT_TT || op == DIST_OP_EXIT2_TT) {
+    if (ei_skip_term(p, &at) < 0) /* the trace token */
+      return;
+  }
+  int reason_at = at;
+  if ((op == DIST_OP_LINK || op == DIST_OP_UNLINK || op == DIST_OP_UNLINK_ID)
+          ? at != n
+          : ei_skip_term(p, &at) < 0 || at != n)
+    return;
+  if (op == DIST_OP_UNLINK_ID) { /* acknowledged at once: {36, Id, From, To}, we being From */
+    ei_x_buff x;
+    if (ei_x_new_with_version(&x) == 0) {
+      if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_UNLINK_ID_ACK) == 0 &&
+          ei_x_encode_ulonglong(&x, id) == 0 && ei_x_append_buf(&x, to, (int)to_len) == 0 &&
+          ei_x_append_buf(&x, from, (int)from_len) == 0)
+        send_control(c, &x);
+      ei_x_free(&x);
+    }
+  }
+  if (op == DIST_OP_MONITOR_P_EXIT) {
+    for (size_t i = 0; i < c->nties; i++) {
+      tie_t *t = &c->ties[i];
+      if (t->kind == TIE_WATCHING && t->ref == ref && t->local == local) {
+        char *term;
+        size_t len;
+        int code = reason_in(p, reason_at, n, &term, &len);
+        signal_in(SMARM_SIG_DOWN, local, t->alias, ref, code, term, len);
+        free(term);
+        tie_drop(c, i);
+        return;
+      }
+    }
+    return;
+  }
+  smarm_pid_t alias = alias_of(from, from_len);
+  if (!alias)
+    return;
+  tie_t t = {TIE_LINK, local, alias, 0, NULL, 0};
+  ptrdiff_t i = tie_find(c, &t);
+  switch (op) {
+  case DIST_OP_LINK:
+    if (!local) { /* an actor of an earlier run, or none: the link fails at once */
+      ei_x_buff x; /* {3, To, From, noproc}: To is a pid of ours, but not a live one */
+      if (ei_x_new_with_version(&x) == 0) {
+        if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_EXIT) == 0 &&
+            ei_x_append_buf(&x, to, (int)to_len) == 0 &&
+            ei_x_append_buf(&x, from, (int)from_len) == 0 && ei_x_encode_atom(&x, "noproc") == 0)
+          send_control(c, &x);
+        ei_x_free(&x);
+      }
+    } else if ((i >= 0 || tie_add(c, &t) == 0) &&
+               signal_in(SMARM_SIG_LINK, local, alias, 0, SMARM_EXIT_NORMAL, NULL, 0) < 0) {
+      /* a pid of no scheduler of ours: the link ends at once, noproc */
+      if ((i = tie_find(c, &t)) >= 0)
+        tie_drop(c, (size_t)i);
+      ctrl_t k = {DIST_OP_EXIT, local, from, from_len, 0, 0, NULL, 0, 1, SMARM_EXIT_NOPROC,
+                  NULL, 0};
+      send_ctrl(c, &k);
+    }
+    break;
+  case DIST_OP_UNLINK:
+  case DIST_OP_UNLINK_ID:
+    if (i >= 0) {
+      tie_drop(c, (size_t)i);
+      signal_in(SMARM_SIG_UNLINK, local, alias, 0, SMARM_EXIT_NORMAL, NULL, 0);
+    }
+    break;
+  case DIST_OP_EXIT:
+  case DIST_OP_EXIT_TT:
+  case DIST_OP_EXIT2:
+  case DIST_OP_EXIT2_TT: {
+    int link = op == DIST_OP_EXIT || op == DIST_OP_EXIT_TT;
+    if (!local || (link && i < 0))
+      break; /* no such link (unlinked meanwhile): dropped */
+    char *term;
+    size_t len;
+    int code = reason_in(p, reason_at, n, &term, &len);
+    /* exit(Pid, kill) comes as kill: untrappable, as smarm.kill's is (faults.c) */
+    signal_in(link ? SMARM_SIG_EXIT_LINK : SMARM_SIG_EXIT, local, alias, 0, code, term, len);
+    free(term);
+    if (link)
+      tie_drop(c, (size_t)i);
+    break;
+  }
+  default:
+    break;
+  }
+  sm_dist_alias_unpin(alias);
+}
+
+/* One packet (without its length) from c: passes a message on to its actor, a control message
+** alone (links, exits, monitors) to on_control. The control term and the
 ** message are walked whole (sm_etf_skip: every length within the packet, nesting bounded)
 ** before erl_interface's decoders, which trust every length they read, see a byte of them; a
 ** packet that fails the walk is dropped. */
@@ -361,16 +1107,20 @@ static void on_packet(conn_t *c, const char *p, size_t n)
   size_t ctrl_end = sm_etf_skip(u, n, 2, 0, &bad);
   if (!ctrl_end)
     return;
-  const char *msg = p + ctrl_end;
-  size_t msg_len = n - ctrl_end;
-  if (msg_len < 2 || u[ctrl_end] != ETF_VERSION ||
-      sm_etf_skip(u + ctrl_end, msg_len, 1, 0, &bad) != msg_len)
-    return; /* every message we take has one term after the control */
   int at = 1, version, arity;
   long op;
   if (ei_decode_version(p, &at, &version) < 0 || ei_decode_tuple_header(p, &at, &arity) < 0 ||
       arity < 1 || ei_decode_long(p, &at, &op) < 0)
     return;
+  if (ctrl_end == n) { /* a control message alone */
+    on_control(c, p, at, (int)n, op, arity);
+    return;
+  }
+  const char *msg = p + ctrl_end;
+  size_t msg_len = n - ctrl_end;
+  if (msg_len < 2 || u[ctrl_end] != ETF_VERSION ||
+      sm_etf_skip(u + ctrl_end, msg_len, 1, 0, &bad) != msg_len)
+    return; /* every message we take has one term after the control */
   erlang_pid to;
   char name[MAXATOMLEN_UTF8];
   smarm_pid_t pid = 0;
@@ -478,10 +1228,17 @@ static int cloexec(int fd)
 static void accept_work(uv_work_t *w)
 {
   job_t *j = (job_t *)w;
-  ErlConnect who;
-  j->fd = cloexec(ei_accept_tmo(&j->ec, node.listen_fd, &who, HANDSHAKE_MS));
-  if (j->fd >= 0)
-    snprintf(j->peer, sizeof j->peer, "%.*s", DIST_NAME_MAX, who.nodename);
+  struct pollfd p = {node.listen_fd, POLLIN, 0};
+  j->fd = poll(&p, 1, HANDSHAKE_MS) == 1
+              ? accept4(node.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK) : -1;
+  if (j->fd >= 0 &&
+      sm_hs_accept(j->fd, &j->self, HANDSHAKE_MS, j->peer, j->error, sizeof j->error) < 0) {
+    close(j->fd);
+    j->fd = -1;
+  }
+  int flags = j->fd >= 0 ? fcntl(j->fd, F_GETFL) : -1;
+  if (flags >= 0)
+    fcntl(j->fd, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 static void on_listen_ready(uv_poll_t *p, int status, int events);
@@ -526,7 +1283,7 @@ static void on_listen_ready(uv_poll_t *p, int status, int events)
   job_t *j = calloc(1, sizeof *j);
   if (!j)
     return; /* out of memory: the next readiness tries again */
-  j->ec = node.ec;
+  j->self = node.self;
   node.accepting = 1;
   uv_poll_stop(p); /* until this one is accepted */
   if (uv_queue_work(node.loop, &j->w, accept_work, after_accept) < 0) {
@@ -539,13 +1296,7 @@ static void on_listen_ready(uv_poll_t *p, int status, int events)
 static void connect_work(uv_work_t *w)
 {
   job_t *j = (job_t *)w;
-  j->fd = cloexec(ei_connect_tmo(&j->ec, j->peer, HANDSHAKE_MS));
-  int why = erl_errno;
-  if (j->fd < 0)
-    snprintf(j->error, sizeof j->error, "cannot connect to %s (%s)", j->peer,
-             why == EHOSTUNREACH ? "no such node, or epmd does not know it"
-             : why == ETIMEDOUT  ? "timed out"
-                                 : "refused: is the cookie the same?");
+  j->fd = sm_hs_connect(j->peer, &j->self, HANDSHAKE_MS, j->error, sizeof j->error);
 }
 
 static void after_connect(uv_work_t *w, int status)
@@ -580,7 +1331,7 @@ static conn_t *conn_get(const char *peer)
     free(j);
     return NULL;
   }
-  j->ec = node.ec;
+  j->self = node.self;
   snprintf(j->peer, sizeof j->peer, "%s", peer);
   if (uv_queue_work(node.loop, &j->w, connect_work, after_connect) < 0) {
     conn_unlink(c);
@@ -631,6 +1382,7 @@ static void start_work(uv_work_t *w)
   }
   snprintf(alive, sizeof alive, "%.*s", (int)(at - r->node), r->node);
   snprintf(host, sizeof host, "%s", at + 1);
+  snprintf(node.self.cookie, sizeof node.self.cookie, "%s", r->cookie);
   pthread_once(&ei_once, ei_start);
   j->err = -EIO;
   if (ei_connect_xinit(&node.ec, host, alive, r->node, (Erl_IpAddr)&addr, r->cookie, 0) < 0) {
@@ -694,6 +1446,8 @@ static void after_start(uv_work_t *w, int status)
     snprintf(identity_name, sizeof identity_name, "%s", ei_thisnodename(&node.ec));
     identity_len = strlen(identity_name);
     identity_creation = node.ec.creation;
+    snprintf(node.self.name, sizeof node.self.name, "%s", identity_name);
+    node.self.creation = identity_creation;
     node.started = 1;
     atomic_store_explicit(&identity_up, 1, memory_order_release); /* sm_dist_identity */
   } else {
@@ -765,6 +1519,8 @@ static void dist_on_loop(io_req_t *req, void *loop)
     return;
   }
   if (!node.started) {
+    if (r->op == DIST_SIGNAL && r->sig.kind != SMARM_SIG_WATCHED_DOWN)
+      sm_dist_alias_unpin(r->sig.to); /* the hook's pin */
     snprintf(r->error, sizeof r->error, "this runtime is not a node (smarm.node.start)");
     io_finish(req, -ENOTCONN);
     return;
@@ -785,23 +1541,19 @@ static void dist_on_loop(io_req_t *req, void *loop)
   }
   case DIST_SEND: {
     conn_t *c = strcmp(r->node, identity_name) == 0 ? NULL : conn_get(r->node);
-    if (c && c->up) {
-      conn_write(c, r->packet, r->packet_len);
+    if (c) {
+      conn_send(c, r->packet, r->packet_len);
       r->packet = NULL;
-    } else if (c) {
-      out_t *o = malloc(sizeof *o);
-      if (o) {
-        o->data = r->packet;
-        o->len = r->packet_len;
-        o->next = NULL;
-        *c->pending_tail = o;
-        c->pending_tail = &o->next;
-        r->packet = NULL;
-      }
     }
     io_finish(req, 0);
     return;
   }
+  case DIST_SIGNAL:
+    on_signal(r);
+    if (r->sig.kind != SMARM_SIG_WATCHED_DOWN)
+      sm_dist_alias_unpin(r->sig.to); /* the hook's pin */
+    io_finish(req, 0);
+    return;
   case DIST_MONITOR: {
     if (strcmp(r->node, identity_name) == 0) { /* this node: never down while it runs */
       io_finish(req, 0);
@@ -868,6 +1620,35 @@ static void dist_free(io_req_t *req)
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
 static void register_stop(void) { sm_io_on_stop(stop_all); }
+
+void sm_dist_signal(const smarm_signal_t *sig, const char *reason, size_t len)
+{
+  if (sig->kind != SMARM_SIG_WATCHED_DOWN) { /* the remote pid lives until the IO thread's turn */
+    pthread_mutex_lock(&aliases.lock);
+    alias_t *a = alias_at(sig->to);
+    if (a)
+      a->refs++;
+    pthread_mutex_unlock(&aliases.lock);
+    if (!a)
+      return; /* its ties ended: it names nobody now */
+  }
+  dist_req_t *r = sm_dist_req_new(DIST_SIGNAL);
+  if (r && reason && (r->packet = malloc(len)))
+    memcpy(r->packet, reason, len);
+  if (r && (!reason || r->packet)) {
+    r->packet_len = reason ? len : 0;
+    r->sig = *sig;
+    r->sig.data = NULL;
+    r->sig.size = 0;
+    if (sm_io_post(&r->base) < 0 && sig->kind != SMARM_SIG_WATCHED_DOWN)
+      sm_dist_alias_unpin(sig->to); /* no IO thread: the run is ending */
+    return;
+  }
+  if (r)
+    sm_io_req_release(&r->base);
+  if (sig->kind != SMARM_SIG_WATCHED_DOWN) /* out of memory: lost, as on a lost connection */
+    sm_dist_alias_unpin(sig->to);
+}
 
 dist_req_t *sm_dist_req_new(enum dist_op op)
 {

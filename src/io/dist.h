@@ -37,8 +37,11 @@
 ** control messages' first elements (DOP_*) this node reads and writes. */
 #define DIST_PASS_THROUGH 112
 enum {
-  DIST_OP_SEND = 2, DIST_OP_REG_SEND = 6, DIST_OP_SEND_TT = 12, DIST_OP_REG_SEND_TT = 16,
-  DIST_OP_SEND_SENDER = 22, DIST_OP_SEND_SENDER_TT = 23
+  DIST_OP_LINK = 1, DIST_OP_SEND = 2, DIST_OP_EXIT = 3, DIST_OP_UNLINK = 4, DIST_OP_REG_SEND = 6,
+  DIST_OP_EXIT2 = 8, DIST_OP_SEND_TT = 12, DIST_OP_EXIT_TT = 13, DIST_OP_REG_SEND_TT = 16,
+  DIST_OP_EXIT2_TT = 18, DIST_OP_MONITOR_P = 19, DIST_OP_DEMONITOR_P = 20,
+  DIST_OP_MONITOR_P_EXIT = 21, DIST_OP_SEND_SENDER = 22, DIST_OP_SEND_SENDER_TT = 23,
+  DIST_OP_UNLINK_ID = 35, DIST_OP_UNLINK_ID_ACK = 36
 };
 
 enum dist_op {
@@ -47,6 +50,8 @@ enum dist_op {
   DIST_SEND,    /* node, packet (posted: nobody waits) */
   DIST_NODES,   /* -> names: the connected nodes, NUL-separated */
   DIST_MONITOR, /* node, watcher, on: one more (or one fewer) nodedown for watcher */
+  DIST_SIGNAL,  /* sig, packet (the reason's term): a signal to a process of another node, or
+                   the end of an actor watched from one (posted: sm_dist_signal) */
 };
 
 typedef struct dist_req {
@@ -60,6 +65,7 @@ typedef struct dist_req {
   char *names;                  /* nodes' result (owned) */
   smarm_pid_t watcher;          /* monitor: who gets { smarm = "nodedown", node = } */
   int on;                       /* monitor: 1 adds a monitor, 0 removes one */
+  smarm_signal_t sig;           /* signal: what the remote hook was given (data: see packet) */
   size_t names_len;
   char error[DIST_NAME_MAX + 160];              /* start, connect: what went wrong, for people */
 } dist_req_t;
@@ -69,6 +75,22 @@ dist_req_t *sm_dist_req_new(enum dist_op op);
 
 /* Whether this process is a node now, and if so its name and creation (valid while it is). */
 int sm_dist_identity(const char **name, size_t *len, uint32_t *creation);
+
+/* Processes of other nodes as remote pids (smarm.h). The table of them belongs to no thread (a
+** mutex): an entry lives while a link or monitor between one of our actors and that process
+** stands (the IO thread counts them) or somebody pins it, and its pid is never reused (a slot's
+** generation changes), so a record that outlived its entry names nobody.
+** sm_dist_alias_pin: the remote pid of the pid whose bytes (the external format, without the
+** version byte) are pid[0..n), found or made, pinned until sm_dist_alias_unpin (which the caller
+** calls once the core holds it: after smarm_link, smarm_monitor...). 0 when this runtime is no
+** node, the bytes are no pid of another node, or memory ran out. */
+smarm_pid_t sm_dist_alias_pin(const char *pid, size_t n);
+void sm_dist_alias_unpin(smarm_pid_t alias);
+
+/* The remote hook's work, from the scheduler thread it runs on: posts sig to the IO thread with
+** its reason as a term (reason[0..len), version byte first, copied; NULL for a reason with a
+** code only), which speaks the distribution's control messages. */
+void sm_dist_signal(const smarm_signal_t *sig, const char *reason, size_t len);
 
 /* Whether this build has the distribution (erl_interface was found at build time). */
 int sm_dist_available(void);

@@ -10,6 +10,7 @@
 */
 #include "codec.h"
 
+#include "io/dist.h"
 #include "io/io.h"
 #include "lhandle.h"
 #include "lpath.h"
@@ -18,12 +19,15 @@
 #include "lpid.h"
 #include "lrebind.h"
 #include "lvm.h"
+#include "util/etf.h"
 
 #include <lauxlib.h>
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum tag {
@@ -1278,4 +1282,268 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n)
 {
   decode_range(L, (unsigned char *)p, n, NULL, NULL);
+}
+
+/* ---- Plain data to Erlang terms (sm_codec_data_to_etf) ---------------------------------------
+** A walk of the block that writes what lterm.c's encoder writes for the decoded value: a tuple's
+** n fields (its n, or its border), a plain table whose keys are 1..count as a list, any other
+** as a map. A table's pairs are first skipped (etf_skip) to learn its shape, so each byte is
+** read once per table around it. A table met twice (a REF) is refused, as the term encoder
+** refuses a table inside itself. */
+typedef struct etf_out {
+  const unsigned char *start, *end;
+  etf_buf_t out;  /* malloc'd (grow_malloc) */
+  int failed;
+} etf_out_t;
+
+static int grow_malloc(etf_buf_t *b, size_t need)
+{
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < need)
+    cap *= 2;
+  unsigned char *nb = realloc(b->b, cap);
+  if (!nb)
+    return -1;
+  b->b = nb;
+  b->cap = cap;
+  return 0;
+}
+
+/* Reads a varint at *at; 0 and failed past the end. */
+static uint64_t etf_varint(etf_out_t *x, const unsigned char **at)
+{
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64 && *at < x->end; shift += 7) {
+    unsigned char b = *(*at)++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  x->failed = 1;
+  return 0;
+}
+
+static const unsigned char *etf_value(etf_out_t *x, const unsigned char *p, int depth);
+
+/* The end of the value at p, walked once (no term written): for a table's shape pass, so that
+** each byte is read once per table around it, not once per path to it. */
+static const unsigned char *etf_skip(etf_out_t *x, const unsigned char *p, int depth)
+{
+  if (x->failed || !p || p >= x->end || depth >= ETF_MAX_DEPTH) {
+    x->failed = 1;
+    return NULL;
+  }
+  unsigned char tag = *p++;
+  switch (tag) {
+  case T_FALSE: case T_TRUE: return p;
+  case T_NUM: case T_PID: case T_SREF:
+    if (x->end - p < 8)
+      break;
+    return p + 8;
+  case T_STR: case T_ATOM: case T_OPAQUE: {
+    uint64_t n = etf_varint(x, &p);
+    if (x->failed || (uint64_t)(x->end - p) < n)
+      break;
+    return p + n;
+  }
+  case T_TUPLE: case T_MAP:
+    if (p >= x->end || (*p != T_TABLE && *p != T_STABLE))
+      break;
+    return etf_skip(x, p, depth);
+  case T_TABLE: case T_STABLE:
+    if (x->end - p < 8)
+      break;
+    for (p += 8; p && p < x->end && *p != T_END;) {
+      p = etf_skip(x, p, depth + 1);
+      p = etf_skip(x, p, depth + 1);
+    }
+    if (!p || p >= x->end)
+      break;
+    return p + 1;
+  default:
+    break;
+  }
+  x->failed = 1;
+  return NULL;
+}
+
+/* A table's key is a whole number in 1..limit: that number, else 0. */
+static uint64_t etf_index_key(const unsigned char *k, const unsigned char *end, uint64_t limit)
+{
+  double v;
+  if (end - k < 9 || *k != T_NUM)
+    return 0;
+  memcpy(&v, k + 1, sizeof v);
+  return v >= 1 && v <= (double)limit && v == floor(v) ? (uint64_t)v : 0;
+}
+
+static const unsigned char *etf_table(etf_out_t *x, const unsigned char *p, int depth, int mark)
+{
+  if (x->end - p < 9 || (*p != T_TABLE && *p != T_STABLE)) {
+    x->failed = 1;
+    return NULL;
+  }
+  p += 9; /* the tag, then the two counts (hints) */
+  /* the pairs: where each key and value begin */
+  size_t count = 0, cap = 0;
+  const unsigned char **pairs = NULL;
+  while (!x->failed && p < x->end && *p != T_END) {
+    if (count == cap) {
+      cap = cap ? cap * 2 : 8;
+      const unsigned char **more = realloc(pairs, cap * 2 * sizeof *pairs);
+      if (!more) {
+        x->failed = 1;
+        break;
+      }
+      pairs = more;
+    }
+    pairs[2 * count] = p;
+    p = etf_skip(x, p, depth + 1);
+    pairs[2 * count + 1] = p;
+    if (p)
+      p = etf_skip(x, p, depth + 1);
+    count++;
+  }
+  if (x->failed || p >= x->end) {
+    free(pairs);
+    x->failed = 1;
+    return NULL;
+  }
+  /* by index: a list's or a tuple's elements (NULL: nil) */
+  size_t n = count;
+  if (mark == T_TUPLE) { /* its n when it has one, else its border */
+    n = 0;
+    for (size_t i = 0; i < count; i++) {
+      const unsigned char *k = pairs[2 * i];
+      double v;
+      if (x->end - k >= 12 && k[0] == T_STR && k[1] == 1 && k[2] == 'n' && k[3] == T_NUM) {
+        memcpy(&v, k + 4, sizeof v);
+        if (v >= 0 && v <= UINT32_MAX)
+          n = (size_t)v;
+        goto sized;
+      }
+    }
+    while (n < count) {
+      size_t i = 0;
+      while (i < count && etf_index_key(pairs[2 * i], x->end, count) != n + 1)
+        i++;
+      if (i == count)
+        break;
+      n++;
+    }
+  }
+sized:;
+  const unsigned char **at = calloc(n ? n : 1, sizeof *at);
+  int list = mark == 0 && !!at;
+  for (size_t i = 0; at && i < count; i++) {
+    uint64_t k = etf_index_key(pairs[2 * i], x->end, n);
+    if (k)
+      at[k - 1] = pairs[2 * i + 1];
+    else
+      list = 0;
+  }
+  if (!at) {
+    x->failed = 1;
+  } else if (mark == T_TUPLE) {
+    if (n <= 255) {
+      sm_etf_put_u8(&x->out, ETF_SMALL_TUPLE);
+      sm_etf_put_u8(&x->out, (unsigned)n);
+    } else {
+      sm_etf_put_u8(&x->out, ETF_LARGE_TUPLE);
+      sm_etf_put_u32(&x->out, (uint32_t)n);
+    }
+    for (size_t i = 0; i < n && !x->failed; i++) {
+      if (at[i])
+        etf_value(x, at[i], depth + 1);
+      else
+        sm_etf_put_atom(&x->out, "nil", 3);
+    }
+  } else if (list) {
+    if (count) {
+      sm_etf_put_u8(&x->out, ETF_LIST);
+      sm_etf_put_u32(&x->out, (uint32_t)count);
+      for (size_t i = 0; i < count && !x->failed; i++)
+        etf_value(x, at[i], depth + 1);
+    }
+    sm_etf_put_u8(&x->out, ETF_NIL);
+  } else {
+    sm_etf_put_u8(&x->out, ETF_MAP);
+    sm_etf_put_u32(&x->out, (uint32_t)count);
+    for (size_t i = 0; i < 2 * count && !x->failed; i++)
+      etf_value(x, pairs[i], depth + 1);
+  }
+  free(at);
+  free(pairs);
+  return x->failed ? NULL : p + 1;
+}
+
+static const unsigned char *etf_value(etf_out_t *x, const unsigned char *p, int depth)
+{
+  if (x->failed || !p || p >= x->end || depth >= ETF_MAX_DEPTH) {
+    x->failed = 1;
+    return NULL;
+  }
+  unsigned char tag = *p++;
+  size_t left = (size_t)(x->end - p);
+  switch (tag) {
+  case T_FALSE: sm_etf_put_atom(&x->out, "false", 5); return p;
+  case T_TRUE: sm_etf_put_atom(&x->out, "true", 4); return p;
+  case T_NUM: {
+    double v;
+    if (left < sizeof v || (memcpy(&v, p, sizeof v), !isfinite(v)))
+      break;
+    sm_etf_put_number(&x->out, v);
+    return p + sizeof v;
+  }
+  case T_STR: case T_ATOM: case T_OPAQUE: {
+    uint64_t n = etf_varint(x, &p);
+    if (x->failed || (uint64_t)(x->end - p) < n || n > UINT32_MAX)
+      break;
+    if (tag == T_STR) {
+      sm_etf_put_u8(&x->out, ETF_BINARY);
+      sm_etf_put_u32(&x->out, (uint32_t)n);
+      sm_etf_put(&x->out, p, (size_t)n);
+    } else if (tag == T_ATOM) {
+      sm_etf_put_atom(&x->out, (const char *)p, (size_t)n);
+    } else {
+      sm_etf_put(&x->out, p, (size_t)n);
+    }
+    return p + n;
+  }
+  case T_PID: case T_SREF: {
+    uint64_t v;
+    const char *node;
+    size_t nn;
+    uint32_t creation;
+    if (left < sizeof v || !sm_dist_identity(&node, &nn, &creation))
+      break;
+    memcpy(&v, p, sizeof v);
+    if (tag == T_PID)
+      sm_etf_put_local_pid(&x->out, node, nn, v, creation);
+    else
+      sm_etf_put_local_ref(&x->out, node, nn, v, creation);
+    return p + sizeof v;
+  }
+  case T_TUPLE: case T_MAP:
+    return etf_table(x, p, depth, tag);
+  case T_TABLE: case T_STABLE:
+    return etf_table(x, p - 1, depth, 0);
+  default: /* nil (no table holds one), a REF, handles, functions: no term */
+    break;
+  }
+  x->failed = 1;
+  return NULL;
+}
+
+unsigned char *sm_codec_data_to_etf(const void *p, size_t n, size_t *len)
+{
+  etf_out_t x = {p, (const unsigned char *)p + n, {NULL, 0, 0, 0, grow_malloc, NULL}, 0};
+  sm_etf_put_u8(&x.out, ETF_VERSION);
+  const unsigned char *end = etf_value(&x, p, 0);
+  if (x.failed || x.out.failed || end != x.end) {
+    free(x.out.b);
+    return NULL;
+  }
+  *len = x.out.len;
+  return x.out.b;
 }

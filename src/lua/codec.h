@@ -117,6 +117,13 @@ int sm_codec_unhold_event(lua_State *L);
 ** one of them (its module has counted it as taken), else 0. */
 int sm_codec_event_taken(lua_State *L);
 
+/* The Erlang term (external format, version byte first) of a value the codec encoded for plain
+** data (an exit reason's bytes), as smarm.term.encode would make it of the decoded value; for the
+** node, which sends reasons to Erlang from where no Lua may run (an actor's last moments). Any
+** thread, no Lua. Returns a malloc'd buffer and its length in *len, or NULL when the value has
+** no Erlang term (a table met twice, a handle, NaN) or memory ran out. */
+unsigned char *sm_codec_data_to_etf(const void *p, size_t n, size_t *len);
+
 /* The drop hook: drops (closes) the handles of a block nobody decoded. */
 void sm_codec_drop(smarm_msg_t *msg);
 

@@ -10,6 +10,7 @@
 
 #include "codec.h"
 #include "io/dist.h"
+#include "lfaults.h"
 #include "lio.h"
 #include "lpark.h"
 #include "lpid.h"
@@ -302,13 +303,53 @@ static void decode_event(lua_State *L, const unsigned char *p, size_t n)
 
 static const codec_event_fns_t event_fns = {decode_event, NULL};
 
+/* The core's remote hook (smarm.h): a signal of one of our actors to a process of another node,
+** or the end of an actor watched from one, with its reason as an Erlang term, to the IO thread.
+** It runs where no Lua may (an actor's last moments): a Lua value's reason is translated from
+** its bytes (sm_codec_data_to_etf). */
+static void remote_hook(const smarm_signal_t *sig)
+{
+  unsigned char *term = NULL;
+  size_t len = 0;
+  if (sig->reason == SMARM_EXIT_VALUE)
+    term = sm_codec_data_to_etf(sig->data, sig->size, &len); /* NULL: undefined */
+  if (sig->reason == SMARM_EXIT_TERM)
+    sm_dist_signal(sig, sig->data, sig->size);
+  else
+    sm_dist_signal(sig, (const char *)term, len);
+  free(term);
+}
+
+/* _reason_term(value): the term a reason of that value goes to another node as (the
+** translation of remote_hook, for the specs), or nil when it has none. */
+static int l_reason_term(lua_State *L)
+{
+  sm_lpark_actor(L, "node._reason_term");
+  smarm_msg_t *block;
+  int code = sm_lfaults_encode_reason(L, 1, &block);
+  if (code != SMARM_EXIT_VALUE) {
+    lua_pushinteger(L, code);
+    return 1;
+  }
+  size_t len;
+  unsigned char *term = block ? sm_codec_data_to_etf(smarm_msg_data(block), smarm_msg_size(block),
+                                                      &len) : NULL;
+  smarm_msg_free(block);
+  if (!term)
+    return 0;
+  lua_pushlstring(L, (const char *)term, len);
+  free(term);
+  return 1;
+}
+
 void sm_ldist_register(lua_State *L, int module)
 {
   static const luaL_Reg functions[] = {
     {"start", l_start}, {"connect", l_connect}, {"self", l_self}, {"nodes", l_nodes},
-    {"available", l_available}, {"monitor", l_monitor},
+    {"available", l_available}, {"monitor", l_monitor}, {"_reason_term", l_reason_term},
     {NULL, NULL},
   };
   sm_lio_add_table(L, module, "node", functions);
   sm_codec_set_event_fns(IO_EV_DIST, &event_fns);
+  smarm_set_remote_hook(remote_hook);
 }

@@ -9,6 +9,8 @@
 #include "lfaults.h"
 
 #include "codec.h"
+#include "io/dist.h"
+#include "ldist.h"
 #include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
@@ -116,6 +118,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
       return SMARM_EXIT_MAILBOX_OVERFLOW;
     if (strcmp(s, lvm_str_text[LVM_STR_NOMEM]) == 0)
       return SMARM_EXIT_NOMEM;
+    if (strcmp(s, "noconnection") == 0)
+      return SMARM_EXIT_NOCONNECTION;
   }
   /* The encoder is a cached function and the arguments need no allocation: nothing here can
   ** raise outside the protected call (this runs at an actor's end, unprotected). */
@@ -132,8 +136,12 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
     lvm_push_str(L, this_vm(), LVM_STR_MAILBOX_OVERFLOW);
   else if (code == SMARM_EXIT_NOMEM)
     lvm_push_str(L, this_vm(), LVM_STR_NOMEM);
+  else if (code == SMARM_EXIT_NOCONNECTION)
+    lua_pushliteral(L, "noconnection");
   else if (code == SMARM_EXIT_VALUE && size)
     sm_codec_decode_bytes(L, data, size);
+  else if (code == SMARM_EXIT_TERM && size)
+    sm_lterm_decode(L, data, size, "an exit reason from another node");
   else
     lua_pushnil(L);
 }
@@ -153,7 +161,21 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
     lua_rawset(L, -3);
   }
   lvm_push_str(L, vm, LVM_STR_PID);
-  sm_lsmarm_push_pid(L, n->pid);
+  const char *remote = (const char *)(n + 1) + n->size;
+  size_t remote_size = smarm_msg_size(m) - sizeof *n - n->size; /* smarm.h: the sender's pid */
+  if (remote_size && (unsigned char)remote[0] == 104) { /* {Name, Node}: a monitor by name */
+    char term[1 + 2 + 2 * (3 + 255)];
+    if (remote_size < sizeof term) {
+      term[0] = (char)131; /* the version byte the decoder wants */
+      memcpy(term + 1, remote, remote_size);
+      sm_lterm_decode(L, term, 1 + remote_size, "a DOWN's name");
+    } else {
+      lua_pushnil(L);
+    }
+  } else if (remote_size) { /* a process of another node: its pid as it came */
+    sm_lterm_push_blob(L, LTERM_OPAQUE, remote, remote_size);
+  } else
+    sm_lsmarm_push_pid(L, n->pid);
   lua_rawset(L, -3);
   lvm_push_str(L, vm, LVM_STR_REASON);
   sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
@@ -181,7 +203,8 @@ smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
   const char *node;
   size_t n;
   if (sm_lterm_pid_node(L, idx, &node, &n))
-    return luaL_argerror(L, idx, "a pid of another node (only smarm.send reaches one yet)");
+    return luaL_argerror(L, idx, "a pid of another node (not here: send, call, link, monitor, "
+                                 "exit and kill take one)");
   return luaL_argerror(L, idx, lua_pushfstring(L, "pid or name expected, got %s",
                                                luaL_typename(L, idx)));
 }
@@ -193,6 +216,69 @@ static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
   if (!pid)
     luaL_error(L, "smarm.%s: no actor is registered as '%s'", fname, lua_tostring(L, idx));
   return pid;
+}
+
+/* A pid that names nobody: no runtime has a scheduler of that index (a pid of this node's
+** earlier run, which no actor holds now). */
+#define NOBODY_PID ((smarm_pid_t)(SMARM_PID_SCHED_REMOTE - 1) << \
+                    (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) | 1)
+
+/* A target of a link, monitor or exit signal: also a pid of another node, as its remote pid,
+** pinned (*pinned: unpin once the core holds it), and with by_name (monitor), { name, node }. */
+static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must_live,
+                              int by_name_ok, smarm_pid_t *pinned)
+{
+  const char *node, *bytes;
+  size_t n;
+  *pinned = 0;
+  int by_name = by_name_ok && lua_istable(L, idx) && sm_ldist_is_target(L, idx);
+  if (by_name) { /* { name, node }: a monitor by name, Erlang's {Name, Node} */
+    lua_rawgeti(L, idx, 2);
+    const char *self_name;
+    uint32_t creation;
+    int here = sm_dist_identity(&self_name, &n, &creation) && strcmp(lua_tostring(L, -1),
+                                                                       self_name) == 0;
+    lua_pop(L, 1);
+    if (here) { /* this node: the name here */
+      lua_rawgeti(L, idx, 1);
+      lua_replace(L, idx);
+      return sm_lfaults_check_target(L, idx);
+    }
+    lua_newtable(L); /* the term {atom name, atom node}, without its version byte */
+    lua_rawgeti(L, idx, 1);
+    sm_lterm_push_blob(L, LTERM_ATOM, lua_tostring(L, -1), lua_objlen(L, -1));
+    lua_rawseti(L, -3, 1);
+    lua_pop(L, 1);
+    lua_rawgeti(L, idx, 2);
+    sm_lterm_push_blob(L, LTERM_ATOM, lua_tostring(L, -1), lua_objlen(L, -1));
+    lua_rawseti(L, -3, 2);
+    lua_pop(L, 1);
+    sm_lterm_mark_table(L, -1, LTERM_TUPLE);
+    sm_lterm_encode(L, -1, "target");
+    bytes = lua_tolstring(L, -1, &n);
+    *pinned = sm_dist_alias_pin(bytes + 1, n - 1);
+    lua_pop(L, 2);
+    if (!*pinned)
+      luaL_error(L, "smarm.%s: %s", fname,
+                 sm_dist_identity(&node, &n, &(uint32_t){0})
+                     ? "not enough memory"
+                     : "this runtime is not a node (smarm.node.start)");
+    return *pinned;
+  }
+  if (sm_lterm_pid_node(L, idx, &node, &n)) {
+    const char *self_name;
+    size_t self_len;
+    uint32_t creation;
+    if (!sm_dist_identity(&self_name, &self_len, &creation))
+      luaL_error(L, "smarm.%s: this runtime is not a node (smarm.node.start)", fname);
+    if (n == self_len && memcmp(node, self_name, n) == 0)
+      return by_name_ok ? 0 : NOBODY_PID; /* a pid of this node's earlier run: dead, noproc */
+    sm_lterm_to_blob(L, idx, &bytes, &n);
+    if (!(*pinned = sm_dist_alias_pin(bytes, n)))
+      luaL_error(L, "smarm.%s: not enough memory", fname);
+    return *pinned;
+  }
+  return must_live ? check_live_target(L, idx, fname) : sm_lfaults_check_target(L, idx);
 }
 
 static int raise_errno(lua_State *L, const char *fname, int rc)
@@ -221,12 +307,15 @@ static int l_is_ref(lua_State *L)
 static int l_link(lua_State *L)
 {
   sm_lpark_actor(L, "link");
-  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
+  smarm_pid_t pinned;
+  smarm_pid_t pid = tie_target(L, 1, "link", 0, 0, &pinned);
   if (!pid) /* a name nobody holds: Erlang's badarg */
     return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
   if (pid == smarm_self())
     return 0; /* Erlang: linking to oneself does nothing */
   int rc = smarm_link(pid);
+  if (pinned)
+    sm_dist_alias_unpin(pinned);
   if (rc < 0)
     return raise_errno(L, "link", rc);
   return 0;
@@ -235,8 +324,11 @@ static int l_link(lua_State *L)
 static int l_unlink(lua_State *L)
 {
   sm_lpark_actor(L, "unlink");
-  smarm_pid_t pid = check_live_target(L, 1, "unlink");
+  smarm_pid_t pinned;
+  smarm_pid_t pid = tie_target(L, 1, "unlink", 1, 0, &pinned);
   int rc = smarm_unlink(pid);
+  if (pinned)
+    sm_dist_alias_unpin(pinned);
   if (rc < 0)
     return raise_errno(L, "unlink", rc);
   return 0;
@@ -254,16 +346,22 @@ static int l_trap_exit(lua_State *L)
 static int l_exit_signal(lua_State *L)
 {
   sm_lpark_actor(L, "exit");
-  smarm_pid_t pid = check_live_target(L, 1, "exit");
   luaL_checkany(L, 2);
+  smarm_pid_t pinned;
+  smarm_pid_t pid = tie_target(L, 1, "exit", 1, 0, &pinned);
   if (pid == smarm_self())
     sm_lpark_check(L, "exit");
   smarm_msg_t *block;
   int code = sm_lfaults_encode_reason(L, 2, &block);
-  if (code == SMARM_EXIT_VALUE && !block)
+  if (code == SMARM_EXIT_VALUE && !block) {
+    if (pinned)
+      sm_dist_alias_unpin(pinned);
     return luaL_error(L, "not enough memory");
+  }
   int rc = smarm_exit_signal(pid, code, block ? smarm_msg_data(block) : NULL,
                              block ? smarm_msg_size(block) : 0);
+  if (pinned)
+    sm_dist_alias_unpin(pinned);
   smarm_msg_free(block);
   if (rc < 0)
     return raise_errno(L, "exit", rc);
@@ -273,10 +371,13 @@ static int l_exit_signal(lua_State *L)
 static int l_kill(lua_State *L)
 {
   sm_lpark_actor(L, "kill");
-  smarm_pid_t pid = check_live_target(L, 1, "kill");
+  smarm_pid_t pinned;
+  smarm_pid_t pid = tie_target(L, 1, "kill", 1, 0, &pinned);
   if (pid == smarm_self())
     sm_lpark_check(L, "kill");
   int rc = smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0);
+  if (pinned)
+    sm_dist_alias_unpin(pinned);
   if (rc < 0)
     return raise_errno(L, "kill", rc);
   return 0;
@@ -287,7 +388,8 @@ static int l_kill(lua_State *L)
 static int l_monitor(lua_State *L)
 {
   sm_lpark_actor(L, "monitor");
-  smarm_pid_t pid = sm_lfaults_check_target(L, 1);
+  smarm_pid_t pinned;
+  smarm_pid_t pid = tie_target(L, 1, "monitor", 0, 1, &pinned);
   smarm_ref_t ref;
   if (!pid) {
     /* A name nobody holds: DOWN with noproc at once, as a message of our own (no monitor). */
@@ -309,6 +411,8 @@ static int l_monitor(lua_State *L)
     return 1;
   }
   int rc = smarm_monitor(pid, &ref);
+  if (pinned)
+    sm_dist_alias_unpin(pinned);
   if (rc < 0)
     return raise_errno(L, "monitor", rc);
   sm_lsmarm_push_new_ref(L, ref);
