@@ -102,7 +102,7 @@ describe("smarm.node", function()
         end,
         handle_cast = function(req, n) return "noreply", n + req[2] end,
       }, nil, { name = "counter" }))
-      local out, e = smarm.process.run(erl_argv("cla", COOKIE, "client", me, "7", "2000"),
+      local out, e = smarm.process.run(erl_argv("cla", COOKIE, "client", me, "7", "2000", "100000"),
         { timeout = HANG })
       smarm.kill(echo)
       server.stop(counter)
@@ -126,7 +126,7 @@ describe("smarm.node", function()
       smarm.send({ "echo", srv }, smarm.tuple({ smarm.self(), value }))
       local back = guard.receive("echo")
       out.echoed = back[1] == smarm.atom("ok") and back[2][3] == "three" and back[3].a == true
-      for i = 1, 20000 do smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("seq"), i })) end
+      for i = 1, 100000 do smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("seq"), i })) end
       smarm.send({ "sink", srv }, smarm.tuple({ smarm.atom("count"), smarm.self() }))
       local count = guard.receive("count")
       out.count, out.in_order = count[1], count[2]
@@ -154,7 +154,7 @@ describe("smarm.node", function()
     assert.are.same({ true }, r.connected)
     assert.are.same({ srv }, r.nodes)
     assert.is_true(r.echoed)
-    assert.are.equal(20000, r.count)
+    assert.are.equal(100000, r.count)
     assert.is_true(r.in_order)
     assert.are.equal(5, r.sum)
     assert.are.same({ nil, "noproc" }, r.no_server)
