@@ -312,6 +312,7 @@ typedef struct conn {
 typedef struct job {
   uv_work_t w;
   hs_self_t self;      /* the node's, copied for this handshake: jobs share nothing */
+  int simultaneous;    /* connecting: the peer is connecting to us (sm_hs_connect) */
   int fd;              /* the result: the connection's descriptor, or -1 */
   char peer[DIST_NAME_MAX + 1];
   char error[DIST_NAME_MAX + 160];
@@ -1293,10 +1294,16 @@ static void on_listen_ready(uv_poll_t *p, int status, int events)
   }
 }
 
+/* The peer's own connection to us should come within this after it answered "nok". */
+#define SIMULTANEOUS_WAIT_US 500000
+
 static void connect_work(uv_work_t *w)
 {
   job_t *j = (job_t *)w;
-  j->fd = sm_hs_connect(j->peer, &j->self, HANDSHAKE_MS, j->error, sizeof j->error);
+  j->fd = sm_hs_connect(j->peer, &j->self, HANDSHAKE_MS, j->error, sizeof j->error,
+                        &j->simultaneous);
+  if (j->simultaneous) /* its connection is on the way: after_connect finds it up, or fails */
+    usleep(SIMULTANEOUS_WAIT_US);
 }
 
 static void after_connect(uv_work_t *w, int status)

@@ -267,8 +267,9 @@ static int epmd_port(const struct sockaddr_in *addr, const char *alive, int64_t 
 }
 
 int sm_hs_connect(const char *peer, const hs_self_t *self, int timeout_ms, char *error,
-                  size_t error_len)
+                  size_t error_len, int *simultaneous)
 {
+  *simultaneous = 0;
   int64_t deadline = now_ms() + timeout_ms;
   const char *at = strchr(peer, '@');
   char alive[HS_NAME_MAX + 1];
@@ -306,6 +307,10 @@ int sm_hs_connect(const char *peer, const hs_self_t *self, int timeout_ms, char 
     static const unsigned char yes[] = {'s', 't', 'r', 'u', 'e'};
     if (send_msg(fd, yes, sizeof yes, deadline) < 0)
       goto failed;
+  } else if (n == 4 && memcmp(m + 1, "nok", 3) == 0) { /* it is connecting to us: its wins */
+    *simultaneous = 1;
+    snprintf(error, error_len, "cannot connect to %s (it is connecting to us)", peer);
+    goto failed;
   } else if (!(n == 3 && memcmp(m + 1, "ok", 2) == 0) &&
              !(n == 16 && memcmp(m + 1, "ok_simultaneous", 15) == 0)) {
     snprintf(error, error_len, "cannot connect to %s (it refused: %.*s)", peer, n - 1,

@@ -29,8 +29,10 @@ int sm_hs_accept(int fd, const hs_self_t *self, int timeout_ms, char peer[HS_NAM
                  char *error, size_t error_len);
 
 /* Connects to the node peer (alive@host: its port from epmd on host) and shakes hands: the
-** connection's descriptor (close-on-exec), or -1 with error set. */
+** connection's descriptor (close-on-exec), or -1 with error set; *simultaneous is set when the
+** peer refused because it is connecting to us at the same time (its connection is the one that
+** will stand: the protocol's "nok"). */
 int sm_hs_connect(const char *peer, const hs_self_t *self, int timeout_ms, char *error,
-                  size_t error_len);
+                  size_t error_len, int *simultaneous);
 
 #endif
