@@ -582,6 +582,8 @@ enum smarm_signal_kind {
   SMARM_SIG_WATCH,         /* in only: another node watches to (hook: WATCHED_DOWN when it ends) */
   SMARM_SIG_WATCHED_DOWN,  /* out only: from, watched from another node, ended (or was no actor:
                               SMARM_EXIT_NOPROC) */
+  SMARM_SIG_HANDLED,       /* out only: a signal from the remote pid `from` (smarm_signal_outside)
+                              has been handled: the records it changed are changed */
 };
 
 typedef struct smarm_signal {

@@ -241,7 +241,11 @@ static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, 
 ** VM sets the same one as it loads): relaxed, a function pointer alone. */
 static _Atomic(smarm_remote_hook_fn) remote_hook;
 
-void smarm_set_remote_hook(smarm_remote_hook_fn hook)
+/* The paths of other nodes are `cold` (kept in .text.unlikely): what they add would otherwise
+** move every hot function linked after this file (docs/perf.md: layout costs up to 10% there). */
+#define REMOTE_PATH __attribute__((noinline, cold))
+
+REMOTE_PATH void smarm_set_remote_hook(smarm_remote_hook_fn hook)
 {
   atomic_store_explicit(&remote_hook, hook, memory_order_relaxed);
 }
@@ -254,7 +258,7 @@ static const struct { uint16_t sig; int kind; } signal_kinds[] = {
 };
 #define NSIGNAL_KINDS (sizeof signal_kinds / sizeof signal_kinds[0])
 
-static void remote_call(const smarm_signal_t *sig)
+REMOTE_PATH static void remote_call(const smarm_signal_t *sig)
 {
   smarm_remote_hook_fn hook = atomic_load_explicit(&remote_hook, memory_order_relaxed);
   if (hook)
@@ -262,7 +266,7 @@ static void remote_call(const smarm_signal_t *sig)
 }
 
 /* A signal to a remote pid: to the hook, then freed. */
-static void remote_out(smarm_msg_t *m)
+REMOTE_PATH static void remote_out(smarm_msg_t *m)
 {
   smarm_notice_t *n = notice_of(m);
   smarm_signal_t sig = {-1, m->from, m->to, n->ref, n->reason, n + 1, n->size};
@@ -383,7 +387,26 @@ static void answer_failed(sched_t *s, smarm_msg_t *m, uint16_t kind, int reason)
   signal_send(s, m);
 }
 
+static void deliver_signal(sched_t *s, smarm_msg_t *m);
+
+/* A signal from a process of another node is followed by SMARM_SIG_HANDLED to the hook, so that
+** its remote pid outlives every record the signal touched (an unlink that comes in between finds
+** the same remote pid, and so the record). */
+REMOTE_PATH static void remote_handled(smarm_pid_t from)
+{
+  smarm_signal_t sig = {SMARM_SIG_HANDLED, from, 0, 0, SMARM_EXIT_NORMAL, NULL, 0};
+  remote_call(&sig);
+}
+
 void sm_faults_deliver(sched_t *s, smarm_msg_t *m)
+{
+  smarm_pid_t from = m->from;
+  deliver_signal(s, m);
+  if (smarm_pid_is_remote(from))
+    remote_handled(from);
+}
+
+static void deliver_signal(sched_t *s, smarm_msg_t *m)
 {
   actor_t *a = sm_sched_lookup(s, m->to);
   smarm_notice_t *n = notice_of(m);
@@ -709,7 +732,8 @@ int smarm_demonitor(smarm_ref_t ref, int flush)
 
 int smarm_msg_kind(const smarm_msg_t *msg) { return msg->kind; }
 
-int smarm_signal_outside(const smarm_signal_t *sig, const void *pid_bytes, size_t pid_size)
+REMOTE_PATH int smarm_signal_outside(const smarm_signal_t *sig, const void *pid_bytes,
+                                     size_t pid_size)
 {
   uint16_t kind = 0;
   for (size_t i = 0; i < NSIGNAL_KINDS; i++)

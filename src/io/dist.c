@@ -266,6 +266,16 @@ static int alias_copy(smarm_pid_t alias, char pid[PID_BYTES_MAX], size_t *n,
   return a != NULL;
 }
 
+/* One more ref of a remote pid that has one (its entry lives). */
+static void alias_repin(smarm_pid_t alias)
+{
+  pthread_mutex_lock(&aliases.lock);
+  alias_t *a = alias_at(alias);
+  if (a)
+    a->refs++;
+  pthread_mutex_unlock(&aliases.lock);
+}
+
 /* ---- Ties: links and monitors across the connection (IO thread) -----------------------------
 ** Each connection keeps the links and monitors between our actors and its node's processes,
 ** each holding a ref of its remote pid, so that when the connection ends every one of them ends
@@ -374,15 +384,7 @@ static int tie_add(conn_t *c, const tie_t *t)
     return -ENOMEM;
   if (t->rref_len)
     memcpy(u.rref, t->rref, t->rref_len);
-  pthread_mutex_lock(&aliases.lock);
-  alias_t *a = alias_at(t->alias);
-  if (a)
-    a->refs++;
-  pthread_mutex_unlock(&aliases.lock);
-  if (!a) {
-    free(u.rref);
-    return -ENOMEM; /* cannot happen: the caller holds a ref */
-  }
+  alias_repin(t->alias); /* the caller holds one: it lives */
   c->ties[c->nties++] = u;
   return 0;
 }
@@ -403,9 +405,15 @@ static int signal_in(int kind, smarm_pid_t local, smarm_pid_t alias, smarm_ref_t
   char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
   size_t n = 0;
   if (alias && !alias_copy(alias, pid, &n, nodename))
-    n = 0;
+    return -EINVAL;
+  /* the signal's own ref of its remote pid, until the core says SMARM_SIG_HANDLED: the records
+  ** it changes hold that pid until then (so an unlink in between still finds the link) */
+  alias_repin(alias);
   smarm_signal_t sig = {kind, alias, local, ref, code, reason, reason_len};
-  return smarm_signal_outside(&sig, pid, n);
+  int rc = smarm_signal_outside(&sig, pid, n);
+  if (rc < 0)
+    sm_dist_alias_unpin(alias);
+  return rc;
 }
 
 /* The connection has ended: every tie ends, our side hearing noconnection. */
@@ -790,7 +798,13 @@ static void on_signal(dist_req_t *r)
     k.remote_len = sm_etf_skip((const unsigned char *)pid, k.remote_len, 2, 1, &bad) - 2;
   }
   tie_t t = {TIE_LINK, g->from, g->to, g->ref, NULL, 0};
-  conn_t *c = conn_get(nodename);
+  /* a link, a monitor or exit/2 connects (as in Erlang); an unlink, a demonitor or our end
+  ** needs no connection that is gone: its ties ended with it */
+  int connects = g->kind == SMARM_SIG_LINK || g->kind == SMARM_SIG_MONITOR ||
+                 g->kind == SMARM_SIG_EXIT;
+  conn_t *c = connects ? conn_get(nodename) : conn_find(nodename);
+  if (!c && !connects)
+    return;
   if (!c) {
     if (g->kind == SMARM_SIG_LINK)
       signal_in(SMARM_SIG_EXIT_LINK, g->from, g->to, 0, SMARM_EXIT_NOCONNECTION, NULL, 0);

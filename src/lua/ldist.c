@@ -309,6 +309,10 @@ static const codec_event_fns_t event_fns = {decode_event, NULL};
 ** its bytes (sm_codec_data_to_etf). */
 static void remote_hook(const smarm_signal_t *sig)
 {
+  if (sig->kind == SMARM_SIG_HANDLED) { /* signal_in's pin (dist.c) */
+    sm_dist_alias_unpin(sig->from);
+    return;
+  }
   unsigned char *term = NULL;
   size_t len = 0;
   if (sig->reason == SMARM_EXIT_VALUE)
