@@ -595,9 +595,13 @@ typedef struct smarm_signal {
   size_t size;
 } smarm_signal_t;
 
-/* Called on the scheduler thread of the sending actor (the dying one, in its last moments), for
-** every signal to a remote pid and every WATCHED_DOWN; it must not block or call back into the
-** runtime, and copies what it keeps. NULL: such signals are dropped. Any thread, any time. */
+/* Called for every signal to a remote pid and every WATCHED_DOWN, on the scheduler thread of
+** the sending actor (the dying one, in its last moments), and with HANDLED on the receiver's
+** scheduler thread once a signal that came in through smarm_signal_outside with a remote
+** sender has been handled (its remote pid may be let go: no record it touched waits for it;
+** blocks still queued when a run ends get no HANDLED). It must not block or call back into the
+** runtime, and copies what it keeps. NULL: such signals are dropped. Set from any thread, any
+** time. */
 typedef void (*smarm_remote_hook_fn)(const smarm_signal_t *sig);
 SMARM_API void smarm_set_remote_hook(smarm_remote_hook_fn hook);
 

@@ -309,6 +309,7 @@ typedef struct conn {
   dist_req_t *waiters;   /* connect requests waiting for it (linked by base.next) */
   smarm_pid_t *watchers; /* who monitors the node: one entry per monitor */
   struct tie *ties;      /* links and monitors between our actors and the peer's processes */
+  struct job *connecting; /* the connect job that made it, until that job ends */
   size_t nties, ties_cap;
   size_t nwatchers, watchers_cap;
   int written;           /* something was written since the last tick */
@@ -323,6 +324,8 @@ typedef struct job {
   uv_work_t w;
   hs_self_t self;      /* the node's, copied for this handshake: jobs share nothing */
   int simultaneous;    /* connecting: the peer is connecting to us (sm_hs_connect) */
+  conn_t *conn;        /* connecting: the connection it made; NULL once that one is gone (a
+                          later one to the same peer is not this job's to fail) */
   int fd;              /* the result: the connection's descriptor, or -1 */
   char peer[DIST_NAME_MAX + 1];
   char error[DIST_NAME_MAX + 160];
@@ -517,6 +520,8 @@ static void on_conn_closed(uv_handle_t *h)
 
 static void conn_close(conn_t *c)
 {
+  if (c->connecting)
+    c->connecting->conn = NULL;
   conn_unlink(c);
   conn_gone(c);
   drop_pending(c);
@@ -1316,16 +1321,23 @@ static void connect_work(uv_work_t *w)
   job_t *j = (job_t *)w;
   j->fd = sm_hs_connect(j->peer, &j->self, HANDSHAKE_MS, j->error, sizeof j->error,
                         &j->simultaneous);
-  if (j->simultaneous) /* its connection is on the way: after_connect finds it up, or fails */
-    usleep(SIMULTANEOUS_WAIT_US);
+  /* its connection is on the way: after_connect finds it up, or fails; a stop cuts the wait
+  ** short (the pool's interrupt, io.h) */
+  for (int waited = 0; j->simultaneous && waited < SIMULTANEOUS_WAIT_US && !sm_io_interrupted();
+       waited += 10000)
+    usleep(10000);
 }
 
 static void after_connect(uv_work_t *w, int status)
 {
   job_t *j = (job_t *)w;
-  /* by name: the connection may have closed meanwhile (the stop, a peer that called us and
-  ** went), or be up already (the peer called us at the same time: that one stays) */
-  conn_t *c = node.started && status == 0 ? conn_find(j->peer) : NULL;
+  /* the connection it made: gone meanwhile (the stop, a peer that called us and went: NULL), or
+  ** up already (the peer called us at the same time: that one stays) */
+  conn_t *c = j->conn;
+  if (c)
+    c->connecting = NULL;
+  if (!node.started || status != 0)
+    c = NULL;
   if (!c || c->up) {
     if (j->fd >= 0)
       close(j->fd);
@@ -1360,6 +1372,8 @@ static conn_t *conn_get(const char *peer)
     free(j);
     return NULL;
   }
+  j->conn = c;
+  c->connecting = j;
   return c;
 }
 
