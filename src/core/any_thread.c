@@ -193,6 +193,22 @@ int smarm_wake_many(const smarm_pid_t *pids, const uint64_t *tokens, size_t n)
   return rc;
 }
 
+int sm_runtime_push_outside(smarm_msg_t *m)
+{
+  runtime_t *rt = sm_runtime_enter();
+  if (!rt)
+    return -ESRCH;
+  unsigned k = smarm_pid_sched(m->to);
+  if (k >= rt->nsched) {
+    sm_runtime_leave();
+    return -ESRCH;
+  }
+  m->next = NULL;
+  sm_inbox_push_chain(&rt->scheds[k].inbox, m, m);
+  sm_runtime_leave();
+  return 0;
+}
+
 /* Pushes msg onto the receiver's scheduler's inbox as one item: that scheduler delivers it as it
 ** delivers another scheduler's message (intersched.c, MSG_USER). The inbox keeps one producer's
 ** pushes in order, so one thread's messages to one receiver keep theirs. */
@@ -200,19 +216,8 @@ int smarm_send_outside(smarm_pid_t to, smarm_msg_t *msg)
 {
   if (!msg || smarm_pid_gen(to) == 0)
     return -EINVAL;
-  runtime_t *rt = sm_runtime_enter();
-  if (!rt)
-    return -ESRCH;
-  unsigned k = smarm_pid_sched(to);
-  if (k >= rt->nsched) {
-    sm_runtime_leave();
-    return -ESRCH;
-  }
   msg->kind = MSG_USER;
   msg->from = 0;
   msg->to = to;
-  msg->next = NULL;
-  sm_inbox_push_chain(&rt->scheds[k].inbox, msg, msg);
-  sm_runtime_leave();
-  return 0;
+  return sm_runtime_push_outside(msg);
 }

@@ -212,13 +212,21 @@ static void monitor_remove(sched_t *s, int watching, monitor_t *m)
 
 static smarm_notice_t *notice_of(smarm_msg_t *m) { return (smarm_notice_t *)m->data; }
 
-/* A signal block: a notice (pid, ref, reason) and the reason's bytes. NULL when out of memory. */
-static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
-                               smarm_ref_t ref, int code, const void *data, size_t size)
+/* Whether a reason of that code has bytes (SMARM_EXIT_VALUE's value, SMARM_EXIT_TERM's term). */
+static int reason_has_bytes(int code)
 {
-  if (code != SMARM_EXIT_VALUE && code != SMARM_EXIT_TERM)
+  return code == SMARM_EXIT_VALUE || code == SMARM_EXIT_TERM;
+}
+
+/* A signal block: a notice (pid, ref, reason), the reason's bytes, and room for `extra` more
+** (smarm_signal_outside: the sender's pid). NULL when out of memory. */
+static smarm_msg_t *signal_block(uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
+                                 smarm_ref_t ref, int code, const void *data, size_t size,
+                                 size_t extra)
+{
+  if (!reason_has_bytes(code))
     size = 0;
-  smarm_msg_t *m = sm_msg_new(kind, sizeof(smarm_notice_t) + size);
+  smarm_msg_t *m = sm_msg_new(kind, sizeof(smarm_notice_t) + size + extra);
   if (!m)
     return NULL;
   m->to = to;
@@ -231,6 +239,12 @@ static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, 
   if (size)
     memcpy(n + 1, data, size);
   return m;
+}
+
+static smarm_msg_t *signal_new(uint16_t kind, smarm_pid_t to, smarm_pid_t from, smarm_pid_t pid,
+                               smarm_ref_t ref, int code, const void *data, size_t size)
+{
+  return signal_block(kind, to, from, pid, ref, code, data, size, 0);
 }
 
 /* ---- Processes of other nodes ---------------------------------------------------------------
@@ -308,7 +322,7 @@ static void signal_post(sched_t *s, uint16_t kind, smarm_pid_t to, smarm_pid_t f
   smarm_msg_t *m = signal_new(kind, to, from, pid, ref, code, data, size);
   if (!m && kind == SIG_DEMONITOR)
     return;
-  if (!m && (code == SMARM_EXIT_VALUE || code == SMARM_EXIT_TERM))
+  if (!m && reason_has_bytes(code))
     m = signal_new(kind, to, from, pid, ref, SMARM_EXIT_NOMEM, NULL, 0);
   SMARM_CHECK(m != NULL, "out of memory sending a link or monitor signal");
   signal_send(s, m);
@@ -319,7 +333,7 @@ static int store_reason(actor_t *a, int code, const void *data, size_t size)
 {
   actor_faults_t *f = sm_faults_of(a);
   void *copy = NULL;
-  if (code != SMARM_EXIT_VALUE && code != SMARM_EXIT_TERM)
+  if (!reason_has_bytes(code))
     size = 0;
   if (!f || (size && !(copy = sm_alloc(SM_ALLOC_FAULTS, size)))) {
     free(copy);
@@ -742,36 +756,14 @@ REMOTE_PATH int smarm_signal_outside(const smarm_signal_t *sig, const void *pid_
   if (!kind || smarm_pid_gen(sig->to) == 0 || smarm_pid_is_remote(sig->to) ||
       !sm_faults_valid_reason(sig->reason, sig->data, sig->size) || pid_size > UINT32_MAX)
     return -EINVAL;
-  size_t size = sig->reason == SMARM_EXIT_VALUE || sig->reason == SMARM_EXIT_TERM ? sig->size : 0;
-  smarm_msg_t *m = signal_new(kind, sig->to, sig->from, sig->from, sig->ref, sig->reason, NULL, 0);
-  if (m && (size || pid_size)) { /* the notice, the reason, the pid: one block */
-    smarm_msg_t *big = sm_msg_new(kind, sizeof(smarm_notice_t) + size + pid_size);
-    if (big) {
-      big->to = m->to;
-      big->from = m->from;
-      memcpy(big->data, m->data, sizeof(smarm_notice_t));
-      smarm_notice_t *n = notice_of(big);
-      n->size = (uint32_t)size;
-      if (size)
-        memcpy(n + 1, sig->data, size);
-      if (pid_size)
-        memcpy((char *)(n + 1) + size, pid_bytes, pid_size);
-    }
-    sm_msg_release(m);
-    m = big;
-  }
+  smarm_msg_t *m = signal_block(kind, sig->to, sig->from, sig->from, sig->ref, sig->reason,
+                                sig->data, sig->size, pid_size);
   if (!m)
     return -ENOMEM;
-  runtime_t *rt = sm_runtime_enter();
-  unsigned k = smarm_pid_sched(sig->to);
-  if (!rt || k >= rt->nsched) {
-    if (rt)
-      sm_runtime_leave();
+  if (pid_size) /* after the reason: the notice's pid (smarm.h, smarm_notice_t) */
+    memcpy((char *)m->data + m->size - pid_size, pid_bytes, pid_size);
+  int rc = sm_runtime_push_outside(m);
+  if (rc < 0)
     sm_msg_release(m);
-    return -ESRCH;
-  }
-  m->next = NULL;
-  sm_inbox_push_chain(&rt->scheds[k].inbox, m, m);
-  sm_runtime_leave();
-  return 0;
+  return rc;
 }

@@ -44,6 +44,11 @@ void sm_runtime_leave(void);
 void sm_runtime_publish(runtime_t *rt);
 void sm_runtime_unpublish(void);
 
+/* From any thread: pushes m (its kind, to and from set) onto the inbox of m->to's scheduler in
+** the running runtime, as one item. 0, or -ESRCH (no runtime runs, or none of its schedulers
+** is m->to's): the caller keeps m. */
+int sm_runtime_push_outside(smarm_msg_t *m);
+
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void sm_runtime_request_stop(runtime_t *rt);
 

@@ -116,8 +116,7 @@ typedef struct alias {
   uint32_t refs; /* ties and pins; 0: free */
   uint32_t next; /* the next in its bucket, or in the free list: slot + 1 (0: none) */
   size_t n;
-  char pid[PID_BYTES_MAX];
-  char node[DIST_NAME_MAX + 1];
+  char pid[PID_BYTES_MAX]; /* its node: pid_node */
 } alias_t;
 
 static struct {
@@ -177,7 +176,7 @@ static int pid_node(const char *p, size_t n, char node[DIST_NAME_MAX + 1])
 }
 
 /* Finds or makes the remote pid of those bytes and adds a ref (lock held); 0: out of room. */
-static smarm_pid_t alias_ref_bytes(const char *p, size_t n, const char *node)
+static smarm_pid_t alias_ref_bytes(const char *p, size_t n)
 {
   uint32_t b = alias_hash(p, n);
   for (uint32_t i = aliases.buckets[b]; i; i = aliases.slots[i - 1].next) {
@@ -210,7 +209,6 @@ static smarm_pid_t alias_ref_bytes(const char *p, size_t n, const char *node)
   a->refs = 1;
   a->n = n;
   memcpy(a->pid, p, n);
-  snprintf(a->node, sizeof a->node, "%s", node);
   a->next = aliases.buckets[b];
   aliases.buckets[b] = slot + 1;
   return alias_pid(slot);
@@ -239,41 +237,42 @@ smarm_pid_t sm_dist_alias_pin(const char *pid, size_t n)
   if (!atomic_load_explicit(&identity_up, memory_order_acquire) || !pid_node(pid, n, nodename))
     return 0;
   pthread_mutex_lock(&aliases.lock);
-  smarm_pid_t alias = alias_ref_bytes(pid, n, nodename);
+  smarm_pid_t alias = alias_ref_bytes(pid, n);
   pthread_mutex_unlock(&aliases.lock);
   return alias;
 }
 
 void sm_dist_alias_unpin(smarm_pid_t alias)
 {
+  if (!smarm_pid_is_remote(alias))
+    return; /* a pid of ours: nothing pinned */
   pthread_mutex_lock(&aliases.lock);
   alias_unref_locked(alias);
   pthread_mutex_unlock(&aliases.lock);
 }
 
-/* Copies what alias stands for: its bytes and node; 0 when it names nobody now. */
-static int alias_copy(smarm_pid_t alias, char pid[PID_BYTES_MAX], size_t *n,
-                      char node[DIST_NAME_MAX + 1])
+/* Copies what alias stands for: its bytes; 0 when it names nobody now. */
+static int alias_copy(smarm_pid_t alias, char pid[PID_BYTES_MAX], size_t *n)
 {
   pthread_mutex_lock(&aliases.lock);
   alias_t *a = alias_at(alias);
   if (a) {
     memcpy(pid, a->pid, a->n);
     *n = a->n;
-    memcpy(node, a->node, sizeof a->node);
   }
   pthread_mutex_unlock(&aliases.lock);
   return a != NULL;
 }
 
-/* One more ref of a remote pid that has one (its entry lives). */
-static void alias_repin(smarm_pid_t alias)
+/* One more ref of a remote pid: 1, or 0 when it names nobody now. */
+static int alias_repin(smarm_pid_t alias)
 {
   pthread_mutex_lock(&aliases.lock);
   alias_t *a = alias_at(alias);
   if (a)
     a->refs++;
   pthread_mutex_unlock(&aliases.lock);
+  return a != NULL;
 }
 
 /* ---- Ties: links and monitors across the connection (IO thread) -----------------------------
@@ -387,7 +386,10 @@ static int tie_add(conn_t *c, const tie_t *t)
     return -ENOMEM;
   if (t->rref_len)
     memcpy(u.rref, t->rref, t->rref_len);
-  alias_repin(t->alias); /* the caller holds one: it lives */
+  if (!alias_repin(t->alias)) { /* cannot happen: the caller holds a ref */
+    free(u.rref);
+    return -EINVAL;
+  }
   c->ties[c->nties++] = u;
   return 0;
 }
@@ -405,13 +407,14 @@ static void tie_drop(conn_t *c, size_t i)
 static int signal_in(int kind, smarm_pid_t local, smarm_pid_t alias, smarm_ref_t ref, int code,
                       const char *reason, size_t reason_len)
 {
-  char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
+  char pid[PID_BYTES_MAX];
   size_t n = 0;
-  if (alias && !alias_copy(alias, pid, &n, nodename))
-    return -EINVAL;
   /* the signal's own ref of its remote pid, until the core says SMARM_SIG_HANDLED: the records
   ** it changes hold that pid until then (so an unlink in between still finds the link) */
-  alias_repin(alias);
+  if (!alias_repin(alias) || !alias_copy(alias, pid, &n)) {
+    sm_dist_alias_unpin(alias);
+    return -EINVAL;
+  }
   smarm_signal_t sig = {kind, alias, local, ref, code, reason, reason_len};
   int rc = smarm_signal_outside(&sig, pid, n);
   if (rc < 0)
@@ -722,11 +725,15 @@ static int x_reason(ei_x_buff *x, int code, const char *term, size_t len)
   return ei_x_encode_atom(x, name);
 }
 
-/* One control message: {op, Local, Remote}, our pid and the remote pid (its bytes), then the
-** ref (ours, or the peer's bytes) and the reason when it has them. */
+/* One control message: {op, [Id,] First, Remote [, Ref] [, Reason]}: First our pid, or a pid or
+** name as the peer gave it; Remote the remote pid's bytes; the ref ours or the peer's bytes. */
 typedef struct ctrl {
   long op;
-  smarm_pid_t local;
+  int has_id;
+  uint64_t id;                     /* UNLINK_ID and its ack: right after the op */
+  smarm_pid_t local;               /* First: our pid... */
+  const char *first;               /* ...or these bytes, when set */
+  size_t first_len;
   const char *remote;
   size_t remote_len;
   int has_ref;
@@ -744,13 +751,15 @@ static void send_ctrl(conn_t *c, const ctrl_t *k)
   ei_x_buff x;
   if (ei_x_new_with_version(&x) < 0)
     return;
-  int arity = 3 + (k->has_ref != 0) + (k->has_reason != 0);
+  int arity = 3 + (k->has_id != 0) + (k->has_ref != 0) + (k->has_reason != 0);
   /* in the tuple's order: each call appends */
   int rc = ei_x_encode_tuple_header(&x, arity);
   if (rc == 0)
     rc = ei_x_encode_long(&x, k->op);
+  if (rc == 0 && k->has_id)
+    rc = ei_x_encode_ulonglong(&x, k->id);
   if (rc == 0)
-    rc = x_local_pid(&x, k->local);
+    rc = k->first ? ei_x_append_buf(&x, k->first, (int)k->first_len) : x_local_pid(&x, k->local);
   if (rc == 0)
     rc = ei_x_append_buf(&x, k->remote, (int)k->remote_len);
   if (rc == 0 && k->has_ref)
@@ -773,7 +782,7 @@ static void on_signal(dist_req_t *r)
   k.term = r->packet;
   k.term_len = r->packet_len;
   if (g->kind == SMARM_SIG_WATCHED_DOWN) { /* {21, FromProc, ToPid, Ref, Reason} */
-    char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
+    char pid[PID_BYTES_MAX];
     k.op = DIST_OP_MONITOR_P_EXIT;
     k.has_ref = k.has_reason = 1;
     for (conn_t *c = node.conns; c; c = c->next)
@@ -781,7 +790,7 @@ static void on_signal(dist_req_t *r)
         tie_t *t = &c->ties[i];
         if (t->kind != TIE_WATCHED || t->local != g->from)
           continue;
-        if (alias_copy(t->alias, pid, &k.remote_len, nodename)) {
+        if (alias_copy(t->alias, pid, &k.remote_len)) {
           k.remote = pid;
           k.rref = t->rref;
           k.rref_len = t->rref_len;
@@ -792,7 +801,7 @@ static void on_signal(dist_req_t *r)
     return;
   }
   char pid[PID_BYTES_MAX], nodename[DIST_NAME_MAX + 1];
-  if (!alias_copy(g->to, pid, &k.remote_len, nodename))
+  if (!alias_copy(g->to, pid, &k.remote_len) || !pid_node(pid, k.remote_len, nodename))
     return; /* its ties ended meanwhile: it names nobody */
   k.remote = pid;
   if ((unsigned char)pid[0] == ETF_SMALL_TUPLE) { /* {Name, Node}: monitors name Name there */
@@ -829,17 +838,12 @@ static void on_signal(dist_req_t *r)
   case SMARM_SIG_UNLINK: { /* {35, Id, From, To} (handshake.c: we link with unlink ids); the
                             ** ack that comes back says nothing we need */
     static uint64_t unlink_id;
-    ei_x_buff x;
     if ((i = tie_find(c, &t)) >= 0)
       tie_drop(c, (size_t)i);
-    if (ei_x_new_with_version(&x) < 0)
-      return;
-    if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_UNLINK_ID) == 0 &&
-        ei_x_encode_ulonglong(&x, ++unlink_id) == 0 && x_local_pid(&x, g->from) == 0 &&
-        ei_x_append_buf(&x, pid, (int)k.remote_len) == 0)
-      send_control(c, &x);
-    ei_x_free(&x);
-    return;
+    k.op = DIST_OP_UNLINK_ID;
+    k.has_id = 1;
+    k.id = ++unlink_id;
+    break;
   }
   case SMARM_SIG_EXIT_LINK: /* our actor ended: the link's other end hears, if it still is one */
     if ((i = tie_find(c, &t)) < 0)
@@ -921,18 +925,6 @@ static int reason_in(const char *p, int at, int end, char **term, size_t *len)
   return SMARM_EXIT_TERM;
 }
 
-/* The remote pid of a pid term for a new tie (a ref the caller drops), or 0. */
-static smarm_pid_t alias_of(const char *s, size_t n)
-{
-  char nodename[DIST_NAME_MAX + 1];
-  if (!pid_node(s, n, nodename))
-    return 0;
-  pthread_mutex_lock(&aliases.lock);
-  smarm_pid_t alias = alias_ref_bytes(s, n, nodename);
-  pthread_mutex_unlock(&aliases.lock);
-  return alias;
-}
-
 /* A control message with no message after it (links, exits, monitors), whole in p[0..n); `at`
 ** is past its op. */
 static void on_control(conn_t *c, const char *p, int at, int n, long op, int arity)
@@ -958,10 +950,11 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
     int ref_at = to_at;
     if (ei_skip_term(p, &to_at) < 0 || to_at != n)
       return;
-    smarm_pid_t alias = alias_of(from, from_len);
+    smarm_pid_t alias = sm_dist_alias_pin(from, from_len);
     if (!alias)
       return;
     tie_t t = {TIE_WATCHED, local, alias, 0, (char *)p + ref_at, (size_t)(n - ref_at)};
+    int tied = 0;
     if (op == DIST_OP_DEMONITOR_P) { /* by its ref: a name may have changed hands since */
       for (size_t i = 0; i < c->nties; i++) {
         tie_t *u = &c->ties[i];
@@ -973,30 +966,25 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
       }
     } else if (local && tie_add(c, &t) == 0) {
       smarm_signal_t sig = {SMARM_SIG_WATCH, 0, local, 0, SMARM_EXIT_NORMAL, NULL, 0};
+      tied = 1;
       if (smarm_signal_outside(&sig, NULL, 0) < 0) { /* a pid of no scheduler of ours */
         ptrdiff_t i = tie_find(c, &t);
         if (i >= 0)
           tie_drop(c, (size_t)i);
         local = 0;
+        tied = 0;
       }
-    } else if (local) { /* out of memory: DOWN, nomem */
-      ctrl_t k = {DIST_OP_MONITOR_P_EXIT, local, from, from_len, 1, 0, t.rref, t.rref_len,
-                  1, SMARM_EXIT_NOMEM, NULL, 0};
-      send_ctrl(c, &k);
     }
-    if (op == DIST_OP_MONITOR_P && !local) { /* nobody by that name or pid: DOWN, noproc, with
-                                             ** FromProc the name or pid it asked for */
-      ei_x_buff x;
-      if (ei_x_new_with_version(&x) == 0) {
-        if (ei_x_encode_tuple_header(&x, 5) == 0 &&
-            ei_x_encode_long(&x, DIST_OP_MONITOR_P_EXIT) == 0 &&
-            ei_x_append_buf(&x, p + at, ref_at - at) == 0 &&
-            ei_x_append_buf(&x, from, (int)from_len) == 0 &&
-            ei_x_append_buf(&x, t.rref, (int)t.rref_len) == 0 &&
-            ei_x_encode_atom(&x, "noproc") == 0)
-          send_control(c, &x);
-        ei_x_free(&x);
+    if (op == DIST_OP_MONITOR_P && !tied) { /* {21, FromProc, ToPid, Ref, Reason}: nomem, or
+                                            ** noproc with FromProc as it asked (name or pid) */
+      ctrl_t k = {.op = DIST_OP_MONITOR_P_EXIT, .local = local, .remote = from,
+                  .remote_len = from_len, .has_ref = 1, .rref = t.rref, .rref_len = t.rref_len,
+                  .has_reason = 1, .code = local ? SMARM_EXIT_NOMEM : SMARM_EXIT_NOPROC};
+      if (!local) {
+        k.first = p + at;
+        k.first_len = (size_t)(ref_at - at);
       }
+      send_ctrl(c, &k);
     }
     sm_dist_alias_unpin(alias);
     return;
@@ -1033,14 +1021,9 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
           : ei_skip_term(p, &at) < 0 || at != n)
     return;
   if (op == DIST_OP_UNLINK_ID) { /* acknowledged at once: {36, Id, From, To}, we being From */
-    ei_x_buff x;
-    if (ei_x_new_with_version(&x) == 0) {
-      if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_UNLINK_ID_ACK) == 0 &&
-          ei_x_encode_ulonglong(&x, id) == 0 && ei_x_append_buf(&x, to, (int)to_len) == 0 &&
-          ei_x_append_buf(&x, from, (int)from_len) == 0)
-        send_control(c, &x);
-      ei_x_free(&x);
-    }
+    ctrl_t k = {.op = DIST_OP_UNLINK_ID_ACK, .has_id = 1, .id = id, .first = to,
+                .first_len = to_len, .remote = from, .remote_len = from_len};
+    send_ctrl(c, &k);
   }
   if (op == DIST_OP_MONITOR_P_EXIT) {
     for (size_t i = 0; i < c->nties; i++) {
@@ -1057,32 +1040,25 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
     }
     return;
   }
-  smarm_pid_t alias = alias_of(from, from_len);
+  smarm_pid_t alias = sm_dist_alias_pin(from, from_len);
   if (!alias)
     return;
   tie_t t = {TIE_LINK, local, alias, 0, NULL, 0};
   ptrdiff_t i = tie_find(c, &t);
   switch (op) {
-  case DIST_OP_LINK:
-    if (!local) { /* an actor of an earlier run, or none: the link fails at once */
-      ei_x_buff x; /* {3, To, From, noproc}: To is a pid of ours, but not a live one */
-      if (ei_x_new_with_version(&x) == 0) {
-        if (ei_x_encode_tuple_header(&x, 4) == 0 && ei_x_encode_long(&x, DIST_OP_EXIT) == 0 &&
-            ei_x_append_buf(&x, to, (int)to_len) == 0 &&
-            ei_x_append_buf(&x, from, (int)from_len) == 0 && ei_x_encode_atom(&x, "noproc") == 0)
-          send_control(c, &x);
-        ei_x_free(&x);
-      }
-    } else if ((i >= 0 || tie_add(c, &t) == 0) &&
-               signal_in(SMARM_SIG_LINK, local, alias, 0, SMARM_EXIT_NORMAL, NULL, 0) < 0) {
-      /* a pid of no scheduler of ours: the link ends at once, noproc */
-      if ((i = tie_find(c, &t)) >= 0)
-        tie_drop(c, (size_t)i);
-      ctrl_t k = {DIST_OP_EXIT, local, from, from_len, 0, 0, NULL, 0, 1, SMARM_EXIT_NOPROC,
-                  NULL, 0};
-      send_ctrl(c, &k);
-    }
+  case DIST_OP_LINK: {
+    if (local && (i >= 0 || tie_add(c, &t) == 0) &&
+        signal_in(SMARM_SIG_LINK, local, alias, 0, SMARM_EXIT_NORMAL, NULL, 0) == 0)
+      break;
+    /* an actor of an earlier run, none, or a pid of no scheduler of ours: the link fails at
+    ** once, {3, To, From, noproc} (To as it came) */
+    if ((i = tie_find(c, &t)) >= 0)
+      tie_drop(c, (size_t)i);
+    ctrl_t k = {.op = DIST_OP_EXIT, .first = to, .first_len = to_len, .remote = from,
+                .remote_len = from_len, .has_reason = 1, .code = SMARM_EXIT_NOPROC};
+    send_ctrl(c, &k);
     break;
+  }
   case DIST_OP_UNLINK:
   case DIST_OP_UNLINK_ID:
     if (i >= 0) {
@@ -1658,15 +1634,8 @@ static void register_stop(void) { sm_io_on_stop(stop_all); }
 
 void sm_dist_signal(const smarm_signal_t *sig, const char *reason, size_t len)
 {
-  if (sig->kind != SMARM_SIG_WATCHED_DOWN) { /* the remote pid lives until the IO thread's turn */
-    pthread_mutex_lock(&aliases.lock);
-    alias_t *a = alias_at(sig->to);
-    if (a)
-      a->refs++;
-    pthread_mutex_unlock(&aliases.lock);
-    if (!a)
-      return; /* its ties ended: it names nobody now */
-  }
+  if (sig->kind != SMARM_SIG_WATCHED_DOWN && !alias_repin(sig->to))
+    return; /* its ties ended: it names nobody now (else it lives until the IO thread's turn) */
   dist_req_t *r = sm_dist_req_new(DIST_SIGNAL);
   if (r && reason && (r->packet = malloc(len)))
     memcpy(r->packet, reason, len);

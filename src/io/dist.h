@@ -82,8 +82,9 @@ int sm_dist_identity(const char **name, size_t *len, uint32_t *creation);
 ** generation changes), so a record that outlived its entry names nobody.
 ** sm_dist_alias_pin: the remote pid of the pid whose bytes (the external format, without the
 ** version byte) are pid[0..n), found or made, pinned until sm_dist_alias_unpin (which the caller
-** calls once the core holds it: after smarm_link, smarm_monitor...). 0 when this runtime is no
-** node, the bytes are no pid of another node, or memory ran out. */
+** calls once the core holds it: after smarm_link, smarm_monitor...; a pid that is not remote
+** passes through it untouched). 0 when this runtime is no node, the bytes are no pid of another
+** node, or memory ran out. */
 smarm_pid_t sm_dist_alias_pin(const char *pid, size_t n);
 void sm_dist_alias_unpin(smarm_pid_t alias);
 

@@ -16,6 +16,7 @@
 #include "lpid.h"
 #include "lterm.h"
 #include "lvm.h"
+#include "util/etf.h"
 
 #include <lauxlib.h>
 
@@ -163,10 +164,10 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
   lvm_push_str(L, vm, LVM_STR_PID);
   const char *remote = (const char *)(n + 1) + n->size;
   size_t remote_size = smarm_msg_size(m) - sizeof *n - n->size; /* smarm.h: the sender's pid */
-  if (remote_size && (unsigned char)remote[0] == 104) { /* {Name, Node}: a monitor by name */
+  if (remote_size && (unsigned char)remote[0] == ETF_SMALL_TUPLE) { /* {Name, Node}: by name */
     char term[1 + 2 + 2 * (3 + 255)];
     if (remote_size < sizeof term) {
-      term[0] = (char)131; /* the version byte the decoder wants */
+      term[0] = (char)ETF_VERSION; /* the version byte the decoder wants */
       memcpy(term + 1, remote, remote_size);
       sm_lterm_decode(L, term, 1 + remote_size, "a DOWN's name");
     } else {
@@ -224,13 +225,14 @@ static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
                     (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) | 1)
 
 /* A target of a link, monitor or exit signal: also a pid of another node, as its remote pid,
-** pinned (*pinned: unpin once the core holds it), and with by_name (monitor), { name, node }. */
+** pinned (the caller unpins it once the core holds it: sm_dist_alias_unpin, which a pid of ours
+** passes through), and with by_name (monitor), { name, node }. */
 static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must_live,
-                              int by_name_ok, smarm_pid_t *pinned)
+                              int by_name_ok)
 {
   const char *node, *bytes;
   size_t n;
-  *pinned = 0;
+  smarm_pid_t pinned;
   int by_name = by_name_ok && lua_istable(L, idx) && sm_ldist_is_target(L, idx);
   if (by_name) { /* { name, node }: a monitor by name, Erlang's {Name, Node} */
     lua_rawgeti(L, idx, 2);
@@ -256,14 +258,14 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);
     sm_lterm_encode(L, -1, "target");
     bytes = lua_tolstring(L, -1, &n);
-    *pinned = sm_dist_alias_pin(bytes + 1, n - 1);
+    pinned = sm_dist_alias_pin(bytes + 1, n - 1);
     lua_pop(L, 2);
-    if (!*pinned)
+    if (!pinned)
       luaL_error(L, "smarm.%s: %s", fname,
                  sm_dist_identity(&node, &n, &(uint32_t){0})
                      ? "not enough memory"
                      : "this runtime is not a node (smarm.node.start)");
-    return *pinned;
+    return pinned;
   }
   if (sm_lterm_pid_node(L, idx, &node, &n)) {
     const char *self_name;
@@ -274,9 +276,9 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
     if (n == self_len && memcmp(node, self_name, n) == 0)
       return by_name_ok ? 0 : NOBODY_PID; /* a pid of this node's earlier run: dead, noproc */
     sm_lterm_to_blob(L, idx, &bytes, &n);
-    if (!(*pinned = sm_dist_alias_pin(bytes, n)))
+    if (!(pinned = sm_dist_alias_pin(bytes, n)))
       luaL_error(L, "smarm.%s: not enough memory", fname);
-    return *pinned;
+    return pinned;
   }
   return must_live ? check_live_target(L, idx, fname) : sm_lfaults_check_target(L, idx);
 }
@@ -307,15 +309,13 @@ static int l_is_ref(lua_State *L)
 static int l_link(lua_State *L)
 {
   sm_lpark_actor(L, "link");
-  smarm_pid_t pinned;
-  smarm_pid_t pid = tie_target(L, 1, "link", 0, 0, &pinned);
+  smarm_pid_t pid = tie_target(L, 1, "link", 0, 0);
   if (!pid) /* a name nobody holds: Erlang's badarg */
     return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
   if (pid == smarm_self())
     return 0; /* Erlang: linking to oneself does nothing */
   int rc = smarm_link(pid);
-  if (pinned)
-    sm_dist_alias_unpin(pinned);
+  sm_dist_alias_unpin(pid);
   if (rc < 0)
     return raise_errno(L, "link", rc);
   return 0;
@@ -324,11 +324,9 @@ static int l_link(lua_State *L)
 static int l_unlink(lua_State *L)
 {
   sm_lpark_actor(L, "unlink");
-  smarm_pid_t pinned;
-  smarm_pid_t pid = tie_target(L, 1, "unlink", 1, 0, &pinned);
+  smarm_pid_t pid = tie_target(L, 1, "unlink", 1, 0);
   int rc = smarm_unlink(pid);
-  if (pinned)
-    sm_dist_alias_unpin(pinned);
+  sm_dist_alias_unpin(pid);
   if (rc < 0)
     return raise_errno(L, "unlink", rc);
   return 0;
@@ -347,21 +345,18 @@ static int l_exit_signal(lua_State *L)
 {
   sm_lpark_actor(L, "exit");
   luaL_checkany(L, 2);
-  smarm_pid_t pinned;
-  smarm_pid_t pid = tie_target(L, 1, "exit", 1, 0, &pinned);
+  smarm_pid_t pid = tie_target(L, 1, "exit", 1, 0);
   if (pid == smarm_self())
     sm_lpark_check(L, "exit");
   smarm_msg_t *block;
   int code = sm_lfaults_encode_reason(L, 2, &block);
   if (code == SMARM_EXIT_VALUE && !block) {
-    if (pinned)
-      sm_dist_alias_unpin(pinned);
+    sm_dist_alias_unpin(pid);
     return luaL_error(L, "not enough memory");
   }
   int rc = smarm_exit_signal(pid, code, block ? smarm_msg_data(block) : NULL,
                              block ? smarm_msg_size(block) : 0);
-  if (pinned)
-    sm_dist_alias_unpin(pinned);
+  sm_dist_alias_unpin(pid);
   smarm_msg_free(block);
   if (rc < 0)
     return raise_errno(L, "exit", rc);
@@ -371,13 +366,11 @@ static int l_exit_signal(lua_State *L)
 static int l_kill(lua_State *L)
 {
   sm_lpark_actor(L, "kill");
-  smarm_pid_t pinned;
-  smarm_pid_t pid = tie_target(L, 1, "kill", 1, 0, &pinned);
+  smarm_pid_t pid = tie_target(L, 1, "kill", 1, 0);
   if (pid == smarm_self())
     sm_lpark_check(L, "kill");
   int rc = smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0);
-  if (pinned)
-    sm_dist_alias_unpin(pinned);
+  sm_dist_alias_unpin(pid);
   if (rc < 0)
     return raise_errno(L, "kill", rc);
   return 0;
@@ -388,8 +381,7 @@ static int l_kill(lua_State *L)
 static int l_monitor(lua_State *L)
 {
   sm_lpark_actor(L, "monitor");
-  smarm_pid_t pinned;
-  smarm_pid_t pid = tie_target(L, 1, "monitor", 0, 1, &pinned);
+  smarm_pid_t pid = tie_target(L, 1, "monitor", 0, 1);
   smarm_ref_t ref;
   if (!pid) {
     /* A name nobody holds: DOWN with noproc at once, as a message of our own (no monitor). */
@@ -411,8 +403,7 @@ static int l_monitor(lua_State *L)
     return 1;
   }
   int rc = smarm_monitor(pid, &ref);
-  if (pinned)
-    sm_dist_alias_unpin(pinned);
+  sm_dist_alias_unpin(pid);
   if (rc < 0)
     return raise_errno(L, "monitor", rc);
   sm_lsmarm_push_new_ref(L, ref);
