@@ -25,6 +25,7 @@
 #include "vclock.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -504,21 +505,34 @@ void sm_sched_park(sched_t *s, actor_t *self)
 
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
 
+/* After spinning this long, the spin gives its CPU to any other runnable thread (sched_yield)
+** between its looks at the inbox. A spinner holds a CPU that the thread it waits for may need:
+** with the IO thread and two schedulers on two vCPUs, or an Erlang node beside a scheduler, the
+** woken thread waited for the spinner's time slice to end (Linux's EEVDF does not preempt a
+** running thread for a woken one at once). Yielding took a TCP round trip between two actors of
+** two schedulers from 132 to 22-31 us and a round trip to an Erlang node from a bimodal 41 or
+** 95 us to 42-44 us (docs/perf.md). The first microseconds stay a pure spin: the waits of a
+** cross-scheduler ping-pong are shorter, and a yield is a system call. */
+#define SPIN_YIELD_AFTER_NS 5000
+
 /* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
-** spinning scheduler answers in about a hundred nanoseconds), then park until `t` (the earliest
-** deadline on the real clock, or NULL) or a stack trim is due. Returns early when the inbox gets
-** something or `t` passes. */
+** spinning scheduler answers in about a hundred nanoseconds), yielding after SPIN_YIELD_AFTER_NS,
+** then park until `t` (the earliest deadline on the real clock, or NULL) or a stack trim is due.
+** Returns early when the inbox gets something or `t` passes. */
 static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t now,
                                                         const deadline_t *t)
 {
-  int64_t spin_end = now + s->spin_ns;
+  int64_t spin_end = now + s->spin_ns, yield_from = now + SPIN_YIELD_AFTER_NS;
   if (t && spin_end > t->deadline)
     spin_end = t->deadline;
   for (unsigned i = 1; now < spin_end; i++) {
     if (inbox_maybe_nonempty(&s->inbox))
       return;
-    if ((i & 63) == 0)
+    if ((i & 63) == 0) {
       now = smarm_now_ns();
+      if (now >= yield_from)
+        sched_yield();
+    }
   }
   int64_t timeout = -1;
   if (t) {
