@@ -13,13 +13,10 @@
 **    (they return -EPERM, or do nothing for void functions, elsewhere).
 **  - Times are nanoseconds on CLOCK_MONOTONIC. A timeout of SMARM_FOREVER (or any negative
 **    value, or one so large its deadline would pass INT64_MAX) waits without end; 0 polls.
-**  - Memory on an actor's stack belongs to that actor alone: never hand another actor or thread
-**    a pointer into it (as a spawn argument, inside a message) across a receive, sleep or spawn
-**    on another scheduler. When actors outnumber the runtime's guarded stacks, and when an actor
-**    waits there across two idle passes of its scheduler (a second or two), its stack bytes are
-**    moved to the heap while it is parked (docs/design.md, "Stacks"). smarm_await alone keeps
-**    the stack in place while slots suffice (its waker may share state there). Use heap or
-**    static memory for shared state.
+**  - Memory on an actor's stack belongs to that actor alone: never hand another actor a pointer
+**    into it (as a spawn argument or inside a message). When actors outnumber the runtime's
+**    guarded stacks, a parked actor's stack bytes are moved to the heap and another actor runs at
+**    those addresses (docs/design.md, "Stacks"). Use heap or static memory for shared state.
 **  - Scheduler indexes are 0-based in C (the Lua layer shows them 1-based).
 */
 #ifndef SMARM_H

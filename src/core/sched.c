@@ -516,12 +516,10 @@ void sm_sched_park(sched_t *s, actor_t *self)
 ** may evict it (the scheduler then wakes for it). */
 #define TRIM_PASS_NS 5000000
 
-static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
+static int trim_parked_stacks(sched_t *s, int64_t now)
 {
   int pending = 0;
   int64_t end = now + TRIM_PASS_NS;
-  if (t && end > t->deadline)
-    end = t->deadline; /* a slice never holds up a timer */
   uint32_t i = s->trim_cursor;
   for (uint32_t n = 0; i < s->table.used; i++, n++) {
     if ((n & 63) == 63 && (smarm_now_ns() >= end || inbox_maybe_nonempty(&s->inbox))) {
@@ -535,7 +533,8 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
     case ACTOR_WAIT_MSG:
     case ACTOR_SLEEPING:
     case ACTOR_WAIT_REPLY:
-      break; /* not ACTOR_WAIT_WAKE: smarm_await's waker may share state on the actor's stack */
+    case ACTOR_WAIT_WAKE:
+      break;
     default:
       continue;
     }
@@ -597,26 +596,16 @@ static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t 
   if (s->trim_cursor || now - s->last_trim_ns >= STACK_TRIM_PERIOD_NS) {
     if (!s->trim_cursor) {
       s->trim_pending = sm_stack_pool_trim(&s->stacks);
+      s->last_trim_ns = now;
       s->trim_switches = switches;
     }
-    s->trim_pending |= trim_parked_stacks(s, now, t);
+    s->trim_pending |= trim_parked_stacks(s, now);
     if (s->trim_cursor)
       return;
-    /* The period runs from the pass's end (a sliced pass may have taken longer than it), and
-    ** the pass took time: the timer's wait is measured again. */
-    now = smarm_now_ns();
-    s->last_trim_ns = now;
-    if (t) {
-      timeout = t->deadline - now;
-      if (timeout <= 0)
-        return;
-    }
   }
   /* Actors that ran since the last pass may park for long: the next pass looks at them. */
   if (s->trim_pending || switches != s->trim_switches) {
     int64_t until_trim = s->last_trim_ns + STACK_TRIM_PERIOD_NS - now;
-    if (until_trim < 0)
-      until_trim = 0; /* never a negative timeout: it would mean none */
     if (timeout < 0 || timeout > until_trim)
       timeout = until_trim;
   }
