@@ -682,8 +682,7 @@ typedef struct smarm_stats {
   uint64_t parks;        /* times an idle scheduler went to sleep in the kernel (futex wait) */
   uint64_t wakes;        /* futex wakes issued by this scheduler's senders/wakers */
   uint64_t remote_sent;  /* items pushed onto other schedulers' inboxes */
-  uint64_t stack_saves;  /* parked actors' stacks copied out: to make room, or parked long
-                            (see design) */
+  uint64_t stack_saves;  /* parked actors' stacks copied out to make room (see design) */
   uint64_t spawned;      /* actors created */
   uint64_t live;         /* actors alive now */
   uint64_t stacks;       /* guarded stacks mapped now */
@@ -699,8 +698,8 @@ typedef struct smarm_stats {
   uint64_t runq;         /* actors in its run queue now */
   uint64_t timers;       /* timers pending: actors' timeouts and sleeps, message timers (as of
                             the last time it fired some, went idle or passed 64 decisions) */
-  uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now: their slot
-                            given to another, or they waited across two idle passes (design) */
+  uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now, their slot
+                            given to another (see design) */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without
