@@ -158,7 +158,10 @@ static void fs_work(io_req_t *req)
     r->len = done;
     break;
   }
-  case FS_CLOSE: err = close(r->fd) == 0 ? 0 : -errno; break;
+  case FS_CLOSE: /* closed here, so not again when freed (whatever close says, fd is gone) */
+    err = close(r->fd) == 0 ? 0 : -errno;
+    r->fd_owned = 0;
+    break;
   case FS_WAIT: err = -EINVAL; break; /* the IO thread's (sm_fs_wait_new) */
   }
   req->err = err;
@@ -314,13 +317,13 @@ int sm_fs_req_own_fd(fs_req_t *r, int fd)
 void sm_fs_post_close(int fd)
 {
   fs_req_t *r = sm_fs_req_new(FS_CLOSE);
-  if (r) {
-    r->fd = fd;
-    if (sm_io_post(&r->base) < 0) /* no IO thread (the runtime ended): close here */
-      close(fd);
-  } else {
+  if (!r) {
     close(fd);
+    return;
   }
+  r->fd = fd;
+  r->fd_owned = 1; /* the request closes it, even when it is dropped unrun (no IO thread) */
+  sm_io_post(&r->base);
 }
 
 const char *sm_fs_type_name(mode_t m)

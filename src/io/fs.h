@@ -33,7 +33,7 @@ enum fs_op {
   FS_OPEN,      /* path, flags, mode -> fd */
   FS_READ,      /* fd, len, offset -> data, len: up to len bytes (0 at the end) */
   FS_WRITE,     /* fd, data, len, offset -> len: the bytes written (all, unless it failed) */
-  FS_CLOSE,     /* fd (posted: nobody waits) */
+  FS_CLOSE,     /* fd (fd_owned: closed by the work, or when freed if the work never ran) */
   FS_WAIT,      /* fd, flags (FS_WAIT_READ or _WRITE): until it can be read or written (on the
                    IO thread: sm_fs_wait_new) */
 };
@@ -55,7 +55,8 @@ typedef struct fs_req {
   size_t count;
   int fd, flags;       /* open (result fd), read, write, close */
   int fd_owned;        /* read, write: fd is the request's own duplicate (sm_fs_req_own_fd),
-                          closed when the request is freed, after its work has run */
+                          closed when the request is freed, after its work has run; close: the
+                          descriptor to close, closed once whether or not the work ran */
   double offset;       /* read, write: where (negative: the file's position) */
 } fs_req_t;
 

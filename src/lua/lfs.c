@@ -673,9 +673,26 @@ static void post_file_close(lfile_t *f)
   f->fd = -1;
 }
 
+/* The descriptor is closed before close returns (a FIFO's other end sees it at once, and what
+** close(2) says is not lost); an actor stopped while it waits still has it closed (the request's).
+** Where parking is refused (a __gc finalizer, a debug hook) the close is posted, as __gc's is. */
 static int f_close(lua_State *L)
 {
-  post_file_close(check_file(L, "close"));
+  lfile_t *f = check_file(L, "close");
+  if (!sm_lpark_can(L)) {
+    post_file_close(f);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  fs_req_t *r = new_bare_request(L, FS_CLOSE);
+  int box = lua_gettop(L);
+  r->fd = f->fd;
+  r->fd_owned = 1;
+  f->fd = -1;
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "file.close");
+  sm_lio_unbox(L, box); /* frees it now: closes the descriptor if the work never ran */
+  if (err)
+    return sm_lio_push_failure(L, err, f->path);
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -30,6 +30,8 @@ void sm_lpark_check(lua_State *L, const char *fname)
   sm_ljx_before_switch(L);
 }
 
+int sm_lpark_can(lua_State *L) { return smarm_actor_data() && !sm_ljx_cannot_park(L); }
+
 void sm_lpark_resumed(lua_State *L)
 {
   sm_ljx_after_switch(L);

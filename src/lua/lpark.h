@@ -18,6 +18,10 @@ void *sm_lpark_actor(lua_State *L, const char *fname);
 ** hook, JIT-compiled code, an FFI callback); else stops recording a trace, as a switch must. */
 void sm_lpark_check(lua_State *L, const char *fname);
 
+/* Whether L may park here: inside an actor and nowhere sm_lpark_check refuses. For a call that
+** has a way to go on without parking (file:close posts the close instead). */
+int sm_lpark_can(lua_State *L);
+
 /* Right after a switch back into L's actor (and into the caller of smarm.run): makes L the VM's
 ** current state again (sm_ljx_after_switch); the checking builds then check that it is, so that a
 ** switch that leaves another coroutine current aborts there rather than corrupting later. */
