@@ -2,7 +2,8 @@
 --   SMARM_CHAT_CLIENTS clients (default 1000; fewer where the descriptor limit is lower) connect
 --   from a second smarm process. Once they have all joined and wait, the server's resident
 --   memory per connection is the growth of this process's RSS since before they connected,
---   divided by their number (the kernel's socket buffers are not in it). Then SMARM_CHAT_SPEAKERS
+--   divided by their number (the kernel's socket buffers are not in it; the listener, the hub
+--   and the pipes to the clients' process are). Then SMARM_CHAT_SPEAKERS
 --   clients (default 10) each say SMARM_CHAT_LINES lines (default 20), one at a time, stamped with
 --   CLOCK_MONOTONIC (smarm.clock: one clock for both processes); every client takes the time of
 --   each line's arrival: the fan-out latency, from a speaker's send to a client's receipt of the
@@ -92,7 +93,20 @@ smarm.run(function()
     smarm.send(me, { result = r, err = err })
   end)
   while chat.members(room) < clients do smarm.sleep(0.01) end
-  collectgarbage()
+  -- Measured in the steady state of waiting connections: every session's stack out of its slot
+  -- (an actor that waited across two of its scheduler's idle passes, a second apart, leaves it:
+  -- docs/design.md; waited for up to 20 s), and each VM's garbage collected.
+  local deadline = smarm.clock() + 20e9
+  while smarm.stats().total.saved_stacks - st0.saved_stacks < clients and smarm.clock() < deadline do
+    smarm.sleep(0.1)
+  end
+  for k = 1, smarm.schedulers() do
+    smarm.call(smarm.spawn_on(k, function()
+      local m = smarm.receive()
+      collectgarbage()
+      smarm.reply(m.from, true)
+    end), "gc")
+  end
   local per_conn = (bench.rss_bytes() - rss0) / clients
   local st = smarm.stats().total
   bench.progress("chat: %d clients joined; server RSS per connection %.0f B (Lua %.0f B; stacks "

@@ -13,10 +13,13 @@
 **    (they return -EPERM, or do nothing for void functions, elsewhere).
 **  - Times are nanoseconds on CLOCK_MONOTONIC. A timeout of SMARM_FOREVER (or any negative
 **    value, or one so large its deadline would pass INT64_MAX) waits without end; 0 polls.
-**  - Memory on an actor's stack belongs to that actor alone: never hand another actor a pointer
-**    into it (as a spawn argument or inside a message). When actors outnumber the runtime's
-**    guarded stacks, a parked actor's stack bytes are moved to the heap and another actor runs at
-**    those addresses (docs/design.md, "Stacks"). Use heap or static memory for shared state.
+**  - Memory on an actor's stack belongs to that actor alone: never hand another actor or thread
+**    a pointer into it (as a spawn argument, inside a message) across a receive, sleep or spawn
+**    on another scheduler. When actors outnumber the runtime's guarded stacks, and when an actor
+**    waits there across two idle passes of its scheduler (a second or two), its stack bytes are
+**    moved to the heap while it is parked (docs/design.md, "Stacks"). smarm_await alone keeps
+**    the stack in place while slots suffice (its waker may share state there). Use heap or
+**    static memory for shared state.
 **  - Scheduler indexes are 0-based in C (the Lua layer shows them 1-based).
 */
 #ifndef SMARM_H
@@ -682,7 +685,8 @@ typedef struct smarm_stats {
   uint64_t parks;        /* times an idle scheduler went to sleep in the kernel (futex wait) */
   uint64_t wakes;        /* futex wakes issued by this scheduler's senders/wakers */
   uint64_t remote_sent;  /* items pushed onto other schedulers' inboxes */
-  uint64_t stack_saves;  /* parked actors' stacks copied out to make room (see design) */
+  uint64_t stack_saves;  /* parked actors' stacks copied out: to make room, or parked long
+                            (see design) */
   uint64_t spawned;      /* actors created */
   uint64_t live;         /* actors alive now */
   uint64_t stacks;       /* guarded stacks mapped now */
@@ -698,8 +702,8 @@ typedef struct smarm_stats {
   uint64_t runq;         /* actors in its run queue now */
   uint64_t timers;       /* timers pending: actors' timeouts and sleeps, message timers (as of
                             the last time it fired some, went idle or passed 64 decisions) */
-  uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now, their slot
-                            given to another (see design) */
+  uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now: their slot
+                            given to another, or they waited across two idle passes (design) */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without

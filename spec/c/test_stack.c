@@ -332,13 +332,18 @@ typedef struct idle_job {
   uintptr_t top, lo, hi;
 } idle_job_t;
 
-static __attribute__((noinline)) void idle_fill(idle_job_t *j)
+/* Writes IDLE_BYTES at buf (a frame's alloca) and notes where they are. */
+static void idle_note(idle_job_t *j, volatile unsigned char *buf)
 {
-  volatile unsigned char *buf = __builtin_alloca(IDLE_BYTES);
   for (size_t i = 0; i < IDLE_BYTES; i++)
     buf[i] = (unsigned char)(i | 1);
   j->lo = (uintptr_t)buf;
   j->hi = (uintptr_t)buf + IDLE_BYTES;
+}
+
+static __attribute__((noinline)) void idle_fill(idle_job_t *j)
+{
+  idle_note(j, __builtin_alloca(IDLE_BYTES));
   smarm_msg_t *m;
   CHECK_EQ(smarm_receive(SMARM_FOREVER, &m), 0); /* alive until told to end */
   smarm_msg_free(m);
@@ -394,6 +399,63 @@ static void main_idle_trim(void *arg)
 }
 
 TEST(idle_gives_unused_stacks_back) { RUN(1, main_idle_trim, NULL); }
+
+/* An actor parked across two idle passes leaves its slot: its used bytes go to the heap, the
+** pages its deeper calls touched are dropped, and it comes back intact when a message wakes it. */
+typedef struct leave_job {
+  idle_job_t at; /* its frame, and the deep buffer a call below it filled */
+  smarm_pid_t main;
+} leave_job_t;
+
+static __attribute__((noinline)) void leave_go_deep(leave_job_t *j)
+{
+  idle_note(&j->at, __builtin_alloca(IDLE_BYTES));
+}
+
+static void leave_actor(void *arg)
+{
+  leave_job_t *j = arg;
+  volatile uint64_t mine[64];
+  for (int i = 0; i < 64; i++)
+    mine[i] = 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
+  j->at.top = (uintptr_t)&mine[0];
+  leave_go_deep(j);
+  CHECK_EQ(test_recv_u64(LONG_WAIT), 1); /* parks here, for passes to see */
+  int ok = 1;
+  for (int i = 0; i < 64; i++)
+    ok &= mine[i] == 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1);
+  CHECK_EQ(test_send_u64(j->main, (uint64_t)ok), 0);
+}
+
+static void main_parked_leaves(void *arg)
+{
+  (void)arg;
+  static leave_job_t job;
+  job.main = smarm_self();
+  smarm_pid_t pid;
+  smarm_stats_t st;
+  CHECK_EQ(smarm_spawn(leave_actor, &job, NULL, &pid), 0);
+  smarm_yield(); /* it fills its buffer and parks */
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.saved_stacks, 0);
+  /* main polls (so it runs between passes and stays); the other waits two passes (a second
+  ** apart at least; polled: a slow machine takes longer) */
+  WAIT_UNTIL(smarm_stats_read(0, &st) == 0 && st.saved_stacks == 1, 50 * MS);
+  CHECK_EQ(st.saved_stacks, 1);
+  CHECK(st.stack_saves >= 1);
+  smarm_actor_info_t info;
+  CHECK_EQ(smarm_actor_info(pid, &info), 0);
+  CHECK(info.stack_used > 0 && info.stack_used < 16 * KiB); /* its used bytes, in the heap */
+  /* The deep buffer was on its stack (not a sanitizer's fake stack): its pages are gone. */
+  if (job.at.lo < job.at.top && job.at.top - job.at.lo < 256 * KiB)
+    CHECK_EQ(resident_pages(job.at.lo, job.at.hi), 0);
+  CHECK_EQ(test_send_u64(pid, 1), 0);
+  CHECK_EQ(test_recv_u64(LONG_WAIT), 1); /* back in its slot, its frame intact */
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.saved_stacks, 0);
+}
+
+TEST(a_long_parked_actor_leaves_its_slot) { RUN(1, main_parked_leaves, NULL); }
 
 /* ---- shared stacks ---- */
 

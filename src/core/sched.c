@@ -505,13 +505,62 @@ void sm_sched_park(sched_t *s, actor_t *self)
 
 /* ---- The scheduler's own stack ------------------------------------------------------------- */
 
+/* The idle pass over parked actors (from idle_wait, at most once a second): an actor that has
+** not run since the pass before looked at it leaves its slot as it would for a sharer
+** (sm_stack_evict: its used bytes to the heap, the slot's pages dropped) and is copied back when
+** it next runs (make_resident). A waiting actor then costs its used bytes, about 1 KiB for a
+** Lua actor parked in receive, not the pages its deepest calls touched: two for a chat server's
+** connection. A slice of the pass stops after TRIM_PASS_NS or when the inbox gets something,
+** leaving trim_cursor where the next slice goes on (an eviction is a copy and a system call:
+** 100k actors take about 0.2 s). Returns whether an actor ran since the pass before: a later pass
+** may evict it (the scheduler then wakes for it). */
+#define TRIM_PASS_NS 5000000
+
+static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
+{
+  int pending = 0;
+  int64_t end = now + TRIM_PASS_NS;
+  if (t && end > t->deadline)
+    end = t->deadline; /* a slice never holds up a timer */
+  uint32_t i = s->trim_cursor;
+  for (uint32_t n = 0; i < s->table.used; i++, n++) {
+    if ((n & 63) == 63 && (smarm_now_ns() >= end || inbox_maybe_nonempty(&s->inbox))) {
+      s->trim_cursor = i;
+      return pending;
+    }
+    actor_t *a = s->table.entries[i].actor;
+    if (!a || a->slot->occupant != a)
+      continue;
+    switch (a->state) {
+    case ACTOR_WAIT_MSG:
+    case ACTOR_SLEEPING:
+    case ACTOR_WAIT_REPLY:
+      break; /* not ACTOR_WAIT_WAKE: smarm_await's waker may share state on the actor's stack */
+    default:
+      continue;
+    }
+    if (a->idle_mark != (uint32_t)a->scheduled) { /* ran since: look again next time */
+      a->idle_mark = (uint32_t)a->scheduled;
+      pending = 1;
+      continue;
+    }
+    a->saved = sm_stack_evict(a->slot, a->ctx.sp, &a->saved_len);
+    if (a->saved) { /* else memory is out: it stays, and is looked at again next time */
+      stat_add(&s->stats.stack_saves, 1);
+      stat_add(&s->stats.saved_stacks, 1);
+    }
+  }
+  s->trim_cursor = 0;
+  return pending;
+}
+
 /* After spinning this long, the spin gives its CPU to any other runnable thread (sched_yield)
 ** between its looks at the inbox. A spinner holds a CPU that the thread it waits for may need:
 ** with the IO thread and two schedulers on two vCPUs, or an Erlang node beside a scheduler, the
 ** woken thread waited for the spinner's time slice to end (Linux's EEVDF does not preempt a
 ** running thread for a woken one at once). Yielding took a TCP round trip between two actors of
-** two schedulers from 132 to 22-31 us and a round trip to an Erlang node from a bimodal 41 or
-** 95 us to 42-44 us (docs/perf.md). The first microseconds stay a pure spin: the waits of a
+** two schedulers from 134 to 38 us (medians of four alternated runs) and a round trip to an
+** Erlang node from a bimodal 41 or 95 us to 42-44 us (docs/perf.md). The first microseconds stay a pure spin: the waits of a
 ** cross-scheduler ping-pong are shorter, and a yield is a system call. */
 #define SPIN_YIELD_AFTER_NS 5000
 
@@ -541,13 +590,33 @@ static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t 
       return;
   }
   /* About to sleep anyway: give back the memory of stacks nobody has used for a second or more
-  ** (at most one pass a second; while some may be given back later, sleep at most until then). */
-  if (now - s->last_trim_ns >= STACK_TRIM_PERIOD_NS) {
-    s->trim_pending = sm_stack_pool_trim(&s->stacks);
+  ** (at most one pass a second; while some may be given back later, sleep at most until then).
+  ** The pass over parked actors goes in slices: one cut short returns, and the scheduler's loop
+  ** (its timers and inbox first) comes back for the next. */
+  uint64_t switches = atomic_load_explicit(&s->stats.switches, memory_order_relaxed);
+  if (s->trim_cursor || now - s->last_trim_ns >= STACK_TRIM_PERIOD_NS) {
+    if (!s->trim_cursor) {
+      s->trim_pending = sm_stack_pool_trim(&s->stacks);
+      s->trim_switches = switches;
+    }
+    s->trim_pending |= trim_parked_stacks(s, now, t);
+    if (s->trim_cursor)
+      return;
+    /* The period runs from the pass's end (a sliced pass may have taken longer than it), and
+    ** the pass took time: the timer's wait is measured again. */
+    now = smarm_now_ns();
     s->last_trim_ns = now;
+    if (t) {
+      timeout = t->deadline - now;
+      if (timeout <= 0)
+        return;
+    }
   }
-  if (s->trim_pending) {
+  /* Actors that ran since the last pass may park for long: the next pass looks at them. */
+  if (s->trim_pending || switches != s->trim_switches) {
     int64_t until_trim = s->last_trim_ns + STACK_TRIM_PERIOD_NS - now;
+    if (until_trim < 0)
+      until_trim = 0; /* never a negative timeout: it would mean none */
     if (timeout < 0 || timeout > until_trim)
       timeout = until_trim;
   }
@@ -765,6 +834,7 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
   a->max_mailbox = max_mailbox ? max_mailbox : SIZE_MAX;
   a->held = 0;
   a->scheduled = 0;
+  a->idle_mark = 0;
   a->cpu_ns = 0;
   a->spawner = ties ? ties->spawner : 0;
   a->spawned_ns = smarm_coarse_now_ns();

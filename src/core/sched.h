@@ -82,6 +82,8 @@ typedef struct actor {
   uint8_t trap_exit;          /* smarm_trap_exit */
   uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults
                               ** (none: SMARM_EXIT_NOMEM, no record could be made) */
+  uint32_t idle_mark;         /* `scheduled` (its low bits) at the last idle pass over parked
+                                 actors (sched.c trim_parked_stacks) */
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */
@@ -169,6 +171,8 @@ typedef struct sched {
   int64_t spin_ns;
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
+  uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
+  uint64_t trim_switches;     /* stats.switches at the last pass: actors ran since when it moved */
   size_t default_stack;
   timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the
                                  virtual clock only smarm_await's and sm_sched_ask's (vclock.h) */

@@ -305,6 +305,16 @@ void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
   return buf;
 }
 
+void *sm_stack_evict(stack_slot_t *slot, const void *sp, size_t *len_out)
+{
+  void *saved = sm_stack_save(slot, sp, len_out);
+  if (!saved)
+    return NULL;
+  slot->occupant = NULL;
+  madvise(slot->lo, stack_depth(slot), MADV_DONTNEED);
+  return saved;
+}
+
 void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len)
 {
   char *dst = (char *)stack_top(slot) - len;

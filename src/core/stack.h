@@ -20,7 +20,10 @@
 ** were already free at its previous pass: a slot must stay unused for a second or more. So
 ** bursts of spawns and exits, even with idle gaps between them, pay no syscalls and no page
 ** faults (the slots stay mapped for reuse, costing address space but no memory), while memory
-** left free after a burst goes back within a few seconds of idleness.
+** left free after a burst goes back within a few seconds of idleness. The same idle pass moves
+** actors parked since its previous pass out of their slots as sharing does (sm_stack_evict: the
+** used bytes to the heap, every page of the slot dropped), so an actor waiting long costs its
+** used bytes, not the pages its deepest calls touched.
 **
 ** Each slot's stack starts at a different offset ("colour", below STACK_COLOR_SPAN) from the top
 ** of its mapping. Slots are mapped at a fixed stride, so without it the hot top frames of every
@@ -108,6 +111,11 @@ int sm_stack_pool_trim(stack_pool_t *pool);
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. NULL when memory is
 ** out: the bytes stay where they are (the scheduler then ends that actor, sched.c). */
 void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
+
+/* sm_stack_save, then the slot is left without occupant and all its pages are dropped (its
+** occupant has parked for long: sched.c trim_parked_stacks). NULL when memory is out: nothing
+** changed. */
+void *sm_stack_evict(stack_slot_t *slot, const void *sp, size_t *len_out);
 
 /* Copies saved bytes back to the top of the slot and frees the block. */
 void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len);
