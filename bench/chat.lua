@@ -13,6 +13,8 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/bench/[^/]*$") or "."
 package.path = here .. "/examples/?.lua;" .. package.path
 local smarm = require("smarm")
 local bench = require("smarm.bench")
+
+bench.variants(arg, {}) -- no variants (it prints its own line: no --json, no --plot)
 local chat = require("chat")
 local ffi = require("ffi")
 

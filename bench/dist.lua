@@ -9,6 +9,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
+bench.variants(arg, {}) -- no variants; takes --json and --plot
+
 local opts = bench.measure_knobs("SMARM_DIST", 20000, 2000, 5, 100)
 local count = bench.knob("SMARM_DIST_COUNT", 200000)
 

@@ -16,7 +16,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "rtt", "rtt_local", "active_rtt", "active_rtt_local",
+  "udp_rtt", "udp_rtt_local", "clients" })
 local rounds = bench.knob("SMARM_ECHO_ROUNDS", 20000)
 local runs = bench.knob("SMARM_ECHO_RUNS", 3)
 local batch = bench.knob("SMARM_ECHO_BATCH", 10)

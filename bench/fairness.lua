@@ -15,7 +15,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "hogs_0", "hogs_1", "hogs_4", "hogs_16",
+  "preempt_wait", "slice_overrun" })
 local ticks = bench.knob("SMARM_FAIRNESS_TICKS", 200)
 local slice = bench.knob("SMARM_FAIRNESS_SLICE", 0.002)
 local PERIOD_NS = 10e6
@@ -29,7 +30,7 @@ for _, hogs in ipairs({ 0, 1, 4, 16 }) do
   local name = "hogs_" .. hogs
   if want(name) then
     smarm.run(function()
-      local ghz = bench.ghz(0.01)
+      local ghz, ghz_spread = bench.calibrate()
       local pids = {}
       for i = 1, hogs do pids[i] = smarm.spawn(hog) end
       local ps, ccyc = smarm.histogram(), smarm.histogram()
@@ -46,7 +47,8 @@ for _, hogs in ipairs({ 0, 1, 4, 16 }) do
       for _, p in ipairs(pids) do smarm.kill(p) end
       bench.report({ scenario = "fairness", variant = name, schedulers = 1, hogs = hogs,
         slice_ms = slice * 1000, preempts = smarm.stats().total.preempts },
-        { ps = ps, ccyc = ccyc, floor_ns = 0, ghz = ghz, ops = ticks })
+        { ps = ps, ccyc = ccyc, floor_ns = 0, ghz = ghz, ghz_spread = ghz_spread,
+          ops = ticks })
     end, { schedulers = 1, slice = slice })
   end
 end
@@ -55,7 +57,7 @@ end
 -- that actor is switched out; each round with exactly one preemption gives one sample of each.
 if want("preempt_wait") or want("slice_overrun") then
   smarm.run(function()
-    local ghz = bench.ghz(0.01)
+    local ghz, ghz_spread = bench.calibrate()
     local pid = smarm.spawn(hog)
     local wait, wcyc = smarm.histogram(), smarm.histogram()
     local over, ocyc = smarm.histogram(), smarm.histogram()
@@ -81,7 +83,8 @@ if want("preempt_wait") or want("slice_overrun") then
     for _, v in ipairs({ { "preempt_wait", wait, wcyc }, { "slice_overrun", over, ocyc } }) do
       if want(v[1]) then
         info.scenario, info.variant = "fairness", v[1]
-        bench.report(info, { ps = v[2], ccyc = v[3], floor_ns = 0, ghz = ghz, ops = n })
+        bench.report(info, { ps = v[2], ccyc = v[3], floor_ns = 0, ghz = ghz,
+          ghz_spread = ghz_spread, ops = n })
       end
     end
   end, { schedulers = 1, slice = slice })

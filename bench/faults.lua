@@ -11,7 +11,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "spawn_exit", "spawn_monitor", "pingpong_local",
+  "call_local", "call_backlog", "pingpong_remote", "call_remote" })
 local opts = bench.measure_knobs("SMARM_FAULTS", 100000, 2000, 5, 100)
 
 local function nothing() end

@@ -10,7 +10,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "numeric", "array", "numeric_sliced" })
 local opts = bench.measure_knobs("SMARM_LOOPS", 20000000, 2000000, 5, 100000)
 
 local sink = 0

@@ -6,7 +6,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "local", "remote" })
 local opts = bench.measure_knobs("SMARM_PINGPONG", 200000, 5000, 5, 100)
 
 local function pong(owner)

@@ -8,7 +8,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "local", "spread" })
 local actors = bench.knob("SMARM_RING_ACTORS", 1000)
 local hops = bench.knob("SMARM_RING_HOPS", 1000000)
 local runs = bench.knob("SMARM_RING_RUNS", 3)

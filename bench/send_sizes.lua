@@ -5,7 +5,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+bench.variants(arg, {}) -- no variants; takes --json and --plot
 local rounds = bench.knob("SMARM_SEND_ROUNDS", 50000)
 local runs = bench.knob("SMARM_SEND_RUNS", 3)
 local batch = bench.knob("SMARM_SEND_BATCH", 100)

@@ -8,7 +8,7 @@ local smarm = require("smarm")
 local server = require("smarm.server")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "smarm_call", "server_call" })
 local opts = bench.measure_knobs("SMARM_SERVER", 100000, 2000, 5, 100)
 
 local function bare_server()

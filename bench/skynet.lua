@@ -7,7 +7,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+bench.variants(arg, {}) -- no variants; takes --json and --plot
 local depth = bench.knob("SMARM_SKYNET_DEPTH", 5)
 local runs = bench.knob("SMARM_SKYNET_RUNS", 3)
 local schedulers = bench.knob("SMARM_SKYNET_SCHEDULERS", 2)
@@ -37,7 +37,7 @@ smarm.run(function()
     ps:record(dt * 1000) -- picoseconds per tree
     bench.progress("skynet: run %d of %d: %.0f ms", run, runs, dt / 1e6)
   end
-  local r = { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = bench.ghz(0.01), ops = runs }
+  local r = { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()), ops = runs }
   local row = bench.report({ scenario = "skynet", variant = "depth" .. depth,
     schedulers = smarm.schedulers(), actors = actors }, r)
   bench.progress("skynet: %.1f ns per actor", row.p50_ns / actors)

@@ -4,7 +4,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+bench.variants(arg, {}) -- no variants; takes --json and --plot
 local actors = bench.knob("SMARM_SPAWN_ACTORS", 100000)
 local runs = bench.knob("SMARM_SPAWN_RUNS", 3)
 
@@ -43,7 +43,7 @@ smarm.run(function()
   end
   table.sort(rss_per)
   table.sort(release_ns)
-  local r = { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = bench.ghz(0.01),
+  local r = { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()),
     ops = actors * runs }
   bench.report({ scenario = "spawn", variant = "waiting", schedulers = 1, actors = actors,
     rss_per_actor_bytes = math.floor(rss_per[math.ceil(#rss_per / 2)]),

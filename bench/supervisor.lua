@@ -12,7 +12,7 @@ local smarm = require("smarm")
 local supervisor = require("smarm.supervisor")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "bare_restart", "exit_signal", "raise" })
 local opts = bench.measure_knobs("SMARM_SUP", 50000, 2000, 5, 100)
 
 local function child(report)

@@ -13,7 +13,7 @@ local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run (luajit_coro local remote parallel); none: all.
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "luajit_coro", "local", "remote", "parallel" })
 
 local opts = bench.measure_knobs("SMARM_SWITCH", 1000000, 10000, 5, 1000)
 

@@ -8,7 +8,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "yield_10", "yield_100000", "pingpong_10",
+  "pingpong_100000" })
 local opts = bench.measure_knobs("SMARM_TIMERS", 200000, 2000, 5, 100)
 
 local function yielder()

@@ -12,7 +12,7 @@ local bench = require("smarm.bench")
 
 package.path = (arg and arg[0] and arg[0]:match("^(.*/)") or "./") .. "?.lua;" .. package.path
 
-local want = bench.variants(arg)
+local want = bench.variants(arg, { "name", "closure" })
 local opts = bench.measure_knobs("SMARM_TRANSFER", 20000, 500, 5, 100)
 
 -- The same code as transfer_code.lua, as closures of this chunk.

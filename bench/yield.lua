@@ -14,7 +14,7 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-bench.args(arg)
+bench.variants(arg, {}) -- no variants; takes --json and --plot
 local opts = bench.measure_knobs("SMARM_SWITCH", 2000000, 20000, 5, 1000)
 
 -- One loop function for every yielding actor (same return addresses: see docs/perf.md).

@@ -78,6 +78,62 @@ describe("smarm.bench", function()
   end)
 end)
 
+describe("smarm.bench's arguments and calibration", function()
+  it("runs the variants named, all when none is, and refuses an unknown one, listing them", function()
+    local all = bench.variants({}, { "a", "b" })
+    assert.is_true(all("a") and all("b"))
+    local some = bench.variants({ "b" }, { "a", "b" })
+    assert.is_false(some("a"))
+    assert.is_true(some("b"))
+    local ok, err = pcall(bench.variants, { "c" }, { "a", "b" })
+    assert.is_false(ok)
+    assert.matches("unknown variant 'c' %(its variants: a, b%)$", err)
+    ok, err = pcall(bench.variants, { "x" }, {})
+    assert.is_false(ok)
+    assert.matches("unknown variant 'x' %(it has no variants%)$", err)
+    ok, err = pcall(bench.variants, { "--plot" }, {})
+    assert.is_false(ok)
+    assert.matches("%-%-plot needs a file name$", err)
+  end)
+
+  it("calibrates the cycle counter's rate from short windows and says how steady it was", function()
+    local ghz, spread = bench.ghz(0.002)
+    assert.is_true(ghz > 0.01 and ghz < 100, tostring(ghz))
+    assert.is_true(spread >= 0, tostring(spread))
+    local g2, s2 = bench.calibrate()
+    assert.is_true(g2 > 0.01 and g2 < 100 and s2 >= 0)
+  end)
+end)
+
+-- The bench scripts as a user runs them: a wrong variant or a missing -n says what to do.
+describe("bench scripts", function()
+  local exe = os.getenv("SMARM_EXE")
+  local function run(cmd) -- output and exit status (LuaJIT's popen:close() does not give it)
+    local p = assert(io.popen(cmd .. " 2>&1; echo \"exit status $?\""))
+    local out = p:read("*a")
+    p:close()
+    local status = tonumber(out:match("exit status (%d+)\n$"))
+    return out, status
+  end
+
+  it("fail on an unknown variant, listing the script's variants", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local out, status = run(exe .. " -n bench/pingpong.lua nosuchvariant")
+    assert.are.equal(1, status, out)
+    assert.matches("bench/pingpong.lua: unknown variant 'nosuchvariant' %(its variants: local, remote%)",
+      out)
+  end)
+
+  it("say to use -n when run without it", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local out, status = run("SMARM_PINGPONG_RUNS=1 SMARM_PINGPONG_ROUNDS=100 " .. exe
+      .. " bench/pingpong.lua local")
+    assert.are.equal(1, status, out)
+    assert.matches("already inside a runtime %(a script that calls smarm.run itself runs with "
+      .. "smarm %-n script.lua%)", out)
+  end)
+end)
+
 -- bench/peers: the comparison table and the plain-LuaJIT peer, run as a user runs them.
 describe("bench/peers", function()
   local exe = os.getenv("SMARM_EXE")

@@ -185,7 +185,7 @@ if want("spawn") then
     end
     report({ scenario = "spawn", variant = "waiting", actors = actors,
       rss_per_actor_bytes = math.floor(median(rss_per)), release_ns_per_actor = median(release_ns) },
-      { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = bench.ghz(0.01), ops = actors * runs })
+      { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()), ops = actors * runs })
   end)
 end
 
@@ -220,5 +220,5 @@ if want("skynet") then
     bench.progress("luajit skynet: run %d of %d: %.0f ms", run, runs, dt / 1e6)
   end
   report({ scenario = "skynet", variant = "depth" .. depth, actors = actors },
-    { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = bench.ghz(0.01), ops = runs })
+    { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()), ops = runs })
 end

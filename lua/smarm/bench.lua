@@ -10,38 +10,57 @@
 --
 -- Every measured configuration prints one line of key=value fields starting with scenario=
 -- (scenario, variant, [peer,] schedulers, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, per_op_ns, ops,
--- p50_cyc, ghz, floor_ns, then the caller's extra fields); bench.finish() prints them again as
--- a table and writes them as JSON when the script was given `--json FILE`. Progress goes to
--- stderr.
+-- p50_cyc, ghz, ghz_spread, floor_ns, then the caller's extra fields); bench.finish() prints
+-- them again as a table, writes them as JSON when the script was given `--json FILE` and plots
+-- their percentiles when given `--plot FILE.svg` (smarm.plot). Progress goes to stderr.
 local smarm = require("smarm")
 
 local bench = {}
 
 local clock, histogram = smarm.clock, smarm.histogram
 local rows = {}
-local json_path
+local json_path, plot_path
 
--- Reads `--json FILE` from a script's arguments; returns the other arguments.
+-- The running script's name, for messages (as the user typed it).
+local function script_name()
+  return arg and arg[0] or "the bench script"
+end
+
+-- Reads the harness's options from a script's arguments (`--json FILE`: the rows as JSON at
+-- bench.finish(); `--plot FILE.svg`: their percentile plot, smarm.plot); returns the others.
 function bench.args(argv)
   local rest = {}
   local i = 1
   while argv and argv[i] do
-    if argv[i] == "--json" then
-      json_path = argv[i + 1]
+    local a = argv[i]
+    if a == "--json" or a == "--plot" then
+      local v = argv[i + 1]
+      if not v then error(string.format("%s: %s needs a file name", script_name(), a), 0) end
+      if a == "--json" then json_path = v else plot_path = v end
       i = i + 2
     else
-      rest[#rest + 1] = argv[i]
+      rest[#rest + 1] = a
       i = i + 1
     end
   end
   return rest
 end
 
--- A script's variant filter: the arguments (less `--json FILE`) name the variants to run, none
--- means all. Returns want(name) -> boolean.
-function bench.variants(argv)
-  local wanted = {}
-  for _, v in ipairs(bench.args(argv)) do wanted[v] = true end
+-- A script's variant filter. known: the names of the script's variants (empty for a script
+-- that has none). The arguments (less the harness's options) name the variants to run, none
+-- means all; an unknown one raises "<script>: unknown variant 'x' (its variants: a, b)".
+-- Returns want(name) -> boolean.
+function bench.variants(argv, known)
+  assert(type(known) == "table", "bench.variants: the list of the script's variants expected")
+  local wanted, is_known = {}, {}
+  for _, v in ipairs(known) do is_known[v] = true end
+  for _, v in ipairs(bench.args(argv)) do
+    if not is_known[v] then
+      error(string.format("%s: unknown variant '%s' (%s)", script_name(), v,
+        #known == 0 and "it has no variants" or "its variants: " .. table.concat(known, ", ")), 0)
+    end
+    wanted[v] = true
+  end
   return function(name) return next(wanted) == nil or wanted[name] == true end
 end
 
@@ -84,19 +103,47 @@ local function progress(fmt, ...)
 end
 bench.progress = progress
 
--- Cycles per ns, over `seconds` of wall time.
+-- Cycles per ns over about `seconds` of wall time, as windows of 20 us: their median, and their
+-- spread ((upper quartile - lower quartile) / median). A long window is worthless on a loaded
+-- VM: across a switch of the thread (or of the virtual CPU) the cycle counter was seen to
+-- advance at a tenth of its rate, giving 0.09 to 1.0 for 2.1 over 2 ms; a window of 20 us
+-- rarely holds a switch, and the median ignores those that do.
 function bench.ghz(seconds)
-  local t0, c0 = clock()
-  local t1, c1
-  repeat t1, c1 = clock() until t1 - t0 >= (seconds or 0.01) * 1e9
-  return (c1 - c0) / (t1 - t0)
+  local n = math.max(11, math.min(1001, math.floor((seconds or 0.01) / 20e-6)))
+  local ratios = {}
+  for i = 1, n do
+    local t0, c0 = clock()
+    local t1, c1
+    repeat t1, c1 = clock() until t1 - t0 >= 20000
+    ratios[i] = (c1 - c0) / (t1 - t0)
+  end
+  table.sort(ratios)
+  local mid = ratios[math.ceil(n / 2)]
+  return mid, (ratios[math.ceil(n * 3 / 4)] - ratios[math.ceil(n / 4)]) / mid
+end
+
+-- How far apart the calibration's quartiles may be before the GHz is said to be unsteady.
+local GHZ_STEADY = 0.02
+
+-- The GHz for a run: a calibration that agrees with itself, tried three times; else the last,
+-- said on stderr to be unsteady. Returns ghz, spread (for bench.report's ghz_spread).
+function bench.calibrate()
+  local ghz, spread
+  for _ = 1, 3 do
+    ghz, spread = bench.ghz(0.01)
+    if spread <= GHZ_STEADY then return ghz, spread end
+  end
+  progress("the cycle counter's rate was unsteady (quartiles %.1f%% apart): its ghz and p50_cyc "
+    .. "are not to be trusted in this run", spread * 100)
+  return ghz, spread
 end
 
 -- Measures op(n), which must perform n operations (and may park). opts: batch (operations per
 -- sample), rounds (measured operations per run), warmup (operations before each run), runs,
 -- per_call (how many operations one counted operation stands for, e.g. 2 for a yield that lets
--- a partner yield too: the reported numbers are per operation), label (for progress).
--- Returns {ps = histogram, ccyc = histogram, floor_ns, ghz, ops}.
+-- a partner yield too: the reported numbers are per operation), label (for progress, which
+-- goes to stderr every 2 s with an estimate of the time left).
+-- Returns {ps = histogram, ccyc = histogram, floor_ns, ghz, ghz_spread, ops}.
 function bench.measure(op, opts)
   local batch = opts.batch or 100
   local rounds = opts.rounds or 100000
@@ -112,13 +159,14 @@ function bench.measure(op, opts)
     fcyc:record(c1 - c0)
   end
   local floor_ns, floor_cyc = fns:quantile(0.5), fcyc:quantile(0.5)
-  local ghz = bench.ghz(0.01)
+  local ghz, ghz_spread = bench.calibrate()
   local ps, ccyc = histogram(), histogram()
   local samples = math.max(1, math.floor(rounds / batch))
-  local last_note = clock()
+  local start = clock()
+  local last_note = start
   for run = 1, runs do
     op(warmup)
-    for _ = 1, samples do
+    for i = 1, samples do
       local t0, c0 = clock()
       op(batch)
       local t1, c1 = clock()
@@ -127,18 +175,21 @@ function bench.measure(op, opts)
       ps:record(ns > 0 and ns * 1000 / per or 0)
       ccyc:record(cyc > 0 and cyc * 100 / per or 0)
       if t1 - last_note > 2e9 then
-        progress("%s: run %d of %d", opts.label or "measuring", run, runs)
+        local done = ((run - 1) * samples + i) / (runs * samples)
+        progress("%s: run %d of %d, about %.0f s left", opts.label or "measuring", run, runs,
+          (t1 - start) / 1e9 * (1 - done) / done)
         last_note = t1
       end
     end
   end
-  return { ps = ps, ccyc = ccyc, floor_ns = floor_ns, ghz = ghz, ops = samples * per * runs }
+  return { ps = ps, ccyc = ccyc, floor_ns = floor_ns, ghz = ghz, ghz_spread = ghz_spread,
+    ops = samples * per * runs }
 end
 
 -- A result as a message (histograms exported), to send to the actor that reports.
 function bench.pack(r)
   return { ps = r.ps:export(), ccyc = r.ccyc:export(), floor_ns = r.floor_ns, ghz = r.ghz,
-    ops = r.ops }
+    ghz_spread = r.ghz_spread, ops = r.ops }
 end
 
 -- Merges packed results (from several schedulers) into one result.
@@ -149,13 +200,14 @@ function bench.merge(packed)
     r.ccyc:import(p.ccyc)
     r.floor_ns = r.floor_ns + p.floor_ns / #packed
     r.ghz = r.ghz + p.ghz / #packed
+    if p.ghz_spread then r.ghz_spread = math.max(r.ghz_spread or 0, p.ghz_spread) end
     r.ops = r.ops + p.ops
   end
   return r
 end
 
 local base_fields = { "scenario", "variant", "peer", "schedulers", "p50_ns", "p90_ns", "p99_ns",
-  "p999_ns", "max_ns", "per_op_ns", "ops", "p50_cyc", "ghz", "floor_ns" }
+  "p999_ns", "max_ns", "per_op_ns", "ops", "p50_cyc", "ghz", "ghz_spread", "floor_ns" }
 
 -- Prints the line of one configuration. fields: scenario, variant, schedulers, peer (only in
 -- bench/peers scripts; smarm's own lines have none) and any extra key = value pairs (printed
@@ -167,7 +219,8 @@ function bench.report(fields, r)
     p50_ns = r.ps:quantile(0.5) / 1000, p90_ns = r.ps:quantile(0.9) / 1000,
     p99_ns = r.ps:quantile(0.99) / 1000, p999_ns = r.ps:quantile(0.999) / 1000,
     max_ns = r.ps:max() / 1000, per_op_ns = r.ps:mean() / 1000, ops = r.ops,
-    p50_cyc = r.ccyc:quantile(0.5) / 100, ghz = r.ghz, floor_ns = r.floor_ns,
+    p50_cyc = r.ccyc:quantile(0.5) / 100, ghz = r.ghz, ghz_spread = r.ghz_spread,
+    floor_ns = r.floor_ns,
   }
   local parts = {}
   local function add(k, v)
@@ -202,7 +255,8 @@ local function json_value(v)
   return string.format("%q", tostring(v)):gsub("\\\n", "\\n")
 end
 
--- Prints the readable table of every reported row; writes the JSON file if asked for.
+-- Prints the readable table of every reported row; writes the JSON file and the plot if asked
+-- for.
 function bench.finish()
   if #rows == 0 then return end
   print()
@@ -226,6 +280,10 @@ function bench.finish()
     f:write("[\n", table.concat(out, ",\n"), "\n]\n")
     f:close()
     progress("wrote %s", json_path)
+  end
+  if plot_path then
+    assert(require("smarm.plot").write(plot_path, rows, { title = script_name() }))
+    progress("wrote %s", plot_path)
   end
 end
 

@@ -1505,7 +1505,8 @@ static int l_run(lua_State *L)
       cfg.slice_ns = (int64_t)(t * 1e9);
   }
   if (smarm_sched_index() >= 0)
-    return luaL_error(L, "smarm.run: already inside a runtime");
+    return luaL_error(L, "smarm.run: already inside a runtime (a script that calls smarm.run "
+                         "itself runs with smarm -n script.lua)");
   lua_settop(L, 1);
 
   lrun_t run;
