@@ -154,7 +154,7 @@ cmd_test() {
     case " $presets " in *" $p "*) ;; *) presets="$presets $p" ;; esac
   done
   install_packages build
-  install_packages lua # libuv for the IO tests of every variant, LuaJIT's tools, busted
+  install_packages lua # libuv for every variant's IO tests, LuaJIT's tools, busted, rsvg-convert
   case " $variants " in *" aarch64 "* | *" valgrind "* | *" lua-aarch64 "*) install_packages test ;; esac
   case " $variants " in *" lua-release "*) install_packages rockspec ;; esac
   start=$(date +%s)

@@ -45,9 +45,9 @@ describe("smarm.clock", function()
 end)
 
 describe("smarm.bench", function()
-  it("measures, reports the key=value line and writes JSON", function()
-    local json = os.tmpname()
-    bench.args({ "--json", json })
+  it("measures, reports the key=value line and writes JSON and the plot", function()
+    local json, svg = os.tmpname(), os.tmpname()
+    bench.args({ "--json", json, "--plot", svg })
     local lines = {}
     -- busted gives each spec file its own environment: the harness prints through _G.print
     local real_print = _G.print
@@ -75,6 +75,12 @@ describe("smarm.bench", function()
     os.remove(json)
     assert.matches('"variant": "yield"', text)
     assert.matches('"extra_field": 42', text)
+    f = assert(io.open(svg))
+    text = f:read("*a")
+    f:close()
+    os.remove(svg)
+    assert.matches("<svg", text)
+    assert.truthy(text:find(">test yield (1)<", 1, true), "the row's legend is not in the plot")
   end)
 end)
 
