@@ -49,3 +49,4 @@ if pcall(smarm.self) then
 else
   smarm.run(body, { schedulers = 1 }) -- run by plain luajit with the module, or smarm -n
 end
+bench.finish()

@@ -230,6 +230,14 @@ describe("smarm.plot", function()
       assert.has_error(function() plot.svg(nil) end,
         "bad argument #1 to 'svg' (table of rows expected, got nil)")
     end)
+
+    it("leaves out values that are not finite (they would make an endless axis)", function()
+      local inf = plot.decode_json('[{"scenario": "i", "variant": "v", "p50_ns": 1e999}]')[1]
+      local rows = { row("a", "b", 1, 10), inf, { scenario = "n", variant = "v", p50_ns = 0 / 0 } }
+      local svg = plot.svg(rows)
+      assert.are.equal(1, count(svg, "<polyline "))
+      assert.is_nil(svg:find("inf", 1, true))
+    end)
   end)
 
   describe("write", function()

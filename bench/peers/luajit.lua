@@ -222,3 +222,4 @@ if want("skynet") then
   report({ scenario = "skynet", variant = "depth" .. depth, actors = actors },
     { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()), ops = runs })
 end
+bench.finish()

@@ -17,6 +17,10 @@ local plot = {}
 local format, concat = string.format, table.concat
 local floor, ceil, log, max, min = math.floor, math.ceil, math.log, math.max, math.min
 
+-- A value that can be drawn: a number, not NaN nor infinite (JSON may say 1e999; such a value
+-- would make an axis without end).
+local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+
 local function log10(x) return log(x) / log(10) end
 local function log2(x) return log(x) / log(2) end
 
@@ -351,9 +355,9 @@ function plot.svg(rows, opts)
 
   local plotted, parallel = {}, {}
   for _, r in ipairs(rows) do
-    if type(r) == "table" and type(r.p50_ns) == "number" then
+    if type(r) == "table" and finite(r.p50_ns) then
       plotted[#plotted + 1] = r
-      if r.scenario == "switch_cost" and r.variant == "parallel" and type(r.schedulers) == "number"
+      if r.scenario == "switch_cost" and r.variant == "parallel" and finite(r.schedulers)
           and r.schedulers > 0 then
         parallel[#parallel + 1] = r
       end
@@ -371,7 +375,7 @@ function plot.svg(rows, opts)
     entries[i] = { label = row_label(r), colour = COLOURS[(i - 1) % #COLOURS + 1],
       shape = SHAPES[(i - 1) % #SHAPES + 1] }
     for _, p in ipairs(PERCENTILES) do
-      if type(r[p.key]) == "number" then values[#values + 1] = r[p.key] end
+      if finite(r[p.key]) then values[#values + 1] = r[p.key] end
     end
   end
   local lo, hi = decades(values)
@@ -386,7 +390,7 @@ function plot.svg(rows, opts)
     local points = {}
     for _, p in ipairs(PERCENTILES) do
       local v = r[p.key]
-      if type(v) == "number" then points[#points + 1] = { px(p.x), py(v) } end
+      if finite(v) then points[#points + 1] = { px(p.x), py(v) } end
     end
     series(out, points, entries[i].colour, entries[i].shape)
   end
@@ -403,7 +407,7 @@ function plot.svg(rows, opts)
     local s_lo, s_hi
     for _, r in ipairs(parallel) do
       pvalues[#pvalues + 1] = r.p50_ns
-      if type(r.p99_ns) == "number" then pvalues[#pvalues + 1] = r.p99_ns end
+      if finite(r.p99_ns) then pvalues[#pvalues + 1] = r.p99_ns end
       local s = r.schedulers
       if not seen[s] then
         seen[s] = true
@@ -422,7 +426,7 @@ function plot.svg(rows, opts)
     local p50, p99 = {}, {}
     for _, r in ipairs(parallel) do
       p50[#p50 + 1] = { qx(log2(r.schedulers)), qy(r.p50_ns) }
-      if type(r.p99_ns) == "number" then p99[#p99 + 1] = { qx(log2(r.schedulers)), qy(r.p99_ns) } end
+      if finite(r.p99_ns) then p99[#p99 + 1] = { qx(log2(r.schedulers)), qy(r.p99_ns) } end
     end
     local pentries = { { label = "p50", colour = COLOURS[1], shape = "circle" } }
     series(out, p50, COLOURS[1], "circle")

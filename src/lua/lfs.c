@@ -686,6 +686,7 @@ static int f_close(lua_State *L)
   }
   fs_req_t *r = new_bare_request(L, FS_CLOSE);
   int box = lua_gettop(L);
+  check_file(L, "close"); /* again: a finalizer run by that allocation may have closed it */
   r->fd = f->fd;
   r->fd_owned = 1;
   f->fd = -1;
