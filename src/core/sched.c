@@ -560,8 +560,9 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
 ** woken thread waited for the spinner's time slice to end (Linux's EEVDF does not preempt a
 ** running thread for a woken one at once). Yielding took a TCP round trip between two actors of
 ** two schedulers from 134 to 38 us (medians of four alternated runs) and a round trip to an
-** Erlang node from a bimodal 41 or 95 us to 42-44 us (docs/perf.md). The first microseconds stay a pure spin: the waits of a
-** cross-scheduler ping-pong are shorter, and a yield is a system call. */
+** Erlang node from a bimodal 41 or 95 us to 42-44 us (docs/perf.md). The first microseconds
+** stay a pure spin: the waits of a cross-scheduler ping-pong are shorter, and a yield is a
+** system call. */
 #define SPIN_YIELD_AFTER_NS 5000
 
 /* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
