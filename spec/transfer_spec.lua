@@ -27,6 +27,33 @@ describe("smarm.spawn_on", function()
     assert.are.equal("2", r.pid_sched)
   end)
 
+  it("copies to the caller's own scheduler too, whichever way it is spawned there", function()
+    -- A function whose upvalues hold plain values and modules is spawned there without a
+    -- message; one with a table upvalue, or a table argument, goes through one: either way the
+    -- child has its own upvalue cells and copies, as on another scheduler.
+    local r = guard.run(function()
+      local me = smarm.self()
+      local count, shared = 1, { n = 1 }
+      local plain = function(tag) smarm.receive(); smarm.send(me, { tag, count }) end
+      local with_table = function(t) smarm.receive(); smarm.send(me, { shared.n, t.n }) end
+      local a = smarm.spawn_on(1, plain, "plain")
+      local b, ref = smarm.spawn_opt({ on = 1, monitor = true }, with_table, shared)
+      count, shared.n = 2, 2
+      smarm.send(a, "go")
+      smarm.send(b, "go")
+      local got = { plain = guard.receive("the plain child's report"),
+        with_table = guard.receive("the other child's report"),
+        down = guard.receive("the DOWN", function(m) return type(m) == "table" and m.ref == ref end),
+        count = count, same_sched = tostring(a):match("^<(%d+)%.") }
+      return got
+    end, { schedulers = 2 })
+    assert.are.same({ "plain", 1 }, r.plain) -- not 2: its own cell, copied at the spawn
+    assert.are.same({ 1, 1 }, r.with_table)
+    assert.are.equal("normal", r.down.reason)
+    assert.are.equal(2, r.count)
+    assert.are.equal("1", r.same_sched)
+  end)
+
   it("re-binds loaded modules and globals by name in the target VM", function()
     local r = guard.run(function()
       local me = smarm.self()

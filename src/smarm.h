@@ -200,8 +200,14 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
                           smarm_pid_t *pid_out);
 
 /* Like smarm_spawn, on scheduler `sched` (0-based) or SMARM_SCHED_ANY (the scheduler with the
-** fewest live actors; ties go round robin). A spawn on another scheduler parks the caller until
-** that scheduler has created the actor, so that *pid_out is known on return. `arg` crosses
+** fewest live actors; ties go round robin). A spawn on another scheduler returns at once with a
+** pid that scheduler set aside ahead; the actor is made when it takes the request from its
+** inbox, before anything else that names the pid (whoever learns the pid learns it after the
+** request went). If that scheduler then finds no memory for it, opts->data goes to
+** on_actor_stopped, the pid never names an actor, and the spawner's link and monitor (opts) hear
+** of a death with SMARM_EXIT_NOMEM (without them a line goes to stderr). A spawn with opts->name,
+** or with no pid set aside (the first spawns there, a burst), parks the caller until that
+** scheduler has created the actor, and reports its failures here. `arg` crosses
 ** threads as a plain pointer: what it points to must stay valid until the new actor is done
 ** with it. -ETIMEDOUT: that scheduler did not answer within the config's request_timeout_ns (it
 ** is stuck in C); the spawn may still happen when it gets to it, so `arg` and opts->data stay

@@ -116,7 +116,7 @@ end
 -- inbox, in order), then a marker through the collector's mailbox behind them.
 local function flush_crashes(collector)
   for k = 1, smarm.schedulers() do
-    if k ~= smarm.scheduler() then smarm.spawn_on(k, function() end) end
+    if k ~= smarm.scheduler() then smarm.alive(smarm.spawn_on(k, function() end)) end
   end
   local tag, mref = smarm.ref(), smarm.monitor(collector)
   smarm.send(collector, { smarm_test_flush = tag, from = smarm.self() })

@@ -254,6 +254,54 @@ static void main_spawn_on(void *arg)
 
 TEST(spawn_on_places_actors) { RUN(2, main_spawn_on, NULL); }
 
+/* Spawns on another scheduler return before it made the actor (their pids set aside ahead):
+** a burst larger than what is set aside at a time still makes every actor, each pid distinct,
+** and a message sent at once, from here or relayed through a third scheduler, finds its actor. */
+#define BURST 3000
+static _Atomic int burst_started;
+static smarm_pid_t burst_pids[BURST];
+
+static void count_and_echo(void *arg)
+{
+  smarm_pid_t parent = (smarm_pid_t)(uintptr_t)arg;
+  atomic_fetch_add(&burst_started, 1);
+  int64_t v = test_recv_u64(TEST_HANG_GUARD_NS);
+  CHECK_EQ(test_send_u64(parent, (uint64_t)v), 0);
+}
+
+static void relay(void *arg)
+{
+  (void)arg;
+  int64_t to;
+  while ((to = test_recv_u64(TEST_HANG_GUARD_NS)) > 0)
+    CHECK_EQ(test_send_u64((smarm_pid_t)to, 7), 0);
+}
+
+static void main_spawn_on_burst(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self(), relay_pid = 0;
+  atomic_store(&burst_started, 0);
+  CHECK_EQ(smarm_spawn_on(2, relay, NULL, NULL, &relay_pid), 0);
+  for (int i = 0; i < BURST; i++) {
+    CHECK_EQ(smarm_spawn_on(1, count_and_echo, (void *)(uintptr_t)me, NULL, &burst_pids[i]), 0);
+    CHECK_EQ(smarm_pid_sched(burst_pids[i]), 1);
+    if (i % 2) /* straight there, or through scheduler 3 */
+      CHECK_EQ(test_send_u64(burst_pids[i], 7), 0);
+    else
+      CHECK_EQ(test_send_u64(relay_pid, burst_pids[i]), 0);
+  }
+  for (int i = 0; i < BURST; i++)
+    CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), 7);
+  CHECK_EQ(atomic_load(&burst_started), BURST);
+  for (int i = 1; i < BURST; i++)
+    for (int j = i - 1; j >= 0 && j >= i - 300; j--)
+      CHECK(burst_pids[i] != burst_pids[j]);
+  CHECK_EQ(test_send_u64(relay_pid, 0), 0);
+}
+
+TEST(spawn_on_does_not_wait_and_its_pid_works_at_once) { RUN(3, main_spawn_on_burst, NULL); }
+
 /* ---- alive ---- */
 
 static void wait_then_exit(void *arg)

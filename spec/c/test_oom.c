@@ -21,8 +21,9 @@ static void report_then_wait(void *arg)
     smarm_msg_free(m);
 }
 
-/* Receives the next message, which must be a DOWN notice; returns its reason (-1 if not). */
-static int expect_down(smarm_pid_t pid, smarm_ref_t ref)
+/* Receives the next message, which must be a notice of `kind` (SMARM_MSG_DOWN or _EXIT) about
+** pid (and for a DOWN, of ref); returns its reason (-1 if not). */
+static int expect_notice(int kind, smarm_pid_t pid, smarm_ref_t ref)
 {
   smarm_msg_t *m;
   int rc = smarm_receive(TEST_HANG_GUARD_NS, &m);
@@ -30,16 +31,19 @@ static int expect_down(smarm_pid_t pid, smarm_ref_t ref)
   if (rc != 0)
     return -1;
   int reason = -1;
-  CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_DOWN);
-  if (smarm_msg_kind(m) == SMARM_MSG_DOWN) {
+  CHECK_EQ(smarm_msg_kind(m), kind);
+  if (smarm_msg_kind(m) == kind) {
     const smarm_notice_t *n = smarm_msg_data(m);
     CHECK_EQ(n->pid, pid);
-    CHECK_EQ(n->ref, ref);
+    if (kind == SMARM_MSG_DOWN)
+      CHECK_EQ(n->ref, ref);
     reason = n->reason;
   }
   smarm_msg_free(m);
   return reason;
 }
+#define expect_down(pid, ref) expect_notice(SMARM_MSG_DOWN, pid, ref)
+#define expect_exit(pid) expect_notice(SMARM_MSG_EXIT, pid, 0)
 
 /* One scheduler with two stacks: the main actor's, and one that the children share (their size
 ** has no slot of its own once the budget is spent). A parks there; B's first run must save A's
@@ -162,13 +166,7 @@ static void main_tie_fails(void *arg)
   smarm_trap_exit(1);
   sm_alloc_fail(SM_ALLOC_FAULTS, 1);
   CHECK_EQ(smarm_link(z), 0);
-  smarm_msg_t *m;
-  CHECK_EQ(smarm_receive(TEST_HANG_GUARD_NS, &m), 0);
-  CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_EXIT);
-  const smarm_notice_t *n = smarm_msg_data(m);
-  CHECK_EQ(n->pid, z);
-  CHECK_EQ(n->reason, SMARM_EXIT_NOMEM);
-  smarm_msg_free(m);
+  CHECK_EQ(expect_exit(z), SMARM_EXIT_NOMEM);
   sm_alloc_fail(0, 0);
   CHECK_EQ(smarm_alive(z), 1);
 }
@@ -179,6 +177,46 @@ TEST(a_tie_that_cannot_be_recorded_is_refused_with_nomem)
   smarm_config_init(&cfg);
   cfg.schedulers = 2;
   CHECK_EQ(smarm_run(&cfg, main_tie_fails, NULL), 0);
+}
+
+/* A spawn on another scheduler does not wait for its pid (set aside ahead): when that scheduler
+** then finds no memory for the actor, the spawner's monitor and link hear of it as of a death
+** with reason NOMEM, and the pid names nothing. */
+static void main_spawn_fails_there(void *arg)
+{
+  (void)arg;
+  /* As above: our side of the ties allocates nothing; and the first spawn on scheduler 2 asked
+  ** for pids, which arrived before its answer. */
+  smarm_pid_t x = spawn_reporting(0);
+  spawn_reporting(1);
+  smarm_ref_t ref = 0;
+  CHECK_EQ(smarm_monitor(x, &ref), 0);
+  CHECK_EQ(smarm_demonitor(ref, 0), 1);
+
+  smarm_pid_t pid = 0;
+  smarm_spawn_opts_t opts = {.monitor = &ref};
+  sm_alloc_fail(SM_ALLOC_FAULTS, 1);
+  CHECK_EQ(smarm_spawn_on(1, report_then_wait, (void *)(uintptr_t)smarm_self(), &opts, &pid), 0);
+  CHECK_EQ(smarm_pid_sched(pid), 1);
+  CHECK_EQ(expect_down(pid, ref), SMARM_EXIT_NOMEM);
+  CHECK_EQ(smarm_alive(pid), 0);
+
+  smarm_trap_exit(1);
+  opts = (smarm_spawn_opts_t){.link = 1};
+  sm_alloc_fail(SM_ALLOC_FAULTS, 1);
+  CHECK_EQ(smarm_spawn_on(1, report_then_wait, (void *)(uintptr_t)smarm_self(), &opts, &pid), 0);
+  CHECK_EQ(expect_exit(pid), SMARM_EXIT_NOMEM);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(smarm_alive(pid), 0);
+  smarm_trap_exit(0);
+}
+
+TEST(a_spawn_that_finds_no_memory_there_is_heard_as_a_death)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  CHECK_EQ(smarm_run(&cfg, main_spawn_fails_there, NULL), 0);
 }
 
 TEST_MAIN()

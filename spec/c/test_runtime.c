@@ -482,6 +482,8 @@ static void main_stats(void *arg)
   CHECK_EQ(smarm_stats_read(2, &st), -EINVAL);
   CHECK_EQ(smarm_stats_read(-2, &st), -EINVAL);
   CHECK_EQ(smarm_spawn_on(1, ponger, NULL, NULL, &pid), 0);
+  CHECK_EQ(smarm_alive(pid), 1); /* asked after the spawn: scheduler 1 counted it (it need not
+                                 ** have when spawn_on returned) */
   CHECK_EQ(smarm_stats_read(-1, &st), 0);
   CHECK_EQ(st.spawned, 2);
   CHECK_EQ(st.live, 2);

@@ -64,7 +64,9 @@ static void main_reuse(void *arg)
     for (int i = 0; i < remote; i++) {
       smarm_pid_t pid;
       CHECK_EQ(smarm_spawn_on(1, noop, NULL, NULL, &pid), 0);
-      WAIT_UNTIL(smarm_stats_read(1, &st) == 0 && st.live == 0, 1000);
+      /* the spawn returns before that scheduler made the actor (smarm_spawn_on) */
+      WAIT_UNTIL(smarm_stats_read(1, &st) == 0 && st.spawned == (uint64_t)i + 1 && st.live == 0,
+                 1000);
       CHECK_EQ(st.live, 0);
     }
     CHECK_EQ(smarm_stats_read(1, &st), 0);

@@ -564,6 +564,14 @@ void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t)
                 NULL, 0);
 }
 
+void sm_faults_spawn_failed(sched_t *s, smarm_pid_t child, const spawn_ties_t *t, int code)
+{
+  if (t->link)
+    signal_post(s, SIG_EXIT_LINK, t->parent, child, child, 0, code, NULL, 0);
+  if (t->monitor)
+    signal_post(s, SIG_DOWN, t->parent, child, child, t->monitor, code, NULL, 0);
+}
+
 /* ---- The public API ------------------------------------------------------------------------ */
 
 int sm_faults_valid_reason(int code, const void *data, size_t size)

@@ -69,6 +69,10 @@ int sm_faults_tie_parent(sched_t *s, actor_t *parent, smarm_pid_t child, const s
 /* The spawn failed or its parent is gone: undoes the child's side with signals. */
 void sm_faults_untie_child(sched_t *s, smarm_pid_t child, const spawn_ties_t *t);
 
+/* A spawn into a reserved pid failed (intersched.c), after the parent recorded its side: tells
+** the parent as for a child that died at once with reason `code`. */
+void sm_faults_spawn_failed(sched_t *s, smarm_pid_t child, const spawn_ties_t *t, int code);
+
 /* Shutdown: frees a's records without telling anyone (every actor is going). */
 void sm_faults_destroy(sched_t *s, actor_t *a);
 

@@ -45,6 +45,8 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SCHED_DEFERRED_MAX 64
@@ -113,7 +115,111 @@ typedef struct spawn_request {
   size_t stack_size;
   void *data;
   spawn_ties_t ties;
+  smarm_pid_t reserved; /* a pid set aside for it (no answer is sent); 0: the asker waits */
+  int coming;           /* counted in the target's spawns_coming (a spawn on "any") */
 } spawn_request_t;
+
+/* ---- Spawns that do not wait ---------------------------------------------------------------
+** A spawn on another scheduler needs no round trip when its pid is known ahead. Each scheduler
+** keeps, per scheduler it spawns on, pids that one set aside for it (spawn_reserve_t, owner
+** only). A spawn takes one and pushes a MSG_SPAWN carrying it (`reserved`); nothing answers.
+** When fewer than RESERVE_BATCH are left, one MSG_RESERVE asks the target for RESERVE_BATCH
+** more: the target takes that many free entries of its actor table (sm_sched_reserve_pid; they
+** hold no actor, so each of those pids names nothing meanwhile, and they are on no free list,
+** so nothing else takes them) and sends the block back as MSG_RESERVED. With none left (the
+** first spawns, or a burst faster than the refills) the spawn asks and waits as before; so does
+** a spawn with a name, whose "taken" must reach the caller.
+**
+** Why a pid may be handed out before its actor exists: whoever learns it learns it from the
+** spawner, after the spawner pushed the MSG_SPAWN, and everything sent to that pid goes through
+** the target's inbox, which is taken in push order (inbox.h) and delivered in that order. So the
+** MSG_SPAWN comes before any message, signal or request naming the pid, from any scheduler.
+**
+** Failure. The target cannot make the actor only for lack of memory. Its entry is then freed
+** (the pid stays stale for ever), on_actor_stopped gets the spawn's data, and the spawner hears
+** what its ties ask for: a link an exit signal, a monitor a DOWN, both with reason
+** SMARM_EXIT_NOMEM (the spawner recorded its side of the ties before the push, so both find
+** their records). Without ties nobody is there to tell: one line goes to stderr. */
+#define RESERVE_BATCH 128
+
+typedef struct spawn_reserve {
+  uint32_t count;
+  int asked; /* a MSG_RESERVE is on its way */
+  smarm_pid_t pids[2 * RESERVE_BATCH];
+} spawn_reserve_t;
+
+typedef struct spawn_reserve_msg {
+  unsigned asker, target; /* the scheduler the pids are for, and theirs */
+  uint32_t count;  /* filled in by the target: at most RESERVE_BATCH, fewer when out of room */
+  smarm_pid_t pids[RESERVE_BATCH];
+} spawn_reserve_msg_t;
+
+/* s's reserve for spawns on scheduler k, made on first need; NULL when out of memory. */
+static spawn_reserve_t *reserve_of(sched_t *s, unsigned k)
+{
+  if (!s->reserves && !(s->reserves = calloc(s->rt->nsched, sizeof *s->reserves)))
+    return NULL;
+  if (!s->reserves[k])
+    s->reserves[k] = calloc(1, sizeof *s->reserves[k]);
+  return s->reserves[k];
+}
+
+/* A pid scheduler k set aside for s, or 0 (none left: the spawn waits for its answer). Asks for
+** more when few are left. Called by the running actor: taking the inbox in here is what a yield
+** does (a kill it brings is acted on at the actor's next park or yield). */
+static smarm_pid_t reserved_pid(sched_t *s, unsigned k)
+{
+  spawn_reserve_t *r = reserve_of(s, k);
+  if (!r)
+    return 0;
+  if (r->count < RESERVE_BATCH && !r->asked) {
+    smarm_msg_t *m = sm_msg_new(MSG_RESERVE, sizeof(spawn_reserve_msg_t));
+    if (m) {
+      spawn_reserve_msg_t *q = (spawn_reserve_msg_t *)m->data;
+      q->asker = s->index;
+      q->target = k;
+      q->count = 0;
+      r->asked = 1;
+      sm_sched_push_remote(s, &s->rt->scheds[k], m);
+    }
+  }
+  if (!r->count && r->asked)
+    sm_sched_take_inbox(s); /* the answer may be in already (a caller that never parks) */
+  return r->count ? r->pids[--r->count] : 0;
+}
+
+/* Target side of a MSG_SPAWN into a reserved pid that found no memory (see above). */
+static void reserved_spawn_failed(sched_t *s, spawn_request_t *req)
+{
+  if (req->data && s->rt->cfg.on_actor_stopped)
+    s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata);
+  if (req->ties.parent)
+    sm_faults_spawn_failed(s, req->reserved, &req->ties, SMARM_EXIT_NOMEM);
+  else
+    fprintf(stderr, "smarm: an actor spawned on scheduler %u could not start: not enough memory\n",
+            s->index + 1);
+}
+
+/* Target side of MSG_RESERVE: sets the pids aside and sends them back. */
+static void reserve_answer(sched_t *s, smarm_msg_t *m)
+{
+  spawn_reserve_msg_t *q = (spawn_reserve_msg_t *)m->data;
+  while (q->count < RESERVE_BATCH && sm_sched_reserve_pid(s, &q->pids[q->count]) == 0)
+    q->count++;
+  m->kind = MSG_RESERVED;
+  sm_sched_push_remote(s, &s->rt->scheds[q->asker], m);
+}
+
+/* Asker side: the pids arrive. */
+static void reserve_arrived(sched_t *s, smarm_msg_t *m)
+{
+  spawn_reserve_msg_t *q = (spawn_reserve_msg_t *)m->data;
+  spawn_reserve_t *r = s->reserves[q->target]; /* made before it asked */
+  for (uint32_t i = 0; i < q->count && r->count < 2 * RESERVE_BATCH; i++)
+    r->pids[r->count++] = q->pids[i];
+  r->asked = 0;
+  free(m);
+}
 
 /* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY unless
 ** it gave up) with the request's own block, as a reply of `kind`; the token that was in the
@@ -144,6 +250,15 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     return;
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
+    if (req->reserved) { /* nobody waits (see "Spawns that do not wait") */
+      if (req->coming)
+        atomic_fetch_sub_explicit(&s->spawns_coming, 1, memory_order_relaxed);
+      if (sm_sched_spawn_reserved(s, req->reserved, req->fn, req->arg, req->stack_size,
+                                  req->data, &req->ties) < 0)
+        reserved_spawn_failed(s, req);
+      free(m);
+      return;
+    }
     if (req->ties.name)
       req->ties.name = (const char *)(req + 1);
     smarm_pid_t pid = 0;
@@ -190,6 +305,12 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     free(m);
     return;
   }
+  case MSG_RESERVE:
+    reserve_answer(s, m);
+    return;
+  case MSG_RESERVED:
+    reserve_arrived(s, m);
+    return;
   case MSG_DUMP:
     sm_sched_dump(s);
     free(m);
@@ -236,7 +357,9 @@ static unsigned pick_any(sched_t *s)
   uint64_t best_live = UINT64_MAX;
   for (unsigned i = 0; i < rt->nsched; i++) {
     unsigned k = (start + i) % rt->nsched;
-    uint64_t live = atomic_load_explicit(&rt->scheds[k].stats.live, memory_order_relaxed);
+    uint64_t live = atomic_load_explicit(&rt->scheds[k].stats.live, memory_order_relaxed) +
+                    (uint64_t)atomic_load_explicit(&rt->scheds[k].spawns_coming,
+                                                   memory_order_relaxed);
     if (live < best_live) {
       best_live = live;
       best = k;
@@ -286,7 +409,8 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   if (!fn || (stack_size && !sm_stack_round_size(&s->stacks, stack_size)) ||
       (opts && opts->name && !sm_names_valid(opts->name)))
     return -EINVAL;
-  if (sched == SMARM_SCHED_ANY)
+  int any = sched == SMARM_SCHED_ANY;
+  if (any)
     sched = (int)pick_any(s);
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
@@ -301,11 +425,26 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     smarm_msg_t *m = sm_msg_new(MSG_SPAWN, sizeof(spawn_request_t) + name_len);
     if (!m)
       return -ENOMEM;
-    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties};
-    memcpy(m->data, &req, sizeof req);
+    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0};
     if (name_len) /* the request's ties.name points here */
       memcpy(m->data + sizeof req, ties.name, name_len);
-    answer = sm_sched_ask(s, self, (unsigned)sched, m);
+    else
+      req.reserved = reserved_pid(s, (unsigned)sched);
+    if (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved, &ties) < 0) {
+      s->reserves[sched]->pids[s->reserves[sched]->count++] = req.reserved; /* unused */
+      free(m);
+      return -ENOMEM;
+    }
+    req.coming = req.reserved && any;
+    memcpy(m->data, &req, sizeof req);
+    if (req.reserved) {
+      if (req.coming)
+        atomic_fetch_add_explicit(&s->rt->scheds[sched].spawns_coming, 1, memory_order_relaxed);
+      sm_sched_push_remote(s, &s->rt->scheds[sched], m);
+      answer = (int64_t)req.reserved;
+    } else {
+      answer = sm_sched_ask(s, self, (unsigned)sched, m);
+    }
   }
   if (answer < 0)
     return (int)answer;

@@ -35,6 +35,9 @@ enum msg_kind {
   MSG_TIMER_SET,    /* send_after.c: a timer for `to` (answer, deadline, ref, the message) */
   MSG_TIMER_CANCEL, /* send_after.c: cancel the timer `ref` of `to` (answer: time left) */
   MSG_DUMP,         /* info.c: write this scheduler's actors to stderr (the ticker's, for smarm_dump) */
+  MSG_RESERVE,      /* intersched.c: set pids aside for spawns from another scheduler; payload:
+                    ** spawn_reserve_msg_t, filled in and sent back as MSG_RESERVED */
+  MSG_RESERVED,
   MSG_VCLOCK,       /* vclock.c: a scheduler's own wake-up item on the virtual clock; no payload,
                     ** made once, never freed with the inbox */
   /* Signals between actors (faults.c). Payload: a smarm_notice_t (and a reason's bytes); `to`

@@ -790,16 +790,17 @@ static int spawn_tie(sched_t *s, actor_t *a, const spawn_ties_t *ties)
   return -ENOMEM;
 }
 
-int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
-                         const spawn_ties_t *ties, smarm_pid_t *pid_out)
+/* Makes the actor of the table entry `index` (taken, not yet holding an actor); on failure the
+** entry is freed. */
+static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, size_t stack_size,
+                    void *data, const spawn_ties_t *ties, smarm_pid_t *pid_out)
 {
+  int rc;
   size_t size = sm_stack_round_size(&s->stacks, stack_size ? stack_size : s->default_stack);
-  if (!fn || !size)
+  if (!fn || !size) {
+    table_free(&s->table, index);
     return -EINVAL;
-  uint32_t index;
-  int rc = table_alloc(&s->table, &index);
-  if (rc < 0)
-    return rc;
+  }
   actor_t *a = s->free_actors;
   if (a)
     s->free_actors = a->run_next;
@@ -872,6 +873,35 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
 nomem:
   table_free(&s->table, index);
   return -ENOMEM;
+}
+
+int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
+                         const spawn_ties_t *ties, smarm_pid_t *pid_out)
+{
+  uint32_t index;
+  int rc = table_alloc(&s->table, &index);
+  if (rc < 0)
+    return rc;
+  return spawn_at(s, index, fn, arg, stack_size, data, ties, pid_out);
+}
+
+int sm_sched_reserve_pid(sched_t *s, smarm_pid_t *pid_out)
+{
+  uint32_t index;
+  int rc = table_alloc(&s->table, &index);
+  if (rc == 0)
+    *pid_out = make_pid(s->index, index, s->table.entries[index].gen);
+  return rc;
+}
+
+int sm_sched_spawn_reserved(sched_t *s, smarm_pid_t pid, smarm_actor_fn fn, void *arg,
+                            size_t stack_size, void *data, const spawn_ties_t *ties)
+{
+  uint32_t index = smarm_pid_slot(pid);
+  SMARM_ASSERT(smarm_pid_sched(pid) == s->index && index < s->table.used &&
+               !s->table.entries[index].actor &&
+               s->table.entries[index].gen == smarm_pid_gen(pid));
+  return spawn_at(s, index, fn, arg, stack_size, data, ties, NULL);
 }
 
 /* ---- Public API: the calling actor --------------------------------------------------------- */
@@ -1193,6 +1223,10 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_timer_heap_destroy(&s->msg_timers); /* emptied with the actors above */
   reftab_destroy(&s->msg_timer_refs);
   sm_faults_free_spares(s);
+  for (unsigned k = 0; s->reserves && k < s->rt->nsched; k++)
+    free(s->reserves[k]); /* pids set aside for us: they end with their tables */
+  free(s->reserves);
+  s->reserves = NULL;
   sm_msg_free_chain(s->deferred); /* demonitors for records that end with their schedulers */
   s->deferred = s->deferred_tail = NULL;
   s->ndeferred = 0;

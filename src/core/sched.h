@@ -187,6 +187,8 @@ typedef struct sched {
   smarm_msg_t *deferred, *deferred_tail; /* intersched.c: items waiting for a push, oldest
                                            first, linked through next */
   uint32_t ndeferred;
+  struct spawn_reserve **reserves; /* intersched.c: pids other schedulers set aside for our
+                                      spawns on them, by scheduler index; NULL until needed */
   monitor_t *spare_monitors;
   actor_faults_t *spare_faults;
   uint32_t nspare_monitors, nspare_faults;
@@ -206,6 +208,10 @@ typedef struct sched {
   _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
   _Atomic uint64_t cpu_sampled_ns; /* time on CPU the ticker saw and no actor was charged yet
                                       (preempt.c, sampling): the running actor's at its switch */
+  /* Any scheduler's thread: spawns on "any" that picked this one and are on their way (added by
+  ** the spawner, taken off by the owner when it makes the actor; relaxed: a hint for pick_any,
+  ** which would otherwise send a burst of them all to the scheduler that has not seen them yet). */
+  _Atomic int64_t spawns_coming;
 
   /* -- Virtual time only (vclock.c, where the protocol is), cold: after everything else. Under
   ** rt->vclock.lock: */
@@ -237,6 +243,12 @@ struct spawn_ties;
 /* ties (may be NULL): who it is linked to or monitored by from the start (faults.h). */
 int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
                          const struct spawn_ties *ties, smarm_pid_t *pid_out);
+/* Spawning into a pid set aside ahead (intersched.c, "Spawns that do not wait"): takes a free
+** table entry for a later sm_sched_spawn_reserved (0, -ENOMEM or -EAGAIN), and makes the actor
+** of such an entry (0 or -ENOMEM, the entry then freed: the pid names nothing, ever). */
+int sm_sched_reserve_pid(sched_t *s, smarm_pid_t *pid_out);
+int sm_sched_spawn_reserved(sched_t *s, smarm_pid_t pid, smarm_actor_fn fn, void *arg,
+                            size_t stack_size, void *data, const struct spawn_ties *ties);
 /* Ends the running actor `a` with the reason of its pending death (sm_faults_die_later). */
 _Noreturn void sm_sched_die_pending(sched_t *s, actor_t *a);
 

@@ -376,10 +376,9 @@ static int dump_writer(lua_State *L, const void *p, size_t n, void *b)
 ** weak keys: a function sent again (a worker spawned in a loop) is not dumped again. */
 static const char dumps_key;
 
-/* Pushes the bytecode of the Lua function at idx. */
-static void push_bytecode(enc_t *e, int idx)
+/* Pushes the bytecode of the Lua function at idx; `root` names the message in an error. */
+static void push_bytecode(lua_State *L, int idx, const char *root)
 {
-  lua_State *L = e->L;
   lvm_push_registry_table(L, &dumps_key, "k");
   int cache = lua_gettop(L);
   lua_pushvalue(L, idx);
@@ -394,7 +393,7 @@ static void push_bytecode(enc_t *e, int idx)
     if (failed == LUA_ERRMEM) /* lua_dump runs protected: memory is all that fails there */
       luaL_error(L, "not enough memory");
     if (failed)
-      luaL_error(L, "%s: cannot dump a function", e->root);
+      luaL_error(L, "%s: cannot dump a function", root);
     lua_remove(L, -2);
     lua_pushvalue(L, idx);
     lua_pushvalue(L, -2);
@@ -419,7 +418,7 @@ static void enc_function(enc_t *e, int idx, int depth)
   size_t fn_at = e->len;
   seen_add(e, idx);
   put_byte(e, T_FUNC);
-  push_bytecode(e, idx);
+  push_bytecode(L, idx, e->root);
   size_t n;
   const char *code = lua_tolstring(L, -1, &n);
   put_varint(e, n);
@@ -892,17 +891,19 @@ static int dec_value(dec_t *d, int depth);
 static const char factories_key;
 #define FACTORIES 256
 
-/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. */
-static void new_closure(dec_t *d, const char *code, size_t n)
+/* Replaces the bytecode (a string) on top of the stack with a new closure of its function,
+** upvalues nil. */
+static void closure_of_code(lua_State *L)
 {
-  lua_State *L = d->L;
   lvm_push_registry_table(L, &factories_key, NULL);
-  int cache = lua_gettop(L);
-  lua_pushlstring(L, code, n);
+  lua_insert(L, -2);
+  int cache = lua_gettop(L) - 1;
   lua_pushvalue(L, -1);
   lua_rawget(L, cache);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
+    size_t n;
+    const char *code = lua_tolstring(L, -1, &n);
     int rc = sm_ljx_load_factory(L, code, n, "=message");
     if (rc == -2)
       luaL_error(L, "not enough memory");
@@ -933,6 +934,56 @@ static void new_closure(dec_t *d, const char *code, size_t n)
   lua_setfenv(L, -2);
   lua_replace(L, cache);
   lua_settop(L, cache);
+}
+
+/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. */
+static void new_closure(dec_t *d, const char *code, size_t n)
+{
+  lua_pushlstring(d->L, code, n);
+  closure_of_code(d->L);
+}
+
+int sm_codec_copy_function_here(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) != LUA_TFUNCTION || lua_iscfunction(L, idx))
+    return 0;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  int base = lua_gettop(L), names = 0, nups = 0;
+  luaL_checkstack(L, 8, "spawn");
+  lua_getfenv(L, idx); /* a decoded copy takes the decoding actor's globals: the VM's */
+  int same_env = lua_rawequal(L, -1, LUA_GLOBALSINDEX);
+  lua_pop(L, 1);
+  if (!same_env)
+    return 0;
+  while (lua_getupvalue(L, idx, nups + 1)) { /* as enc_function would encode each */
+    nups++;
+    int t = lua_type(L, -1);
+    if (t == LUA_TTABLE || t == LUA_TFUNCTION) { /* the same value only if named (a module's) */
+      if (!names) {
+        sm_lrebind_push_names(L);
+        lua_insert(L, -2);
+        names = lua_gettop(L) - 1;
+      }
+      enum lrebind_kind k = sm_lrebind_find(L, names, lua_gettop(L), 1);
+      lua_pop(L, k == LREBIND_FIELD ? 2 : k == LREBIND_MODULE ? 1 : 0);
+      if (k == LREBIND_NONE) {
+        lua_settop(L, base);
+        return 0;
+      }
+    } else if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING) {
+      lua_settop(L, base);
+      return 0;
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, base);
+  push_bytecode(L, idx, "function");
+  closure_of_code(L);
+  for (int i = 1; i <= nups; i++) {
+    lua_getupvalue(L, idx, i);
+    lua_setupvalue(L, -2, i);
+  }
+  return 1;
 }
 
 /* FUNC: loads the bytecode (bytecode only: a block never holds source), registers the function

@@ -83,6 +83,14 @@ int sm_codec_decode(lua_State *L, smarm_msg_t *msg);
 /* The same for a block made by sm_codec_encode_tail with that tail. */
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 
+/* Pushes what sending the Lua function at idx to an actor of this same VM would give it (a new
+** closure of its code, with new upvalue cells), without making a message, and returns 1, when
+** that is the same function with the same upvalue values: its environment is the VM's globals
+** and each upvalue holds nil, a boolean, a number, a string, or a value every VM knows by name
+** (lrebind.h). Otherwise pushes nothing and returns 0 (the codec is needed). May raise "not
+** enough memory". */
+int sm_codec_copy_function_here(lua_State *L, int idx);
+
 /* Pushes the value of bytes that sm_codec_encode made without handles (an exit reason inside a
 ** notice). Raises on malformed bytes or a handle list. */
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n);

@@ -1224,10 +1224,33 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
   return 2;
 }
 
+/* Whether a spawn_on to the caller's own scheduler may skip the message: the arguments would
+** decode to the same values (nil, booleans, numbers, strings, pids), and the function has a copy
+** here (sm_codec_copy_function_here), which replaces it at fn_idx. */
+static int copied_here(lua_State *L, int fn_idx, int nargs)
+{
+  for (int i = 1; i <= nargs; i++) {
+    int t = lua_type(L, fn_idx + i);
+    smarm_pid_t pid;
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING &&
+        !(t == LUA_TUSERDATA && sm_lsmarm_to_pid(L, fn_idx + i, &pid)))
+      return 0;
+  }
+  if (!sm_codec_copy_function_here(L, fn_idx))
+    return 0;
+  lua_replace(L, fn_idx);
+  return 1;
+}
+
 /* Spawns the function (or "module.function") at fn_idx with the arguments from fn_idx + 1 on. */
 static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int fn_idx)
 {
   int nargs = lua_gettop(L) - fn_idx;
+  if (r->where >= 0 && r->where == smarm_sched_index() && copied_here(L, fn_idx, nargs)) {
+    spawn_req_t here = *r;
+    here.where = SPAWN_HERE;
+    return spawn_lua(L, fname, &here, fn_idx);
+  }
   smarm_ref_t ref = 0;
   smarm_spawn_opts_t opts = {.link = r->link, .monitor = r->monitor ? &ref : NULL,
                              .name = r->name, .slice_ns = r->slice_ns,
