@@ -35,12 +35,18 @@ end)
 
 describe("smarm.clock", function()
   it("reads both lenses, moving forward together", function()
-    local t0, c0 = smarm.clock()
-    local t1, c1
-    repeat t1, c1 = smarm.clock() until t1 - t0 > 1e6
-    assert.is_true(c1 > c0)
-    local ghz = (c1 - c0) / (t1 - t0)
-    assert.is_true(ghz > 0.01 and ghz < 100)
+    -- On the VMs we run on, the cycle counter was seen to lag the clock over a window in which
+    -- the thread was switched out (a loaded machine; see bench.ghz): judge the best of many
+    -- short windows.
+    local best = 0
+    for _ = 1, 200 do
+      local t0, c0 = smarm.clock()
+      local t1, c1
+      repeat t1, c1 = smarm.clock() until t1 - t0 > 2e4
+      assert.is_true(t1 > t0 and c1 >= c0)
+      best = math.max(best, (c1 - c0) / (t1 - t0))
+    end
+    assert.is_true(best > 0.01 and best < 100, "cycles per ns: " .. best)
   end)
 end)
 
