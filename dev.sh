@@ -12,7 +12,7 @@
 #   ./dev.sh build        the C core, its tests and the smarm executable (build/release,
 #                         build/lua-release/smarm)
 #   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
-#                         bench/yield.lua), the Lua scenarios at modest sizes, 1M parked
+#                         bench/yield.lua), the Lua scenarios at modest sizes, spawn_on, 1M parked
 #                         actors (bench/c/scale); ends with a table of the Lua scenarios
 #   ./dev.sh bench-peers  the scenarios for smarm, Go, Erlang, Tarantool and plain LuaJIT,
 #                         interleaved, then smarm's figures beside theirs (bench/peers/)
@@ -266,6 +266,8 @@ cmd_bench() {
     say "bench/$scenario.lua"
     lua_bench "$ROOT/bench/$scenario.lua"
   done
+  say "bench/spawn_on.lua (spawning on a chosen scheduler, beside smarm.spawn)"
+  "$smarm" -n "$ROOT/bench/spawn_on.lua"
   say "bench/c/echo_threads and bench/echo.lua (TCP echo: plain threads, then actors on the IO thread)"
   "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
   "$BUILD/release/bench/c/echo_threads" udp | tee -a "$results"

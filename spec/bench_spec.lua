@@ -144,6 +144,17 @@ describe("bench scripts", function()
     assert.matches("already inside a runtime %(a script that calls smarm.run itself runs with "
       .. "smarm %-n script.lua%)", out)
   end)
+
+  it("runs bench/spawn_on.lua's variants at a small size", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local out, status = run("SMARM_SPAWN_ON_ROUNDS=300 SMARM_SPAWN_ON_WARMUP=100 "
+      .. "SMARM_SPAWN_ON_RUNS=1 SMARM_SPAWN_ON_SPREAD=3000 " .. exe .. " -n bench/spawn_on.lua")
+    assert.are.equal(0, status, out)
+    for _, v in ipairs({ "spawn", "here", "there", "any" }) do
+      assert.matches("scenario=spawn_on variant=" .. v .. " schedulers=2 p50_ns=%d", out)
+    end
+    assert.matches("scenario=spawn_on variant=spread schedulers=2 .* actors=3000 total_s=", out)
+  end)
 end)
 
 -- bench/peers: the comparison table and the plain-LuaJIT peer, run as a user runs them.

@@ -83,7 +83,7 @@ typedef struct smarm_config {
   unsigned schedulers;   /* threads; 0 = online CPUs (at most SMARM_SCHED_MAX) */
   size_t stack_size;     /* default actor stack size in bytes; 0 = 256 KiB (rounded to pages) */
   unsigned max_stacks;   /* guarded stacks for the whole runtime, split between schedulers (at
-                            least one each); 0 = 16384. Beyond that, actors share stacks by
+                            least one each); 0 = 4096. Beyond that, actors share stacks by
                             copying (docs/design.md). Each costs two kernel mappings. */
   int64_t spin_ns;       /* how long an idle scheduler spins before parking; <0 = 50 us */
   int pin_threads;       /* nonzero: pin scheduler k to CPU k % online CPUs */
@@ -218,6 +218,10 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 ** spawn leaves no actor that nobody knows of running. */
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
+
+/* The scheduler (0-based) that SMARM_SCHED_ANY would pick now, as smarm_spawn_on picks it (a
+** later spawn may pick another); -EPERM outside an actor. */
+SMARM_API int smarm_sched_pick_any(void);
 
 /* Pid of the calling actor, 0 outside an actor. */
 SMARM_API smarm_pid_t smarm_self(void);

@@ -455,6 +455,14 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   return 0;
 }
 
+int smarm_sched_pick_any(void)
+{
+  sched_t *s;
+  if (!sched_self(&s))
+    return -EPERM;
+  return (int)pick_any(s);
+}
+
 int smarm_alive(smarm_pid_t pid)
 {
   sched_t *s;

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #define DEFAULT_STACK_BYTES (256 * 1024)
-#define DEFAULT_MAX_STACKS 16384
+#define DEFAULT_MAX_STACKS 4096 /* docs/design.md, Stacks: why not more */
 #define DEFAULT_SPIN_NS 50000
 #define DEFAULT_SLICE_NS 2000000
 #define DEFAULT_WATCHDOG_NS 1000000000LL

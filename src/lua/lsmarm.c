@@ -1246,7 +1246,10 @@ static int copied_here(lua_State *L, int fn_idx, int nargs)
 static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int fn_idx)
 {
   int nargs = lua_gettop(L) - fn_idx;
-  if (r->where >= 0 && r->where == smarm_sched_index() && copied_here(L, fn_idx, nargs)) {
+  int own = smarm_sched_index(); /* "any" that would pick this scheduler: the same copy */
+  int to_own = own >= 0 && (r->where == own ||
+                            (r->where == SMARM_SCHED_ANY && smarm_sched_pick_any() == own));
+  if (to_own && copied_here(L, fn_idx, nargs)) {
     spawn_req_t here = *r;
     here.where = SPAWN_HERE;
     return spawn_lua(L, fname, &here, fn_idx);

@@ -1,0 +1,60 @@
+-- bench/spawn_on.lua: spawning on a chosen scheduler, beside a plain spawn, on two schedulers.
+-- Each operation spawns `function() end` (an actor that ends at once); the spawner yields after
+-- each batch, so the children run and end as they would in a loop of a real program.
+--   spawn    smarm.spawn(f): the baseline
+--   here     smarm.spawn_on(1, f) from scheduler 1: a copy of f, made here
+--   there    smarm.spawn_on(2, f) from scheduler 1: f moves to scheduler 2's VM
+--   any      smarm.spawn_on("any", f)
+--   spread   one million actors that wait in receive, spawned with spawn_on(i % 2 + 1, f): the
+--            time per spawn of the whole loop (then each gets one message and ends)
+-- Knobs: SMARM_SPAWN_ON_ROUNDS, _WARMUP, _RUNS, _BATCH; SMARM_SPAWN_ON_SPREAD (actors of
+-- `spread`). Run: smarm -n bench/spawn_on.lua [variant...]
+local smarm = require("smarm")
+local bench = require("smarm.bench")
+
+local want = bench.variants(arg, { "spawn", "here", "there", "any", "spread" })
+local opts = bench.measure_knobs("SMARM_SPAWN_ON", 20000, 2000, 5, 100)
+local spread = bench.knob("SMARM_SPAWN_ON_SPREAD", 1000000)
+
+local spawners = {
+  spawn = function(f) return smarm.spawn(f) end,
+  here = function(f) return smarm.spawn_on(1, f) end,
+  there = function(f) return smarm.spawn_on(2, f) end,
+  any = function(f) return smarm.spawn_on("any", f) end,
+}
+
+for _, name in ipairs({ "spawn", "here", "there", "any" }) do
+  if want(name) then
+    smarm.run(function()
+      local spawn, yield = spawners[name], smarm.yield
+      local f = function() end
+      local loop = function(n)
+        for _ = 1, n do spawn(f) end
+        yield()
+      end
+      opts.label = "spawn_on " .. name
+      local r = bench.measure(loop, opts)
+      bench.report({ scenario = "spawn_on", variant = name, schedulers = 2 }, r)
+    end, { schedulers = 2 })
+  end
+end
+
+if want("spread") then
+  smarm.run(function()
+    local spawn_on, clock = smarm.spawn_on, smarm.clock
+    local f = function() smarm.receive() end
+    local pids, ps = {}, smarm.histogram()
+    collectgarbage()
+    local t0 = clock()
+    for i = 1, spread do pids[i] = spawn_on(i % 2 + 1, f) end
+    local dt = clock() - t0
+    ps:record(dt * 1000 / spread)
+    for i = 1, spread do smarm.send(pids[i], 0) end
+    local r = { ps = ps, ccyc = smarm.histogram(), floor_ns = 0, ghz = (bench.calibrate()),
+      ops = spread }
+    bench.report({ scenario = "spawn_on", variant = "spread", schedulers = 2, actors = spread,
+      total_s = dt / 1e9 }, r)
+  end, { schedulers = 2 })
+end
+
+bench.finish()
