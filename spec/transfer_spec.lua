@@ -28,30 +28,53 @@ describe("smarm.spawn_on", function()
   end)
 
   it("copies to the caller's own scheduler too, whichever way it is spawned there", function()
-    -- A function whose upvalues hold plain values and modules is spawned there without a
-    -- message; one with a table upvalue, or a table argument, goes through one: either way the
-    -- child has its own upvalue cells and copies, as on another scheduler.
+    -- A function whose environment is the VM's globals and whose upvalues hold plain values,
+    -- pids and modules is copied there without a message (busted gives this file's functions
+    -- an environment of their own, so `plain` is made by a chunk that has the globals); one with
+    -- a table upvalue, or a table argument, goes through one. Either way the child has its own
+    -- upvalue cells and copies, as on another scheduler.
+    local make_plain = assert(load([[
+      local smarm, me, str = ...
+      local count = 1
+      return function(tag)
+        smarm.receive()
+        smarm.send(me, { tag, count, str == string })
+      end, function(v) count = v end
+    ]]))
     local r = guard.run(function()
       local me = smarm.self()
-      local count, shared = 1, { n = 1 }
-      local plain = function(tag) smarm.receive(); smarm.send(me, { tag, count }) end
+      local plain, set_count = make_plain(smarm, me, string)
+      local shared = { n = 1 }
       local with_table = function(t) smarm.receive(); smarm.send(me, { shared.n, t.n }) end
       local a = smarm.spawn_on(1, plain, "plain")
+      local any = smarm.spawn_on("any", plain, "any") -- here or there, a copy
       local b, ref = smarm.spawn_opt({ on = 1, monitor = true }, with_table, shared)
-      count, shared.n = 2, 2
-      smarm.send(a, "go")
-      smarm.send(b, "go")
-      local got = { plain = guard.receive("the plain child's report"),
+      set_count(2)
+      shared.n = 2
+      for _, p in ipairs({ a, any, b }) do smarm.send(p, "go") end
+      local got = { plain = guard.receive("the plain child's report",
+          function(m) return m[1] == "plain" end),
+        any = guard.receive("the 'any' child's report", function(m) return m[1] == "any" end),
         with_table = guard.receive("the other child's report"),
         down = guard.receive("the DOWN", function(m) return type(m) == "table" and m.ref == ref end),
-        count = count, same_sched = tostring(a):match("^<(%d+)%.") }
+        same_sched = tostring(a):match("^<(%d+)%.") }
       return got
     end, { schedulers = 2 })
-    assert.are.same({ "plain", 1 }, r.plain) -- not 2: its own cell, copied at the spawn
+    assert.are.same({ "plain", 1, true }, r.plain) -- not 2: its own cell, copied at the spawn
+    assert.are.same({ "any", 1, true }, r.any)
     assert.are.same({ 1, 1 }, r.with_table)
     assert.are.equal("normal", r.down.reason)
-    assert.are.equal(2, r.count)
     assert.are.equal("1", r.same_sched)
+  end)
+
+  it("passes every argument, nil ones included, in their places", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      smarm.spawn_on(2, function(...) smarm.send(me, { n = select("#", ...), ... }) end, nil, 3,
+        nil, { 4 })
+      return guard.receive("the child's arguments")
+    end, { schedulers = 2 })
+    assert.are.same({ n = 4, nil, 3, nil, { 4 } }, r)
   end)
 
   it("re-binds loaded modules and globals by name in the target VM", function()

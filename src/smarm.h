@@ -202,8 +202,9 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 /* Like smarm_spawn, on scheduler `sched` (0-based) or SMARM_SCHED_ANY (the scheduler with the
 ** fewest live actors; ties go round robin). A spawn on another scheduler returns at once with a
 ** pid that scheduler set aside ahead; the actor is made when it takes the request from its
-** inbox, before anything else that names the pid (whoever learns the pid learns it after the
-** request went). If that scheduler then finds no memory for it, opts->data goes to
+** inbox, before anything else that names the pid (whoever learns the pid through smarm learns
+** it after the request went; an actor of that scheduler that reads the pid from memory shared
+** outside smarm may find it not alive yet). If that scheduler then finds no memory for it, opts->data goes to
 ** on_actor_stopped, the pid never names an actor, and the spawner's link and monitor (opts) hear
 ** of a death with SMARM_EXIT_NOMEM (without them a line goes to stderr). A spawn with opts->name,
 ** or with no pid set aside (the first spawns there, a burst), parks the caller until that
@@ -219,8 +220,9 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
-/* The scheduler (0-based) that SMARM_SCHED_ANY would pick now, as smarm_spawn_on picks it (a
-** later spawn may pick another); -EPERM outside an actor. */
+/* The scheduler (0-based) that a spawn on SMARM_SCHED_ANY would pick now: the next spawn from
+** this scheduler picks the same unless the counts move first (the round robin of ties moves
+** only with spawns). -EPERM outside an actor. */
 SMARM_API int smarm_sched_pick_any(void);
 
 /* Pid of the calling actor, 0 outside an actor. */

@@ -5,7 +5,9 @@
 ** Items are message blocks of the kinds in message.h. Messages (MSG_USER) go to the receiver's
 ** mailbox; wakes (MSG_WAKE, from smarm_wake on any thread) to an actor awaiting that token;
 ** requests (MSG_SPAWN, MSG_ALIVE, MSG_REGISTER, MSG_TIMER_*) are answered with their own block
-** turned into a reply to the asking actor, which waits parked in ACTOR_WAIT_REPLY; MSG_STOP ends the
+** turned into a reply to the asking actor, which waits parked in ACTOR_WAIT_REPLY (but a
+** MSG_SPAWN into a pid set aside ahead, below, has nobody waiting); MSG_RESERVE is answered to
+** the asking scheduler (MSG_RESERVED); MSG_STOP ends the
 ** scheduler's loop; the signals between actors (SIG_*: links, monitors, exit signals, replies
 ** to calls) go to faults.c.
 ** Only the owner of a scheduler touches its actors, so every question about them (may I spawn
@@ -349,10 +351,15 @@ void sm_sched_take_inbox(sched_t *s)
   }
 }
 
-static unsigned pick_any(sched_t *s)
+/* The scheduler with the fewest live actors (and spawns on their way), ties going round robin;
+** `advance`: move the round robin on (a spawn), else only look (smarm_sched_pick_any, so that
+** the spawn that follows picks the same). */
+static unsigned pick_any(sched_t *s, int advance)
 {
   runtime_t *rt = s->rt;
-  unsigned start = atomic_fetch_add_explicit(&rt->spawn_rr, 1, memory_order_relaxed) % rt->nsched;
+  unsigned start = (advance ? atomic_fetch_add_explicit(&rt->spawn_rr, 1, memory_order_relaxed)
+                            : atomic_load_explicit(&rt->spawn_rr, memory_order_relaxed)) %
+                   rt->nsched;
   unsigned best = start;
   uint64_t best_live = UINT64_MAX;
   for (unsigned i = 0; i < rt->nsched; i++) {
@@ -411,7 +418,7 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     return -EINVAL;
   int any = sched == SMARM_SCHED_ANY;
   if (any)
-    sched = (int)pick_any(s);
+    sched = (int)pick_any(s, 1);
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
   spawn_ties_t ties = spawn_ties_of(self, opts);
@@ -460,7 +467,7 @@ int smarm_sched_pick_any(void)
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  return (int)pick_any(s);
+  return (int)pick_any(s, 0);
 }
 
 int smarm_alive(smarm_pid_t pid)

@@ -779,7 +779,8 @@ void sm_sched_die_pending(sched_t *s, actor_t *a)
 }
 
 /* Ties a new actor (not queued yet) to its spawner: its own side, and the spawner's when the
-** spawner is ours too (a remote spawner records its side when the answer reaches it). */
+** spawner is ours too (a remote spawner records its side when the answer reaches it, or, for a
+** spawn into a pid set aside ahead, before it sent the request: intersched.c). */
 static int spawn_tie(sched_t *s, actor_t *a, const spawn_ties_t *ties)
 {
   if (sm_faults_tie_child(s, a, ties) == 0) {

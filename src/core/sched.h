@@ -208,10 +208,6 @@ typedef struct sched {
   _Atomic smarm_pid_t running_pid; /* and its pid, for the watchdog's report */
   _Atomic uint64_t cpu_sampled_ns; /* time on CPU the ticker saw and no actor was charged yet
                                       (preempt.c, sampling): the running actor's at its switch */
-  /* Any scheduler's thread: spawns on "any" that picked this one and are on their way (added by
-  ** the spawner, taken off by the owner when it makes the actor; relaxed: a hint for pick_any,
-  ** which would otherwise send a burst of them all to the scheduler that has not seen them yet). */
-  _Atomic int64_t spawns_coming;
 
   /* -- Virtual time only (vclock.c, where the protocol is), cold: after everything else. Under
   ** rt->vclock.lock: */
@@ -221,6 +217,12 @@ typedef struct sched {
   /* Any scheduler's thread: */
   _Atomic uint32_t vc_poke_out; /* vc_poke is in the inbox: set by a poker, cleared by the owner */
   smarm_msg_t *vc_poke;       /* its wake-up item (made before the threads start) */
+
+  /* -- Any scheduler's thread, on a line of its own (the stats above move at every switch):
+  ** spawns on "any" that picked this one and are on their way (added by the spawner, taken off
+  ** by the owner when it makes the actor; relaxed: a hint for pick_any, which would otherwise
+  ** send a burst of them all to the scheduler that has not seen them yet). */
+  _Alignas(SMARM_CACHE_PAD) _Atomic int64_t spawns_coming;
 } sched_t;
 
 /* The scheduler of the calling thread, NULL outside the runtime. */

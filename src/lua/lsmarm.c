@@ -1281,10 +1281,8 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   self_or_raise(L, fname);
   sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
                             ** the block exists, so that a refusal leaks nothing */
-  sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
   codec_moves_t moves;
-  smarm_msg_t *block = sm_codec_encode(L, -1, "", &moves);
-  lua_pop(L, 1);
+  smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, fn_idx + 1, nargs, &moves);
   /* The actor's state travels with the spawn as a shell holding the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
   ** its coroutine. */
