@@ -135,6 +135,25 @@ describe("smarm.spawn_on", function()
     assert.is_true(counts[2] > 0)
   end)
 
+  it("takes turns with 'any' between schedulers equally loaded", function()
+    -- one actor waits on each scheduler (the main actor, and this one), and each child is gone
+    -- (its DOWN came: its death is counted) before the next spawn: every spawn is a tie
+    local counts = guard.run(function()
+      assert(smarm.alive(smarm.spawn_on(2, function() smarm.receive() end))) -- counted there
+      local c = { 0, 0 }
+      for i = 1, 40 do
+        -- half of them copied without a message, half with (a table argument)
+        local pid, ref = smarm.spawn_opt({ on = "any", monitor = true },
+          function(t) return t end, i % 2 == 0 and {} or nil)
+        guard.receive("a child's DOWN", function(m) return type(m) == "table" and m.ref == ref end)
+        local k = tonumber(tostring(pid):match("^<(%d+)%."))
+        c[k] = c[k] + 1
+      end
+      return c
+    end, { schedulers = 2 })
+    assert.are.same({ 20, 20 }, counts)
+  end)
+
   it("rejects bad arguments", function()
     local e1, e2, e3, e4, e5 = guard.run(function()
       local _, a = pcall(function() smarm.spawn_on(3, function() end) end)
