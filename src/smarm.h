@@ -220,10 +220,11 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
-/* The scheduler (0-based) that a spawn on SMARM_SCHED_ANY would pick now: the next spawn from
-** this scheduler picks the same unless the counts move first (the round robin of ties moves
-** only with spawns). -EPERM outside an actor. */
-SMARM_API int smarm_sched_pick_any(void);
+/* The scheduler (0-based) that a spawn on SMARM_SCHED_ANY picks now. take = 0: only looks (the
+** next spawn picks the same unless the counts move first); take = 1: picks as a spawn does,
+** moving the round robin of ties on (for a binding that, having looked, spawns there itself).
+** -EPERM outside an actor. */
+SMARM_API int smarm_sched_pick_any(int take);
 
 /* Pid of the calling actor, 0 outside an actor. */
 SMARM_API smarm_pid_t smarm_self(void);

@@ -462,12 +462,12 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   return 0;
 }
 
-int smarm_sched_pick_any(void)
+int smarm_sched_pick_any(int take)
 {
   sched_t *s;
   if (!sched_self(&s))
     return -EPERM;
-  return (int)pick_any(s, 0);
+  return (int)pick_any(s, take);
 }
 
 int smarm_alive(smarm_pid_t pid)

@@ -1248,8 +1248,10 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   int nargs = lua_gettop(L) - fn_idx;
   int own = smarm_sched_index(); /* "any" that would pick this scheduler: the same copy */
   int to_own = own >= 0 && (r->where == own ||
-                            (r->where == SMARM_SCHED_ANY && smarm_sched_pick_any() == own));
+                            (r->where == SMARM_SCHED_ANY && smarm_sched_pick_any(0) == own));
   if (to_own && copied_here(L, fn_idx, nargs)) {
+    if (r->where == SMARM_SCHED_ANY)
+      smarm_sched_pick_any(1); /* the pick it took: ties take turns as with every spawn */
     spawn_req_t here = *r;
     here.where = SPAWN_HERE;
     return spawn_lua(L, fname, &here, fn_idx);
