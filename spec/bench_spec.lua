@@ -120,13 +120,7 @@ end)
 -- The bench scripts as a user runs them: a wrong variant or a missing -n says what to do.
 describe("bench scripts", function()
   local exe = os.getenv("SMARM_EXE")
-  local function run(cmd) -- output and exit status (LuaJIT's popen:close() does not give it)
-    local p = assert(io.popen(cmd .. " 2>&1; echo \"exit status $?\""))
-    local out = p:read("*a")
-    p:close()
-    local status = tonumber(out:match("exit status (%d+)\n$"))
-    return out, status
-  end
+  local run = dofile("spec/support/shell.lua").run_merged -- output, exit status
 
   it("fail on an unknown variant, listing the script's variants", function()
     if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
@@ -160,11 +154,9 @@ end)
 -- bench/peers: the comparison table and the plain-LuaJIT peer, run as a user runs them.
 describe("bench/peers", function()
   local exe = os.getenv("SMARM_EXE")
-  local function run(cmd)
-    local p = assert(io.popen(cmd .. " 2>/dev/null"))
-    local out = p:read("*a")
-    local ok = p:close()
-    return out, ok
+  local function run(cmd) -- stdout, and whether it exited with 0 (stderr set aside)
+    local out, _, status = dofile("spec/support/shell.lua").run(cmd)
+    return out, status == 0
   end
 
   it("compare.lua puts peers beside smarm with ratios, targets and what does not apply", function()

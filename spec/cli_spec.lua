@@ -5,28 +5,7 @@ local exe = os.getenv("SMARM_EXE")
 -- executable's runs alone: spec/support/posix.lua)
 local posix = dofile("spec/support/posix.lua")
 
--- Runs a shell command; returns stdout, stderr, exit status.
-local function sh(cmd, input)
-  local tmp = os.tmpname()
-  local full = "(" .. cmd .. ") 2>" .. tmp .. ".err; echo \"status=$?\""
-  if input then
-    local f = assert(io.open(tmp .. ".in", "w"))
-    f:write(input)
-    f:close()
-    full = "(" .. cmd .. ") <" .. tmp .. ".in 2>" .. tmp .. ".err; echo \"status=$?\""
-  end
-  local p = assert(io.popen(full))
-  local out = p:read("*a")
-  p:close()
-  local ef = assert(io.open(tmp .. ".err"))
-  local err = ef:read("*a")
-  ef:close()
-  os.remove(tmp)
-  os.remove(tmp .. ".err")
-  os.remove(tmp .. ".in")
-  local status = tonumber(out:match("status=(%d+)\n$"))
-  return out:gsub("status=%d+\n$", ""), err, status
-end
+local sh = dofile("spec/support/shell.lua").run -- stdout, stderr, exit status
 
 local function script(text)
   local name = os.tmpname() .. ".lua"

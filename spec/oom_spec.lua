@@ -11,19 +11,7 @@ local smarm = require("smarm")
 local exe = os.getenv("SMARM_EXE")
 local WAIT = 60 -- a hang guard in seconds, never a time budget
 
--- Runs a shell command; returns stdout, stderr, exit status (128 + n for a signal n).
-local function sh(cmd)
-  local err = os.tmpname()
-  local p = assert(io.popen("(" .. cmd .. ") 2>" .. err .. "; echo \"status=$?\""))
-  local out = p:read("*a")
-  p:close()
-  local f = assert(io.open(err))
-  local errtext = f:read("*a")
-  f:close()
-  os.remove(err)
-  local status = tonumber(out:match("status=(%d+)\n$"))
-  return out:gsub("status=%d+\n$", ""), errtext, status
-end
+local sh = dofile("spec/support/shell.lua").run -- stdout, stderr, exit status
 
 -- The child: spawns until spawn raises, then lets go of a ballast (so that the report itself
 -- finds memory), reports, and ends its run with every other actor still parked.

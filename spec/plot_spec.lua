@@ -29,14 +29,7 @@ local function write(path, text)
   f:close()
 end
 
--- Runs a shell command; returns its stdout and stderr together, and its exit status.
-local function sh(cmd)
-  local p = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"status=$?\""))
-  local out = p:read("*a")
-  p:close()
-  local status = tonumber(out:match("status=(%d+)\n$"))
-  return (out:gsub("status=%d+\n$", "")), status
-end
+local sh = dofile("spec/support/shell.lua").run_merged -- output, exit status
 
 local function count(s, plain)
   local n, i = 0, 1
