@@ -204,9 +204,10 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 ** pid that scheduler set aside ahead; the actor is made when it takes the request from its
 ** inbox, before anything else that names the pid (whoever learns the pid through smarm learns
 ** it after the request went; an actor of that scheduler that reads the pid from memory shared
-** outside smarm may find it not alive yet). If that scheduler then finds no memory for it, opts->data goes to
-** on_actor_stopped, the pid never names an actor, and the spawner's link and monitor (opts) hear
-** of a death with SMARM_EXIT_NOMEM (without them a line goes to stderr). A spawn with opts->name,
+** outside smarm may find it not alive yet). If that scheduler then finds no memory for it,
+** opts->data goes to on_actor_stopped, the pid never names an actor, and the spawner's link
+** and monitor (opts) hear of a death with SMARM_EXIT_NOMEM (without them a line goes to
+** stderr). A spawn with opts->name,
 ** or with no pid set aside (the first spawns there, a burst), parks the caller until that
 ** scheduler has created the actor, and reports its failures here. `arg` crosses
 ** threads as a plain pointer: what it points to must stay valid until the new actor is done

@@ -166,6 +166,14 @@ static spawn_reserve_t *reserve_of(sched_t *s, unsigned k)
   return s->reserves[k];
 }
 
+void sm_sched_free_reserves(sched_t *s)
+{
+  for (unsigned k = 0; s->reserves && k < s->rt->nsched; k++)
+    free(s->reserves[k]);
+  free(s->reserves);
+  s->reserves = NULL;
+}
+
 /* A pid scheduler k set aside for s, or 0 (none left: the spawn waits for its answer). Asks for
 ** more when few are left. Called by the running actor: taking the inbox in here is what a yield
 ** does (a kill it brings is acted on at the actor's next park or yield). */

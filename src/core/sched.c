@@ -1224,10 +1224,7 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_timer_heap_destroy(&s->msg_timers); /* emptied with the actors above */
   reftab_destroy(&s->msg_timer_refs);
   sm_faults_free_spares(s);
-  for (unsigned k = 0; s->reserves && k < s->rt->nsched; k++)
-    free(s->reserves[k]); /* pids set aside for us: they end with their tables */
-  free(s->reserves);
-  s->reserves = NULL;
+  sm_sched_free_reserves(s);
   sm_msg_free_chain(s->deferred); /* demonitors for records that end with their schedulers */
   s->deferred = s->deferred_tail = NULL;
   s->ndeferred = 0;

@@ -245,6 +245,9 @@ struct spawn_ties;
 /* ties (may be NULL): who it is linked to or monitored by from the start (faults.h). */
 int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
                          const struct spawn_ties *ties, smarm_pid_t *pid_out);
+/* Frees s's reserves of pids other schedulers set aside for it (intersched.c; they end with
+** those schedulers' tables). Owner thread, after its loop. */
+void sm_sched_free_reserves(sched_t *s);
 /* Spawning into a pid set aside ahead (intersched.c, "Spawns that do not wait"): takes a free
 ** table entry for a later sm_sched_spawn_reserved (0, -ENOMEM or -EAGAIN), and makes the actor
 ** of such an entry (0 or -ENOMEM, the entry then freed: the pid names nothing, ever). */

@@ -575,55 +575,6 @@ static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
   enc_value(e, idx, 1);
 }
 
-/* spawn_on's transfer (ltransfer.h): the bytes enc_table makes of { function = fn (or name =
-** "mod.fn"), argument = { n = nargs, [i] = argument i } }, straight from the stack. The keys are
-** pushed for the failure path, which names its place from them (`argument[2].cb`). */
-static void enc_transfer(enc_t *e, const codec_transfer_t *t)
-{
-  lua_State *L = e->L;
-  luaL_checkstack(L, 6, "message");
-  int first = e->nkeys++;
-  e->key_is_upvalue[first] = 0;
-  put_byte(e, T_TABLE);
-  uint32_t sizes[2] = {0, 2};
-  put_bytes(e, sizes, 8);
-  lua_pushstring(L, lua_type(L, t->fn_idx) == LUA_TSTRING ? "name" : "function");
-  lua_pushliteral(L, "argument");
-  int fn_key = lua_gettop(L) - 1, arg_key = fn_key + 1;
-  e->keys[first] = fn_key;
-  enc_value(e, fn_key, 1);
-  enc_value(e, t->fn_idx, 1);
-  e->keys[first] = arg_key;
-  enc_value(e, arg_key, 1);
-  int second = e->nkeys++;
-  e->key_is_upvalue[second] = 0;
-  put_byte(e, T_TABLE);
-  size_t sizes_at = e->len;
-  put_bytes(e, sizes, 8);
-  for (int i = 0; i < t->nargs; i++) {
-    if (lua_isnil(L, t->first + i))
-      continue; /* as lua_next would skip it: n says how many there were */
-    sizes[0]++;
-    lua_pushinteger(L, i + 1);
-    e->keys[second] = lua_gettop(L);
-    enc_value(e, lua_gettop(L), 2);
-    enc_value(e, t->first + i, 2);
-    lua_pop(L, 1);
-  }
-  sizes[1] = 1;
-  lua_pushliteral(L, "n");
-  lua_pushinteger(L, t->nargs);
-  e->keys[second] = lua_gettop(L) - 1;
-  enc_value(e, lua_gettop(L) - 1, 2);
-  enc_value(e, lua_gettop(L), 2);
-  lua_pop(L, 2);
-  memcpy(e->buf + sizes_at, sizes, 8);
-  put_byte(e, T_END);
-  e->nkeys = first;
-  put_byte(e, T_END);
-  lua_pop(L, 2);
-}
-
 /* Encodes the value at idx (or, with a call, that call's request around it) with `tail` spare
 ** bytes at the end. */
 /* Readies the handles met for travel (lhandle.h: before_move); 1 if one of them changed. */
@@ -644,14 +595,13 @@ static int ready_moves(lua_State *L, codec_moves_t *moves)
 }
 
 static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                           size_t tail, const codec_call_t *call, int data_only, int readied,
-                           const codec_transfer_t *transfer)
+                           size_t tail, const codec_call_t *call, int data_only, int readied)
 {
   enc_t e;
   moves->n = 0;
   e.moves = moves;
-  idx = transfer ? 0 : abs_index(L, idx);
-  if (!call && !transfer && lua_type(L, idx) == LUA_TSTRING)
+  idx = abs_index(L, idx);
+  if (!call && lua_type(L, idx) == LUA_TSTRING)
     return encode_string(L, idx, tail);
   e.L = L;
   luaL_checkstack(L, 8, "message");
@@ -667,8 +617,6 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.data_only = data_only;
   if (call) {
     enc_call(&e, idx, call->caller);
-  } else if (transfer) {
-    enc_transfer(&e, transfer);
   } else {
     enc_value(&e, idx, 0);
   }
@@ -678,7 +626,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
     if (readied >= 2)
       luaL_error(L, "%s: a socket in it changed again while it was readied to travel (another "
                     "actor uses it)", root && *root ? root : "message");
-    return encode(L, idx, root, moves, tail, call, data_only, readied + 1, transfer);
+    return encode(L, idx, root, moves, tail, call, data_only, readied + 1);
   }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
@@ -707,31 +655,24 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
 
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 0, 0, NULL);
+  return encode(L, idx, root, moves, 0, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_data(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 1, 0, NULL);
+  return encode(L, idx, root, moves, 0, NULL, 1, 0);
 }
 
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail)
 {
-  return encode(L, idx, root, moves, tail, NULL, 0, 0, NULL);
+  return encode(L, idx, root, moves, tail, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail)
 {
-  return encode(L, idx, "request", moves, tail, call, 0, 0, NULL);
-}
-
-smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int fn_idx, int first, int nargs,
-                                      codec_moves_t *moves)
-{
-  codec_transfer_t t = {abs_index(L, fn_idx), abs_index(L, first), nargs};
-  return encode(L, 0, "", moves, 0, NULL, 0, 0, &t);
+  return encode(L, idx, "request", moves, tail, call, 0, 0);
 }
 
 void sm_codec_commit(codec_moves_t *moves)
@@ -1027,13 +968,20 @@ static int named_here_is(lua_State *L, int value, enum lrebind_kind k)
   return same;
 }
 
+int sm_codec_same_here(lua_State *L, int idx)
+{
+  int t = lua_type(L, idx);
+  smarm_pid_t pid;
+  return t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING ||
+         (t == LUA_TUSERDATA && sm_lsmarm_to_pid(L, idx, &pid));
+}
+
 int sm_codec_copy_function_here(lua_State *L, int idx)
 {
   if (lua_type(L, idx) != LUA_TFUNCTION || lua_iscfunction(L, idx))
     return 0;
-  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  idx = abs_index(L, idx);
   int base = lua_gettop(L), names = 0, nups = 0;
-  smarm_pid_t pid;
   luaL_checkstack(L, 8, "spawn");
   lua_getfenv(L, idx); /* a decoded copy takes the decoding actor's globals: the VM's */
   int same_env = lua_rawequal(L, -1, LUA_GLOBALSINDEX);
@@ -1055,8 +1003,7 @@ int sm_codec_copy_function_here(lua_State *L, int idx)
         lua_settop(L, base);
         return 0;
       }
-    } else if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING &&
-               !(t == LUA_TUSERDATA && sm_lsmarm_to_pid(L, -1, &pid))) {
+    } else if (!sm_codec_same_here(L, -1)) {
       lua_settop(L, base);
       return 0;
     }

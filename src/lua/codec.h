@@ -72,14 +72,6 @@ typedef struct codec_call {
 } codec_call_t;
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail);
-/* spawn_on's transfer (ltransfer.h) of the function (or "mod.fn") at fn_idx and the nargs
-** arguments from first on: the block sm_codec_encode would make of the transfer table, with
-** the empty root, made without the table. */
-typedef struct codec_transfer {
-  int fn_idx, first, nargs;
-} codec_transfer_t;
-smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int fn_idx, int first, int nargs,
-                                      codec_moves_t *moves);
 void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
 /* Frees an unsent block; the handles (moves, or NULL when there are none) stay the sender's. */
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
@@ -98,6 +90,9 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
 ** (lrebind.h). Otherwise pushes nothing and returns 0 (the codec is needed). May raise "not
 ** enough memory". */
 int sm_codec_copy_function_here(lua_State *L, int idx);
+/* Whether the value at idx decodes in this VM to that very value (nil, a boolean, a number, a
+** string, a pid), so that an actor of this VM may be handed it as it is. */
+int sm_codec_same_here(lua_State *L, int idx);
 
 /* Pushes the value of bytes that sm_codec_encode made without handles (an exit reason inside a
 ** notice). Raises on malformed bytes or a handle list. */

@@ -1229,13 +1229,9 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
 ** here (sm_codec_copy_function_here), which replaces it at fn_idx. */
 static int copied_here(lua_State *L, int fn_idx, int nargs)
 {
-  for (int i = 1; i <= nargs; i++) {
-    int t = lua_type(L, fn_idx + i);
-    smarm_pid_t pid;
-    if (t != LUA_TNIL && t != LUA_TBOOLEAN && t != LUA_TNUMBER && t != LUA_TSTRING &&
-        !(t == LUA_TUSERDATA && sm_lsmarm_to_pid(L, fn_idx + i, &pid)))
+  for (int i = 1; i <= nargs; i++)
+    if (!sm_codec_same_here(L, fn_idx + i))
       return 0;
-  }
   if (!sm_codec_copy_function_here(L, fn_idx))
     return 0;
   lua_replace(L, fn_idx);
@@ -1246,7 +1242,7 @@ static int copied_here(lua_State *L, int fn_idx, int nargs)
 static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int fn_idx)
 {
   int nargs = lua_gettop(L) - fn_idx;
-  int own = smarm_sched_index(); /* "any" that would pick this scheduler: the same copy */
+  int own = r->where == SPAWN_HERE ? -1 : smarm_sched_index(); /* "any" picking it: the same */
   int to_own = own >= 0 && (r->where == own ||
                             (r->where == SMARM_SCHED_ANY && smarm_sched_pick_any(0) == own));
   if (to_own && copied_here(L, fn_idx, nargs)) {
@@ -1284,7 +1280,9 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
                             ** the block exists, so that a refusal leaks nothing */
   codec_moves_t moves;
-  smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, fn_idx + 1, nargs, &moves);
+  sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
+  smarm_msg_t *block = sm_codec_encode(L, -1, "", &moves);
+  lua_pop(L, 1);
   /* The actor's state travels with the spawn as a shell holding the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
   ** its coroutine. */

@@ -16,6 +16,21 @@ const char *sm_ltransfer_name_dot(const char *name)
   return dot && dot != name && dot[1] != '\0' ? dot : NULL;
 }
 
+void sm_ltransfer_build(lua_State *L, int fn_idx, int first, int nargs)
+{
+  lua_createtable(L, 0, 2);
+  lua_pushvalue(L, fn_idx);
+  lua_setfield(L, -2, lua_type(L, fn_idx) == LUA_TSTRING ? "name" : "function");
+  lua_createtable(L, nargs, 1);
+  for (int i = 0; i < nargs; i++) {
+    lua_pushvalue(L, first + i);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushinteger(L, nargs);
+  lua_setfield(L, -2, "n");
+  lua_setfield(L, -2, "argument");
+}
+
 int sm_ltransfer_call(lua_State *L, int tr)
 {
   lua_getfield(L, tr, "name");
