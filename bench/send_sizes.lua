@@ -1,5 +1,6 @@
 -- bench/send_sizes.lua: a remote send (scheduler 1 -> 2) of messages of several sizes: strings of
--- 8 B, 1 KiB and 64 KiB, and a table of 100 fields. One operation is one message sent and
+-- 8 B, 1 KiB and 64 KiB (copied), binaries of 1 KiB and 64 KiB (smarm.binary: shared), and a
+-- table of 100 fields. One operation is one message sent and
 -- received (the receiver acknowledges each batch, so the sender cannot run ahead unboundedly).
 -- Knobs: SMARM_SEND_ROUNDS, SMARM_SEND_RUNS, SMARM_SEND_BATCH. Run: smarm -n bench/send_sizes.lua
 local smarm = require("smarm")
@@ -16,6 +17,8 @@ local payloads = {
   { "string_8B", ("x"):rep(8) },
   { "string_1KiB", ("x"):rep(1024) },
   { "string_64KiB", ("x"):rep(65536) },
+  { "binary_1KiB", smarm.binary(("x"):rep(1024)) },
+  { "binary_64KiB", smarm.binary(("x"):rep(65536)) },
   { "table_100_fields", table100 },
 }
 

@@ -31,7 +31,8 @@ local CAVEATS = {
     .. "runtime place them",
   ["send_sizes/go"] = "Go passes strings and maps by reference: nothing is copied",
   ["send_sizes/erlang"] = "Erlang shares binaries over 64 bytes by reference count: the 1 KiB "
-    .. "and 64 KiB strings are not copied (the 8 B one and the map are)",
+    .. "and 64 KiB strings are not copied (the 8 B one and the map are); smarm's binary_ rows, "
+    .. "shared the same way, are compared with them",
   ["pingpong/luajit"] = "LuaJIT's scheduler is the smallest one that can run the scenarios "
     .. "(bench/peers/luajit.lua): one thread, no C stacks, messages shared, not copied",
   ["switch_cost/luajit"] = "a bare coroutine resume/yield round trip, no scheduler at all",
@@ -119,6 +120,13 @@ local function human(ns)
   return string.format("%.1f ns", ns)
 end
 
+-- smarm's variants that have no peer variant of their name: the peers' variant they are
+-- compared with (smarm's binaries are shared as Erlang's binaries, and as Go's strings, are).
+local COMPARED_WITH = {
+  ["send_sizes/binary_1KiB"] = "string_1KiB",
+  ["send_sizes/binary_64KiB"] = "string_64KiB",
+}
+
 -- smarm's variant a peer's variant is compared with: its own, or the part before the first "_"
 -- (remote_unlocked -> remote, local_cond -> local).
 local function smarm_variant(scenario, variant)
@@ -158,7 +166,7 @@ for _, scenario in ipairs(order) do
         variant == base and human(mine) or (base and "(" .. base .. ")" or "-"))
       local missing = {}
       for _, peer in ipairs(PEERS) do
-        local theirs = p50(scenario, variant, peer)
+        local theirs = p50(scenario, COMPARED_WITH[scenario .. "/" .. variant] or variant, peer)
         if theirs then
           line = line .. string.format(" %12s %6s", human(theirs),
             mine and string.format("%.2f", mine / theirs) or "")

@@ -12,6 +12,7 @@
 
 #include "io/dist.h"
 #include "io/io.h"
+#include "lbinary.h"
 #include "lhandle.h"
 #include "lpath.h"
 #include "lterm.h"
@@ -43,13 +44,19 @@ enum tag {
   T_ATOM,   /* an Erlang atom (lterm.h): its name as a string */
   T_OPAQUE, /* an opaque Erlang term: its bytes as a string */
   T_TUPLE,  /* before a TABLE or STABLE: the table is a tuple (lterm.h) */
-  T_MAP     /* before a TABLE or STABLE: the table is a map */
+  T_MAP,    /* before a TABLE or STABLE: the table is a map */
+  T_BLIST,  /* only first (after an HLIST): the binaries' list, a varint count, then pointers */
+  T_BIN,    /* a binary of the list: its index */
+  T_BINV    /* a binary's bytes, in plain data (exit reasons: the core copies their bytes) */
 };
 
 /* Tables (and functions) remembered by address in the encoder's own array before it needs a Lua
 ** table; the same for upvalue cells. */
 #define SEEN_FAST 16
 #define CELLS_FAST 32
+/* Binaries remembered in the encoder's own array before it needs a userdata for more; as many
+** have stack slots at the decoder before it puts them in a table. */
+#define BINS_FAST 16
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
@@ -68,6 +75,7 @@ typedef struct enc {
   int data_only;        /* sm_codec_encode_data: functions and named userdata refused */
   int names_idx;        /* stack slot of the VM's names (sm_lrebind_push_names; nil until the
                            first function or userdata) */
+  int bins_idx;         /* stack slot of the userdata holding bins past BINS_FAST (nil until) */
   const char *root;     /* the name of the whole value in error messages ("message") */
   unsigned char local[256];
   unsigned char *buf;
@@ -82,6 +90,9 @@ typedef struct enc {
   int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
   unsigned char key_is_upvalue[CODEC_MAX_DEPTH + 1]; /* keys[i] is an upvalue's name */
+  sm_binary_t **bins;   /* the binaries met, in list order: bins_fast, then bins_idx's */
+  uint32_t nbins, bins_cap;
+  sm_binary_t *bins_fast[BINS_FAST];
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
@@ -94,11 +105,13 @@ static int abs_index(lua_State *L, int idx)
 /* Pushes the four slots (buffer, seen tables, upvalue cells, names) as nils. Done before the
 ** first table or function is entered, so lua_next always finds its key on top; a scalar message
 ** never needs them. */
-#define ENC_SLOTS 4
+#define ENC_SLOTS 5
 static void ensure_slots(enc_t *e)
 {
   if (e->buf_idx)
     return;
+  lua_pushnil(e->L);
+  e->bins_idx = lua_gettop(e->L);
   lua_pushnil(e->L);
   e->buf_idx = lua_gettop(e->L);
   lua_pushnil(e->L);
@@ -457,6 +470,32 @@ static void enc_function(enc_t *e, int idx, int depth)
   e->nkeys = level;
 }
 
+/* A binary: in the list (its reference taken once the block is made), or its bytes in plain
+** data. */
+static void enc_binary(enc_t *e, sm_binary_t *bin)
+{
+  if (e->data_only) {
+    put_byte(e, T_BINV);
+    put_varint(e, bin->len);
+    put_bytes(e, bin->bytes, bin->len);
+    return;
+  }
+  if (e->nbins == e->bins_cap) { /* past the first BINS_FAST: only inside a table or function */
+    ensure_slots(e);
+    size_t cap = (size_t)e->bins_cap * 2;
+    if (cap > UINT32_MAX / 2)
+      luaL_error(e->L, "not enough memory");
+    sm_binary_t **more = lua_newuserdata(e->L, cap * sizeof *more);
+    memcpy(more, e->bins, e->nbins * sizeof *more);
+    lua_replace(e->L, e->bins_idx);
+    e->bins = more;
+    e->bins_cap = (uint32_t)cap;
+  }
+  put_byte(e, T_BIN);
+  put_varint(e, e->nbins);
+  e->bins[e->nbins++] = bin;
+}
+
 static void enc_value(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
@@ -501,6 +540,11 @@ static void enc_value(enc_t *e, int idx, int depth)
     if (sm_lsmarm_to_ref(L, idx, &ref)) {
       put_byte(e, T_SREF);
       put_bytes(e, &ref, sizeof ref);
+      return;
+    }
+    sm_binary_t *bin = sm_lbinary_test(L, idx);
+    if (bin) {
+      enc_binary(e, bin);
       return;
     }
     int from = sm_lsmarm_to_from(L, idx, &pid, &ref);
@@ -612,8 +656,11 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.nkeys = 0;
   e.in_key = 0;
   e.root = root;
-  e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = 0;
+  e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = e.bins_idx = 0;
   e.ncells = 0;
+  e.bins = e.bins_fast;
+  e.nbins = 0;
+  e.bins_cap = BINS_FAST;
   e.data_only = data_only;
   if (call) {
     enc_call(&e, idx, call->caller);
@@ -630,6 +677,10 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
+  unsigned char nbins_bytes[10];
+  size_t nbins_len = e.nbins ? varint(nbins_bytes, e.nbins) : 0;
+  if (e.nbins)
+    head += 1 + nbins_len + (size_t)e.nbins * sizeof(sm_binary_t *);
   smarm_msg_t *m = smarm_msg_new(head + e.len + tail);
   if (!m)
     luaL_error(L, "not enough memory");
@@ -644,6 +695,16 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
       memcpy(out + 3, &e.handles[i].id, 8);
       memcpy(out + 11, &e.handles[i].timeout, 8);
       memcpy(out + 19, &e.handles[i].fd, 4);
+    }
+    smarm_msg_set_owning(m, 1);
+  }
+  if (e.nbins) { /* the block holds a reference to each, released by sm_codec_drop */
+    *out++ = T_BLIST;
+    memcpy(out, nbins_bytes, nbins_len);
+    out += nbins_len;
+    for (uint32_t i = 0; i < e.nbins; i++, out += sizeof(sm_binary_t *)) {
+      sm_binary_retain(e.bins[i]);
+      memcpy(out, &e.bins[i], sizeof(sm_binary_t *));
     }
     smarm_msg_set_owning(m, 1);
   }
@@ -675,6 +736,49 @@ smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *cal
   return encode(L, idx, "request", moves, tail, call, 0, 0);
 }
 
+/* Reads the binaries' list at *p, if any: returns how many (0 with none) with *list at their
+** pointers, and advances *p past it; -1 if it is malformed. */
+static int64_t read_bins(const unsigned char **p, const unsigned char *end,
+                         const unsigned char **list)
+{
+  if (*p >= end || **p != T_BLIST)
+    return 0;
+  const unsigned char *q = *p + 1;
+  uint64_t n = 0;
+  for (int shift = 0;; shift += 7) {
+    if (q >= end || shift > 28)
+      return -1;
+    n |= (uint64_t)(*q & 0x7f) << shift;
+    if (!(*q++ & 0x80))
+      break;
+  }
+  if (n == 0 || n > (uint64_t)(end - q) / sizeof(sm_binary_t *))
+    return -1;
+  *list = q;
+  *p = q + n * sizeof(sm_binary_t *);
+  return (int64_t)n;
+}
+
+static int skip_handles(const unsigned char **p, const unsigned char *end);
+
+/* Releases the references a block still holds to its binaries, zeroing their entries (a zeroed
+** entry holds none: a decode's userdata took it, or it was released). */
+static void release_binaries(smarm_msg_t *msg)
+{
+  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg), *list;
+  if (skip_handles(&p, end) < 0)
+    return;
+  int64_t n = read_bins(&p, end, &list);
+  for (int64_t i = 0; i < n; i++) {
+    unsigned char *slot = (unsigned char *)list + i * (int64_t)sizeof(sm_binary_t *);
+    sm_binary_t *b;
+    memcpy(&b, slot, sizeof b);
+    if (b)
+      sm_binary_release(b);
+    memset(slot, 0, sizeof b);
+  }
+}
+
 void sm_codec_commit(codec_moves_t *moves)
 {
   for (int i = 0; i < moves->n; i++)
@@ -684,8 +788,10 @@ void sm_codec_commit(codec_moves_t *moves)
 
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves)
 {
-  if (msg)
+  if (msg) { /* its binaries are released; its handles stay the sender's */
+    release_binaries(msg);
     smarm_msg_set_owning(msg, 0);
+  }
   smarm_msg_free(msg);
   for (int i = 0; moves && i < moves->n; i++) {
     const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
@@ -730,6 +836,12 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   return n;
 }
 
+static int skip_handles(const unsigned char **p, const unsigned char *end)
+{
+  listed_t hs[CODEC_MAX_HANDLES];
+  return read_handles(p, end, hs);
+}
+
 void sm_codec_drop(smarm_msg_t *msg)
 {
   const unsigned char *p = smarm_msg_data(msg);
@@ -738,6 +850,7 @@ void sm_codec_drop(smarm_msg_t *msg)
   for (int i = 0; i < n; i++)
     if (!hs[i].taken) /* else a decode that failed later made it a userdata: its __gc closes it */
       hs[i].kind->drop(&hs[i].h);
+  release_binaries(msg);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
@@ -749,6 +862,10 @@ typedef struct dec {
   int refs_idx;  /* stack slot of the table: offset -> STABLE table (nil until the first one) */
   int nhandles;
   int handles_idx; /* stack slot of the first handle's userdata (made before anything else) */
+  int64_t nbins;
+  int bins_idx;    /* stack slot of the first binary's userdata, or (bins_in_table) of the table
+                      of them, made before anything else too */
+  int bins_in_table;
   smarm_ref_t alias; /* a call's (CALL): the last bytes, taken off `end` */
   int detached;  /* the bytes are the decode's own copy (detach): the caller's may be freed */
 } dec_t;
@@ -1136,6 +1253,22 @@ static int dec_value(dec_t *d, int depth)
     lua_pushvalue(L, d->handles_idx + i);
     return 1;
   }
+  case T_BIN: {
+    uint64_t i = get_varint(d);
+    if (i >= (uint64_t)d->nbins)
+      malformed(d);
+    if (d->bins_in_table)
+      lua_rawgeti(L, d->bins_idx, (int)i + 1);
+    else
+      lua_pushvalue(L, d->bins_idx + (int)i);
+    return 1;
+  }
+  case T_BINV: {
+    const char *s;
+    size_t n = get_string(d, &s);
+    sm_lbinary_push_copy(L, s, n);
+    return 1;
+  }
   case T_REF: {
     uint64_t at = get_varint(d);
     if (!d->refs_idx || lua_isnil(L, d->refs_idx))
@@ -1207,7 +1340,11 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   d.nhandles = read_handles(&d.p, d.end, handles);
   if (d.nhandles < 0 || (d.nhandles > 0 && !list))
     malformed(&d);
-  int base = d.nhandles > 0 ? lua_gettop(L) : 0;
+  const unsigned char *bin_list = NULL;
+  d.nbins = read_bins(&d.p, d.end, &bin_list);
+  if (d.nbins < 0 || (d.nbins > 0 && !list) || d.nbins > INT32_MAX)
+    malformed(&d);
+  int base = lua_gettop(L);
   luaL_checkstack(L, d.nhandles + 8, "message");
   /* Sockets and files become their userdata first, before anything else of the decode can fail
   ** (out of memory, a malformed block). Each one's entry in the block is marked taken as soon as
@@ -1217,9 +1354,28 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     handles[i].kind->push(L, &handles[i].h);
     list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
-  if (msg) /* its handles are the receiver's now; nothing below touches msg again */
-    smarm_msg_set_owning(msg, 0);
   d.handles_idx = base + 1;
+  /* Binaries too: the VM's userdata of each takes the block's reference from its entry (zeroed),
+  ** so the block may go while the decode runs Lua code (detach), and the references not taken
+  ** when a decode fails here are released with the block (sm_codec_drop). */
+  d.bins_in_table = d.nbins > BINS_FAST;
+  if (d.bins_in_table)
+    lua_createtable(L, (int)d.nbins, 0);
+  else
+    luaL_checkstack(L, (int)d.nbins + 8, "message");
+  d.bins_idx = lua_gettop(L) + !d.bins_in_table;
+  for (int64_t i = 0; i < d.nbins; i++) {
+    unsigned char *slot = (unsigned char *)bin_list + i * (int64_t)sizeof(sm_binary_t *);
+    sm_binary_t *b;
+    memcpy(&b, slot, sizeof b);
+    if (!b) /* taken by an earlier decode of this block */
+      malformed(&d);
+    sm_lbinary_push_taken(L, slot);
+    if (d.bins_in_table)
+      lua_rawseti(L, -2, (int)i + 1);
+  }
+  if (msg) /* its handles and binaries are the receiver's now; nothing below touches msg again */
+    smarm_msg_set_owning(msg, 0);
   d.start = d.p;
   if (d.p < d.end && *d.p == T_CALL) { /* its alias ends the bytes */
     if ((size_t)(d.end - d.p) < 1 + sizeof(smarm_pid_t) + 1 + sizeof d.alias)
@@ -1239,7 +1395,8 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   dec_value(&d, 0);
   if (d.p != d.end)
     malformed(&d);
-  if (d.nhandles > 0) { /* keep the value alone: drop the handles and refs below it */
+  if (d.nhandles > 0 || d.nbins > 0) { /* keep the value alone: drop the handles, binaries and
+                                          refs below it */
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
   } else if (has_tables) {
@@ -1424,7 +1581,7 @@ static const unsigned char *etf_skip(etf_out_t *x, const unsigned char *p, int d
     if (x->end - p < 8)
       break;
     return p + 8;
-  case T_STR: case T_ATOM: case T_OPAQUE: {
+  case T_STR: case T_ATOM: case T_OPAQUE: case T_BINV: {
     uint64_t n = etf_varint(x, &p);
     if (x->failed || (uint64_t)(x->end - p) < n)
       break;
@@ -1579,11 +1736,11 @@ static const unsigned char *etf_value(etf_out_t *x, const unsigned char *p, int 
     sm_etf_put_number(&x->out, v);
     return p + sizeof v;
   }
-  case T_STR: case T_ATOM: case T_OPAQUE: {
+  case T_STR: case T_ATOM: case T_OPAQUE: case T_BINV: {
     uint64_t n = etf_varint(x, &p);
     if (x->failed || (uint64_t)(x->end - p) < n || n > UINT32_MAX)
       break;
-    if (tag == T_STR) {
+    if (tag == T_STR || tag == T_BINV) {
       sm_etf_put_u8(&x->out, ETF_BINARY);
       sm_etf_put_u32(&x->out, (uint32_t)n);
       sm_etf_put(&x->out, p, (size_t)n);

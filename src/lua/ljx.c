@@ -148,6 +148,22 @@ void sm_ljx_after_switch(lua_State *L) { setgcref(G(L)->cur_L, obj2gco(L)); }
 
 size_t sm_ljx_gc_total(lua_State *L) { return (size_t)G(L)->gc.total; }
 
+void sm_ljx_gc_charge(lua_State *L, size_t n)
+{
+  global_State *g = G(L);
+  g->gc.total += (GCSize)n;
+  /* lj_gc_check's test. While a cycle runs, the n bytes are paid as an allocation's debt is, in
+  ** steps (lj_gc_step is not exported: lua_gc's step takes the debt and pays it at once). */
+  if (g->gc.total >= g->gc.threshold)
+    lua_gc(L, LUA_GCSTEP, (int)(n >> 10 < INT32_MAX ? n >> 10 : INT32_MAX));
+}
+
+void sm_ljx_gc_discharge(lua_State *L, size_t n)
+{
+  global_State *g = G(L);
+  g->gc.total = g->gc.total > (GCSize)n ? g->gc.total - (GCSize)n : 0;
+}
+
 int sm_ljx_hook_left(lua_State *L) { return (int)G(L)->hookcount; }
 
 void sm_ljx_set_hook_left(lua_State *L, int left)

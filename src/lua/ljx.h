@@ -45,6 +45,11 @@ void sm_ljx_set_hook_left(lua_State *L, int left);
 
 /* The bytes the VM of L has allocated (what collectgarbage("count") tells, in bytes). */
 size_t sm_ljx_gc_total(lua_State *L);
+/* Counts n bytes the collector does not see (a binary's block, lbinary.h) as the VM's memory,
+** stepping the collector as an allocation of n would; discharge takes them off again (from a
+** __gc too). */
+void sm_ljx_gc_charge(lua_State *L, size_t n);
+void sm_ljx_gc_discharge(lua_State *L, size_t n);
 
 /* Preemption from a debug hook (lpreempt.c). Why the hook must not switch here, or NULL: inside
 ** an FFI callback, or with compiled code on the stack (hooks never run inside __gc finalizers). */

@@ -34,6 +34,7 @@
 **   codec.c    messages                           lbench.c      clock and histograms
 **   ldist.c    smarm.node: the Erlang node          lterm.c  Erlang terms   lpath.c  error paths
 **   lhandle.c  the neutral handle interface       lpid.c   pids     lpark.c   parking rules
+**   lbinary.c  shared immutable byte strings
 **   lrebind.c  values every VM finds by name       lreentry.c  gsub and sort checked for C stack
 **   lvm.h      a scheduler's VM                   ljx.c    LuaJIT internals
 */
@@ -41,6 +42,7 @@
 #include "lsmarm.h"
 
 #include "codec.h"
+#include "lbinary.h"
 #include "io/io.h"
 #include "lbench.h"
 #include "ldist.h"
@@ -555,6 +557,12 @@ static int l_stats(lua_State *L)
   lua_setfield(L, -2, "memory");
   lua_pushnumber(L, (lua_Number)sm_io_in_flight());
   lua_setfield(L, -2, "io_in_flight");
+  size_t nbinaries, binary_bytes;
+  sm_binary_counts(&nbinaries, &binary_bytes);
+  lua_pushnumber(L, (lua_Number)nbinaries);
+  lua_setfield(L, -2, "binaries");
+  lua_pushnumber(L, (lua_Number)binary_bytes);
+  lua_setfield(L, -2, "binary_bytes");
   return 1;
 }
 
@@ -1647,6 +1655,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_lsignal_register(L, module);
   sm_lfaults_register(L, module);
   sm_lterm_register(L, module);
+  sm_lbinary_register(L, module);
   sm_ldist_register(L, module);
   sm_linfo_register(L, module);
   sm_ltimer_register(L, module);

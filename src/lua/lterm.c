@@ -10,6 +10,7 @@
 **                      <-- integers within 2^53 and floats (so 2.0 comes back as 2: Lua has one
 **                          number type); other integers stay opaque terms
 **   string             <-> binary
+**   smarm.binary(s)    --> binary (it arrives as a string)
 **   smarm.atom(s)      <-> other atoms (Latin-1 ones arrive as UTF-8)
 **   smarm.tuple(t)     <-> tuple: t[1..n], n = t.n when it is a number, else #t; a decoded tuple
 **                          with a nil element has n set
@@ -27,6 +28,7 @@
 #include "lterm.h"
 
 #include "io/dist.h"
+#include "lbinary.h"
 #include "lpath.h"
 #include "lpid.h"
 #include "lvm.h"
@@ -355,6 +357,15 @@ static void enc_value(tenc_t *e, int idx, int depth)
     }
     if (kind == LTERM_OPAQUE) {
       sm_etf_put(&e->out, s, n);
+      return;
+    }
+    sm_binary_t *bin = sm_lbinary_test(L, idx);
+    if (bin) { /* a binary as the string it reads as */
+      if (bin->len > UINT32_MAX)
+        enc_fail(e, e->nkeys, "is a binary too long for Erlang");
+      sm_etf_put_u8(&e->out, ETF_BINARY);
+      sm_etf_put_u32(&e->out, (uint32_t)bin->len);
+      sm_etf_put(&e->out, bin->bytes, bin->len);
       return;
     }
     smarm_pid_t pid;
