@@ -75,7 +75,10 @@ typedef struct enc {
   int data_only;        /* sm_codec_encode_data: functions and named userdata refused */
   int names_idx;        /* stack slot of the VM's names (sm_lrebind_push_names; nil until the
                            first function or userdata) */
-  int bins_idx;         /* stack slot of the userdata holding bins past BINS_FAST (nil until) */
+  int bins_idx;         /* stack slot of the table of the binaries' userdata met, in list order
+                           (nil until the first): it keeps each alive, so its block too, until
+                           the block made holds a reference (a finalizer run by an allocation
+                           here may change the message) */
   const char *root;     /* the name of the whole value in error messages ("message") */
   unsigned char local[256];
   unsigned char *buf;
@@ -90,9 +93,8 @@ typedef struct enc {
   int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
   unsigned char key_is_upvalue[CODEC_MAX_DEPTH + 1]; /* keys[i] is an upvalue's name */
-  sm_binary_t **bins;   /* the binaries met, in list order: bins_fast, then bins_idx's */
-  uint32_t nbins, bins_cap;
-  sm_binary_t *bins_fast[BINS_FAST];
+  uint32_t nbins;       /* binaries met */
+  sm_binary_t *bins_fast[BINS_FAST]; /* the first ones' blocks (the rest: read at bins_idx) */
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
@@ -102,9 +104,9 @@ static int abs_index(lua_State *L, int idx)
   return idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
 }
 
-/* Pushes the four slots (buffer, seen tables, upvalue cells, names) as nils. Done before the
-** first table or function is entered, so lua_next always finds its key on top; a scalar message
-** never needs them. */
+/* Pushes the five slots (binaries, buffer, seen tables, upvalue cells, names) as nils. Done
+** before the first table or function is entered, so that nothing is pushed above the key and
+** value a table's walk holds; a scalar message needs them only for a binary or a long value. */
 #define ENC_SLOTS 5
 static void ensure_slots(enc_t *e)
 {
@@ -265,6 +267,39 @@ static int put_back_ref(enc_t *e, int idx, unsigned char shared_tag)
   return 1;
 }
 
+/* A key the receiver's table will likely keep in its array part (the size hint's count). */
+static int array_like(lua_Number n)
+{
+  return n >= 1 && n <= (lua_Number)UINT32_MAX && n == (lua_Number)(uint32_t)n;
+}
+
+/* At most the bytes put_scalar writes. */
+static size_t scalar_size(const ljx_scalar_t *v)
+{
+  return v->type == LUA_TSTRING ? 11 + v->len : 9;
+}
+
+/* A number, string or boolean read in place (ljx_scalar_t), as enc_value writes it, at out
+** (scalar_size bytes of room): returns the bytes written. */
+static size_t write_scalar(unsigned char *out, const ljx_scalar_t *v)
+{
+  switch (v->type) {
+  case LUA_TNUMBER:
+    out[0] = T_NUM;
+    memcpy(out + 1, &v->n, sizeof v->n);
+    return 1 + sizeof v->n;
+  case LUA_TSTRING: {
+    out[0] = T_STR;
+    size_t h = 1 + varint(out + 1, v->len);
+    memcpy(out + h, v->s, v->len);
+    return h + v->len;
+  }
+  default:
+    out[0] = v->n != 0 ? T_TRUE : T_FALSE;
+    return 1;
+  }
+}
+
 static void enc_table(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
@@ -283,18 +318,38 @@ static void enc_table(enc_t *e, int idx, int depth)
   uint32_t narray = 0, nhash = 0;
   luaL_checkstack(L, 6, "message too deep");
   int level = e->nkeys++;
-  lua_pushnil(L);
-  while (lua_next(L, idx) != 0) {
+  /* The entries read in place: those of numbers, strings and booleans written at once, the
+  ** others pushed and encoded as values (ljx.h: nothing here changes the table). */
+  const void *t = lua_topointer(L, idx);
+  uint32_t at = 0;
+  ljx_scalar_t ks, vs;
+  int scalars;
+  while ((scalars = sm_ljx_table_next(t, &at, &ks, &vs)) != 0) {
+    if (scalars > 0) {
+      size_t need = scalar_size(&ks) + scalar_size(&vs);
+      if (e->len + need > e->cap) { /* growing may collect: read the entry again after */
+        reserve(e, need);
+        at--;
+        continue;
+      }
+      if (ks.type == LUA_TNUMBER && array_like(ks.n))
+        narray++;
+      else
+        nhash++;
+      /* room made: nothing allocates while the entry's strings are read */
+      e->len += write_scalar(e->buf + e->len, &ks);
+      e->len += write_scalar(e->buf + e->len, &vs);
+      continue;
+    }
+    sm_ljx_table_push_entry(L, idx, at - 1);
     int value = lua_gettop(L), key = value - 1;
     switch (lua_type(L, key)) { /* keys: no nil or NaN possible; refuse what cannot travel */
-    case LUA_TNUMBER: {
-      lua_Number n = lua_tonumber(L, key);
-      if (n >= 1 && n <= (lua_Number)UINT32_MAX && n == (lua_Number)(uint32_t)n)
+    case LUA_TNUMBER:
+      if (array_like(lua_tonumber(L, key)))
         narray++;
       else
         nhash++;
       break;
-    }
     case LUA_TTABLE: case LUA_TSTRING: case LUA_TBOOLEAN: case LUA_TUSERDATA:
     case LUA_TFUNCTION:
       nhash++;
@@ -311,7 +366,7 @@ static void enc_table(enc_t *e, int idx, int depth)
     enc_value(e, key, depth + 1);
     e->in_key = 0;
     enc_value(e, value, depth + 1);
-    lua_pop(L, 1);
+    lua_pop(L, 2);
   }
   e->nkeys = level;
   put_byte(e, T_END);
@@ -470,30 +525,32 @@ static void enc_function(enc_t *e, int idx, int depth)
   e->nkeys = level;
 }
 
-/* A binary: in the list (its reference taken once the block is made), or its bytes in plain
-** data. */
-static void enc_binary(enc_t *e, sm_binary_t *bin)
+/* The binary at idx: in the list (its reference taken once the block is made; until then its
+** userdata is kept in the table at bins_idx), or its bytes in plain data. */
+static void enc_binary(enc_t *e, int idx, sm_binary_t *bin)
 {
+  lua_State *L = e->L;
   if (e->data_only) {
     put_byte(e, T_BINV);
     put_varint(e, bin->len);
     put_bytes(e, bin->bytes, bin->len);
     return;
   }
-  if (e->nbins == e->bins_cap) { /* past the first BINS_FAST: only inside a table or function */
-    ensure_slots(e);
-    size_t cap = (size_t)e->bins_cap * 2;
-    if (cap > UINT32_MAX / 2)
-      luaL_error(e->L, "not enough memory");
-    sm_binary_t **more = lua_newuserdata(e->L, cap * sizeof *more);
-    memcpy(more, e->bins, e->nbins * sizeof *more);
-    lua_replace(e->L, e->bins_idx);
-    e->bins = more;
-    e->bins_cap = (uint32_t)cap;
+  if (e->nbins >= INT32_MAX - 1)
+    luaL_error(L, "%s holds too many binaries", e->root && *e->root ? e->root : "message");
+  ensure_slots(e);
+  luaL_checkstack(L, 2, "message");
+  if (lua_isnil(L, e->bins_idx)) {
+    lua_createtable(L, 4, 0);
+    lua_replace(L, e->bins_idx);
   }
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, e->bins_idx, (int)e->nbins + 1);
+  if (e->nbins < BINS_FAST)
+    e->bins_fast[e->nbins] = bin;
   put_byte(e, T_BIN);
   put_varint(e, e->nbins);
-  e->bins[e->nbins++] = bin;
+  e->nbins++;
 }
 
 static void enc_value(enc_t *e, int idx, int depth)
@@ -544,7 +601,7 @@ static void enc_value(enc_t *e, int idx, int depth)
     }
     sm_binary_t *bin = sm_lbinary_test(L, idx);
     if (bin) {
-      enc_binary(e, bin);
+      enc_binary(e, idx, bin);
       return;
     }
     int from = sm_lsmarm_to_from(L, idx, &pid, &ref);
@@ -658,9 +715,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.root = root;
   e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = e.bins_idx = 0;
   e.ncells = 0;
-  e.bins = e.bins_fast;
   e.nbins = 0;
-  e.bins_cap = BINS_FAST;
   e.data_only = data_only;
   if (call) {
     enc_call(&e, idx, call->caller);
@@ -703,8 +758,14 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
     memcpy(out, nbins_bytes, nbins_len);
     out += nbins_len;
     for (uint32_t i = 0; i < e.nbins; i++, out += sizeof(sm_binary_t *)) {
-      sm_binary_retain(e.bins[i]);
-      memcpy(out, &e.bins[i], sizeof(sm_binary_t *));
+      sm_binary_t *b = e.bins_fast[i < BINS_FAST ? i : 0];
+      if (i >= BINS_FAST) { /* no allocation: nothing can collect while the list is written */
+        lua_rawgeti(L, e.bins_idx, (int)i + 1);
+        b = sm_lbinary_test(L, -1);
+        lua_pop(L, 1);
+      }
+      sm_binary_retain(b);
+      memcpy(out, &b, sizeof b);
     }
     smarm_msg_set_owning(m, 1);
   }

@@ -88,16 +88,17 @@ static void push_intern_key(lua_State *L, const sm_binary_t *b)
   lua_pushnumber(L, (lua_Number)(uintptr_t)b); /* an address: exact in a double */
 }
 
-/* Enters the userdata on top, which holds its block, in the intern table; then counts the block
-** toward the VM's memory. Either may raise (memory; a finalizer's error): the userdata holds its
-** references by then, and its __gc releases them. */
-static void intern_and_charge(lua_State *L, lbinary_t *u)
+/* Counts the block of the userdata on top, which holds its references, toward the VM's memory
+** (its __gc takes it off again), then enters it in the intern table. Both may collect (u is on
+** the stack); the entry may raise for memory, leaving the userdata counted and holding what it
+** holds, as its __gc expects. */
+static void charge_and_intern(lua_State *L, lbinary_t *u)
 {
+  sm_ljx_gc_charge(L, u->b->len);
   push_intern_key(L, u->b);
   lua_pushvalue(L, -3);
   lua_rawset(L, -3);
   lua_pop(L, 1);
-  sm_ljx_gc_charge(L, u->b->len); /* may collect: u is on the stack */
 }
 
 void sm_lbinary_push_taken(lua_State *L, unsigned char *slot)
@@ -119,7 +120,7 @@ void sm_lbinary_push_taken(lua_State *L, unsigned char *slot)
   u->b = b;
   u->held = 1;
   memset(slot, 0, sizeof b);
-  intern_and_charge(L, u);
+  charge_and_intern(L, u);
 }
 
 void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
@@ -136,7 +137,7 @@ void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
   atomic_fetch_add_explicit(&live_bytes, n, memory_order_relaxed);
   u->b = b;
   u->held = 1;
-  intern_and_charge(L, u);
+  charge_and_intern(L, u);
 }
 
 static sm_binary_t *check_binary(lua_State *L, int idx)

@@ -18,7 +18,9 @@
 **                          the preemption's signal handler while the trace compiler is busy.
 **   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
 **                          has made no callback, so none can be running).
-**   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print).
+**   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
+**                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
+**                          bytes and length.
 **   the bytecode dump format (lj_bcdump.h) and instruction encoding (lj_bc.h): a dump is read
 **                          and a factory prototype written around its function
 **                          (sm_ljx_load_factory); nothing but the upvalue refs is changed.
@@ -175,6 +177,8 @@ void sm_ljx_set_hook_left(lua_State *L, int left)
 
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
 
+int sm_ljx_in_finalizer(lua_State *L) { return (G(L)->hookmask & HOOK_GC) != 0; }
+
 const char *sm_ljx_cannot_preempt(lua_State *L)
 {
   global_State *g = G(L);
@@ -235,6 +239,69 @@ int sm_ljx_at_loop_edge(lua_State *L)
   default: /* not LOOP: it stands after a while loop's condition, before the body it admits */
     return 0;
   }
+}
+
+/* A scalar TValue described; 0 if it is not one. (The plain forms of numberVnum and strV, whose
+** checks would call lj_assert_fail, which a checking LuaJIT does not export.) */
+static int scalar_of(const TValue *o, ljx_scalar_t *out)
+{
+  if (tvisnumber(o)) {
+    out->type = LUA_TNUMBER;
+#if LJ_DUALNUM
+    out->n = tvisint(o) ? (double)(int32_t)o->i : o->n;
+#else
+    out->n = o->n;
+#endif
+  } else if (tvisstr(o)) {
+    const GCstr *str = &gcval(o)->str;
+    out->type = LUA_TSTRING;
+    out->s = strdata(str);
+    out->len = str->len;
+  } else if (tvisbool(o)) {
+    out->type = LUA_TBOOLEAN;
+    out->n = tvistrue(o);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+int sm_ljx_table_next(const void *table, uint32_t *at, ljx_scalar_t *key, ljx_scalar_t *value)
+{
+  const GCtab *t = table;
+  uint32_t i = *at;
+  for (; i < t->asize; i++) { /* the array part: key i */
+    const TValue *v = &tvref(t->array)[i];
+    if (tvisnil(v))
+      continue;
+    *at = i + 1;
+    key->type = LUA_TNUMBER;
+    key->n = (double)i;
+    return scalar_of(v, value) ? 1 : -1;
+  }
+  const Node *node = noderef(t->node);
+  for (uint32_t j = i - t->asize; j <= t->hmask; j++) {
+    if (tvisnil(&node[j].val))
+      continue;
+    *at = t->asize + j + 1;
+    return scalar_of(&node[j].key, key) && scalar_of(&node[j].val, value) ? 1 : -1;
+  }
+  *at = t->asize + t->hmask + 1;
+  return 0;
+}
+
+void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at)
+{
+  const GCtab *t = (const GCtab *)lua_topointer(L, idx);
+  if (at < t->asize) {
+    lua_pushnumber(L, (lua_Number)at);
+    lua_rawgeti(L, idx, (int)at);
+    return;
+  }
+  const Node *n = &noderef(t->node)[at - t->asize];
+  luaL_checkstack(L, 2, "message");
+  *L->top++ = n->key; /* what lua_pushvalue does (copyTV without its check), room made above */
+  *L->top++ = n->val;
 }
 
 uint64_t sm_ljx_table_print(lua_State *L, int idx)

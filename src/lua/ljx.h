@@ -51,6 +51,9 @@ size_t sm_ljx_gc_total(lua_State *L);
 void sm_ljx_gc_charge(lua_State *L, size_t n);
 void sm_ljx_gc_discharge(lua_State *L, size_t n);
 
+/* Whether a __gc finalizer is running (of this VM: the actor's own code or not). */
+int sm_ljx_in_finalizer(lua_State *L);
+
 /* Preemption from a debug hook (lpreempt.c). Why the hook must not switch here, or NULL: inside
 ** an FFI callback, or with compiled code on the stack (hooks never run inside __gc finalizers). */
 const char *sm_ljx_cannot_preempt(lua_State *L);
@@ -93,6 +96,25 @@ void sm_ljx_signal_traceback_init(void);
 ** unchanged (lrebind.c rebuilds its index when package.loaded's changes). Order-dependent, so
 ** a table that was rehashed may print differently with the same contents. */
 uint64_t sm_ljx_table_print(lua_State *L, int idx);
+
+/* A table's entries read in place, for the codec's walk (no call into the VM per entry): an entry
+** whose key and value are each a number, a string or a boolean is described here; any other is
+** left for the caller to push (sm_ljx_table_push_entry). */
+typedef struct ljx_scalar {
+  int type;      /* LUA_TNUMBER, LUA_TSTRING or LUA_TBOOLEAN */
+  double n;      /* a number's value, a boolean's 0 or 1 */
+  const char *s; /* a string's bytes (valid while the table holds it) and length */
+  size_t len;
+} ljx_scalar_t;
+
+/* The entry at or after *at (0 to begin) of the table t (lua_topointer of it, while it is on
+** the stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
+** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
+** the entry. Empty slots are skipped. The table must not be changed while it is walked; a change
+** made meanwhile (a finalizer's) may skip or repeat entries but reads nothing out of bounds. */
+int sm_ljx_table_next(const void *t, uint32_t *at, ljx_scalar_t *key, ljx_scalar_t *value);
+/* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
+void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
 
 /* Loads a factory for the function of the bytecode dump [code, code + n) (lua_dump's, not
 ** stripped or stripped): pushes a function that returns, at each call, a new closure of that one

@@ -30,6 +30,12 @@ void sm_lpark_check(lua_State *L, const char *fname)
   sm_ljx_before_switch(L);
 }
 
+void sm_lpark_check_taking(lua_State *L, const char *fname)
+{
+  if (sm_ljx_in_finalizer(L))
+    luaL_error(L, "smarm.%s: cannot take a message inside a __gc finalizer", fname);
+}
+
 int sm_lpark_can(lua_State *L) { return smarm_actor_data() && !sm_ljx_cannot_park(L); }
 
 void sm_lpark_resumed(lua_State *L)

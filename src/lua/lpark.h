@@ -17,6 +17,10 @@ void *sm_lpark_actor(lua_State *L, const char *fname);
 /* Raises "smarm.<fname>: cannot park <why>" where parking is refused (a __gc finalizer, a debug
 ** hook, JIT-compiled code, an FFI callback); else stops recording a trace, as a switch must. */
 void sm_lpark_check(lua_State *L, const char *fname);
+/* For a receive or call that will not park (timeout 0): raises "smarm.<fname>: cannot take a
+** message inside a __gc finalizer". A finalizer runs at any allocation, a decode's too, and a
+** message taken there would free the block being decoded (lsmarm.c, push_message). */
+void sm_lpark_check_taking(lua_State *L, const char *fname);
 
 /* Whether L may park here: inside an actor and nowhere sm_lpark_check refuses. For a call that
 ** has a way to go on without parking (file:close posts the close instead). */

@@ -632,7 +632,9 @@ static int l_send(lua_State *L)
 
 /* Pushes the value of msg and frees it. While it decodes, the block is the actor's pending
 ** block, so if decoding raises (out of memory) it is freed by the actor's next receive or its
-** end: no protected call on the receive path. */
+** end: no protected call on the receive path. A receive while it decodes comes only from the
+** decode's own require, which detaches from the block first (codec.c); never from a __gc
+** finalizer that an allocation of the decode ran (sm_lpark_check_taking refuses it). */
 static void push_message(lua_State *L, lactor_t *la, smarm_msg_t *msg)
 {
   smarm_msg_free(la->pending);
@@ -666,6 +668,8 @@ static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
 {
   if (timeout_ns != 0)
     sm_lpark_check(L, "receive");
+  else
+    sm_lpark_check_taking(L, "receive");
   smarm_msg_t *m;
   int rc = smarm_receive(timeout_ns, &m);
   if (timeout_ns != 0)
@@ -864,6 +868,8 @@ static int l_call(lua_State *L)
     return luaL_error(L, "smarm.call: an actor cannot call itself");
   if (timeout != 0) /* where parking is refused, refuse before anything is sent */
     sm_lpark_check(L, "call");
+  else
+    sm_lpark_check_taking(L, "call");
   /* The request is encoded (and may raise: it may not be sendable) before the monitor exists;
   ** its tables are written as bytes, never made here. The ref (the alias) ends the block. */
   smarm_ref_t ref = smarm_make_ref();
