@@ -26,6 +26,22 @@ describe("smarm.fs", function()
     assert.is_true(big_ok)
   end)
 
+  it("writes binaries as the strings they hold", function()
+    local dir = tmpdir()
+    local r = guard.run(function()
+      local bin = smarm.binary(("\0\1 binary\n"):rep(1000))
+      assert(smarm.fs.writefile(dir .. "/whole", bin))
+      local f = assert(smarm.fs.open(dir .. "/parts", "w"))
+      local n = f:write(bin)
+      f:write(smarm.binary("tail"))
+      f:close()
+      return { whole = smarm.fs.readfile(dir .. "/whole") == tostring(bin), n = n,
+        parts = smarm.fs.readfile(dir .. "/parts") == tostring(bin) .. "tail" }
+    end)
+    posix.remove_tree(dir)
+    assert.are.same({ whole = true, n = 10000, parts = true }, r)
+  end)
+
   it("returns nil, message, code on failure", function()
     local dir = tmpdir()
     local r = guard.run(function()

@@ -820,15 +820,12 @@ static int64_t read_bins(const unsigned char **p, const unsigned char *end,
   return (int64_t)n;
 }
 
-static int skip_handles(const unsigned char **p, const unsigned char *end);
-
-/* Releases the references a block still holds to its binaries, zeroing their entries (a zeroed
-** entry holds none: a decode's userdata took it, or it was released). */
-static void release_binaries(smarm_msg_t *msg)
+/* Releases the references a block still holds to its binaries, whose list (if any) is at p,
+** zeroing their entries (a zeroed entry holds none: a decode's userdata took it, or it was
+** released). */
+static void release_binaries_at(const unsigned char *p, const unsigned char *end)
 {
-  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg), *list;
-  if (skip_handles(&p, end) < 0)
-    return;
+  const unsigned char *list;
   int64_t n = read_bins(&p, end, &list);
   for (int64_t i = 0; i < n; i++) {
     unsigned char *slot = (unsigned char *)list + i * (int64_t)sizeof(sm_binary_t *);
@@ -839,6 +836,8 @@ static void release_binaries(smarm_msg_t *msg)
     memset(slot, 0, sizeof b);
   }
 }
+
+static void release_binaries(smarm_msg_t *msg);
 
 void sm_codec_commit(codec_moves_t *moves)
 {
@@ -897,21 +896,25 @@ static int read_handles(const unsigned char **p, const unsigned char *end, liste
   return n;
 }
 
-static int skip_handles(const unsigned char **p, const unsigned char *end)
-{
-  listed_t hs[CODEC_MAX_HANDLES];
-  return read_handles(p, end, hs);
-}
-
 void sm_codec_drop(smarm_msg_t *msg)
 {
-  const unsigned char *p = smarm_msg_data(msg);
+  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg);
   listed_t hs[CODEC_MAX_HANDLES];
-  int n = read_handles(&p, p + smarm_msg_size(msg), hs);
+  int n = read_handles(&p, end, hs);
   for (int i = 0; i < n; i++)
     if (!hs[i].taken) /* else a decode that failed later made it a userdata: its __gc closes it */
       hs[i].kind->drop(&hs[i].h);
-  release_binaries(msg);
+  if (n >= 0)
+    release_binaries_at(p, end);
+}
+
+/* The same for a block whose handles stay the sender's (sm_codec_abandon). */
+static void release_binaries(smarm_msg_t *msg)
+{
+  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg);
+  listed_t hs[CODEC_MAX_HANDLES];
+  if (read_handles(&p, end, hs) >= 0)
+    release_binaries_at(p, end);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */

@@ -140,6 +140,15 @@ void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
   charge_and_intern(L, u);
 }
 
+const char *sm_lbinary_checkbytes(lua_State *L, int idx, size_t *len)
+{
+  sm_binary_t *b = sm_lbinary_test(L, idx);
+  if (!b)
+    return luaL_checklstring(L, idx, len);
+  *len = b->len;
+  return b->bytes;
+}
+
 static sm_binary_t *check_binary(lua_State *L, int idx)
 {
   sm_binary_t *b = sm_lbinary_test(L, idx);

@@ -13,6 +13,7 @@
 #include "lfs.h"
 
 #include "io/fs.h"
+#include "lbinary.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
@@ -68,11 +69,16 @@ static int l_readfile(lua_State *L)
 
 static int l_writefile(lua_State *L)
 {
-  luaL_checkstring(L, 2);
+  size_t len;
+  const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
   lua_settop(L, 2);
   fs_req_t *r = new_request(L, FS_WRITEFILE);
   int box = lua_gettop(L);
-  r->data = sm_lio_copy_arg(L, 2, &r->len);
+  r->data = malloc(len + 1);
+  if (!r->data)
+    return luaL_error(L, "not enough memory");
+  memcpy(r->data, data, len);
+  r->len = len;
   r->mode = 0666;
   int n = run(L, r, "fs.writefile", r->path);
   if (!n) {
@@ -626,7 +632,7 @@ static int f_write(lua_State *L)
 {
   lfile_t *f = check_file(L, "write");
   size_t len;
-  const char *data = luaL_checklstring(L, 2, &len);
+  const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
   if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
     unbuffer(f);
   lua_Number off = luaL_optnumber(L, 3, -1);

@@ -19,6 +19,7 @@
 #include "codec.h"
 #include "lactive.h"
 #include "io/tcp.h"
+#include "lbinary.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "ljx.h"
@@ -589,7 +590,7 @@ static int m_send(lua_State *L)
   if (!s)
     return push_closed(L, "0");
   size_t len;
-  const char *data = luaL_checklstring(L, 2, &len);
+  const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
   lua_settop(L, 2);
   size_t done = 0;
   if (s->fd >= 0 && s->sending == 0 && !s->unsure && len > 0) {

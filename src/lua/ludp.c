@@ -15,6 +15,7 @@
 #include "io/dns.h"
 #include "io/udp.h"
 #include "lactive.h"
+#include "lbinary.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
@@ -184,7 +185,7 @@ static int m_sendto(lua_State *L)
 {
   ludp_t *u = check_udp(L, "sendto");
   size_t len;
-  const char *data = luaL_checklstring(L, 2, &len);
+  const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
   struct sockaddr_storage a;
   check_addr(L, 3, 0, &a);
   if (!u)
