@@ -88,7 +88,8 @@ typedef struct actor {
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */
   void *saved;                /* the stack's used bytes while evicted from the slot, else NULL */
-  size_t saved_len;
+  uint32_t saved_len;         /* their length (a stack is at most STACK_MAX_BYTES) */
+  uint32_t held;              /* messages its binding keeps aside (smarm_mailbox_set_held) */
   smarm_actor_fn fn;
   void *arg;
   void *data;                 /* smarm_actor_data() */
@@ -101,7 +102,6 @@ typedef struct actor {
   msg_timer_t *msg_timers;    /* send_after.c: the message timers aimed at it */
   int64_t slice_ns;           /* its time slice (preempt.h); INT64_MAX: never asked to give way */
   size_t max_mailbox;         /* more messages than this and it dies; SIZE_MAX: no limit */
-  size_t held;                /* messages its binding keeps aside (smarm_mailbox_set_held) */
   uint64_t scheduled;         /* times it was switched in (smarm_actor_info) */
   uint64_t cpu_ns;            /* time on CPU, sampled by the ticker (preempt.c) */
   smarm_pid_t spawner;        /* who spawned it, and when (coarse clock): smarm_actor_info */

@@ -137,7 +137,7 @@ void smarm_mailbox_set_held(size_t n)
 {
   sched_t *s = sm_sched_tls;
   if (s && s->current)
-    s->current->held = n;
+    s->current->held = n < UINT32_MAX ? (uint32_t)n : UINT32_MAX; /* (more: no memory holds) */
 }
 
 size_t smarm_mailbox_size(void)

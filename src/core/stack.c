@@ -290,7 +290,7 @@ int sm_stack_pool_trim(stack_pool_t *pool)
   return pending;
 }
 
-void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
+void *sm_stack_save(stack_slot_t *slot, const void *sp, uint32_t *len_out)
 {
   char *top = stack_top(slot);
   SMARM_CHECK((const char *)sp >= slot->lo && (const char *)sp < top, "saved sp outside its stack");
@@ -301,11 +301,11 @@ void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out)
   fiber_unpoison(sp, len);
   vouch_for(sp, len, 1);
   memcpy(buf, sp, len);
-  *len_out = len;
+  *len_out = (uint32_t)len; /* a stack is at most STACK_MAX_BYTES */
   return buf;
 }
 
-void *sm_stack_evict(stack_slot_t *slot, const void *sp, size_t *len_out)
+void *sm_stack_evict(stack_slot_t *slot, const void *sp, uint32_t *len_out)
 {
   void *saved = sm_stack_save(slot, sp, len_out);
   if (!saved)

@@ -110,12 +110,12 @@ int sm_stack_pool_trim(stack_pool_t *pool);
 
 /* Copies the used part of a suspended stack, [sp, top), to a new heap block. NULL when memory is
 ** out: the bytes stay where they are (the scheduler then ends that actor, sched.c). */
-void *sm_stack_save(stack_slot_t *slot, const void *sp, size_t *len_out);
+void *sm_stack_save(stack_slot_t *slot, const void *sp, uint32_t *len_out);
 
 /* sm_stack_save, then the slot is left without occupant and all its pages are dropped (its
 ** occupant has parked for long: sched.c trim_parked_stacks). NULL when memory is out: nothing
 ** changed. */
-void *sm_stack_evict(stack_slot_t *slot, const void *sp, size_t *len_out);
+void *sm_stack_evict(stack_slot_t *slot, const void *sp, uint32_t *len_out);
 
 /* Copies saved bytes back to the top of the slot and frees the block. */
 void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len);
