@@ -247,12 +247,22 @@ function bench.report(fields, r)
   return row
 end
 
+-- A JSON string: quotes, backslashes and control characters escaped as JSON has them (Lua's
+-- %q writes \1 or \13, which JSON has not).
+local JSON_ESCAPES = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\r"] = "\\r",
+  ["\t"] = "\\t", ["\b"] = "\\b", ["\f"] = "\\f" }
+local function json_string(s)
+  return '"' .. s:gsub('[%z\1-\31"\\]', function(c)
+    return JSON_ESCAPES[c] or string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
 local function json_value(v)
   if type(v) == "number" then
     if v ~= v or v == math.huge or v == -math.huge then return "null" end
     return string.format("%.17g", v)
   end
-  return string.format("%q", tostring(v)):gsub("\\\n", "\\n")
+  return json_string(tostring(v))
 end
 
 -- Prints the readable table of every reported row; writes the JSON file and the plot if asked
@@ -271,9 +281,9 @@ function bench.finish()
     for _, r in ipairs(rows) do
       local kv = {}
       for _, k in ipairs(base_fields) do
-        if r[k] ~= nil then kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+        if r[k] ~= nil then kv[#kv + 1] = json_string(k) .. ": " .. json_value(r[k]) end
       end
-      for _, k in ipairs(r.extra) do kv[#kv + 1] = string.format("%q: %s", k, json_value(r[k])) end
+      for _, k in ipairs(r.extra) do kv[#kv + 1] = json_string(k) .. ": " .. json_value(r[k]) end
       out[#out + 1] = "  {" .. table.concat(kv, ", ") .. "}"
     end
     local f = assert(io.open(json_path, "w"))
