@@ -264,6 +264,36 @@ describe("smarm.send / smarm.receive", function()
     assert.is_true(ok, detail)
   end)
 
+  it("decodes a function whole while a debug hook takes the next message", function()
+    -- The function's factory is Lua code, where a count hook runs; a receive(0) there took the
+    -- next message and freed the block still being decoded (ASan saw the read after free).
+    local r = smarm.run(function()
+      local me = smarm.self()
+      local up = 7
+      local big = {}
+      for i = 1, 200 do big[i] = ("x"):rep(100) .. i end
+      smarm.send(me, { f = function() return up end, pad = big })
+      smarm.send(me, { second = ("y"):rep(5000) })
+      local polled
+      local inside = false
+      local actor_fn = debug.getinfo(1, "f").func
+      debug.sethook(function()
+        if polled or not inside then return end
+        local info = debug.getinfo(2, "f")
+        if info and info.func ~= actor_fn then -- in the decode's own Lua code
+          local ok, m = pcall(smarm.receive, 0)
+          polled = ok and type(m) == "table" and m.second and #m.second or tostring(m)
+        end
+      end, "", 1)
+      inside = true
+      local m = smarm.receive()
+      inside = false
+      debug.sethook()
+      return { polled = polled, up = m.f(), n = #m.pad, last = m.pad[200] }
+    end)
+    assert.are.same({ polled = 5000, up = 7, n = 200, last = ("x"):rep(100) .. 200 }, r)
+  end)
+
   it("refuses messages nested too deeply, and keeps working", function()
     local err, after = smarm.run(function()
       local deep = {}

@@ -134,7 +134,7 @@ static void reserve(enc_t *e, size_t n)
     cap *= 2;
   unsigned char *nb = lua_newuserdata(e->L, cap);
   memcpy(nb, e->buf, e->len);
-  lua_replace(e->L, e->buf_idx); /* the slot keeps the stack's shape for lua_next */
+  lua_replace(e->L, e->buf_idx); /* in its slot: a table walk keeps its key and value on top */
   e->buf = nb;
   e->cap = cap;
 }
@@ -1117,10 +1117,15 @@ static void closure_of_code(lua_State *L)
   lua_settop(L, cache);
 }
 
-/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. */
+/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. Its
+** factory is Lua code: with a debug hook set, the hook runs there and may take a message
+** (receive(0) is allowed in a hook), which frees the block being decoded, so the decode reads
+** its own copy from here on. */
 static void new_closure(dec_t *d, const char *code, size_t n)
 {
   lua_pushlstring(d->L, code, n);
+  if (lua_gethook(d->L))
+    detach(d);
   closure_of_code(d->L);
 }
 

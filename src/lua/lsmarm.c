@@ -846,7 +846,11 @@ static int l_call(lua_State *L)
   smarm_pid_t to;
   if (!sm_lsmarm_to_pid(L, 1, &to)) { /* a pid is tested once: the hot path */
     if (lua_type(L, 1) != LUA_TSTRING && sm_ldist_is_target(L, 1)) {
-      /* another node's process: gen_server's protocol, in Lua */
+      /* another node's process: gen_server's protocol, in Lua; refused where it could not
+      ** take its answer, before it monitors or sends anything */
+      sm_lpark_check_taking(L, "call");
+      if (!(lua_type(L, 3) == LUA_TNUMBER && lua_tonumber(L, 3) == 0))
+        sm_lpark_check(L, "call");
       lvm_push_registry(L, &remote_call_key);
       if (!lua_isfunction(L, -1))
         return luaL_error(L, "smarm.call: calls to other nodes need require(\"smarm\")");
