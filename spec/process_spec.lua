@@ -28,6 +28,13 @@ describe("smarm.process.run", function()
     assert.are.equal("err\n", r.stderr)
   end)
 
+  it("feeds a binary as the string it holds", function()
+    local r = guard.run(function()
+      return smarm.process.run({ "cat" }, { stdin = smarm.binary("from a binary\n") })
+    end)
+    assert.are.equal("from a binary\n", r.stdout)
+  end)
+
   it("survives a program that does not read its stdin (no SIGPIPE for the runtime)", function()
     local r = guard.run(function()
       return smarm.process.run({ "true" }, { stdin = ("x"):rep(4 * 1024 * 1024) })
