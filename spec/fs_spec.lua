@@ -183,7 +183,7 @@ describe("smarm.fs", function()
       return a, b, c
     end)
     assert.matches("bad argument #1 to 'readfile' %(string expected, got nil%)", e1)
-    assert.matches("bad argument #2 to 'writefile' %(string expected, got table%)", e2)
+    assert.matches("bad argument #2 to 'writefile' %(string or binary expected, got table%)", e2)
     assert.matches("bad argument #2 to 'mkdir'", e3)
     local ok, e4 = pcall(smarm.fs.readfile, "/etc/hostname")
     assert.is_false(ok)

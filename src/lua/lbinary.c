@@ -143,10 +143,13 @@ void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
 const char *sm_lbinary_checkbytes(lua_State *L, int idx, size_t *len)
 {
   sm_binary_t *b = sm_lbinary_test(L, idx);
-  if (!b)
-    return luaL_checklstring(L, idx, len);
-  *len = b->len;
-  return b->bytes;
+  if (b) {
+    *len = b->len;
+    return b->bytes;
+  }
+  if (lua_type(L, idx) != LUA_TSTRING && lua_type(L, idx) != LUA_TNUMBER)
+    luaL_typerror(L, idx, "string or binary");
+  return lua_tolstring(L, idx, len);
 }
 
 static sm_binary_t *check_binary(lua_State *L, int idx)

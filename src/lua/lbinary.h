@@ -51,8 +51,9 @@ void sm_lbinary_push_taken(lua_State *L, unsigned char *slot);
 /* Pushes a new binary of the n bytes at s (a block of its own). Raises for memory. */
 void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n);
 
-/* The bytes of the string or binary at idx, and their length: for the IO calls that write data
-** (valid while the value is on the stack). Raises as luaL_checklstring for anything else. */
+/* The bytes of the string (or number, as luaL_checklstring takes one) or binary at idx, and
+** their length: for the IO calls that write data (valid while the value is on the stack).
+** Raises "bad argument #idx to 'f' (string or binary expected, got <type>)" for anything else. */
 const char *sm_lbinary_checkbytes(lua_State *L, int idx, size_t *len);
 
 /* Registers smarm.binary and smarm.is_binary in the module at index `module`, and the VM's
