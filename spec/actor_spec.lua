@@ -471,7 +471,10 @@ describe("parking where it would corrupt LuaJIT", function()
     local r = smarm.run(function()
       local out = { gc = {}, hook = {}, ffi = {} }
       local p = newproxy(true)
-      getmetatable(p).__gc = function() tries(out.gc) end
+      getmetatable(p).__gc = function()
+        tries(out.gc)
+        out.remote = select(2, pcall(smarm.call, { "someone", "other@nowhere" }, "hi", 0))
+      end
       p = nil -- luacheck: ignore
       collectgarbage()
       collectgarbage()
@@ -495,9 +498,10 @@ describe("parking where it would corrupt LuaJIT", function()
       return out
     end)
     -- in a finalizer, not even a poll: it may run inside a decode, whose block a message taken
-    -- there would free
+    -- there would free; a call to another node's process is refused before it sends (r.remote)
     assert.are.same({ "cannot park inside a __gc finalizer", "cannot park inside a __gc finalizer",
       "smarm.receive: cannot take a message inside a __gc finalizer" }, r.gc)
+    assert.are.equal("smarm.call: cannot take a message inside a __gc finalizer", r.remote)
     assert.are.same({ "cannot park inside a debug hook", "cannot park inside a debug hook",
       "nil,timeout" }, r.hook)
     assert.are.same({ "cannot park inside an FFI callback", "cannot park inside an FFI callback",
