@@ -54,14 +54,14 @@ enum tag {
 ** table; the same for upvalue cells. */
 #define SEEN_FAST 16
 #define CELLS_FAST 32
-/* Binaries remembered in the encoder's own array before it needs a userdata for more; as many
-** have stack slots at the decoder before it puts them in a table. */
+/* Binaries that have stack slots at the decoder before it puts them in a table. */
 #define BINS_FAST 16
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
 #define HANDLE_BYTES 23
-#define HANDLE_TAKEN 1 /* codec flag: a decoder made this handle's userdata, which owns it now */
+#define HANDLE_TAKEN 1 /* codec flag: a decoder made this handle's userdata, which owns it now,
+                          or the sender kept it (sm_codec_abandon): the drop hook leaves it */
 
 typedef struct enc {
   lua_State *L;
@@ -93,8 +93,7 @@ typedef struct enc {
   int in_key;           /* encoding keys[nkeys - 1] itself, not its value */
   int keys[CODEC_MAX_DEPTH + 1];
   unsigned char key_is_upvalue[CODEC_MAX_DEPTH + 1]; /* keys[i] is an upvalue's name */
-  uint32_t nbins;       /* binaries met */
-  sm_binary_t *bins_fast[BINS_FAST]; /* the first ones' blocks (the rest: read at bins_idx) */
+  uint32_t nbins;       /* binaries met (their userdata: at bins_idx) */
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
@@ -527,7 +526,7 @@ static void enc_function(enc_t *e, int idx, int depth)
 
 /* The binary at idx: in the list (its reference taken once the block is made; until then its
 ** userdata is kept in the table at bins_idx), or its bytes in plain data. */
-static void enc_binary(enc_t *e, int idx, sm_binary_t *bin)
+static void enc_binary(enc_t *e, int idx, const sm_binary_t *bin)
 {
   lua_State *L = e->L;
   if (e->data_only) {
@@ -546,8 +545,6 @@ static void enc_binary(enc_t *e, int idx, sm_binary_t *bin)
   }
   lua_pushvalue(L, idx);
   lua_rawseti(L, e->bins_idx, (int)e->nbins + 1);
-  if (e->nbins < BINS_FAST)
-    e->bins_fast[e->nbins] = bin;
   put_byte(e, T_BIN);
   put_varint(e, e->nbins);
   e->nbins++;
@@ -758,12 +755,9 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
     memcpy(out, nbins_bytes, nbins_len);
     out += nbins_len;
     for (uint32_t i = 0; i < e.nbins; i++, out += sizeof(sm_binary_t *)) {
-      sm_binary_t *b = e.bins_fast[i < BINS_FAST ? i : 0];
-      if (i >= BINS_FAST) { /* no allocation: nothing can collect while the list is written */
-        lua_rawgeti(L, e.bins_idx, (int)i + 1);
-        b = sm_lbinary_test(L, -1);
-        lua_pop(L, 1);
-      }
+      lua_rawgeti(L, e.bins_idx, (int)i + 1); /* no allocation: nothing collects meanwhile */
+      sm_binary_t *b = sm_lbinary_test(L, -1);
+      lua_pop(L, 1);
       sm_binary_retain(b);
       memcpy(out, &b, sizeof b);
     }
@@ -797,6 +791,20 @@ smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *cal
   return encode(L, idx, "request", moves, tail, call, 0, 0);
 }
 
+/* Reads the varint at *p (before end) into *v and advances *p past it: 0, or -1 if it does not
+** end in time. The decoder, the block lists and the Erlang walk all read varints through it. */
+static int read_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+  *v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    unsigned char b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
 /* Reads the binaries' list at *p, if any: returns how many (0 with none) with *list at their
 ** pointers, and advances *p past it; -1 if it is malformed. */
 static int64_t read_bins(const unsigned char **p, const unsigned char *end,
@@ -805,39 +813,14 @@ static int64_t read_bins(const unsigned char **p, const unsigned char *end,
   if (*p >= end || **p != T_BLIST)
     return 0;
   const unsigned char *q = *p + 1;
-  uint64_t n = 0;
-  for (int shift = 0;; shift += 7) {
-    if (q >= end || shift > 28)
-      return -1;
-    n |= (uint64_t)(*q & 0x7f) << shift;
-    if (!(*q++ & 0x80))
-      break;
-  }
-  if (n == 0 || n > (uint64_t)(end - q) / sizeof(sm_binary_t *))
+  uint64_t n;
+  if (read_varint(&q, end, &n) < 0 || n == 0 ||
+      n > (uint64_t)(end - q) / sizeof(sm_binary_t *))
     return -1;
   *list = q;
   *p = q + n * sizeof(sm_binary_t *);
   return (int64_t)n;
 }
-
-/* Releases the references a block still holds to its binaries, whose list (if any) is at p,
-** zeroing their entries (a zeroed entry holds none: a decode's userdata took it, or it was
-** released). */
-static void release_binaries_at(const unsigned char *p, const unsigned char *end)
-{
-  const unsigned char *list;
-  int64_t n = read_bins(&p, end, &list);
-  for (int64_t i = 0; i < n; i++) {
-    unsigned char *slot = (unsigned char *)list + i * (int64_t)sizeof(sm_binary_t *);
-    sm_binary_t *b;
-    memcpy(&b, slot, sizeof b);
-    if (b)
-      sm_binary_release(b);
-    memset(slot, 0, sizeof b);
-  }
-}
-
-static void release_binaries(smarm_msg_t *msg);
 
 void sm_codec_commit(codec_moves_t *moves)
 {
@@ -848,9 +831,11 @@ void sm_codec_commit(codec_moves_t *moves)
 
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves)
 {
-  if (msg) { /* its binaries are released; its handles stay the sender's */
-    release_binaries(msg);
-    smarm_msg_set_owning(msg, 0);
+  if (msg && moves && moves->n) { /* its handles stay the sender's: the drop hook (which
+                                     releases its binaries) leaves entries marked taken */
+    unsigned char *list = smarm_msg_data(msg);
+    for (int i = 0; i < moves->n; i++)
+      list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
   smarm_msg_free(msg);
   for (int i = 0; moves && i < moves->n; i++) {
@@ -902,19 +887,16 @@ void sm_codec_drop(smarm_msg_t *msg)
   listed_t hs[CODEC_MAX_HANDLES];
   int n = read_handles(&p, end, hs);
   for (int i = 0; i < n; i++)
-    if (!hs[i].taken) /* else a decode that failed later made it a userdata: its __gc closes it */
+    if (!hs[i].taken) /* else its userdata (a failed decode's) or its sender owns it */
       hs[i].kind->drop(&hs[i].h);
-  if (n >= 0)
-    release_binaries_at(p, end);
-}
-
-/* The same for a block whose handles stay the sender's (sm_codec_abandon). */
-static void release_binaries(smarm_msg_t *msg)
-{
-  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg);
-  listed_t hs[CODEC_MAX_HANDLES];
-  if (read_handles(&p, end, hs) >= 0)
-    release_binaries_at(p, end);
+  const unsigned char *list;
+  int64_t nbins = n >= 0 ? read_bins(&p, end, &list) : 0;
+  for (int64_t i = 0; i < nbins; i++) { /* a zeroed entry: a decode's userdata took it */
+    sm_binary_t *b;
+    memcpy(&b, list + i * (int64_t)sizeof b, sizeof b);
+    if (b)
+      sm_binary_release(b);
+  }
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
@@ -979,15 +961,10 @@ static void get_bytes(dec_t *d, void *out, size_t n)
 
 static uint64_t get_varint(dec_t *d)
 {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    unsigned char b = get_byte(d);
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-  }
-  malformed(d);
-  return 0;
+  uint64_t v;
+  if (read_varint(&d->p, d->end, &v) < 0)
+    malformed(d);
+  return v;
 }
 
 /* refs[at] = the value on top, making refs at the first one. */
@@ -1622,15 +1599,12 @@ static int grow_malloc(etf_buf_t *b, size_t need)
 /* Reads a varint at *at; 0 and failed past the end. */
 static uint64_t etf_varint(etf_out_t *x, const unsigned char **at)
 {
-  uint64_t v = 0;
-  for (int shift = 0; shift < 64 && *at < x->end; shift += 7) {
-    unsigned char b = *(*at)++;
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
+  uint64_t v;
+  if (read_varint(at, x->end, &v) < 0) {
+    x->failed = 1;
+    return 0;
   }
-  x->failed = 1;
-  return 0;
+  return v;
 }
 
 static const unsigned char *etf_value(etf_out_t *x, const unsigned char *p, int depth);

@@ -70,15 +70,11 @@ static int l_readfile(lua_State *L)
 static int l_writefile(lua_State *L)
 {
   size_t len;
-  const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
+  sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary: raises before the request exists */
   lua_settop(L, 2);
   fs_req_t *r = new_request(L, FS_WRITEFILE);
   int box = lua_gettop(L);
-  r->data = malloc(len + 1);
-  if (!r->data)
-    return luaL_error(L, "not enough memory");
-  memcpy(r->data, data, len);
-  r->len = len;
+  r->data = sm_lio_copy_bytes(L, 2, &r->len);
   r->mode = 0666;
   int n = run(L, r, "fs.writefile", r->path);
   if (!n) {

@@ -5,6 +5,7 @@
 #include "lio.h"
 
 #include "io/io.h"
+#include "lbinary.h"
 #include "ljx.h"
 #include "lpark.h"
 #include "lvm.h"
@@ -38,10 +39,9 @@ int sm_lio_push_done(lua_State *L, int err)
   return 1;
 }
 
-char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
+/* A malloc'd copy of the n bytes at s, NUL-terminated. */
+static char *copy_of(lua_State *L, const char *s, size_t n, size_t *len)
 {
-  size_t n;
-  const char *s = luaL_checklstring(L, idx, &n);
   char *c = malloc(n + 1);
   if (!c)
     luaL_error(L, "not enough memory");
@@ -49,6 +49,20 @@ char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
   if (len)
     *len = n;
   return c;
+}
+
+char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
+{
+  size_t n;
+  const char *s = luaL_checklstring(L, idx, &n);
+  return copy_of(L, s, n, len);
+}
+
+char *sm_lio_copy_bytes(lua_State *L, int idx, size_t *len)
+{
+  size_t n;
+  const char *s = sm_lbinary_checkbytes(L, idx, &n);
+  return copy_of(L, s, n, len);
 }
 
 static const char req_mt_key = 0;

@@ -29,6 +29,8 @@ void sm_lio_unbox(lua_State *L, int idx);
 
 /* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
 char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len);
+/* The same for data to write: a string or a binary (lbinary.h). */
+char *sm_lio_copy_bytes(lua_State *L, int idx, size_t *len);
 
 /* Runs an IO request for the calling actor (sm_io_call_timeout; SMARM_FOREVER: no limit) under the
 ** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is

@@ -16,7 +16,6 @@
 
 #include "codec.h"
 #include "io/proc.h"
-#include "lbinary.h"
 #include "lhandle.h"
 #include "lio.h"
 #include "lpark.h"
@@ -140,14 +139,8 @@ static int l_run(lua_State *L)
   double timeout = -1;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "stdin");
-    if (!lua_isnil(L, -1)) { /* a string or a binary */
-      size_t n;
-      const char *in = sm_lbinary_checkbytes(L, -1, &n);
-      if (!(r->input = malloc(n + 1)))
-        return luaL_error(L, "not enough memory");
-      memcpy(r->input, in, n);
-      r->input_len = n;
-    }
+    if (!lua_isnil(L, -1))
+      r->input = sm_lio_copy_bytes(L, lua_gettop(L), &r->input_len); /* a string or a binary */
     lua_getfield(L, 2, "timeout");
     if (!lua_isnil(L, -1))
       timeout = luaL_checknumber(L, -1);
