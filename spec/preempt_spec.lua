@@ -277,6 +277,31 @@ describe("preemption", function()
       assert.is_true(stats.preempt_wait_ns > 0 and stats.preempt_wait_ns < stats.preempts * 60e9)
     end)
 
+  in_pure_loops("ends the slices of an actor that runs on after a preemption by its scheduler's "
+    .. "own timer (stats.preempts_timed)", function()
+      local stats, turns = run(function()
+        local me, flag = smarm.self(), { turns = 0 }
+        smarm.spawn(function() -- runs once each time the spinner is switched out
+          while flag.turns < 6 do
+            flag.turns = flag.turns + 1
+            smarm.yield()
+          end
+        end)
+        smarm.spawn(function()
+          while flag.turns < 6 do end
+          smarm.send(me, smarm.stats()[1])
+        end)
+        local st = guard.receive("the spinner's stats")
+        return st, flag.turns
+      end, { schedulers = 1, slice = 0.005 })
+      assert.are.equal(6, turns)
+      assert.is_true(stats.preempts >= 5, "preempts: " .. stats.preempts)
+      -- the first slice is the ticker's to end; the ones after are timed (the ticker's signal
+      -- can win a rare race, so not every one)
+      assert.is_true(stats.preempts_timed >= 1 and stats.preempts_timed < stats.preempts,
+        ("preempts_timed %d of %d"):format(stats.preempts_timed, stats.preempts))
+    end)
+
   it("refuses durations that are not numbers, even numeric strings (sleep, receive, call)",
     function()
       run(function()

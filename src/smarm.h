@@ -706,8 +706,11 @@ typedef struct smarm_stats {
   uint64_t stacks;       /* guarded stacks mapped now */
   uint64_t preempts;     /* actors that gave way because their time slice was over */
   uint64_t preempt_wait_ns; /* summed over the preemptions the runtime asked for (not a C
-                            actor's own smarm_preempt): ns from the request to give way (at most
-                            a tick, half a slice, after the slice's end) to the switch */
+                            actor's own smarm_preempt): ns from the request to give way to the
+                            switch. The request comes at the slice's end when the slice timer
+                            asks (preempts_timed), else up to a tick (half a slice) after it */
+  uint64_t preempts_timed; /* of preempts, those the scheduler's slice timer asked for: the
+                            slices of an actor that run on after a preemption (docs/design.md) */
   uint64_t busy_ns;      /* ns not idle (running actors or its own work) since it started */
   uint64_t wall_ns;      /* ns since it started: busy_ns / wall_ns is its busy share */
   uint64_t sent;         /* messages its actors sent, to any scheduler */

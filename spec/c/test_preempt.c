@@ -82,6 +82,32 @@ TEST(an_actor_past_its_slice_is_asked_to_give_way)
   smarm_preempt();             /* does nothing there */
 }
 
+/* An actor that runs on after a preemption has its next slices ended by its scheduler's own
+** timer (preempt.c): asked at each slice's end rather than at the ticker's next look. */
+static void spin_four_slices(void *arg)
+{
+  (void)arg;
+  int n = 0;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (n < 4 && smarm_now_ns() < guard) {
+    if (smarm_preempt_due()) {
+      n++;
+      smarm_preempt(); /* alone on its scheduler: it goes on at once, in a new slice */
+    }
+  }
+  CHECK_EQ(n, 4);
+  smarm_stats_t st;
+  CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  CHECK_EQ(st.preempts, 4);
+  CHECK(st.preempts_timed >= 1); /* not all: the first is the ticker's, and it can win a race */
+  CHECK(st.preempts_timed < 4);
+}
+
+TEST(slices_after_a_preemption_are_ended_by_the_slice_timer)
+{
+  run_with(1, 2 * MS, spin_four_slices);
+}
+
 /* slice_ns < 0 in spawn opts: never asked, though the runtime's slice is short. */
 static void never_asked(void *arg)
 {

@@ -112,6 +112,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(stacks);
     READ(preempts);
     READ(preempt_wait_ns);
+    READ(preempts_timed);
     READ(sent);
     READ(received);
     READ(runq);

@@ -46,6 +46,25 @@
 **                   and seeing the flag clear, so it never signals a thread that has ended.
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
 **                   first, on the thread, so it never lands on the alternate stack being unmapped.
+**   timed_progress, timed_end_ns, timer_asked: the slice timer's, below. Owner thread and its
+**                   SIGURG handler only (on that thread): relaxed atomics, so that the handler
+**                   reads whole values.
+**
+** The slice timer. The ticker learns that a slice began only at its next look, so the slice it
+** times ends up to a tick late (Go's sysmon does the same). An actor that is switched out at the
+** end of a slice is the one likely to run long again, so when it goes on (smarm_preempt, once
+** the yield returns) its new slice is timed exactly: sm_preempt_time_slice stores the slice's
+** progress and end (timed_progress, timed_end_ns) and arms a POSIX timer of the scheduler's own
+** thread (SIGEV_THREAD_ID) for that end. The kernel raises SIGURG on the thread itself at that
+** time (no other thread has to run, no interrupt has to cross CPUs); the handler, seeing
+** si_code SI_TIMER and the progress unchanged, asks as the ticker would (preempt_asked_ns: the
+** slice's end; preempt_asked: progress + 1; timer_asked: the same, so that smarm_preempt counts
+** it in preempts_timed), then arms the hook like any request. A timer that fires after its slice
+** ended (the actor gave way itself) finds the progress moved and does nothing; it is not disarmed
+** on the way. Should the ticker store an older progress's request over the handler's (it read the
+** progress a slice ago and was descheduled since), that slice is asked again by the ticker, a
+** tick late. Without the timer (timer_create failed) the ticker alone asks.
+**
 ** A request whose signal found no Lua code to interrupt (the actor sat in a long C call) is sent
 ** again after a slice, then twice as long each time up to a second: a missed arming is retried,
 ** and a blocking C call is not flooded with EINTR.
@@ -64,12 +83,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
+
+#ifndef sigev_notify_thread_id /* glibc before 2.35 names it only through the union */
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
 
 #define MIN_TICK_NS 50000LL
 #define MAX_TICK_NS 1000000LL
 #define IDLE_TICK_NS 16000000LL
 #define MAX_RETRY_NS 1000000000LL
+
+typedef struct slice_timer { /* a scheduler thread's timer (below): that thread's alone */
+  timer_t id;
+  int ok;
+} slice_timer_t;
 
 typedef struct watch {      /* the ticker's own notes on one scheduler */
   uint64_t progress;        /* switches + preempts when last seen to move */
@@ -127,11 +157,35 @@ static void send_dump(runtime_t *rt)
   }
 }
 
-static void on_sigurg(int sig)
+/* How far scheduler s has come (sched.c's slice_progress, read here from the owner's handler). */
+static uint64_t progress_of(sched_t *s)
+{
+  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
+         atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
+}
+
+/* The slice timer fired, in the owner's handler: asks the running actor to give way if its slice
+** is the one timed. */
+static void slice_timer_fired(sched_t *s)
+{
+  uint64_t timed = atomic_load_explicit(&s->timed_progress, memory_order_relaxed);
+  if (!s->current || !timed || timed != progress_of(s))
+    return;
+  atomic_store_explicit(&s->preempt_asked_ns,
+                        atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed),
+                        memory_order_relaxed);
+  atomic_store_explicit(&s->timer_asked, timed + 1, memory_order_relaxed);
+  atomic_store_explicit(&s->preempt_asked, timed + 1, memory_order_relaxed);
+}
+
+static void on_sigurg(int sig, siginfo_t *info, void *uc)
 {
   (void)sig;
+  (void)uc;
   int saved = errno;
   sched_t *s = sm_sched_tls;
+  if (s && info && info->si_code == SI_TIMER)
+    slice_timer_fired(s);
   if (s && atomic_exchange_explicit(&s->dump_asked, 0, memory_order_relaxed) && s->current &&
       s->rt->cfg.on_watchdog)
     s->rt->cfg.on_watchdog(s->index, s->rt->cfg.userdata);
@@ -232,6 +286,7 @@ int sm_preempt_init(runtime_t *rt)
   watch_t *w = rt->ticker_watch = calloc(rt->nsched, sizeof(watch_t));
   if (!w)
     return -ENOMEM;
+  rt->slice_timers = calloc(rt->nsched, sizeof(slice_timer_t)); /* none: the ticker alone asks */
   for (unsigned k = 0; k < rt->nsched; k++)
     w[k].progress = UINT64_MAX; /* the first look starts every clock */
   pthread_condattr_t ca;
@@ -243,10 +298,10 @@ int sm_preempt_init(runtime_t *rt)
   if (rt->cfg.on_preempt || rt->cfg.on_watchdog) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigurg;
+    sa.sa_sigaction = on_sigurg;
     /* SA_ONSTACK: the scheduler thread's alternate stack (overflow.c), not the actor's, which
     ** may be small and nearly full when the signal lands */
-    sa.sa_flags = SA_RESTART | SA_ONSTACK;
+    sa.sa_flags = SA_RESTART | SA_ONSTACK | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     rt->urg_installed = sigaction(SIGURG, &sa, &old_urg) == 0;
   }
@@ -274,6 +329,33 @@ int sm_preempt_start(runtime_t *rt)
   return 0;
 }
 
+void sm_preempt_sched_enter(sched_t *s)
+{
+  if (!s->rt->slice_timers || !s->rt->urg_installed || !s->rt->cfg.on_preempt)
+    return;
+  slice_timer_t *t = &s->rt->slice_timers[s->index];
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = SIGURG;
+  ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+  t->ok = timer_create(CLOCK_MONOTONIC, &ev, &t->id) == 0;
+}
+
+void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
+{
+  slice_timer_t *t = s->rt->slice_timers ? &s->rt->slice_timers[s->index] : NULL;
+  if (!t || !t->ok || slice_ns == INT64_MAX)
+    return;
+  int64_t end = smarm_now_ns() + slice_ns;
+  /* the slice first, then the timer: a signal can only come once it is armed */
+  atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
+  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_relaxed);
+  struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
+  if (timer_settime(t->id, TIMER_ABSTIME, &when, NULL) != 0)
+    atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed); /* the ticker asks */
+}
+
 void sm_preempt_sched_done(runtime_t *rt, unsigned index, sigset_t *old_mask)
 {
   /* A SIGURG sent before this (under ticker_lock, like ticker_done) may still be pending: blocked,
@@ -284,6 +366,11 @@ void sm_preempt_sched_done(runtime_t *rt, unsigned index, sigset_t *old_mask)
   sigemptyset(&urg);
   sigaddset(&urg, SIGURG);
   pthread_sigmask(SIG_BLOCK, &urg, old_mask);
+  slice_timer_t *t = rt->slice_timers ? &rt->slice_timers[index] : NULL;
+  if (t && t->ok) /* a signal it raised before stays blocked, discarded like the ticker's */
+    timer_delete(t->id);
+  if (t)
+    t->ok = 0;
   if (!rt->ticker_watch)
     return;
   pthread_mutex_lock(&rt->ticker_lock);
@@ -313,4 +400,6 @@ void sm_preempt_stop(runtime_t *rt)
   pthread_mutex_destroy(&rt->ticker_lock);
   free(rt->ticker_watch);
   rt->ticker_watch = NULL;
+  free(rt->slice_timers);
+  rt->slice_timers = NULL;
 }

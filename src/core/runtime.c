@@ -73,6 +73,7 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
   sm_sched_tls = s;
   ts->altstack = NULL;
   sm_overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
+  sm_preempt_sched_enter(s);
   if (s->rt->cfg.pin_threads)
     pin_to_cpu(s->index);
   if (s->rt->cfg.on_sched_start)

@@ -32,6 +32,7 @@ typedef struct runtime {
   pthread_mutex_t ticker_lock;
   pthread_cond_t ticker_cond;
   struct watch *ticker_watch; /* one per scheduler; NULL: no ticker */
+  struct slice_timer *slice_timers; /* one per scheduler, each its thread's; NULL: none */
   int ticker_running, ticker_stop, urg_installed, dump_installed;
 } runtime_t;
 

@@ -21,6 +21,7 @@
 #include "sched.h"
 
 #include "faults.h"
+#include "preempt.h"
 #include "runtime.h"
 #include "vclock.h"
 
@@ -932,15 +933,18 @@ static inline uint64_t slice_progress(sched_t *s)
          atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
 }
 
+/* The request to give way that names the running slice, or 0. */
+static inline uint64_t preempt_request(sched_t *s)
+{
+  /* Acquire: pairs with the ticker's release store, after it read the progress it names. */
+  uint64_t asked = atomic_load_explicit(&s->preempt_asked, memory_order_acquire);
+  return asked != 0 && asked == slice_progress(s) + 1 ? asked : 0;
+}
+
 int smarm_preempt_due(void)
 {
   sched_t *s;
-  actor_t *self = sched_self(&s);
-  if (!self)
-    return 0;
-  /* Acquire: pairs with the ticker's release store, after it read the progress it names. */
-  uint64_t asked = atomic_load_explicit(&s->preempt_asked, memory_order_acquire);
-  return asked != 0 && asked == slice_progress(s) + 1;
+  return sched_self(&s) && preempt_request(s) != 0;
 }
 
 void smarm_preempt(void)
@@ -949,14 +953,19 @@ void smarm_preempt(void)
   actor_t *self = sched_self(&s);
   if (!self)
     return;
-  if (smarm_preempt_due()) { /* honours a request: how long it waited (preempt.c) */
+  uint64_t asked = preempt_request(s);
+  if (asked) { /* honours a request: how long it waited (preempt.c) */
     int64_t asked_ns = atomic_load_explicit(&s->preempt_asked_ns, memory_order_relaxed);
     stat_add(&s->stats.preempt_wait_ns, (uint64_t)(smarm_now_ns() - asked_ns));
+    if (asked == atomic_load_explicit(&s->timer_asked, memory_order_relaxed))
+      stat_add(&s->stats.preempts_timed, 1);
   }
   atomic_store_explicit(&s->preempt_asked, 0, memory_order_relaxed);
   stat_add(&s->stats.preempts, 1); /* a new slice, even when nobody else wants to run */
   s->ticks = TIMER_CHECK_TICKS;    /* the clock now: due timers go first */
   smarm_yield();
+  if (asked) /* it may well run long again: its new slice ends on time (preempt.c) */
+    sm_preempt_time_slice(s, self->slice_ns);
 }
 
 static inline int64_t deadline_from(int64_t now, int64_t timeout_ns)

@@ -134,7 +134,8 @@ typedef struct actor_table {
 typedef struct sched_stats {
   _Atomic uint64_t switches, parks, wakes, remote_sent, stack_saves, spawned, live, stacks;
   _Atomic uint64_t preempts;  /* actors that gave way because their slice was over */
-  _Atomic uint64_t preempt_wait_ns; /* summed over those: from the ticker's request to the switch */
+  _Atomic uint64_t preempt_wait_ns; /* summed over those: from the request to the switch */
+  _Atomic uint64_t preempts_timed;  /* of those, asked by the slice timer (preempt.c) */
   _Atomic uint64_t sent, received, runq, timers, saved_stacks;
   _Atomic uint64_t idle_ns;    /* summed over the idle waits that ended */
   _Atomic int64_t idle_since;  /* when the idle wait under way began; 0: none */
@@ -198,6 +199,11 @@ typedef struct sched {
   fiber_t main_fiber;
   void *data;                 /* smarm_sched_data() */
   pthread_t thread;           /* written before the ticker starts (runtime.c) */
+  /* The slice timer (preempt.c, where the protocol is; the timer itself is rt->slice_timers'):
+  ** the owner and its SIGURG handler. */
+  _Atomic uint64_t timed_progress; /* the slice it times (its progress); 0: none */
+  _Atomic int64_t timed_end_ns;    /* that slice's end (smarm_now_ns) */
+  _Atomic uint64_t timer_asked;    /* the preempt_asked its handler stored */
   int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
   timer_heap_t vtimers;       /* virtual clock: sleeps' and receives' timers (on its time); last,
                                  so that the fields before keep their places */

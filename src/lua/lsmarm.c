@@ -507,6 +507,7 @@ static void set_stats(lua_State *L, const smarm_stats_t *st)
   FIELD(stack_saves);
   FIELD(preempts);
   FIELD(preempt_wait_ns);
+  FIELD(preempts_timed);
   FIELD(spawned);
   FIELD(live);
   FIELD(stacks);
