@@ -60,6 +60,6 @@ file(WRITE ${CMAKE_BINARY_DIR}/smarm.pc
   "Name: smarm\n"
   "Description: stackful actors on shared-nothing schedulers (the C core)\n"
   "Version: ${PROJECT_VERSION}\n"
-  "Libs: -L\${libdir} -lsmarm -pthread\n"
+  "Libs: -L\${libdir} -lsmarm -pthread${SMARM_PC_LIBRT}\n"
   "Cflags: -I\${includedir}\n")
 install(FILES ${CMAKE_BINARY_DIR}/smarm.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -541,6 +541,59 @@ describe("preemption", function()
     for k = 1, ACTORS do assert.are.equal(SENDS * 200001, results[k]) end
   end)
 
+  -- Issue 10's stress test: 100 actors on each scheduler doing compiled loops of varied length,
+  -- messages and sleeps with 100 us slices, for 10 s (2 s under the sanitizers, whose builds
+  -- are slower; SMARM_PREEMPT_STRESS_S sets it). The work is bounded by time, not by count, so a
+  -- slow machine does less of it. It fails on a lost, reordered or wrong message, a wrong sum or
+  -- a crash.
+  it("keeps 100 actors per scheduler exact through loops, messages and sleeps under 100 us "
+    .. "slices", function()
+      local PER_SCHED = 100
+      local seconds = tonumber(os.getenv("SMARM_PREEMPT_STRESS_S"))
+        or (os.getenv("SMARM_SANITIZER") and 2 or 10)
+      -- sum of j % 7 for j = 1..n, in closed form: what each loop below must have computed
+      local function expected(n)
+        local r = n % 7
+        return 21 * (n - r) / 7 + r * (r + 1) / 2
+      end
+      local report = run(function()
+        local me, stop_at = smarm.self(), smarm.now() + seconds
+        for k = 1, 2 * PER_SCHED do
+          smarm.spawn_opt({ on = (k % 2) + 1, slice = 0.0001 }, function(main, id, until_t)
+            local i, sum, seed = 0, 0, id
+            while smarm.now() < until_t do
+              i = i + 1
+              seed = (seed * 1103515245 + 12345) % 2147483648
+              local n = 1000 + seed % 50000
+              local x = 0
+              for j = 1, n do x = x + j % 7 end -- compiled, preempted anywhere in here
+              sum = sum + x
+              smarm.send(main, { id = id, i = i, n = n, x = x })
+              if seed % 16 == 0 then smarm.sleep((seed % 10) * 1e-4) end
+            end
+            smarm.send(main, { id = id, done = i, sum = sum })
+          end, me, k, stop_at)
+        end
+        local seen, sums, done, messages = {}, {}, 0, 0
+        while done < 2 * PER_SCHED do
+          local m = guard.receive("the stress actors' messages")
+          if m.done then
+            assert.are.equal(seen[m.id] or 0, m.done) -- every message arrived
+            assert.are.equal(sums[m.id] or 0, m.sum)
+            done = done + 1
+          else
+            assert.are.equal((seen[m.id] or 0) + 1, m.i) -- in order, none lost
+            assert.are.equal(expected(m.n), m.x)
+            seen[m.id], sums[m.id] = m.i, (sums[m.id] or 0) + m.x
+            messages = messages + 1
+          end
+        end
+        return { messages = messages, preempts = smarm.stats().total.preempts }
+      end, { schedulers = 2 })
+      assert.is_true(report.messages > 0)
+      assert.is_true(report.preempts > 0, "preemptions: " .. report.preempts)
+    end)
+
   -- A stress test of preemption meeting the JIT's trace compiler: fresh code every round keeps
   -- it recording, aborting (a closure in the loop is not compiled) and assembling traces while
   -- 10 us slices send the preemption signal. Arming the hook from the signal inside the

@@ -710,7 +710,8 @@ typedef struct smarm_stats {
                             switch. The request comes at the slice's end when the slice timer
                             asks (preempts_timed), else up to a tick (half a slice) after it */
   uint64_t preempts_timed; /* of preempts, those the scheduler's slice timer asked for: the
-                            slices of an actor that run on after a preemption (docs/design.md) */
+                            slices of an actor that run on after a preemption (docs/design.md).
+                            When the ticker asks for the same slice too, it counts here */
   uint64_t busy_ns;      /* ns not idle (running actors or its own work) since it started */
   uint64_t wall_ns;      /* ns since it started: busy_ns / wall_ns is its busy share */
   uint64_t sent;         /* messages its actors sent, to any scheduler */

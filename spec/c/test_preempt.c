@@ -6,6 +6,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -106,6 +108,49 @@ static void spin_four_slices(void *arg)
 TEST(slices_after_a_preemption_are_ended_by_the_slice_timer)
 {
   run_with(1, 2 * MS, spin_four_slices);
+}
+
+/* A timed slice that its actor ends itself (here by sleeping) disarms the slice timer: it never
+** interrupts another actor's system call later. Slices of 200 ms, so that the poller's calls
+** (5 ms each, a sleep between) stay far inside its own slices and the ticker has no cause to
+** signal it; the sleeper's timer, had it stayed armed, would fire in the middle of them. */
+static _Atomic int eintrs;
+
+static void preempted_then_sleeps(void *arg)
+{
+  (void)arg;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (!smarm_preempt_due() && smarm_now_ns() < guard)
+    ;
+  smarm_preempt(); /* asked by the ticker: it goes on in a timed slice... */
+  CHECK_EQ(smarm_sleep(600 * MS), 0); /* ...which it ends itself */
+}
+
+static void polls(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < 60; i++) {
+    if (poll(NULL, 0, 5) < 0 && errno == EINTR)
+      atomic_fetch_add(&eintrs, 1);
+    CHECK_EQ(smarm_sleep(1 * MS), 0);
+  }
+}
+
+static void main_stray(void *arg)
+{
+  (void)arg;
+  smarm_pid_t a, b;
+  CHECK_EQ(smarm_spawn(preempted_then_sleeps, NULL, NULL, &a), 0);
+  CHECK_EQ(smarm_spawn(polls, NULL, NULL, &b), 0);
+  WAIT_UNTIL(!smarm_alive(a) && !smarm_alive(b), 1 * MS);
+  CHECK(!smarm_alive(a) && !smarm_alive(b));
+}
+
+TEST(a_timed_slice_ended_early_leaves_no_signal_behind)
+{
+  atomic_store(&eintrs, 0);
+  run_with(1, 200 * MS, main_stray);
+  CHECK_EQ(atomic_load(&eintrs), 0);
 }
 
 /* slice_ns < 0 in spawn opts: never asked, though the runtime's slice is short. */

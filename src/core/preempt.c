@@ -19,14 +19,17 @@
 **     actor's traceback where its VM's state allows).
 **
 ** Protocol (who writes what):
-**   preempt_asked   ticker: release store of progress + 1, after reading the progress.
+**   preempt_asked   ticker: release compare-and-swap to progress + 1, after reading the progress,
+**                   unless it holds a newer request (the slice timer's, below).
 **                   owner: relaxed store of 0 when it gives way (smarm_preempt). The owner reads
 **                   it (acquire) and compares with its own progress: a request made before the
 **                   actor switched, or one the actor already honoured, names an older progress
 **                   and is ignored, so a late signal or hook never preempts the wrong slice.
 **   preempt_asked_ns ticker: relaxed store of the request's time, before preempt_asked's release
 **                   store; the owner reads it after acquiring preempt_asked (smarm_preempt_due),
-**                   for stats.preempt_wait_ns (a later request's time at worst: a shorter wait).
+**                   for stats.preempt_wait_ns (a later request's time at worst: a shorter wait;
+**                   when the ticker and the slice timer both ask for one slice, whichever wrote
+**                   last: the figure is approximate, as is preempts_timed then).
 **   dump_asked      ticker: relaxed store of 1 before the signal; the handler takes it (exchange
 **                   with 0): a report whose signal found the actor gone is not dumped later by
 **                   another, beyond the next report's.
@@ -59,11 +62,14 @@
 ** time (no other thread has to run, no interrupt has to cross CPUs); the handler, seeing
 ** si_code SI_TIMER and the progress unchanged, asks as the ticker would (preempt_asked_ns: the
 ** slice's end; preempt_asked: progress + 1; timer_asked: the same, so that smarm_preempt counts
-** it in preempts_timed), then arms the hook like any request. A timer that fires after its slice
-** ended (the actor gave way itself) finds the progress moved and does nothing; it is not disarmed
-** on the way. Should the ticker store an older progress's request over the handler's (it read the
-** progress a slice ago and was descheduled since), that slice is asked again by the ticker, a
-** tick late. Without the timer (timer_create failed) the ticker alone asks.
+** it in preempts_timed), then arms the hook like any request. When the timed slice ends
+** otherwise (the actor parks, yields, dies, or the ticker's request came first), the switch
+** disarms the timer (sm_preempt_untime, on slice_timed: a syscall only then), so that it never
+** interrupts another actor's system call with EINTR; a signal already raised by then finds the
+** progress moved, or the end not come (a later arming), and does nothing. The ticker never
+** stores an older progress's request over a newer one (a compare-and-swap): had it read the
+** progress a slice ago and been descheduled since, it would undo the timer's request. Without
+** the timer (timer_create failed) the ticker alone asks.
 **
 ** A request whose signal found no Lua code to interrupt (the actor sat in a long C call) is sent
 ** again after a slice, then twice as long each time up to a second: a missed arming is retried,
@@ -165,11 +171,13 @@ static uint64_t progress_of(sched_t *s)
 }
 
 /* The slice timer fired, in the owner's handler: asks the running actor to give way if its slice
-** is the one timed. */
+** is the one timed and its end has come (a signal delivered late, as valgrind and TSan do, may
+** meet a later arming). */
 static void slice_timer_fired(sched_t *s)
 {
   uint64_t timed = atomic_load_explicit(&s->timed_progress, memory_order_relaxed);
-  if (!s->current || !timed || timed != progress_of(s))
+  if (!s->current || !timed || timed != progress_of(s) ||
+      smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
   atomic_store_explicit(&s->preempt_asked_ns,
                         atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed),
@@ -243,7 +251,11 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
                                                                      : MAX_RETRY_NS;
   w->asked_at = now;
   atomic_store_explicit(&s->preempt_asked_ns, now, memory_order_relaxed);
-  atomic_store_explicit(&s->preempt_asked, progress + 1, memory_order_release);
+  uint64_t had = atomic_load_explicit(&s->preempt_asked, memory_order_relaxed);
+  while (had <= progress && /* never over a newer request (the slice timer's) */
+         !atomic_compare_exchange_weak_explicit(&s->preempt_asked, &had, progress + 1,
+                                                memory_order_release, memory_order_relaxed))
+    ;
   pthread_kill(s->thread, SIGURG);
   return tick_for(slice);
 }
@@ -348,12 +360,23 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
   if (!t || !t->ok || slice_ns == INT64_MAX)
     return;
   int64_t end = smarm_now_ns() + slice_ns;
-  /* the slice first, then the timer: a signal can only come once it is armed */
-  atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
-  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_relaxed);
+  /* No slice is named while the timer changes (an earlier arming expiring now finds none), then
+  ** the end before the progress that makes the handler read it. */
+  atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed);
   struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
   if (timer_settime(t->id, TIMER_ABSTIME, &when, NULL) != 0)
-    atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed); /* the ticker asks */
+    return; /* the ticker asks */
+  atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
+  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_relaxed);
+  s->slice_timed = 1;
+}
+
+void sm_preempt_untime(sched_t *s)
+{
+  s->slice_timed = 0;
+  atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed);
+  struct itimerspec never = {{0, 0}, {0, 0}};
+  timer_settime(s->rt->slice_timers[s->index].id, 0, &never, NULL);
 }
 
 void sm_preempt_sched_done(runtime_t *rt, unsigned index, sigset_t *old_mask)

@@ -22,6 +22,9 @@ void sm_preempt_sched_enter(struct sched *s);
 /* Owner thread: the running actor goes on after a preemption, in a new slice of slice_ns; the
 ** slice timer asks it to give way at that slice's end (preempt.c). */
 void sm_preempt_time_slice(struct sched *s, int64_t slice_ns);
+/* Owner thread: the timed slice ended otherwise than by its timer (sched_switch): disarms it,
+** so that it never interrupts another actor's system call. */
+void sm_preempt_untime(struct sched *s);
 /* Called by each scheduler thread once it has run its last actor: the ticker signals it no more
 ** (its thread may end and be joined after this), and SIGURG is blocked on the thread, its old mask
 ** in *old_mask (the caller restores it after sm_preempt_stop, or ends the thread). */

@@ -417,6 +417,8 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
     to_ctx = &to->ctx;
     to_fiber = &to->fiber;
   }
+  if (SMARM_UNLIKELY(s->slice_timed)) /* the timed slice ends otherwise: no stray signal */
+    sm_preempt_untime(s);
   s->current = to;
   stat_add(&s->stats.switches, 1);
   if (from && SMARM_UNLIKELY(atomic_load_explicit(&s->cpu_sampled_ns, memory_order_relaxed)))
@@ -957,8 +959,10 @@ void smarm_preempt(void)
   if (asked) { /* honours a request: how long it waited (preempt.c) */
     int64_t asked_ns = atomic_load_explicit(&s->preempt_asked_ns, memory_order_relaxed);
     stat_add(&s->stats.preempt_wait_ns, (uint64_t)(smarm_now_ns() - asked_ns));
-    if (asked == atomic_load_explicit(&s->timer_asked, memory_order_relaxed))
+    if (asked == atomic_load_explicit(&s->timer_asked, memory_order_relaxed)) {
       stat_add(&s->stats.preempts_timed, 1);
+      s->slice_timed = 0; /* it fired: a one-shot timer is disarmed */
+    }
   }
   atomic_store_explicit(&s->preempt_asked, 0, memory_order_relaxed);
   stat_add(&s->stats.preempts, 1); /* a new slice, even when nobody else wants to run */
