@@ -12,6 +12,9 @@
 ** interleave and never merge) map a few dozen segments each for 64 MB, not one per 128 KB. The
 ** allocator's mmap calls are counted by interposing mmap (LuaJIT is linked statically); under
 ** the sanitizers LuaJIT uses the system allocator, and this case has nothing to count there.
+** Under an address-space limit (RLIMIT_AS) a state still grows to the limit, mapping what it
+** needs when a larger segment no longer fits (natively only: under qemu the limit is the
+** emulator's).
 */
 #define _GNU_SOURCE /* syscall, mmap64 */
 #include <lauxlib.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -185,8 +189,66 @@ static long mmaps_to_grow_two_states(void)
 #endif
 }
 
+#if COUNT_MMAPS && defined(__x86_64__)
+#define LIMIT_CHECKED 1
+/* The process's mapped bytes now (VmSize), or 0. */
+static long mapped_bytes(void)
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %ld kB", &kb) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return kb * 1024;
+}
+
+static int grow_until_full(lua_State *L)
+{
+  for (;;) {
+    lua_createtable(L, 128, 0);
+    luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  return 0;
+}
+#else
+#define LIMIT_CHECKED 0
+#endif
+
+/* With 56 MB of address space left, the bytes a state holds when it runs out; -1: not checked. */
+static long bytes_under_a_limit(void)
+{
+#if LIMIT_CHECKED
+  struct rlimit old, lim;
+  long now = mapped_bytes();
+  if (!now || getrlimit(RLIMIT_AS, &old) != 0)
+    return -1;
+  lua_State *L = luaL_newstate();
+  lua_gc(L, LUA_GCSTOP, 0);
+  lim = old;
+  lim.rlim_cur = (rlim_t)(now + 56L * 1024 * 1024);
+  setrlimit(RLIMIT_AS, &lim);
+  int rc = lua_cpcall(L, grow_until_full, NULL);
+  long held = (long)lua_gc(L, LUA_GCCOUNT, 0) * 1024;
+  setrlimit(RLIMIT_AS, &old);
+  lua_close(L);
+  return rc == LUA_ERRMEM ? held : 0;
+#else
+  return -1;
+#endif
+}
+
 int main(void)
 {
+  long held = bytes_under_a_limit();
+  if (held >= 0 && held < 40L * 1024 * 1024) {
+    fprintf(stderr, "with 56 MB of address space left a state ran out at %ld bytes\n", held);
+    return 1;
+  }
+  if (held >= 0)
+    printf("with 56 MB of address space left a state grew to %ld MB\n", held >> 20);
   int bad = 0;
   long made = mmaps_to_grow_two_states();
   if (made < 0)
