@@ -175,7 +175,7 @@ static uint64_t progress_of(sched_t *s)
 ** meet a later arming). */
 static void slice_timer_fired(sched_t *s)
 {
-  uint64_t timed = atomic_load_explicit(&s->timed_progress, memory_order_relaxed);
+  uint64_t timed = atomic_load_explicit(&s->timed_progress, memory_order_acquire);
   if (!s->current || !timed || timed != progress_of(s) ||
       smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
@@ -360,14 +360,17 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
   if (!t || !t->ok || slice_ns == INT64_MAX)
     return;
   int64_t end = smarm_now_ns() + slice_ns;
-  /* No slice is named while the timer changes (an earlier arming expiring now finds none), then
-  ** the end before the progress that makes the handler read it. */
-  atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed);
-  struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
-  if (timer_settime(t->id, TIMER_ABSTIME, &when, NULL) != 0)
-    return; /* the ticker asks */
+  /* The slice is named before the timer is set, so that a slice shorter than timer_settime
+  ** itself is still ended by it; an earlier arming expiring meanwhile finds the end not come
+  ** (the handler's clock check). The end before the progress: a release store, which the
+  ** handler's acquire load pairs with (same thread: it keeps the compiler's order). */
   atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
-  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_relaxed);
+  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_release);
+  struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
+  if (timer_settime(t->id, TIMER_ABSTIME, &when, NULL) != 0) {
+    atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed); /* the ticker asks */
+    return;
+  }
   s->slice_timed = 1;
 }
 
