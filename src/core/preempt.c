@@ -50,8 +50,9 @@
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
 **                   first, on the thread, so it never lands on the alternate stack being unmapped.
 **   timed_progress, timed_end_ns, timer_asked: the slice timer's, below. Owner thread and its
-**                   SIGURG handler only (on that thread): relaxed atomics, so that the handler
-**                   reads whole values.
+**                   SIGURG handler only (on that thread): atomics, so that the handler reads
+**                   whole values; timed_progress is stored (release) after timed_end_ns and
+**                   loaded (acquire) before it.
 **
 ** The slice timer. The ticker learns that a slice began only at its next look, so the slice it
 ** times ends up to a tick late (Go's sysmon does the same). An actor that is switched out at the
@@ -163,20 +164,13 @@ static void send_dump(runtime_t *rt)
   }
 }
 
-/* How far scheduler s has come (sched.c's slice_progress, read here from the owner's handler). */
-static uint64_t progress_of(sched_t *s)
-{
-  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
-         atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
-}
-
 /* The slice timer fired, in the owner's handler: asks the running actor to give way if its slice
 ** is the one timed and its end has come (a signal delivered late, as valgrind and TSan do, may
 ** meet a later arming). */
 static void slice_timer_fired(sched_t *s)
 {
   uint64_t timed = atomic_load_explicit(&s->timed_progress, memory_order_acquire);
-  if (!s->current || !timed || timed != progress_of(s) ||
+  if (!s->current || !timed || timed != sm_sched_progress(s) ||
       smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
   atomic_store_explicit(&s->preempt_asked_ns,
@@ -213,8 +207,7 @@ static int64_t tick_for(int64_t slice)
 static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int stopping)
 {
   int64_t slice = atomic_load_explicit(&s->running_slice, memory_order_relaxed);
-  uint64_t progress = atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
-                      atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
+  uint64_t progress = sm_sched_progress(s);
   if (progress != w->progress) {
     w->progress = progress;
     w->since = now;
@@ -365,7 +358,7 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
   ** (the handler's clock check). The end before the progress: a release store, which the
   ** handler's acquire load pairs with (same thread: it keeps the compiler's order). */
   atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
-  atomic_store_explicit(&s->timed_progress, progress_of(s), memory_order_release);
+  atomic_store_explicit(&s->timed_progress, sm_sched_progress(s), memory_order_release);
   struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
   if (timer_settime(t->id, TIMER_ABSTIME, &when, NULL) != 0) {
     atomic_store_explicit(&s->timed_progress, 0, memory_order_relaxed); /* the ticker asks */

@@ -927,20 +927,12 @@ void smarm_yield(void)
     sm_sched_die_pending(s, self);
 }
 
-/* How far the running actor's scheduler has come: the ticker sees an actor overstay its slice
-** when this has not moved (preempt.c). Owner thread. */
-static inline uint64_t slice_progress(sched_t *s)
-{
-  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
-         atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
-}
-
 /* The request to give way that names the running slice, or 0. */
 static inline uint64_t preempt_request(sched_t *s)
 {
   /* Acquire: pairs with the ticker's release store, after it read the progress it names. */
   uint64_t asked = atomic_load_explicit(&s->preempt_asked, memory_order_acquire);
-  return asked != 0 && asked == slice_progress(s) + 1 ? asked : 0;
+  return asked != 0 && asked == sm_sched_progress(s) + 1 ? asked : 0;
 }
 
 int smarm_preempt_due(void)

@@ -232,6 +232,14 @@ typedef struct sched {
   _Alignas(SMARM_CACHE_PAD) _Atomic int64_t spawns_coming;
 } sched_t;
 
+/* How far scheduler s has come: the ticker sees an actor overstay its slice when this has not
+** moved, and a request to give way names it (preempt.c). Any thread (relaxed reads). */
+static inline uint64_t sm_sched_progress(sched_t *s)
+{
+  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
+         atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
+}
+
 /* The scheduler of the calling thread, NULL outside the runtime. */
 extern __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 
