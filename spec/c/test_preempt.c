@@ -122,6 +122,9 @@ static void preempted_then_sleeps(void *arg)
   int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
   while (!smarm_preempt_due() && smarm_now_ns() < guard)
     ;
+  /* The ticker signals after it asks: its SIGURG lands here, not in the poller's poll */
+  while (!atomic_load_explicit(&handler_calls, memory_order_relaxed) && smarm_now_ns() < guard)
+    ;
   smarm_preempt(); /* asked by the ticker: it goes on in a timed slice... */
   CHECK_EQ(smarm_sleep(600 * MS), 0); /* ...which it ends itself */
 }
@@ -149,6 +152,7 @@ static void main_stray(void *arg)
 TEST(a_timed_slice_ended_early_leaves_no_signal_behind)
 {
   atomic_store(&eintrs, 0);
+  atomic_store(&handler_calls, 0);
   run_with(1, 200 * MS, main_stray);
   CHECK_EQ(atomic_load(&eintrs), 0);
 }

@@ -35,7 +35,10 @@
 **                   another, beyond the next report's.
 **   look_at_clock   ticker: relaxed store of 1; owner: relaxed store of 0 when it looked. A lost
 **                   1 (the owner's 0 overwrote it) costs one tick's lateness.
-**   running_slice   owner (at each switch), relaxed; stats.switches/preempts the same.
+**   running_slice   owner (at each switch), relaxed, then stats.switches with a release store;
+**                   the ticker loads switches (acquire, sm_sched_progress) and then the slice,
+**                   so the slice it sees is the turn's it names, or a later one's (whose own
+**                   progress makes a request from this look stale). stats.preempts: relaxed.
 **   cpu_sampled_ns  ticker: relaxed add, at each look that finds an actor running, of the time
 **                   since its last look; owner: at a switch that finds it non-zero, a relaxed
 **                   exchange with 0, added to the actor switched from. Sampling, as a profiler's:
@@ -206,8 +209,12 @@ static int64_t tick_for(int64_t slice)
 /* One look at scheduler s at time now; returns the tick it needs (IDLE_TICK_NS: none). */
 static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int stopping)
 {
-  int64_t slice = atomic_load_explicit(&s->running_slice, memory_order_relaxed);
+  /* The progress first: the slice read after it is that turn's or a later one's. Read the other
+  ** way round, an owner descheduled in the middle of a switch (progress stored, slice not yet)
+  ** showed the old actor's slice beside the new turn for as long as it stayed off its CPU, and
+  ** the new actor was asked to give way at once (even one with no slice). */
   uint64_t progress = sm_sched_progress(s);
+  int64_t slice = atomic_load_explicit(&s->running_slice, memory_order_relaxed);
   if (progress != w->progress) {
     w->progress = progress;
     w->since = now;

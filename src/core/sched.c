@@ -420,11 +420,15 @@ static inline __attribute__((always_inline)) void sched_switch(sched_t *s, actor
   if (SMARM_UNLIKELY(s->slice_timed)) /* the timed slice ends otherwise: no stray signal */
     sm_preempt_untime(s);
   s->current = to;
-  stat_add(&s->stats.switches, 1);
   if (from && SMARM_UNLIKELY(atomic_load_explicit(&s->cpu_sampled_ns, memory_order_relaxed)))
     from->cpu_ns += atomic_exchange_explicit(&s->cpu_sampled_ns, 0, memory_order_relaxed);
+  /* The running actor's slice and pid before the progress that names its turn, released: a
+  ** ticker that sees the new progress sees them too (preempt.c, "Protocol"). */
   atomic_store_explicit(&s->running_slice, to ? to->slice_ns : 0, memory_order_relaxed);
   atomic_store_explicit(&s->running_pid, to ? to->pid : 0, memory_order_relaxed);
+  atomic_store_explicit(&s->stats.switches,
+                        atomic_load_explicit(&s->stats.switches, memory_order_relaxed) + 1,
+                        memory_order_release);
   fiber_before_switch(from_fiber, to_fiber, from && from->state == ACTOR_DEAD);
   sm_ctx_switch(from_ctx, to_ctx);
   /* Resumed: we are `from` again, on the same scheduler (actors never migrate). */

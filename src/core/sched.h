@@ -233,10 +233,11 @@ typedef struct sched {
 } sched_t;
 
 /* How far scheduler s has come: the ticker sees an actor overstay its slice when this has not
-** moved, and a request to give way names it (preempt.c). Any thread (relaxed reads). */
+** moved, and a request to give way names it (preempt.c). Any thread. The switches are acquired:
+** a switch stores running_slice and running_pid before its release store of them. */
 static inline uint64_t sm_sched_progress(sched_t *s)
 {
-  return atomic_load_explicit(&s->stats.switches, memory_order_relaxed) +
+  return atomic_load_explicit(&s->stats.switches, memory_order_acquire) +
          atomic_load_explicit(&s->stats.preempts, memory_order_relaxed);
 }
 
