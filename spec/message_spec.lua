@@ -307,6 +307,96 @@ describe("smarm.send / smarm.receive", function()
     assert.are.equal("fine", after)
   end)
 
+  -- Numbers and strings to a pid go through the FFI (src/lua/lfast.c), the rest through the
+  -- classic send: one order for both, whichever the JIT compiles.
+  it("keeps one order for numbers, strings and tables in a compiled loop, on 1 or 2", function()
+    local function mixed(on)
+      return smarm.run(function()
+        local me = smarm.self()
+        smarm.spawn_on(on, function(to)
+          local send = smarm.send
+          for i = 1, 3000 do
+            send(to, i)
+            send(to, "s" .. i)
+            if i % 100 == 0 then send(to, { i = i }) end
+          end
+          send(to, "")
+          send(to, "a\0b")
+        end, me)
+        for i = 1, 3000 do
+          if smarm.receive() ~= i or smarm.receive() ~= "s" .. i then return false, i end
+          if i % 100 == 0 and smarm.receive().i ~= i then return false, i end
+        end
+        return smarm.receive() == "" and smarm.receive() == "a\0b"
+      end, { schedulers = 2 })
+    end
+    assert.is_true(mixed(1))
+    assert.is_true(mixed(2))
+  end)
+
+  it("refuses what only says it is a pid with the classic errors, and never crashes", function()
+    local errors, tried, table_error = smarm.run(function()
+      local fake = newproxy(true)
+      getmetatable(fake).__metatable = "smarm.pid"
+      local closed = assert(io.open("/dev/null"))
+      closed:close()
+      local io_mt = getmetatable(closed) -- a file's metatable is not protected: a closed file
+      local was = io_mt.__metatable     -- would reach C as a NULL FILE *, not as a userdata
+      io_mt.__metatable = "smarm.pid"
+      local targets = { fake, closed, io.stderr }
+      for k in pairs(debug.getregistry()) do -- the binding's keys: light userdata
+        if type(k) == "userdata" then targets[#targets + 1] = k end
+      end
+      local errs = 0
+      for _, to in ipairs(targets) do
+        for _, m in ipairs({ 1, "x" }) do
+          if not pcall(smarm.send, to, m) then errs = errs + 1 end
+        end
+      end
+      io_mt.__metatable = was
+      local _, e = pcall(smarm.send, setmetatable({}, { __metatable = "smarm.pid" }), 1)
+      return errs, #targets, e
+    end)
+    assert.is_true(tried > 3)
+    assert.are.equal(2 * tried, errors)
+    assert.matches("pid or name expected, got table", table_error)
+  end)
+
+  it("refuses sends from finalizers that run once an actor has ended", function()
+    -- the crash reason is encoded after the actor's data is gone; finalizers that run then are
+    -- outside any actor, whatever they send
+    local arrived = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn(function()
+        local keep = {}
+        for i = 1, 50 do
+          local p = newproxy(true)
+          getmetatable(p).__gc = function() pcall(smarm.send, me, "fin") end
+          keep[i] = p
+        end
+        assert(#keep == 50) -- alive until the actor's end
+        local big = {}
+        for i = 1, 20000 do big[i] = { i, tostring(i) .. "xxxxxxxxxxxxxxxxxxxxxxxxx" } end
+        collectgarbage("setpause", 50)
+        collectgarbage("setstepmul", 100000)
+        error(big)
+      end)
+      local n = 0
+      while smarm.receive(0.5) == "fin" do n = n + 1 end
+      collectgarbage("setpause", 200)
+      collectgarbage("setstepmul", 200)
+      return n
+    end, { on_crash = function() end })
+    assert.are.equal(0, arrived)
+  end)
+
+  it("refuses a send from outside an actor, whatever the message", function()
+    local pid = smarm.run(function() return smarm.self() end)
+    for _, m in ipairs({ 1, "x", {} }) do
+      assert.has_error(function() smarm.send(pid, m) end)
+    end
+  end)
+
   it("rejects bad arguments", function()
     local e1, e2, e3 = smarm.run(function()
       local _, a = pcall(function() smarm.send(nil, 1) end)
@@ -319,6 +409,9 @@ describe("smarm.send / smarm.receive", function()
     assert.matches("bad argument #1 to 'receive' %(non%-negative number of seconds expected, " ..
       "got string%)", e3)
     assert.has_error(function() smarm.send(nil, 1) end)
+    local _, none = pcall(smarm.run, function() smarm.send() end)
+    assert.matches("bad argument #1 to 'send' %(pid or name expected, got no value%)",
+      tostring(none))
     assert.has_error(function() smarm.receive() end)
   end)
 end)

@@ -646,20 +646,42 @@ static void enc_value(enc_t *e, int idx, int depth)
   fail(e, idx);
 }
 
+smarm_msg_t *sm_codec_number_block(double n)
+{
+  smarm_msg_t *m = smarm_msg_new(1 + sizeof n);
+  if (m) {
+    unsigned char *out = smarm_msg_data(m);
+    out[0] = T_NUM;
+    memcpy(out + 1, &n, sizeof n);
+  }
+  return m;
+}
+
+/* A string's block, with `tail` spare bytes after it; NULL when memory is out. */
+static smarm_msg_t *string_block(const char *s, size_t n, size_t tail)
+{
+  unsigned char head[11];
+  head[0] = T_STR;
+  size_t h = 1 + varint(head + 1, n);
+  smarm_msg_t *m = smarm_msg_new(h + n + tail);
+  if (m) {
+    unsigned char *out = smarm_msg_data(m);
+    memcpy(out, head, h);
+    memcpy(out + h, s, n);
+  }
+  return m;
+}
+
+smarm_msg_t *sm_codec_string_block(const char *s, size_t n) { return string_block(s, n, 0); }
+
 /* A string message straight into its block: no buffer to grow and copy from. */
 static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
 {
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
-  unsigned char head[11];
-  head[0] = T_STR;
-  size_t h = 1 + varint(head + 1, n);
-  smarm_msg_t *m = smarm_msg_new(h + n + tail);
+  smarm_msg_t *m = string_block(s, n, tail);
   if (!m)
     luaL_error(L, "not enough memory");
-  unsigned char *out = smarm_msg_data(m);
-  memcpy(out, head, h);
-  memcpy(out + h, s, n);
   return m;
 }
 

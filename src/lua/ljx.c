@@ -620,3 +620,5 @@ in_flux:
   out_cstr(&o, "\t(the rest is in flux: the VM is between two frames)\n");
   return (size_t)(o.p - buf);
 }
+
+size_t sm_ljx_udata_size(const void *p) { return ((const GCudata *)p - 1)->len; }

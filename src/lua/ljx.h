@@ -34,6 +34,10 @@ void sm_ljx_before_switch(lua_State *L);
 ** it ends. Returns 0, changing nothing, while the compiler is idle: use lua_sethook. */
 int sm_ljx_sethook_in_compiler(lua_State *L, lua_Hook f, int mask, int count);
 
+/* The size of the full userdata whose payload (lua_touserdata's pointer, or what the FFI passes
+** for a userdata argument) is at p. */
+size_t sm_ljx_udata_size(const void *p);
+
 /* Right after a switch back into L's actor: make L the VM's current state again (other actors
 ** ran Lua code of this VM in between, and error handling and the JIT read it). */
 void sm_ljx_after_switch(lua_State *L);

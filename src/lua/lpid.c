@@ -5,6 +5,8 @@
 */
 #include "lpid.h"
 
+#include "ljx.h"
+
 #include <lauxlib.h>
 
 #include <stdint.h>
@@ -50,6 +52,15 @@ static lpid_t *test_ident(lua_State *L, int idx, uint64_t magic)
 }
 
 static lpid_t *test_pid(lua_State *L, int idx) { return test_ident(L, idx, LPID_MAGIC); }
+
+int sm_lpid_payload_pid(const void *p, smarm_pid_t *out)
+{
+  const lpid_t *id = p;
+  if (sm_ljx_udata_size(p) != sizeof *id || id->magic != LPID_MAGIC)
+    return 0;
+  *out = id->pid;
+  return 1;
+}
 
 /* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. A
 ** fresh value (a ref just made) cannot be in the table yet: no lookup. */
@@ -257,6 +268,8 @@ static void open_metatable(lua_State *L, const void *key, const char *name, lua_
   lua_setfield(L, -2, "__metatable");
   lvm_set_registry_once(L, key);
 }
+
+void sm_lpid_push_pid_mt(lua_State *L) { lvm_push_registry(L, &pid_mt_key); }
 
 void sm_lpid_open(lua_State *L)
 {

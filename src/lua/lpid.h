@@ -16,6 +16,10 @@
 ** a scheduler's thread whose VM has its refs (sm_lpid_cache_refs). */
 void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
 int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
+/* The same from a userdata's payload (p: what the FFI passes for a userdata argument). */
+int sm_lpid_payload_pid(const void *p, smarm_pid_t *out);
+/* Pushes the metatable of pids (the binding's own: no other value gets it). */
+void sm_lpid_push_pid_mt(lua_State *L);
 
 /* The same for refs (smarm.ref(), monitors): printed #Ref<0.high.low>. */
 void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref);

@@ -48,6 +48,7 @@
 #include "ldist.h"
 #include "ldns.h"
 #include "llineedit.h"
+#include "lfast.h"
 #include "lfaults.h"
 #include "linfo.h"
 #include "lfs.h"
@@ -1677,6 +1678,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
   sm_ludp_register(L, module);
+  sm_lfast_register(L, module); /* after every registration that may read the classic send */
   sm_lpreempt_wrap_sethook(L);
   sm_lrebind_learn_standard(L);
   sm_lreentry_wrap(L);
