@@ -1576,6 +1576,22 @@ int sm_codec_decode(lua_State *L, smarm_msg_t *msg)
     f->decode(L, p, smarm_msg_size(msg));
     return f->taken != NULL; /* a source without flow control holds nothing */
   }
+  /* A lone number or string (what sm_codec_number_block and string_block make) needs none of
+  ** decode_range's set-up: it is pushed straight from the block. */
+  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg);
+  if (end - p == 9 && p[0] == T_NUM) {
+    lua_Number v;
+    memcpy(&v, p + 1, sizeof v);
+    lua_pushnumber(L, v);
+    return 0;
+  }
+  uint64_t len;
+  const unsigned char *s = p + 1;
+  if (end - p >= 2 && p[0] == T_STR && read_varint(&s, end, &len) == 0 &&
+      len == (uint64_t)(end - s)) {
+    lua_pushlstring(L, (const char *)s, (size_t)len);
+    return 0;
+  }
   sm_codec_decode_head(L, msg, 0);
   return 0;
 }
