@@ -1,12 +1,15 @@
 -- bench/pingpong.lua: one round trip of a small message between two Lua actors.
 --   local   both actors on one scheduler
 --   remote  the actors on two schedulers (every message crosses)
+--   send    a send alone: a number to an actor that has ended (dropped at once), in a loop the
+--           JIT compiles
+--   send_interpreted  the same loop with the JIT off for it (jit.off): code the JIT left alone
 -- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH. Run: smarm -n bench/pingpong.lua [local|remote]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local want = bench.variants(arg, { "local", "remote" })
+local want = bench.variants(arg, { "local", "remote", "send", "send_interpreted" })
 local opts = bench.measure_knobs("SMARM_PINGPONG", 200000, 5000, 5, 100)
 
 local function pong(owner)
@@ -38,6 +41,23 @@ for _, variant in ipairs(variants) do
     send(peer, 0)
     bench.report({ scenario = "pingpong", variant = variant, schedulers = schedulers }, r)
   end, { schedulers = schedulers })
+end
+
+for _, variant in ipairs({ "send", "send_interpreted" }) do
+  if want(variant) then
+    smarm.run(function()
+      local ended = smarm.spawn(function() end)
+      smarm.yield()
+      local send = smarm.send
+      local loop = function(n)
+        for i = 1, n do send(ended, i) end
+      end
+      if variant == "send_interpreted" then jit.off(loop) end
+      opts.label = "pingpong " .. variant
+      bench.report({ scenario = "pingpong", variant = variant, schedulers = 1 },
+        bench.measure(loop, opts))
+    end, { schedulers = 1 })
+  end
 end
 
 bench.finish()

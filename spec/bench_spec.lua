@@ -130,8 +130,8 @@ describe("bench scripts", function()
     if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
     local out, status = run(exe .. " -n bench/pingpong.lua nosuchvariant")
     assert.are.equal(1, status, out)
-    assert.matches("bench/pingpong.lua: unknown variant 'nosuchvariant' %(its variants: local, remote%)",
-      out)
+    assert.matches("bench/pingpong.lua: unknown variant 'nosuchvariant' %(its variants: local, "
+      .. "remote, send, send_interpreted%)", out)
   end)
 
   it("say to use -n when run without it", function()

@@ -11,6 +11,8 @@ local SMARM_ONLY = {
   ["switch_cost/luajit_coro"] = "smarm's in-run baseline (the luajit peer's switch_cost local is the same)",
   ["switch_cost/remote"] = "a check of smarm's schedulers; pingpong remote is the peer comparison",
   ["switch_cost/parallel"] = "a check of smarm's schedulers scaling; peers are compared on one",
+  ["pingpong/send"] = "a check of smarm's send alone, in compiled code (the FFI path)",
+  ["pingpong/send_interpreted"] = "the same with the JIT off for the loop (the FFI path's cost)",
 }
 
 -- Why a peer has no figure for a configuration (a peer's own variants explain themselves).
