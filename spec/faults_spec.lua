@@ -455,6 +455,46 @@ describe("smarm.call and smarm.reply", function()
     end)
   end)
 
+  -- A number or a string answers through the FFI (src/lua/lfast.c), the rest classically.
+  it("answers numbers, strings and tables from a loop the JIT compiles", function()
+    both(function(where)
+      local server = smarm.spawn_on(where, function()
+        local receive, reply = smarm.receive, smarm.reply
+        while true do
+          local m = receive()
+          local r = m.request
+          if r % 3 == 0 then reply(m.from, r) elseif r % 3 == 1 then reply(m.from, "s" .. r)
+          else reply(m.from, { r }) end
+        end
+      end)
+      for i = 1, 3000 do
+        local want = i % 3 == 0 and i or i % 3 == 1 and "s" .. i or nil
+        local got = smarm.call(server, i)
+        if want then assert.are.equal(want, got) else assert.are.same({ i }, got) end
+      end
+      smarm.kill(server)
+    end)
+  end)
+
+  it("refuses a reply from outside an actor, and to what only says it is a from", function()
+    local from = smarm.run(function()
+      local server = smarm.spawn(function()
+        local m = smarm.receive()
+        smarm.reply(m.from, 1)
+        smarm.send(m.from.pid, { f = m.from })
+      end)
+      smarm.call(server, 0)
+      return smarm.receive().f
+    end)
+    assert.has_error(function() smarm.reply(from, 1) end)
+    smarm.run(function()
+      local fake = setmetatable({}, { __metatable = getmetatable(from) })
+      local ok, err = pcall(smarm.reply, fake, 1)
+      assert.is_false(ok)
+      assert.matches("a call's `from` expected", err)
+    end)
+  end)
+
   it("refuses a reply to something that is not a call's from", function()
     smarm.run(function()
       local me = smarm.self()

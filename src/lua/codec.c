@@ -646,9 +646,9 @@ static void enc_value(enc_t *e, int idx, int depth)
   fail(e, idx);
 }
 
-smarm_msg_t *sm_codec_number_block(double n)
+smarm_msg_t *sm_codec_number_block(double n, size_t tail)
 {
-  smarm_msg_t *m = smarm_msg_new(1 + sizeof n);
+  smarm_msg_t *m = smarm_msg_new(1 + sizeof n + tail);
   if (m) {
     unsigned char *out = smarm_msg_data(m);
     out[0] = T_NUM;
@@ -672,7 +672,10 @@ static smarm_msg_t *string_block(const char *s, size_t n, size_t tail)
   return m;
 }
 
-smarm_msg_t *sm_codec_string_block(const char *s, size_t n) { return string_block(s, n, 0); }
+smarm_msg_t *sm_codec_string_block(const char *s, size_t n, size_t tail)
+{
+  return string_block(s, n, tail);
+}
 
 /* A string message straight into its block: no buffer to grow and copy from. */
 static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
@@ -1576,22 +1579,6 @@ int sm_codec_decode(lua_State *L, smarm_msg_t *msg)
     f->decode(L, p, smarm_msg_size(msg));
     return f->taken != NULL; /* a source without flow control holds nothing */
   }
-  /* A lone number or string (what sm_codec_number_block and string_block make) needs none of
-  ** decode_range's set-up: it is pushed straight from the block. */
-  const unsigned char *p = smarm_msg_data(msg), *end = p + smarm_msg_size(msg);
-  if (end - p == 9 && p[0] == T_NUM) {
-    lua_Number v;
-    memcpy(&v, p + 1, sizeof v);
-    lua_pushnumber(L, v);
-    return 0;
-  }
-  uint64_t len;
-  const unsigned char *s = p + 1;
-  if (end - p >= 2 && p[0] == T_STR && read_varint(&s, end, &len) == 0 &&
-      len == (uint64_t)(end - s)) {
-    lua_pushlstring(L, (const char *)s, (size_t)len);
-    return 0;
-  }
   sm_codec_decode_head(L, msg, 0);
   return 0;
 }
@@ -1601,6 +1588,22 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
   size_t n = smarm_msg_size(msg);
   if (n < tail)
     luaL_error(L, "malformed message");
+  /* A lone number or string (what sm_codec_number_block and string_block make) needs none of
+  ** decode_range's set-up: it is pushed straight from the block. */
+  const unsigned char *p = smarm_msg_data(msg), *end = p + (n - tail);
+  if (end - p == 9 && p[0] == T_NUM) {
+    lua_Number v;
+    memcpy(&v, p + 1, sizeof v);
+    lua_pushnumber(L, v);
+    return;
+  }
+  uint64_t len;
+  const unsigned char *s = p + 1;
+  if (end - p >= 2 && p[0] == T_STR && read_varint(&s, end, &len) == 0 &&
+      len == (uint64_t)(end - s)) {
+    lua_pushlstring(L, (const char *)s, (size_t)len);
+    return;
+  }
   decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg);
 }
 

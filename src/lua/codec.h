@@ -55,10 +55,11 @@ typedef struct codec_moves {
 ** it: after sending the block, sm_codec_commit(moves); if it is not sent, sm_codec_abandon(block).
 ** */
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
-/* The block sm_codec_encode makes of a number, or of a string of n bytes at s; NULL when memory
-** is out. No Lua state: the FFI send (lfast.c) calls them. */
-smarm_msg_t *sm_codec_number_block(double n);
-smarm_msg_t *sm_codec_string_block(const char *s, size_t n);
+/* The block sm_codec_encode_tail makes of a number, or of a string of n bytes at s, with `tail`
+** spare bytes after it; NULL when memory is out. No Lua state: the FFI sends (lfast.c) call
+** them. */
+smarm_msg_t *sm_codec_number_block(double n, size_t tail);
+smarm_msg_t *sm_codec_string_block(const char *s, size_t n, size_t tail);
 /* The same, for plain data only: a function anywhere, or a userdata that only its name would
 ** carry (io.stdout), raises `<path> is a function` (exit reasons: every notice decodes them, and
 ** decoding a function may run the receiver's require). */

@@ -1,5 +1,6 @@
 /*
-** smarm.send of a number or a string to a pid, through the FFI (see lfast.h).
+** smarm.send of a number or a string to a pid, and smarm.reply of one to a call, through the
+** FFI (see lfast.h).
 **
 ** A classic C function (lua_CFunction) ends the compiled trace around its call: LuaJIT leaves
 ** compiled code, the interpreter makes the call, and compiled code is entered again after it.
@@ -7,16 +8,18 @@
 ** "Where smarm's own time goes"). A call through an FFI function pointer is compiled into the
 ** trace as a plain C call. Rule 1 of the design allows it for C code that never switches
 ** stacks, and a send never does: it appends the block to the receiver's mailbox or pushes it
-** onto another scheduler's inbox (and may wake that scheduler), and returns.
+** onto another scheduler's inbox (and may wake that scheduler), and returns; a reply is a send
+** that the receiving scheduler drops once its call has ended.
 **
-** So smarm.send is a Lua function that sends a number or a string to a pid through these entry
-** points, and hands every other case to the classic send (l_send): other values, names, other
-** nodes' processes, and every failure (outside an actor, out of memory), so that errors read
-** exactly as before. The entry points take the pid's userdata as the FFI passes it, a pointer to
-** its payload (the Lua side lets only pids through), and check its size and magic (lpid.c)
-** before they read it; the block is the one
-** the codec makes of the value (sm_codec_number_block, sm_codec_string_block). What the classic
-** send does around the encode (moving sockets, binaries) concerns no number or string.
+** So smarm.send and smarm.reply are Lua functions that send a number or a string to a pid (to a
+** call's reply handle) through these entry points, and hand every other case to the classic
+** function (l_send, l_reply): other values, names, other nodes' processes, and every failure
+** (outside an actor, out of memory), so that errors read exactly as before. The entry points
+** take the userdata as the FFI passes it, a pointer to its payload (the Lua side lets only pids
+** and reply handles through), and check its size and magic (lpid.c) before they read it; the
+** block is the one the codec makes of the value (sm_codec_number_block, sm_codec_string_block).
+** What the classic functions do around the encode (moving sockets, binaries) concerns no number
+** or string.
 */
 #include "lfast.h"
 
@@ -28,6 +31,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Sends m to `to`: 0 when it was sent, or dropped as the classic send drops it (a dead
 ** receiver); 1 when the classic send must take over. */
@@ -54,13 +58,44 @@ static int may_send(const void *p, smarm_pid_t *to)
 static int send_number(const void *p, double n)
 {
   smarm_pid_t to;
-  return may_send(p, &to) ? send_block(to, sm_codec_number_block(n)) : 1;
+  return may_send(p, &to) ? send_block(to, sm_codec_number_block(n, 0)) : 1;
 }
 
 static int send_string(const void *p, const char *s, size_t len)
 {
   smarm_pid_t to;
-  return may_send(p, &to) ? send_block(to, sm_codec_string_block(s, len)) : 1;
+  return may_send(p, &to) ? send_block(to, sm_codec_string_block(s, len, 0)) : 1;
+}
+
+/* Answers the call whose reply handle's payload is at p with m (its value's block, the room for
+** the alias at its end): as send_block. */
+static int reply_block(const void *p, smarm_msg_t *m)
+{
+  smarm_pid_t caller;
+  smarm_ref_t alias;
+  if (!m)
+    return 1;
+  if (!p || !smarm_actor_data() || !sm_lpid_payload_from(p, &caller, &alias)) {
+    smarm_msg_free(m);
+    return 1;
+  }
+  memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof alias, &alias, sizeof alias);
+  int rc = smarm_send_reply(caller, m);
+  if (rc < 0) {
+    smarm_msg_free(m);
+    return rc != -ESRCH;
+  }
+  return 0;
+}
+
+static int reply_number(const void *p, double n)
+{
+  return reply_block(p, sm_codec_number_block(n, sizeof(smarm_ref_t)));
+}
+
+static int reply_string(const void *p, const char *s, size_t len)
+{
+  return reply_block(p, sm_codec_string_block(s, len, sizeof(smarm_ref_t)));
 }
 
 /* smarm.send, made from the classic send and the two entry points. The checks compile to
@@ -86,6 +121,22 @@ static const char send_maker[] =
   "  return classic(...)\n"
   "end\n";
 
+/* smarm.reply, the same way: a reply handle's real metatable, then a number or a string. */
+static const char reply_maker[] =
+  "local classic, reply_number, reply_string, type, getmetatable, from_mt = ...\n"
+  "return function(...)\n"
+  "  local from, v = ...\n"
+  "  if getmetatable(from) == from_mt then\n"
+  "    local t = type(v)\n"
+  "    if t == 'number' then\n"
+  "      if reply_number(from, v) == 0 then return end\n"
+  "    elseif t == 'string' then\n"
+  "      if reply_string(from, v, #v) == 0 then return end\n"
+  "    end\n"
+  "  end\n"
+  "  return classic(...)\n"
+  "end\n";
+
 /* Pushes ffi.cast(ctype, fn). */
 static void push_entry(lua_State *L, int cast, const char *ctype, void *fn)
 {
@@ -93,6 +144,25 @@ static void push_entry(lua_State *L, int cast, const char *ctype, void *fn)
   lua_pushstring(L, ctype);
   lua_pushlightuserdata(L, fn);
   lua_call(L, 2, 1);
+}
+
+/* Replaces module[name] by the function maker makes of it, the two entry points, type,
+** debug.getmetatable and the metatable that push_mt pushes. */
+static void wrap(lua_State *L, int module, int cast, const char *name, const char *maker,
+                 void *number_fn, void *string_fn, void (*push_mt)(lua_State *))
+{
+  if (luaL_loadbuffer(L, maker, strlen(maker), name) != 0)
+    lua_error(L);
+  lua_getfield(L, module, name + 7); /* past "=smarm." */
+  push_entry(L, cast, "int (*)(const void *, double)", number_fn);
+  push_entry(L, cast, "int (*)(const void *, const char *, size_t)", string_fn);
+  lua_getglobal(L, "type");
+  lua_getglobal(L, "debug");
+  lua_getfield(L, -1, "getmetatable");
+  lua_remove(L, -2);
+  push_mt(L);
+  lua_call(L, 6, 1);
+  lua_setfield(L, module, name + 7);
 }
 
 void sm_lfast_register(lua_State *L, int module)
@@ -103,18 +173,9 @@ void sm_lfast_register(lua_State *L, int module)
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "cast");
   int cast = lua_gettop(L);
-  if (luaL_loadbuffer(L, send_maker, sizeof send_maker - 1, "=smarm.send") != 0)
-    lua_error(L);
-  lua_getfield(L, module, "send");
-  push_entry(L, cast, "int (*)(const void *, double)", (void *)(uintptr_t)send_number);
-  push_entry(L, cast, "int (*)(const void *, const char *, size_t)",
-             (void *)(uintptr_t)send_string);
-  lua_getglobal(L, "type");
-  lua_getglobal(L, "debug");
-  lua_getfield(L, -1, "getmetatable");
-  lua_remove(L, -2);
-  sm_lpid_push_pid_mt(L);
-  lua_call(L, 6, 1);
-  lua_setfield(L, module, "send");
+  wrap(L, module, cast, "=smarm.send", send_maker, (void *)(uintptr_t)send_number,
+       (void *)(uintptr_t)send_string, sm_lpid_push_pid_mt);
+  wrap(L, module, cast, "=smarm.reply", reply_maker, (void *)(uintptr_t)reply_number,
+       (void *)(uintptr_t)reply_string, sm_lpid_push_from_mt);
   lua_settop(L, base);
 }

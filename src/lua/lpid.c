@@ -168,6 +168,16 @@ int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *a
   return to_pair(L, idx, LFROM_MAGIC, caller, alias);
 }
 
+int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
+{
+  const lpair_t *f = p;
+  if (sm_ljx_udata_size(p) != sizeof *f || f->magic != LFROM_MAGIC)
+    return 0;
+  *caller = f->pid;
+  *alias = f->ref;
+  return 1;
+}
+
 void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref)
 {
   push_pair(L, LTIMER_MAGIC, this_vm()->timer_mt_ref, to, ref);
@@ -270,6 +280,8 @@ static void open_metatable(lua_State *L, const void *key, const char *name, lua_
 }
 
 void sm_lpid_push_pid_mt(lua_State *L) { lvm_push_registry(L, &pid_mt_key); }
+
+void sm_lpid_push_from_mt(lua_State *L) { lvm_push_registry(L, &from_mt_key); }
 
 void sm_lpid_open(lua_State *L)
 {

@@ -18,8 +18,10 @@ void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
 int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 /* The same from a userdata's payload (p: what the FFI passes for a userdata argument). */
 int sm_lpid_payload_pid(const void *p, smarm_pid_t *out);
-/* Pushes the metatable of pids (the binding's own: no other value gets it). */
+/* Pushes the metatable of pids, or of reply handles (the binding's own: no other value gets
+** them). */
 void sm_lpid_push_pid_mt(lua_State *L);
+void sm_lpid_push_from_mt(lua_State *L);
 
 /* The same for refs (smarm.ref(), monitors): printed #Ref<0.high.low>. */
 void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref);
@@ -31,6 +33,8 @@ void sm_lsmarm_push_new_ref(lua_State *L, smarm_ref_t ref);
 ** userdata that is not interned; from.pid and from.ref read them. */
 void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias);
 int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias);
+/* The same from a userdata's payload (what the FFI passes for a userdata argument). */
+int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias);
 
 /* A message timer (smarm.send_after): its target and ref, in a userdata that is not interned,
 ** printed #Timer<...>, equal by value, sendable. */
