@@ -488,10 +488,24 @@ describe("smarm.call and smarm.reply", function()
     end)
     assert.has_error(function() smarm.reply(from, 1) end)
     smarm.run(function()
-      local fake = setmetatable({}, { __metatable = getmetatable(from) })
-      local ok, err = pcall(smarm.reply, fake, 1)
-      assert.is_false(ok)
-      assert.matches("a call's `from` expected", err)
+      -- a file's and a string's metatables take a __metatable field from plain Lua; a closed
+      -- file would reach C as a NULL FILE *: only the reply handles' own metatable lets through
+      local closed = assert(io.open("/dev/null"))
+      closed:close()
+      local io_mt, str_mt = getmetatable(closed), getmetatable("")
+      local was_io, was_str = io_mt.__metatable, str_mt.__metatable
+      io_mt.__metatable, str_mt.__metatable = "smarm.from", "smarm.from"
+      local fakes = { setmetatable({}, { __metatable = "smarm.from" }), closed, io.stderr, "abc" }
+      local errors = {}
+      for _, fake in ipairs(fakes) do
+        for _, v in ipairs({ 1, "x" }) do
+          local ok, err = pcall(smarm.reply, fake, v)
+          errors[#errors + 1] = not ok and err
+        end
+      end
+      io_mt.__metatable, str_mt.__metatable = was_io, was_str
+      assert.are.equal(2 * #fakes, #errors)
+      for _, err in ipairs(errors) do assert.matches("a call's `from` expected", err) end
     end)
   end)
 

@@ -67,18 +67,19 @@ static int send_string(const void *p, const char *s, size_t len)
   return may_send(p, &to) ? send_block(to, sm_codec_string_block(s, len, 0)) : 1;
 }
 
-/* Answers the call whose reply handle's payload is at p with m (its value's block, the room for
-** the alias at its end): as send_block. */
-static int reply_block(const void *p, smarm_msg_t *m)
+/* Whether the classic reply would get this far: called from an actor of the binding, to a
+** reply handle (p: its payload). */
+static int may_reply(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
 {
-  smarm_pid_t caller;
-  smarm_ref_t alias;
+  return p && smarm_actor_data() && sm_lpid_payload_from(p, caller, alias);
+}
+
+/* Sends the reply m (its value's block, the room for the alias at its end) to caller through
+** alias: as send_block. */
+static int reply_block(smarm_pid_t caller, smarm_ref_t alias, smarm_msg_t *m)
+{
   if (!m)
     return 1;
-  if (!p || !smarm_actor_data() || !sm_lpid_payload_from(p, &caller, &alias)) {
-    smarm_msg_free(m);
-    return 1;
-  }
   memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof alias, &alias, sizeof alias);
   int rc = smarm_send_reply(caller, m);
   if (rc < 0) {
@@ -90,12 +91,20 @@ static int reply_block(const void *p, smarm_msg_t *m)
 
 static int reply_number(const void *p, double n)
 {
-  return reply_block(p, sm_codec_number_block(n, sizeof(smarm_ref_t)));
+  smarm_pid_t caller;
+  smarm_ref_t alias;
+  return may_reply(p, &caller, &alias)
+           ? reply_block(caller, alias, sm_codec_number_block(n, sizeof alias))
+           : 1;
 }
 
 static int reply_string(const void *p, const char *s, size_t len)
 {
-  return reply_block(p, sm_codec_string_block(s, len, sizeof(smarm_ref_t)));
+  smarm_pid_t caller;
+  smarm_ref_t alias;
+  return may_reply(p, &caller, &alias)
+           ? reply_block(caller, alias, sm_codec_string_block(s, len, sizeof alias))
+           : 1;
 }
 
 /* smarm.send, made from the classic send and the two entry points. The checks compile to
