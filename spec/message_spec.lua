@@ -397,6 +397,95 @@ describe("smarm.send / smarm.receive", function()
     end
   end)
 
+  -- Records (8 to 256 string keys, plain values) decode from a template of their key set
+  -- (src/lua/lshape.c); others as any table. Each must arrive whole and equal.
+  it("carries records of one key set again and again, and of many sets, whole", function()
+    local function record(keys, i)
+      local r = {}
+      for k = 1, keys do
+        local v = (k + i) % 3
+        r["f" .. k] = v == 0 and k + i or v == 1 and ("s" .. k .. ":" .. i) or (i % 2 == 0)
+      end
+      return r
+    end
+    local function same(a, b)
+      for k, v in pairs(a) do if b[k] ~= v then return false end end
+      for k in pairs(b) do if a[k] == nil then return false end end
+      return true
+    end
+    for _, on in ipairs({ 1, 2 }) do
+      local ok, why = smarm.run(function()
+        local me = smarm.self()
+        local sizes = { 7, 8, 9, 100, 256, 257 }
+        smarm.spawn_on(on, function()
+          for i = 1, 200 do
+            for _, n in ipairs(sizes) do smarm.send(me, record(n, i)) end
+          end
+          for set = 1, 300 do -- more key sets than the cache holds
+            local r = { ["set" .. set] = set }
+            for k = 1, 9 do r["k" .. k .. "_" .. set] = k end
+            smarm.send(me, r)
+          end
+          local r = record(20, 0)
+          smarm.send(me, { r, r, nested = record(10, 1) }) -- one record twice, one inside
+          r = record(12, 5)
+          r[1], r.t = "array", { 1 } -- not records: an array part, a table value
+          smarm.send(me, r)
+        end)
+        for i = 1, 200 do
+          for _, n in ipairs(sizes) do
+            if not same(record(n, i), smarm.receive()) then return false, n .. " keys, " .. i end
+          end
+        end
+        for set = 1, 300 do
+          local r = smarm.receive()
+          if r["set" .. set] ~= set or r["k9_" .. set] ~= 9 then return false, "set " .. set end
+        end
+        local pair = smarm.receive()
+        if not (rawequal(pair[1], pair[2]) and same(pair[1], record(20, 0))
+            and same(pair.nested, record(10, 1))) then
+          return false, "shared"
+        end
+        local mixed = smarm.receive()
+        return mixed[1] == "array" and mixed.t[1] == 1 and mixed.f12 ~= nil, "mixed"
+      end, { schedulers = 2 })
+      assert.is_true(ok, why)
+    end
+  end)
+
+  it("keeps records whole while the collector runs at every step", function()
+    local ok, why = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn_on(2, function()
+        collectgarbage("setpause", 1)
+        collectgarbage("setstepmul", 1000)
+        for i = 1, 2000 do
+          local r = {}
+          for k = 1, 12 do r["key" .. k] = k % 2 == 0 and ("v" .. k .. "." .. i) or k * i end
+          smarm.send(me, r)
+        end
+      end)
+      collectgarbage("setpause", 1)
+      collectgarbage("setstepmul", 1000)
+      local kept = {}
+      for i = 1, 2000 do
+        local r = smarm.receive()
+        kept[i % 50 + 1] = r -- some live on while later ones are decoded
+        for k = 1, 12 do
+          local want = k % 2 == 0 and ("v" .. k .. "." .. i) or k * i
+          if r["key" .. k] ~= want then return false, i .. "/" .. k end
+        end
+      end
+      for _, r in pairs(kept) do
+        if type(r.key2) ~= "string" or not r.key2:match("^v2%.") then return false, "kept" end
+      end
+      collectgarbage("setpause", 200)
+      collectgarbage("setstepmul", 200)
+      return true
+    end, { schedulers = 2 })
+    assert.is_true(ok, why)
+  end)
+
   it("rejects bad arguments", function()
     local e1, e2, e3 = smarm.run(function()
       local _, a = pcall(function() smarm.send(nil, 1) end)

@@ -18,6 +18,7 @@
 #include "lterm.h"
 #include "ljx.h"
 #include "lpid.h"
+#include "lshape.h"
 #include "lrebind.h"
 #include "lvm.h"
 #include "util/etf.h"
@@ -1068,6 +1069,85 @@ static int dec_named(dec_t *d)
 
 static int dec_value(dec_t *d, int depth);
 
+/* Records: a table of SHAPE_MIN..SHAPE_MAX string keys and no array part whose values are all
+** numbers, strings or booleans is made from the VM's template of its key set (lshape.h), its
+** keys neither interned nor inserted one by one. */
+#define SHAPE_MIN 8
+#define SHAPE_MAX 256
+
+/* After TABLE and its sizes: 1 with the table pushed (registered when stable) and d->p past its
+** END; 0 with nothing read or pushed when it is not such a record (or its set cannot take the
+** template's way): the caller decodes it as any table. Out of line: its arrays are on the C
+** stack only while it runs, never in the frames of a deep decode. */
+static __attribute__((noinline)) int dec_record(dec_t *d, uint32_t nhash, int stable, size_t at)
+{
+  const unsigned char *keys[SHAPE_MAX], *vals[SHAPE_MAX];
+  size_t lens[SHAPE_MAX];
+  const unsigned char *q = d->p, *end = d->end;
+  /* The hash only picks the cache entry (lshape.c compares the keys in full): each key's length
+  ** and up to its last 8 bytes, FNV-1a style, a word at a time. */
+  uint64_t h = UINT64_C(14695981039346656037);
+  for (uint32_t i = 0; i < nhash; i++) {
+    uint64_t len;
+    if (q >= end || *q++ != T_STR || read_varint(&q, end, &len) != 0 ||
+        len > (uint64_t)(end - q))
+      return 0;
+    keys[i] = q;
+    lens[i] = (size_t)len;
+    uint64_t tail = 0;
+    memcpy(&tail, q + len - (len < 8 ? len : 8), len < 8 ? len : 8);
+    h = (h ^ len) * UINT64_C(1099511628211);
+    h = (h ^ tail) * UINT64_C(1099511628211);
+    q += len;
+    if (q >= end)
+      return 0;
+    vals[i] = q;
+    switch (*q++) {
+    case T_NUM:
+      if (end - q < 8)
+        return 0;
+      q += 8;
+      break;
+    case T_TRUE: case T_FALSE:
+      break;
+    case T_STR:
+      if (read_varint(&q, end, &len) != 0 || len > (uint64_t)(end - q))
+        return 0;
+      q += len;
+      break;
+    default:
+      return 0;
+    }
+  }
+  if (q >= end || *q != T_END)
+    return 0;
+  lua_State *L = d->L;
+  const uint32_t *slots;
+  if (!sm_lshape_push(L, h, keys, lens, nhash, &slots))
+    return 0;
+  int t = lua_gettop(L), kl = t - 1;
+  if (stable)
+    dec_register(d, at);
+  for (uint32_t i = 0; i < nhash; i++) {
+    const unsigned char *v = vals[i];
+    if (*v == T_NUM) {
+      double n;
+      memcpy(&n, v + 1, sizeof n);
+      sm_ljx_table_set_scalar(L, t, slots[i], LUA_TNUMBER, n);
+    } else if (*v != T_STR) {
+      sm_ljx_table_set_scalar(L, t, slots[i], LUA_TBOOLEAN, *v == T_TRUE);
+    } else { /* a new string may be white where the table is black by now: the API's barrier */
+      lua_rawgeti(L, kl, (int)i + 1);
+      d->p = v;
+      dec_value(d, 1);
+      lua_rawset(L, t);
+    }
+  }
+  d->p = q + 1; /* past END */
+  lua_remove(L, kl);
+  return 1;
+}
+
 /* The factories of the functions this VM decoded, by their bytecode (sm_ljx_load_factory):
 ** registry[&factories_key] = { [bytecode] = factory }, with its count at [1]; emptied when it
 ** would hold more than FACTORIES distinct functions. */
@@ -1374,6 +1454,9 @@ static int dec_value(dec_t *d, int depth)
     uint32_t narray, nhash;
     get_bytes(d, &narray, 4);
     get_bytes(d, &nhash, 4);
+    if (narray == 0 && nhash >= SHAPE_MIN && nhash <= SHAPE_MAX &&
+        dec_record(d, nhash, tag == T_STABLE, at))
+      return 1;
     /* sizes are hints; a pair takes at least 2 bytes, so a bad block cannot ask for more */
     size_t most = (size_t)(d->end - d->p) / 2;
     lua_createtable(L, narray <= most ? (int)narray : 0, nhash <= most ? (int)nhash : 0);

@@ -622,3 +622,50 @@ in_flux:
 }
 
 size_t sm_ljx_udata_size(const void *p) { return ((const GCudata *)p - 1)->len; }
+
+int sm_ljx_table_copy_hash(lua_State *L, int dst, int src)
+{
+  GCtab *t = (GCtab *)lua_topointer(L, dst);
+  const GCtab *kt = (const GCtab *)lua_topointer(L, src);
+  if (!t || !kt || t == kt || t->hmask != kt->hmask || t->asize != 0 || kt->asize != 0)
+    return -1;
+  /* What lj_tab_dup does for the hash part: the nodes whole (no key is hashed again), their
+  ** chains moved by the distance between the two node arrays. */
+  Node *node = noderef(t->node);
+  const Node *knode = noderef(kt->node);
+  ptrdiff_t d = (char *)node - (const char *)knode;
+  setfreetop(t, node, (Node *)((char *)getfreetop(kt, knode) + d));
+  for (uint32_t i = 0; i <= kt->hmask; i++) {
+    Node *n = &node[i];
+    const Node *kn = &knode[i];
+    const Node *next = nextnode(kn);
+    n->val = kn->val;
+    n->key = kn->key;
+    setmref(n->next, next == NULL ? NULL : (Node *)((char *)next + d));
+  }
+  return 0;
+}
+
+int sm_ljx_table_key_slot(lua_State *L, int t_idx, int key_idx)
+{
+  const GCtab *t = (const GCtab *)lua_topointer(L, t_idx);
+  const char *k = lua_tostring(L, key_idx);
+  if (!t || !k)
+    return -1;
+  const GCstr *s = (const GCstr *)k - 1; /* lua_tostring's bytes follow their GCstr */
+  const Node *node = noderef(t->node);
+  for (uint32_t i = 0; i <= t->hmask; i++)
+    if (tvisstr(&node[i].key) && strV(&node[i].key) == s)
+      return (int)i;
+  return -1;
+}
+
+void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, double n)
+{
+  GCtab *t = (GCtab *)lua_topointer(L, t_idx);
+  TValue *v = &noderef(t->node)[slot].val;
+  if (type == LUA_TBOOLEAN)
+    setboolV(v, n != 0);
+  else
+    setnumV(v, n);
+}

@@ -120,6 +120,20 @@ int sm_ljx_table_next(const void *t, uint32_t *at, ljx_scalar_t *key, ljx_scalar
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
 void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
 
+/* Makes the table at dst, new and empty, with no array part and a hash part of the same size as
+** the table at src's, hold src's entries, as LuaJIT's own table copy does (its nodes copied
+** whole: no key hashed or inserted again). 0, or -1 when the two differ in shape (nothing
+** changed). No allocation; the caller keeps src alive as long as the keys it shares matter
+** (they are what src holds: strings a template anchors, lshape.c). */
+int sm_ljx_table_copy_hash(lua_State *L, int dst, int src);
+
+/* The node of the table at t_idx that holds the string at key_idx as its key, or -1. */
+int sm_ljx_table_key_slot(lua_State *L, int t_idx, int key_idx);
+/* Sets the value of node `slot` (sm_ljx_table_key_slot's; it holds a key) of the table at t_idx
+** to a number, or to a boolean (type LUA_TBOOLEAN, n 0 or 1). No GC object is stored, so no
+** write barrier is due, whatever the GC made of the table meanwhile. */
+void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, double n);
+
 /* Loads a factory for the function of the bytecode dump [code, code + n) (lua_dump's, not
 ** stripped or stripped): pushes a function that returns, at each call, a new closure of that one
 ** prototype with fresh nil upvalues, for the caller to set (lua_setupvalue). One load per

@@ -60,6 +60,7 @@
 #include "lpreempt.h"
 #include "lproc.h"
 #include "lrebind.h"
+#include "lshape.h"
 #include "lreentry.h"
 #include "ltimer.h"
 #include "lsignal.h"
@@ -380,6 +381,7 @@ static void on_sched_stop(unsigned k, void *ud)
 {
   lrun_t *run = ud;
   lvm_t *vm = &run->vms[k];
+  sm_lshape_release(vm, vm->L && !vm->owned);
   if (vm->owned && vm->L)
     lua_close(vm->L);
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
