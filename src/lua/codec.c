@@ -658,8 +658,7 @@ smarm_msg_t *sm_codec_number_block(double n, size_t tail)
   return m;
 }
 
-/* A string's block, with `tail` spare bytes after it; NULL when memory is out. */
-static smarm_msg_t *string_block(const char *s, size_t n, size_t tail)
+smarm_msg_t *sm_codec_string_block(const char *s, size_t n, size_t tail)
 {
   unsigned char head[11];
   head[0] = T_STR;
@@ -673,17 +672,12 @@ static smarm_msg_t *string_block(const char *s, size_t n, size_t tail)
   return m;
 }
 
-smarm_msg_t *sm_codec_string_block(const char *s, size_t n, size_t tail)
-{
-  return string_block(s, n, tail);
-}
-
 /* A string message straight into its block: no buffer to grow and copy from. */
 static smarm_msg_t *encode_string(lua_State *L, int idx, size_t tail)
 {
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
-  smarm_msg_t *m = string_block(s, n, tail);
+  smarm_msg_t *m = sm_codec_string_block(s, n, tail);
   if (!m)
     luaL_error(L, "not enough memory");
   return m;
@@ -1671,8 +1665,8 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
   size_t n = smarm_msg_size(msg);
   if (n < tail)
     luaL_error(L, "malformed message");
-  /* A lone number or string (what sm_codec_number_block and string_block make) needs none of
-  ** decode_range's set-up: it is pushed straight from the block. */
+  /* A lone number or string (sm_codec_number_block's and sm_codec_string_block's blocks) needs
+  ** none of decode_range's set-up: it is pushed straight from the block. */
   const unsigned char *p = smarm_msg_data(msg), *end = p + (n - tail);
   if (end - p == 9 && p[0] == T_NUM) {
     lua_Number v;

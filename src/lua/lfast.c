@@ -33,18 +33,20 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Sends m to `to`: 0 when it was sent, or dropped as the classic send drops it (a dead
-** receiver); 1 when the classic send must take over. */
+/* What became of block m, which smarm_send or smarm_send_reply answered rc for (m NULL: none
+** could be made): 0 when it was sent, or dropped as the classic function drops it (a dead
+** receiver, or a caller gone); 1 when the classic function must take over. */
+static int outcome(smarm_msg_t *m, int rc)
+{
+  if (rc >= 0)
+    return 0;
+  smarm_msg_free(m);
+  return rc != -ESRCH;
+}
+
 static int send_block(smarm_pid_t to, smarm_msg_t *m)
 {
-  if (!m)
-    return 1;
-  int rc = smarm_send(to, m);
-  if (rc < 0) {
-    smarm_msg_free(m);
-    return rc != -ESRCH;
-  }
-  return 0;
+  return m ? outcome(m, smarm_send(to, m)) : 1;
 }
 
 /* Whether the classic send would get this far: called from an actor of the binding (what
@@ -74,19 +76,13 @@ static int may_reply(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
   return p && smarm_actor_data() && sm_lpid_payload_from(p, caller, alias);
 }
 
-/* Sends the reply m (its value's block, the room for the alias at its end) to caller through
-** alias: as send_block. */
+/* The reply m (its value's block, the room for the alias at its end) to caller through alias. */
 static int reply_block(smarm_pid_t caller, smarm_ref_t alias, smarm_msg_t *m)
 {
   if (!m)
     return 1;
   memcpy((char *)smarm_msg_data(m) + smarm_msg_size(m) - sizeof alias, &alias, sizeof alias);
-  int rc = smarm_send_reply(caller, m);
-  if (rc < 0) {
-    smarm_msg_free(m);
-    return rc != -ESRCH;
-  }
-  return 0;
+  return outcome(m, smarm_send_reply(caller, m));
 }
 
 static int reply_number(const void *p, double n)
@@ -107,40 +103,25 @@ static int reply_string(const void *p, const char *s, size_t len)
            : 1;
 }
 
-/* smarm.send, made from the classic send and the two entry points. The checks compile to
-** guards. Only a pid may reach an entry point, which reads the LuaJIT header before the payload
-** it is given: the check compares the value's real metatable (debug.getmetatable, past any
-** __metatable field) with the pid metatable, which the binding gives only to its pid userdata;
+/* smarm.send and smarm.reply, each made from its classic function, its two entry points and
+** the metatable of what it sends to (pids, reply handles). The checks compile to guards. Only
+** such a userdata may reach an entry point, which reads the LuaJIT header before the payload it
+** is given: the check compares the value's real metatable (debug.getmetatable, past any
+** __metatable field) with that metatable, which the binding gives only to its own userdata;
 ** only the debug library could give it to another value (a light userdata would reach C as its
 ** bare pointer), and what that breaks is the debug library's doing. The entry point checks the
 ** size and magic again, and refuses NULL. Arguments pass through as they came, so the classic
-** send's errors read as before ("got no value"). */
-static const char send_maker[] =
-  "local classic, send_number, send_string, type, getmetatable, pid_mt = ...\n"
+** function's errors read as before ("got no value"). */
+static const char maker[] =
+  "local classic, number, string, type, getmetatable, mt = ...\n"
   "return function(...)\n"
-  "  local to, m = ...\n"
-  "  if getmetatable(to) == pid_mt then\n"
-  "    local t = type(m)\n"
-  "    if t == 'number' then\n"
-  "      if send_number(to, m) == 0 then return end\n"
-  "    elseif t == 'string' then\n"
-  "      if send_string(to, m, #m) == 0 then return end\n"
-  "    end\n"
-  "  end\n"
-  "  return classic(...)\n"
-  "end\n";
-
-/* smarm.reply, the same way: a reply handle's real metatable, then a number or a string. */
-static const char reply_maker[] =
-  "local classic, reply_number, reply_string, type, getmetatable, from_mt = ...\n"
-  "return function(...)\n"
-  "  local from, v = ...\n"
-  "  if getmetatable(from) == from_mt then\n"
+  "  local to, v = ...\n"
+  "  if getmetatable(to) == mt then\n"
   "    local t = type(v)\n"
   "    if t == 'number' then\n"
-  "      if reply_number(from, v) == 0 then return end\n"
+  "      if number(to, v) == 0 then return end\n"
   "    elseif t == 'string' then\n"
-  "      if reply_string(from, v, #v) == 0 then return end\n"
+  "      if string(to, v, #v) == 0 then return end\n"
   "    end\n"
   "  end\n"
   "  return classic(...)\n"
@@ -155,12 +136,12 @@ static void push_entry(lua_State *L, int cast, const char *ctype, void *fn)
   lua_call(L, 2, 1);
 }
 
-/* Replaces module[name] by the function maker makes of it, the two entry points, type,
+/* Replaces module[name] by what maker makes of it, the two entry points, type,
 ** debug.getmetatable and the metatable that push_mt pushes. */
-static void wrap(lua_State *L, int module, int cast, const char *name, const char *maker,
-                 void *number_fn, void *string_fn, void (*push_mt)(lua_State *))
+static void wrap(lua_State *L, int module, int cast, const char *name, void *number_fn,
+                 void *string_fn, void (*push_mt)(lua_State *))
 {
-  if (luaL_loadbuffer(L, maker, strlen(maker), name) != 0)
+  if (luaL_loadbuffer(L, maker, sizeof maker - 1, name) != 0)
     lua_error(L);
   lua_getfield(L, module, name + 7); /* past "=smarm." */
   push_entry(L, cast, "int (*)(const void *, double)", number_fn);
@@ -182,9 +163,9 @@ void sm_lfast_register(lua_State *L, int module)
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "cast");
   int cast = lua_gettop(L);
-  wrap(L, module, cast, "=smarm.send", send_maker, (void *)(uintptr_t)send_number,
+  wrap(L, module, cast, "=smarm.send", (void *)(uintptr_t)send_number,
        (void *)(uintptr_t)send_string, sm_lpid_push_pid_mt);
-  wrap(L, module, cast, "=smarm.reply", reply_maker, (void *)(uintptr_t)reply_number,
+  wrap(L, module, cast, "=smarm.reply", (void *)(uintptr_t)reply_number,
        (void *)(uintptr_t)reply_string, sm_lpid_push_from_mt);
   lua_settop(L, base);
 }

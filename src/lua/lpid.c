@@ -43,22 +43,31 @@ static lua_Number pid_key(smarm_pid_t pid)
 ** million refs a second for three centuries), and negative, so never a pid's key. */
 static lua_Number ref_key(smarm_ref_t ref) { return -(lua_Number)ref; }
 
+/* Whether the full userdata whose payload is at p is `size` bytes and starts with magic. */
+static int payload_is(const void *p, size_t size, uint64_t magic)
+{
+  uint64_t first;
+  if (sm_ljx_udata_size(p) != size)
+    return 0;
+  memcpy(&first, p, sizeof first);
+  return first == magic;
+}
+
 static lpid_t *test_ident(lua_State *L, int idx, uint64_t magic)
 {
-  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpid_t))
+  if (lua_type(L, idx) != LUA_TUSERDATA)
     return NULL;
   lpid_t *p = lua_touserdata(L, idx);
-  return p->magic == magic ? p : NULL;
+  return payload_is(p, sizeof *p, magic) ? p : NULL;
 }
 
 static lpid_t *test_pid(lua_State *L, int idx) { return test_ident(L, idx, LPID_MAGIC); }
 
 int sm_lpid_payload_pid(const void *p, smarm_pid_t *out)
 {
-  const lpid_t *id = p;
-  if (sm_ljx_udata_size(p) != sizeof *id || id->magic != LPID_MAGIC)
+  if (!payload_is(p, sizeof(lpid_t), LPID_MAGIC))
     return 0;
-  *out = id->pid;
+  *out = ((const lpid_t *)p)->pid;
   return 1;
 }
 
@@ -132,10 +141,10 @@ typedef struct lpair {
 
 static lpair_t *test_pair(lua_State *L, int idx, uint64_t magic)
 {
-  if (lua_type(L, idx) != LUA_TUSERDATA || lua_objlen(L, idx) != sizeof(lpair_t))
+  if (lua_type(L, idx) != LUA_TUSERDATA)
     return NULL;
   lpair_t *f = lua_touserdata(L, idx);
-  return f->magic == magic ? f : NULL;
+  return payload_is(f, sizeof *f, magic) ? f : NULL;
 }
 
 static void push_pair(lua_State *L, uint64_t magic, int mt_ref, smarm_pid_t pid, smarm_ref_t ref)
@@ -170,11 +179,10 @@ int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *a
 
 int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
 {
-  const lpair_t *f = p;
-  if (sm_ljx_udata_size(p) != sizeof *f || f->magic != LFROM_MAGIC)
+  if (!payload_is(p, sizeof(lpair_t), LFROM_MAGIC))
     return 0;
-  *caller = f->pid;
-  *alias = f->ref;
+  *caller = ((const lpair_t *)p)->pid;
+  *alias = ((const lpair_t *)p)->ref;
   return 1;
 }
 

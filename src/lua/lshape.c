@@ -144,7 +144,7 @@ int sm_lshape_push(lua_State *L, uint64_t hash, const unsigned char *const *keys
       return 0;
   }
   luaL_checkstack(L, 8, "message");
-  if (vm->shapes_ref == LUA_NOREF || vm->shapes_ref == 0) {
+  if (!vm->shapes_ref) {
     lua_createtable(L, 2 * LSHAPE_SLOTS, 0);
     vm->shapes_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
@@ -175,7 +175,7 @@ void sm_lshape_release(lvm_t *vm, int unref)
     free(vm->shapes);
     vm->shapes = NULL;
   }
-  if (unref && vm->L && vm->shapes_ref != LUA_NOREF && vm->shapes_ref != 0)
+  if (unref && vm->L && vm->shapes_ref)
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->shapes_ref);
-  vm->shapes_ref = LUA_NOREF;
+  vm->shapes_ref = 0;
 }
