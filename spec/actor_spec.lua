@@ -147,6 +147,49 @@ describe("smarm.spawn and pids", function()
     assert.are.equal(1000, n)
   end)
 
+  -- A spawn made as a statement makes no pid (sm_ljx_results_wanted): every other way of
+  -- calling it still gets one, compiled or not.
+  it("gives the pid to every caller that takes it", function()
+    local got = smarm.run(function()
+      local function f() end
+      local is = smarm.is_pid
+      local r = {}
+      smarm.spawn(f)
+      local p = smarm.spawn(f)
+      r.local_ = is(p)
+      local a, ref = smarm.spawn_monitor(f)
+      r.both = is(a) and tostring(ref):match("^#Ref") ~= nil
+      local b, c = smarm.spawn(f)
+      r.second_nil = is(b) and c == nil
+      r.multret = select("#", smarm.spawn(f)) == 1
+      r.args = is((select(1, smarm.spawn(f))))
+      r.table = is(({ smarm.spawn(f) })[1])
+      local function tail() return smarm.spawn(f) end
+      r.tail = is(tail())
+      tail()
+      r.pcall = is(select(2, pcall(smarm.spawn, f)))
+      r.wrap = is(coroutine.wrap(function() return smarm.spawn(f) end)())
+      local meta = setmetatable({}, { __index = function() return smarm.spawn(f) end })
+      r.index = is(meta.x)
+      r.opt = is(smarm.spawn_opt({ on = 2 }, f))
+      r.on = is(smarm.spawn_on(2, f))
+      local ok = 0
+      for _ = 1, 500 do -- hot: compiled, the calls ending the traces (stitched)
+        smarm.spawn(f)
+        local q = smarm.spawn(f)
+        local x, y = smarm.spawn_monitor(f)
+        if is(q) and is(x) and tostring(y):match("^#Ref") then ok = ok + 1 end
+        smarm.yield()
+      end
+      r.hot = ok == 500
+      return r
+    end, { schedulers = 2 })
+    for _, k in ipairs({ "local_", "both", "second_nil", "multret", "args", "table", "tail",
+      "pcall", "wrap", "index", "opt", "on", "hot" }) do
+      assert.is_true(got[k], k)
+    end
+  end)
+
   it("keeps a dead actor's pid the same key after its slot is reused, on any scheduler", function()
     local hits, distinct = smarm.run(function()
       local me = smarm.self()

@@ -241,6 +241,26 @@ int sm_ljx_at_loop_edge(lua_State *L)
   }
 }
 
+int sm_ljx_results_wanted(lua_State *L)
+{
+  const TValue *frame = L->base - 1;
+  const BCIns *pc;
+  if (frame_islua(frame))
+    pc = frame_pc(frame);
+  else if (frame_iscont(frame) && frame_contv(frame) > LJ_CONT_FFI_CALLBACK)
+    pc = frame_contpc(frame); /* a continuation resumes after the instruction that made it */
+  else
+    return -1;
+  /* Of the continuations a function is called above, only trace stitching's (a call that ended
+  ** a trace; lj_cont_stitch, which a loadable module cannot name) follows a CALL: a metamethod's
+  ** follows the instruction that invoked it (a hook's may follow a CALL, but it is only returned
+  ** into, never called above). An iterator's call, and whatever else: all of them. */
+  BCIns ins = pc[-1];
+  if (bc_op(ins) != BC_CALL && bc_op(ins) != BC_CALLM)
+    return -1;
+  return (int)bc_b(ins) - 1;
+}
+
 /* A scalar TValue described; 0 if it is not one. (The plain forms of numberVnum and strV, whose
 ** checks would call lj_assert_fail, which a checking LuaJIT does not export.) */
 static int scalar_of(const TValue *o, ljx_scalar_t *out)

@@ -71,6 +71,12 @@ int sm_ljx_has_ffi_callbacks(lua_State *L);
 ** loop's condition and the body it admits included, is not cut in two. */
 int sm_ljx_at_loop_edge(lua_State *L);
 
+/* How many results the Lua code that called the running classic C function takes from it: 0 for
+** a call made as a statement, n for `local a, b = f()`; -1 when that cannot be known (all of them
+** are taken, or the caller is C, pcall, a metamethod or a tail call out of one). Read, as the
+** VM's own return does, from the B operand of the CALL the frame returns to. */
+int sm_ljx_results_wanted(lua_State *L);
+
 /* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no
 ** hook runs in the whole VM, so other actors would never be preempted) and the VM state. */
 typedef struct ljx_hook_state {

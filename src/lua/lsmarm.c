@@ -1244,6 +1244,8 @@ static int spawn_done(lua_State *L, const char *fname, const spawn_req_t *r, int
     return luaL_error(L, "not enough memory");
   if (rc < 0)
     return luaL_error(L, "smarm.%s: %s", fname, strerror(-rc));
+  if (sm_ljx_results_wanted(L) == 0)
+    return 0; /* a spawn made as a statement: its pid (a userdata) and ref are not made */
   sm_lsmarm_push_pid(L, pid);
   if (!r->monitor)
     return 1;
