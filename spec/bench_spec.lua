@@ -35,18 +35,21 @@ end)
 
 describe("smarm.clock", function()
   it("reads both lenses, moving forward together", function()
-    -- On the VMs we run on, the cycle counter was seen to lag the clock over a window in which
-    -- the thread was switched out (a loaded machine; see bench.ghz): judge the best of many
-    -- short windows.
-    local best = 0
-    for _ = 1, 200 do
+    -- On the VMs we run on, a window in which the thread was switched out (a loaded machine;
+    -- see bench.ghz) was seen to make the cycle counter lag the clock, and one switched out
+    -- between a call's two reads to make it run ahead (1,454 cycles per ns): judge the median
+    -- of many short windows.
+    local ratios = {}
+    for i = 1, 201 do
       local t0, c0 = smarm.clock()
       local t1, c1
       repeat t1, c1 = smarm.clock() until t1 - t0 > 2e4
       assert.is_true(t1 > t0 and c1 >= c0)
-      best = math.max(best, (c1 - c0) / (t1 - t0))
+      ratios[i] = (c1 - c0) / (t1 - t0)
     end
-    assert.is_true(best > 0.01 and best < 100, "cycles per ns: " .. best)
+    table.sort(ratios)
+    local median = ratios[101]
+    assert.is_true(median > 0.01 and median < 100, "cycles per ns: " .. median)
   end)
 end)
 
