@@ -4,12 +4,17 @@
 --   send    a send alone: a number to an actor that has ended (dropped at once), in a loop the
 --           JIT compiles
 --   send_interpreted  the same loop with the JIT off for it (jit.off): code the JIT left alone
--- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH. Run: smarm -n bench/pingpong.lua [local|remote]
+--   queued  a batch of numbers sent to oneself, then received: a send and a receive that finds
+--           its message queued (no park), per operation
+--   queued_interpreted  the same with the JIT off for the loops
+-- Knobs: SMARM_PINGPONG_ROUNDS, _WARMUP, _RUNS, _BATCH.
+-- Run: smarm -n bench/pingpong.lua [variant...]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
 -- Optional arguments name the variants to run; none: all.
-local want = bench.variants(arg, { "local", "remote", "send", "send_interpreted" })
+local want = bench.variants(arg, { "local", "remote", "send", "send_interpreted", "queued",
+  "queued_interpreted" })
 local opts = bench.measure_knobs("SMARM_PINGPONG", 200000, 5000, 5, 100)
 
 local function pong(owner)
@@ -43,16 +48,30 @@ for _, variant in ipairs(variants) do
   end, { schedulers = schedulers })
 end
 
-for _, variant in ipairs({ "send", "send_interpreted" }) do
+-- Loops that stay in one actor (no park), each measured compiled and under jit.off.
+local solo = {
+  send = function()
+    local ended = smarm.spawn(function() end)
+    smarm.yield()
+    local send = smarm.send
+    return function(n)
+      for i = 1, n do send(ended, i) end
+    end
+  end,
+  queued = function()
+    local me, send, receive = smarm.self(), smarm.send, smarm.receive
+    return function(n)
+      for i = 1, n do send(me, i) end
+      for _ = 1, n do receive() end
+    end
+  end,
+}
+
+for _, variant in ipairs({ "send", "send_interpreted", "queued", "queued_interpreted" }) do
   if want(variant) then
     smarm.run(function()
-      local ended = smarm.spawn(function() end)
-      smarm.yield()
-      local send = smarm.send
-      local loop = function(n)
-        for i = 1, n do send(ended, i) end
-      end
-      if variant == "send_interpreted" then jit.off(loop) end
+      local loop = solo[variant:match("^[a-z]+")]()
+      if variant:find("_interpreted$") then jit.off(loop) end
       opts.label = "pingpong " .. variant
       bench.report({ scenario = "pingpong", variant = variant, schedulers = 1 },
         bench.measure(loop, opts))

@@ -134,7 +134,18 @@ describe("bench scripts", function()
     local out, status = run(exe .. " -n bench/pingpong.lua nosuchvariant")
     assert.are.equal(1, status, out)
     assert.matches("bench/pingpong.lua: unknown variant 'nosuchvariant' %(its variants: local, "
-      .. "remote, send, send_interpreted%)", out)
+      .. "remote, send, send_interpreted, queued, queued_interpreted%)", out)
+  end)
+
+  it("runs bench/pingpong.lua's variants that stay in one actor at a small size", function()
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local out, status = run("SMARM_PINGPONG_ROUNDS=300 SMARM_PINGPONG_WARMUP=100 "
+      .. "SMARM_PINGPONG_RUNS=1 " .. exe .. " -n bench/pingpong.lua send send_interpreted queued "
+      .. "queued_interpreted")
+    assert.are.equal(0, status, out)
+    for _, v in ipairs({ "send", "send_interpreted", "queued", "queued_interpreted" }) do
+      assert.matches("scenario=pingpong variant=" .. v .. " schedulers=1 p50_ns=%d", out)
+    end
   end)
 
   it("say to use -n when run without it", function()

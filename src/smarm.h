@@ -379,6 +379,14 @@ typedef int (*smarm_match_fn)(const smarm_msg_t *msg, void *ud);
 SMARM_API int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns,
                                   smarm_msg_t **out);
 
+/* The oldest message of the caller's mailbox, taken when match accepts it and nothing must come
+** before it: no message or signal waits in the scheduler's inbox, no exit signal is to be
+** honoured. It never parks, takes nothing in and runs no code but match: for a binding's path
+** that may not switch or call back (the Lua binding's FFI receive). Returns 0 with *out set,
+** -EAGAIN (no message, match refused it, or something comes first: receive as usual), -EPERM
+** (not an actor) or -EINVAL (NULL match or out). */
+SMARM_API int smarm_receive_first(smarm_match_fn match, void *ud, smarm_msg_t **out);
+
 /* Number of messages queued in the caller's mailbox (those already delivered to it). */
 SMARM_API size_t smarm_mailbox_size(void);
 /* For bindings that take messages out of the mailbox and keep some aside (the Lua binding's

@@ -13,6 +13,8 @@ local SMARM_ONLY = {
   ["switch_cost/parallel"] = "a check of smarm's schedulers scaling; peers are compared on one",
   ["pingpong/send"] = "a check of smarm's send alone, in compiled code (the FFI path)",
   ["pingpong/send_interpreted"] = "the same with the JIT off for the loop (the FFI path's cost)",
+  ["pingpong/queued"] = "a check of smarm's receive of a queued message, with its send (FFI)",
+  ["pingpong/queued_interpreted"] = "the same with the JIT off for the loops",
 }
 
 -- Why a peer has no figure for a configuration (a peer's own variants explain themselves).

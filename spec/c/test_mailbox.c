@@ -352,6 +352,87 @@ static void main_select(void *arg)
 
 TEST(selective_receive_takes_first_match) { RUN(1, main_select, NULL); }
 
+static int match_any(const smarm_msg_t *m, void *ud)
+{
+  (void)m;
+  (*(int *)ud)++;
+  return 1;
+}
+
+/* Once p[2] is raised, sends the actor p[0] one message, then raises p[1]. */
+static void send_then_flag(void *arg)
+{
+  uint64_t *p = arg;
+  CHECK(wait_flag(&p[2], 1));
+  CHECK_EQ(test_send_u64((smarm_pid_t)p[0], 42), 0);
+  store(&p[1], 1);
+}
+
+static void main_receive_first(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m = NULL;
+  int calls = 0;
+  CHECK_EQ(smarm_receive_first(match_any, &calls, &m), -EAGAIN); /* empty */
+  CHECK_EQ(calls, 0);
+  CHECK_EQ(smarm_receive_first(NULL, NULL, &m), -EINVAL);
+  CHECK_EQ(smarm_receive_first(match_any, &calls, NULL), -EINVAL);
+  for (uint64_t v = 1; v <= 3; v++)
+    CHECK_EQ(test_send_u64(smarm_self(), v), 0);
+  /* only the first message is looked at: refused, it stays, and so do the others */
+  CHECK_EQ(smarm_receive_first(match_multiple_of_3, &calls, &m), -EAGAIN);
+  CHECK_EQ(calls, 1);
+  CHECK_EQ(smarm_mailbox_size(), 3);
+  CHECK_EQ(smarm_receive_first(match_any, &calls, &m), 0);
+  if (m) {
+    CHECK_EQ(msg_u64(m), 1);
+    smarm_msg_free(m);
+  }
+  static const uint64_t rest[] = {2, 3};
+  expect_queue(rest, sizeof rest / sizeof rest[0]);
+}
+
+/* A message waiting in the scheduler's inbox comes first: nothing is taken until a receive takes
+** it in (behind what the mailbox holds). Never preempted (a switch would take the inbox in). */
+static void inbox_first(void *arg)
+{
+  uint64_t *done = arg;
+  CHECK_EQ(test_send_u64(smarm_self(), 1), 0);
+  static uint64_t ask[3];
+  ask[0] = smarm_self();
+  ask[1] = ask[2] = 0;
+  CHECK(smarm_spawn_on(1, send_then_flag, ask, NULL, NULL) == 0); /* may park: what came in
+                                                                   ** meanwhile is taken in */
+  store(&ask[2], 1);
+  while (!load(&ask[1]))
+    sched_yield(); /* no smarm call: the inbox is not taken in */
+  smarm_msg_t *m = NULL;
+  int calls = 0;
+  CHECK_EQ(smarm_receive_first(match_any, &calls, &m), -EAGAIN);
+  CHECK_EQ(calls, 0);
+  static const uint64_t rest[] = {1, 42};
+  expect_queue(rest, sizeof rest / sizeof rest[0]);
+  store(done, 1);
+}
+
+static void main_receive_first_inbox(void *arg)
+{
+  (void)arg;
+  static uint64_t done;
+  done = 0;
+  smarm_spawn_opts_t opts = {.slice_ns = -1};
+  CHECK(smarm_spawn_on(0, inbox_first, &done, &opts, NULL) == 0);
+  CHECK(wait_flag(&done, 1));
+}
+
+TEST(receive_first_takes_only_the_first_and_only_when_nothing_comes_before)
+{
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive_first(match_none, NULL, &m), -EPERM); /* not an actor */
+  RUN(1, main_receive_first, NULL);
+  RUN(2, main_receive_first_inbox, NULL);
+}
+
 /* Sends `n` messages tagged 1 (sleeping now and then so the receiver parks between them), then
 ** one tagged 2. */
 typedef struct late_sender {

@@ -128,6 +128,25 @@ int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64
   return receive_from(s, self, (smarm_msg_t **)mark.at, match, ud, timeout_ns, out);
 }
 
+int smarm_receive_first(smarm_match_fn match, void *ud, smarm_msg_t **out)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (!match || !out)
+    return -EINVAL;
+  smarm_msg_t **head = &self->mailbox.head;
+  /* An empty mailbox first: the common answer, without a look at the inbox's shared line. Then
+  ** what a receive does first and this may not: take in the inbox (which runs the signals in
+  ** it, and may bring a kill), or end the actor for an exit signal taken in earlier. */
+  if (!*head || inbox_maybe_nonempty(&s->inbox) || SMARM_UNLIKELY(self->exit_pending) ||
+      !match(*head, ud))
+    return -EAGAIN;
+  *out = mailbox_take_at(&self->mailbox, head);
+  return 0;
+}
+
 int smarm_receive(int64_t timeout_ns, smarm_msg_t **out)
 {
   return smarm_receive_match(NULL, NULL, timeout_ns, out);

@@ -1660,25 +1660,41 @@ int sm_codec_decode(lua_State *L, smarm_msg_t *msg)
   return 0;
 }
 
-void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
+int sm_codec_scalar(const smarm_msg_t *msg, size_t tail, codec_scalar_t *out)
 {
   size_t n = smarm_msg_size(msg);
   if (n < tail)
-    luaL_error(L, "malformed message");
-  /* A lone number or string (sm_codec_number_block's and sm_codec_string_block's blocks) needs
-  ** none of decode_range's set-up: it is pushed straight from the block. */
-  const unsigned char *p = smarm_msg_data(msg), *end = p + (n - tail);
+    return 0;
+  const unsigned char *p = smarm_msg_data((smarm_msg_t *)msg), *end = p + (n - tail);
   if (end - p == 9 && p[0] == T_NUM) {
-    lua_Number v;
-    memcpy(&v, p + 1, sizeof v);
-    lua_pushnumber(L, v);
-    return;
+    memcpy(&out->n, p + 1, sizeof out->n);
+    return out->type = LUA_TNUMBER;
   }
   uint64_t len;
   const unsigned char *s = p + 1;
   if (end - p >= 2 && p[0] == T_STR && read_varint(&s, end, &len) == 0 &&
       len == (uint64_t)(end - s)) {
-    lua_pushlstring(L, (const char *)s, (size_t)len);
+    out->s = (const char *)s;
+    out->len = (size_t)len;
+    return out->type = LUA_TSTRING;
+  }
+  return 0;
+}
+
+void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
+{
+  size_t n = smarm_msg_size(msg);
+  if (n < tail)
+    luaL_error(L, "malformed message");
+  /* A lone number or string needs none of decode_range's set-up: it is pushed straight from the
+  ** block. */
+  codec_scalar_t v;
+  switch (sm_codec_scalar(msg, tail, &v)) {
+  case LUA_TNUMBER:
+    lua_pushnumber(L, v.n);
+    return;
+  case LUA_TSTRING:
+    lua_pushlstring(L, v.s, v.len);
     return;
   }
   decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg);

@@ -87,6 +87,17 @@ void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
 int sm_codec_decode(lua_State *L, smarm_msg_t *msg);
 /* The same for a block made by sm_codec_encode_tail with that tail. */
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
+/* A lone number or string, as sm_codec_number_block and sm_codec_string_block make them: a block
+** whose bytes, but for `tail` at the end, are one of them. Returns LUA_TNUMBER with out->n, or
+** LUA_TSTRING with out->s and out->len (the bytes inside the block), or 0 for anything else. No
+** Lua state: the FFI receive calls it (lfast.c, whose declaration of the struct must match). */
+typedef struct codec_scalar {
+  int type;
+  double n;
+  const char *s;
+  size_t len;
+} codec_scalar_t;
+int sm_codec_scalar(const smarm_msg_t *msg, size_t tail, codec_scalar_t *out);
 
 /* Pushes what sending the Lua function at idx to an actor of this same VM would give it (a new
 ** closure of its code, with new upvalue cells), without making a message, and returns 1, when

@@ -1,6 +1,6 @@
 /*
-** smarm.send of a number or a string to a pid, and smarm.reply of one to a call, through the
-** FFI (see lfast.h).
+** smarm.send of a number or a string to a pid, smarm.reply of one to a call, and smarm.receive()
+** of one already queued, through the FFI (see lfast.h).
 **
 ** A classic C function (lua_CFunction) ends the compiled trace around its call: LuaJIT leaves
 ** compiled code, the interpreter makes the call, and compiled code is entered again after it.
@@ -25,11 +25,13 @@
 
 #include "codec.h"
 #include "lpid.h"
+#include "lvm.h"
 #include "smarm.h"
 
 #include <lauxlib.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -127,12 +129,83 @@ static const char maker[] =
   "  return classic(...)\n"
   "end\n";
 
-/* Pushes ffi.cast(ctype, fn). */
-static void push_entry(lua_State *L, int cast, const char *ctype, void *fn)
+/* smarm.receive() (no match, no timeout), when a lone number or string is first in the mailbox:
+** the binding's entry point takes it (lfast.h) into the VM's slot, and a string's bytes are
+** copied by ffi.string before anything else runs, then their block is released. The slot is
+** the VM's, so no other actor may run between the take and the reads: the preemption never
+** switches inside this function (lpreempt.c; it has no loop edge, so only a switch forced
+** after EDGE_TRIES instructions could land there). Anything else goes to the classic receive,
+** which parks or raises as before, given the two arguments it reads (receive() and
+** receive(nil, nil) are the same call to it).
+** A receive that parks would pay for a look at an empty mailbox (6% of a ping-pong's round
+** trip), so the slot's `more` says whether to look: the classic receive sets it to whether
+** messages are left when it returns one (sm_lfast_receive_more), and a look that finds nothing
+** clears it. It is only a hint: a message it hides is taken by the classic receive, a look it
+** wastes finds nothing. The classic receive is a tail call: compiled code then leaves no frame
+** of this function to rebuild when it exits to the interpreter for the call (a plain call, its
+** results then returned, cost as much as the look, measured). */
+typedef struct fast_receive {
+  codec_scalar_t v; /* first: the entry point is handed the slot as its codec_scalar_t */
+  int more;
+} fast_receive_t;
+
+static const char receive_maker[] =
+  "local classic, take, release, slot, ffistring = ...\n"
+  "return function(match, timeout)\n"
+  "  if match == nil and timeout == nil and slot.more ~= 0 then\n"
+  "    local k = take(slot)\n"
+  "    if k == 1 then return slot.v.n end\n"
+  "    if k == 2 then\n"
+  "      local s = ffistring(slot.v.s, slot.v.len)\n"
+  "      release(slot.v.s)\n"
+  "      return s\n"
+  "    end\n"
+  "    slot.more = 0\n"
+  "  end\n"
+  "  return classic(match, timeout)\n"
+  "end\n";
+
+/* fast_receive_t as the FFI is told it (the layout both compilers give it on LP64). */
+#define SLOT_CTYPE                                                                            \
+  "struct { struct { int type; double n; const char *s; size_t len; } v; int more; } *"
+_Static_assert(offsetof(codec_scalar_t, n) == 8 && offsetof(codec_scalar_t, s) == 16 &&
+                 offsetof(codec_scalar_t, len) == 24 && offsetof(fast_receive_t, more) == 32,
+               "fast_receive_t is not laid out as SLOT_CTYPE");
+
+/* registry[&slot_key]: the VM's fast_receive_t (a userdata, which the registry keeps);
+** registry[&receive_key]: the function receive_maker made in the VM. Both are made once per VM,
+** for its life: a module loaded again shares them, so the preemption knows the one function
+** that reads the one slot. */
+static const char slot_key, receive_key;
+
+const void *sm_lfast_receive_fn(lua_State *L)
+{
+  lvm_push_registry(L, &receive_key);
+  const void *fn = lua_topointer(L, -1);
+  lua_pop(L, 1);
+  return fn;
+}
+
+static fast_receive_t *vm_slot(lua_State *L)
+{
+  lvm_push_registry(L, &slot_key);
+  fast_receive_t *slot = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return slot;
+}
+
+int *sm_lfast_receive_more(lua_State *L)
+{
+  fast_receive_t *slot = vm_slot(L);
+  return slot ? &slot->more : NULL;
+}
+
+/* Pushes ffi.cast(ctype, p): an entry point, or the slot. */
+static void push_entry(lua_State *L, int cast, const char *ctype, void *p)
 {
   lua_pushvalue(L, cast);
   lua_pushstring(L, ctype);
-  lua_pushlightuserdata(L, fn);
+  lua_pushlightuserdata(L, p);
   lua_call(L, 2, 1);
 }
 
@@ -155,17 +228,46 @@ static void wrap(lua_State *L, int module, int cast, const char *name, void *num
   lua_setfield(L, module, name + 7);
 }
 
-void sm_lfast_register(lua_State *L, int module)
+/* Pushes the VM's FFI receive, made at the first call. */
+static void push_receive(lua_State *L, int module, int ffi, int cast,
+                         int (*receive_scalar)(codec_scalar_t *out),
+                         void (*receive_release)(const char *s))
+{
+  lvm_push_registry(L, &receive_key);
+  if (!lua_isnil(L, -1))
+    return;
+  lua_pop(L, 1);
+  if (luaL_loadbuffer(L, receive_maker, sizeof receive_maker - 1, "=smarm.receive") != 0)
+    lua_error(L);
+  lua_getfield(L, module, "receive");
+  push_entry(L, cast, "int (*)(void *)", (void *)(uintptr_t)receive_scalar);
+  push_entry(L, cast, "void (*)(const char *)", (void *)(uintptr_t)receive_release);
+  fast_receive_t *slot = lua_newuserdata(L, sizeof *slot);
+  memset(slot, 0, sizeof *slot);
+  slot->more = 1;
+  lvm_set_registry_once(L, &slot_key);
+  push_entry(L, cast, SLOT_CTYPE, slot);
+  lua_getfield(L, ffi, "string");
+  lua_call(L, 5, 1);
+  lua_pushvalue(L, -1);
+  lvm_set_registry_once(L, &receive_key);
+}
+
+void sm_lfast_register(lua_State *L, int module, int (*receive_scalar)(codec_scalar_t *out),
+                       void (*receive_release)(const char *s))
 {
   int base = lua_gettop(L);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "ffi");
   lua_call(L, 1, 1);
-  lua_getfield(L, -1, "cast");
+  int ffi = lua_gettop(L);
+  lua_getfield(L, ffi, "cast");
   int cast = lua_gettop(L);
   wrap(L, module, cast, "=smarm.send", (void *)(uintptr_t)send_number,
        (void *)(uintptr_t)send_string, sm_lpid_push_pid_mt);
   wrap(L, module, cast, "=smarm.reply", (void *)(uintptr_t)reply_number,
        (void *)(uintptr_t)reply_string, sm_lpid_push_from_mt);
+  push_receive(L, module, ffi, cast, receive_scalar, receive_release);
+  lua_setfield(L, module, "receive");
   lua_settop(L, base);
 }

@@ -65,6 +65,16 @@ const char *sm_ljx_cannot_preempt(lua_State *L);
 ** which the frame walk of L alone cannot see). */
 int sm_ljx_has_ffi_callbacks(lua_State *L);
 
+/* The function whose frame runs in L (in a hook: the one the hook stopped in), as
+** lua_topointer gives it. */
+const void *sm_ljx_running_function(lua_State *L);
+
+/* Whether a receive that takes its message without parking (lfast.c, from compiled code too) may
+** leave out the classic receive's checks, because they would not raise here: not inside a debug
+** hook or a __gc finalizer, and no FFI callback (the VM has never handed one out: the frame walk
+** that finds one running cannot be made from compiled code). */
+int sm_ljx_may_receive_unparked(lua_State *L);
+
 /* Whether the instruction the hook stands before ends a loop's iteration (the FORL or ITERL of a
 ** for loop, the backward JMP or UCLO of a while, repeat or goto loop): where a preemption
 ** switches, so that straight-line code, a read-modify-write of a shared upvalue or a while

@@ -149,6 +149,12 @@ static void preempt_step(lvm_t *vm, lua_State *L)
     rearm(vm, L, RETRY_COUNT);
     return;
   }
+  /* The FFI receive between its take and its read of the VM's one slot (lfast.c): a switch
+  ** there would let another actor's receive overwrite it. It has no loop: step out of it. */
+  if (vm->receive_fn && sm_ljx_running_function(L) == vm->receive_fn) {
+    rearm(vm, L, 1);
+    return;
+  }
   if (!sm_ljx_at_loop_edge(L) && ++vm->edge_tries < EDGE_TRIES) { /* see the top */
     rearm(vm, L, 1);
     return;

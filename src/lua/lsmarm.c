@@ -146,6 +146,8 @@ static void vm_cache_refs(lvm_t *vm)
   sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  vm->receive_more = sm_lfast_receive_more(vm->L);
+  vm->receive_fn = sm_lfast_receive_fn(vm->L);
 }
 
 /* Message handler for an actor's protected call: the error becomes the table of its exit reason,
@@ -667,6 +669,49 @@ static void delivered(lua_State *L, lactor_t *la)
     la->io_held--;
 }
 
+/* The match of receive_scalar: m is first in the mailbox of the calling actor (a Lua one). */
+static int is_scalar(const smarm_msg_t *m, void *out)
+{
+  const lactor_t *la = smarm_actor_data(); /* NULL once the actor's end let go of it */
+  return la && la->saved_count == 0 && sm_ljx_may_receive_unparked(la->head.co) &&
+         smarm_msg_kind(m) == SMARM_MSG_USER && sm_codec_scalar(m, 0, out) != 0;
+}
+
+/* The FFI receive's entry point (lfast.h): the first message of the mailbox when it is a lone
+** number or string that a plain receive() would return at once, taken without parking, raising
+** or touching Lua. 1 with out->n; 2 with out->s and out->len, bytes of the block, which is the
+** actor's pending one until its next message (as push_message keeps it); 0 when the classic
+** receive must take over: messages set aside by a selective receive, anything else first, or
+** what smarm_receive_first and sm_ljx_may_receive_unparked refuse. */
+static int receive_scalar(codec_scalar_t *out)
+{
+  smarm_msg_t *m;
+  if (smarm_receive_first(is_scalar, out, &m) < 0) /* -EPERM outside an actor */
+    return 0;
+  if (out->type == LUA_TNUMBER) {
+    smarm_msg_free(m);
+    return 1;
+  }
+  lactor_t *la = smarm_actor_data();
+  smarm_msg_free(la->pending);
+  la->pending = m;
+  return 2;
+}
+
+/* The FFI receive's second entry point (lfast.h): the string at s has been copied; frees the
+** block that holds it, the actor's pending one. */
+static void receive_release(const char *s)
+{
+  lactor_t *la = smarm_actor_data();
+  if (!la || !la->pending)
+    return;
+  const char *data = smarm_msg_data(la->pending);
+  if (s >= data && s <= data + smarm_msg_size(la->pending)) {
+    smarm_msg_free(la->pending);
+    la->pending = NULL;
+  }
+}
+
 /* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
 ** or pushes nil, "timeout" and returns 2. */
 static int mailbox_next(lua_State *L, lactor_t *la, int64_t timeout_ns)
@@ -1098,8 +1143,12 @@ static int l_receive(lua_State *L)
   lua_settop(L, 2);
   if (!match_idx && la->saved_count == 0) { /* the common case: straight from the mailbox */
     int n = mailbox_next(L, la, timeout);
-    if (n == 1)
+    if (n == 1) {
       delivered(L, la);
+      lvm_t *vm = this_vm();
+      if (vm->receive_more) /* the FFI receive looks first next time if more are queued */
+        *vm->receive_more = smarm_mailbox_size() > 0;
+    }
     return n;
   }
   return receive_in(L, la, match_idx, timeout);
@@ -1682,7 +1731,8 @@ int luaopen_smarm_core(lua_State *L)
   sm_ltimer_register(L, module);
   sm_ltcp_register(L, module);
   sm_ludp_register(L, module);
-  sm_lfast_register(L, module); /* after every registration that may read the classic send */
+  /* after every registration that may read the classic send or receive */
+  sm_lfast_register(L, module, receive_scalar, receive_release);
   sm_lpreempt_wrap_sethook(L);
   sm_lrebind_learn_standard(L);
   sm_lreentry_wrap(L);

@@ -50,6 +50,8 @@ typedef struct lvm {
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
+  int *receive_more;           /* lfast.c: the FFI receive's hint (NULL: not registered) */
+  const void *receive_fn;      /* lfast.c: its Lua function, where preemption never switches */
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
   int edge_tries;               /* lpreempt.c: hooks since the last switch, looking for an edge */
   /* lpreempt.c, per-actor hooks: how many of this VM's actors have a hook of their own; whose
