@@ -130,24 +130,57 @@ static const char maker[] =
   "end\n";
 
 /* smarm.receive() (no match, no timeout), when a lone number or string is first in the mailbox:
-** the binding's entry point takes it (lfast.h) into the VM's slot, and a string's bytes are
-** copied by ffi.string before anything else runs, then their block is released. The slot is
+** receive_take takes it into the VM's slot, and a string's bytes are copied by ffi.string, then
+** their block is released. The slot is
 ** the VM's, so no other actor may run between the take and the reads: the preemption never
 ** switches inside this function (lpreempt.c; it has no loop edge, so only a switch forced
 ** after EDGE_TRIES instructions could land there). Anything else goes to the classic receive,
 ** which parks or raises as before, given the two arguments it reads (receive() and
 ** receive(nil, nil) are the same call to it).
-** A receive that parks would pay for a look at an empty mailbox (6% of a ping-pong's round
+** A receive that parks would pay for a look at an empty mailbox (8% of a ping-pong's round
 ** trip), so the slot's `more` says whether to look: the classic receive sets it to whether
-** messages are left when it returns one (sm_lfast_receive_more), and a look that finds nothing
+** messages are left when it returns one (sm_lfast_receive_more), and a look that takes nothing
 ** clears it. It is only a hint: a message it hides is taken by the classic receive, a look it
 ** wastes finds nothing. The classic receive is a tail call: compiled code then leaves no frame
 ** of this function to rebuild when it exits to the interpreter for the call (a plain call, its
 ** results then returned, cost as much as the look, measured). */
 typedef struct fast_receive {
-  codec_scalar_t v; /* first: the entry point is handed the slot as its codec_scalar_t */
+  codec_scalar_t v; /* what was taken (the Lua side reads v and more, declared in SLOT_CTYPE) */
   int more;
+  smarm_msg_t *block; /* a taken string's block, until its release (or the next take, or the
+                         slot's collection at the VM's end: a hook that raised in between) */
+  smarm_msg_t *(*take)(codec_scalar_t *out); /* lfast.h */
 } fast_receive_t;
+
+/* The entry points: 1, a number in slot->v.n; 2, a string at slot->v.s and slot->v.len, bytes
+** of slot->block, which stay until release (the actor's own receives, a hook's included, never
+** touch it); 0, the classic receive. */
+static int receive_take(fast_receive_t *slot)
+{
+  smarm_msg_t *m = slot->take(&slot->v);
+  if (!m)
+    return 0;
+  if (slot->v.type == LUA_TNUMBER) {
+    smarm_msg_free(m);
+    return 1;
+  }
+  smarm_msg_free(slot->block);
+  slot->block = m;
+  return 2;
+}
+
+static void receive_release(fast_receive_t *slot)
+{
+  smarm_msg_free(slot->block);
+  slot->block = NULL;
+}
+
+/* The slot's __gc: a block a raising hook left behind. */
+static int slot_gc(lua_State *L)
+{
+  receive_release(lua_touserdata(L, 1));
+  return 0;
+}
 
 static const char receive_maker[] =
   "local classic, take, release, slot, ffistring = ...\n"
@@ -157,7 +190,7 @@ static const char receive_maker[] =
   "    if k == 1 then return slot.v.n end\n"
   "    if k == 2 then\n"
   "      local s = ffistring(slot.v.s, slot.v.len)\n"
-  "      release(slot.v.s)\n"
+  "      release(slot)\n"
   "      return s\n"
   "    end\n"
   "    slot.more = 0\n"
@@ -201,7 +234,7 @@ int *sm_lfast_receive_more(lua_State *L)
 }
 
 /* Pushes ffi.cast(ctype, p): an entry point, or the slot. */
-static void push_entry(lua_State *L, int cast, const char *ctype, void *p)
+static void push_cast(lua_State *L, int cast, const char *ctype, void *p)
 {
   lua_pushvalue(L, cast);
   lua_pushstring(L, ctype);
@@ -217,8 +250,8 @@ static void wrap(lua_State *L, int module, int cast, const char *name, void *num
   if (luaL_loadbuffer(L, maker, sizeof maker - 1, name) != 0)
     lua_error(L);
   lua_getfield(L, module, name + 7); /* past "=smarm." */
-  push_entry(L, cast, "int (*)(const void *, double)", number_fn);
-  push_entry(L, cast, "int (*)(const void *, const char *, size_t)", string_fn);
+  push_cast(L, cast, "int (*)(const void *, double)", number_fn);
+  push_cast(L, cast, "int (*)(const void *, const char *, size_t)", string_fn);
   lua_getglobal(L, "type");
   lua_getglobal(L, "debug");
   lua_getfield(L, -1, "getmetatable");
@@ -230,8 +263,7 @@ static void wrap(lua_State *L, int module, int cast, const char *name, void *num
 
 /* Pushes the VM's FFI receive, made at the first call. */
 static void push_receive(lua_State *L, int module, int ffi, int cast,
-                         int (*receive_scalar)(codec_scalar_t *out),
-                         void (*receive_release)(const char *s))
+                         smarm_msg_t *(*take_scalar)(codec_scalar_t *out))
 {
   lvm_push_registry(L, &receive_key);
   if (!lua_isnil(L, -1))
@@ -240,21 +272,25 @@ static void push_receive(lua_State *L, int module, int ffi, int cast,
   if (luaL_loadbuffer(L, receive_maker, sizeof receive_maker - 1, "=smarm.receive") != 0)
     lua_error(L);
   lua_getfield(L, module, "receive");
-  push_entry(L, cast, "int (*)(void *)", (void *)(uintptr_t)receive_scalar);
-  push_entry(L, cast, "void (*)(const char *)", (void *)(uintptr_t)receive_release);
+  push_cast(L, cast, "int (*)(void *)", (void *)(uintptr_t)receive_take);
+  push_cast(L, cast, "void (*)(void *)", (void *)(uintptr_t)receive_release);
   fast_receive_t *slot = lua_newuserdata(L, sizeof *slot);
   memset(slot, 0, sizeof *slot);
   slot->more = 1;
+  slot->take = take_scalar;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, slot_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
   lvm_set_registry_once(L, &slot_key);
-  push_entry(L, cast, SLOT_CTYPE, slot);
+  push_cast(L, cast, SLOT_CTYPE, slot);
   lua_getfield(L, ffi, "string");
   lua_call(L, 5, 1);
   lua_pushvalue(L, -1);
   lvm_set_registry_once(L, &receive_key);
 }
 
-void sm_lfast_register(lua_State *L, int module, int (*receive_scalar)(codec_scalar_t *out),
-                       void (*receive_release)(const char *s))
+void sm_lfast_register(lua_State *L, int module, smarm_msg_t *(*take_scalar)(codec_scalar_t *out))
 {
   int base = lua_gettop(L);
   lua_getglobal(L, "require");
@@ -267,7 +303,7 @@ void sm_lfast_register(lua_State *L, int module, int (*receive_scalar)(codec_sca
        (void *)(uintptr_t)send_string, sm_lpid_push_pid_mt);
   wrap(L, module, cast, "=smarm.reply", (void *)(uintptr_t)reply_number,
        (void *)(uintptr_t)reply_string, sm_lpid_push_from_mt);
-  push_receive(L, module, ffi, cast, receive_scalar, receive_release);
+  push_receive(L, module, ffi, cast, take_scalar);
   lua_setfield(L, module, "receive");
   lua_settop(L, base);
 }

@@ -11,13 +11,11 @@
 #include <lua.h>
 
 /* Replaces module.send, module.reply and module.receive (the classic functions) by Lua functions
-** that try the FFI path first. receive_scalar is the receive's entry point, which the binding's
-** top provides (it knows the actor's state): it takes a lone number or string first in the
-** mailbox into *out and returns 1 (a number: out->n) or 2 (a string: out->s, out->len, bytes that
-** stay valid until receive_release(out->s) or the actor's next message), or returns 0 for the
-** classic receive. */
-void sm_lfast_register(lua_State *L, int module, int (*receive_scalar)(codec_scalar_t *out),
-                       void (*receive_release)(const char *s));
+** that try the FFI path first. take_scalar is the receive's taker, which the binding's top
+** provides (it knows the actor's state): it takes a lone number or string first in the caller's
+** mailbox, describing it into *out, and returns its block, or returns NULL for the classic
+** receive. */
+void sm_lfast_register(lua_State *L, int module, smarm_msg_t *(*take_scalar)(codec_scalar_t *out));
 
 /* The FFI receive's hint in L's VM (NULL before the module is registered there): the classic
 ** receive sets it to whether messages are left in the mailbox when it returns one. */

@@ -207,7 +207,7 @@ const void *sm_ljx_running_function(lua_State *L) { return curr_func(L); }
 int sm_ljx_may_receive_unparked(lua_State *L)
 {
   global_State *g = G(L);
-  return !hook_active(g) && !(g->hookmask & HOOK_GC) && !sm_ljx_has_ffi_callbacks(L);
+  return !hook_active(g) && !sm_ljx_in_finalizer(L) && !sm_ljx_has_ffi_callbacks(L);
 }
 
 void sm_ljx_hook_suspend(lua_State *L, ljx_hook_state_t *st)

@@ -30,7 +30,9 @@
 ** on an upvalue shared with the scheduler's other actors, or a while loop's condition and the
 ** body it admits, is not cut in two, as it was not before preemption existed. The hook, armed at
 ** any instruction, steps one instruction at a time to the next edge; after EDGE_TRIES steps
-** without one (tail-call recursion, which loops without a loop) it switches where it stands.
+** without one (tail-call recursion, which loops without a loop) it switches where it stands,
+** but never inside smarm.receive's Lua function (lfast.c), which reads the VM's one slot after
+** its take: it steps out of it first.
 **
 ** Giving way. The hook runs where the interpreter stands (compiled code exits to it at its next
 ** hook check). It disarms itself, then switches only if the request is still for this slice

@@ -669,47 +669,23 @@ static void delivered(lua_State *L, lactor_t *la)
     la->io_held--;
 }
 
-/* The match of receive_scalar: m is first in the mailbox of the calling actor (a Lua one). */
-static int is_scalar(const smarm_msg_t *m, void *out)
+/* The match of take_scalar: m is first in the mailbox of the calling actor. */
+static int is_scalar(const smarm_msg_t *m, void *scalar)
 {
   const lactor_t *la = smarm_actor_data(); /* NULL once the actor's end let go of it */
   return la && la->saved_count == 0 && sm_ljx_may_receive_unparked(la->head.co) &&
-         smarm_msg_kind(m) == SMARM_MSG_USER && sm_codec_scalar(m, 0, out) != 0;
+         smarm_msg_kind(m) == SMARM_MSG_USER && sm_codec_scalar(m, 0, scalar) != 0;
 }
 
-/* The FFI receive's entry point (lfast.h): the first message of the mailbox when it is a lone
-** number or string that a plain receive() would return at once, taken without parking, raising
-** or touching Lua. 1 with out->n; 2 with out->s and out->len, bytes of the block, which is the
-** actor's pending one until its next message (as push_message keeps it); 0 when the classic
-** receive must take over: messages set aside by a selective receive, anything else first, or
-** what smarm_receive_first and sm_ljx_may_receive_unparked refuse. */
-static int receive_scalar(codec_scalar_t *out)
+/* The FFI receive's taker (lfast.h): the first message of the mailbox, taken without parking,
+** raising or touching Lua, when it is a lone number or string that a plain receive() would
+** return at once (described into *out); NULL when the classic receive must take over: messages
+** set aside by a selective receive, anything else first, or what smarm_receive_first and
+** sm_ljx_may_receive_unparked refuse. */
+static smarm_msg_t *take_scalar(codec_scalar_t *out)
 {
   smarm_msg_t *m;
-  if (smarm_receive_first(is_scalar, out, &m) < 0) /* -EPERM outside an actor */
-    return 0;
-  if (out->type == LUA_TNUMBER) {
-    smarm_msg_free(m);
-    return 1;
-  }
-  lactor_t *la = smarm_actor_data();
-  smarm_msg_free(la->pending);
-  la->pending = m;
-  return 2;
-}
-
-/* The FFI receive's second entry point (lfast.h): the string at s has been copied; frees the
-** block that holds it, the actor's pending one. */
-static void receive_release(const char *s)
-{
-  lactor_t *la = smarm_actor_data();
-  if (!la || !la->pending)
-    return;
-  const char *data = smarm_msg_data(la->pending);
-  if (s >= data && s <= data + smarm_msg_size(la->pending)) {
-    smarm_msg_free(la->pending);
-    la->pending = NULL;
-  }
+  return smarm_receive_first(is_scalar, out, &m) < 0 ? NULL : m; /* -EPERM outside an actor */
 }
 
 /* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
@@ -1732,7 +1708,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_ltcp_register(L, module);
   sm_ludp_register(L, module);
   /* after every registration that may read the classic send or receive */
-  sm_lfast_register(L, module, receive_scalar, receive_release);
+  sm_lfast_register(L, module, take_scalar);
   sm_lpreempt_wrap_sethook(L);
   sm_lrebind_learn_standard(L);
   sm_lreentry_wrap(L);
