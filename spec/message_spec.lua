@@ -487,6 +487,65 @@ describe("smarm.send / smarm.receive", function()
     assert.is_true(ok, why)
   end)
 
+  -- Messages past the encoder's 256 bytes on the C stack grow into a buffer that the VM keeps
+  -- for the next one (src/lua/codec.c, spare_key): it must never be shared by two encodes.
+  it("keeps big messages whole when encodes nest, fail half-way or outgrow the spare", function()
+    local ok, detail = smarm.run(function()
+      local me = smarm.self()
+      local function record(tag, n) -- past SEEN_FAST tables: the encoder allocates as it goes
+        local t = { tag = tag }
+        for i = 1, n do t[i] = { i = i, s = tag .. i } end
+        return t
+      end
+      local function whole(t, tag, n)
+        if type(t) ~= "table" or t.tag ~= tag or #t ~= n then return false end
+        for i = 1, n do
+          if t[i].i ~= i or t[i].s ~= tag .. i then return false end
+        end
+        return true
+      end
+      collectgarbage("setpause", 10)
+      collectgarbage("setstepmul", 1000)
+      smarm.send(me, record("first", 150)) -- leaves a spare big enough for what follows
+      -- finalizers that send big messages run during the encodes of others
+      local inner_sent = 0
+      for round = 1, 50 do
+        for _ = 1, 50 do
+          local u = newproxy(true)
+          getmetatable(u).__gc = function()
+            if pcall(smarm.send, me, record("inner", 40)) then inner_sent = inner_sent + 1 end
+          end
+        end
+        smarm.send(me, record("outer" .. round, 100))
+        -- one that fails half-way (a coroutine), its buffer left to the collector
+        local bad = record("bad", 100)
+        bad[50] = coroutine.create(function() end)
+        assert(not pcall(smarm.send, me, bad))
+        -- now and then one past the spare's size limit (64 KiB)
+        if round % 20 == 0 then smarm.send(me, record("huge", 3000)) end
+      end
+      collectgarbage()
+      collectgarbage("setpause", 200)
+      collectgarbage("setstepmul", 200)
+      local outer, huge, inner = 0, 0, 0
+      assert(whole(smarm.receive(0), "first", 150))
+      while true do
+        local m = smarm.receive(0)
+        if m == nil then break end
+        if whole(m, "inner", 40) then inner = inner + 1
+        elseif whole(m, "huge", 3000) then huge = huge + 1
+        elseif type(m.tag) == "string" and m.tag:match("^outer") and whole(m, m.tag, 100) then
+          outer = outer + 1
+        else return false, "a message came broken: " .. tostring(m.tag) end
+      end
+      if outer ~= 50 or huge ~= 2 or inner ~= inner_sent or inner == 0 then
+        return false, ("outer %d, huge %d, inner %d of %d"):format(outer, huge, inner, inner_sent)
+      end
+      return true
+    end)
+    assert.is_true(ok, detail)
+  end)
+
   it("rejects bad arguments", function()
     local e1, e2, e3 = smarm.run(function()
       local _, a = pcall(function() smarm.send(nil, 1) end)

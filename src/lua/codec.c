@@ -124,11 +124,42 @@ static void ensure_slots(enc_t *e)
   e->names_idx = lua_gettop(e->L);
 }
 
+/* registry[&spare_key]: the VM's spare encode buffer (a userdata of at most SPARE_MAX bytes). An
+** encode that outgrows `local` takes it (the slot is then empty: an encode nested in this one,
+** from a finalizer, or one of another actor while this one parks, grows its own) and puts its
+** buffer back when it succeeds, so a run of big messages grows no buffer, and makes no garbage,
+** per message. An encode that raises leaves its buffer to the collector. */
+static const char spare_key;
+#define SPARE_MAX (64 * 1024)
+
+/* Takes the spare buffer into the buffer's slot when it holds at least `need` bytes. */
+static int take_spare(enc_t *e, size_t need)
+{
+  lua_State *L = e->L;
+  lvm_push_registry(L, &spare_key);
+  size_t cap = lua_type(L, -1) == LUA_TUSERDATA ? lua_objlen(L, -1) : 0;
+  if (cap < need) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  unsigned char *nb = lua_touserdata(L, -1);
+  lua_replace(L, e->buf_idx);
+  lua_pushlightuserdata(L, (void *)&spare_key);
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  memcpy(nb, e->buf, e->len);
+  e->buf = nb;
+  e->cap = cap;
+  return 1;
+}
+
 static void reserve(enc_t *e, size_t n)
 {
   if (e->len + n <= e->cap)
     return;
   ensure_slots(e);
+  if (e->buf == e->local && take_spare(e, e->len + n))
+    return;
   size_t cap = e->cap * 2;
   while (cap < e->len + n)
     cap *= 2;
@@ -137,6 +168,17 @@ static void reserve(enc_t *e, size_t n)
   lua_replace(e->L, e->buf_idx); /* in its slot: a table walk keeps its key and value on top */
   e->buf = nb;
   e->cap = cap;
+}
+
+/* At a successful encode's end: its buffer becomes the VM's spare (sizes beyond SPARE_MAX are
+** left to the collector, not kept for the run). */
+static void give_back_buffer(enc_t *e)
+{
+  if (e->buf == e->local || e->cap > SPARE_MAX)
+    return;
+  lua_pushlightuserdata(e->L, (void *)&spare_key);
+  lua_pushvalue(e->L, e->buf_idx);
+  lua_rawset(e->L, LUA_REGISTRYINDEX);
 }
 
 static void put_byte(enc_t *e, unsigned char b)
@@ -784,8 +826,10 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
     smarm_msg_set_owning(m, 1);
   }
   memcpy(out, e.buf, e.len);
-  if (e.buf_idx)
+  if (e.buf_idx) {
+    give_back_buffer(&e);
     lua_pop(L, ENC_SLOTS);
+  }
   return m;
 }
 
