@@ -131,12 +131,11 @@ static const char maker[] =
 
 /* smarm.receive() (no match, no timeout), when a lone number or string is first in the mailbox:
 ** receive_take takes it into the VM's slot, and a string's bytes are copied by ffi.string, then
-** their block is released. The slot is
-** the VM's, so no other actor may run between the take and the reads: the preemption never
-** switches inside this function (lpreempt.c; it has no loop edge, so only a switch forced
-** after EDGE_TRIES instructions could land there). Anything else goes to the classic receive,
-** which parks or raises as before, given the two arguments it reads (receive() and
-** receive(nil, nil) are the same call to it).
+** their block is released. The slot is the VM's, so no other actor may run between the take and
+** the reads: the preemption steps out of this function before it switches (lpreempt.c; it has
+** no loop edge, so only a switch forced after EDGE_TRIES instructions could otherwise land
+** there). Anything else goes to the classic receive, which parks or raises as before, given the
+** two arguments it reads (receive() and receive(nil, nil) are the same call to it).
 ** A receive that parks would pay for a look at an empty mailbox (8% of a ping-pong's round
 ** trip), so the slot's `more` says whether to look: the classic receive sets it to whether
 ** messages are left when it returns one (sm_lfast_receive_more), and a look that takes nothing
