@@ -138,7 +138,7 @@ static const char maker[] =
 ** two arguments it reads (receive() and receive(nil, nil) are the same call to it).
 ** A receive that parks would pay for a look at an empty mailbox (8% of a ping-pong's round
 ** trip), so the slot's `more` says whether to look: the classic receive sets it to whether
-** messages are left when it returns one (sm_lfast_receive_more), and a look that takes nothing
+** messages are left when it returns one (sm_lfast_cache_refs), and a look that takes nothing
 ** clears it. It is only a hint: a message it hides is taken by the classic receive, a look it
 ** wastes finds nothing. The classic receive is a tail call: compiled code then leaves no frame
 ** of this function to rebuild when it exits to the interpreter for the call (a plain call, its
@@ -148,7 +148,7 @@ typedef struct fast_receive {
   int more;
   smarm_msg_t *block; /* a taken string's block, until its release (or the next take, or the
                          slot's collection at the VM's end: a hook that raised in between) */
-  smarm_msg_t *(*take)(codec_scalar_t *out); /* lfast.h */
+  smarm_match_fn is_scalar; /* lfast.h */
 } fast_receive_t;
 
 /* The entry points: 1, a number in slot->v.n; 2, a string at slot->v.s and slot->v.len, bytes
@@ -156,8 +156,8 @@ typedef struct fast_receive {
 ** touch it); 0, the classic receive. */
 static int receive_take(fast_receive_t *slot)
 {
-  smarm_msg_t *m = slot->take(&slot->v);
-  if (!m)
+  smarm_msg_t *m;
+  if (smarm_receive_first(slot->is_scalar, &slot->v, &m) < 0) /* -EPERM outside an actor */
     return 0;
   if (slot->v.type == LUA_TNUMBER) {
     smarm_msg_free(m);
@@ -210,26 +210,15 @@ _Static_assert(offsetof(codec_scalar_t, n) == 8 && offsetof(codec_scalar_t, s) =
 ** that reads the one slot. */
 static const char slot_key, receive_key;
 
-const void *sm_lfast_receive_fn(lua_State *L)
+void sm_lfast_cache_refs(lvm_t *vm)
 {
-  lvm_push_registry(L, &receive_key);
-  const void *fn = lua_topointer(L, -1);
-  lua_pop(L, 1);
-  return fn;
-}
-
-static fast_receive_t *vm_slot(lua_State *L)
-{
+  lua_State *L = vm->L;
   lvm_push_registry(L, &slot_key);
   fast_receive_t *slot = lua_touserdata(L, -1);
-  lua_pop(L, 1);
-  return slot;
-}
-
-int *sm_lfast_receive_more(lua_State *L)
-{
-  fast_receive_t *slot = vm_slot(L);
-  return slot ? &slot->more : NULL;
+  vm->receive_more = slot ? &slot->more : NULL;
+  lvm_push_registry(L, &receive_key);
+  vm->receive_fn = lua_topointer(L, -1);
+  lua_pop(L, 2);
 }
 
 /* Pushes ffi.cast(ctype, p): an entry point, or the slot. */
@@ -261,8 +250,7 @@ static void wrap(lua_State *L, int module, int cast, const char *name, void *num
 }
 
 /* Pushes the VM's FFI receive, made at the first call. */
-static void push_receive(lua_State *L, int module, int ffi, int cast,
-                         smarm_msg_t *(*take_scalar)(codec_scalar_t *out))
+static void push_receive(lua_State *L, int module, int ffi, int cast, smarm_match_fn is_scalar)
 {
   lvm_push_registry(L, &receive_key);
   if (!lua_isnil(L, -1))
@@ -276,7 +264,7 @@ static void push_receive(lua_State *L, int module, int ffi, int cast,
   fast_receive_t *slot = lua_newuserdata(L, sizeof *slot);
   memset(slot, 0, sizeof *slot);
   slot->more = 1;
-  slot->take = take_scalar;
+  slot->is_scalar = is_scalar;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, slot_gc);
   lua_setfield(L, -2, "__gc");
@@ -289,7 +277,7 @@ static void push_receive(lua_State *L, int module, int ffi, int cast,
   lvm_set_registry_once(L, &receive_key);
 }
 
-void sm_lfast_register(lua_State *L, int module, smarm_msg_t *(*take_scalar)(codec_scalar_t *out))
+void sm_lfast_register(lua_State *L, int module, smarm_match_fn is_scalar)
 {
   int base = lua_gettop(L);
   lua_getglobal(L, "require");
@@ -302,7 +290,7 @@ void sm_lfast_register(lua_State *L, int module, smarm_msg_t *(*take_scalar)(cod
        (void *)(uintptr_t)send_string, sm_lpid_push_pid_mt);
   wrap(L, module, cast, "=smarm.reply", (void *)(uintptr_t)reply_number,
        (void *)(uintptr_t)reply_string, sm_lpid_push_from_mt);
-  push_receive(L, module, ffi, cast, take_scalar);
+  push_receive(L, module, ffi, cast, is_scalar);
   lua_setfield(L, module, "receive");
   lua_settop(L, base);
 }

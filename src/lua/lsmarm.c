@@ -146,8 +146,7 @@ static void vm_cache_refs(lvm_t *vm)
   sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  vm->receive_more = sm_lfast_receive_more(vm->L);
-  vm->receive_fn = sm_lfast_receive_fn(vm->L);
+  sm_lfast_cache_refs(vm);
 }
 
 /* Message handler for an actor's protected call: the error becomes the table of its exit reason,
@@ -669,23 +668,15 @@ static void delivered(lua_State *L, lactor_t *la)
     la->io_held--;
 }
 
-/* The match of take_scalar: m is first in the mailbox of the calling actor. */
+/* The FFI receive's match (lfast.h): m, first in the calling actor's mailbox, is a lone number
+** or string that a plain receive() would return at once (described into *scalar); not when
+** messages are set aside by a selective receive, where sm_ljx_may_receive_unparked refuses, or
+** once the actor's end let go of its state. */
 static int is_scalar(const smarm_msg_t *m, void *scalar)
 {
-  const lactor_t *la = smarm_actor_data(); /* NULL once the actor's end let go of it */
+  const lactor_t *la = smarm_actor_data();
   return la && la->saved_count == 0 && sm_ljx_may_receive_unparked(la->head.co) &&
          smarm_msg_kind(m) == SMARM_MSG_USER && sm_codec_scalar(m, 0, scalar) != 0;
-}
-
-/* The FFI receive's taker (lfast.h): the first message of the mailbox, taken without parking,
-** raising or touching Lua, when it is a lone number or string that a plain receive() would
-** return at once (described into *out); NULL when the classic receive must take over: messages
-** set aside by a selective receive, anything else first, or what smarm_receive_first and
-** sm_ljx_may_receive_unparked refuse. */
-static smarm_msg_t *take_scalar(codec_scalar_t *out)
-{
-  smarm_msg_t *m;
-  return smarm_receive_first(is_scalar, out, &m) < 0 ? NULL : m; /* -EPERM outside an actor */
 }
 
 /* The next message of the mailbox, waiting up to timeout_ns (0 polls): pushes it and returns 1,
@@ -1708,7 +1699,7 @@ int luaopen_smarm_core(lua_State *L)
   sm_ltcp_register(L, module);
   sm_ludp_register(L, module);
   /* after every registration that may read the classic send or receive */
-  sm_lfast_register(L, module, take_scalar);
+  sm_lfast_register(L, module, is_scalar);
   sm_lpreempt_wrap_sethook(L);
   sm_lrebind_learn_standard(L);
   sm_lreentry_wrap(L);
