@@ -15,7 +15,9 @@
 **                          at once (sm_ljx_before_switch); read by a signal handler, which
 **                          then sets the hook itself:
 **   global_State.hookf, hookmask, hookcount, hookcstart   what lua_sethook writes, written by
-**                          the preemption's signal handler while the trace compiler is busy.
+**                          the preemption's signal handler while the trace compiler is busy;
+**                          and hookmask's line bit, set by that handler at any time over an
+**                          actor's own count hook (sm_ljx_hook_add_line).
 **   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
 **                          has made no callback, so none can be running).
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
@@ -174,6 +176,8 @@ void sm_ljx_set_hook_left(lua_State *L, int left)
   if (left > 0 && left <= g->hookcstart)
     g->hookcount = left;
 }
+
+void sm_ljx_hook_add_line(lua_State *L) { G(L)->hookmask |= LUA_MASKLINE; }
 
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
 

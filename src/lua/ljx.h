@@ -47,6 +47,11 @@ void sm_ljx_after_switch(lua_State *L);
 int sm_ljx_hook_left(lua_State *L);
 void sm_ljx_set_hook_left(lua_State *L, int left);
 
+/* Adds line events to the VM's hook mask, and nothing else: no write of the count, no dispatch
+** table rewrite (for a signal handler, while a count hook keeps the interpreter in its
+** instruction-hook mode). */
+void sm_ljx_hook_add_line(lua_State *L);
+
 /* The bytes the VM of L has allocated (what collectgarbage("count") tells, in bytes). */
 size_t sm_ljx_gc_total(lua_State *L);
 /* Counts n bytes the collector does not see (a binary's block, lbinary.h) as the VM's memory,

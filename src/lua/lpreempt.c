@@ -2,9 +2,10 @@
 ** Preempting Lua actors (see lpreempt.h and docs/design.md, "Preemption").
 **
 ** Arming. The ticker thread (core, preempt.c) signals a scheduler whose actor overstayed its
-** slice; the handler runs on that scheduler's thread, so arming the hook (lua_sethook, count 1)
-** races with nothing but the code it interrupted. If that code was in the middle of changing the
-** VM's hook state itself, the arming can be lost; the ticker then asks again later. Every change
+** slice; the handler runs on that scheduler's thread, so arming the hook (lua_sethook, count 1;
+** over an actor's own count hook, a line bit: see below) races with nothing but the code it
+** interrupted. If that code was in the middle of changing the VM's hook state itself, the
+** arming can be lost; the ticker then asks again later, and the handler arms again. Every change
 ** of the hook from the VM's own thread keeps the handler off while it runs (no_arm). While the VM
 ** is in its trace compiler, the handler sets the hook without lua_sethook's trace abort and
 ** dispatch table rewrite, which would break the compiler's state machine under its feet; the
@@ -16,14 +17,23 @@
 ** ref, mask, count) and installs actor_hook, which calls the function of the actor that set it;
 ** after every switch into an actor (sm_lpreempt_switched_in) the VM's hook is made the incoming
 ** actor's, or none. Nothing is done there while no actor of the VM has a hook (hooked_actors).
-** A preemption due while an actor's hook is installed is armed over it: the same mask plus a
-** count of 1 (hook_armed); actor_hook then does the preemption's work on count events and hands
-** the other events to the user's function, and the actor's own mask and count come back when the
-** preemption is done. Meanwhile the armed count events also count the actor's own instructions
-** (never armed for more than its count), so its own count events come as often as without a
-** preemption: stepping to a loop's edge took them all, and a count hook set just before
-** straight-line code could miss every event. A hook set outside any actor (before smarm.run) stays VM-wide, as in plain
-** LuaJIT, and a VM with one is not preempted.
+** A preemption due while an actor's hook is installed is armed over it, and the actor's own
+** mask and count come back when the preemption is done. If that hook counts instructions, the
+** signal handler never writes the count: the interpreter decrements it with a load and a store
+** on some machines (aarch64), and a store that a signal lands before overwrites the arming, so
+** the actor's count went uncounted for up to a whole period; and on every machine an arming that
+** lands between the count reaching 0 and its test lost that event. The handler adds line events
+** to the mask instead (ARMED_LINE), and the next line or count event does the preemption's work,
+** the count untouched and exact. A handler whose line bit is lost to a mask update it
+** interrupted leaves it for the ticker's next ask, or for the count's own event. Any other hook
+** is armed with its mask plus a count of 1. Once in the hook, the preemption steps on with count
+** events (ARMED_COUNT), set from the VM's own thread: actor_hook does the preemption's work on
+** them and hands the other events to the user's function; those armed events count the actor's
+** own instructions too (never armed for more than what is left of its count), so its own count
+** events come as often as without a preemption: stepping to a loop's edge took them all, and a
+** count hook set just before straight-line code could miss every event. A hook set outside any
+** actor (before smarm.run) stays VM-wide, as in plain LuaJIT, and a VM with one is not
+** preempted.
 **
 ** Where. An actor is switched out at the end of a loop's iteration (sm_ljx_at_loop_edge): a
 ** runaway actor is nearly always in a loop, and straight-line code, such as `count = count + 1`
@@ -59,6 +69,9 @@
 ** actor is switched wherever it stands, so that nothing escapes its slice for good. */
 #define EDGE_TRIES 4096
 
+/* lvm_t.hook_armed: how a preemption is armed over the installed actor's hook (see the top). */
+enum { NOT_ARMED, ARMED_COUNT, ARMED_LINE };
+
 /* lua_sethook with the signal handler kept off: a signal landing inside it would arm the hook
 ** in the middle of LuaJIT rewriting its dispatch table, which is not reentrant. `armed` is the
 ** new hook_armed (with armed_count: the count it is armed with), and `left` the instructions
@@ -70,7 +83,7 @@ static void set_hook_armed(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int co
   vm->no_arm = 1;
   atomic_signal_fence(memory_order_seq_cst);
   vm->hook_armed = armed;
-  vm->armed_count = armed ? count : 0;
+  vm->armed_count = armed == ARMED_COUNT ? count : 0;
   lua_sethook(L, f, f ? mask : 0, count);
   sm_ljx_set_hook_left(L, left);
   atomic_signal_fence(memory_order_seq_cst);
@@ -80,7 +93,7 @@ static void set_hook_armed(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int co
 /* The same, disarmed. */
 static void set_hook(lvm_t *vm, lua_State *L, lua_Hook f, int mask, int count, int left)
 {
-  set_hook_armed(vm, L, f, mask, count, 0, left);
+  set_hook_armed(vm, L, f, mask, count, NOT_ARMED, left);
 }
 
 static void preempt_hook(lua_State *L, lua_Debug *ar);
@@ -91,9 +104,9 @@ static void actor_hook(lua_State *L, lua_Debug *ar);
 static void rearm(lvm_t *vm, lua_State *L, int count)
 {
   if (vm->hook_owner) {
-    if ((vm->hook_mask & LUA_MASKCOUNT) && count > vm->hook_count)
-      count = vm->hook_count;
-    set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, 1, 0);
+    if ((vm->hook_mask & LUA_MASKCOUNT) && count > vm->own_count_left)
+      count = vm->own_count_left > 0 ? vm->own_count_left : 1;
+    set_hook_armed(vm, L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, count, ARMED_COUNT, 0);
   } else {
     set_hook(vm, L, preempt_hook, LUA_MASKCOUNT, count, 0);
   }
@@ -122,7 +135,7 @@ static void install(lvm_t *vm, lua_State *L, lvm_actor_head_t *a)
     a->hook_left = 0;
   } else {
     vm->hook_owner = NULL;
-    vm->hook_armed = 0; /* read by the handler only while actor_hook is installed */
+    vm->hook_armed = NOT_ARMED; /* read by the handler only while actor_hook is installed */
     if (lua_gethook(L) == actor_hook)
       set_hook(vm, L, NULL, 0, 0, 0);
   }
@@ -206,13 +219,22 @@ static void actor_hook(lua_State *L, lua_Debug *ar)
     lua_sethook(L, NULL, 0, 0);
     return;
   }
-  if (ar->event == LUA_HOOKCOUNT && vm->hook_armed) {
+  if (ar->event == LUA_HOOKCOUNT && vm->hook_armed == ARMED_COUNT) {
     /* the armed events count the actor's own instructions too (see the top) */
     if ((vm->hook_mask & LUA_MASKCOUNT) &&
         (vm->own_count_left -= vm->armed_count) <= 0) {
       vm->own_count_left = vm->hook_count;
       call_own_hook(vm, L, ar); /* may turn its hook off: preempt_step looks afresh */
     }
+    preempt_step(vm, L);
+    return;
+  }
+  if (vm->hook_armed == ARMED_LINE &&
+      (ar->event == LUA_HOOKCOUNT || ar->event == LUA_HOOKLINE)) {
+    /* armed by the signal handler's line events: the count is LuaJIT's own, exact here */
+    vm->own_count_left = sm_ljx_hook_left(L);
+    if (ar->event == LUA_HOOKCOUNT || (vm->hook_mask & LUA_MASKLINE))
+      call_own_hook(vm, L, ar);
     preempt_step(vm, L);
     return;
   }
@@ -234,14 +256,19 @@ void sm_lpreempt_arm(lvm_t *vm)
     return;
   atomic_signal_fence(memory_order_seq_cst);
   lua_Hook h = lua_gethook(L);
-  if (h == actor_hook) { /* an actor's own hook: armed over it (the same half-rewritten case) */
-    int mask = vm->hook_mask | LUA_MASKCOUNT;
-    if (!vm->hook_armed) /* what is left of the actor's own count runs on while armed */
-      vm->own_count_left = (vm->hook_mask & LUA_MASKCOUNT) ? sm_ljx_hook_left(L) : 0;
-    arm_hook(L, NULL, 0, 0);
+  if (h == actor_hook) { /* an actor's own hook: armed over it (see the top) */
+    if (vm->hook_mask & LUA_MASKCOUNT) {
+      if (vm->hook_armed == ARMED_COUNT)
+        return; /* armed from the VM's thread: the hook runs within its count */
+      vm->hook_armed = ARMED_LINE;
+      sm_ljx_hook_add_line(L); /* again if armed so: a lost bit is set anew */
+      return;
+    }
+    /* armed anew at every ask, even if armed so: this arming, made here, may have been lost */
+    arm_hook(L, NULL, 0, 0); /* the same half-rewritten case as below */
     vm->armed_count = 1;
-    vm->hook_armed = 1;
-    arm_hook(L, actor_hook, mask, 1);
+    vm->hook_armed = ARMED_COUNT;
+    arm_hook(L, actor_hook, vm->hook_mask | LUA_MASKCOUNT, 1);
     return;
   }
   if (h == preempt_hook) /* the dispatch table may be half rewritten (an arming that was lost in
@@ -282,8 +309,13 @@ void sm_lpreempt_note_left(lua_State *L)
 {
   lvm_t *vm = this_vm();
   lvm_actor_head_t *a = vm ? vm->hook_owner : NULL;
-  if (a && a == smarm_actor_data() && (a->hook_mask & LUA_MASKCOUNT) && !vm->hook_armed)
-    a->hook_left = sm_ljx_hook_left(L);
+  if (!a || a != smarm_actor_data() || !(a->hook_mask & LUA_MASKCOUNT))
+    return;
+  /* LuaJIT's count, less what an armed count has run of its own (the handler never arms so) */
+  int left = sm_ljx_hook_left(L);
+  if (vm->hook_armed == ARMED_COUNT)
+    left = vm->own_count_left - (vm->armed_count - left);
+  a->hook_left = left > 0 ? left : 1;
 }
 
 void sm_lpreempt_drop_hook(lvm_t *vm, lvm_actor_head_t *a)
@@ -327,6 +359,7 @@ static int sethook(lua_State *L)
     }
     a->hook_mask = mask;
     a->hook_count = count;
+    a->hook_left = 0; /* a new hook counts afresh, not from what an earlier one left */
     install(vm, L, a);
     return 0;
   }

@@ -56,7 +56,7 @@ typedef struct lvm {
   int edge_tries;               /* lpreempt.c: hooks since the last switch, looking for an edge */
   /* lpreempt.c, per-actor hooks: how many of this VM's actors have a hook of their own; whose
   ** is installed in the VM now (NULL: none) with its mask and count (read by the signal
-  ** handler); whether a preemption is armed over it. */
+  ** handler); how a preemption is armed over it (lpreempt.c). */
   char watchdog_head[64];       /* lsmarm.c: the first line of the watchdog's traceback */
   int hooked_actors;
   struct lvm_actor_head *volatile hook_owner;
