@@ -202,8 +202,9 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
 
 /* An actor's body raised (the error value on co's top): it ends with the reason
 ** { error = <the value>, traceback = "<text>" }, and its report goes to stderr unless something
-** hears of its end (a link or a monitor: smarm_is_watched). */
-static void set_error_reason(lua_State *co)
+** hears of its end (a link or a monitor: smarm_is_watched). Never inlined: its buffer would
+** sit in lactor_main's frame, under every actor's C stack, which a parked actor keeps saved. */
+static __attribute__((noinline, cold)) void set_error_reason(lua_State *co)
 {
   /* The handler's table; a bare string when even the handler failed (out of memory). */
   const char *msg = lua_tostring(co, -1), *trace = "";
