@@ -1,5 +1,7 @@
 -- smarm.processes and smarm.info: each scheduler answers for its own actors.
 local smarm = require "smarm"
+local guard = dofile("spec/support/guard.lua")
+local HANG = guard.HANG
 
 local function sorted(pids)
   table.sort(pids, function(a, b) return tostring(a) < tostring(b) end)
@@ -139,12 +141,16 @@ describe("smarm.info", function()
         while true do smarm.sleep(0.001) end
       end)
       local spinner = smarm.spawn_on(2, function()
-        local t = smarm.now()
-        while smarm.now() - t < 0.3 do smarm.yield() end -- switches only to the sleeper
+        -- spins until charged a tenth of a second, however few of the ticker's looks find it
+        -- running on a slow machine (each yield switches only to the sleeper)
+        local deadline = smarm.now() + HANG
+        while smarm.info(smarm.self(), "cpu").cpu < 0.1 and smarm.now() < deadline do
+          smarm.yield()
+        end
         smarm.send(me, "spun")
         smarm.receive()
       end)
-      assert.equals("spun", smarm.receive(nil, 60))
+      assert.equals("spun", smarm.receive(nil, HANG))
       local spun = smarm.info(spinner, "cpu").cpu
       local slept = smarm.info(sleeper, "cpu").cpu
       assert.is_true(spun >= 0.1, "the spinner's " .. spun .. " s")
@@ -175,6 +181,7 @@ describe("smarm.info", function()
       local fds = ffi.new("int[2]")
       assert.equals(0, ffi.C.pipe(fds))
       local rfd, wfd = fds[0], fds[1]
+      guard.started() -- the spawn below must be answered within request_timeout
       local hog, hog_ref = smarm.spawn_opt({ on = 2, slice = math.huge, monitor = true }, function()
         local ffi2 = require("ffi")
         pcall(ffi2.cdef, "intptr_t read(int fd, void *buf, size_t n);")

@@ -99,10 +99,13 @@ describe("smarm.stats", function()
         return #hold
       end)
       assert.are.equal("holding", smarm.receive(nil, WAIT))
-      -- told when its scheduler idles: once the actor has parked
-      assert.is_true(wait_until(function() return smarm.info(big, "status").status == "waiting" end))
-      local s = smarm.stats()
-      assert.is_true(s[2].memory >= small + 2 * 1024 * 1024, "scheduler 2's VM: " .. s[2].memory)
+      -- told when its scheduler idles after the actor has parked: later than an info that says
+      -- the actor waits (answered before that idle), so waited for
+      local s
+      assert.is_true(wait_until(function()
+        s = smarm.stats()
+        return s[2].memory >= small + 2 * 1024 * 1024
+      end), "scheduler 2's VM: " .. s[2].memory)
       assert.are.equal(s[1].memory + s[2].memory, s.total.memory)
       assert.is_true(math.abs(s[1].memory - s.memory) < 1024 * 1024) -- the caller's, now
       smarm.send(big, "go")

@@ -6,7 +6,8 @@
 -- Scheduler 2 is held in C by an actor blocked in read(2) on a pipe that only the main actor
 -- writes to, after its requests: they cannot be answered in time on any machine, however slow.
 -- The requests made before it is held must be answered within the timeout, half a second: a
--- margin of hundreds of times what a slow machine needs.
+-- margin of hundreds of times what a slow machine needs once scheduler 2 has started (its
+-- start, which a slow machine may take longer for, is waited for first).
 local smarm = require("smarm")
 local guard = dofile("spec/support/guard.lua")
 local run = guard.run
@@ -39,6 +40,7 @@ describe("a request to a scheduler stuck in C", function()
       assert.equals(0, ffi.C.pipe(fds))
       local rfd, wfd = fds[0], fds[1]
       local me = smarm.self()
+      guard.started()
       local dead, ref = smarm.spawn_opt({ on = 2, monitor = true }, function() end)
       guard.receive("the DOWN of an actor of scheduler 2",
         function(m) return type(m) == "table" and m.ref == ref end)

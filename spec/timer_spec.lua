@@ -7,16 +7,17 @@ local smarm = require("smarm")
 local WAIT = 60 -- a hang guard in seconds, never a time budget
 
 -- Runs body(target) in a run of two schedulers, once with the target being the main actor
--- itself and once with a forwarder on scheduler 2 that passes every message on to the main
--- actor; a "marker" makes it sleep 0.1 s on its scheduler first.
-local function both(body)
-  smarm.run(function() body(smarm.self()) end, { schedulers = 2 })
+-- itself (on the clock clock_here, the real one by default) and once with a forwarder on
+-- scheduler 2 that passes every message on to the main actor; a marker { sleep = s } makes it
+-- sleep s seconds on its scheduler first.
+local function both(body, clock_here)
+  smarm.run(function() body(smarm.self()) end, { schedulers = 2, clock = clock_here })
   smarm.run(function()
     local target = smarm.spawn_on(2, function(to)
       local s = require("smarm")
       while true do
         local m = s.receive()
-        if m == "marker" then s.sleep(0.1) end
+        if type(m) == "table" and m.sleep then s.sleep(m.sleep) end
         s.send(to, m)
       end
     end, smarm.self())
@@ -24,13 +25,19 @@ local function both(body)
   end, { schedulers = 2 })
 end
 
--- Nothing more comes from target (see the top): the marker, or a sleep here, comes last.
-local function nothing_more(target)
+-- Nothing more comes from target, whose timers were due within `delay` s of being set (see the
+-- top): a sleep of twice that here, or on the forwarder's scheduler, ends after them.
+local function nothing_more(target, delay)
   if target == smarm.self() then
-    smarm.sleep(0.1)
+    smarm.sleep(2 * delay)
   else
-    smarm.send(target, "marker")
-    assert.are.equal("marker", smarm.receive(WAIT))
+    local marker = { sleep = 2 * delay }
+    smarm.send(target, marker)
+    assert.are.same(marker, smarm.receive(WAIT))
+    -- what a timer sent it before that sleep ended waits in the forwarder's mailbox, behind the
+    -- marker (forwarded after it): it comes before the next message through
+    smarm.send(target, "last")
+    assert.are.equal("last", smarm.receive(WAIT))
   end
   assert.are.same({ nil, "timeout" }, { smarm.receive(0) })
 end
@@ -39,8 +46,10 @@ describe("smarm.send_after", function()
   it("sends messages later, in deadline order, here and across schedulers", function()
     both(function(target)
       local a, c
-      if target == smarm.self() then -- latest first (the heap orders them), far enough apart
-        c = smarm.send_after(1, target, { n = 3 }) -- that no stall between calls reorders them
+      if target == smarm.self() then -- latest first (the heap orders them); on the virtual
+        -- clock, which stands still while this actor runs: no stall between the calls of a
+        -- slow machine reorders their deadlines
+        c = smarm.send_after(1, target, { n = 3 })
         smarm.send_after(0.5, target, { n = 2 })
         a = smarm.send_after(0, target, { n = 1 })
       else -- each set is a round trip of any length: deadlines in the order of the calls
@@ -51,17 +60,27 @@ describe("smarm.send_after", function()
       for n = 1, 3 do assert.are.same({ n = n }, smarm.receive(WAIT)) end
       assert.is_false(smarm.cancel_timer(a)) -- fired: nothing to cancel
       assert.is_false(smarm.cancel_timer(c))
-    end)
+    end, "virtual")
   end)
 
   it("never sends a cancelled timer's message, and says what time it had left", function()
     both(function(target)
-      local t = smarm.send_after(0.05, target, "late")
-      local left = smarm.cancel_timer(t)
+      -- The deadline counts from the call, and across schedulers the set and the cancel are a
+      -- round trip each: a stall longer than the delay (a slow machine, a thread not run) lets
+      -- the timer fire first. Its message then comes (cancel says false), and it is set again
+      -- with twice the delay.
+      local delay, t, left = 0.05, nil, nil
+      for try = 1, 8 do -- up to 6.4 s
+        t = smarm.send_after(delay, target, "late")
+        left = smarm.cancel_timer(t)
+        if left or try == 8 then break end
+        assert.are.equal("late", smarm.receive(WAIT))
+        delay = 2 * delay
+      end
       assert.is_number(left)
-      assert.is_true(left >= 0 and left <= 0.05, tostring(left))
+      assert.is_true(left >= 0 and left <= delay, tostring(left))
       assert.is_false(smarm.cancel_timer(t)) -- once
-      nothing_more(target)
+      nothing_more(target, delay)
     end)
   end)
 
@@ -108,8 +127,9 @@ describe("smarm.send_after", function()
           return "noreply", watcher
         end,
       }, smarm.self(), { name = "ticker" }))
-      smarm.send_after(0.5, pid, "second")
+      -- set in the order they come: a stall between the calls cannot put "second" first
       smarm.send_after(0, "ticker", "first")
+      smarm.send_after(0.5, pid, "second")
       assert.are.same({ heard = "first" }, smarm.receive(WAIT))
       assert.are.same({ heard = "second" }, smarm.receive(WAIT))
       assert.is_true(server.stop(pid))

@@ -18,8 +18,11 @@ static smarm_msg_t *u64_msg(uint64_t v)
   return m;
 }
 
-/* Forwards every message to the pid of its first one; a message 0 makes it sleep 100 ms first
-** (on its scheduler: any timer due before then fires first), then forward it. */
+/* A marker: SLEEP_FOR | ns, a message that makes the forwarder sleep ns first. */
+#define SLEEP_FOR (1ULL << 62)
+
+/* Forwards every message to the pid of its first one; a marker makes it sleep first (on its
+** scheduler: any timer due before then fires first), then forward it. */
 static void forwarder(void *arg)
 {
   smarm_pid_t to = *(smarm_pid_t *)arg;
@@ -27,8 +30,8 @@ static void forwarder(void *arg)
   while (smarm_receive(SMARM_FOREVER, &m) == 0) {
     uint64_t v;
     memcpy(&v, smarm_msg_data(m), sizeof v);
-    if (v == 0)
-      smarm_sleep(100 * MS);
+    if (v & SLEEP_FOR)
+      smarm_sleep((int64_t)(v & ~SLEEP_FOR));
     CHECK_EQ(smarm_send(to, m), 0);
   }
 }
@@ -46,14 +49,19 @@ static smarm_pid_t target_for(int where)
   return pid;
 }
 
-/* Waits until nothing more can come from the target: a marker 0 goes through it last. */
-static void expect_nothing_more(smarm_pid_t target, int where)
+/* Waits until nothing more can come from the target, whose timers were due within delay ns of
+** being set: a sleep of twice that here, or on the forwarder's scheduler (a marker), ends after
+** them. What a timer sent the forwarder before its sleep ended waits in its mailbox behind the
+** marker (forwarded after it), so it comes before the next message through, 8. */
+static void expect_nothing_more(smarm_pid_t target, int where, int64_t delay)
 {
   if (where) {
-    CHECK_EQ(test_send_u64(target, 0), 0);
-    CHECK_EQ(test_recv_u64(WAIT), 0);
+    CHECK_EQ(test_send_u64(target, SLEEP_FOR | (uint64_t)(2 * delay)), 0);
+    CHECK_EQ(test_recv_u64(WAIT), (int64_t)(SLEEP_FOR | (uint64_t)(2 * delay)));
+    CHECK_EQ(test_send_u64(target, 8), 0);
+    CHECK_EQ(test_recv_u64(WAIT), 8);
   } else {
-    smarm_sleep(100 * MS);
+    smarm_sleep(2 * delay);
   }
   smarm_msg_t *m;
   CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
@@ -64,8 +72,9 @@ static void main_order(void *arg)
   int where = *(int *)arg;
   smarm_pid_t t = target_for(where);
   smarm_timer_t a, b, c;
-  if (!where) { /* latest first, so the heap orders them; half a second apart, so no stall of
-                ** the caller between two calls can reorder their deadlines */
+  if (!where) { /* latest first, so the heap orders them; on the virtual clock (see the test),
+                ** which stands still while this actor runs: no stall between two calls of a
+                ** slow machine reorders their deadlines */
     CHECK_EQ(smarm_send_after(1000 * MS, t, u64_msg(3), &c), 0);
     CHECK_EQ(smarm_send_after(500 * MS, t, u64_msg(2), &b), 0);
     CHECK_EQ(smarm_send_after(0, t, u64_msg(1), &a), 0);
@@ -83,10 +92,20 @@ static void main_order(void *arg)
   CHECK_EQ(smarm_cancel_timer(c), -ENOENT);
 }
 
+/* Runs fn as the main actor of a runtime of nsched schedulers on the virtual clock. */
+static void run_virtual(unsigned nsched, smarm_actor_fn fn, void *arg)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = nsched;
+  cfg.clock = SMARM_CLOCK_VIRTUAL;
+  CHECK_EQ(smarm_run(&cfg, fn, arg), 0);
+}
+
 TEST(timers_fire_in_deadline_order_here_and_across)
 {
   int here = 0, there = 1;
-  RUN(1, main_order, &here);
+  run_virtual(1, main_order, &here);
   RUN(2, main_order, &there);
 }
 
@@ -95,11 +114,21 @@ static void main_cancel(void *arg)
   int where = *(int *)arg;
   smarm_pid_t t = target_for(where);
   smarm_timer_t tm;
-  CHECK_EQ(smarm_send_after(50 * MS, t, u64_msg(7), &tm), 0);
-  int64_t left = smarm_cancel_timer(tm);
-  CHECK(left >= 0 && left <= 50 * MS);
+  /* The deadline counts from the call, and across schedulers the set and the cancel are a round
+  ** trip each: a stall longer than the delay (a slow machine, a thread not run) lets the timer
+  ** fire first. Its message then comes (-ENOENT), and it is set again with twice the delay. */
+  int64_t delay = 50 * MS, left = -ENOENT;
+  for (int n = 1; n <= 8; n++) { /* up to 6.4 s */
+    CHECK_EQ(smarm_send_after(delay, t, u64_msg(7), &tm), 0);
+    left = smarm_cancel_timer(tm);
+    if (left != -ENOENT || n == 8)
+      break;
+    CHECK_EQ(test_recv_u64(WAIT), 7);
+    delay *= 2;
+  }
+  CHECK(left >= 0 && left <= delay);
   CHECK_EQ(smarm_cancel_timer(tm), -ENOENT); /* once */
-  expect_nothing_more(t, where);
+  expect_nothing_more(t, where, delay);
 }
 
 TEST(a_cancelled_timer_never_sends_here_and_across)

@@ -39,6 +39,19 @@ function guard.wait(pred, what, every)
   end
 end
 
+-- Waits until every scheduler of the run answers a request (smarm.processes asks each one);
+-- raises any error but a timeout. A run's first request to another scheduler waits for that
+-- scheduler's start, which a slow machine may take longer for than a short
+-- opts.request_timeout: a spec whose requests must be answered within one calls this first
+-- (a request that timed out is asked again).
+function guard.started(what)
+  guard.wait(function()
+    local answered, err = pcall(smarm.processes)
+    if not answered and not tostring(err):find("did not answer", 1, true) then error(err, 0) end
+    return answered
+  end, what or "every scheduler's first answer")
+end
+
 -- Waits until pid's actor has ended (it may be on any scheduler).
 function guard.ended(pid, what)
   guard.wait(function() return not smarm.alive(pid) end, what or ("actor " .. tostring(pid)))
