@@ -8,7 +8,7 @@ local smarm = require "smarm"
 local test = {}
 
 local DEFAULT_TIMEOUT = 10
-local DEFAULT_EXPECT_TIMEOUT = 1     -- test.expect_message
+local DEFAULT_EXPECT_TIMEOUT = 5     -- test.expect_message: paid only when the test fails
 local DEFAULT_NO_MESSAGE_TIMEOUT = 0.1 -- test.expect_no_message
 
 local function pack(...) return { n = select("#", ...), ... } end
