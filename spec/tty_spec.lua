@@ -69,10 +69,36 @@ local function wait_for(name, text, is_pattern)
   end
 end
 
+-- How many times text shows on window name's screen.
+local function shown(name, text)
+  local n, at = 0, 1
+  local s = screen(name)
+  while true do
+    local i = s:find(text, at, true)
+    if not i then return n end
+    n, at = n + 1, i + #text
+  end
+end
+
 -- A `for` over three lines in window name: it runs once whole, the middle lines prompted ">> ".
+-- Each line is typed once the prompt for it shows: a line typed ahead is echoed by the terminal
+-- before the prompt comes (a slow machine showed "print('line ' .. i)>>"), which proves nothing.
 local function check_multi_line(name)
+  local prompts = shown(name, ">>")
+  local function after_prompt(k)
+    local deadline = os.time() + guard.HANG
+    while shown(name, ">>") < prompts + k do
+      if os.time() > deadline then
+        error("tmux window " .. name .. ": no continuation prompt " .. k .. " within "
+          .. guard.HANG .. " s; it shows:\n" .. screen(name), 2)
+      end
+      posix.sleep(0.05)
+    end
+  end
   type_line(name, "for i = 1, 2 do")
+  after_prompt(1)
   type_line(name, "print('line ' .. i)")
+  after_prompt(2)
   type_line(name, "end")
   local s = wait_for(name, "line 2\n")
   assert.matches(">> print", s, 1, true) -- the continued entry's prompt
