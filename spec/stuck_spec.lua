@@ -54,8 +54,8 @@ describe("a request to a scheduler stuck in C", function()
       guard.receive("the hog's start", function(m) return m == "blocking" end)
 
       times_out("alive", smarm.alive, hog)
-      -- a spawn without a name does not wait: its pid was set aside ahead (the first spawn on
-      -- scheduler 2, above, asked for some); the actor starts when scheduler 2 gets to it
+      -- a spawn without a name does not wait: its pid was set aside ahead (the spawn of `dead`
+      -- on scheduler 2, above, asked for some); the actor starts when scheduler 2 gets to it
       local late = smarm.spawn_on(2, function() smarm.send(me, "late spawn") end)
       assert.equals("userdata", type(late))
       smarm.register("taken", me)

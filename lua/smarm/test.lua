@@ -152,7 +152,7 @@ local function check_timeout(fname, t, default)
 end
 
 -- expect_message(match [, timeout]) -> msg: the first message that matches, received within
--- timeout seconds (default 1); the test fails otherwise.
+-- timeout seconds (default 5); the test fails otherwise.
 function test.expect_message(match, timeout)
   timeout = check_timeout("expect_message", timeout, DEFAULT_EXPECT_TIMEOUT)
   local m = smarm.receive(matcher(match), timeout)

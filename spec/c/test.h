@@ -81,6 +81,17 @@ void test_skip(const char *why);
     CHECK_EQ(smarm_run(&run_cfg_, (fn_), (arg_)), 0);                                          \
   } while (0)
 #define RUN(nsched_, fn_, arg_) RUN_HOOKED(nsched_, fn_, arg_, NULL, NULL)
+/* Runs fn(arg) as the main actor of a runtime of nsched schedulers on the virtual clock, with
+** spin_ns as smarm_config_t.spin_ns (-1: the default); returns smarm_run's result. */
+static inline int test_run_virtual(unsigned nsched, smarm_actor_fn fn, void *arg, int64_t spin_ns)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = nsched;
+  cfg.spin_ns = spin_ns;
+  cfg.clock = SMARM_CLOCK_VIRTUAL;
+  return smarm_run(&cfg, fn, arg);
+}
 /* For tests of the IO thread (they include io/io.h). */
 #define RUN_IO(nsched_, fn_, arg_)                                                            \
   RUN_HOOKED(nsched_, fn_, arg_, sm_io_sched_thread_enter, sm_io_sched_thread_leave)

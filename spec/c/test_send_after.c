@@ -92,20 +92,10 @@ static void main_order(void *arg)
   CHECK_EQ(smarm_cancel_timer(c), -ENOENT);
 }
 
-/* Runs fn as the main actor of a runtime of nsched schedulers on the virtual clock. */
-static void run_virtual(unsigned nsched, smarm_actor_fn fn, void *arg)
-{
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = nsched;
-  cfg.clock = SMARM_CLOCK_VIRTUAL;
-  CHECK_EQ(smarm_run(&cfg, fn, arg), 0);
-}
-
 TEST(timers_fire_in_deadline_order_here_and_across)
 {
   int here = 0, there = 1;
-  run_virtual(1, main_order, &here);
+  CHECK_EQ(test_run_virtual(1, main_order, &here, -1), 0);
   RUN(2, main_order, &there);
 }
 

@@ -15,18 +15,7 @@
 #define SEC (1000LL * 1000 * 1000)
 #define MS (1000LL * 1000)
 
-/* spin_ns: how long an idle scheduler spins before it parks (-1: the default). */
-static int run_virtual(unsigned nsched, smarm_actor_fn fn, int64_t spin_ns)
-{
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = nsched;
-  cfg.spin_ns = spin_ns;
-  cfg.clock = SMARM_CLOCK_VIRTUAL;
-  return smarm_run(&cfg, fn, NULL);
-}
-
-#define RUN_VIRTUAL(nsched_, fn_) CHECK_EQ(run_virtual((nsched_), (fn_), -1), 0)
+#define RUN_VIRTUAL(nsched_, fn_) CHECK_EQ(test_run_virtual((nsched_), (fn_), NULL, -1), 0)
 
 static smarm_pid_t main_pid; /* written by the main actor before it spawns the others */
 
@@ -414,7 +403,7 @@ TEST(stress_messages_and_timeouts_on_two_schedulers)
 ** scheduler going idle and a message on its way to it. */
 TEST(stress_without_spinning)
 {
-  CHECK_EQ(run_virtual(2, stress_main, 0), 0);
+  CHECK_EQ(test_run_virtual(2, stress_main, NULL, 0), 0);
 }
 
 /* The same on one scheduler: the last to go idle is always the one that owns the deadline. */

@@ -26,12 +26,13 @@
 ** to the mask instead (ARMED_LINE), and the next line or count event does the preemption's work,
 ** the count untouched and exact. A handler whose line bit is lost to a mask update it
 ** interrupted leaves it for the ticker's next ask, or for the count's own event. Any other hook
-** is armed with its mask plus a count of 1. Once in the hook, the preemption steps on with count
-** events (ARMED_COUNT), set from the VM's own thread: actor_hook does the preemption's work on
-** them and hands the other events to the user's function; those armed events count the actor's
-** own instructions too (never armed for more than what is left of its count), so its own count
-** events come as often as without a preemption: stepping to a loop's edge took them all, and a
-** count hook set just before straight-line code could miss every event. A hook set outside any
+** is armed with its mask plus a count of 1 (ARMED_COUNT, set by the handler only over a hook that
+** does not count). Once in the hook, the preemption steps on with count events (ARMED_COUNT, set
+** from the VM's own thread): actor_hook does the preemption's work on them and hands the other
+** events to the user's function; those armed events count the actor's own instructions too
+** (never armed for more than what is left of its count), so its own count events come as often
+** as without a preemption: stepping to a loop's edge took them all, and a count hook set just
+** before straight-line code could miss every event. A hook set outside any
 ** actor (before smarm.run) stays VM-wide, as in plain LuaJIT, and a VM with one is not
 ** preempted.
 **
