@@ -35,20 +35,22 @@ void sm_alloc_fail(unsigned sites, unsigned count);
 extern _Atomic unsigned sm_alloc_failing_sites; /* armed sites; 0 almost always */
 int sm_alloc_take_failure(unsigned site);       /* 1: this call is to fail (one used up) */
 
+/* Whether this allocation at `site` is to fail (for allocators of their own: home.h's blocks). */
+static inline int sm_alloc_fails(unsigned site)
+{
+  return SMARM_UNLIKELY(atomic_load_explicit(&sm_alloc_failing_sites, memory_order_relaxed) &
+                        site) &&
+         sm_alloc_take_failure(site);
+}
+
 static inline void *sm_alloc(unsigned site, size_t size)
 {
-  if (SMARM_UNLIKELY(atomic_load_explicit(&sm_alloc_failing_sites, memory_order_relaxed) & site) &&
-      sm_alloc_take_failure(site))
-    return NULL;
-  return malloc(size);
+  return sm_alloc_fails(site) ? NULL : malloc(size);
 }
 
 static inline void *sm_calloc(unsigned site, size_t n, size_t size)
 {
-  if (SMARM_UNLIKELY(atomic_load_explicit(&sm_alloc_failing_sites, memory_order_relaxed) & site) &&
-      sm_alloc_take_failure(site))
-    return NULL;
-  return calloc(n, size);
+  return sm_alloc_fails(site) ? NULL : calloc(n, size);
 }
 
 #endif

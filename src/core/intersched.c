@@ -228,7 +228,7 @@ static void reserve_arrived(sched_t *s, smarm_msg_t *m)
   for (uint32_t i = 0; i < q->count && r->count < 2 * RESERVE_BATCH; i++)
     r->pids[r->count++] = q->pids[i];
   r->asked = 0;
-  free(m);
+  sm_msg_release(m);
 }
 
 /* Answers a request from another scheduler's actor (m->from, parked in ACTOR_WAIT_REPLY unless
@@ -266,7 +266,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
       if (sm_sched_spawn_reserved(s, req->reserved, req->fn, req->arg, req->stack_size,
                                   req->data, &req->ties) < 0)
         reserved_spawn_failed(s, req);
-      free(m);
+      sm_msg_release(m);
       return;
     }
     if (req->ties.name)
@@ -312,7 +312,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
       a->reply = answer;
       sm_sched_wake(s, a);
     }
-    free(m);
+    sm_msg_release(m);
     return;
   }
   case MSG_RESERVE:
@@ -323,11 +323,11 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     return;
   case MSG_DUMP:
     sm_sched_dump(s);
-    free(m);
+    sm_msg_release(m);
     return;
   case MSG_STOP:
     s->stopping = 1;
-    free(m);
+    sm_msg_release(m);
     return;
   case MSG_VCLOCK: /* it woke s for the virtual clock (vclock.c); its link was read */
     sm_vclock_poke_taken(s);
@@ -336,7 +336,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     uint64_t token;
     memcpy(&token, m->data, sizeof token);
     a = sm_sched_lookup(s, m->to);
-    free(m);
+    sm_msg_release(m);
     if (!a || token != a->await_token)
       return; /* gone, or an await that timed out: nobody waits for it */
     a->await_woken = token; /* kept if the actor has not parked yet */
@@ -447,7 +447,7 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
       req.reserved = reserved_pid(s, (unsigned)sched);
     if (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved, &ties) < 0) {
       s->reserves[sched]->pids[s->reserves[sched]->count++] = req.reserved; /* unused */
-      free(m);
+      sm_msg_release(m);
       return -ENOMEM;
     }
     req.coming = req.reserved && any;

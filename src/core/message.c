@@ -4,6 +4,7 @@
 #include "message.h"
 
 #include "alloc.h"
+#include "home.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ smarm_msg_t *sm_msg_new(uint32_t kind, size_t size)
 {
   if (size > UINT32_MAX)
     return NULL;
-  smarm_msg_t *m = sm_alloc(SM_ALLOC_MSG, sizeof *m + size);
+  smarm_msg_t *m = sm_alloc_fails(SM_ALLOC_MSG) ? NULL : sm_home_msg_alloc(sizeof *m + size);
   if (!m)
     return NULL;
   m->next = NULL;
@@ -41,7 +42,8 @@ void sm_msg_release(smarm_msg_t *m)
     if (hook)
       hook(m);
   }
-  free(m);
+  if (m)
+    sm_home_msg_free(m);
 }
 
 smarm_msg_t *smarm_msg_new(size_t size) { return sm_msg_new(MSG_USER, size); }

@@ -60,7 +60,8 @@ struct smarm_msg {
   smarm_pid_t from;
   uint32_t size;
   uint16_t kind;
-  uint16_t owning;  /* smarm_msg_set_owning: the drop hook runs when it is freed */
+  uint8_t owning;   /* smarm_msg_set_owning: the drop hook runs when it is freed */
+  uint8_t home;     /* the allocating thread's home (home.h): where it is freed */
   /* The payload follows at a 16-byte aligned offset (the header is 32 bytes). */
   _Alignas(16) unsigned char data[];
 };

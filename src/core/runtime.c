@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "runtime.h"
 
+#include "home.h"
 #include "preempt.h"
 
 #include <errno.h>
@@ -71,6 +72,7 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
   }
   fiber_init_thread(&s->main_fiber, lo, size);
   sm_sched_tls = s;
+  sm_home_claim();
   ts->altstack = NULL;
   sm_overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
   sm_preempt_sched_enter(s);
@@ -85,6 +87,7 @@ static void thread_leave(sched_t *s, thread_state_t *ts)
   if (s->rt->cfg.on_sched_stop)
     s->rt->cfg.on_sched_stop(s->index, s->rt->cfg.userdata);
   sm_overflow_thread_leave(ts->altstack);
+  sm_home_release();
   sm_sched_tls = NULL;
 }
 

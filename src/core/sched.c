@@ -21,6 +21,7 @@
 #include "sched.h"
 
 #include "faults.h"
+#include "home.h"
 #include "preempt.h"
 #include "runtime.h"
 #include "vclock.h"
@@ -651,6 +652,7 @@ static void sched_idle(sched_t *s)
 {
   if (s->deferred)
     sm_sched_flush_deferred(s);
+  sm_home_before_idle();
   publish_timers(s);
   int64_t now = smarm_now_ns();
   if (SMARM_LIKELY(!s->virtual_time)) {
@@ -676,6 +678,7 @@ void sm_sched_loop(sched_t *s)
   for (;;) {
     if (s->zombie)
       sched_bury(s);
+    sm_home_collect();
     if (inbox_maybe_nonempty(&s->inbox))
       sm_sched_take_inbox(s);
     if (s->stopping)

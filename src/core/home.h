@@ -1,0 +1,147 @@
+/*
+** Where message blocks come from and where they go back: a cache of blocks per scheduler
+** thread, and a way home for blocks freed far from the thread that allocated them.
+**
+** glibc gives each thread an arena and frees a block into the arena it came from, under that
+** arena's lock. A message is allocated by its sender's scheduler and freed by its receiver's. In
+** two-way traffic glibc's per-thread cache (tcache) hid that: the receiver's free filled its own
+** cache and its next allocation took the block back. One-way traffic (spawns on another
+** scheduler, a producer feeding a consumer) overflowed it: the receiver took the sender's arena
+** lock at every free while the sender took it at every allocation, and the loser of each race
+** slept in the kernel (futex): 97% of the futex calls of a million spawns spread over two
+** schedulers (docs/perf.md).
+**
+** So each scheduler thread claims a home (sm_home_claim) for the time it runs:
+**   - A message block of at most SM_HOME_CLASS_MAX bytes is allocated in a size class (a
+**     multiple of 64 bytes) and, when freed on a thread with a home, kept in that thread's
+**     cache of its class (SM_HOME_CACHED a class), whichever thread allocated it; the thread's
+**     next allocation of that class takes it. Two-way traffic keeps bouncing a few blocks.
+**   - A block the cache has no room for, allocated by another home, joins the thread's batch
+**     for that home (the block records its home: smarm_msg_t.home). A full batch, or any batch
+**     when the thread is about to idle, goes to its home's list of returned blocks in one
+**     compare-and-swap; the home takes them at its loop's next pass, into its cache or free().
+**   - Threads without a home (the IO thread, an embedder's) free with free(), as do homes for
+**     blocks of no home, of their own, and of more than SM_HOME_SMALL payload bytes (a batch
+**     must not hold megabytes back, and copying such a block costs more than the lock).
+** At most SM_HOMES - 1 threads have a home at once; others do without.
+**
+** Protocol (home.c has it next to the code):
+**   sm_homes[h].owned: taken by a CAS 0 -> 1 (sm_home_claim), given back by its owner.
+**   sm_homes[h].returned: a stack of chains. Any thread pushes one with a CAS (release: the
+**   links it wrote are seen by whoever takes the chain); the owner takes all with an exchange
+**   (acquire). At release the owner exchanges in HOME_ORPHANED and frees what was there; a
+**   pusher that reads HOME_ORPHANED frees its chain itself. Any thread may free any block, so a
+**   block whose home was released and claimed again by another thread goes to that one: late,
+**   never wrong.
+**   Everything else in sm_homes[h] (cache, batch) is its owner's alone; sm_home_tls points at it.
+*/
+#ifndef SMARM_CORE_HOME_H
+#define SMARM_CORE_HOME_H
+
+#include "check.h"
+#include "message.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define SM_HOMES 256          /* home 0 is none: 255 threads at once have one */
+#define SM_HOME_CLASSES 9     /* blocks of 64, 128, ... 576 bytes, header included */
+#define SM_HOME_CLASS_MAX (64 * SM_HOME_CLASSES)
+#define SM_HOME_CACHED 256    /* blocks a thread keeps of each class */
+#define SM_HOME_BATCH 32      /* blocks a thread gathers before it sends them home */
+#define SM_HOME_SMALL 4096    /* payload bytes above which a block is freed where it is */
+
+typedef struct sm_home_link {
+  struct sm_home_link *next; /* a free block's first word (a message's own `next`) */
+} sm_home_link_t;
+
+typedef struct {
+  /* Any thread (the protocol above). */
+  _Alignas(64) _Atomic(sm_home_link_t *) returned;
+  _Atomic int owned;
+  /* The owner's. */
+  _Alignas(64) uint8_t id;
+  uint8_t batch_home; /* the home of the blocks in the batch */
+  uint16_t batch_count;
+  uint16_t cached[SM_HOME_CLASSES];
+  sm_home_link_t *batch_head, *batch_tail;
+  sm_home_link_t *cache[SM_HOME_CLASSES];
+} sm_home_t;
+
+extern sm_home_t sm_homes[SM_HOMES];
+extern __attribute__((tls_model("initial-exec"))) _Thread_local sm_home_t *sm_home_tls;
+
+/* The calling thread takes a home / gives it back (a scheduler thread's start and end; release
+** sends its batch home and frees its cache and what was returned to it). */
+void sm_home_claim(void);
+void sm_home_release(void);
+
+void sm_home_batch_add(smarm_msg_t *m);
+void sm_home_batch_send(void);
+void sm_home_take_returned(void);
+
+/* A message block of `total` bytes (header and payload), NULL when memory is out; its home is
+** set. (The allocation seam of alloc.h is the caller's.) */
+static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
+{
+  sm_home_t *h = sm_home_tls;
+  if (total > SM_HOME_CLASS_MAX) {
+    smarm_msg_t *m = malloc(total);
+    if (m)
+      m->home = h ? h->id : 0;
+    return m;
+  }
+  unsigned k = (unsigned)(total - 1) / 64;
+  if (h && h->cache[k]) { /* keeps the home it has */
+    smarm_msg_t *m = (smarm_msg_t *)h->cache[k];
+    h->cache[k] = h->cache[k]->next;
+    h->cached[k]--;
+    return m;
+  }
+  smarm_msg_t *m = malloc(64 * (size_t)(k + 1)); /* any block of the class may take its place */
+  if (m)
+    m->home = h ? h->id : 0;
+  return m;
+}
+
+/* Frees a message block (its drop hook has run). */
+static inline void sm_home_msg_free(smarm_msg_t *m)
+{
+  sm_home_t *h = sm_home_tls;
+  if (h) {
+    size_t total = sizeof *m + m->size;
+    if (total <= SM_HOME_CLASS_MAX) {
+      unsigned k = (unsigned)(total - 1) / 64;
+      if (h->cached[k] < SM_HOME_CACHED) {
+        ((sm_home_link_t *)m)->next = h->cache[k];
+        h->cache[k] = (sm_home_link_t *)m;
+        h->cached[k]++;
+        return;
+      }
+    }
+    if (m->home != h->id && m->home != 0 && m->size <= SM_HOME_SMALL) {
+      sm_home_batch_add(m);
+      return;
+    }
+  }
+  free(m);
+}
+
+/* The owner's pass: takes the blocks other threads returned, if any. */
+static inline void sm_home_collect(void)
+{
+  sm_home_t *h = sm_home_tls;
+  if (h && atomic_load_explicit(&h->returned, memory_order_relaxed))
+    sm_home_take_returned();
+}
+
+/* Before the thread idles: its batch goes home (no block waits on a sleeping thread). */
+static inline void sm_home_before_idle(void)
+{
+  sm_home_t *h = sm_home_tls;
+  if (h && h->batch_count)
+    sm_home_batch_send();
+}
+
+#endif
