@@ -100,6 +100,18 @@ describe("smarm.run", function()
     assert.are.equal(3, smarm.run(function() return smarm.schedulers() end, { schedulers = 3 }))
     assert.are.equal(1, smarm.run(function() return smarm.scheduler() end, { schedulers = 3 }))
   end)
+
+  it("takes opts.keep_freed: a number of bytes, or false, and nothing else", function()
+    local function f() return "ran" end
+    assert.are.equal("ran", smarm.run(f, { keep_freed = 64 * 1024 * 1024 }))
+    assert.are.equal("ran", smarm.run(f, { keep_freed = false }))
+    assert.are.equal("ran", smarm.run(f, { keep_freed = 1 }))
+    for _, bad in ipairs({ 0, -5, 1.5, 2 ^ 41, true, "32M", {} }) do
+      assert.has_error(function() smarm.run(f, { keep_freed = bad }) end,
+        "bad argument #2 to 'run' (opts.keep_freed must be false or a number of bytes from 1 to "
+        .. "2^40)")
+    end
+  end)
 end)
 
 describe("smarm.spawn and pids", function()

@@ -166,6 +166,49 @@ TEST(run_twice_in_a_row)
   CHECK_EQ(ran, 3);
 }
 
+/* ---- freed memory kept (smarm.h: keep_freed_bytes) ---- */
+
+#ifdef __GLIBC__
+#include <malloc.h>
+
+#define PROBE_BYTES ((size_t)3 << 20) /* above glibc's default mapping threshold, under ours */
+
+/* Runs an empty runtime with keep_freed_bytes = keep, then mallocs and frees PROBE_BYTES: 1 if
+** the block came from a heap (no mapping of its own) and its memory stayed there when freed. */
+static int probe_kept(int64_t keep)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.keep_freed_bytes = keep;
+  CHECK_EQ(smarm_run(&cfg, noop, NULL), 0);
+  struct mallinfo2 before = mallinfo2();
+  char *big = malloc(PROBE_BYTES);
+  CHECK(big != NULL);
+  memset(big, 1, PROBE_BYTES);
+  struct mallinfo2 during = mallinfo2();
+  free(big);
+  struct mallinfo2 after = mallinfo2();
+  return during.hblks == before.hblks && after.fordblks >= PROBE_BYTES;
+}
+
+TEST(run_keeps_freed_memory)
+{
+  /* A sanitizer's or valgrind's malloc does not count in mallinfo2, nor take glibc's settings. */
+  struct mallinfo2 before = mallinfo2();
+  char *volatile small = malloc(1000); /* volatile: not elided with its free */
+  CHECK(small != NULL);
+  small[0] = 1;
+  struct mallinfo2 after = mallinfo2();
+  free(small);
+  if (after.uordblks == before.uordblks)
+    SKIP("malloc is not glibc's here (a sanitizer's or valgrind's)");
+  CHECK(probe_kept(0)); /* the default: 32 MiB kept, blocks up to 4 MiB from the heaps */
+}
+#else
+TEST(run_keeps_freed_memory) { SKIP("not glibc: keep_freed_bytes does nothing"); }
+#endif
+
 /* ---- misuse ---- */
 
 static void *run_from_thread(void *arg)

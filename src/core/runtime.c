@@ -18,6 +18,8 @@
 #include "preempt.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 
 #define DEFAULT_STACK_BYTES (256 * 1024)
 #define DEFAULT_MAX_STACKS 4096 /* docs/design.md, Stacks: why not more */
+#define DEFAULT_KEEP_FREED_BYTES (32LL << 20) /* smarm.h, keep_freed_bytes */
 #define DEFAULT_SPIN_NS 50000
 #define DEFAULT_SLICE_NS 2000000
 #define DEFAULT_WATCHDOG_NS 1000000000LL
@@ -146,12 +149,32 @@ static int config_resolve(const smarm_config_t *in, smarm_config_t *out)
                                out->dump_signal == SIGSEGV || out->dump_signal == SIGKILL ||
                                out->dump_signal == SIGSTOP))
     return -EINVAL; /* (SIGURG: the time slices'; SIGSEGV: stack overflows') */
+  if (out->keep_freed_bytes == 0)
+    out->keep_freed_bytes = DEFAULT_KEEP_FREED_BYTES;
   if (out->seed) {
     if (out->schedulers != 1)
       return -EINVAL;
     out->slice_ns = INT64_MAX; /* sched.c leaves every actor without a slice too */
   }
   return 0;
+}
+
+/* glibc's heaps keep `bytes` of freed memory (smarm.h: keep_freed_bytes). With its defaults a
+** heap gives back its top once 128 KiB of it is free, and a block of 128 KiB or more is a mapping
+** of its own until a free raises that threshold: blocks that are allocated on one scheduler and
+** freed on another, as messages are, had their pages given back and faulted in again all the
+** time. */
+static void keep_freed_memory(int64_t bytes)
+{
+#ifdef __GLIBC__
+  if (bytes <= 0)
+    return;
+  int keep = bytes > INT_MAX ? INT_MAX : (int)bytes;
+  mallopt(M_TRIM_THRESHOLD, keep);
+  mallopt(M_MMAP_THRESHOLD, keep / 8 < (32 << 20) ? keep / 8 : 32 << 20); /* glibc's most */
+#else
+  (void)bytes;
+#endif
 }
 
 int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
@@ -170,6 +193,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   }
   if ((rc = config_resolve(cfg, &rt->cfg)) < 0)
     goto out_rt;
+  keep_freed_memory(rt->cfg.keep_freed_bytes);
   rt->nsched = rt->cfg.schedulers;
   rt->scheds = aligned_alloc(SMARM_CACHE_PAD, rt->nsched * sizeof(sched_t));
   threads = calloc(rt->nsched, sizeof *threads);

@@ -1553,6 +1553,15 @@ static int l_run(lua_State *L)
       luaL_argcheck(L, cfg.dump_signal != 0, 2,
                     "opts.dump_signal must be false, \"SIGQUIT\", \"SIGUSR1\" or \"SIGUSR2\"");
     }
+    lua_getfield(L, 2, "keep_freed");
+    if (!lua_isnil(L, -1)) { /* bytes, or false: glibc's settings left alone */
+      lua_Number n = lua_isboolean(L, -1) ? (lua_toboolean(L, -1) ? 0 : -1)
+                     : lua_isnumber(L, -1) ? lua_tonumber(L, -1)
+                                           : 0;
+      luaL_argcheck(L, n == -1 || (n >= 1 && n <= 1099511627776.0 && n == (int64_t)n), 2,
+                    "opts.keep_freed must be false or a number of bytes from 1 to 2^40");
+      cfg.keep_freed_bytes = (int64_t)n;
+    }
     lua_getfield(L, 2, "seed");
     if (!lua_isnil(L, -1)) {
       lua_Number n = luaL_checknumber(L, -1);
@@ -1566,7 +1575,7 @@ static int l_run(lua_State *L)
         cfg.clock = SMARM_CLOCK_VIRTUAL;
       lua_pop(L, 1);
     }
-    lua_pop(L, 9);
+    lua_pop(L, 10);
   }
   if (cfg.slice_ns == 0) { /* SMARM_SLICE: the default slice, for testing code under preemption */
     const char *env = getenv("SMARM_SLICE");
