@@ -3,8 +3,6 @@
 */
 #include "home.h"
 
-#define HOME_ORPHANED ((sm_home_link_t *)1) /* `returned` of a home nobody holds */
-
 sm_home_t sm_homes[SM_HOMES];
 __attribute__((tls_model("initial-exec"))) _Thread_local sm_home_t *sm_home_tls;
 
@@ -24,14 +22,17 @@ void sm_home_claim(void)
     sm_home_t *h = &sm_homes[k];
     int unowned = 0;
     /* acquire: pairs with the release store of the home's last owner (sm_home_release), whose
-    ** exchange of HOME_ORPHANED and whose emptied cache come before it */
+    ** exchange of SM_HOME_ORPHANED and whose emptied cache come before it */
     if (atomic_load_explicit(&h->owned, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_strong_explicit(&h->owned, &unowned, 1, memory_order_acquire,
                                                 memory_order_relaxed)) {
       /* Never claimed (NULL) or orphaned: nothing is there either way, as nobody pushes onto
-      ** HOME_ORPHANED. Pushers may push from now on. */
+      ** SM_HOME_ORPHANED. Pushers may push from now on. */
       atomic_store_explicit(&h->returned, NULL, memory_order_relaxed);
       h->id = (uint8_t)k;
+#ifdef SM_HOME_VALGRIND
+      h->memcheck = RUNNING_ON_VALGRIND != 0;
+#endif
       sm_home_tls = h;
       return;
     }
@@ -45,12 +46,15 @@ void sm_home_release(void)
     return;
   sm_home_before_idle();
   for (unsigned k = 0; k < SM_HOME_CLASSES; k++) {
-    free_chain(h->cache[k]);
-    h->cache[k] = NULL;
+    for (sm_home_link_t *b = h->cache[k]; b; b = h->cache[k]) {
+      h->cache[k] = b->next;
+      sm_home_show(h, b, 64 * (size_t)(k + 1));
+      free(b);
+    }
     h->cached[k] = 0;
   }
   /* acquire: pairs with the pushers' release CAS (their chains' links) */
-  free_chain(atomic_exchange_explicit(&h->returned, HOME_ORPHANED, memory_order_acquire));
+  free_chain(atomic_exchange_explicit(&h->returned, SM_HOME_ORPHANED, memory_order_acquire));
   sm_home_tls = NULL;
   /* release: pairs with the acquire CAS of the next claim */
   atomic_store_explicit(&h->owned, 0, memory_order_release);
@@ -62,7 +66,7 @@ void sm_home_batch_send(void)
   sm_home_t *h = &sm_homes[self->batch_home];
   sm_home_link_t *head = atomic_load_explicit(&h->returned, memory_order_relaxed);
   for (;;) {
-    if (head == HOME_ORPHANED) { /* its thread is gone: the blocks are freed here */
+    if (head == SM_HOME_ORPHANED) { /* its thread is gone: the blocks are freed here */
       free_chain(self->batch_head);
       break;
     }
@@ -106,9 +110,7 @@ void sm_home_take_returned(void)
     size_t total = sizeof *m + m->size;
     unsigned k = (unsigned)(total - 1) / 64;
     if (total <= SM_HOME_CLASS_MAX && h->cached[k] < SM_HOME_CACHED) {
-      b->next = h->cache[k];
-      h->cache[k] = b;
-      h->cached[k]++;
+      sm_home_cache_put(h, m, k);
     } else {
       free(b);
     }

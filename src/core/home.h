@@ -19,7 +19,8 @@
 **   - A block the cache has no room for, allocated by another home, joins the thread's batch
 **     for that home (the block records its home: smarm_msg_t.home). A full batch, or any batch
 **     when the thread is about to idle, goes to its home's list of returned blocks in one
-**     compare-and-swap; the home takes them at its loop's next pass, into its cache or free().
+**     compare-and-swap; the home takes them, into its cache or free(), at its loop's next pass
+**     or at its next look at the clock (sched_poll: a busy scheduler's loop may never run).
 **   - Threads without a home (the IO thread, an embedder's) free with free(), as do homes for
 **     blocks of no home, of their own, and of more than SM_HOME_SMALL payload bytes (a batch
 **     must not hold megabytes back, and copying such a block costs more than the lock).
@@ -29,8 +30,8 @@
 **   sm_homes[h].owned: taken by a CAS 0 -> 1 (sm_home_claim), given back by its owner.
 **   sm_homes[h].returned: a stack of chains. Any thread pushes one with a CAS (release: the
 **   links it wrote are seen by whoever takes the chain); the owner takes all with an exchange
-**   (acquire). At release the owner exchanges in HOME_ORPHANED and frees what was there; a
-**   pusher that reads HOME_ORPHANED frees its chain itself. Any thread may free any block, so a
+**   (acquire). At release the owner exchanges in SM_HOME_ORPHANED and frees what was there; a
+**   pusher that reads SM_HOME_ORPHANED frees its chain itself. Any thread may free any block, so a
 **   block whose home was released and claimed again by another thread goes to that one: late,
 **   never wrong.
 **   Everything else in sm_homes[h] (cache, batch) is its owner's alone; sm_home_tls points at it.
@@ -38,12 +39,20 @@
 #ifndef SMARM_CORE_HOME_H
 #define SMARM_CORE_HOME_H
 
+#include "annotate.h"
 #include "check.h"
 #include "message.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define SM_HOME_VALGRIND 1
+#endif
+#endif
 
 #define SM_HOMES 256          /* home 0 is none: 255 threads at once have one */
 #define SM_HOME_CLASSES 9     /* blocks of 64, 128, ... 576 bytes, header included */
@@ -56,12 +65,15 @@ typedef struct sm_home_link {
   struct sm_home_link *next; /* a free block's first word (a message's own `next`) */
 } sm_home_link_t;
 
+#define SM_HOME_ORPHANED ((sm_home_link_t *)1) /* `returned` of a home nobody holds */
+
 typedef struct {
   /* Any thread (the protocol above). */
   _Alignas(64) _Atomic(sm_home_link_t *) returned;
   _Atomic int owned;
   /* The owner's. */
   _Alignas(64) uint8_t id;
+  uint8_t memcheck;   /* the owner runs under valgrind (sm_home_hide) */
   uint8_t batch_home; /* the home of the blocks in the batch */
   uint16_t batch_count;
   uint16_t cached[SM_HOME_CLASSES];
@@ -81,6 +93,48 @@ void sm_home_batch_add(smarm_msg_t *m);
 void sm_home_batch_send(void);
 void sm_home_take_returned(void);
 
+/* A cached block is freed memory to ASan and memcheck, but for its link: a use after free or
+** a double free (whose release reads `owning`) of a message is reported as without the cache.
+** (memcheck's requests cost a few cycles each even outside valgrind: made only where the thread
+** found itself under it when it claimed its home.) */
+static inline void sm_home_hide(const sm_home_t *h, void *block, size_t size)
+{
+#ifdef SMARM_HAVE_ASAN
+  ASAN_POISON_MEMORY_REGION((char *)block + sizeof(sm_home_link_t), size - sizeof(sm_home_link_t));
+#endif
+#ifdef SM_HOME_VALGRIND
+  if (SMARM_UNLIKELY(h->memcheck))
+    VALGRIND_MAKE_MEM_NOACCESS((char *)block + sizeof(sm_home_link_t),
+                               size - sizeof(sm_home_link_t));
+#endif
+  (void)h;
+  (void)block;
+  (void)size;
+}
+
+static inline void sm_home_show(const sm_home_t *h, void *block, size_t size)
+{
+#ifdef SMARM_HAVE_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(block, size);
+#endif
+#ifdef SM_HOME_VALGRIND
+  if (SMARM_UNLIKELY(h->memcheck))
+    VALGRIND_MAKE_MEM_UNDEFINED(block, size);
+#endif
+  (void)h;
+  (void)block;
+  (void)size;
+}
+
+/* Puts block m of class k into this thread's cache (which has room). */
+static inline void sm_home_cache_put(sm_home_t *h, smarm_msg_t *m, unsigned k)
+{
+  ((sm_home_link_t *)m)->next = h->cache[k];
+  h->cache[k] = (sm_home_link_t *)m;
+  h->cached[k]++;
+  sm_home_hide(h, m, 64 * (size_t)(k + 1));
+}
+
 /* A message block of `total` bytes (header and payload), NULL when memory is out; its home is
 ** set. (The allocation seam of alloc.h is the caller's.) */
 static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
@@ -97,6 +151,11 @@ static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
     smarm_msg_t *m = (smarm_msg_t *)h->cache[k];
     h->cache[k] = h->cache[k]->next;
     h->cached[k]--;
+    sm_home_show(h, m, 64 * (size_t)(k + 1));
+#ifdef SM_HOME_VALGRIND
+    if (SMARM_UNLIKELY(h->memcheck)) /* the home it keeps was written when it was made */
+      VALGRIND_MAKE_MEM_DEFINED(&m->home, sizeof m->home);
+#endif
     return m;
   }
   smarm_msg_t *m = malloc(64 * (size_t)(k + 1)); /* any block of the class may take its place */
@@ -114,9 +173,7 @@ static inline void sm_home_msg_free(smarm_msg_t *m)
     if (total <= SM_HOME_CLASS_MAX) {
       unsigned k = (unsigned)(total - 1) / 64;
       if (h->cached[k] < SM_HOME_CACHED) {
-        ((sm_home_link_t *)m)->next = h->cache[k];
-        h->cache[k] = (sm_home_link_t *)m;
-        h->cached[k]++;
+        sm_home_cache_put(h, m, k);
         return;
       }
     }

@@ -373,6 +373,8 @@ static inline void sched_poll(sched_t *s)
     publish_timers(s);
     if (s->deferred) /* a busy scheduler that never idles still sends them on */
       sm_sched_flush_deferred(s);
+    sm_home_collect(); /* and takes back its blocks (its actors may switch among themselves,
+                       ** or yield with nothing else to run, and never pass its loop) */
   }
 }
 
