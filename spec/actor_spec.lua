@@ -105,11 +105,11 @@ describe("smarm.run", function()
     local function f() return "ran" end
     assert.are.equal("ran", smarm.run(f, { keep_freed = 64 * 1024 * 1024 }))
     assert.are.equal("ran", smarm.run(f, { keep_freed = false }))
-    assert.are.equal("ran", smarm.run(f, { keep_freed = 1 }))
-    for _, bad in ipairs({ 0, -5, 1.5, 2 ^ 41, true, "32M", {} }) do
+    assert.are.equal("ran", smarm.run(f, { keep_freed = 1024 * 1024 }))
+    for _, bad in ipairs({ 0, -1, -5, 1.5, 2 ^ 31, true, "32M", "1048576", {} }) do
       assert.has_error(function() smarm.run(f, { keep_freed = bad }) end,
         "bad argument #2 to 'run' (opts.keep_freed must be false or a number of bytes from 1 to "
-        .. "2^40)")
+        .. "2^31 - 1)")
     end
   end)
 end)

@@ -153,13 +153,13 @@ typedef struct smarm_config {
   ** "Virtual time"). Any other value: -EINVAL. */
   int clock;
   /* Freed memory that glibc's heaps keep instead of giving it back to the kernel, in bytes (it
-  ** sets M_TRIM_THRESHOLD, and M_MMAP_THRESHOLD to an eighth of it, so that blocks of up to that
-  ** size come from the heaps instead of mappings of their own). Message blocks are allocated on
+  ** sets M_TRIM_THRESHOLD, and M_MMAP_THRESHOLD to an eighth of it within 128 KiB to 32 MiB,
+  ** so that blocks up to that size come from the heaps, not mappings of their own). Message blocks are allocated on
   ** one thread and freed on another: with glibc's defaults a stream of 64 KiB messages gave its
   ** pages back and faulted them in again for every message (docs/perf.md, "Big blocks kept").
-  ** The setting is the process's (mallopt) and outlives the run. 0 = 32 MiB; negative = leave
-  ** glibc's settings alone (an embedder that tunes malloc itself); a build without glibc
-  ** ignores it. */
+  ** The setting is the process's (mallopt) and outlives the run. 0 = 32 MiB; above INT_MAX:
+  ** INT_MAX; negative = leave glibc's settings alone (an embedder that tunes malloc itself);
+  ** a build without glibc ignores it. */
   int64_t keep_freed_bytes;
   void *userdata;
 } smarm_config_t;

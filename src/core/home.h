@@ -94,7 +94,8 @@ void sm_home_batch_send(void);
 void sm_home_take_returned(void);
 
 /* A cached block is freed memory to ASan and memcheck, but for its link: a use after free or
-** a double free (whose release reads `owning`) of a message is reported as without the cache.
+** a double free (whose release reads `owning`) of a message that went into a cache is reported
+** as without the cache. (One still in a batch or a returned list is not poisoned.)
 ** (memcheck's requests cost a few cycles each even outside valgrind: made only where the thread
 ** found itself under it when it claimed its home.) */
 static inline void sm_home_hide(const sm_home_t *h, void *block, size_t size)

@@ -169,9 +169,15 @@ static void keep_freed_memory(int64_t bytes)
 #ifdef __GLIBC__
   if (bytes <= 0)
     return;
-  int keep = bytes > INT_MAX ? INT_MAX : (int)bytes;
-  mallopt(M_TRIM_THRESHOLD, keep);
-  mallopt(M_MMAP_THRESHOLD, keep / 8 < (32 << 20) ? keep / 8 : 32 << 20); /* glibc's most */
+  int keep = bytes > INT_MAX ? INT_MAX : (int)bytes, map = keep / 8;
+  if (map < 128 << 10) /* glibc's own starting point: never below it */
+    map = 128 << 10;
+  if (map > 32 << 20) /* glibc's most (it refuses more) */
+    map = 32 << 20;
+  /* The mapping threshold first: the trim threshold alone stops glibc raising it, which made
+  ** every block of 128 KiB or more a mapping of its own (docs/perf.md, "Big blocks kept"). */
+  if (mallopt(M_MMAP_THRESHOLD, map) == 1)
+    mallopt(M_TRIM_THRESHOLD, keep);
 #else
   (void)bytes;
 #endif

@@ -83,6 +83,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -1554,13 +1555,12 @@ static int l_run(lua_State *L)
                     "opts.dump_signal must be false, \"SIGQUIT\", \"SIGUSR1\" or \"SIGUSR2\"");
     }
     lua_getfield(L, 2, "keep_freed");
-    if (!lua_isnil(L, -1)) { /* bytes, or false: glibc's settings left alone */
-      lua_Number n = lua_isboolean(L, -1) ? (lua_toboolean(L, -1) ? 0 : -1)
-                     : lua_isnumber(L, -1) ? lua_tonumber(L, -1)
-                                           : 0;
-      luaL_argcheck(L, n == -1 || (n >= 1 && n <= 1099511627776.0 && n == (int64_t)n), 2,
-                    "opts.keep_freed must be false or a number of bytes from 1 to 2^40");
-      cfg.keep_freed_bytes = (int64_t)n;
+    if (!lua_isnil(L, -1)) { /* bytes, or false: glibc's settings left alone (mallopt: int) */
+      int is_false = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+      lua_Number n = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+      luaL_argcheck(L, is_false || (n >= 1 && n <= INT_MAX && n == (int64_t)n), 2,
+                    "opts.keep_freed must be false or a number of bytes from 1 to 2^31 - 1");
+      cfg.keep_freed_bytes = is_false ? -1 : (int64_t)n;
     }
     lua_getfield(L, 2, "seed");
     if (!lua_isnil(L, -1)) {
