@@ -237,11 +237,30 @@ static void vouch_for(const void *p, size_t n, int defined)
   (void)defined;
 }
 
-/* Reads memory that may be an untouched page (the zero page) or carry stale ASan redzones. */
+/* Whether some actor bound to this slot went deeper than STACK_KEEP_BYTES below its top, seen
+** as non-zero words in a ring just below that depth (untouched memory reads as zero). That ring
+** is read only when the first line of the top's own page was written: a read of a page no
+** actor touched is not free, since a kernel that does not map the shared zero page (a
+** firecracker guest's does not) allocates and zeroes a page for it, and that cost every slot a
+** page for nothing (16 MiB for the default 4,096 slots; most actors never leave the top page,
+** which the slot's colour leaves 1 to 4 KiB deep). The line is cleared after each look, so
+** a slot reads the deep ring again only after an actor went below its first 1 KiB again. An
+** actor that jumped over that line (a large frame left unwritten there) is not seen; its pages
+** go back at the idle trim instead. The slot holds nobody's frames here (bound is 0). Both
+** places may carry stale ASan redzones, hence no_sanitize_address. */
 __attribute__((no_sanitize_address)) static int went_deep(const stack_slot_t *slot)
 {
-  const volatile uint64_t *w = (const uint64_t *)((char *)stack_top(slot) - STACK_KEEP_BYTES) - 8;
+  volatile uint64_t *line = (uint64_t *)((uintptr_t)stack_top(slot) & ~(uintptr_t)4095);
   uint64_t any = 0;
+  vouch_for((const void *)line, 8 * sizeof *line, 1);
+  for (int i = 0; i < 8; i++)
+    any |= line[i];
+  if (!any)
+    return 0;
+  for (int i = 0; i < 8; i++)
+    line[i] = 0;
+  const volatile uint64_t *w = (const uint64_t *)((char *)stack_top(slot) - STACK_KEEP_BYTES) - 8;
+  any = 0;
   vouch_for((const void *)w, 8 * sizeof *w, 1);
   for (int i = 0; i < 8; i++)
     any |= w[i];

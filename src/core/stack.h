@@ -14,7 +14,8 @@
 ** therefore runs on a guarded stack, and a parked actor costs only its used bytes.
 **
 ** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
-** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED); free slots beyond the
+** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED; see went_deep() for how
+** that is seen without touching a page); free slots beyond the
 ** STACK_FREE_KEEP most recently used of their size are dropped whole by sm_stack_pool_trim(), which
 ** the scheduler calls when it goes idle, at most once a second, and which drops only slots that
 ** were already free at its previous pass: a slot must stay unused for a second or more. So
