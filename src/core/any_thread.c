@@ -79,6 +79,11 @@ void smarm_stop(void)
 
 unsigned smarm_sched_count(void)
 {
+  /* A scheduler thread's runtime lives while the thread runs: no need to count the caller in
+  ** runtime_users, a line every thread's call would take in turn (spawn_on checks its argument
+  ** with this, every time). */
+  if (sm_sched_tls)
+    return sm_sched_tls->rt->nsched;
   runtime_t *rt = sm_runtime_enter();
   if (!rt)
     return 0;
