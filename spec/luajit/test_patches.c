@@ -7,9 +7,14 @@
 ** luajit-closure-oom.patch: a closure made while memory runs out (FNEW, or loading a dumped
 ** function with upvalues) is made after its upvalues, so that an out-of-memory error can no
 ** longer leave a closure that claims fewer upvalues than it was allocated for.
+**
+** luajit-copy-closure.patch: luaJIT_copyclosure makes a new closure of a Lua function, with its
+** own upvalues (nil), and nothing for anything else; while memory runs out it fails as cleanly
+** as a load.
 */
 #include <lauxlib.h>
 #include <lua.h>
+#include <luajit.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,10 +83,21 @@ static int to_dump(lua_State *L, const void *p, size_t n, void *ud)
   return 0;
 }
 
-/* Makes a closure with two upvalues, with the fail_at-th allocation failing: by FNEW (a chunk
-** that returns a new closure) or by loading the closure's dump. Returns the wrong sizes seen. */
-static int make_closure_failing(int by_load, long fail_at, int *failed)
+enum { BY_FNEW, BY_LOAD, BY_COPY };
+static const char *const how_name[] = {"FNEW", "load", "copy"};
+
+static int copy_global_f(lua_State *L)
 {
+  lua_getglobal(L, "f");
+  return luaJIT_copyclosure(L, -1);
+}
+
+/* Makes a closure with two upvalues, with the fail_at-th allocation failing: by FNEW (a chunk
+** that returns a new closure), by loading the closure's dump, or by copying the closure. Returns
+** the wrong sizes seen. */
+static int make_closure_failing(int how, long fail_at, int *failed)
+{
+  int by_load = how == BY_LOAD;
   heap_t *h = calloc(1, sizeof *h);
   h->fail_at = -1;
   lua_State *L = lua_newstate(counting_alloc, h);
@@ -102,11 +118,22 @@ static int make_closure_failing(int by_load, long fail_at, int *failed)
       exit(2);
     }
     lua_pop(L, 1);
+  } else if (how == BY_COPY) {
+    if (lua_pcall(L, 0, 1, 0) != 0) {
+      fprintf(stderr, "could not make the closure\n");
+      exit(2);
+    }
+    lua_setglobal(L, "f");
   }
   h->count = 0;
   h->fail_at = fail_at;
-  int rc = by_load ? luaL_loadbuffer(L, dump.bytes, dump.n, "=closure")
-                   : lua_pcall(L, 0, 1, 0);
+  int rc;
+  if (by_load)
+    rc = luaL_loadbuffer(L, dump.bytes, dump.n, "=closure");
+  else if (how == BY_COPY)
+    rc = lua_cpcall(L, copy_global_f, NULL);
+  else
+    rc = lua_pcall(L, 0, 1, 0);
   h->fail_at = -1;
   *failed = rc != 0;
   lua_close(L);
@@ -124,27 +151,70 @@ static int make_closure_failing(int by_load, long fail_at, int *failed)
   return wrong;
 }
 
+/* A copy is a function of its own: the same code, its own upvalues starting at nil; a C
+** function or any other value gives 0 and pushes nothing. */
+static int copy_semantics(void)
+{
+  lua_State *L = luaL_newstate();
+  const char *chunk = "local a, b = 1, 2; return function() return a, b end";
+  int bad = 0;
+  if (luaL_loadstring(L, chunk) != 0 || lua_pcall(L, 0, 1, 0) != 0)
+    exit(2);
+  int f = lua_gettop(L);
+  if (luaJIT_copyclosure(L, f) != 1 || lua_gettop(L) != f + 1 || !lua_isfunction(L, -1) ||
+      lua_rawequal(L, f, -1))
+    bad++;
+  int g = lua_gettop(L);
+  const char *name = lua_getupvalue(L, g, 1);
+  if (!name || strcmp(name, "a") != 0 || !lua_isnil(L, -1))
+    bad++;
+  lua_settop(L, g);
+  lua_pushinteger(L, 10);
+  lua_setupvalue(L, g, 1);
+  lua_pushinteger(L, 20);
+  lua_setupvalue(L, g, 2);
+  lua_pushvalue(L, g);
+  lua_call(L, 0, 2);
+  if (lua_tointeger(L, -2) != 10 || lua_tointeger(L, -1) != 20)
+    bad++;
+  lua_settop(L, g);
+  lua_pushvalue(L, f);
+  lua_call(L, 0, 2); /* the original keeps its own */
+  if (lua_tointeger(L, -2) != 1 || lua_tointeger(L, -1) != 2)
+    bad++;
+  lua_settop(L, g);
+  lua_getglobal(L, "print");
+  lua_pushinteger(L, 3);
+  if (luaJIT_copyclosure(L, -2) != 0 || luaJIT_copyclosure(L, -1) != 0 || lua_gettop(L) != g + 2)
+    bad++;
+  lua_close(L);
+  if (bad)
+    fprintf(stderr, "luaJIT_copyclosure: %d wrong result(s)\n", bad);
+  return bad;
+}
+
 int main(void)
 {
-  int bad = 0;
-  for (int by_load = 0; by_load <= 1; by_load++) {
+  int bad = copy_semantics();
+  for (int how = BY_FNEW; how <= BY_COPY; how++) {
     int failed = 1;
     /* every allocation of the call in turn, until one call needs no more than the ones before */
     for (long k = 0; failed && k < 1000; k++) {
-      int wrong = make_closure_failing(by_load, k, &failed);
+      int wrong = make_closure_failing(how, k, &failed);
       if (wrong) {
         fprintf(stderr, "%s with allocation %ld failing: %d block(s) freed with a wrong size or "
-                        "never freed\n", by_load ? "load" : "FNEW", k, wrong);
+                        "never freed\n", how_name[how], k, wrong);
         bad++;
       }
     }
     if (failed) {
-      fprintf(stderr, "%s never succeeded\n", by_load ? "load" : "FNEW");
+      fprintf(stderr, "%s never succeeded\n", how_name[how]);
       bad++;
     }
   }
   if (bad)
     return 1;
-  printf("closures made while memory runs out: every block freed with its own size\n");
+  printf("closures made or copied while memory runs out: every block freed with its own size; "
+         "copies are closures of their own\n");
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "util/etf.h"
 
 #include <lauxlib.h>
+#include <luajit.h>
 
 #include <math.h>
 #include <stdatomic.h>
@@ -1186,17 +1187,19 @@ static __attribute__((noinline)) int dec_record(dec_t *d, uint32_t nhash, int st
   return 1;
 }
 
-/* The factories of the functions this VM decoded, by their bytecode (sm_ljx_load_factory):
-** registry[&factories_key] = { [bytecode] = factory }, with its count at [1]; emptied when it
-** would hold more than FACTORIES distinct functions. */
-static const char factories_key;
-#define FACTORIES 256
+/* The functions this VM decoded, by their bytecode: registry[&templates_key] = { [bytecode] =
+** the function loaded from it once }, with its count at [1]; emptied when it would hold more than
+** TEMPLATES distinct functions. Every closure decoded from that bytecode is a copy of its template
+** (luaJIT_copyclosure): one prototype, so the JIT's traces for it are shared. Loading each one
+** anew made a new prototype per message, and a new trace for every hot one. */
+static const char templates_key;
+#define TEMPLATES 256
 
 /* Replaces the bytecode (a string) on top of the stack with a new closure of its function,
 ** upvalues nil. */
 static void closure_of_code(lua_State *L)
 {
-  lvm_push_registry_table(L, &factories_key, NULL);
+  lvm_push_registry_table(L, &templates_key, NULL);
   lua_insert(L, -2);
   int cache = lua_gettop(L) - 1;
   lua_pushvalue(L, -1);
@@ -1205,18 +1208,18 @@ static void closure_of_code(lua_State *L)
     lua_pop(L, 1);
     size_t n;
     const char *code = lua_tolstring(L, -1, &n);
-    int rc = sm_ljx_load_factory(L, code, n, "=message");
-    if (rc == -2)
+    int rc = luaL_loadbufferx(L, code, n, "=message", "b"); /* bytecode only, never source */
+    if (rc == LUA_ERRMEM)
       luaL_error(L, "not enough memory");
-    if (rc < 0)
+    if (rc != 0 || !lua_isfunction(L, -1))
       luaL_error(L, "smarm: malformed message (a function that does not load: %s)",
                  lua_isstring(L, -1) ? lua_tostring(L, -1) : "bad bytecode");
     lua_rawgeti(L, cache, 1);
     lua_Number count = lua_tonumber(L, -1);
     lua_pop(L, 1);
-    if (count >= FACTORIES) { /* start over: a VM's working set of functions is small */
+    if (count >= TEMPLATES) { /* start over: a VM's working set of functions is small */
       lua_createtable(L, 1, 8);
-      lua_pushlightuserdata(L, (void *)&factories_key);
+      lua_pushlightuserdata(L, (void *)&templates_key);
       lua_pushvalue(L, -2);
       lua_rawset(L, LUA_REGISTRYINDEX);
       lua_replace(L, cache);
@@ -1228,8 +1231,8 @@ static void closure_of_code(lua_State *L)
     lua_pushvalue(L, -2);
     lua_rawset(L, cache);
   }
-  lua_call(L, 0, 1);
-  /* the factory's environment is that of the actor that loaded it: the closure takes the
+  luaJIT_copyclosure(L, -1);
+  /* the template's environment is that of the actor that loaded it: the closure takes the
   ** decoding actor's own (what a load per decode gave it) */
   lua_pushvalue(L, LUA_GLOBALSINDEX);
   lua_setfenv(L, -2);
@@ -1237,15 +1240,12 @@ static void closure_of_code(lua_State *L)
   lua_settop(L, cache);
 }
 
-/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. Its
-** factory is Lua code: with a debug hook set, the hook runs there and may take a message
-** (receive(0) is allowed in a hook), which frees the block being decoded, so the decode reads
-** its own copy from here on. */
+/* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. No Lua
+** code runs here (a load, a copy: a debug hook has nowhere to take a message and free the block
+** being decoded; message_spec checks it), nor in a finalizer that may (they cannot take one). */
 static void new_closure(dec_t *d, const char *code, size_t n)
 {
   lua_pushlstring(d->L, code, n);
-  if (lua_gethook(d->L))
-    detach(d);
   closure_of_code(d->L);
 }
 
@@ -1316,8 +1316,7 @@ int sm_codec_copy_function_here(lua_State *L, int idx)
     lua_pop(L, 1);
   }
   lua_settop(L, base);
-  push_bytecode(L, idx, "function");
-  closure_of_code(L);
+  luaJIT_copyclosure(L, idx); /* the prototype itself: no dump, no factory (a Lua function) */
   for (int i = 1; i <= nups; i++) {
     lua_getupvalue(L, idx, i);
     lua_setupvalue(L, -2, i);

@@ -23,9 +23,6 @@
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
 **                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
 **                          bytes and length.
-**   the bytecode dump format (lj_bcdump.h) and instruction encoding (lj_bc.h): a dump is read
-**                          and a factory prototype written around its function
-**                          (sm_ljx_load_factory); nothing but the upvalue refs is changed.
 **   the coroutine's Lua frames (L->base - 1 down to its stack bottom): an FFI callback runs
 **                          above a continuation frame marked LJ_CONT_FFI_CALLBACK; read for a
 **                          traceback from a signal handler (lj_debug_frame, lj_debug_framepc,
@@ -49,7 +46,6 @@
 #include "lj_trace.h"
 #include "lj_frame.h"
 #include "lj_bc.h"
-#include "lj_bcdump.h"
 #if LJ_HASFFI
 #include "lj_ctype.h"
 #endif
@@ -353,123 +349,6 @@ uint64_t sm_ljx_table_print(lua_State *L, int idx)
     h = (h ^ node[i].val.u64) * 1099511628211u;
   }
   return h;
-}
-
-/* ---- A factory for the function of a bytecode dump ------------------------------------------ */
-
-static int read_uleb(const unsigned char **p, const unsigned char *end, uint32_t *out)
-{
-  uint32_t v = 0;
-  for (int shift = 0; shift < 35; shift += 7) {
-    if (*p >= end)
-      return -1;
-    unsigned char b = *(*p)++;
-    v |= (uint32_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *out = v;
-      return 0;
-    }
-  }
-  return -1;
-}
-
-/* The factory's prototype: no parameters, framesize nuv + 1, one child (the dump's function):
-**   KNIL 0..nuv-1; FNEW nuv, child; UCLO 0 (close the new upvalues); RET1 nuv
-** so that each call returns a new closure of the child's prototype whose upvalues are fresh and
-** nil (its upvalue refs are rewritten to name the factory's slots 0..nuv-1). */
-static size_t factory_proto(unsigned char *out, unsigned nuv, int strip)
-{
-  BCIns code[4];
-  int n = 0;
-  if (nuv > 0)
-    code[n++] = BCINS_AD(BC_KNIL, 0, nuv - 1);
-  code[n++] = BCINS_AD(BC_FNEW, nuv, 0);
-  code[n++] = BCINS_AJ(BC_UCLO, 0, 0);
-  code[n++] = BCINS_AD(BC_RET1, nuv, 2);
-  size_t len = 0;
-  unsigned char *b = out + 1; /* the length (one byte: the body is short) goes first */
-  b[len++] = PROTO_CHILD;
-  b[len++] = 0;               /* numparams */
-  b[len++] = (unsigned char)(nuv + 1); /* framesize */
-  b[len++] = 0;               /* sizeuv */
-  b[len++] = 1;               /* sizekgc: the child */
-  b[len++] = 0;               /* sizekn */
-  b[len++] = (unsigned char)n; /* sizebc - 1 */
-  if (!strip)
-    b[len++] = 0; /* sizedbg: none */
-  memcpy(b + len, code, sizeof(BCIns) * (size_t)n);
-  len += sizeof(BCIns) * (size_t)n;
-  b[len++] = BCDUMP_KGC_CHILD;
-  out[0] = (unsigned char)len;
-  return len + 1;
-}
-
-int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *name)
-{
-  const unsigned char *p = (const unsigned char *)code, *end = p + n;
-  uint32_t flags, len;
-  if (n < 5 || p[0] != BCDUMP_HEAD1 || p[1] != BCDUMP_HEAD2 || p[2] != BCDUMP_HEAD3 ||
-      p[3] != BCDUMP_VERSION)
-    return -1;
-  p += 4;
-  if (read_uleb(&p, end, &flags) < 0 || (flags & BCDUMP_F_BE))
-    return -1;
-  int strip = (flags & BCDUMP_F_STRIP) != 0;
-  if (!strip) {
-    if (read_uleb(&p, end, &len) < 0 || (size_t)(end - p) < len)
-      return -1;
-    p += len;
-  }
-  const unsigned char *last = NULL, *last_end = NULL; /* the last prototype: the function */
-  for (;;) {
-    if (read_uleb(&p, end, &len) < 0)
-      return -1;
-    if (len == 0)
-      break;
-    if ((size_t)(end - p) < len)
-      return -1;
-    last = p;
-    p += len;
-    last_end = p;
-  }
-  if (!last || p != end || last_end - last < 4)
-    return -1;
-  /* The function's header, up to its upvalue refs, all inside its own bytes. */
-  const unsigned char *q = last + 3;
-  unsigned nuv = *q++;
-  uint32_t sizekgc, sizekn, sizebc1, sizedbg = 0, line;
-  if (read_uleb(&q, last_end, &sizekgc) < 0 || read_uleb(&q, last_end, &sizekn) < 0 ||
-      read_uleb(&q, last_end, &sizebc1) < 0)
-    return -1;
-  if (!strip && read_uleb(&q, last_end, &sizedbg) < 0)
-    return -1;
-  if (sizedbg && (read_uleb(&q, last_end, &line) < 0 || read_uleb(&q, last_end, &line) < 0))
-    return -1;
-  if ((size_t)(last_end - q) / sizeof(BCIns) < sizebc1 ||
-      (size_t)(last_end - q) - (size_t)sizebc1 * sizeof(BCIns) < 2 * (size_t)nuv)
-    return -1;
-  size_t uv_at = (size_t)(q - (const unsigned char *)code) + (size_t)sizebc1 * sizeof(BCIns);
-  /* The dump without its end mark, the factory, the end mark. */
-  size_t room = n - 1 + 64;
-  unsigned char *out = malloc(room);
-  if (!out)
-    return -2;
-  memcpy(out, code, n - 1);
-  for (unsigned i = 0; i < nuv; i++) {
-    uint16_t v;
-    memcpy(&v, out + uv_at + 2 * i, 2);
-    v = (uint16_t)(PROTO_UV_LOCAL | (v & PROTO_UV_IMMUTABLE) | i);
-    memcpy(out + uv_at + 2 * i, &v, 2);
-  }
-  size_t total = n - 1 + factory_proto(out + n - 1, nuv, strip);
-  out[total++] = 0;
-  int rc = luaL_loadbuffer(L, (const char *)out, total, name);
-  free(out);
-  if (rc != 0) /* its message stays on the stack */
-    return rc == LUA_ERRMEM ? -2 : -1;
-  /* The factory is called once per closure and never worth a trace (FNEW is not compiled). */
-  luaJIT_setmode(L, -1, LUAJIT_MODE_FUNC | LUAJIT_MODE_OFF);
-  return 0;
 }
 
 /* ---- A traceback from a signal handler ------------------------------------------------------ */

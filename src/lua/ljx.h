@@ -155,14 +155,6 @@ int sm_ljx_table_key_slot(lua_State *L, int t_idx, int key_idx);
 ** write barrier is due, whatever the GC made of the table meanwhile. */
 void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, double n);
 
-/* Loads a factory for the function of the bytecode dump [code, code + n) (lua_dump's, not
-** stripped or stripped): pushes a function that returns, at each call, a new closure of that one
-** prototype with fresh nil upvalues, for the caller to set (lua_setupvalue). One load per
-** distinct dump, then closures that share their prototype: the JIT's traces for it are reused,
-** where loading the dump for every closure made a new prototype each time (and a new trace for
-** every hot one). Returns 0; -1 if the dump is malformed (with luaL_loadbuffer's message pushed
-** when it was the load that failed), -2 out of memory (the load's message pushed if it ran). */
-int sm_ljx_load_factory(lua_State *L, const char *code, size_t n, const char *name);
 
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
 ** the checking builds). */
