@@ -182,15 +182,16 @@ describe("smarm.info", function()
       assert.equals(0, ffi.C.pipe(fds))
       local rfd, wfd = fds[0], fds[1]
       guard.started() -- the spawn below must be answered within request_timeout
-      local hog, hog_ref = smarm.spawn_opt({ on = 2, slice = math.huge, monitor = true }, function()
-        local ffi2 = require("ffi")
-        pcall(ffi2.cdef, "intptr_t read(int fd, void *buf, size_t n);")
-        smarm.receive()
-        ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
-      end)
-      -- "go" reaches scheduler 2 before the question's spawn (one inbox, in order): the hog
-      -- runs first and holds the scheduler, so the answer cannot come on any machine
-      smarm.send(hog, "go")
+      local hog, hog_ref = smarm.spawn_opt({ on = 2, slice = math.huge, monitor = true },
+        function(main)
+          local ffi2 = require("ffi")
+          pcall(ffi2.cdef, "intptr_t read(int fd, void *buf, size_t n);")
+          smarm.send(main, "holding") -- a send does not give way: read comes next
+          ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
+        end, smarm.self())
+      -- the hog holds scheduler 2 from before the question reaches it, so the answer cannot come
+      -- on any machine (a question's actor would run ahead of a hog merely queued there)
+      guard.receive("the hog's word", function(m) return m == "holding" end)
       local ok, err = pcall(smarm.info, hog)
       ffi.C.write(wfd, "x", 1)
       smarm.receive(function(m) return type(m) == "table" and m.ref == hog_ref end) -- read done

@@ -170,6 +170,101 @@ static void main_yield_alone(void *arg)
 
 TEST(yield_alone_does_not_switch) { RUN(1, main_yield_alone, NULL); }
 
+/* ---- new actors first ---- */
+
+#define TREE_LOG 64
+
+typedef struct tree {
+  char log[TREE_LOG]; /* who ran, in order */
+  int n;
+} tree_t;
+
+static tree_t tree;
+
+static void tree_leaf(void *arg) { tree.log[tree.n++] = (char)(uintptr_t)arg; }
+
+/* 'A' and 'B' spawn two leaves each ('a' 'a', 'b' 'b'); 'C' is a leaf. */
+static void tree_node(void *arg)
+{
+  char id = (char)(uintptr_t)arg;
+  tree.log[tree.n++] = id;
+  if (id == 'C')
+    return;
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(smarm_spawn(tree_leaf, (void *)(uintptr_t)(id - 'A' + 'a'), NULL, NULL), 0);
+}
+
+static void tree_woken(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(-1, &m), 0);
+  smarm_msg_free(m);
+  tree.log[tree.n++] = 'W';
+}
+
+/* New actors run before the actors already queued (here one woken by a message), siblings in
+** the order they were spawned: a tree is walked depth first (a FIFO gives "ABCWaabb"). */
+static void main_tree(void *arg)
+{
+  (void)arg;
+  tree.n = 0;
+  smarm_pid_t w;
+  CHECK_EQ(smarm_spawn(tree_woken, NULL, NULL, &w), 0);
+  smarm_yield(); /* it parks in receive */
+  CHECK_EQ(smarm_send(w, smarm_msg_new(0)), 0); /* woken: queued the ordinary way */
+  for (char id = 'A'; id <= 'C'; id++)
+    CHECK_EQ(smarm_spawn(tree_node, (void *)(uintptr_t)id, NULL, NULL), 0);
+  while (tree.n < 8)
+    smarm_yield();
+  tree.log[tree.n] = '\0';
+  CHECK(strcmp(tree.log, "AaaBbbCW") == 0);
+}
+
+TEST(new_actors_run_first_depth_first_in_spawn_order) { RUN(1, main_tree, NULL); }
+
+/* A chain of actors that each spawn the next goes ahead of a woken actor at most 1,024 links
+** (SPAWN_AHEAD_MAX) before the woken one runs; with a seeded schedule every actor joins the
+** tail instead. */
+#define CHAIN_LINKS 5000
+
+static int chain_done, chain_at_wake;
+
+static void chain_link(void *arg)
+{
+  uintptr_t left = (uintptr_t)arg;
+  chain_done++;
+  if (left > 1)
+    CHECK_EQ(smarm_spawn(chain_link, (void *)(left - 1), NULL, NULL), 0);
+}
+
+static void chain_woken(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(-1, &m), 0);
+  smarm_msg_free(m);
+  chain_at_wake = chain_done;
+}
+
+static void main_chain(void *arg)
+{
+  (void)arg;
+  chain_done = 0;
+  chain_at_wake = -1;
+  smarm_pid_t w;
+  CHECK_EQ(smarm_spawn(chain_woken, NULL, NULL, &w), 0);
+  smarm_yield();
+  CHECK_EQ(smarm_send(w, smarm_msg_new(0)), 0);
+  CHECK_EQ(smarm_spawn(chain_link, (void *)(uintptr_t)CHAIN_LINKS, NULL, NULL), 0);
+  while (chain_done < CHAIN_LINKS || chain_at_wake < 0)
+    smarm_yield();
+  CHECK(chain_at_wake >= 1);     /* the chain did go first */
+  CHECK(chain_at_wake <= 1025);  /* but not all of it */
+}
+
+TEST(new_actors_go_ahead_of_a_waiting_one_a_bounded_number_of_times) { RUN(1, main_chain, NULL); }
+
 /* ---- sleep ---- */
 
 static void sleeper(void *arg)

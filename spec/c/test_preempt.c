@@ -263,6 +263,47 @@ static void restore_mask(unsigned sched, void *ud)
   pthread_sigmask(SIG_SETMASK, &mask_at_start, NULL);
 }
 
+/* New actors go ahead of the waiting ones (sched.c, runq_push_ahead), but not past a preemption:
+** once one has run out its slice, an actor woken before them runs before the next new one. */
+static char order[8];
+static int norder;
+
+static void woken_logs(void *arg)
+{
+  (void)arg;
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(-1, &m), 0);
+  smarm_msg_free(m);
+  order[norder++] = 'W';
+}
+
+static void spins_a_slice(void *arg)
+{
+  order[norder++] = (char)(uintptr_t)arg;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (!smarm_preempt_due() && smarm_now_ns() < guard)
+    ;
+  smarm_preempt();
+}
+
+static void main_demote(void *arg)
+{
+  (void)arg;
+  norder = 0;
+  smarm_pid_t w;
+  CHECK_EQ(smarm_spawn(woken_logs, NULL, NULL, &w), 0);
+  smarm_yield(); /* it parks in receive */
+  CHECK_EQ(smarm_send(w, smarm_msg_new(0)), 0);
+  CHECK_EQ(smarm_spawn(spins_a_slice, (void *)(uintptr_t)'1', NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(spins_a_slice, (void *)(uintptr_t)'2', NULL, NULL), 0);
+  while (norder < 3)
+    smarm_yield();
+  order[norder] = '\0';
+  CHECK(strcmp(order, "1W2") == 0); /* without the demotion: "12W" */
+}
+
+TEST(a_preemption_lets_the_waiting_actors_go_before_new_ones) { run_with(1, 2 * MS, main_demote); }
+
 static void main_returns(void *arg) { (void)arg; }
 
 TEST(the_callers_signal_mask_is_as_on_sched_stop_left_it)

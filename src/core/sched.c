@@ -11,6 +11,9 @@
 **  - A RUNNABLE actor is in the run queue exactly once (or is s->handoff, popped but waiting for
 **    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_REPLY,
 **    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
+**  - The run queue's first s->ahead actors (the last is s->ahead_last) went to the front: new
+**    actors and timer wake-ups; the others follow in FIFO order. s->queued counts them all;
+**    s->spawn_after, when set, is one of the first s->ahead.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
 **    very stack we would be copying from).
@@ -78,6 +81,7 @@ static inline int actor_is_parked(const actor_t *a)
 static inline void runq_append(sched_t *s, actor_t *a)
 {
   stat_add(&s->stats.runq, 1);
+  s->queued++;
   a->run_next = NULL;
   if (s->run_tail)
     s->run_tail->run_next = a;
@@ -95,6 +99,83 @@ static inline void runq_push(sched_t *s, actor_t *a)
   SMARM_ASSERT(a->timer.index < 0);
   a->state = ACTOR_RUNNABLE;
   runq_append(s, a);
+}
+
+/* New actors first. A new actor goes ahead of the actors already queued, after the ones the
+** same decision made before it (siblings run in spawn order): a tree of spawns (skynet, a
+** fan-out that fans out) is then walked depth first, with a few actors alive at a time, where a
+** FIFO walked it breadth first and held them all at once (memory, first touches, cache misses:
+** docs/perf.md, "New actors first"). Go's runnext and Tarantool's fiber.create, which runs the
+** child at once, do the same for the same reason. So that new actors cannot keep the others
+** from running, at most SPAWN_AHEAD_MAX of them go ahead while an actor queued the ordinary way
+** (woken, yielded, preempted) waits; and when an actor is preempted (it ran a whole slice: not
+** the short-lived kind this is for), the new actors still ahead move behind the ordinary ones
+** and no more go ahead (runq_demote_new) until an ordinary actor is taken. An ordinary actor so
+** waits at most about a slice more than it would behind a FIFO. Queued actors stay a prefix of `ahead` entries, then the ordinary ones
+** (timer wake-ups also go to the front, counted in `ahead`). A seeded schedule draws from the
+** whole queue, so there every actor joins the tail. */
+#define SPAWN_AHEAD_MAX 1024
+
+static inline void runq_push_ahead(sched_t *s, actor_t *a)
+{
+  SMARM_ASSERT(a->sched == s);
+  SMARM_ASSERT(a->state != ACTOR_RUNNABLE && a->state != ACTOR_DEAD);
+  SMARM_ASSERT(a->timer.index < 0);
+  if (SMARM_UNLIKELY(s->rng) || (s->queued > s->ahead && s->ahead_budget == 0)) {
+    runq_push(s, a);
+    return;
+  }
+  if (s->queued > s->ahead) /* ordinary actors wait behind it */
+    s->ahead_budget--;
+  a->state = ACTOR_RUNNABLE;
+  stat_add(&s->stats.runq, 1);
+  s->queued++;
+  actor_t *after = s->spawn_after; /* NULL or one of the first `ahead` */
+  if (after) {
+    a->run_next = after->run_next;
+    after->run_next = a;
+  } else {
+    a->run_next = s->run_head;
+    s->run_head = a;
+  }
+  if (s->run_tail == after)
+    s->run_tail = a;
+  if (s->ahead_last == after) /* after the last of them, or the first of none */
+    s->ahead_last = a;
+  s->ahead++;
+  s->spawn_after = a;
+}
+
+/* A preemption: the new actors still ahead go behind the ordinary ones, in their order, and no
+** more go ahead until an ordinary actor is taken. */
+static void runq_demote_new(sched_t *s)
+{
+  actor_t *last = s->ahead_last;
+  if (last && last->run_next) { /* [ahead .. last][ordinary .. tail] -> [ordinary .. tail][ahead .. last] */
+    actor_t *first = s->run_head;
+    s->run_head = last->run_next;
+    s->run_tail->run_next = first;
+    last->run_next = NULL;
+    s->run_tail = last;
+  }
+  s->ahead = 0;
+  s->ahead_last = NULL;
+  s->spawn_after = NULL;
+  s->ahead_budget = 0;
+}
+
+/* Bookkeeping of a pop from the head (runq_pop). */
+static inline void runq_took_head(sched_t *s)
+{
+  stat_add(&s->stats.runq, (uint64_t)-1);
+  s->queued--;
+  s->spawn_after = NULL;
+  if (s->ahead) {
+    if (--s->ahead == 0)
+      s->ahead_last = NULL;
+  } else {
+    s->ahead_budget = SPAWN_AHEAD_MAX; /* an ordinary actor had its turn */
+  }
 }
 
 /* A seeded schedule's draw (cfg.seed): xorshift64* over a state that is never 0. */
@@ -130,6 +211,10 @@ static actor_t *runq_pop_drawn(sched_t *s)
   if (s->run_tail == a)
     s->run_tail = prev;
   stat_add(&s->stats.runq, (uint64_t)-1);
+  s->queued--;
+  s->spawn_after = NULL;
+  s->ahead = 0; /* no front to keep: every pop is a draw (timers may still have put some there) */
+  s->ahead_last = NULL;
   return a;
 }
 
@@ -139,7 +224,7 @@ static inline actor_t *runq_pop(sched_t *s)
     return runq_pop_drawn(s);
   actor_t *a = s->run_head;
   if (a) {
-    stat_add(&s->stats.runq, (uint64_t)-1);
+    runq_took_head(s);
     s->run_head = a->run_next;
     if (!s->run_head)
       s->run_tail = NULL;
@@ -292,6 +377,7 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
 {
   deadline_t *t;
   actor_t *first = NULL, *last = NULL;
+  uint32_t ahead_before = s->ahead;
   while ((t = timer_first(h)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
@@ -304,6 +390,8 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
     s->last_head_ns = real_now;
     a->state = ACTOR_RUNNABLE;
     stat_add(&s->stats.runq, 1);
+    s->queued++;
+    s->ahead++;
     a->run_next = NULL;
     if (last)
       last->run_next = a;
@@ -316,6 +404,9 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
     if (!s->run_head)
       s->run_tail = last;
     s->run_head = first;
+    s->spawn_after = NULL; /* a spawn of this decision must not go behind them */
+    if (!ahead_before)
+      s->ahead_last = last;
   }
 }
 
@@ -877,7 +968,7 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
   }
   if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
     build_first_frame(a);
-  runq_push(s, a);
+  runq_push_ahead(s, a);
   stat_add(&s->stats.spawned, 1);
   stat_add(&s->stats.live, 1);
   if (pid_out)
@@ -966,6 +1057,8 @@ void smarm_preempt(void)
     }
   }
   atomic_store_explicit(&s->preempt_asked, 0, memory_order_relaxed);
+  if (asked)
+    runq_demote_new(s); /* a slice ran out: the waiting ones go before the new ones now */
   stat_add(&s->stats.preempts, 1); /* a new slice, even when nobody else wants to run */
   s->ticks = TIMER_CHECK_TICKS;    /* the clock now: due timers go first */
   smarm_yield();
@@ -1174,6 +1267,7 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->rt = rt;
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
+  s->ahead_budget = SPAWN_AHEAD_MAX;
   sm_timer_heap_init(&s->timers);
   sm_timer_heap_init(&s->vtimers);
   sm_timer_heap_init(&s->msg_timers);
@@ -1245,7 +1339,8 @@ void sm_sched_destroy_actors(sched_t *s)
   note_generations_used(&s->table);
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);
-  s->run_head = s->run_tail = s->handoff = NULL;
+  s->run_head = s->run_tail = s->handoff = s->spawn_after = s->ahead_last = NULL;
+  s->queued = s->ahead = 0;
   sm_stack_pool_destroy(&s->stacks);
 }
 

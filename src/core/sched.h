@@ -160,6 +160,13 @@ typedef struct sched {
   struct runtime *rt;
   actor_t *current;           /* running actor; NULL on the scheduler's own stack */
   actor_t *run_head, *run_tail;
+  uint32_t queued;            /* actors in the run queue (stats.runq is the readers' copy) */
+  uint32_t ahead;             /* of them, the first `ahead` went to the front: new actors and
+                                 timer wake-ups (runq_push_ahead, fire_actor_timers) */
+  actor_t *ahead_last;        /* the last of those (NULL when ahead is 0) */
+  actor_t *spawn_after;       /* the new actor the next one of this decision goes after (NULL:
+                                 the front); reset at every pop */
+  uint32_t ahead_budget;      /* new actors that may still go ahead of waiting queued ones */
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
