@@ -66,6 +66,14 @@ if(NOT release OR CMAKE_MATCH_1 LESS fix_time)
     "crashes the VM)")
 endif()
 
+# 2b. luaJIT_copyclosure, which smarm's patch adds (deps/patches/luajit-copy-closure.patch; the
+#     require-time check looks for the symbol itself).
+file(STRINGS ${SMARM_LUAJIT_INCLUDE}/luajit.h copy_line REGEX "luaJIT_copyclosure")
+if(NOT copy_line)
+  smarm_refuse_luajit("its luajit.h lacks luaJIT_copyclosure, which smarm's patch to LuaJIT adds "
+    "(deps/patches/luajit-copy-closure.patch)")
+endif()
+
 # 3. The VM's internal headers, of this very build.
 if(NOT EXISTS ${SMARM_LUAJIT_INTERNAL_INCLUDE}/lj_obj.h OR
    NOT EXISTS ${SMARM_LUAJIT_INTERNAL_INCLUDE}/luajit.h)

@@ -202,7 +202,9 @@ typedef struct smarm_spawn_opts {
 } smarm_spawn_opts_t;
 
 /* Creates an actor running fn(arg) on the caller's scheduler; it runs when the caller next yields
-** or parks. opts may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
+** or parks, ahead of the actors already queued there and after the ones the caller spawned before
+** it since it last gave way (docs/design.md, the run queue: bounded so that nobody starves). opts
+** may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
 ** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL (NULL fn, stack
 ** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). */
 SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,

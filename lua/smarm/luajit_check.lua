@@ -7,7 +7,9 @@
 --   2. LUAJIT_ENABLE_CHECKHOOK, with which compiled loops test the hook mask: without it a
 --      compiled loop is never preempted and time slices do not hold (docs/design.md, "Compiled
 --      code"). SMARM_LUAJIT_CHECKHOOK=0 in the environment accepts a LuaJIT without it, the one
---      `SMARM_LUAJIT_CHECKHOOK=0 deps/luajit.sh` builds for measuring what the check costs.
+--      `SMARM_LUAJIT_CHECKHOOK=0 deps/luajit.sh` builds for measuring what the check costs;
+--   3. luaJIT_copyclosure, which smarm's patch adds (deps/patches/luajit-copy-closure.patch): a
+--      spawn on the caller's scheduler and every decoded function copy a closure with it.
 -- (The VM's internal headers, which the binding is compiled with, are checked by the build.)
 local M = {}
 
@@ -52,6 +54,15 @@ function M.checks_hooks()
 end
 
 -- The list of what this LuaJIT lacks (empty when nothing).
+-- Whether this LuaJIT has luaJIT_copyclosure (its interpreter and the smarm executable export
+-- their C API). nil when it cannot tell: no FFI.
+function M.copies_closures()
+  local has_ffi, ffi = pcall(require, "ffi")
+  if not has_ffi then return nil end
+  pcall(ffi.cdef, "int luaJIT_copyclosure(void *L, int idx);")
+  return (pcall(function() return ffi.C.luaJIT_copyclosure end))
+end
+
 function M.problems()
   if type(jit) ~= "table" or type(jit.version) ~= "string" then
     return { "smarm runs on LuaJIT 2.1, and this is " .. tostring(_VERSION) }
@@ -65,6 +76,10 @@ function M.problems()
   if M.checks_hooks() == false and os.getenv("SMARM_LUAJIT_CHECKHOOK") ~= "0" then
     problems[#problems + 1] = "it is built without LUAJIT_ENABLE_CHECKHOOK, so compiled loops would never be"
       .. " preempted (SMARM_LUAJIT_CHECKHOOK=0 in the environment accepts that)"
+  end
+  if M.copies_closures() == false then
+    problems[#problems + 1] = "it lacks luaJIT_copyclosure, which smarm's patch to LuaJIT adds"
+      .. " (deps/patches/luajit-copy-closure.patch: spawns and decoded functions copy closures with it)"
   end
   return problems
 end

@@ -68,7 +68,7 @@ int64_t smarm_clock_ns(void)
   return smarm_now_ns();
 }
 
-/* ---- Run queue (owner only: a plain FIFO through actor.run_next) ------------------------- */
+/* ---- Run queue (owner only: a list through actor.run_next, new actors first) ------------- */
 
 /* For assertions: the states of an actor parked in no queue. */
 static inline int actor_is_parked(const actor_t *a)
@@ -106,14 +106,16 @@ static inline void runq_push(sched_t *s, actor_t *a)
 ** fan-out that fans out) is then walked depth first, with a few actors alive at a time, where a
 ** FIFO walked it breadth first and held them all at once (memory, first touches, cache misses:
 ** docs/perf.md, "New actors first"). Go's runnext and Tarantool's fiber.create, which runs the
-** child at once, do the same for the same reason. So that new actors cannot keep the others
-** from running, at most SPAWN_AHEAD_MAX of them go ahead while an actor queued the ordinary way
-** (woken, yielded, preempted) waits; and when an actor is preempted (it ran a whole slice: not
-** the short-lived kind this is for), the new actors still ahead move behind the ordinary ones
-** and no more go ahead (runq_demote_new) until an ordinary actor is taken. An ordinary actor so
-** waits at most about a slice more than it would behind a FIFO. Queued actors stay a prefix of `ahead` entries, then the ordinary ones
-** (timer wake-ups also go to the front, counted in `ahead`). A seeded schedule draws from the
-** whole queue, so there every actor joins the tail. */
+** child at once, do the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a
+** row taken by actors put to the front, new actors join the tail until an actor from the tail
+** (queued the ordinary way: woken, yielded, preempted, or new but sent to the tail) has had its
+** turn; so between two turns of the tail at most SPAWN_AHEAD_MAX others run, and a chain of
+** actors that each spawn the next cannot keep its own elders, or anyone else, from running. And
+** when an actor is preempted (it ran a whole slice: not the short-lived kind this is for), the
+** actors at the front move behind the ordinary ones and the streak counts as spent
+** (runq_demote_new). Queued actors stay a prefix of `ahead` entries (timer wake-ups also go to
+** the front, counted there), then the ordinary ones. A seeded schedule draws from the whole
+** queue, so there every actor joins the tail. */
 #define SPAWN_AHEAD_MAX 1024
 
 static inline void runq_push_ahead(sched_t *s, actor_t *a)
@@ -121,12 +123,10 @@ static inline void runq_push_ahead(sched_t *s, actor_t *a)
   SMARM_ASSERT(a->sched == s);
   SMARM_ASSERT(a->state != ACTOR_RUNNABLE && a->state != ACTOR_DEAD);
   SMARM_ASSERT(a->timer.index < 0);
-  if (SMARM_UNLIKELY(s->rng) || (s->queued > s->ahead && s->ahead_budget == 0)) {
+  if (SMARM_UNLIKELY(s->rng) || s->front_streak >= SPAWN_AHEAD_MAX) {
     runq_push(s, a);
     return;
   }
-  if (s->queued > s->ahead) /* ordinary actors wait behind it */
-    s->ahead_budget--;
   a->state = ACTOR_RUNNABLE;
   stat_add(&s->stats.runq, 1);
   s->queued++;
@@ -151,7 +151,7 @@ static inline void runq_push_ahead(sched_t *s, actor_t *a)
 static void runq_demote_new(sched_t *s)
 {
   actor_t *last = s->ahead_last;
-  if (last && last->run_next) { /* [ahead .. last][ordinary .. tail] -> [ordinary .. tail][ahead .. last] */
+  if (last && last->run_next) { /* [front .. last][tail part] -> [tail part][front .. last] */
     actor_t *first = s->run_head;
     s->run_head = last->run_next;
     s->run_tail->run_next = first;
@@ -161,7 +161,7 @@ static void runq_demote_new(sched_t *s)
   s->ahead = 0;
   s->ahead_last = NULL;
   s->spawn_after = NULL;
-  s->ahead_budget = 0;
+  s->front_streak = SPAWN_AHEAD_MAX; /* until the tail has had a turn */
 }
 
 /* Bookkeeping of a pop from the head (runq_pop). */
@@ -173,8 +173,10 @@ static inline void runq_took_head(sched_t *s)
   if (s->ahead) {
     if (--s->ahead == 0)
       s->ahead_last = NULL;
+    if (s->front_streak < SPAWN_AHEAD_MAX)
+      s->front_streak++;
   } else {
-    s->ahead_budget = SPAWN_AHEAD_MAX; /* an ordinary actor had its turn */
+    s->front_streak = 0; /* the tail had its turn */
   }
 }
 
@@ -1267,7 +1269,6 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->rt = rt;
   s->spin_ns = rt->cfg.spin_ns;
   s->default_stack = rt->cfg.stack_size;
-  s->ahead_budget = SPAWN_AHEAD_MAX;
   sm_timer_heap_init(&s->timers);
   sm_timer_heap_init(&s->vtimers);
   sm_timer_heap_init(&s->msg_timers);

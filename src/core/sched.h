@@ -166,7 +166,7 @@ typedef struct sched {
   actor_t *ahead_last;        /* the last of those (NULL when ahead is 0) */
   actor_t *spawn_after;       /* the new actor the next one of this decision goes after (NULL:
                                  the front); reset at every pop */
-  uint32_t ahead_budget;      /* new actors that may still go ahead of waiting queued ones */
+  uint32_t front_streak;      /* turns in a row taken by actors put to the front */
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
