@@ -284,6 +284,31 @@ static void main_chain(void *arg)
   }
 }
 
+/* An endless chain of actors that each spawn the next and end, on scheduler 2: the runtime's
+** stop must reach it. An exit did not look at the inbox, so the stop request waited for ever. */
+static void endless_link(void *arg)
+{
+  smarm_pid_t *main = arg;
+  if (*main) {
+    CHECK_EQ(smarm_send(*main, smarm_msg_new(0)), 0);
+    *main = 0;
+  }
+  CHECK_EQ(smarm_spawn(endless_link, arg, NULL, NULL), 0);
+}
+
+static void main_endless(void *arg)
+{
+  (void)arg;
+  static smarm_pid_t me;
+  me = smarm_self();
+  CHECK_EQ(smarm_spawn_on(1, endless_link, &me, NULL, NULL), 0);
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(-1, &m), 0); /* the chain runs: now end, and the run with it */
+  smarm_msg_free(m);
+}
+
+TEST(an_endless_chain_of_spawns_still_stops) { RUN(2, main_endless, NULL); }
+
 TEST(new_actors_run_ahead_of_the_others_a_bounded_number_of_times)
 {
   RUN(1, main_chain, NULL);

@@ -837,6 +837,9 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
     sm_runtime_request_stop(s->rt);
     s->stopping = 1;
   }
+  /* A decision point like any other: a chain of actors that each spawn the next and end would
+  ** otherwise never look at the inbox (a stop request) or the timers. */
+  sched_poll(s);
   s->zombie = a;
   sched_leave(s, a);
   SMARM_CHECK(0, "a dead actor was resumed");
