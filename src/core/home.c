@@ -67,6 +67,9 @@ void sm_home_batch_send(void)
   sm_home_link_t *head = atomic_load_explicit(&h->returned, memory_order_relaxed);
   for (;;) {
     if (head == SM_HOME_ORPHANED) { /* its thread is gone: the blocks are freed here */
+      /* Cut the batch off what a failed CAS below linked it to: the chain that was there then,
+      ** which the leaving owner took and freed (TSan saw this free it again, at a shutdown). */
+      self->batch_tail->next = NULL;
       free_chain(self->batch_head);
       break;
     }

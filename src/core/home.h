@@ -31,7 +31,8 @@
 **   sm_homes[h].returned: a stack of chains. Any thread pushes one with a CAS (release: the
 **   links it wrote are seen by whoever takes the chain); the owner takes all with an exchange
 **   (acquire). At release the owner exchanges in SM_HOME_ORPHANED and frees what was there; a
-**   pusher that reads SM_HOME_ORPHANED frees its chain itself. Any thread may free any block, so a
+**   pusher that reads SM_HOME_ORPHANED frees its chain itself, cut first from the chain a failed
+**   CAS had linked it to (which the owner took and freed). Any thread may free any block, so a
 **   block whose home was released and claimed again by another thread goes to that one: late,
 **   never wrong.
 **   Everything else in sm_homes[h] (cache, batch) is its owner's alone; sm_home_tls points at it.
