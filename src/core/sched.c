@@ -12,7 +12,7 @@
 **    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_REPLY,
 **    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
 **  - The run queue's first s->ahead actors (the last is s->ahead_last) went to the front: new
-**    actors and timer wake-ups; the others follow in FIFO order. s->queued counts them all;
+**    actors and timer wake-ups; the others follow in FIFO order.
 **    s->spawn_after, when set, is one of the first s->ahead.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
@@ -81,7 +81,6 @@ static inline int actor_is_parked(const actor_t *a)
 static inline void runq_append(sched_t *s, actor_t *a)
 {
   stat_add(&s->stats.runq, 1);
-  s->queued++;
   a->run_next = NULL;
   if (s->run_tail)
     s->run_tail->run_next = a;
@@ -129,7 +128,6 @@ static inline void runq_push_ahead(sched_t *s, actor_t *a)
   }
   a->state = ACTOR_RUNNABLE;
   stat_add(&s->stats.runq, 1);
-  s->queued++;
   actor_t *after = s->spawn_after; /* NULL or one of the first `ahead` */
   if (after) {
     a->run_next = after->run_next;
@@ -168,7 +166,6 @@ static void runq_demote_new(sched_t *s)
 static inline void runq_took_head(sched_t *s)
 {
   stat_add(&s->stats.runq, (uint64_t)-1);
-  s->queued--;
   s->spawn_after = NULL;
   if (s->ahead) {
     if (--s->ahead == 0)
@@ -213,7 +210,6 @@ static actor_t *runq_pop_drawn(sched_t *s)
   if (s->run_tail == a)
     s->run_tail = prev;
   stat_add(&s->stats.runq, (uint64_t)-1);
-  s->queued--;
   s->spawn_after = NULL;
   s->ahead = 0; /* no front to keep: every pop is a draw (timers may still have put some there) */
   s->ahead_last = NULL;
@@ -392,7 +388,6 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
     s->last_head_ns = real_now;
     a->state = ACTOR_RUNNABLE;
     stat_add(&s->stats.runq, 1);
-    s->queued++;
     s->ahead++;
     a->run_next = NULL;
     if (last)
@@ -1344,7 +1339,7 @@ void sm_sched_destroy_actors(sched_t *s)
   free(s->table.entries);
   memset(&s->table, 0, sizeof s->table);
   s->run_head = s->run_tail = s->handoff = s->spawn_after = s->ahead_last = NULL;
-  s->queued = s->ahead = 0;
+  s->ahead = 0;
   sm_stack_pool_destroy(&s->stacks);
 }
 

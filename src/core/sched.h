@@ -160,7 +160,6 @@ typedef struct sched {
   struct runtime *rt;
   actor_t *current;           /* running actor; NULL on the scheduler's own stack */
   actor_t *run_head, *run_tail;
-  uint32_t queued;            /* actors in the run queue (stats.runq is the readers' copy) */
   uint32_t ahead;             /* of them, the first `ahead` went to the front: new actors and
                                  timer wake-ups (runq_push_ahead, fire_actor_timers) */
   actor_t *ahead_last;        /* the last of those (NULL when ahead is 0) */
