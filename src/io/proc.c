@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -666,6 +667,39 @@ static uv_signal_t guards[NGUARDS];
 static int guards_made;       /* the handles exist on the current loop */
 static int guard_on[NGUARDS]; /* started */
 
+/* ---- Exits whose SIGCHLD went missing ------------------------------------------------------
+** libuv learns that a program ended from SIGCHLD: its handler writes to the loop, which reaps.
+** A SIGCHLD can fail to reach that handler: a host's own handler took it, or a sanitizer lost it
+** (under TSan, one of process_spec's runs in about fifty, under load: the program a zombie, the
+** loop never told). So while programs run, the loop also looks every REAP_CHECK_MS: a program
+** that has ended but is still in all_running (waitid's WNOWAIT: seen, not reaped) is taken as a
+** lost signal, and SIGCHLD is raised on this thread, where libuv's handler runs at once and the
+** loop reaps as usual. The timer is unreferenced: it never keeps the loop going. */
+#define REAP_CHECK_MS 100
+static uv_timer_t reap_check;
+static int reap_check_made; /* initialised on the current loop, not closed */
+static int reap_check_on;   /* started */
+
+static void close_reap_check(void)
+{
+  if (reap_check_made)
+    uv_close((uv_handle_t *)&reap_check, NULL);
+  reap_check_made = reap_check_on = 0;
+}
+
+static void on_reap_check(uv_timer_t *t)
+{
+  (void)t;
+  for (child_t *c = all_running; c; c = c->next) {
+    siginfo_t si;
+    si.si_pid = 0;
+    if (waitid(P_PID, (id_t)c->proc.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid) {
+      raise(SIGCHLD);
+      return;
+    }
+  }
+}
+
 static void on_fatal_signal(uv_signal_t *h, int signum)
 {
   (void)h;
@@ -677,18 +711,38 @@ static void on_fatal_signal(uv_signal_t *h, int signum)
   raise(signum);
 }
 
+static void make_guards(uv_loop_t *loop)
+{
+  if (guards_made)
+    return;
+  for (size_t j = 0; j < NGUARDS; j++)
+    uv_signal_init(loop, &guards[j]);
+  guards_made = 1;
+}
+
+/* The handles that live while programs run: the guards, and the look for lost exits. */
 static void update_guards(uv_loop_t *loop)
 {
-  if (sm_io_interrupted())
-    return; /* the IO thread stops (stop_guards): no new handle may keep its loop going */
+  if (sm_io_interrupted()) { /* the IO thread stops (stop_guards): nothing new may start */
+    if (!all_running) /* it looked for lost exits of the programs killed */
+      close_reap_check();
+    return;
+  }
+  if (all_running && !reap_check_on) {
+    if (!reap_check_made) {
+      uv_timer_init(loop, &reap_check);
+      uv_unref((uv_handle_t *)&reap_check);
+      reap_check_made = 1;
+    }
+    reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
+  } else if (!all_running && reap_check_on) {
+    uv_timer_stop(&reap_check);
+    reap_check_on = 0;
+  }
   for (size_t i = 0; i < NGUARDS; i++) {
     int want = all_running != NULL && signals[fatal_signals[i]].count == 0;
     if (want && !guard_on[i]) {
-      if (!guards_made) {
-        for (size_t j = 0; j < NGUARDS; j++)
-          uv_signal_init(loop, &guards[j]);
-        guards_made = 1;
-      }
+      make_guards(loop);
       guard_on[i] = uv_signal_start(&guards[i], on_fatal_signal, fatal_signals[i]) == 0;
     } else if (!want && guard_on[i]) {
       uv_signal_stop(&guards[i]);
@@ -705,6 +759,8 @@ static void stop_guards(void *loop)
     if (guards_made)
       uv_close((uv_handle_t *)&guards[i], NULL);
   }
+  if (!reap_check_on) /* else closed once the last program killed has ended (update_guards) */
+    close_reap_check();
   guards_made = 0;
 }
 
