@@ -25,6 +25,19 @@ double test_scale(void)
   return v > 0 ? v : 1.0;
 }
 
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+
+double test_spawn_scale(void)
+{
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+  return test_scale() / 4;
+#else
+  return test_scale();
+#endif
+}
+
 int test_scaled(int n, int min)
 {
   double v = n * test_scale();

@@ -983,7 +983,7 @@ static void main_stress(void *arg)
 {
   (void)arg;
   /* 200,000 at scale 1 (about 8 s here); SMARM_STRESS_SCALE=5 runs the million */
-  int total = (int)(200000 * test_scale());
+  int total = (int)(200000 * test_spawn_scale());
   if (total < 300)
     total = 300;
   int downs[3] = {0, 0, 0}, wrong = 0, pending = 0;

@@ -454,7 +454,7 @@ static void main_storm(void *arg)
   memset(&storm, 0, sizeof storm);
   storm.main = smarm_self();
   storm.sleeps = *(int *)arg;
-  storm.per_spawner = (uint64_t)(STORM_TOTAL * test_scale() / STORM_SPAWNERS);
+  storm.per_spawner = (uint64_t)(STORM_TOTAL * test_spawn_scale() / STORM_SPAWNERS);
   if (storm.per_spawner == 0)
     storm.per_spawner = 1;
   for (uint32_t i = 0; i < STORM_SPAWNERS; i++)
