@@ -114,9 +114,8 @@ double test_scale(void);
 /* n scaled by test_scale(), at least min. */
 int test_scaled(int n, int min);
 /* test_scale() for a test whose time goes into creating actors: a quarter of it under TSan, which
-** makes and clears a fiber state for every actor (src/core/annotate.h). A profile of
-** stress.remote_spawn_storm there put 70% of its time in that (libtsan's internal_memset and the
-** kernel's page faults under it): 250 s of the suite's longest case at SMARM_STRESS_SCALE. */
+** makes and clears a fiber state for every actor (src/core/annotate.h): about 70% of such a
+** test's time there (docs/design.md, "Sanitizers"). */
 double test_spawn_scale(void);
 
 /* The next number of a xorshift32 sequence whose state is *s (never 0): cheap, repeatable

@@ -982,8 +982,8 @@ static void fated(void *arg)
 static void main_stress(void *arg)
 {
   (void)arg;
-  /* 200,000 at scale 1 (0.05 s in a release build, 20 s under TSan at its scale, a quarter of
-  ** its size: test_spawn_scale); SMARM_STRESS_SCALE=5 runs the issue's million */
+  /* 200,000 at scale 1 (0.05 s in a release build); SMARM_STRESS_SCALE=5 runs the issue's
+  ** million (a quarter of that under TSan: test_spawn_scale) */
   int total = (int)(200000 * test_spawn_scale());
   if (total < 300)
     total = 300;

@@ -1,6 +1,7 @@
 /*
 ** Stress tests: long randomized runs that hunt races between schedulers. Sizes scale with
-** SMARM_STRESS_SCALE (test_scale(); 1 = full size, sanitizer builds run about 0.05).
+** SMARM_STRESS_SCALE (test_scale(); 1 = full size, sanitizer builds run about 0.05; the spawn
+** storm a quarter of that again under TSan: test_spawn_scale).
 **
 **  many_to_many_*    Hunts lost, duplicated and reordered messages, and lost wake-ups, on the
 **                    inbox path: 8 senders per scheduler send numbered messages to receivers on

@@ -672,13 +672,17 @@ static int guard_on[NGUARDS]; /* started */
 ** A SIGCHLD can fail to reach that handler: a host's own handler took it, or a sanitizer lost it
 ** (under TSan, one of process_spec's runs in about fifty, under load: the program a zombie, the
 ** loop never told). So while programs run, the loop also looks every REAP_CHECK_MS: a program
-** that has ended but is still in all_running (waitid's WNOWAIT: seen, not reaped) is taken as a
-** lost signal, and SIGCHLD is raised on this thread, where libuv's handler runs at once and the
-** loop reaps as usual. The timer is unreferenced: it never keeps the loop going. */
+** that has ended but is still in all_running (waitid's WNOWAIT: seen, not reaped) is taken for a
+** lost signal (at worst one whose message waits unread in libuv's pipe: a SIGCHLD too many does
+** no harm), and SIGCHLD is raised on this thread, where libuv's handler runs at once and the
+** loop reaps as usual. The timer is unreferenced: it never keeps the loop going. It runs on
+** through the IO thread's stop (stop_guards) until the programs killed there have ended. */
 #define REAP_CHECK_MS 100
 static uv_timer_t reap_check;
 static int reap_check_made; /* initialised on the current loop, not closed */
 static int reap_check_on;   /* started */
+
+static void on_reap_check(uv_timer_t *t);
 
 static void close_reap_check(void)
 {
@@ -687,11 +691,24 @@ static void close_reap_check(void)
   reap_check_made = reap_check_on = 0;
 }
 
+static void start_reap_check(uv_loop_t *loop)
+{
+  if (!reap_check_made) {
+    uv_timer_init(loop, &reap_check);
+    uv_unref((uv_handle_t *)&reap_check);
+    reap_check_made = 1;
+  }
+  reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
+}
+
 static void on_reap_check(uv_timer_t *t)
 {
   (void)t;
-  for (child_t *c = all_running; c; c = c->next) {
-    siginfo_t si;
+  siginfo_t si;
+  si.si_pid = 0; /* a child ended and not reaped? (the usual answer, no, costs one call) */
+  if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || !si.si_pid)
+    return;
+  for (child_t *c = all_running; c; c = c->next) { /* one of ours, not a host's */
     si.si_pid = 0;
     if (waitid(P_PID, (id_t)c->proc.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid) {
       raise(SIGCHLD);
@@ -723,18 +740,15 @@ static void make_guards(uv_loop_t *loop)
 /* The handles that live while programs run: the guards, and the look for lost exits. */
 static void update_guards(uv_loop_t *loop)
 {
-  if (sm_io_interrupted()) { /* the IO thread stops (stop_guards): nothing new may start */
-    if (!all_running) /* it looked for lost exits of the programs killed */
+  if (sm_io_interrupted()) { /* the IO thread stops (stop_guards): no new guard may start */
+    if (!all_running) /* the last program killed at the stop has ended */
       close_reap_check();
+    else if (!reap_check_on) /* a spawn that came in after the stop began */
+      start_reap_check(loop);
     return;
   }
   if (all_running && !reap_check_on) {
-    if (!reap_check_made) {
-      uv_timer_init(loop, &reap_check);
-      uv_unref((uv_handle_t *)&reap_check);
-      reap_check_made = 1;
-    }
-    reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
+    start_reap_check(loop);
   } else if (!all_running && reap_check_on) {
     uv_timer_stop(&reap_check);
     reap_check_on = 0;
