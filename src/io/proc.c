@@ -728,15 +728,6 @@ static void on_fatal_signal(uv_signal_t *h, int signum)
   raise(signum);
 }
 
-static void make_guards(uv_loop_t *loop)
-{
-  if (guards_made)
-    return;
-  for (size_t j = 0; j < NGUARDS; j++)
-    uv_signal_init(loop, &guards[j]);
-  guards_made = 1;
-}
-
 /* The handles that live while programs run: the guards, and the look for lost exits. */
 static void update_guards(uv_loop_t *loop)
 {
@@ -756,7 +747,11 @@ static void update_guards(uv_loop_t *loop)
   for (size_t i = 0; i < NGUARDS; i++) {
     int want = all_running != NULL && signals[fatal_signals[i]].count == 0;
     if (want && !guard_on[i]) {
-      make_guards(loop);
+      if (!guards_made) {
+        for (size_t j = 0; j < NGUARDS; j++)
+          uv_signal_init(loop, &guards[j]);
+        guards_made = 1;
+      }
       guard_on[i] = uv_signal_start(&guards[i], on_fatal_signal, fatal_signals[i]) == 0;
     } else if (!want && guard_on[i]) {
       uv_signal_stop(&guards[i]);
