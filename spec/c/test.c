@@ -1,8 +1,6 @@
 /* The harness behind test.h. */
 #include "test.h"
 
-#include "core/annotate.h" /* SMARM_HAVE_TSAN */
-
 static test_case_t *test_first, **test_tail = &test_first;
 int test_failures;
 int test_checks;
@@ -27,9 +25,13 @@ double test_scale(void)
   return v > 0 ? v : 1.0;
 }
 
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+
 double test_spawn_scale(void)
 {
-#ifdef SMARM_HAVE_TSAN
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
   return test_scale() / 4;
 #else
   return test_scale();
