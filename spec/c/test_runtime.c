@@ -567,6 +567,69 @@ TEST(stats_after_remote_ping_pong)
   CHECK_EQ(run_cfg(2, 0, -1, main_stats, &spin_default), 0);
 }
 
+/* ---- a taken CPU pauses the idle spin ---- */
+
+static int64_t hog_stop;
+
+static void *cpu_hog(void *arg)
+{
+  (void)arg;
+  while (!load(&hog_stop))
+    ;
+  return NULL;
+}
+
+static void main_spin_pause(void *arg)
+{
+  (void)arg;
+  smarm_pid_t pid;
+  CHECK_EQ(smarm_spawn_on(1, ponger, NULL, NULL, &pid), 0);
+  /* Round trips to the other scheduler until a spin has lost its CPU often enough: every idle
+  ** wait spins, and only the hog can take the CPU from it. */
+  smarm_stats_t st = {0};
+  int64_t deadline = smarm_now_ns() + LONG_WAIT;
+  uint64_t i = 0;
+  do {
+    i++;
+    CHECK_EQ(test_send_u64(pid, i), 0);
+    CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)i);
+    CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  } while (st.spin_pauses == 0 && smarm_now_ns() < deadline);
+  CHECK(st.spin_pauses > 0);
+  /* Paused, an idle scheduler parks at once and its sender wakes it: nothing is lost. */
+  smarm_stats_t before = st;
+  for (uint64_t k = 1; k <= PINGS; k++) {
+    CHECK_EQ(test_send_u64(pid, i + k), 0);
+    CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)(i + k));
+  }
+  CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  CHECK(st.parks > before.parks);
+  CHECK(st.wakes > before.wakes);
+  smarm_msg_t *m = smarm_msg_new(0);
+  CHECK_EQ(smarm_send(pid, m), 0);
+  m = NULL;
+  CHECK_EQ(smarm_receive(LONG_WAIT, &m), 0);
+  smarm_msg_free(m);
+  printf("  paused after %" PRIu64 " round trips", i);
+}
+
+TEST(a_taken_cpu_pauses_the_idle_spin)
+{
+  /* Every thread of the process on one CPU, beside a thread that never stops: the schedulers'
+  ** threads inherit the mask, so an idle spin cannot keep its CPU for long. */
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  int cpu = sched_getcpu();
+  CPU_SET(cpu < 0 ? 0 : cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0)
+    SKIP("sched_setaffinity refused");
+  pthread_t hog;
+  CHECK_EQ(pthread_create(&hog, NULL, cpu_hog, NULL), 0);
+  CHECK_EQ(run_cfg(2, 0, -1, main_spin_pause, NULL), 0);
+  store(&hog_stop, 1);
+  pthread_join(hog, NULL);
+}
+
 /* ---- Last in the file: sanitizer builds stop at the first error, and these two caught races and
 ** use-after-free in shutdown paths, so a regression there should not hide the other cases. ---- */
 

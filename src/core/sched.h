@@ -137,6 +137,7 @@ typedef struct sched_stats {
   _Atomic uint64_t preempt_wait_ns; /* summed over those: from the request to the switch */
   _Atomic uint64_t preempts_timed;  /* of those, asked by the slice timer (preempt.c) */
   _Atomic uint64_t sent, received, runq, timers, saved_stacks;
+  _Atomic uint64_t spin_pauses; /* times it paused the idle spin (sched.c, spin_lost_cpu) */
   _Atomic uint64_t idle_ns;    /* summed over the idle waits that ended */
   _Atomic int64_t idle_since;  /* when the idle wait under way began; 0: none */
   _Atomic int64_t started_ns;  /* when the scheduler's loop began; 0: not yet */
@@ -177,6 +178,8 @@ typedef struct sched {
   int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
                                  the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
+  int64_t spin_losses_since;  /* the window in which spin_losses are counted (spin_lost_cpu) */
+  uint32_t spin_losses;       /* idle spins that lost their CPU in that window */
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
