@@ -579,29 +579,32 @@ static void *cpu_hog(void *arg)
   return NULL;
 }
 
+static void round_trip(smarm_pid_t pid, uint64_t i)
+{
+  CHECK_EQ(test_send_u64(pid, i), 0);
+  CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)i);
+}
+
+/* Spinning for 10 s, an idle scheduler of this run parks only while the spin is paused. */
 static void main_spin_pause(void *arg)
 {
   (void)arg;
   smarm_pid_t pid;
   CHECK_EQ(smarm_spawn_on(1, ponger, NULL, NULL, &pid), 0);
-  /* Round trips to the other scheduler until a spin has lost its CPU often enough: every idle
-  ** wait spins, and only the hog can take the CPU from it. */
+  /* Round trips to the other scheduler until its idle waits have lost the CPU to the hog often
+  ** enough: every idle wait spins, and yields, while the other side's answer is outstanding. */
   smarm_stats_t st = {0};
   int64_t deadline = smarm_now_ns() + LONG_WAIT;
   uint64_t i = 0;
   do {
-    i++;
-    CHECK_EQ(test_send_u64(pid, i), 0);
-    CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)i);
+    round_trip(pid, ++i);
     CHECK_EQ(smarm_stats_read(-1, &st), 0);
   } while (st.spin_pauses == 0 && smarm_now_ns() < deadline);
   CHECK(st.spin_pauses > 0);
-  /* Paused, an idle scheduler parks at once and its sender wakes it: nothing is lost. */
+  /* Paused, an idle scheduler parks at once and its sender wakes it: the round trips go on. */
   smarm_stats_t before = st;
-  for (uint64_t k = 1; k <= PINGS; k++) {
-    CHECK_EQ(test_send_u64(pid, i + k), 0);
-    CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)(i + k));
-  }
+  for (uint64_t k = 1; k <= 20; k++)
+    round_trip(pid, i + k);
   CHECK_EQ(smarm_stats_read(-1, &st), 0);
   CHECK(st.parks > before.parks);
   CHECK(st.wakes > before.wakes);
@@ -616,18 +619,23 @@ static void main_spin_pause(void *arg)
 TEST(a_taken_cpu_pauses_the_idle_spin)
 {
   /* Every thread of the process on one CPU, beside a thread that never stops: the schedulers'
-  ** threads inherit the mask, so an idle spin cannot keep its CPU for long. */
-  cpu_set_t one;
+  ** threads inherit the mask, so an idle spin cannot keep its CPU for long. The mask is put back
+  ** after: the cases after this one run in the same process under valgrind. */
+  cpu_set_t all, one;
+  if (sched_getaffinity(0, sizeof all, &all) != 0)
+    SKIP("sched_getaffinity refused");
   CPU_ZERO(&one);
   int cpu = sched_getcpu();
   CPU_SET(cpu < 0 ? 0 : cpu, &one);
   if (sched_setaffinity(0, sizeof one, &one) != 0)
     SKIP("sched_setaffinity refused");
+  store(&hog_stop, 0);
   pthread_t hog;
   CHECK_EQ(pthread_create(&hog, NULL, cpu_hog, NULL), 0);
-  CHECK_EQ(run_cfg(2, 0, -1, main_spin_pause, NULL), 0);
+  CHECK_EQ(run_cfg(2, 0, 10LL * 1000 * MS, main_spin_pause, NULL), 0);
   store(&hog_stop, 1);
   pthread_join(hog, NULL);
+  CHECK_EQ(sched_setaffinity(0, sizeof all, &all), 0);
 }
 
 /* ---- Last in the file: sanitizer builds stop at the first error, and these two caught races and

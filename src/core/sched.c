@@ -658,45 +658,41 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
 ** slice to whatever else runs there (on Linux's EEVDF each yield also moves the yielder's
 ** deadline a slice later); parking at once lets the kernel wake it when the message comes. On a
 ** 2-vCPU guest with busy loops beside it, a TCP round trip between two schedulers took 0.2-2.8 ms
-** spinning and 48 us parking at once, and a storm of spawn_on 36-63 s against 6-8 s
+** spinning and 48 us parking at once, and a storm of spawn_on 36-63 s against 5.5-7.9 s
 ** (docs/perf.md, "The idle spin pauses while the CPU is taken").
 **
-** So a look at the clock that comes SPIN_LOST_NS or more after the one before (the spin lost its
-** CPU, preempted or in a yield; a time slice is 0.75 ms or more) counts as a loss, and
-** SPIN_LOSSES_MAX losses of one scheduler within SPIN_LOSS_WINDOW_NS pause every scheduler's spin
-** for SPIN_PAUSE_NS: an idle scheduler parks at once. One loss is not enough: on an idle machine a
-** yield meets the runtime's own threads now and then (the IO thread, a scheduler running actors
-** for milliseconds), up to four times in a window in the echo and ping-pong benches. After a
-** pause, a loss within one window pauses again at once, so while the CPU stays taken a probe
-** costs one lost slice a second.
+** So an idle wait whose spin looks at the clock SPIN_LOST_NS or more after its look before (it
+** lost the CPU, preempted or in a yield; a time slice is 0.75 ms or more) counts as lossy, and
+** when SPIN_LOSSY_MAX of a scheduler's last 16 spinning waits were lossy, every scheduler's spin
+** pauses for SPIN_PAUSE_NS: an idle scheduler parks at once. Counting waits rather than losses in
+** a time window works whatever the kernel's tick (a yield to a busy thread may last 1 or 10 ms).
+** One lossy wait is not enough: on an idle machine a yield meets the runtime's own threads now
+** and then (the IO thread, a scheduler running actors for milliseconds), up to four times in a
+** row in the echo and ping-pong benches. The scheduler that paused keeps its 16 waits marked
+** lossy, so after the pause one lossy wait among its next nine pauses again: while the CPU stays
+** taken, a probe costs one lost slice a second.
 **
 ** The pause is process-wide: a busy machine is the machine's, not a scheduler's, and it outlives
-** a runtime (a program or a test suite running one after another). Both words are written only
-** when a spin has just lost its CPU, by any scheduler; relaxed, since a stale value costs one
-** spin more or one park sooner, never a lost wake-up (the park's own protocol, inbox.h). */
+** a runtime (a program or a test suite running one after another). It is written only when a
+** spin has just lost its CPU, by any scheduler; relaxed, since a stale value costs one spin more
+** or one park sooner, never a lost wake-up (the park's own protocol, inbox.h). */
 #define SPIN_LOST_NS 500000
-#define SPIN_LOSSES_MAX 8
-#define SPIN_LOSS_WINDOW_NS 100000000
-#define SPIN_PAUSE_NS 1000000000
+#define SPIN_LOSSY_MAX 8
+#define SPIN_HISTORY_MASK 0xffffu /* spin_history: the last 16 waits */
+#define SPIN_PAUSE_NS 1000000000LL
 
 static _Atomic int64_t spin_paused_until; /* an idle wait parks at once until then */
-static _Atomic int64_t spin_probe_until;  /* a loss before then pauses again at once */
 
-/* Counts a loss of the CPU in s's idle spin (above). Returns whether the spin is now paused. */
+/* Marks s's running idle wait lossy (above). Returns whether the spin is now paused. */
 static int spin_lost_cpu(sched_t *s, int64_t now)
 {
-  if (now >= atomic_load_explicit(&spin_probe_until, memory_order_relaxed)) {
-    if (now - s->spin_losses_since >= SPIN_LOSS_WINDOW_NS) {
-      s->spin_losses_since = now;
-      s->spin_losses = 0;
-    }
-    if (++s->spin_losses < SPIN_LOSSES_MAX)
-      return 0;
-  }
-  s->spin_losses = 0;
+  if (s->spin_history & 1)
+    return 0; /* this wait counted already */
+  s->spin_history |= 1;
+  if (__builtin_popcount(s->spin_history & SPIN_HISTORY_MASK) < SPIN_LOSSY_MAX)
+    return 0;
+  s->spin_history = SPIN_HISTORY_MASK;
   atomic_store_explicit(&spin_paused_until, now + SPIN_PAUSE_NS, memory_order_relaxed);
-  atomic_store_explicit(&spin_probe_until, now + SPIN_PAUSE_NS + SPIN_LOSS_WINDOW_NS,
-                        memory_order_relaxed);
   stat_add(&s->stats.spin_pauses, 1);
   return 1;
 }
@@ -725,6 +721,8 @@ static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t 
     spin_end = t->deadline;
   if (SMARM_UNLIKELY(now < atomic_load_explicit(&spin_paused_until, memory_order_relaxed)))
     spin_end = now;
+  else
+    s->spin_history <<= 1; /* a new wait, not lossy yet */
   for (unsigned i = 1; now < spin_end; i++) {
     if (inbox_maybe_nonempty(&s->inbox))
       return;

@@ -178,11 +178,10 @@ typedef struct sched {
   int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
                                  the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
-  int64_t spin_losses_since;  /* the window in which spin_losses are counted (spin_lost_cpu) */
-  uint32_t spin_losses;       /* idle spins that lost their CPU in that window */
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
+  uint32_t spin_history;      /* bit k: the idle wait k waits ago lost its CPU (spin_lost_cpu) */
   uint64_t trim_switches;     /* stats.switches at the last pass: actors ran since when it moved */
   size_t default_stack;
   timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the
