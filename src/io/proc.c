@@ -682,23 +682,11 @@ static uv_timer_t reap_check;
 static int reap_check_made; /* initialised on the current loop, not closed */
 static int reap_check_on;   /* started */
 
-static void on_reap_check(uv_timer_t *t);
-
 static void close_reap_check(void)
 {
   if (reap_check_made)
     uv_close((uv_handle_t *)&reap_check, NULL);
   reap_check_made = reap_check_on = 0;
-}
-
-static void start_reap_check(uv_loop_t *loop)
-{
-  if (!reap_check_made) {
-    uv_timer_init(loop, &reap_check);
-    uv_unref((uv_handle_t *)&reap_check);
-    reap_check_made = 1;
-  }
-  reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
 }
 
 static void on_reap_check(uv_timer_t *t)
@@ -717,6 +705,16 @@ static void on_reap_check(uv_timer_t *t)
   }
 }
 
+static void start_reap_check(uv_loop_t *loop)
+{
+  if (!reap_check_made) {
+    uv_timer_init(loop, &reap_check);
+    uv_unref((uv_handle_t *)&reap_check);
+    reap_check_made = 1;
+  }
+  reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
+}
+
 static void on_fatal_signal(uv_signal_t *h, int signum)
 {
   (void)h;
@@ -731,16 +729,14 @@ static void on_fatal_signal(uv_signal_t *h, int signum)
 /* The handles that live while programs run: the guards, and the look for lost exits. */
 static void update_guards(uv_loop_t *loop)
 {
+  if (all_running && !reap_check_on) /* after the stop began too: the programs it kills */
+    start_reap_check(loop);
   if (sm_io_interrupted()) { /* the IO thread stops (stop_guards): no new guard may start */
     if (!all_running) /* the last program killed at the stop has ended */
       close_reap_check();
-    else if (!reap_check_on) /* a spawn that came in after the stop began */
-      start_reap_check(loop);
     return;
   }
-  if (all_running && !reap_check_on) {
-    start_reap_check(loop);
-  } else if (!all_running && reap_check_on) {
+  if (!all_running && reap_check_on) {
     uv_timer_stop(&reap_check);
     reap_check_on = 0;
   }
