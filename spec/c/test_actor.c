@@ -223,9 +223,58 @@ static void main_tree(void *arg)
 
 TEST(new_actors_run_first_depth_first_in_spawn_order) { RUN(1, main_tree, NULL); }
 
-/* A chain of actors that each spawn the next runs at most 1,024 links (SPAWN_AHEAD_MAX) ahead
-** of the others: of a woken actor, and of the chain's own elder sibling, a new actor too (which
-** a bound on passing woken actors alone let it starve forever, a reviewer showed). */
+/* A parent woken by its first child while the others wait goes behind them, ahead of the rest:
+** its three children ('a' 'b' 'c') each send it a word, and it runs ('P', with all three words
+** queued) before its own younger sibling ('S'). At the tail it ran after 'S' ("abcSP"). */
+static smarm_pid_t family_parent;
+
+static void family_child(void *arg)
+{
+  tree.log[tree.n++] = (char)(uintptr_t)arg;
+  CHECK_EQ(smarm_send(family_parent, smarm_msg_new(0)), 0);
+}
+
+static void family_parent_fn(void *arg)
+{
+  (void)arg;
+  family_parent = smarm_self();
+  for (char id = 'a'; id <= 'c'; id++)
+    CHECK_EQ(smarm_spawn(family_child, (void *)(uintptr_t)id, NULL, NULL), 0);
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(-1, &m), 0);
+  smarm_msg_free(m);
+  tree.log[tree.n++] = 'P';
+  for (int i = 0; i < 2; i++) { /* the other two were queued already */
+    CHECK_EQ(smarm_receive(0, &m), 0);
+    smarm_msg_free(m);
+  }
+}
+
+static void family_sibling(void *arg)
+{
+  (void)arg;
+  tree.log[tree.n++] = 'S';
+}
+
+static void main_family(void *arg)
+{
+  (void)arg;
+  tree.n = 0;
+  CHECK_EQ(smarm_spawn(family_parent_fn, NULL, NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(family_sibling, NULL, NULL, NULL), 0);
+  while (tree.n < 5)
+    smarm_yield();
+  tree.log[tree.n] = '\0';
+  CHECK(strcmp(tree.log, "abcPS") == 0);
+}
+
+TEST(a_parent_woken_by_its_children_runs_behind_them) { RUN(1, main_family, NULL); }
+
+/* A chain of actors that each spawn the next keeps no one waiting for ever: each 1,024 links
+** (SPAWN_AHEAD_MAX) the actor that has waited longest has its turn, a woken actor first (the
+** first of the ordinary ones), and the chain's own elder sibling, a new actor too (which a bound
+** on passing woken actors alone let it starve forever, a reviewer showed) when no ordinary actor
+** waits. */
 #define CHAIN_LINKS 2000
 
 static int chain_done, chain_at_wake, chain_at_sibling;
@@ -276,11 +325,14 @@ static void main_chain(void *arg)
   smarm_msg_free(m);
   while (chain_done < CHAIN_LINKS || (with_woken && chain_at_wake < 0) || chain_at_sibling < 0)
     smarm_yield();
-  CHECK(chain_at_sibling >= 1);    /* the chain did go first */
-  CHECK(chain_at_sibling <= 1025); /* but not all of it */
-  if (with_woken) {
+  CHECK(chain_at_sibling >= 1); /* the chain did go first */
+  if (with_woken) {             /* but not all of it: one waiting actor each 1,024 links */
     CHECK(chain_at_wake >= 1);
     CHECK(chain_at_wake <= 1025);
+    CHECK(chain_at_sibling > chain_at_wake);
+    CHECK(chain_at_sibling <= 2050);
+  } else {
+    CHECK(chain_at_sibling <= 1025);
   }
 }
 

@@ -12,7 +12,8 @@
 **    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_REPLY,
 **    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
 **  - The run queue's first s->ahead actors (the last is s->ahead_last) went to the front: new
-**    actors and timer wake-ups; the others follow in FIFO order.
+**    actors, parents woken behind their children there, timer wake-ups; the others follow in
+**    FIFO order (but for parents woken behind their children there).
 **    s->spawn_after, when set, is one of the first s->ahead.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
@@ -68,7 +69,7 @@ int64_t smarm_clock_ns(void)
   return smarm_now_ns();
 }
 
-/* ---- Run queue (owner only: a list through actor.run_next, new actors first) ------------- */
+/* ---- Run queue (owner only: a doubly linked list through actor.run_prev/run_next) ---------- */
 
 /* For assertions: the states of an actor parked in no queue. */
 static inline int actor_is_parked(const actor_t *a)
@@ -77,16 +78,41 @@ static inline int actor_is_parked(const actor_t *a)
          a->state == ACTOR_WAIT_REPLY || a->state == ACTOR_WAIT_WAKE;
 }
 
+/* Links a (in no queue) after `pos`, a queued actor or NULL for the head. */
+static inline void runq_link_after(sched_t *s, actor_t *pos, actor_t *a)
+{
+  actor_t *next = pos ? pos->run_next : s->run_head;
+  a->run_prev = pos;
+  a->run_next = next;
+  if (pos)
+    pos->run_next = a;
+  else
+    s->run_head = a;
+  if (next)
+    next->run_prev = a;
+  else
+    s->run_tail = a;
+  stat_add(&s->stats.runq, 1);
+}
+
+/* Unlinks a queued actor (its front bookkeeping is the caller's). */
+static inline void runq_unlink(sched_t *s, actor_t *a)
+{
+  if (a->run_prev)
+    a->run_prev->run_next = a->run_next;
+  else
+    s->run_head = a->run_next;
+  if (a->run_next)
+    a->run_next->run_prev = a->run_prev;
+  else
+    s->run_tail = a->run_prev;
+  stat_add(&s->stats.runq, (uint64_t)-1);
+}
+
 /* The tail of runq_push (below); also for a popped actor that must wait its turn again. */
 static inline void runq_append(sched_t *s, actor_t *a)
 {
-  stat_add(&s->stats.runq, 1);
-  a->run_next = NULL;
-  if (s->run_tail)
-    s->run_tail->run_next = a;
-  else
-    s->run_head = a;
-  s->run_tail = a;
+  runq_link_after(s, s->run_tail, a);
 }
 
 static inline void runq_push(sched_t *s, actor_t *a)
@@ -100,21 +126,34 @@ static inline void runq_push(sched_t *s, actor_t *a)
   runq_append(s, a);
 }
 
+/* Links a after `pos` (NULL: the head) and counts it at the front: pos is NULL or one of the
+** first `ahead` entries. */
+static inline void runq_link_ahead(sched_t *s, actor_t *pos, actor_t *a)
+{
+  runq_link_after(s, pos, a);
+  if (s->ahead_last == pos) /* after the last of them, or the first of none */
+    s->ahead_last = a;
+  s->ahead++;
+}
+
 /* New actors first. A new actor goes ahead of the actors already queued, after the ones the
-** same decision made before it (siblings run in spawn order): a tree of spawns (skynet, a
-** fan-out that fans out) is then walked depth first, with a few actors alive at a time, where a
-** FIFO walked it breadth first and held them all at once (memory, first touches, cache misses:
-** docs/perf.md, "New actors first"). Go's runnext and Tarantool's fiber.create, which runs the
-** child at once, do the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a
-** row taken by actors put to the front, new actors join the tail until an actor from the tail
-** (queued the ordinary way: woken, yielded, preempted, or new but sent to the tail) has had its
-** turn; so between two turns of the tail at most SPAWN_AHEAD_MAX others run, and a chain of
-** actors that each spawn the next cannot keep its own elders, or anyone else, from running. And
-** when an actor is preempted (it ran a whole slice: not the short-lived kind this is for), the
-** actors at the front move behind the ordinary ones and the streak counts as spent
-** (runq_demote_new). Queued actors stay a prefix of `ahead` entries (timer wake-ups also go to
-** the front, counted there), then the ordinary ones. A seeded schedule draws from the whole
-** queue, so there every actor joins the tail. */
+** same decision made before it (siblings run in spawn order), and a parent woken while children
+** it made are still queued goes right behind them (sm_sched_wake): a tree of spawns (skynet, a
+** fan-out that fans out) is then walked depth first and finished as it is made, with a few
+** actors alive at a time, where a FIFO walked it breadth first and held them all at once
+** (memory, first touches, cache misses: docs/perf.md, "New actors first" and "Parents behind
+** their children"). Go's runnext and Tarantool's fiber.create, which runs the child at once, do
+** the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a row taken by actors
+** at the front, the next turn goes to the actor that has waited longest: the first of the
+** ordinary ones (queued the ordinary way: woken, yielded, preempted), or with none, the last
+** at the front (runq_pop); so a chain of actors that each spawn the next cannot keep its own
+** elders, or anyone else, from running: each SPAWN_AHEAD_MAX turns one of them has its turn.
+** (Sending new actors to the tail instead, until the tail had a turn, walked a tree breadth
+** first for those turns: skynet's schedulers held 2,000 actors each.) And when an actor is
+** preempted (it ran a whole slice: not the short-lived kind this is for), the actors at the
+** front move behind the ordinary ones (runq_demote_new). Queued actors stay a prefix of `ahead`
+** entries (timer wake-ups also go to the front, counted there), then the ordinary ones. A seeded
+** schedule draws from the whole queue, so there every actor joins the tail. */
 #define SPAWN_AHEAD_MAX 1024
 
 static inline void runq_push_ahead(sched_t *s, actor_t *a)
@@ -122,59 +161,32 @@ static inline void runq_push_ahead(sched_t *s, actor_t *a)
   SMARM_ASSERT(a->sched == s);
   SMARM_ASSERT(a->state != ACTOR_RUNNABLE && a->state != ACTOR_DEAD);
   SMARM_ASSERT(a->timer.index < 0);
-  if (SMARM_UNLIKELY(s->rng) || s->front_streak >= SPAWN_AHEAD_MAX) {
+  if (SMARM_UNLIKELY(s->rng)) {
     runq_push(s, a);
     return;
   }
   a->state = ACTOR_RUNNABLE;
-  stat_add(&s->stats.runq, 1);
-  actor_t *after = s->spawn_after; /* NULL or one of the first `ahead` */
-  if (after) {
-    a->run_next = after->run_next;
-    after->run_next = a;
-  } else {
-    a->run_next = s->run_head;
-    s->run_head = a;
-  }
-  if (s->run_tail == after)
-    s->run_tail = a;
-  if (s->ahead_last == after) /* after the last of them, or the first of none */
-    s->ahead_last = a;
-  s->ahead++;
+  runq_link_ahead(s, s->spawn_after, a); /* spawn_after: NULL or one of the first `ahead` */
   s->spawn_after = a;
 }
 
-/* A preemption: the new actors still ahead go behind the ordinary ones, in their order, and no
-** more go ahead until an ordinary actor is taken. */
+/* A preemption: the actors still at the front go behind the ordinary ones, in their order. */
 static void runq_demote_new(sched_t *s)
 {
   actor_t *last = s->ahead_last;
   if (last && last->run_next) { /* [front .. last][tail part] -> [tail part][front .. last] */
-    actor_t *first = s->run_head;
-    s->run_head = last->run_next;
+    actor_t *first = s->run_head, *tail_first = last->run_next;
+    s->run_head = tail_first;
+    tail_first->run_prev = NULL;
     s->run_tail->run_next = first;
+    first->run_prev = s->run_tail;
     last->run_next = NULL;
     s->run_tail = last;
   }
   s->ahead = 0;
   s->ahead_last = NULL;
   s->spawn_after = NULL;
-  s->front_streak = SPAWN_AHEAD_MAX; /* until the tail has had a turn */
-}
-
-/* Bookkeeping of a pop from the head (runq_pop). */
-static inline void runq_took_head(sched_t *s)
-{
-  stat_add(&s->stats.runq, (uint64_t)-1);
-  s->spawn_after = NULL;
-  if (s->ahead) {
-    if (--s->ahead == 0)
-      s->ahead_last = NULL;
-    if (s->front_streak < SPAWN_AHEAD_MAX)
-      s->front_streak++;
-  } else {
-    s->front_streak = 0; /* the tail had its turn */
-  }
+  s->front_streak = 0;
 }
 
 /* A seeded schedule's draw (cfg.seed): xorshift64* over a state that is never 0. */
@@ -198,21 +210,30 @@ static actor_t *runq_pop_drawn(sched_t *s)
   if (!n)
     return NULL;
   size_t k = (size_t)(rng_next(s) % n);
-  actor_t *prev = NULL, *a = s->run_head;
-  while (k--) {
-    prev = a;
+  actor_t *a = s->run_head;
+  while (k--)
     a = a->run_next;
-  }
-  if (prev)
-    prev->run_next = a->run_next;
-  else
-    s->run_head = a->run_next;
-  if (s->run_tail == a)
-    s->run_tail = prev;
-  stat_add(&s->stats.runq, (uint64_t)-1);
+  runq_unlink(s, a);
   s->spawn_after = NULL;
   s->ahead = 0; /* no front to keep: every pop is a draw (timers may still have put some there) */
   s->ahead_last = NULL;
+  return a;
+}
+
+/* The turn that SPAWN_AHEAD_MAX turns at the front in a row leave to the actor that has waited
+** longest: the first ordinary one, or with none, the last at the front (NULL: the head is it). */
+static actor_t *runq_longest_waiting(sched_t *s)
+{
+  actor_t *last = s->ahead_last;
+  actor_t *a = last->run_next;
+  if (!a) {
+    if (s->ahead == 1)
+      return NULL;
+    a = last;
+    s->ahead_last = last->run_prev; /* ahead > 1: one of the front */
+    s->ahead--;
+  }
+  runq_unlink(s, a);
   return a;
 }
 
@@ -221,12 +242,23 @@ static inline actor_t *runq_pop(sched_t *s)
   if (SMARM_UNLIKELY(s->rng))
     return runq_pop_drawn(s);
   actor_t *a = s->run_head;
-  if (a) {
-    runq_took_head(s);
-    s->run_head = a->run_next;
-    if (!s->run_head)
-      s->run_tail = NULL;
+  if (!a)
+    return NULL;
+  s->spawn_after = NULL;
+  if (!s->ahead) {
+    s->front_streak = 0; /* an ordinary actor has its turn */
+  } else if (SMARM_LIKELY(s->front_streak < SPAWN_AHEAD_MAX)) {
+    s->front_streak++;
+  } else {
+    actor_t *w = runq_longest_waiting(s);
+    if (w) {
+      s->front_streak = 0;
+      return w;
+    }
   }
+  if (s->ahead && --s->ahead == 0)
+    s->ahead_last = NULL;
+  runq_unlink(s, a);
   return a;
 }
 
@@ -354,12 +386,53 @@ void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
     sm_sched_wake(s, a);
 }
 
+/* A parent woken while children it spawned have not run yet goes right behind them: the last of
+** those children (NULL if none); *front says whether that one is at the front. Skynet's node is
+** woken by its first child's sum while its other nine wait; at the tail it waited for everyone
+** queued, and a tree held its woken parents by the thousand, with their stacks (2,048 slots a
+** scheduler mapped, 7,000 stack saves per tree: docs/perf.md, "Parents behind their children").
+** Behind its children it runs once, with all their sums queued, and the tree is finished depth
+** first as it is made. The children are the entries right after what the current decision put
+** at the front (spawn_after): spawned by `a` and never run. Each is walked at most once per wake
+** of its parent, which then runs only after all of them. */
+static actor_t *kids_queued_end(const sched_t *s, const actor_t *a, int *front)
+{
+  if (SMARM_UNLIKELY(s->rng))
+    return NULL;
+  actor_t *k, *last = NULL;
+  int in_front;
+  if (s->spawn_after) {
+    k = s->spawn_after->run_next;
+    in_front = s->spawn_after != s->ahead_last;
+  } else {
+    k = s->run_head;
+    in_front = s->ahead > 0;
+  }
+  for (; k && k->spawner == a->pid && k->scheduled == 0; k = k->run_next) {
+    last = k;
+    *front = in_front;
+    if (k == s->ahead_last)
+      in_front = 0;
+  }
+  return last;
+}
+
 void sm_sched_wake(sched_t *s, actor_t *a)
 {
   SMARM_ASSERT(actor_is_parked(a));
   if (a->timer.index >= 0)
     sm_timer_remove(timer_heap_of(s, a->state), &a->timer);
-  runq_push(s, a);
+  int front = 0;
+  actor_t *kid = kids_queued_end(s, a, &front);
+  if (!kid) {
+    runq_push(s, a);
+    return;
+  }
+  a->state = ACTOR_RUNNABLE; /* behind its children, at the front if they are */
+  if (front)
+    runq_link_ahead(s, kid, a);
+  else
+    runq_link_after(s, kid, a);
 }
 
 /* Queues the actors of heap h whose deadline is past `now` (on h's clock), earliest first
@@ -374,8 +447,7 @@ void sm_sched_wake(sched_t *s, actor_t *a)
 static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t real_now)
 {
   deadline_t *t;
-  actor_t *first = NULL, *last = NULL;
-  uint32_t ahead_before = s->ahead;
+  actor_t *last = NULL; /* the last of those this call put at the head */
   while ((t = timer_first(h)) && t->deadline <= now) {
     actor_t *a = (actor_t *)((char *)t - offsetof(actor_t, timer));
     SMARM_ASSERT(actor_is_parked(a)); /* only a parked actor has a timer */
@@ -387,23 +459,9 @@ static void fire_actor_timers(sched_t *s, timer_heap_t *h, int64_t now, int64_t 
     }
     s->last_head_ns = real_now;
     a->state = ACTOR_RUNNABLE;
-    stat_add(&s->stats.runq, 1);
-    s->ahead++;
-    a->run_next = NULL;
-    if (last)
-      last->run_next = a;
-    else
-      first = a;
+    runq_link_ahead(s, last, a); /* at the head, in deadline order */
     last = a;
-  }
-  if (first) { /* at the head, in deadline order */
-    last->run_next = s->run_head;
-    if (!s->run_head)
-      s->run_tail = last;
-    s->run_head = first;
     s->spawn_after = NULL; /* a spawn of this decision must not go behind them */
-    if (!ahead_before)
-      s->ahead_last = last;
   }
 }
 

@@ -74,7 +74,8 @@ typedef struct actor_faults {
 
 typedef struct actor {
   ctx_t ctx;                  /* saved stack pointer while not running */
-  struct actor *run_next;     /* run queue link; free-list link when dead */
+  struct actor *run_next;     /* run queue links (sched.c); run_next is the free-list link */
+  struct actor *run_prev;     /* when dead */
   struct sched *sched;
   smarm_pid_t pid;
   uint8_t state;              /* enum actor_state */
@@ -160,8 +161,9 @@ typedef struct sched {
   struct runtime *rt;
   actor_t *current;           /* running actor; NULL on the scheduler's own stack */
   actor_t *run_head, *run_tail;
-  uint32_t ahead;             /* of them, the first `ahead` went to the front: new actors and
-                                 timer wake-ups (runq_push_ahead, fire_actor_timers) */
+  uint32_t ahead;             /* of them, the first `ahead` went to the front: new actors,
+                                 parents woken behind their children there and timer wake-ups
+                                 (runq_push_ahead, sm_sched_wake, fire_actor_timers) */
   actor_t *ahead_last;        /* the last of those (NULL when ahead is 0) */
   actor_t *spawn_after;       /* the new actor the next one of this decision goes after (NULL:
                                  the front); reset at every pop */
