@@ -367,6 +367,35 @@ TEST(new_actors_run_ahead_of_the_others_a_bounded_number_of_times)
   RUN(1, main_chain, (void *)1);
 }
 
+/* The same chain with the main actor looping on yield, so that an ordinary actor is always
+** queued: the bound's turn goes to the elder of the first ordinary actor and the last at the
+** front, so the sibling, queued before main's first yield, runs at the first bound turn. (When
+** the bound's turns all went to the first ordinary actor, the sibling ran after the whole
+** chain, a reviewer showed.) */
+#define LONG_CHAIN_LINKS 3000
+
+static void main_chain_yielding(void *arg)
+{
+  (void)arg;
+  chain_main = smarm_self();
+  chain_done = 0;
+  chain_at_sibling = -1;
+  CHECK_EQ(smarm_spawn(chain_link, (void *)(uintptr_t)LONG_CHAIN_LINKS, NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(chain_sibling, NULL, NULL, NULL), 0);
+  while (chain_done < LONG_CHAIN_LINKS || chain_at_sibling < 0)
+    smarm_yield();
+  smarm_msg_t *m = NULL;
+  CHECK_EQ(smarm_receive(0, &m), 0); /* the sibling's word */
+  smarm_msg_free(m);
+  CHECK(chain_at_sibling >= 1);
+  CHECK(chain_at_sibling <= 1025);
+}
+
+TEST(an_always_waiting_ordinary_actor_does_not_take_every_bound_turn)
+{
+  RUN(1, main_chain_yielding, NULL);
+}
+
 /* ---- sleep ---- */
 
 static void sleeper(void *arg)

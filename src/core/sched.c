@@ -12,8 +12,10 @@
 **    the scheduler stack to copy it in). A parked actor (WAIT_MSG, SLEEPING, WAIT_REPLY,
 **    WAIT_WAKE) is in no queue; its timer is in the heap iff timer.index >= 0.
 **  - The run queue's first s->ahead actors (the last is s->ahead_last) went to the front: new
-**    actors, parents woken behind their children there, timer wake-ups; the others follow in
-**    FIFO order (but for parents woken behind their children there).
+**    actors, parents woken behind their children there, timer wake-ups; the others, the
+**    ordinary ones, follow in the order they were queued, but for parents woken behind their
+**    children there, a demoted front (runq_demote_new) and an actor that had to wait again
+**    (occupant_cannot_be_saved).
 **    s->spawn_after, when set, is one of the first s->ahead.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
@@ -82,6 +84,7 @@ static inline int actor_is_parked(const actor_t *a)
 static inline void runq_link_after(sched_t *s, actor_t *pos, actor_t *a)
 {
   actor_t *next = pos ? pos->run_next : s->run_head;
+  a->queued_seq = ++s->queued_seq;
   a->run_prev = pos;
   a->run_next = next;
   if (pos)
@@ -144,16 +147,17 @@ static inline void runq_link_ahead(sched_t *s, actor_t *pos, actor_t *a)
 ** (memory, first touches, cache misses: docs/perf.md, "New actors first" and "Parents behind
 ** their children"). Go's runnext and Tarantool's fiber.create, which runs the child at once, do
 ** the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a row taken by actors
-** at the front, the next turn goes to the actor that has waited longest: the first of the
-** ordinary ones (queued the ordinary way: woken, yielded, preempted), or with none, the last
-** at the front (runq_pop); so a chain of actors that each spawn the next cannot keep its own
-** elders, or anyone else, from running: each SPAWN_AHEAD_MAX turns one of them has its turn.
-** (Sending new actors to the tail instead, until the tail had a turn, walked a tree breadth
-** first for those turns: skynet's schedulers held 2,000 actors each.) And when an actor is
-** preempted (it ran a whole slice: not the short-lived kind this is for), the actors at the
-** front move behind the ordinary ones (runq_demote_new). Queued actors stay a prefix of `ahead`
-** entries (timer wake-ups also go to the front, counted there), then the ordinary ones. A seeded
-** schedule draws from the whole queue, so there every actor joins the tail. */
+** at the front, the next turn goes to a waiting actor: of the first ordinary one (queued the ordinary way: woken, yielded, preempted) and the last at the
+** front, the one queued earlier (queued_seq; runq_longest_waiting). Neither can be passed for
+** ever, since each bound turn serves the elder of the two: an actor waits for at most one bound
+** turn per actor queued before it there, and a chain of actors that each spawn the next cannot
+** keep its own elders, or anyone else, from running. (Sending new actors to the tail instead,
+** until the tail had a turn, walked a tree breadth first for those turns: skynet's schedulers
+** held 2,000 actors each.) And when an actor is preempted (it ran a whole slice: not the
+** short-lived kind this is for), the actors at the front move behind the ordinary ones
+** (runq_demote_new). Queued actors stay a prefix of `ahead` entries (timer wake-ups also go to
+** the front, counted there), then the ordinary ones. A seeded schedule draws from the whole
+** queue, so there every actor joins the tail. */
 #define SPAWN_AHEAD_MAX 1024
 
 static inline void runq_push_ahead(sched_t *s, actor_t *a)
@@ -220,21 +224,20 @@ static actor_t *runq_pop_drawn(sched_t *s)
   return a;
 }
 
-/* The turn that SPAWN_AHEAD_MAX turns at the front in a row leave to the actor that has waited
-** longest: the first ordinary one, or with none, the last at the front (NULL: the head is it). */
+/* The turn that the bound (above) leaves to a waiting actor: of the first ordinary one and the
+** last at the front, the one queued earlier (the front's last when no ordinary one waits).
+** Called with ahead > 0. */
 static actor_t *runq_longest_waiting(sched_t *s)
 {
-  actor_t *last = s->ahead_last;
-  actor_t *a = last->run_next;
-  if (!a) {
-    if (s->ahead == 1)
-      return NULL;
-    a = last;
-    s->ahead_last = last->run_prev; /* ahead > 1: one of the front */
-    s->ahead--;
+  actor_t *last = s->ahead_last, *first = last->run_next;
+  if (first && (int32_t)(first->queued_seq - last->queued_seq) < 0) {
+    runq_unlink(s, first);
+    return first;
   }
-  runq_unlink(s, a);
-  return a;
+  s->ahead_last = s->ahead > 1 ? last->run_prev : NULL;
+  s->ahead--;
+  runq_unlink(s, last);
+  return last;
 }
 
 static inline actor_t *runq_pop(sched_t *s)
@@ -250,11 +253,8 @@ static inline actor_t *runq_pop(sched_t *s)
   } else if (SMARM_LIKELY(s->front_streak < SPAWN_AHEAD_MAX)) {
     s->front_streak++;
   } else {
-    actor_t *w = runq_longest_waiting(s);
-    if (w) {
-      s->front_streak = 0;
-      return w;
-    }
+    s->front_streak = 0;
+    return runq_longest_waiting(s);
   }
   if (s->ahead && --s->ahead == 0)
     s->ahead_last = NULL;
@@ -393,8 +393,10 @@ void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 ** scheduler mapped, 7,000 stack saves per tree: docs/perf.md, "Parents behind their children").
 ** Behind its children it runs once, with all their sums queued, and the tree is finished depth
 ** first as it is made. The children are the entries right after what the current decision put
-** at the front (spawn_after): spawned by `a` and never run. Each is walked at most once per wake
-** of its parent, which then runs only after all of them. */
+** at the front (spawn_after): spawned by `a` and never run. The walk stops at the first that is
+** not one; the parent then runs after all of them, unless the bound (runq_longest_waiting)
+** takes it first, after which a later wake may walk the rest again. A timer wake-up at the head
+** hides them (the parent then joins the tail): an order lost, nothing more. */
 static actor_t *kids_queued_end(const sched_t *s, const actor_t *a, int *front)
 {
   if (SMARM_UNLIKELY(s->rng))
@@ -428,6 +430,8 @@ void sm_sched_wake(sched_t *s, actor_t *a)
     runq_push(s, a);
     return;
   }
+  SMARM_ASSERT(a->sched == s); /* runq_push's checks (the timer was removed above) */
+  SMARM_ASSERT(a->timer.index < 0);
   a->state = ACTOR_RUNNABLE; /* behind its children, at the front if they are */
   if (front)
     runq_link_ahead(s, kid, a);

@@ -74,8 +74,8 @@ typedef struct actor_faults {
 
 typedef struct actor {
   ctx_t ctx;                  /* saved stack pointer while not running */
-  struct actor *run_next;     /* run queue links (sched.c); run_next is the free-list link */
-  struct actor *run_prev;     /* when dead */
+  struct actor *run_next;     /* run queue link (sched.c); free-list link when dead */
+  struct actor *run_prev;     /* run queue link back */
   struct sched *sched;
   smarm_pid_t pid;
   uint8_t state;              /* enum actor_state */
@@ -85,6 +85,7 @@ typedef struct actor {
                               ** (none: SMARM_EXIT_NOMEM, no record could be made) */
   uint32_t idle_mark;         /* `scheduled` (its low bits) at the last idle pass over parked
                                  actors (sched.c trim_parked_stacks) */
+  uint32_t queued_seq;        /* its scheduler's queued_seq when it was last queued */
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives, always */
@@ -168,6 +169,7 @@ typedef struct sched {
   actor_t *spawn_after;       /* the new actor the next one of this decision goes after (NULL:
                                  the front); reset at every pop */
   uint32_t front_streak;      /* turns in a row taken by actors put to the front */
+  uint32_t queued_seq;        /* actors queued so far (wrapping): actor.queued_seq */
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
