@@ -2,7 +2,9 @@
 ** Actor stacks: guarded mappings, pooled per scheduler, shared by copying when there are more
 ** actors than guarded stacks.
 **
-** A slot is one mapping: a PROT_NONE guard below `size` usable bytes. Every actor is bound to one
+** A slot is a PROT_NONE guard below `size` usable bytes, in a mapping made PROT_NONE for up to
+** STACK_BATCH_SLOTS slots of its size at once: one mmap, and one munmap at the pool's end,
+** instead of one each per slot; each slot's stack is opened (made writable) by its own mprotect. Every actor is bound to one
 ** slot for its whole life and its stack always lives at that slot's addresses (C frames hold
 ** pointers into themselves, so a stack can never move). While there are fewer actors than the
 ** scheduler's budget of slots, each actor has a slot of its own and nothing is ever copied.
@@ -47,6 +49,8 @@
 #define STACK_MAX_BYTES ((size_t)1 << 30)
 #define STACK_TRIM_PERIOD_NS INT64_C(1000000000) /* sm_stack_pool_trim at most this often */
 #define STACK_COLOR_SPAN (32 * 1024) /* see slot_colour() */
+#define STACK_BATCH_SLOTS 16
+#define STACK_BATCH_MAX_BYTES ((size_t)8 << 20) /* a batch of big stacks holds fewer slots */
 
 struct actor;
 struct stack_class;
@@ -64,12 +68,20 @@ typedef struct stack_slot {
   uint32_t freed_pass;       /* the pool's trim pass count when the slot was last freed */
 } stack_slot_t;
 
+/* One mapping that holds the places of several slots of one size (slot_place). */
+typedef struct stack_batch {
+  char *base;
+  size_t len;
+} stack_batch_t;
+
 /* All slots of one size. */
 typedef struct stack_class {
   size_t size;
   stack_slot_t **all;        /* every mapped slot of this size: candidates for sharing */
   uint32_t count, cap;
   uint32_t hand;             /* round-robin position for the next shared binding */
+  char *batch_next;          /* the next slot's place in the last batch mapped for this size */
+  uint32_t batch_left;       /* slots of that batch not handed out yet */
   stack_slot_t *free_list;   /* slots bound to no actor, most recently used first */
   uint32_t free_count;
   struct stack_class *next;
@@ -82,6 +94,8 @@ typedef struct stack_pool {
   size_t page;
   size_t guard;              /* STACK_GUARD_BYTES rounded up to whole pages */
   uint32_t colors;           /* slots mapped so far: picks the next slot's colour */
+  struct stack_batch *batches; /* every batch mapped (sm_stack_pool_destroy unmaps them) */
+  uint32_t nbatches, batches_cap;
   uint32_t trim_passes;      /* sm_stack_pool_trim calls so far */
 } stack_pool_t;
 
