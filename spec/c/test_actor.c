@@ -396,6 +396,80 @@ TEST(an_always_waiting_ordinary_actor_does_not_take_every_bound_turn)
   RUN(1, main_chain_yielding, NULL);
 }
 
+/* A parent woken again after each of its turns keeps no child of its waiting: P spawns a
+** coordinator Q, then five children that have not run, and waits for Q's reports. Q loops:
+** ten children of its own, a report to P, their ten replies. Each report puts P behind its five
+** children, at the back of the front, with a fresh stamp; when the bound's turns all went to
+** the front's last, P took every one and its children never ran (20,000 rounds, a reviewer's
+** repro). Now a parent right behind a child of its that has not run gives it that turn. With
+** and without an ordinary actor yielding beside them. */
+#define REWOKEN_ROUNDS 20000
+
+static int rewoken_rounds, rewoken_kids_ran, rewoken_stop;
+static smarm_pid_t rewoken_parent;
+
+static void rewoken_q_kid(void *arg)
+{
+  CHECK_EQ(smarm_send(*(smarm_pid_t *)arg, smarm_msg_new(0)), 0);
+}
+
+static void rewoken_kid(void *arg)
+{
+  (void)arg;
+  rewoken_kids_ran++;
+}
+
+static void rewoken_q(void *arg)
+{
+  (void)arg;
+  static smarm_pid_t q;
+  q = smarm_self();
+  while (!rewoken_stop) {
+    for (int i = 0; i < 10; i++)
+      CHECK_EQ(smarm_spawn(rewoken_q_kid, &q, NULL, NULL), 0);
+    CHECK_EQ(smarm_send(rewoken_parent, smarm_msg_new(0)), 0);
+    for (int i = 0; i < 10; i++) {
+      smarm_msg_t *m = NULL;
+      CHECK_EQ(smarm_receive(-1, &m), 0);
+      smarm_msg_free(m);
+    }
+    rewoken_rounds++;
+  }
+}
+
+static void rewoken_yielder(void *arg)
+{
+  (void)arg;
+  while (!rewoken_stop)
+    smarm_yield();
+}
+
+static void main_rewoken(void *arg)
+{
+  rewoken_parent = smarm_self();
+  rewoken_rounds = rewoken_kids_ran = rewoken_stop = 0;
+  if (arg)
+    CHECK_EQ(smarm_spawn(rewoken_yielder, NULL, NULL, NULL), 0);
+  CHECK_EQ(smarm_spawn(rewoken_q, NULL, NULL, NULL), 0);
+  for (int i = 0; i < 5; i++)
+    CHECK_EQ(smarm_spawn(rewoken_kid, NULL, NULL, NULL), 0);
+  while (rewoken_kids_ran < 5 && rewoken_rounds < REWOKEN_ROUNDS) {
+    smarm_msg_t *m = NULL;
+    CHECK_EQ(smarm_receive(-1, &m), 0);
+    smarm_msg_free(m);
+    while (smarm_receive(0, &m) == 0)
+      smarm_msg_free(m);
+  }
+  rewoken_stop = 1;
+  CHECK_EQ(rewoken_kids_ran, 5);
+}
+
+TEST(a_parent_woken_again_and_again_keeps_no_child_waiting)
+{
+  RUN(1, main_rewoken, NULL);
+  RUN(1, main_rewoken, (void *)1);
+}
+
 /* ---- sleep ---- */
 
 static void sleeper(void *arg)

@@ -14,8 +14,7 @@
 **  - The run queue's first s->ahead actors (the last is s->ahead_last) went to the front: new
 **    actors, parents woken behind their children there, timer wake-ups; the others, the
 **    ordinary ones, follow in the order they were queued, but for parents woken behind their
-**    children there, a demoted front (runq_demote_new) and an actor that had to wait again
-**    (occupant_cannot_be_saved).
+**    children there and a demoted front (runq_demote_new).
 **    s->spawn_after, when set, is one of the first s->ahead.
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
@@ -147,11 +146,13 @@ static inline void runq_link_ahead(sched_t *s, actor_t *pos, actor_t *a)
 ** (memory, first touches, cache misses: docs/perf.md, "New actors first" and "Parents behind
 ** their children"). Go's runnext and Tarantool's fiber.create, which runs the child at once, do
 ** the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a row taken by actors
-** at the front, the next turn goes to a waiting actor: of the first ordinary one (queued the ordinary way: woken, yielded, preempted) and the last at the
-** front, the one queued earlier (queued_seq; runq_longest_waiting). Neither can be passed for
-** ever, since each bound turn serves the elder of the two: an actor waits for at most one bound
-** turn per actor queued before it there, and a chain of actors that each spawn the next cannot
-** keep its own elders, or anyone else, from running. (Sending new actors to the tail instead,
+** at the front, the next turn goes to a waiting actor: of the first ordinary one (queued the
+** ordinary way: woken, yielded, preempted) and the one at the back of the front, the one queued
+** earlier (queued_seq; runq_longest_waiting). Each bound turn serves the elder of the two, the
+** front is served from its back, and what goes in behind an entry there (a parent behind its
+** children) must run before it can do so again, so no actor is passed for ever, and a chain of
+** actors that each spawn the next cannot keep its own elders, or anyone else, from running:
+** each SPAWN_AHEAD_MAX turns one of them has its turn. (Sending new actors to the tail instead,
 ** until the tail had a turn, walked a tree breadth first for those turns: skynet's schedulers
 ** held 2,000 actors each.) And when an actor is preempted (it ran a whole slice: not the
 ** short-lived kind this is for), the actors at the front move behind the ordinary ones
@@ -225,19 +226,27 @@ static actor_t *runq_pop_drawn(sched_t *s)
 }
 
 /* The turn that the bound (above) leaves to a waiting actor: of the first ordinary one and the
-** last at the front, the one queued earlier (the front's last when no ordinary one waits).
+** last at the front, the one queued earlier (the front's one when no ordinary one waits). A
+** parent woken behind its children gets a fresh stamp each time, and the only entries that go
+** behind others at the front are such parents: so when the front's last is a parent right
+** behind a child of its that has not run, that child is the front's candidate (a parent woken
+** again after each bound turn would otherwise take them all, and its children none, a reviewer
+** showed). The front's candidates are then taken from the back, and every entry reaches it.
 ** Called with ahead > 0. */
 static actor_t *runq_longest_waiting(sched_t *s)
 {
-  actor_t *last = s->ahead_last, *first = last->run_next;
-  if (first && (int32_t)(first->queued_seq - last->queued_seq) < 0) {
+  actor_t *last = s->ahead_last, *first = last->run_next, *f = last;
+  if (s->ahead > 1 && f->run_prev->spawner == f->pid && f->run_prev->scheduled == 0)
+    f = f->run_prev;
+  if (first && (int32_t)(first->queued_seq - f->queued_seq) < 0) {
     runq_unlink(s, first);
     return first;
   }
-  s->ahead_last = s->ahead > 1 ? last->run_prev : NULL;
+  if (f == last)
+    s->ahead_last = s->ahead > 1 ? last->run_prev : NULL;
   s->ahead--;
-  runq_unlink(s, last);
-  return last;
+  runq_unlink(s, f);
+  return f;
 }
 
 static inline actor_t *runq_pop(sched_t *s)

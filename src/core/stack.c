@@ -70,11 +70,14 @@ static size_t slot_colour(uint32_t k)
   return (size_t)((k / 48u) % 8u) * 4096u + 1024u + (size_t)((k * 17u) % 48u) * 64u;
 }
 
-/* The place (len bytes) of a new slot of class c: the next one of its batch, mapping a new
-** batch when that one is used up (as many slots as the budget has left, from 1 to
-** STACK_BATCH_SLOTS, within STACK_BATCH_MAX_BYTES). NULL when mapping fails. */
+/* The place (len bytes) of a new slot of class c: one a slot of its size gave up, or the next
+** one of its batch, mapping a new batch when that one is used up (as many slots as the budget
+** has left, from 1 to STACK_BATCH_SLOTS, within STACK_BATCH_MAX_BYTES). NULL when mapping
+** fails. */
 static char *slot_place(stack_pool_t *pool, stack_class_t *c, size_t len)
 {
+  if (c->nspare)
+    return c->spare_places[--c->nspare];
   if (!c->batch_left) {
     if (pool->nbatches == pool->batches_cap) {
       uint32_t cap = pool->batches_cap ? pool->batches_cap * 2 : 8;
@@ -151,19 +154,42 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
   return &s->slot;
 }
 
-/* Forgets a slot; with `release`, gives its memory back and leaves its place reserved, as one
-** PROT_NONE mapping: unmapped, its addresses could go to another mapping, which the munmap of
-** its batch at the pool's end would then destroy. */
-static void slot_drop(stack_slot_t *slot, int release)
+static void slot_forget(stack_slot_t *slot)
 {
   slot_with_id_t *s = (slot_with_id_t *)slot;
 #ifdef SMARM_HAVE_VALGRIND
   VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-  if (release)
-    mmap(slot->lo - slot->guard, slot->guard + slot->size + STACK_COLOR_SPAN, PROT_NONE,
-         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   free(s);
+}
+
+/* Whether class c has room to remember one more place given up (made if need be). */
+static int spare_room(stack_class_t *c)
+{
+  if (c->nspare < c->spare_cap)
+    return 1;
+  uint32_t cap = c->spare_cap ? c->spare_cap * 2 : 8;
+  char **p = realloc(c->spare_places, cap * sizeof *p);
+  if (!p)
+    return 0;
+  c->spare_places = p;
+  c->spare_cap = cap;
+  return 1;
+}
+
+/* Gives a free slot (off every list, its class with spare_room) up: its memory goes back and its
+** place stays reserved, PROT_NONE, for the next slot of its size (slot_place). Never unmapped:
+** another mapping could take its addresses, and the munmap of its batch at the pool's end would
+** then destroy it. */
+static void slot_give_up(stack_slot_t *slot)
+{
+  stack_class_t *c = slot->cls;
+  char *place = slot->lo - slot->guard;
+  size_t len = slot->guard + slot->size + STACK_COLOR_SPAN;
+  madvise(place, len, MADV_DONTNEED);
+  mprotect(place, len, PROT_NONE);
+  c->spare_places[c->nspare++] = place;
+  slot_forget(slot);
 }
 
 void sm_stack_pool_destroy(stack_pool_t *pool)
@@ -172,8 +198,9 @@ void sm_stack_pool_destroy(stack_pool_t *pool)
   while (c) {
     stack_class_t *next = c->next;
     for (uint32_t i = 0; i < c->count; i++)
-      slot_drop(c->all[i], 0);
+      slot_forget(c->all[i]);
     free(c->all);
+    free(c->spare_places);
     free(c);
     c = next;
   }
@@ -203,7 +230,7 @@ static stack_slot_t *take_free(stack_class_t *c)
 static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
 {
   for (stack_class_t *c = pool->classes; c; c = c->next) {
-    if (c == keep || !c->free_list)
+    if (c == keep || !c->free_list || !spare_room(c))
       continue;
     stack_slot_t *slot = take_free(c);
     for (uint32_t i = 0; i < c->count; i++) {
@@ -212,7 +239,7 @@ static int reclaim_free_slot(stack_pool_t *pool, stack_class_t *keep)
         break;
       }
     }
-    slot_drop(slot, 1);
+    slot_give_up(slot);
     pool->mapped--;
     return 1;
   }

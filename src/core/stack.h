@@ -4,7 +4,9 @@
 **
 ** A slot is a PROT_NONE guard below `size` usable bytes, in a mapping made PROT_NONE for up to
 ** STACK_BATCH_SLOTS slots of its size at once: one mmap, and one munmap at the pool's end,
-** instead of one each per slot; each slot's stack is opened (made writable) by its own mprotect. Every actor is bound to one
+** instead of one each per slot; each slot's stack is opened (made writable) by its own
+** mprotect. A slot given up to make room for another size leaves its place reserved (PROT_NONE,
+** its memory given back) for the next slot of its size. Every actor is bound to one
 ** slot for its whole life and its stack always lives at that slot's addresses (C frames hold
 ** pointers into themselves, so a stack can never move). While there are fewer actors than the
 ** scheduler's budget of slots, each actor has a slot of its own and nothing is ever copied.
@@ -82,6 +84,8 @@ typedef struct stack_class {
   uint32_t hand;             /* round-robin position for the next shared binding */
   char *batch_next;          /* the next slot's place in the last batch mapped for this size */
   uint32_t batch_left;       /* slots of that batch not handed out yet */
+  char **spare_places;       /* places of slots of this size given up (reserved, PROT_NONE) */
+  uint32_t nspare, spare_cap;
   stack_slot_t *free_list;   /* slots bound to no actor, most recently used first */
   uint32_t free_count;
   struct stack_class *next;
@@ -107,7 +111,7 @@ void sm_stack_pool_destroy(stack_pool_t *pool);
 size_t sm_stack_round_size(const stack_pool_t *pool, size_t size);
 
 /* Binds a new actor to a slot of at least `size` bytes (already rounded): a free slot of that
-** size; else a new one while the budget allows (unmapping a free slot of another size to make
+** size; else a new one while the budget allows (giving up a free slot of another size to make
 ** room if need be); else a free slot of a larger size; else a bound slot of that size or larger,
 ** shared; else, with no such slot,
 ** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
