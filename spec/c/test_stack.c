@@ -195,7 +195,7 @@ static void main_sizes_beyond_budget(void *arg)
 TEST(stack_sizes_beyond_budget) { run_cfg(1, 2, main_sizes_beyond_budget, NULL); }
 
 /* With the budget spent, an actor may get a free slot of a larger size; that slot must leave
-** its free list, or a later spawn unmaps (or the idle trim drops) it under the actor. */
+** its free list, or a later spawn gives it up (or the idle trim drops it) under the actor. */
 static int mixed_ok;
 static int record_frames, nframes; /* a_run_leaves_no_stack_mapping_behind's */
 static void *frames[8];

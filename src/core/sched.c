@@ -227,9 +227,9 @@ static actor_t *runq_pop_drawn(sched_t *s)
 
 /* The turn that the bound (above) leaves to a waiting actor: of the first ordinary one and the
 ** last at the front, the one queued earlier (the front's one when no ordinary one waits). A
-** parent woken behind its children gets a fresh stamp each time, and the only entries that go
-** behind others at the front are such parents: so when the front's last is a parent right
-** behind a child of its that has not run, that child is the front's candidate (a parent woken
+** parent woken behind its children gets a fresh stamp each time, and only a parent can have an
+** unrun child of its own in front of it: so when the front's last is a parent right behind a
+** child of its that has not run, that child is the front's candidate (a parent woken
 ** again after each bound turn would otherwise take them all, and its children none, a reviewer
 ** showed). The front's candidates are then taken from the back, and every entry reaches it.
 ** Called with ahead > 0. */

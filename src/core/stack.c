@@ -70,6 +70,20 @@ static size_t slot_colour(uint32_t k)
   return (size_t)((k / 48u) % 8u) * 4096u + 1024u + (size_t)((k * 17u) % 48u) * 64u;
 }
 
+/* Whether class c has room to remember one more place given up (made if need be). */
+static int spare_room(stack_class_t *c)
+{
+  if (c->nspare < c->spare_cap)
+    return 1;
+  uint32_t cap = c->spare_cap ? c->spare_cap * 2 : 8;
+  char **p = realloc(c->spare_places, cap * sizeof *p);
+  if (!p)
+    return 0;
+  c->spare_places = p;
+  c->spare_cap = cap;
+  return 1;
+}
+
 /* The place (len bytes) of a new slot of class c: one a slot of its size gave up, or the next
 ** one of its batch, mapping a new batch when that one is used up (as many slots as the budget
 ** has left, from 1 to STACK_BATCH_SLOTS, within STACK_BATCH_MAX_BYTES). NULL when mapping
@@ -131,7 +145,9 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
     return NULL;
   }
   if (mprotect(base + pool->guard, len - pool->guard, PROT_READ | PROT_WRITE) != 0) {
-    free(s); /* its place in the batch stays unused */
+    if (spare_room(c)) /* the place serves the next try, which opens it again */
+      c->spare_places[c->nspare++] = base;
+    free(s);
     return NULL;
   }
 #ifdef MADV_NOHUGEPAGE
@@ -161,20 +177,6 @@ static void slot_forget(stack_slot_t *slot)
   VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
   free(s);
-}
-
-/* Whether class c has room to remember one more place given up (made if need be). */
-static int spare_room(stack_class_t *c)
-{
-  if (c->nspare < c->spare_cap)
-    return 1;
-  uint32_t cap = c->spare_cap ? c->spare_cap * 2 : 8;
-  char **p = realloc(c->spare_places, cap * sizeof *p);
-  if (!p)
-    return 0;
-  c->spare_places = p;
-  c->spare_cap = cap;
-  return 1;
 }
 
 /* Gives a free slot (off every list, its class with spare_room) up: its memory goes back and its
