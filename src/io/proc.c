@@ -71,6 +71,51 @@ static void kill_running_programs(void)
     signal_child(c, SIGKILL);
 }
 
+/* ---- SIGCHLD under TSan ---------------------------------------------------------------------
+** libuv's SIGCHLD handler takes a lock made of a pipe (a blocking read of its one byte) and
+** relies on the kernel blocking SIGCHLD while the handler runs. TSan defers signals and delivers
+** them at the exit of an intercepted call, that read's included: a second SIGCHLD then runs the
+** handler again inside the first, on the same thread, and its read waits forever for the byte
+** the first one holds (the IO thread hung so, 14 children unreaped, in a CI run under load).
+** Under TSan only, the handler libuv installs is wrapped (after each uv_spawn, which installs it
+** when the first program starts): a nested call on the same thread only notes that it came, and
+** the outer one runs libuv's handler once more when done. No signal is lost: a SIGCHLD stands
+** for "some child ended", and the loop reaps them all. Without TSan the kernel's mask does it. */
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+static void (*libuv_on_sigchld)(int); /* libuv's handler (static there: one address) */
+static _Thread_local volatile sig_atomic_t in_sigchld, sigchld_again;
+
+static void guarded_sigchld(int signum)
+{
+  if (in_sigchld) {
+    sigchld_again = 1;
+    return;
+  }
+  in_sigchld = 1;
+  do {
+    sigchld_again = 0;
+    libuv_on_sigchld(signum);
+  } while (sigchld_again);
+  in_sigchld = 0;
+}
+
+static void guard_sigchld(void)
+{
+  struct sigaction sa;
+  if (sigaction(SIGCHLD, NULL, &sa) != 0 || (sa.sa_flags & SA_SIGINFO) ||
+      sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || sa.sa_handler == guarded_sigchld)
+    return;
+  libuv_on_sigchld = sa.sa_handler;
+  sa.sa_handler = guarded_sigchld;
+  sigaction(SIGCHLD, &sa, NULL);
+}
+#else
+static void guard_sigchld(void) {}
+#endif
+
 /* Starts r's argv as c with these standard streams: 0, or a libuv error (*spawned says whether
 ** libuv made c->proc, which must be closed then too). */
 static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_container_t *stdio,
@@ -90,6 +135,7 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   c->proc.data = c;
   int rc = uv_spawn(loop, &c->proc, &o);
   *spawned = 1;
+  guard_sigchld();
   /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
   ** a cwd that cannot be entered is the one to name */
   if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
