@@ -38,6 +38,15 @@ describe("smarm.stats", function()
     end, { schedulers = 2 })
   end)
 
+  it("counts the idle spin's pauses per scheduler and in total", function()
+    -- A pause needs a busy machine (spec/c/test_runtime.c makes one); here only the counts.
+    smarm.run(function()
+      local st = smarm.stats()
+      for k = 1, 2 do assert.are.equal("number", type(st[k].spin_pauses)) end
+      assert.are.equal(st[1].spin_pauses + st[2].spin_pauses, st.total.spin_pauses)
+    end, { schedulers = 2 })
+  end)
+
   it("tells the run queue, the pending timers and the live actors now", function()
     smarm.run(function()
       local pids = {}

@@ -85,7 +85,9 @@ typedef struct smarm_config {
   unsigned max_stacks;   /* guarded stacks for the whole runtime, split between schedulers (at
                             least one each); 0 = 4096. Beyond that, actors share stacks by
                             copying (docs/design.md). Each costs two kernel mappings. */
-  int64_t spin_ns;       /* how long an idle scheduler spins before parking; <0 = 50 us */
+  int64_t spin_ns;       /* how long an idle scheduler spins before parking; <0 = 50 us. A
+                            machine whose CPUs are all taken pauses the spin (smarm_stats_t,
+                            spin_pauses) */
   int pin_threads;       /* nonzero: pin scheduler k to CPU k % online CPUs */
   /* Called on each scheduler's own thread before it runs any actor / after it ran its last.
   ** Scheduler 0's hooks run on the thread that called smarm_run(). */
@@ -741,12 +743,23 @@ typedef struct smarm_stats {
                             the last time it fired some, went idle or passed 64 decisions) */
   uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now: their slot
                             given to another, or they waited across two idle passes (design) */
+  uint64_t spin_pauses;  /* times its idle spins kept losing their CPU to other threads (a busy
+                            machine) and it paused the spin of every scheduler in the process
+                            for a second: an idle scheduler parks at once meanwhile
+                            (docs/design.md, "The inbox and parking") */
 } smarm_stats_t;
 
 /* Sums the counters of every scheduler (sched = -1) or reads one. Counters are read without
 ** stopping anyone, so a sum is a snapshot of moving values. Any thread may call it. Returns 0,
 ** -EINVAL (NULL out, sched < -1 or too large), or -EPERM when no runtime is running. */
 SMARM_API int smarm_stats_read(int sched, smarm_stats_t *out);
+
+/* For a thread that works for the runtime's actors beside its schedulers (the IO layer's loop):
+** say 1 when it starts to run or spin, 0 before it sleeps in the kernel (balanced; any thread,
+** any time, with or without a runtime). An idle scheduler whose spin loses its CPU while the
+** runtime's own threads, these included, want as many CPUs as it may use does not take the loss
+** for a busy machine (smarm_stats_t, spin_pauses). */
+SMARM_API void smarm_helper_running(int running);
 
 #ifdef __cplusplus
 }

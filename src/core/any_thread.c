@@ -123,6 +123,7 @@ int smarm_stats_read(int sched, smarm_stats_t *out)
     READ(runq);
     READ(timers);
     READ(saved_stacks);
+    READ(spin_pauses);
 #undef READ
     /* busy = wall - idle, the idle wait under way included (sched_stats_t: the pair's order) */
     int64_t started = atomic_load_explicit(&st->started_ns, memory_order_relaxed);

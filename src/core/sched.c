@@ -723,6 +723,86 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
   return pending;
 }
 
+/* A spin pays only while this CPU would otherwise sit idle. When other threads want it (more
+** runnable threads than CPUs: a busy machine, a test suite run in parallel, a noisy VM), a spinner
+** holds up the very thread whose message it waits for, and its sched_yield hands a whole time
+** slice to whatever else runs there (on Linux's EEVDF each yield also moves the yielder's
+** deadline a slice later); parking at once lets the kernel wake it when the message comes. On a
+** 2-vCPU guest with busy loops beside it, a TCP round trip between two schedulers took 0.2-2.8 ms
+** spinning and 48 us parking at once, and a storm of spawn_on 36-63 s against 5.5-7.9 s
+** (docs/perf.md, "The idle spin pauses on a busy machine").
+**
+** So an idle wait whose spin looks at the clock SPIN_LOST_NS or more after its look before (it
+** lost the CPU, preempted or in a yield; a time slice is 0.75 ms or more) counts as lossy, and
+** when SPIN_LOSSY_MAX of a scheduler's last 16 waits that spun to their yields (a shorter wait
+** tells nothing: a ping-pong's answer comes sooner) were lossy, every scheduler's spin
+** pauses for SPIN_PAUSE_NS: an idle scheduler parks at once. Counting waits rather than losses in
+** a time window works whatever the kernel's tick (a yield to a busy thread may last 1 or 10 ms).
+** One lossy wait is not enough: on an idle machine a yield meets the runtime's own threads now
+** and then (the IO thread, a scheduler running actors for milliseconds), up to four times in a
+** row in the echo and ping-pong benches. The scheduler that paused keeps its 16 waits marked
+** lossy, so after the pause one lossy wait among its next nine pauses again: while the CPU stays
+** taken, a probe costs one lost slice a second.
+**
+** A loss the runtime's own threads explain is not counted: when those that want a CPU now (the
+** other schedulers not parked in the kernel, and the helpers that say they run, the IO thread's
+** loop: smarm_helper_running) are as many as the CPUs this thread may use. There the yield served
+** the runtime itself, and parking would only add a wake-up per message: on an idle 2-vCPU guest,
+** `bench/echo.lua clients` keeps the IO thread and both schedulers busy, and a pause counting
+** those losses took its p50 from 125 to 180-197 us (docs/perf.md). A busy machine is one where
+** a spin loses its CPU while fewer of the runtime's threads want one than there are CPUs.
+**
+** The pause is process-wide: a busy machine is the machine's, not a scheduler's, and it outlives
+** a runtime (a program or a test suite running one after another). It is written only when a
+** spin has just lost its CPU, by any scheduler; relaxed, since a stale value costs one spin more
+** or one park sooner, never a lost wake-up (the park's own protocol, inbox.h). */
+#define SPIN_LOST_NS 500000
+#define SPIN_LOSSY_MAX 8
+#define SPIN_HISTORY_MASK 0xffffu /* spin_history: the last 16 waits */
+#define SPIN_PAUSE_NS 1000000000LL
+
+static _Atomic int64_t spin_paused_until; /* an idle wait parks at once until then */
+
+/* Helper threads running now (smarm_helper_running): process-wide, like the IO thread. */
+static _Atomic int helpers_running;
+
+void smarm_helper_running(int running)
+{
+  atomic_fetch_add_explicit(&helpers_running, running ? 1 : -1, memory_order_relaxed);
+}
+
+/* Whether the runtime's own threads that want a CPU now, s aside, fill the CPUs s's thread may
+** use (above). Read on a loss only (a system call for the CPU mask: a test pins its process);
+** relaxed: a stale flag makes one wait lossy or not, never a lost wake-up. */
+static int own_threads_fill_cpus(const sched_t *s)
+{
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  int wanting = atomic_load_explicit(&helpers_running, memory_order_relaxed);
+  const runtime_t *rt = s->rt;
+  for (unsigned k = 0; k < rt->nsched && wanting < ncpu; k++)
+    if (&rt->scheds[k] != s &&
+        !atomic_load_explicit(&rt->scheds[k].inbox.parked, memory_order_relaxed))
+      wanting++; /* running actors, or spinning */
+  return wanting >= ncpu;
+}
+
+/* Marks s's running idle wait lossy (above). Returns whether the spin is now paused. */
+static int spin_lost_cpu(sched_t *s, int64_t now)
+{
+  if (s->spin_history & 1)
+    return 0; /* this wait counted already */
+  if (own_threads_fill_cpus(s))
+    return 0; /* the runtime's own threads took it */
+  s->spin_history |= 1;
+  if (__builtin_popcount(s->spin_history & SPIN_HISTORY_MASK) < SPIN_LOSSY_MAX)
+    return 0;
+  s->spin_history = SPIN_HISTORY_MASK;
+  atomic_store_explicit(&spin_paused_until, now + SPIN_PAUSE_NS, memory_order_relaxed);
+  stat_add(&s->stats.spin_pauses, 1);
+  return 1;
+}
+
 /* After spinning this long, the spin gives its CPU to any other runnable thread (sched_yield)
 ** between its looks at the inbox. A spinner holds a CPU that the thread it waits for may need:
 ** with the IO thread and two schedulers on two vCPUs, or an Erlang node beside a scheduler, the
@@ -736,21 +816,34 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
 
 /* Nothing to run: spin on the inbox for spin_ns (a wake costs tens of microseconds on a VM, a
 ** spinning scheduler answers in about a hundred nanoseconds), yielding after SPIN_YIELD_AFTER_NS,
-** then park until `t` (the earliest deadline on the real clock, or NULL) or a stack trim is due.
-** Returns early when the inbox gets something or `t` passes. */
+** unless the spin is paused (spin_lost_cpu); then park until `t` (the earliest deadline on the real
+** clock, or NULL) or a stack trim is due. Returns early when the inbox gets something or `t`
+** passes. */
 static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t now,
                                                         const deadline_t *t)
 {
   int64_t spin_end = now + s->spin_ns, yield_from = now + SPIN_YIELD_AFTER_NS;
   if (t && spin_end > t->deadline)
     spin_end = t->deadline;
+  if (SMARM_UNLIKELY(now < atomic_load_explicit(&spin_paused_until, memory_order_relaxed)))
+    spin_end = now;
+  int counted = 0; /* in spin_history: a wait that reached its yields */
   for (unsigned i = 1; now < spin_end; i++) {
     if (inbox_maybe_nonempty(&s->inbox))
       return;
     if ((i & 63) == 0) {
+      int64_t before = now;
       now = smarm_now_ns();
-      if (now >= yield_from)
+      if (now >= yield_from) {
+        if (!counted) {
+          s->spin_history <<= 1; /* not lossy yet */
+          counted = 1;
+        }
         sched_yield();
+        now = smarm_now_ns();
+      }
+      if (SMARM_UNLIKELY(now - before >= SPIN_LOST_NS) && counted && spin_lost_cpu(s, now))
+        break;
     }
   }
   int64_t timeout = -1;

@@ -139,6 +139,7 @@ typedef struct sched_stats {
   _Atomic uint64_t preempt_wait_ns; /* summed over those: from the request to the switch */
   _Atomic uint64_t preempts_timed;  /* of those, asked by the slice timer (preempt.c) */
   _Atomic uint64_t sent, received, runq, timers, saved_stacks;
+  _Atomic uint64_t spin_pauses; /* times it paused the idle spin (sched.c, spin_lost_cpu) */
   _Atomic uint64_t idle_ns;    /* summed over the idle waits that ended */
   _Atomic int64_t idle_since;  /* when the idle wait under way began; 0: none */
   _Atomic int64_t started_ns;  /* when the scheduler's loop began; 0: not yet */
@@ -184,6 +185,7 @@ typedef struct sched {
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
+  uint32_t spin_history;      /* bit k: the idle wait k waits ago lost its CPU (spin_lost_cpu) */
   uint64_t trim_switches;     /* stats.switches at the last pass: actors ran since when it moved */
   size_t default_stack;
   timer_heap_t timers;        /* actors' timers on the real clock: all of them, or on the

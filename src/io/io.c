@@ -353,6 +353,7 @@ static void *io_main(void *arg)
   int64_t busy_at = smarm_now_ns();
   uint64_t seen = io_activity;
   atomic_store_explicit(&io_spinning, 1, memory_order_seq_cst);
+  smarm_helper_running(1); /* running or spinning: a CPU the schedulers may lose to us */
   for (;;) {
     drain(&io_loop);
     int alive = uv_run(&io_loop, UV_RUN_NOWAIT);
@@ -368,7 +369,9 @@ static void *io_main(void *arg)
       continue;
     atomic_exchange_explicit(&io_spinning, 0, memory_order_seq_cst); /* an RMW: inbox.h */
     if (atomic_load_explicit(&io_queue, memory_order_seq_cst) == NULL) {
+      smarm_helper_running(0);
       int still = uv_run(&io_loop, UV_RUN_ONCE);
+      smarm_helper_running(1);
       flush_wakes();
       if (!still)
         break;
@@ -377,6 +380,7 @@ static void *io_main(void *arg)
     busy_at = smarm_now_ns();
   }
   atomic_store_explicit(&io_spinning, 0, memory_order_seq_cst);
+  smarm_helper_running(0);
   flush_wakes();
   uv_loop_close(&io_loop);
   return NULL;

@@ -518,6 +518,7 @@ static void set_stats(lua_State *L, const smarm_stats_t *st)
   FIELD(live);
   FIELD(stacks);
   FIELD(saved_stacks);
+  FIELD(spin_pauses);
   FIELD(sent);
   FIELD(received);
   FIELD(runq);
