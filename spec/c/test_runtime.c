@@ -639,13 +639,17 @@ TEST(a_taken_cpu_pauses_the_idle_spin)
     SKIP("sched_setaffinity refused");
   store(&hog_stop, 0);
   pthread_t hogs[2];
-  for (int k = 0; k < 2; k++)
-    CHECK_EQ(pthread_create(&hogs[k], NULL, cpu_hog, NULL), 0);
-  CHECK_EQ(run_cfg(2, 0, 10LL * 1000 * MS, main_spin_pause, NULL), 0);
+  int made = 0;
+  while (made < 2 && pthread_create(&hogs[made], NULL, cpu_hog, NULL) == 0)
+    made++;
+  if (made == 2)
+    CHECK_EQ(run_cfg(2, 0, 10LL * 1000 * MS, main_spin_pause, NULL), 0);
   store(&hog_stop, 1);
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < made; k++)
     pthread_join(hogs[k], NULL);
   CHECK_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+  if (made < 2)
+    SKIP("no threads for the hogs");
 }
 
 /* ---- Last in the file: sanitizer builds stop at the first error, and these two caught races and

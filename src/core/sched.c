@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* initial-exec: one instruction per access even when smarm is inside a loadable module (the
 ** Lua binding); the general-dynamic model would call __tls_get_addr on every yield. */
@@ -730,7 +731,7 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
 ** deadline a slice later); parking at once lets the kernel wake it when the message comes. On a
 ** 2-vCPU guest with busy loops beside it, a TCP round trip between two schedulers took 0.2-2.8 ms
 ** spinning and 48 us parking at once, and a storm of spawn_on 36-63 s against 5.5-7.9 s
-** (docs/perf.md, "The idle spin pauses on a busy machine").
+** (docs/perf.md, "Pausing the idle spin on a busy machine: tried, taken back").
 **
 ** So an idle wait whose spin looks at the clock SPIN_LOST_NS or more after its look before (it
 ** lost the CPU, preempted or in a yield; a time slice is 0.75 ms or more) counts as lossy, and
@@ -744,9 +745,9 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
 ** lossy, so after the pause one lossy wait among its next nine pauses again: while the CPU stays
 ** taken, a probe costs one lost slice a second.
 **
-** A loss the runtime's own threads explain is not counted: when those that want a CPU now (the
-** other schedulers not parked in the kernel, and the helpers that say they run, the IO thread's
-** loop: smarm_helper_running) are as many as the CPUs this thread may use. There the yield served
+** A loss the runtime's own threads explain is not counted: when those that want a CPU (the other
+** schedulers not parked in the kernel, and the helpers that say they run, the IO thread's loop:
+** smarm_helper_running) are as many as the CPUs this thread may use. There the yield served
 ** the runtime itself, and parking would only add a wake-up per message: on an idle 2-vCPU guest,
 ** `bench/echo.lua clients` keeps the IO thread and both schedulers busy, and a pause counting
 ** those losses took its p50 from 125 to 180-197 us (docs/perf.md). A busy machine is one where
@@ -772,18 +773,39 @@ void smarm_helper_running(int running)
 }
 
 /* Whether the runtime's own threads that want a CPU now, s aside, fill the CPUs s's thread may
-** use (above). Read on a loss only (a system call for the CPU mask: a test pins its process);
-** relaxed: a stale flag makes one wait lossy or not, never a lost wake-up. */
+** share with them (above): the helpers that say they run, and the other schedulers not parked
+** in the kernel (running actors or spinning); with pinned schedulers (cfg.pin_threads), only
+** those pinned to s's CPU. Looked at when the loss is seen, not during it: a thread of ours that
+** took the CPU and went to sleep since does not count, and that wait is lossy. Counting those
+** too (whoever ran or went idle during the loss) was tried: it explained the losses of a TCP
+** round trip beside busy loops, the case the pause is for (docs/perf.md). Read on a loss only
+** (a system call for the CPU mask: a test pins its process); relaxed: a stale flag makes one
+** wait lossy or not, never a lost wake-up. */
 static int own_threads_fill_cpus(const sched_t *s)
 {
-  cpu_set_t cpus;
-  int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  int wanting = atomic_load_explicit(&helpers_running, memory_order_relaxed);
   const runtime_t *rt = s->rt;
-  for (unsigned k = 0; k < rt->nsched && wanting < ncpu; k++)
-    if (&rt->scheds[k] != s &&
-        !atomic_load_explicit(&rt->scheds[k].inbox.parked, memory_order_relaxed))
-      wanting++; /* running actors, or spinning */
+  int ncpu = 1;
+  long online = 1;
+  if (rt->cfg.pin_threads) {
+    online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online <= 0)
+      online = 1;
+  } else {
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+      ncpu = CPU_COUNT(&cpus);
+  }
+  unsigned long mine = s->index % (unsigned long)online; /* s's CPU when pinned */
+  int wanting = atomic_load_explicit(&helpers_running, memory_order_relaxed);
+  if (wanting < 0) /* only through a host's unbalanced calls */
+    wanting = 0;
+  for (unsigned k = 0; k < rt->nsched && wanting < ncpu; k++) {
+    const sched_t *o = &rt->scheds[k];
+    if (o == s || (rt->cfg.pin_threads && k % (unsigned long)online != mine))
+      continue;
+    if (!atomic_load_explicit(&o->inbox.parked, memory_order_relaxed))
+      wanting++;
+  }
   return wanting >= ncpu;
 }
 

@@ -108,7 +108,8 @@ static void guard_sigchld(void)
   if (sigaction(SIGCHLD, NULL, &sa) != 0 || (sa.sa_flags & SA_SIGINFO) ||
       sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || sa.sa_handler == guarded_sigchld)
     return;
-  libuv_on_sigchld = sa.sa_handler;
+  if (!libuv_on_sigchld) /* set once: a handler may be reading it on another thread */
+    libuv_on_sigchld = sa.sa_handler;
   sa.sa_handler = guarded_sigchld;
   sigaction(SIGCHLD, &sa, NULL);
 }
