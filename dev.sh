@@ -268,6 +268,8 @@ cmd_bench() {
   done
   say "bench/spawn_on.lua (spawning on a chosen scheduler, beside smarm.spawn)"
   "$smarm" -n "$ROOT/bench/spawn_on.lua"
+  say "bench/c/touch_floor (first touches of 1.8 GB: the machine's floor under spawn_on spread)"
+  "$BUILD/release/bench/c/touch_floor"
   say "bench/c/echo_threads and bench/echo.lua (TCP echo: plain threads, then actors on the IO thread)"
   "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
   "$BUILD/release/bench/c/echo_threads" udp | tee -a "$results"
