@@ -149,7 +149,7 @@ static inline void runq_link_ahead(sched_t *s, actor_t *pos, actor_t *a)
 ** the same for the same reason. The bound: after SPAWN_AHEAD_MAX turns in a row taken by actors
 ** at the front, the next turn goes to a waiting actor: of the first ordinary one (queued the
 ** ordinary way: woken, yielded, preempted) and the one at the back of the front, the one queued
-** earlier (queued_seq; runq_longest_waiting). Each bound turn serves the elder of the two, the
+** earlier (queued_seq; runq_pop_bound_turn). Each bound turn serves the elder of the two, the
 ** front is served from its back, and what goes in behind an entry there (a parent behind its
 ** children) must run before it can do so again, so no actor is passed for ever, and a chain of
 ** actors that each spawn the next cannot keep its own elders, or anyone else, from running:
@@ -234,7 +234,7 @@ static actor_t *runq_pop_drawn(sched_t *s)
 ** again after each bound turn would otherwise take them all, and its children none, a reviewer
 ** showed). The front's candidates are then taken from the back, and every entry reaches it.
 ** Called with ahead > 0. */
-static actor_t *runq_longest_waiting(sched_t *s)
+static actor_t *runq_pop_bound_turn(sched_t *s)
 {
   actor_t *last = s->ahead_last, *first = last->run_next, *f = last;
   if (s->ahead > 1 && f->run_prev->spawner == f->pid && f->run_prev->scheduled == 0)
@@ -264,7 +264,7 @@ static inline actor_t *runq_pop(sched_t *s)
     s->front_streak++;
   } else {
     s->front_streak = 0;
-    return runq_longest_waiting(s);
+    return runq_pop_bound_turn(s);
   }
   if (s->ahead && --s->ahead == 0)
     s->ahead_last = NULL;
@@ -404,7 +404,7 @@ void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m)
 ** Behind its children it runs once, with all their sums queued, and the tree is finished depth
 ** first as it is made. The children are the entries right after what the current decision put
 ** at the front (spawn_after): spawned by `a` and never run. The walk stops at the first that is
-** not one; the parent then runs after all of them, unless the bound (runq_longest_waiting)
+** not one; the parent then runs after all of them, unless the bound (runq_pop_bound_turn)
 ** takes it first, after which a later wake may walk the rest again. A timer wake-up at the head
 ** hides them (the parent then joins the tail): an order lost, nothing more. */
 static actor_t *kids_queued_end(const sched_t *s, const actor_t *a, int *front)
