@@ -268,8 +268,9 @@ cmd_bench() {
   done
   say "bench/spawn_on.lua (spawning on a chosen scheduler, beside smarm.spawn)"
   "$smarm" -n "$ROOT/bench/spawn_on.lua"
-  say "bench/c/touch_floor (first touches of 1.8 GB: the machine's floor under spawn_on spread)"
+  say "bench/c/touch_floor (first touches of 1,800 MiB by one thread, then two: under spread)"
   "$BUILD/release/bench/c/touch_floor"
+  SMARM_TOUCH_THREADS=2 "$BUILD/release/bench/c/touch_floor"
   say "bench/c/echo_threads and bench/echo.lua (TCP echo: plain threads, then actors on the IO thread)"
   "$BUILD/release/bench/c/echo_threads" | tee -a "$results"
   "$BUILD/release/bench/c/echo_threads" udp | tee -a "$results"

@@ -743,8 +743,9 @@ typedef struct smarm_stats {
                             the last time it fired some, went idle or passed 64 decisions) */
   uint64_t saved_stacks; /* parked actors whose stacks are saved to the heap now: their slot
                             given to another, or they waited across two idle passes (design) */
-  uint64_t spin_pauses;  /* times its idle spins kept losing their CPU to other programs'
-                            threads (a busy machine) and it paused the spin of every scheduler in the process
+  uint64_t spin_pauses;  /* times its idle spins kept losing their CPU to threads other than
+                            the runtime's own (its schedulers and declared helpers: a busy
+                            machine) and it paused the spin of every scheduler in the process
                             for a second: an idle scheduler parks at once meanwhile
                             (docs/design.md, "The inbox and parking") */
 } smarm_stats_t;

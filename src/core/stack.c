@@ -74,6 +74,8 @@ static size_t slot_colour(uint32_t k)
 ** elements for a new one). Returns the array, or NULL with arr and *cap as they were. */
 static void *grown(void *arr, uint32_t *cap, size_t size, uint32_t first)
 {
+  if (*cap > UINT32_MAX / 2)
+    return NULL;
   uint32_t n = *cap ? *cap * 2 : first;
   void *more = realloc(arr, n * size);
   if (more)
