@@ -312,7 +312,12 @@ static void main_sizes_take_turns(void *arg)
   long after = vm_size_kib();
   if (before < 0 || after < 0)
     SKIP("no /proc/self/status");
-  CHECK(after - before < 32 * 1024); /* kept places: 2,000 x ~200 KiB */
+  /* Kept places grew it by 2,000 x ~200 KiB. VmSize also counts what others reserve meanwhile:
+  ** a thread's first malloc reserves a 64 MiB glibc arena, and under qemu VmSize is the
+  ** emulator's own (an aarch64 CI run once saw 32 MiB or more here, not seen again in 40 runs). */
+  if (after - before >= 128 * 1024)
+    fprintf(stderr, "  VmSize grew by %ld KiB\n", after - before);
+  CHECK(after - before < 128 * 1024);
 }
 
 TEST(a_size_reuses_the_places_it_gave_up) { run_cfg(1, 2, main_sizes_take_turns, NULL); }
