@@ -51,14 +51,20 @@ typedef struct thread_state {
   sigset_t old_mask; /* the thread's signal mask before sm_preempt_sched_done blocked SIGURG */
 } thread_state_t;
 
-static void pin_to_cpu(unsigned index)
+int sm_runtime_pin_cpu(unsigned index)
 {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpu <= 0)
+  return ncpu > 0 ? (int)(index % (unsigned long)ncpu) : -1;
+}
+
+static void pin_to_cpu(unsigned index)
+{
+  int cpu = sm_runtime_pin_cpu(index);
+  if (cpu < 0)
     return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(index % (unsigned)ncpu, &set);
+  CPU_SET(cpu, &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 

@@ -53,6 +53,10 @@ int sm_runtime_push_outside(smarm_msg_t *m);
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void sm_runtime_request_stop(runtime_t *rt);
 
+/* The CPU that cfg.pin_threads pins scheduler `index` to, or -1 when the count of CPUs is
+** unknown (then nothing is pinned). */
+int sm_runtime_pin_cpu(unsigned index);
+
 /* Per-thread setup and teardown of the overflow reporter (overflow.c): 0 or a negative errno. */
 int sm_overflow_install(void);
 void sm_overflow_uninstall(void);

@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 /* initial-exec: one instruction per access even when smarm is inside a loadable module (the
 ** Lua binding); the general-dynamic model would call __tls_get_addr on every yield. */
@@ -784,24 +783,16 @@ void smarm_helper_running(int running)
 static int own_threads_fill_cpus(const sched_t *s)
 {
   const runtime_t *rt = s->rt;
-  int ncpu = 1;
-  long online = 1;
-  if (rt->cfg.pin_threads) {
-    online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (online <= 0)
-      online = 1;
-  } else {
-    cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
-      ncpu = CPU_COUNT(&cpus);
-  }
-  unsigned long mine = s->index % (unsigned long)online; /* s's CPU when pinned */
+  int ncpu = 1, mine = rt->cfg.pin_threads ? sm_runtime_pin_cpu(s->index) : -1;
+  cpu_set_t cpus;
+  if (mine < 0 && sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+    ncpu = CPU_COUNT(&cpus);
   int wanting = atomic_load_explicit(&helpers_running, memory_order_relaxed);
   if (wanting < 0) /* only through a host's unbalanced calls */
     wanting = 0;
   for (unsigned k = 0; k < rt->nsched && wanting < ncpu; k++) {
     const sched_t *o = &rt->scheds[k];
-    if (o == s || (rt->cfg.pin_threads && k % (unsigned long)online != mine))
+    if (o == s || (mine >= 0 && sm_runtime_pin_cpu(k) != mine))
       continue;
     if (!atomic_load_explicit(&o->inbox.parked, memory_order_relaxed))
       wanting++;
