@@ -258,6 +258,19 @@ describe("closures that travel", function()
     assert.are.same({ true, true, 1, 2, 3 }, r)
   end)
 
+  it("keeps a table shared by arguments and upvalues one table", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local t = { n = 1 }
+      smarm.spawn_on(2, function(a, b)
+        a.n = a.n + 1
+        smarm.send(me, { a == b, b == t, t.n, b.n, smarm.scheduler() })
+      end, t, t)
+      return guard.receive("the report")
+    end, { schedulers = 2 })
+    assert.are.same({ true, true, 2, 2, 2 }, r)
+  end)
+
   it("moves what lives only in the caller's globals by value, never as nil", function()
     local r = guard.run(function()
       local me = smarm.self()
@@ -352,6 +365,18 @@ describe("closures that travel, in corners", function()
       return guard.receive("the decoded function's result")
     end, { schedulers = 2 })
     assert.are.equal(92, r)
+  end)
+
+  it("starts a function whose module's top level receives while the new actor loads it", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local mod = require("smarm_recv_module") -- not yet loaded on scheduler 2
+      smarm.spawn_on(2, function(a, b)
+        smarm.send(me, { mod.v, a, b, smarm.scheduler() })
+      end, "one", { "two" })
+      return guard.receive("the new actor's report")
+    end, { schedulers = 2 })
+    assert.are.same({ 42, "one", { "two" }, 2 }, r)
   end)
 
   it("gives a decoded function the receiving actor's environment", function()

@@ -49,7 +49,8 @@ enum tag {
   T_MAP,    /* before a TABLE or STABLE: the table is a map */
   T_BLIST,  /* only first (after an HLIST): the binaries' list, a varint count, then pointers */
   T_BIN,    /* a binary of the list: its index */
-  T_BINV    /* a binary's bytes, in plain data (exit reasons: the core copies their bytes) */
+  T_BINV,   /* a binary's bytes, in plain data (exit reasons: the core copies their bytes) */
+  T_VALUES  /* only first (after the lists): a transfer, a count and that many values */
 };
 
 /* Tables (and functions) remembered by address in the encoder's own array before it needs a Lua
@@ -736,8 +737,26 @@ static void enc_call(enc_t *e, int idx, smarm_pid_t caller)
   enc_value(e, idx, 1);
 }
 
-/* Encodes the value at idx (or, with a call, that call's request around it) with `tail` spare
-** bytes at the end. */
+/* A transfer (sm_codec_encode_transfer): VALUES, the count, then each value, as parts of one
+** value (tables and upvalue cells met twice are sent once), named `function` and `argument[i]`
+** in errors. */
+static void enc_values(enc_t *e, int idx, int n)
+{
+  char root[32];
+  put_byte(e, T_VALUES);
+  put_varint(e, (uint64_t)n);
+  for (int i = 0; i < n; i++) {
+    if (i == 0) {
+      e->root = "function";
+    } else {
+      snprintf(root, sizeof root, "argument[%d]", i);
+      e->root = root;
+    }
+    enc_value(e, idx + i, 0);
+  }
+  e->root = "";
+}
+
 /* Readies the handles met for travel (lhandle.h: before_move); 1 if one of them changed. */
 static int ready_moves(lua_State *L, codec_moves_t *moves)
 {
@@ -755,14 +774,17 @@ static int ready_moves(lua_State *L, codec_moves_t *moves)
   return changed;
 }
 
-static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_t *moves,
-                           size_t tail, const codec_call_t *call, int data_only, int readied)
+/* Encodes the value at idx (or, with a call, that call's request around it; with nvalues > 0,
+** the transfer of the nvalues values from idx on) with `tail` spare bytes at the end. */
+static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
+                           codec_moves_t *moves, size_t tail, const codec_call_t *call,
+                           int data_only, int readied)
 {
   enc_t e;
   moves->n = 0;
   e.moves = moves;
   idx = abs_index(L, idx);
-  if (!call && lua_type(L, idx) == LUA_TSTRING)
+  if (!call && !nvalues && lua_type(L, idx) == LUA_TSTRING)
     return encode_string(L, idx, tail);
   e.L = L;
   luaL_checkstack(L, 8, "message");
@@ -777,18 +799,19 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
   e.ncells = 0;
   e.nbins = 0;
   e.data_only = data_only;
-  if (call) {
+  if (call)
     enc_call(&e, idx, call->caller);
-  } else {
+  else if (nvalues)
+    enc_values(&e, idx, nvalues);
+  else
     enc_value(&e, idx, 0);
-  }
   if (!data_only && ready_moves(L, moves)) { /* a handle was readied: encode it as it is now */
     if (e.buf_idx)
       lua_pop(L, ENC_SLOTS);
     if (readied >= 2)
       luaL_error(L, "%s: a socket in it changed again while it was readied to travel (another "
                     "actor uses it)", root && *root ? root : "message");
-    return encode(L, idx, root, moves, tail, call, data_only, readied + 1);
+    return encode(L, idx, nvalues, root, moves, tail, call, data_only, readied + 1);
   }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
@@ -836,24 +859,30 @@ static smarm_msg_t *encode(lua_State *L, int idx, const char *root, codec_moves_
 
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 0, 0);
+  return encode(L, idx, 0, root, moves, 0, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_data(lua_State *L, int idx, const char *root, codec_moves_t *moves)
 {
-  return encode(L, idx, root, moves, 0, NULL, 1, 0);
+  return encode(L, idx, 0, root, moves, 0, NULL, 1, 0);
 }
 
 smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec_moves_t *moves,
                                   size_t tail)
 {
-  return encode(L, idx, root, moves, tail, NULL, 0, 0);
+  return encode(L, idx, 0, root, moves, tail, NULL, 0, 0);
+}
+
+smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
+                                      size_t tail)
+{
+  return encode(L, first, n, "", moves, tail, NULL, 0, 0);
 }
 
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail)
 {
-  return encode(L, idx, "request", moves, tail, call, 0, 0);
+  return encode(L, idx, 0, "request", moves, tail, call, 0, 0);
 }
 
 /* Reads the varint at *p (before end) into *v and advances *p past it: 0, or -1 if it does not
@@ -1519,8 +1548,11 @@ static int dec_value(dec_t *d, int depth)
 
 /* Decodes the bytes [p, p + n), whose handle list (if any) is at `list` (inside a block whose
 ** handles may be taken; NULL: none allowed). */
+/* Pushes the value of the bytes [p, p + n), or with nvalues, the values of a transfer (their
+** count in *nvalues); a transfer where a value is expected, or the other way round, is
+** malformed. */
 static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char *list,
-                         smarm_msg_t *msg)
+                         smarm_msg_t *msg, int *nvalues)
 {
   dec_t d;
   d.detached = 0;
@@ -1574,22 +1606,42 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
     d.end -= sizeof d.alias;
     memcpy(&d.alias, d.end, sizeof d.alias);
   }
+  int values = d.p < d.end && *d.p == T_VALUES;
+  if (values != (nvalues != NULL))
+    malformed(&d);
   int has_tables = d.p < d.end && (*d.p == T_TABLE || *d.p == T_STABLE || *d.p == T_CALL ||
                                     *d.p == T_FUNC || *d.p == T_SFUNC || *d.p == T_TUPLE ||
-                                    *d.p == T_MAP);
+                                    *d.p == T_MAP || values);
   if (has_tables) {
     lua_pushnil(L); /* the slot of the refs table, made at the first STABLE */
     d.refs_idx = lua_gettop(L);
   } else {
     d.refs_idx = 0; /* a scalar: no table can follow */
   }
-  dec_value(&d, 0);
+  int count = 1;
+  if (values) {
+    d.p++;
+    uint64_t k = get_varint(&d);
+    if (k < 1 || k > INT16_MAX) /* (spawn_on sends fewer) */
+      malformed(&d);
+    count = (int)k;
+    luaL_checkstack(L, count, "message");
+    for (int i = 0; i < count; i++)
+      dec_value(&d, 0);
+    *nvalues = count;
+  } else {
+    dec_value(&d, 0);
+  }
   if (d.p != d.end)
     malformed(&d);
-  if (d.nhandles > 0 || d.nbins > 0) { /* keep the value alone: drop the handles, binaries and
-                                          refs below it */
-    lua_replace(L, base + 1);
-    lua_settop(L, base + 1);
+  if (d.nhandles > 0 || d.nbins > 0) { /* keep the values alone: drop the handles, binaries and
+                                          refs below them */
+    int first = lua_gettop(L) - count + 1;
+    for (int i = 0; i < count; i++) {
+      lua_pushvalue(L, first + i);
+      lua_replace(L, base + 1 + i);
+    }
+    lua_settop(L, base + count);
   } else if (has_tables) {
     lua_remove(L, d.refs_idx);
   }
@@ -1740,12 +1792,22 @@ void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail)
     lua_pushlstring(L, v.s, v.len);
     return;
   }
-  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg);
+  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg, NULL);
+}
+
+int sm_codec_decode_transfer(lua_State *L, smarm_msg_t *msg, size_t tail)
+{
+  size_t n = smarm_msg_size(msg);
+  if (n < tail)
+    luaL_error(L, "malformed message");
+  int count = 0;
+  decode_range(L, smarm_msg_data(msg), n - tail, smarm_msg_data(msg), msg, &count);
+  return count;
 }
 
 void sm_codec_decode_bytes(lua_State *L, const void *p, size_t n)
 {
-  decode_range(L, (unsigned char *)p, n, NULL, NULL);
+  decode_range(L, (unsigned char *)p, n, NULL, NULL, NULL);
 }
 
 /* ---- Plain data to Erlang terms (sm_codec_data_to_etf) ---------------------------------------

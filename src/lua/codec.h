@@ -25,6 +25,7 @@
 ** function is FUNC (SFUNC when pointed back to), its bytecode as a string, an upvalue count byte
 ** and each upvalue: JOIN, the varint offset of a function met before and its upvalue number, or
 ** a value; NAMED is a module's name and a field's (empty for the module itself), two strings.
+** A transfer is VALUES, a varint count and that many values.
 */
 #ifndef SMARM_LUA_CODEC_H
 #define SMARM_LUA_CODEC_H
@@ -77,6 +78,11 @@ typedef struct codec_call {
 } codec_call_t;
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,
                                   codec_moves_t *moves, size_t tail);
+/* A transfer (ltransfer.h): the n values from first on (spawn_on's function, or its name, and
+** arguments) as one message, their tables and upvalue cells shared as within one value; errors
+** name them `function...` and `argument[i]...`. `tail` spare bytes at the end, as above. */
+smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
+                                      size_t tail);
 void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
 /* Frees an unsent block; the handles (moves, or NULL when there are none) stay the sender's. */
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
@@ -87,6 +93,10 @@ void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);
 int sm_codec_decode(lua_State *L, smarm_msg_t *msg);
 /* The same for a block made by sm_codec_encode_tail with that tail. */
 void sm_codec_decode_head(lua_State *L, smarm_msg_t *msg, size_t tail);
+/* Pushes the values of a block made by sm_codec_encode_transfer with that tail and returns
+** their count (as sm_codec_decode_head, the receiver owns the handles). Raises on any other
+** block. */
+int sm_codec_decode_transfer(lua_State *L, smarm_msg_t *msg, size_t tail);
 /* A lone number or string, as sm_codec_number_block and sm_codec_string_block make them: a block
 ** whose bytes, but for `tail` at the end, are one of them. Returns LUA_TNUMBER with out->n, or
 ** LUA_TSTRING with out->s and out->len (the bytes inside the block), or 0 for anything else. No

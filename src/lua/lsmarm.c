@@ -19,9 +19,9 @@
 ** actor's saved queue (a Lua table), ahead of everything still in the core mailbox, so order is
 ** kept; every receive looks at the saved queue first.
 **
-** spawn_on moves the function as a transfer table (ltransfer.h), encoded by the codec with the
-** arguments into one block that the new actor decodes on its own stack (it may require modules,
-** which may park) and frees.
+** spawn_on moves the function and its arguments as a transfer (ltransfer.h): one block, which
+** the new actor decodes straight onto its own stack (it may require modules, which may park)
+** and frees.
 **
 ** A run's end makes every handle of it stale (lhandle.h): the run generation moves on once the
 ** IO thread has stopped and the caller's VM has closed the run's files.
@@ -106,6 +106,7 @@ typedef struct lactor {
   int16_t nargs; /* values waiting on co's stack above the function (a call's arguments: fewer
                     than LUAI_MAXCSTACK) */
   uint8_t is_main;
+  uint8_t in_block; /* a spawn_on's shell, inside its own pending block (shell_of) */
 } lactor_t; /* 72 bytes, a 80-byte malloc chunk: one per Lua actor, so its size shows */
 
 /* What smarm.run shares with the schedulers and the main actor. */
@@ -135,6 +136,8 @@ const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_REASON] = "reason",
 };
 
+static int remote_entry(lua_State *L);
+
 /* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
 ** only for finding the values once, per VM), and the cached strings. */
 static void vm_cache_refs(lvm_t *vm)
@@ -147,6 +150,8 @@ static void vm_cache_refs(lvm_t *vm)
   sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  lua_pushcfunction(vm->L, remote_entry);
+  vm->remote_entry_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   sm_lfast_cache_refs(vm);
 }
 
@@ -185,6 +190,10 @@ enum co_fate {
 
 static void lactor_free(lactor_t *la, enum co_fate fate)
 {
+  if (la->in_block) { /* a shell: its block is all there is of it (and holds it) */
+    smarm_msg_free(la->pending);
+    return;
+  }
   smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
@@ -395,6 +404,7 @@ static void on_sched_stop(unsigned k, void *ud)
     for (int i = 0; i < LVM_STRS; i++)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->str_ref[i]);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->remote_entry_ref);
   }
   vm->L = NULL;
   sm_io_sched_thread_leave(k, NULL);
@@ -1126,14 +1136,33 @@ static int l_receive(lua_State *L)
 
 /* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
 
+/* A spawn_on's block: the transfer, then room for the shell (a lactor_t, aligned) that stands
+** for the actor until it starts: an actor stopped before that frees the block through it
+** (on_actor_stopped), and nothing else is allocated for it on the spawner's side. */
+#define SHELL_TAIL (sizeof(lactor_t) + _Alignof(lactor_t) - 1)
+
+static lactor_t *shell_of(smarm_msg_t *block)
+{
+  uintptr_t at = (uintptr_t)smarm_msg_data(block) + smarm_msg_size(block) - SHELL_TAIL;
+  return (lactor_t *)((at + _Alignof(lactor_t) - 1) & ~(uintptr_t)(_Alignof(lactor_t) - 1));
+}
+
 /* Runs in the new actor's coroutine, right as it starts (nothing parks before): decodes the
-** transfer block, which is the actor's pending block while it decodes (push_message frees it),
-** and calls the function it holds. Upvalue 1: the block (light userdata). */
+** transfer block (argument 1, a light userdata), which is the actor's pending block while it
+** decodes (as push_message's), and calls the function it holds. */
 static int remote_entry(lua_State *L)
 {
-  smarm_msg_t *block = lua_touserdata(L, lua_upvalueindex(1));
-  push_message(L, smarm_actor_data(), block); /* frees the block */
-  return sm_ltransfer_call(L, lua_gettop(L));
+  smarm_msg_t *block = lua_touserdata(L, 1);
+  lactor_t *la = smarm_actor_data();
+  lua_settop(L, 0);
+  smarm_msg_free(la->pending);
+  la->pending = block;
+  sm_codec_decode_transfer(L, block, SHELL_TAIL);
+  if (la->pending == block) { /* else a receive while decoding (a module's top level) freed it */
+    la->pending = NULL;
+    smarm_msg_free(block);
+  }
+  return sm_ltransfer_call(L, 1);
 }
 
 /* A fresh actor state with a coroutine of owner's VM anchored in the registry: a spare one, with
@@ -1156,6 +1185,7 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->head.waiting_for = NULL;
   la->nargs = 0;
   la->is_main = 0;
+  la->in_block = 0;
   la->savedref = LUA_NOREF;
   la->saved_first = 1;
   la->saved_last = 0;
@@ -1173,13 +1203,18 @@ typedef struct remote_start {
   smarm_msg_t *block;
 } remote_start_t;
 
+static void start_remote(lua_State *L, remote_start_t *r)
+{
+  lactor_init(r->la, L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->remote_entry_ref);
+  lua_pushlightuserdata(L, r->block);
+  r->la->nargs = 1;
+  lua_xmove(L, r->la->head.co, 2);
+}
+
 static int remote_start(lua_State *L)
 {
-  remote_start_t *r = lua_touserdata(L, 1);
-  lactor_init(r->la, L);
-  lua_pushlightuserdata(L, r->block);
-  lua_pushcclosure(L, remote_entry, 1);
-  lua_xmove(L, r->la->head.co, 1);
+  start_remote(L, lua_touserdata(L, 1));
   return 0;
 }
 
@@ -1189,15 +1224,25 @@ static int remote_start(lua_State *L)
 static void remote_actor_main(void *arg)
 {
   lvm_t *vm = this_vm();
-  lactor_t *la = smarm_actor_data(); /* the spawner's shell, holding the block as pending */
   if (!vm || !vm->L) {
     smarm_actor_set_data(NULL);
-    lactor_free(la, CO_RELEASE); /* frees the block */
+    smarm_msg_free(arg); /* the shell's block: its sockets close */
     fprintf(stderr, "smarm: spawn_on: no VM for a new actor\n");
     return;
   }
+  lactor_t *la = malloc(sizeof *la);
+  if (!la) {
+    smarm_actor_set_data(NULL);
+    smarm_msg_free(arg);
+    smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
+    return;
+  }
+  *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg};
+  smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
   remote_start_t r = {la, arg};
-  if (lua_cpcall(vm->L, remote_start, &r) != 0) {
+  if (vm->spare_count > 0) { /* nothing there can raise: no protected call (it allocates) */
+    start_remote(vm->L, &r);
+  } else if (lua_cpcall(vm->L, remote_start, &r) != 0) {
     lua_pop(vm->L, 1); /* "not enough memory": nothing else raises there */
     if (la->coref == LUA_NOREF)
       la->head.co = NULL; /* made but never anchored: the GC's */
@@ -1229,7 +1274,10 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     luaL_error(L, "not enough memory");
     return NULL;
   }
-  if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
+  lvm_t *vm = this_vm();
+  if (vm && vm->spare_count > 0) { /* nothing there can raise: no protected call (it allocates) */
+    lactor_init(la, L);
+  } else if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
     free(la);
     lua_error(L); /* the error lua_cpcall left: "not enough memory" */
     return NULL;
@@ -1328,19 +1376,13 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
                             ** the block exists, so that a refusal leaks nothing */
   codec_moves_t moves;
-  sm_ltransfer_build(L, fn_idx, fn_idx + 1, nargs);
-  smarm_msg_t *block = sm_codec_encode(L, -1, "", &moves);
-  lua_pop(L, 1);
-  /* The actor's state travels with the spawn as a shell holding the block, so that an actor
-  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main fills in
-  ** its coroutine. */
-  lactor_t *shell = calloc(1, sizeof *shell);
-  if (!shell) {
-    sm_codec_abandon(L, block, &moves);
-    return luaL_error(L, "not enough memory");
-  }
-  shell->coref = shell->savedref = LUA_NOREF;
-  shell->pending = block;
+  smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, nargs + 1, &moves, SHELL_TAIL);
+  /* The actor's state travels with the spawn as a shell inside the block, so that an actor
+  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main gives the
+  ** actor its own. */
+  lactor_t *shell = shell_of(block);
+  *shell = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = block,
+                      .in_block = 1};
   opts.data = shell;
   rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
   sm_lpark_resumed(L);
@@ -1350,8 +1392,8 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
     return sm_lpark_no_answer(L, fname, r->where);
   }
   if (rc < 0) {
-    free(shell);
-    sm_codec_abandon(L, block, &moves); /* any sockets in the arguments stay the caller's */
+    sm_codec_abandon(L, block, &moves); /* the shell with it; any sockets in the arguments stay
+                                        ** the caller's */
   } else {
     sm_codec_commit(&moves);
   }

@@ -47,6 +47,7 @@ typedef struct lvm {
   int timer_mt_ref;           /* lpid.c: the metatable of message timers */
   int str_ref[LVM_STRS];      /* lvm_push_str */
   int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
+  int remote_entry_ref;       /* lsmarm.c: the C function that starts a spawn_on's actor */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
