@@ -139,6 +139,42 @@ TEST(one_way_between_homes) { one_way(1); }
 
 TEST(one_way_to_a_thread_without_home) { one_way(0); }
 
+/* A thread that frees what it is given, with a home of its own, and ends (which sends its batch
+** home). */
+static void *free_them(void *p)
+{
+  smarm_msg_t **blocks = p;
+  sm_home_claim();
+  for (smarm_msg_t **b = blocks; *b; b++)
+    sm_msg_release(*b);
+  sm_home_release();
+  return NULL;
+}
+
+/* A sender that never looks at the clock takes its blocks back when a class runs dry. */
+TEST(an_empty_class_takes_the_blocks_returned)
+{
+  enum { N = SM_HOME_CACHED + 4 * SM_HOME_BATCH };
+  static smarm_msg_t *blocks[N + 1];
+  sm_home_claim();
+  sm_home_t *home = sm_home_tls;
+  for (unsigned i = 0; i < N; i++) {
+    blocks[i] = sm_msg_new(MSG_USER, 8);
+    CHECK(blocks[i] != NULL);
+  }
+  CHECK_EQ(home->cached[0], 0);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, free_them, blocks), 0);
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK(atomic_load(&home->returned) != NULL); /* what the freer's cache had no room for */
+  smarm_msg_t *m = sm_msg_new(MSG_USER, 8);
+  CHECK(m != NULL);
+  CHECK(atomic_load(&home->returned) == NULL);
+  CHECK(home->cached[0] > 0);
+  sm_msg_release(m);
+  sm_home_release();
+}
+
 /* Blocks that outlive their home's thread: freed by whoever frees them, and never pushed to a
 ** home nobody takes from (the leak check would see them). */
 typedef struct {

@@ -19,8 +19,9 @@
 **   - A block the cache has no room for, allocated by another home, joins the thread's batch
 **     for that home (the block records its home: smarm_msg_t.home). A full batch, or any batch
 **     when the thread is about to idle, goes to its home's list of returned blocks in one
-**     compare-and-swap; the home takes them, into its cache or free(), at its loop's next pass
-**     or at its next look at the clock (sched_poll: a busy scheduler's loop may never run).
+**     compare-and-swap; the home takes them, into its cache or free(), at its loop's next pass,
+**     at its next look at the clock (sched_poll: a busy scheduler's loop may never run), or when
+**     an allocation finds its class empty.
 **   - Threads without a home (the IO thread, an embedder's) free with free(), as do homes for
 **     blocks of no home, of their own, and of more than SM_HOME_SMALL payload bytes (a batch
 **     must not hold megabytes back, and copying such a block costs more than the lock).
@@ -149,6 +150,10 @@ static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
     return m;
   }
   unsigned k = (unsigned)(total - 1) / 64;
+  /* An empty class takes the blocks returned so far: a sender that never idles looks at the
+  ** clock only every 64 decisions, and may allocate thousands of blocks in between. */
+  if (h && !h->cache[k] && atomic_load_explicit(&h->returned, memory_order_relaxed))
+    sm_home_take_returned();
   if (h && h->cache[k]) { /* keeps the home it has */
     smarm_msg_t *m = (smarm_msg_t *)h->cache[k];
     h->cache[k] = h->cache[k]->next;
