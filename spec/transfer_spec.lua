@@ -215,6 +215,30 @@ describe("smarm.spawn_on", function()
     assert.are.equal(n / 2, by[1])
     assert.are.equal(n / 2, by[2])
   end)
+
+  it("keeps what waits on a busy scheduler bounded, however fast the spawner", function()
+    -- Each child works far longer than a spawn takes, so the spawner outruns scheduler 2; that
+    -- scheduler hands out no more pids while over 1,024 actors wait in its run queue, which
+    -- then grows past that by at most the 256 pids one spawner holds (docs/api.md).
+    local n = 6000
+    local peak, done = guard.run(function()
+      local me = smarm.self()
+      local child = function()
+        local x = 0
+        for i = 1, 20000 do x = x + i % 7 end
+        smarm.send(me, x)
+      end
+      local most = 0
+      for i = 1, n do
+        smarm.spawn_on(2, child)
+        if i % 25 == 0 then most = math.max(most, smarm.stats()[2].runq) end
+      end
+      for _ = 1, n do guard.receive("a child's end") end
+      return most, n
+    end, { schedulers = 2 })
+    assert.are.equal(6000, done)
+    assert.is_true(peak <= 1024 + 256 + 25, "peak run queue " .. peak)
+  end)
 end)
 
 describe("closures that travel", function()

@@ -532,6 +532,8 @@ static inline void sched_poll(sched_t *s)
     publish_timers(s);
     if (s->deferred) /* a busy scheduler that never idles still sends them on */
       sm_sched_flush_deferred(s);
+    if (s->reserves_held)
+      sm_sched_answer_held_reserves(s);
     sm_home_collect(); /* and takes back its blocks (its actors may switch among themselves,
                        ** or yield with nothing else to run, and never pass its loop) */
   }
@@ -919,6 +921,8 @@ static void sched_idle(sched_t *s)
 {
   if (s->deferred)
     sm_sched_flush_deferred(s);
+  if (s->reserves_held)
+    sm_sched_answer_held_reserves(s);
   sm_home_before_idle();
   publish_timers(s);
   int64_t now = smarm_now_ns();

@@ -203,6 +203,8 @@ typedef struct sched {
   uint32_t ndeferred;
   struct spawn_reserve **reserves; /* intersched.c: pids other schedulers set aside for our
                                       spawns on them, by scheduler index; NULL until needed */
+  smarm_msg_t *reserves_held;      /* intersched.c: other schedulers' MSG_RESERVE asks, held
+                                      while our run queue is long; linked through next */
   monitor_t *spare_monitors;
   actor_faults_t *spare_faults;
   uint32_t nspare_monitors, nspare_faults;
@@ -276,6 +278,9 @@ int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_
 /* Frees s's reserves of pids other schedulers set aside for it (intersched.c; they end with
 ** those schedulers' tables). Owner thread, after its loop. */
 void sm_sched_free_reserves(sched_t *s);
+/* Answers the asks for pids held back while s's run queue was long, once it is short again
+** (intersched.c, "Backpressure"); sched_poll's clock looks and sched_idle call it. */
+void sm_sched_answer_held_reserves(sched_t *s);
 /* Spawning into a pid set aside ahead (intersched.c, "Spawns that do not wait"): takes a free
 ** table entry for a later sm_sched_spawn_reserved (0, -ENOMEM or -EAGAIN), and makes the actor
 ** of such an entry (0 or -ENOMEM, the entry then freed: the pid names nothing, ever). */
