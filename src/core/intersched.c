@@ -216,12 +216,16 @@ static void reserved_spawn_failed(sched_t *s, spawn_request_t *req)
 ** ever longer run queue there: a spawn_on loop of `function() end` measured 190,000 actors
 ** waiting for their first slice after 200,000 spawns, 66 MB, and each spawn slower as they left
 ** the caches. (A local spawn has no such problem: the child shares its spawner's CPU.) So k
-** holds an ask for pids while more than SPAWN_BACKLOG actors wait in its run queue, and answers
-** it once at most half that many wait (looked at with the clock, sched_poll, and when idle).
-** Meanwhile the spawner spends what it has left and then spawns with a round trip each (the
-** waiting spawn above, answered at once as ever): it goes at k's pace, and nothing waits longer
-** than that, so no timeout is nearer than before. The run queue counts k's own actors too: a
-** busy k slows spawns from elsewhere the same way. */
+** holds an ask for pids while more than SPAWN_BACKLOG actors wait in its run queue (and while
+** it holds others: asks are answered in turn), and answers them once no more than that wait
+** (looked at with the clock, sched_poll, and when idle). Meanwhile a spawner spends the pids it
+** has and then spawns with a round trip each (the waiting spawn above, answered at once as
+** ever), so nothing waits longer than before and no timeout is nearer: one spawn per switch of
+** k. While each switch of k ends an actor, that bounds the queue one spawning actor can leave
+** (SPAWN_BACKLOG plus the 255 pids a reserve holds, plus one); a switch that preempts one lets
+** one more in, and several actors spawning at once get one spawn each per switch: slowed, not
+** bounded. The run queue counts k's own actors too: a busy k slows spawns from elsewhere the
+** same way. */
 #define SPAWN_BACKLOG 1024
 
 static uint64_t runq_length(sched_t *s)
@@ -241,8 +245,8 @@ static void reserve_answer_now(sched_t *s, smarm_msg_t *m)
 
 static void reserve_answer(sched_t *s, smarm_msg_t *m)
 {
-  if (runq_length(s) > SPAWN_BACKLOG) {
-    m->next = s->reserves_held;
+  if (s->reserves_held || runq_length(s) > SPAWN_BACKLOG) {
+    m->next = s->reserves_held; /* newest first: answered oldest first */
     s->reserves_held = m;
     return;
   }
@@ -251,10 +255,15 @@ static void reserve_answer(sched_t *s, smarm_msg_t *m)
 
 void sm_sched_answer_held_reserves(sched_t *s)
 {
-  if (!s->reserves_held || runq_length(s) > SPAWN_BACKLOG / 2)
+  if (!s->reserves_held || runq_length(s) > SPAWN_BACKLOG)
     return;
-  smarm_msg_t *m = s->reserves_held;
-  s->reserves_held = NULL;
+  smarm_msg_t *m = NULL;
+  while (s->reserves_held) { /* reversed: oldest first */
+    smarm_msg_t *next = s->reserves_held->next;
+    s->reserves_held->next = m;
+    m = s->reserves_held;
+    s->reserves_held = next;
+  }
   while (m) {
     smarm_msg_t *next = m->next;
     reserve_answer_now(s, m);

@@ -1148,15 +1148,12 @@ static lactor_t *shell_of(smarm_msg_t *block)
 }
 
 /* Runs in the new actor's coroutine, right as it starts (nothing parks before): decodes the
-** transfer block (argument 1, a light userdata), which is the actor's pending block while it
-** decodes (as push_message's), and calls the function it holds. */
+** transfer block, the actor's pending block (start_remote put it there: freed with the actor
+** if decoding raises, as push_message's), and calls the function it holds. */
 static int remote_entry(lua_State *L)
 {
-  smarm_msg_t *block = lua_touserdata(L, 1);
   lactor_t *la = smarm_actor_data();
-  lua_settop(L, 0);
-  smarm_msg_free(la->pending);
-  la->pending = block;
+  smarm_msg_t *block = la->pending;
   sm_codec_decode_transfer(L, block, SHELL_TAIL);
   if (la->pending == block) { /* else a receive while decoding (a module's top level) freed it */
     la->pending = NULL;
@@ -1203,13 +1200,14 @@ typedef struct remote_start {
   smarm_msg_t *block;
 } remote_start_t;
 
+/* Nothing here allocates with a spare coroutine (no light userdata either: LuaJIT interns
+** those, which may allocate), so remote_actor_main then needs no protected call. */
 static void start_remote(lua_State *L, remote_start_t *r)
 {
   lactor_init(r->la, L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->remote_entry_ref);
-  lua_pushlightuserdata(L, r->block);
-  r->la->nargs = 1;
-  lua_xmove(L, r->la->head.co, 2);
+  lua_xmove(L, r->la->head.co, 1);
+  r->la->pending = r->block; /* remote_entry takes it from there */
 }
 
 static int remote_start(lua_State *L)
@@ -1240,13 +1238,14 @@ static void remote_actor_main(void *arg)
   *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg};
   smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
   remote_start_t r = {la, arg};
-  if (vm->spare_count > 0) { /* nothing there can raise: no protected call (it allocates) */
+  if (vm->spare_count > 0) { /* nothing raises there (start_remote): no protected call, which
+                              ** allocates a C function of its own in LuaJIT */
     start_remote(vm->L, &r);
   } else if (lua_cpcall(vm->L, remote_start, &r) != 0) {
     lua_pop(vm->L, 1); /* "not enough memory": nothing else raises there */
     if (la->coref == LUA_NOREF)
       la->head.co = NULL; /* made but never anchored: the GC's */
-    la->pending = arg; /* lactor_init let go of it, but no closure took it */
+    la->pending = arg; /* lactor_init let go of it before start_remote put it back */
     smarm_actor_set_data(NULL);
     lactor_free(la, CO_RELEASE); /* frees the block (its sockets close) */
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
@@ -1275,7 +1274,8 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     return NULL;
   }
   lvm_t *vm = this_vm();
-  if (vm && vm->spare_count > 0) { /* nothing there can raise: no protected call (it allocates) */
+  if (vm && vm->spare_count > 0) { /* lactor_init allocates nothing with a spare coroutine: no
+                                     ** protected call, which allocates a C function in LuaJIT */
     lactor_init(la, L);
   } else if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
     free(la);
