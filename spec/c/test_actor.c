@@ -612,15 +612,18 @@ static void main_spawn_on_burst(void *arg)
 
 /* When the pids set aside run out the spawner asks for more, and the question waits behind the
 ** spawns queued there: under TSan on a loaded machine longer than the default request timeout
-** (it failed so with -ETIMEDOUT, 2026-12-04). The test is of what the spawns do, not how fast. */
-TEST(spawn_on_does_not_wait_and_its_pid_works_at_once)
+** (it failed so with -ETIMEDOUT, 2026-12-04). The tests of spawn_on are of what the spawns do,
+** not how fast: they run with the hang guard for a timeout. */
+static void run_spawning(unsigned schedulers, smarm_actor_fn main_fn)
 {
   smarm_config_t cfg;
   smarm_config_init(&cfg);
-  cfg.schedulers = 3;
+  cfg.schedulers = schedulers;
   cfg.request_timeout_ns = TEST_HANG_GUARD_NS;
-  CHECK_EQ(smarm_run(&cfg, main_spawn_on_burst, NULL), 0);
+  CHECK_EQ(smarm_run(&cfg, main_fn, NULL), 0);
 }
+
+TEST(spawn_on_does_not_wait_and_its_pid_works_at_once) { run_spawning(3, main_spawn_on_burst); }
 
 /* ---- backpressure ---- */
 
@@ -650,14 +653,7 @@ static void main_spawn_on_backlog(void *arg)
   CHECK(most <= 1024 + 255 + 1);
 }
 
-TEST(spawn_on_leaves_a_bounded_queue_there)
-{
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = 2;
-  cfg.request_timeout_ns = TEST_HANG_GUARD_NS;
-  CHECK_EQ(smarm_run(&cfg, main_spawn_on_backlog, NULL), 0);
-}
+TEST(spawn_on_leaves_a_bounded_queue_there) { run_spawning(2, main_spawn_on_backlog); }
 
 /* ---- alive ---- */
 
