@@ -1192,9 +1192,10 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->io_held = 0;
 }
 
-/* remote_actor_main's allocations, under lua_cpcall in the VM's main state: the coroutine, and
-** its entry closure, made there and moved over (an error raised in the coroutine itself, which
-** has no protected frame yet, would end the process). */
+/* remote_actor_main's start in the VM's main state, under lua_cpcall when a coroutine must be
+** made: the coroutine, and its entry function (one per VM) moved over, the block left as its
+** pending block (an error raised in the coroutine itself, which has no protected frame yet,
+** would end the process). */
 typedef struct remote_start {
   lactor_t *la;
   smarm_msg_t *block;
@@ -1242,7 +1243,8 @@ static void remote_actor_main(void *arg)
                               ** allocates a C function of its own in LuaJIT */
     start_remote(vm->L, &r);
   } else if (lua_cpcall(vm->L, remote_start, &r) != 0) {
-    lua_pop(vm->L, 1); /* "not enough memory": nothing else raises there */
+    lua_pop(vm->L, 1); /* "not enough memory" (or LuaJIT's light userdata of &r): either way
+                       ** the actor cannot start */
     if (la->coref == LUA_NOREF)
       la->head.co = NULL; /* made but never anchored: the GC's */
     la->pending = arg; /* lactor_init let go of it before start_remote put it back */
