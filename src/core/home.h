@@ -138,6 +138,14 @@ static inline void sm_home_cache_put(sm_home_t *h, smarm_msg_t *m, unsigned k)
   sm_home_hide(h, m, 64 * (size_t)(k + 1));
 }
 
+/* The owner's pass: takes the blocks other threads returned, if any. */
+static inline void sm_home_collect(void)
+{
+  sm_home_t *h = sm_home_tls;
+  if (h && atomic_load_explicit(&h->returned, memory_order_relaxed))
+    sm_home_take_returned();
+}
+
 /* A message block of `total` bytes (header and payload), NULL when memory is out; its home is
 ** set. (The allocation seam of alloc.h is the caller's.) */
 static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
@@ -152,8 +160,8 @@ static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
   unsigned k = (unsigned)(total - 1) / 64;
   /* An empty class takes the blocks returned so far: a sender that never idles looks at the
   ** clock only every 64 decisions, and may allocate thousands of blocks in between. */
-  if (h && !h->cache[k] && atomic_load_explicit(&h->returned, memory_order_relaxed))
-    sm_home_take_returned();
+  if (h && !h->cache[k])
+    sm_home_collect();
   if (h && h->cache[k]) { /* keeps the home it has */
     smarm_msg_t *m = (smarm_msg_t *)h->cache[k];
     h->cache[k] = h->cache[k]->next;
@@ -190,14 +198,6 @@ static inline void sm_home_msg_free(smarm_msg_t *m)
     }
   }
   free(m);
-}
-
-/* The owner's pass: takes the blocks other threads returned, if any. */
-static inline void sm_home_collect(void)
-{
-  sm_home_t *h = sm_home_tls;
-  if (h && atomic_load_explicit(&h->returned, memory_order_relaxed))
-    sm_home_take_returned();
 }
 
 /* Before the thread idles: its batch goes home (no block waits on a sleeping thread). */

@@ -51,15 +51,14 @@ typedef struct thread_state {
   sigset_t old_mask; /* the thread's signal mask before sm_preempt_sched_done blocked SIGURG */
 } thread_state_t;
 
-int sm_runtime_pin_cpu(unsigned index)
+int sm_runtime_pin_cpu(const runtime_t *rt, unsigned index)
 {
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  return ncpu > 0 ? (int)(index % (unsigned long)ncpu) : -1;
+  return rt->online_cpus > 0 ? (int)(index % (unsigned long)rt->online_cpus) : -1;
 }
 
-static void pin_to_cpu(unsigned index)
+static void pin_to_cpu(const runtime_t *rt, unsigned index)
 {
-  int cpu = sm_runtime_pin_cpu(index);
+  int cpu = sm_runtime_pin_cpu(rt, index);
   if (cpu < 0)
     return;
   cpu_set_t set;
@@ -86,7 +85,7 @@ static void thread_enter(sched_t *s, thread_state_t *ts)
   sm_overflow_thread_enter(&ts->altstack); /* without it overflows still abort, less clearly */
   sm_preempt_sched_enter(s);
   if (s->rt->cfg.pin_threads)
-    pin_to_cpu(s->index);
+    pin_to_cpu(s->rt, s->index);
   if (s->rt->cfg.on_sched_start)
     s->rt->cfg.on_sched_start(s->index, s->rt->cfg.userdata);
 }
@@ -207,6 +206,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
     goto out_rt;
   keep_freed_memory(rt->cfg.keep_freed_bytes);
   rt->nsched = rt->cfg.schedulers;
+  rt->online_cpus = sysconf(_SC_NPROCESSORS_ONLN); /* read once: glibc reads /sys for it */
   rt->scheds = aligned_alloc(SMARM_CACHE_PAD, rt->nsched * sizeof(sched_t));
   threads = calloc(rt->nsched, sizeof *threads);
   /* The stop items are made now, so that stopping (which may follow running out of memory)

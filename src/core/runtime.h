@@ -25,6 +25,8 @@ typedef struct runtime {
                               ** never allocates; the winner above takes them (NULL: sent) */
   _Atomic uint32_t spawn_rr;  /* round-robin tie breaker for SMARM_SCHED_ANY */
   uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
+  long online_cpus;           /* at its start, for cfg.pin_threads (sm_runtime_pin_cpu); 0:
+                              ** unknown */
   name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
   vclock_t vclock;            /* the actors' clock of a virtual runtime (vclock.h) */
   /* The ticker (preempt.c): its fields are its own, or under ticker_lock. */
@@ -53,9 +55,9 @@ int sm_runtime_push_outside(smarm_msg_t *m);
 /* Sends every scheduler a stop item (once per runtime; any thread). */
 void sm_runtime_request_stop(runtime_t *rt);
 
-/* The CPU that cfg.pin_threads pins scheduler `index` to, or -1 when the count of CPUs is
-** unknown (then nothing is pinned). */
-int sm_runtime_pin_cpu(unsigned index);
+/* The CPU that cfg.pin_threads pins scheduler `index` of rt to, or -1 when the count of CPUs
+** was unknown (then nothing is pinned). */
+int sm_runtime_pin_cpu(const runtime_t *rt, unsigned index);
 
 /* Per-thread setup and teardown of the overflow reporter (overflow.c): 0 or a negative errno. */
 int sm_overflow_install(void);

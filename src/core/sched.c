@@ -785,7 +785,7 @@ void smarm_helper_running(int running)
 static int own_threads_fill_cpus(const sched_t *s)
 {
   const runtime_t *rt = s->rt;
-  int ncpu = 1, mine = rt->cfg.pin_threads ? sm_runtime_pin_cpu(s->index) : -1;
+  int ncpu = 1, mine = rt->cfg.pin_threads ? sm_runtime_pin_cpu(rt, s->index) : -1;
   cpu_set_t cpus;
   if (mine < 0 && sched_getaffinity(0, sizeof cpus, &cpus) == 0)
     ncpu = CPU_COUNT(&cpus);
@@ -794,7 +794,7 @@ static int own_threads_fill_cpus(const sched_t *s)
     wanting = 0;
   for (unsigned k = 0; k < rt->nsched && wanting < ncpu; k++) {
     const sched_t *o = &rt->scheds[k];
-    if (o == s || (mine >= 0 && sm_runtime_pin_cpu(k) != mine))
+    if (o == s || (mine >= 0 && sm_runtime_pin_cpu(rt, k) != mine))
       continue;
     if (!atomic_load_explicit(&o->inbox.parked, memory_order_relaxed))
       wanting++;
