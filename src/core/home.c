@@ -6,12 +6,17 @@
 sm_home_t sm_homes[SM_HOMES];
 __attribute__((tls_model("initial-exec"))) _Thread_local sm_home_t *sm_home_tls;
 
-static void free_chain(sm_home_link_t *b)
+static void *entry_block(uintptr_t e) { return (void *)(e & ~(uintptr_t)SM_HOME_NOCLASS); }
+
+/* Frees the batches of a stack of carriers (a home's returned stack at its release). */
+static void free_carriers(sm_home_carrier_t *c)
 {
-  while (b) {
-    sm_home_link_t *next = b->next;
-    free(b);
-    b = next;
+  while (c) {
+    sm_home_carrier_t *next = c->next;
+    for (unsigned i = 0; i < c->count; i++)
+      free(entry_block(c->entries[i]));
+    free(c);
+    c = next;
   }
 }
 
@@ -26,6 +31,11 @@ void sm_home_claim(void)
     if (atomic_load_explicit(&h->owned, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_strong_explicit(&h->owned, &unowned, 1, memory_order_acquire,
                                                 memory_order_relaxed)) {
+      h->cache = malloc(SM_HOME_CLASSES * sizeof *h->cache);
+      if (!h->cache) { /* the thread does without */
+        atomic_store_explicit(&h->owned, 0, memory_order_release);
+        return;
+      }
       /* Never claimed (NULL) or orphaned: nothing is there either way, as nobody pushes onto
       ** SM_HOME_ORPHANED. Pushers may push from now on. */
       atomic_store_explicit(&h->returned, NULL, memory_order_relaxed);
@@ -46,15 +56,16 @@ void sm_home_release(void)
     return;
   sm_home_before_idle();
   for (unsigned k = 0; k < SM_HOME_CLASSES; k++) {
-    for (sm_home_link_t *b = h->cache[k]; b; b = h->cache[k]) {
-      h->cache[k] = b->next;
+    while (h->cached[k]) {
+      void *b = h->cache[k][--h->cached[k]];
       sm_home_show(h, b, 64 * (size_t)(k + 1));
       free(b);
     }
-    h->cached[k] = 0;
   }
-  /* acquire: pairs with the pushers' release CAS (their chains' links) */
-  free_chain(atomic_exchange_explicit(&h->returned, SM_HOME_ORPHANED, memory_order_acquire));
+  free(h->cache);
+  h->cache = NULL;
+  /* acquire: pairs with the pushers' release CAS (their carriers) */
+  free_carriers(atomic_exchange_explicit(&h->returned, SM_HOME_ORPHANED, memory_order_acquire));
   sm_home_tls = NULL;
   /* release: pairs with the acquire CAS of the next claim */
   atomic_store_explicit(&h->owned, 0, memory_order_release);
@@ -63,60 +74,95 @@ void sm_home_release(void)
 void sm_home_batch_send(void)
 {
   sm_home_t *self = sm_home_tls;
+  sm_home_carrier_t *c = self->batch;
   sm_home_t *h = &sm_homes[self->batch_home];
-  sm_home_link_t *head = atomic_load_explicit(&h->returned, memory_order_relaxed);
+  sm_home_carrier_t *head = atomic_load_explicit(&h->returned, memory_order_relaxed);
   for (;;) {
     if (head == SM_HOME_ORPHANED) { /* its thread is gone: the blocks are freed here */
-      /* Cut the batch off what a failed CAS below linked it to: the chain that was there then,
-      ** which the leaving owner took and freed (TSan saw this free it again, at a shutdown). */
-      self->batch_tail->next = NULL;
-      free_chain(self->batch_head);
+      /* Cut the batch off what a failed CAS below linked it to: the carriers that were there
+      ** then, which the leaving owner took and freed (TSan saw this free them again). */
+      self->batch_oldest->next = NULL;
+      free_carriers(c);
       break;
     }
-    self->batch_tail->next = head;
+    self->batch_oldest->next = head;
     /* release: pairs with the owner's acquire exchange (sm_home_take_returned,
-    ** sm_home_release), which then reads the links written above */
-    if (atomic_compare_exchange_weak_explicit(&h->returned, &head, self->batch_head,
-                                              memory_order_release, memory_order_relaxed))
+    ** sm_home_release), which then reads the carrier written here */
+    if (atomic_compare_exchange_weak_explicit(&h->returned, &head, c, memory_order_release,
+                                              memory_order_relaxed))
       break;
   }
-  self->batch_head = self->batch_tail = NULL;
+  self->batch = self->batch_oldest = NULL;
   self->batch_count = 0;
+}
+
+/* The class of a block about to go home and the bytes it has (its size is read here, where it
+** was last used). */
+static unsigned class_of(const smarm_msg_t *m, size_t *bytes)
+{
+  size_t total = sizeof *m + m->size;
+  if (total > SM_HOME_CLASS_MAX) {
+    *bytes = total;
+    return SM_HOME_NOCLASS;
+  }
+  unsigned k = (unsigned)(total - 1) / 64;
+  *bytes = 64 * (size_t)(k + 1);
+  return k;
+}
+
+static uint16_t room_of(size_t bytes)
+{
+  size_t room = (bytes - sizeof(sm_home_carrier_t)) / sizeof(uintptr_t);
+  return (uint16_t)(room < SM_HOME_BATCH ? room : SM_HOME_BATCH);
 }
 
 void sm_home_batch_add(smarm_msg_t *m)
 {
   sm_home_t *self = sm_home_tls;
-  sm_home_link_t *b = (sm_home_link_t *)m;
-  if (self->batch_count && self->batch_home != m->home)
+  if (self->batch && self->batch_home != m->home)
     sm_home_batch_send();
-  if (!self->batch_count) {
+  size_t bytes;
+  unsigned k = class_of(m, &bytes);
+  SMARM_ASSERT(((uintptr_t)m & SM_HOME_NOCLASS) == 0); /* malloc's alignment */
+  sm_home_carrier_t *c = self->batch;
+  if (c && c->count < c->room) {
+    c->entries[c->count++] = (uintptr_t)m | k;
+  } else { /* m carries what follows: the batch's first, or the last one is full */
+    sm_home_carrier_t *n = (sm_home_carrier_t *)m;
+    n->next = c;
+    n->count = 0;
+    n->room = room_of(bytes);
+    n->klass = (uint8_t)k;
+    if (!c)
+      self->batch_oldest = n;
+    self->batch = n;
     self->batch_home = m->home;
-    self->batch_tail = b;
-    b->next = NULL;
-  } else {
-    b->next = self->batch_head;
   }
-  self->batch_head = b;
   if (++self->batch_count >= SM_HOME_BATCH)
     sm_home_batch_send();
+}
+
+/* Takes block b of class k (or SM_HOME_NOCLASS) into the cache, or frees it. */
+static void keep_or_free(sm_home_t *h, void *b, unsigned k)
+{
+  if (k < SM_HOME_CLASSES && h->cached[k] < SM_HOME_CACHED)
+    sm_home_cache_put(h, b, k);
+  else
+    free(b);
 }
 
 void sm_home_take_returned(void)
 {
   sm_home_t *h = sm_home_tls;
   /* acquire: pairs with the pushers' release CAS (sm_home_batch_send) */
-  sm_home_link_t *b = atomic_exchange_explicit(&h->returned, NULL, memory_order_acquire);
-  while (b) {
-    sm_home_link_t *next = b->next;
-    smarm_msg_t *m = (smarm_msg_t *)b;
-    size_t total = sizeof *m + m->size;
-    unsigned k = (unsigned)(total - 1) / 64;
-    if (total <= SM_HOME_CLASS_MAX && h->cached[k] < SM_HOME_CACHED) {
-      sm_home_cache_put(h, m, k);
-    } else {
-      free(b);
-    }
-    b = next;
+  sm_home_carrier_t *c = atomic_exchange_explicit(&h->returned, NULL, memory_order_acquire);
+  while (c) {
+    sm_home_carrier_t *next = c->next;
+    for (unsigned i = 0; i < c->count; i++) /* their lines are not read here */
+      keep_or_free(h, entry_block(c->entries[i]), (unsigned)(c->entries[i] & SM_HOME_NOCLASS));
+    unsigned k = c->klass;
+    ((smarm_msg_t *)c)->home = h->id; /* the carrier wrote over its header: it is this home's */
+    keep_or_free(h, c, k);
+    c = next;
   }
 }

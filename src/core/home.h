@@ -27,15 +27,24 @@
 **     must not hold megabytes back, and copying such a block costs more than the lock).
 ** At most SM_HOMES - 1 threads have a home at once; others do without.
 **
+** Neither a cache nor a batch writes into the blocks it holds. A cache is an array of addresses;
+** a batch is written into its first block, the carrier (sm_home_carrier_t): the addresses of the
+** others, each with its class in its low bits. A block freed on one thread was last written
+** there, and the first touch of each from its home costs a transfer of its cache line between
+** cores (hundreds of ns on the VMs users deploy to): when the cache and the way home were lists
+** linked through the blocks, the home read each block's link and size to take a batch, one
+** transfer waiting for the next, and a spawner on another scheduler spent a third of its time
+** there (docs/perf.md). Now taking a batch reads its carrier only, and a block's lines move
+** when it is next written, by its next message, where the core need not wait for them.
+**
 ** Protocol (home.c has it next to the code):
 **   sm_homes[h].owned: taken by a CAS 0 -> 1 (sm_home_claim), given back by its owner.
-**   sm_homes[h].returned: a stack of chains. Any thread pushes one with a CAS (release: the
-**   links it wrote are seen by whoever takes the chain); the owner takes all with an exchange
-**   (acquire). At release the owner exchanges in SM_HOME_ORPHANED and frees what was there; a
-**   pusher that reads SM_HOME_ORPHANED frees its chain itself, cut first from the chain a failed
-**   CAS had linked it to (which the owner took and freed). Any thread may free any block, so a
-**   block whose home was released and claimed again by another thread goes to that one: late,
-**   never wrong.
+**   sm_homes[h].returned: a stack of carriers. Any thread pushes one with a CAS (release: the
+**   carrier it wrote, and its own last uses of the blocks, come before whatever the owner does
+**   with them); the owner takes all with an exchange (acquire). At release the owner exchanges
+**   in SM_HOME_ORPHANED and frees what was there; a pusher that reads SM_HOME_ORPHANED frees its
+**   batch itself. Any thread may free any block, so a block whose home was released and claimed
+**   again by another thread goes to that one: late, never wrong.
 **   Everything else in sm_homes[h] (cache, batch) is its owner's alone; sm_home_tls points at it.
 */
 #ifndef SMARM_CORE_HOME_H
@@ -63,24 +72,35 @@
 #define SM_HOME_BATCH 32      /* blocks a thread gathers before it sends them home */
 #define SM_HOME_SMALL 4096    /* payload bytes above which a block is freed where it is */
 
-typedef struct sm_home_link {
-  struct sm_home_link *next; /* a free block's first word (a message's own `next`) */
-} sm_home_link_t;
+#define SM_HOME_NOCLASS 15     /* a carrier entry's class bits: a block past the classes */
 
-#define SM_HOME_ORPHANED ((sm_home_link_t *)1) /* `returned` of a home nobody holds */
+/* A carrier, written over a block on its way home (any block is at least 64 bytes): the
+** addresses of blocks that follow it, each with its class (or SM_HOME_NOCLASS) in its low 4 bits,
+** which malloc's 16-byte alignment leaves free. A batch is a chain of carriers, one when its
+** first block has room for the rest. */
+typedef struct sm_home_carrier {
+  struct sm_home_carrier *next; /* the next carrier of its batch, then of a returned stack */
+  uint16_t count;               /* entries in use */
+  uint16_t room;                /* entries its block has room for (at most SM_HOME_BATCH) */
+  uint8_t klass;                /* the carrier's own class, or SM_HOME_NOCLASS */
+  uintptr_t entries[];
+} sm_home_carrier_t;
+
+#define SM_HOME_ORPHANED ((sm_home_carrier_t *)1) /* `returned` of a home nobody holds */
 
 typedef struct {
   /* Any thread (the protocol above). */
-  _Alignas(64) _Atomic(sm_home_link_t *) returned;
+  _Alignas(64) _Atomic(sm_home_carrier_t *) returned;
   _Atomic int owned;
   /* The owner's. */
   _Alignas(64) uint8_t id;
-  uint8_t memcheck;   /* the owner runs under valgrind (sm_home_hide) */
-  uint8_t batch_home; /* the home of the blocks in the batch */
-  uint16_t batch_count;
+  uint8_t memcheck; /* the owner runs under valgrind (sm_home_hide) */
+  uint8_t batch_home;   /* the home of the blocks in the batch */
+  uint16_t batch_count; /* its blocks, carriers included */
+  sm_home_carrier_t *batch, *batch_oldest; /* its carriers, newest first; NULL: no batch */
   uint16_t cached[SM_HOME_CLASSES];
-  sm_home_link_t *batch_head, *batch_tail;
-  sm_home_link_t *cache[SM_HOME_CLASSES];
+  void *(*cache)[SM_HOME_CACHED]; /* cache[k]: cached[k] blocks, the newest last (made at the
+                                  ** claim: only homes in use have one) */
 } sm_home_t;
 
 extern sm_home_t sm_homes[SM_HOMES];
@@ -95,20 +115,19 @@ void sm_home_batch_add(smarm_msg_t *m);
 void sm_home_batch_send(void);
 void sm_home_take_returned(void);
 
-/* A cached block is freed memory to ASan and memcheck, but for its link: a use after free or
-** a double free (whose release reads `owning`) of a message that went into a cache is reported
-** as without the cache. (One still in a batch or a returned list is not poisoned.)
+/* A cached block is freed memory to ASan and memcheck: a use after free or a double free (whose
+** release reads `owning`) of a message that went into a cache is reported as without the cache.
+** (One in a batch or a returned list is not poisoned.)
 ** (memcheck's requests cost a few cycles each even outside valgrind: made only where the thread
 ** found itself under it when it claimed its home.) */
 static inline void sm_home_hide(const sm_home_t *h, void *block, size_t size)
 {
 #ifdef SMARM_HAVE_ASAN
-  ASAN_POISON_MEMORY_REGION((char *)block + sizeof(sm_home_link_t), size - sizeof(sm_home_link_t));
+  ASAN_POISON_MEMORY_REGION(block, size);
 #endif
 #ifdef SM_HOME_VALGRIND
   if (SMARM_UNLIKELY(h->memcheck))
-    VALGRIND_MAKE_MEM_NOACCESS((char *)block + sizeof(sm_home_link_t),
-                               size - sizeof(sm_home_link_t));
+    VALGRIND_MAKE_MEM_NOACCESS(block, size);
 #endif
   (void)h;
   (void)block;
@@ -132,9 +151,7 @@ static inline void sm_home_show(const sm_home_t *h, void *block, size_t size)
 /* Puts block m of class k into this thread's cache (which has room). */
 static inline void sm_home_cache_put(sm_home_t *h, smarm_msg_t *m, unsigned k)
 {
-  ((sm_home_link_t *)m)->next = h->cache[k];
-  h->cache[k] = (sm_home_link_t *)m;
-  h->cached[k]++;
+  h->cache[k][h->cached[k]++] = m;
   sm_home_hide(h, m, 64 * (size_t)(k + 1));
 }
 
@@ -160,12 +177,10 @@ static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
   unsigned k = (unsigned)(total - 1) / 64;
   /* An empty class takes the blocks returned so far: a sender that never idles looks at the
   ** clock only every 64 decisions, and may allocate thousands of blocks in between. */
-  if (h && !h->cache[k])
+  if (h && !h->cached[k])
     sm_home_collect();
-  if (h && h->cache[k]) { /* keeps the home it has */
-    smarm_msg_t *m = (smarm_msg_t *)h->cache[k];
-    h->cache[k] = h->cache[k]->next;
-    h->cached[k]--;
+  if (h && h->cached[k]) { /* keeps the home it has */
+    smarm_msg_t *m = h->cache[k][--h->cached[k]];
     sm_home_show(h, m, 64 * (size_t)(k + 1));
 #ifdef SM_HOME_VALGRIND
     if (SMARM_UNLIKELY(h->memcheck)) /* the home it keeps was written when it was made */
@@ -204,7 +219,7 @@ static inline void sm_home_msg_free(smarm_msg_t *m)
 static inline void sm_home_before_idle(void)
 {
   sm_home_t *h = sm_home_tls;
-  if (h && h->batch_count)
+  if (h && h->batch)
     sm_home_batch_send();
 }
 

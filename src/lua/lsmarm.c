@@ -331,6 +331,31 @@ static void on_sched_tick(unsigned k, void *ud)
     lvm_publish_memory(vm, vm->L);
 }
 
+/* What a scheduler's VM needs from this run: its refs and the run's package paths. */
+static void vm_prepare(lvm_t *vm, const lrun_t *run)
+{
+  vm_cache_refs(vm);
+  sm_lrebind_set_paths(vm->L, run->path, run->cpath);
+}
+
+typedef struct vm_setup {
+  lvm_t *vm;
+  const lrun_t *run;
+} vm_setup_t;
+
+/* A new VM's setup, under lua_cpcall: its libraries, the module (so that actors here find
+** `smarm` and its pid metatable), then vm_prepare. */
+static int vm_setup(lua_State *L)
+{
+  vm_setup_t *v = lua_touserdata(L, 1);
+  open_vm_libs(L, v->run->path, v->run->cpath);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "smarm");
+  lua_call(L, 1, 0);
+  vm_prepare(v->vm, v->run);
+  return 0;
+}
+
 static void on_sched_start(unsigned k, void *ud)
 {
   lrun_t *run = ud;
@@ -339,28 +364,24 @@ static void on_sched_start(unsigned k, void *ud)
   if (k == 0) {
     vm->L = run->caller;
     vm->owned = 0;
+    vm_prepare(vm, run);
   } else {
+    /* Out of memory here (or any error) leaves the scheduler without a VM: an actor spawned
+    ** on it ends at its start (remote_actor_main), and nothing raises where nothing catches. */
     vm->L = luaL_newstate();
     vm->owned = 1;
-    if (vm->L) {
-      open_vm_libs(vm->L, run->path, run->cpath);
-      /* The module in this VM too, so actors here find `smarm` (and its pid metatable). */
-      lua_getglobal(vm->L, "require");
-      lua_pushliteral(vm->L, "smarm");
-      if (lua_pcall(vm->L, 1, 0, 0) != 0) {
-        fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, lua_tostring(vm->L, -1));
-        lua_pop(vm->L, 1);
-      }
+    vm_setup_t v = {vm, run};
+    if (vm->L && lua_cpcall(vm->L, vm_setup, &v) != 0) {
+      fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, lua_tostring(vm->L, -1));
+      lua_close(vm->L);
+      vm->L = NULL;
     }
   }
   sm_ljx_signal_traceback_init(); /* before the watchdog's first report can come */
   snprintf(vm->watchdog_head, sizeof vm->watchdog_head,
            "smarm: watchdog: scheduler %u, stack traceback:\n", k + 1);
-  if (vm->L) {
-    vm_cache_refs(vm);
-    sm_lrebind_set_paths(vm->L, run->path, run->cpath);
+  if (vm->L)
     lvm_publish_memory(vm, vm->L);
-  }
   smarm_sched_set_data(vm);
 }
 
@@ -1223,10 +1244,10 @@ static int remote_start(lua_State *L)
 static void remote_actor_main(void *arg)
 {
   lvm_t *vm = this_vm();
-  if (!vm || !vm->L) {
+  if (!vm || !vm->L) { /* its making ran out of memory (on_sched_start) */
     smarm_actor_set_data(NULL);
     smarm_msg_free(arg); /* the shell's block: its sockets close */
-    fprintf(stderr, "smarm: spawn_on: no VM for a new actor\n");
+    smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
   lactor_t *la = malloc(sizeof *la);
