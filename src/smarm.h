@@ -75,6 +75,8 @@ static inline uint32_t smarm_pid_gen(smarm_pid_t pid)
 
 typedef void (*smarm_actor_fn)(void *arg);
 
+typedef struct smarm_msg smarm_msg_t; /* a message block ("Messages" below) */
+
 /* ---- Runtime ------------------------------------------------------------------------------ */
 
 struct smarm_actor_info; /* "Looking at actors", below */
@@ -234,6 +236,19 @@ SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t
 SMARM_API int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg,
                              const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
 
+/* The bytes at the end of a block's payload that smarm_spawn_on_block may write. */
+#define SMARM_SPAWN_ROOM 144
+
+/* smarm_spawn_on with a message block as fn's arg (a binding's spawn: its function and
+** arguments encoded): block comes from smarm_msg_new, and the last SMARM_SPAWN_ROOM bytes of its
+** payload are the runtime's until fn starts. With a pid set aside, the request to the other
+** scheduler travels inside the block: one block crosses instead of two. fn gets the block with
+** its kind as it was. Otherwise the block is fn's arg like any other: an actor that never starts
+** hands opts->data to on_actor_stopped, whose owner then frees the block. -EINVAL also for a
+** NULL block or one smaller than SMARM_SPAWN_ROOM. */
+SMARM_API int smarm_spawn_on_block(int sched, smarm_actor_fn fn, smarm_msg_t *block,
+                                   const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out);
+
 /* The scheduler (0-based) that a spawn on SMARM_SCHED_ANY picks now. take = 0: only looks (the
 ** next spawn picks the same unless the counts move first); take = 1: picks as a spawn does,
 ** moving the round robin of ties on (for a binding that, having looked, spawns there itself).
@@ -344,8 +359,7 @@ SMARM_API int64_t smarm_clock_ns(void);
 /* A message is one heap block: a header and `size` bytes of payload. Ownership moves with it:
 ** the allocator's caller owns it; smarm_send() takes it on success; while queued the runtime
 ** owns it (and frees it if the receiver is gone); a successful receive hands it to the receiver,
-** which must smarm_msg_free() it. */
-typedef struct smarm_msg smarm_msg_t;
+** which must smarm_msg_free() it. (smarm_msg_t is declared with the spawns, which may take one.) */
 
 SMARM_API smarm_msg_t *smarm_msg_new(size_t size); /* NULL when out of memory or size >= 4 GiB */
 

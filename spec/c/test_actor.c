@@ -625,6 +625,62 @@ static void run_spawning(unsigned schedulers, smarm_actor_fn main_fn)
 
 TEST(spawn_on_does_not_wait_and_its_pid_works_at_once) { run_spawning(3, main_spawn_on_burst); }
 
+/* ---- spawn_on_block ---- */
+
+/* A block as the new actor's arg: with a pid set aside (every spawn there but the first) its
+** request travels inside the block, and the actor gets the block back as it was: its kind, its
+** size and the payload before the runtime's room. */
+#define CARRIED 600
+
+static smarm_msg_t *carried_block(uint64_t v, smarm_pid_t back)
+{
+  smarm_msg_t *b = smarm_msg_new(2 * sizeof(uint64_t) + SMARM_SPAWN_ROOM);
+  CHECK(b != NULL);
+  memcpy(smarm_msg_data(b), &v, sizeof v);
+  memcpy((char *)smarm_msg_data(b) + sizeof v, &back, sizeof back);
+  return b;
+}
+
+static void take_block(void *arg)
+{
+  smarm_msg_t *b = arg;
+  uint64_t v;
+  smarm_pid_t back;
+  memcpy(&v, smarm_msg_data(b), sizeof v);
+  memcpy(&back, (char *)smarm_msg_data(b) + sizeof v, sizeof back);
+  int as_it_was = smarm_msg_kind(b) == SMARM_MSG_USER &&
+                  smarm_msg_size(b) == 2 * sizeof(uint64_t) + SMARM_SPAWN_ROOM;
+  smarm_msg_free(b);
+  CHECK_EQ(test_send_u64(back, as_it_was ? v : 0), 0);
+}
+
+static void main_spawn_on_block(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self();
+  uint64_t sum = 0;
+  for (uint64_t i = 1; i <= CARRIED; i++) {
+    smarm_pid_t pid = 0;
+    int where = (int)(i % 3); /* here (no request at all), and the two others */
+    CHECK_EQ(smarm_spawn_on_block(where, take_block, carried_block(i, me), NULL, &pid), 0);
+    CHECK_EQ(smarm_pid_sched(pid), (unsigned)where);
+    sum += i;
+  }
+  for (int i = 0; i < CARRIED; i++) {
+    int64_t v = test_recv_u64(TEST_HANG_GUARD_NS);
+    CHECK(v > 0);
+    sum -= (uint64_t)v;
+  }
+  CHECK_EQ(sum, 0);
+  smarm_msg_t *small = smarm_msg_new(SMARM_SPAWN_ROOM - 1);
+  CHECK(small != NULL);
+  CHECK_EQ(smarm_spawn_on_block(1, take_block, small, NULL, NULL), -EINVAL);
+  CHECK_EQ(smarm_spawn_on_block(1, take_block, NULL, NULL, NULL), -EINVAL);
+  smarm_msg_free(small); /* refused: still ours */
+}
+
+TEST(spawn_on_block_gives_the_actor_its_block_as_it_was) { run_spawning(3, main_spawn_on_block); }
+
 /* ---- backpressure ---- */
 
 /* Far longer than a spawn, in any build: 50 us of the clock. */

@@ -182,6 +182,8 @@ TEST(a_tie_that_cannot_be_recorded_is_refused_with_nomem)
 /* A spawn on another scheduler does not wait for its pid (set aside ahead): when that scheduler
 ** then finds no memory for the actor, the spawner's monitor and link hear of it as of a death
 ** with reason NOMEM, and the pid names nothing. */
+static _Atomic int blocks_stopped;
+
 static void main_spawn_fails_there(void *arg)
 {
   (void)arg;
@@ -209,6 +211,26 @@ static void main_spawn_fails_there(void *arg)
   sm_alloc_fail(0, 0);
   CHECK_EQ(smarm_alive(pid), 0);
   smarm_trap_exit(0);
+
+  /* A spawn whose request travels in its block (smarm_spawn_on_block): the block reaches
+  ** on_actor_stopped as the spawn's data (ASan's leak check sees it freed there). */
+  smarm_msg_t *block = smarm_msg_new(SMARM_SPAWN_ROOM);
+  CHECK(block != NULL);
+  opts = (smarm_spawn_opts_t){.monitor = &ref, .data = block};
+  sm_alloc_fail(SM_ALLOC_FAULTS, 1);
+  CHECK_EQ(smarm_spawn_on_block(1, report_then_wait, block, &opts, &pid), 0);
+  CHECK_EQ(expect_down(pid, ref), SMARM_EXIT_NOMEM);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(atomic_load(&blocks_stopped), 1);
+}
+
+/* on_actor_stopped of the spawn above: its data is its block, back to the kind it had. */
+static void free_stopped_block(void *data, void *ud)
+{
+  (void)ud;
+  CHECK_EQ(smarm_msg_kind(data), SMARM_MSG_USER);
+  smarm_msg_free(data);
+  atomic_fetch_add(&blocks_stopped, 1);
 }
 
 TEST(a_spawn_that_finds_no_memory_there_is_heard_as_a_death)
@@ -216,6 +238,8 @@ TEST(a_spawn_that_finds_no_memory_there_is_heard_as_a_death)
   smarm_config_t cfg;
   smarm_config_init(&cfg);
   cfg.schedulers = 2;
+  cfg.on_actor_stopped = free_stopped_block;
+  atomic_store(&blocks_stopped, 0);
   CHECK_EQ(smarm_run(&cfg, main_spawn_fails_there, NULL), 0);
 }
 

@@ -119,7 +119,19 @@ typedef struct spawn_request {
   spawn_ties_t ties;
   smarm_pid_t reserved; /* a pid set aside for it (no answer is sent); 0: the asker waits */
   int coming;           /* counted in the target's spawns_coming (a spawn on "any") */
+  uint16_t kind;        /* MSG_SPAWN_CARRIED: the kind its block had, given back on arrival */
 } spawn_request_t;
+
+_Static_assert(sizeof(spawn_request_t) + _Alignof(spawn_request_t) - 1 <= SMARM_SPAWN_ROOM,
+               "SMARM_SPAWN_ROOM holds a spawn request");
+
+/* The request a MSG_SPAWN_CARRIED block carries at its end (smarm_spawn_on_block). */
+static spawn_request_t *carried_request(smarm_msg_t *m)
+{
+  uintptr_t at = (uintptr_t)m->data + m->size - SMARM_SPAWN_ROOM;
+  uintptr_t align = _Alignof(spawn_request_t);
+  return (spawn_request_t *)((at + align - 1) & ~(align - 1));
+}
 
 /* ---- Spawns that do not wait ---------------------------------------------------------------
 ** A spawn on another scheduler needs no round trip when its pid is known ahead. Each scheduler
@@ -136,6 +148,12 @@ typedef struct spawn_request {
 ** spawner, after the spawner pushed the MSG_SPAWN, and everything sent to that pid goes through
 ** the target's inbox, which is taken in push order (inbox.h) and delivered in that order. So the
 ** MSG_SPAWN comes before any message, signal or request naming the pid, from any scheduler.
+**
+** A spawn whose arg is a message block (smarm_spawn_on_block: a binding's encoded function and
+** arguments) writes its request into the block's last SMARM_SPAWN_ROOM bytes and pushes the
+** block itself as MSG_SPAWN_CARRIED: one block crosses, not two. Each block that crosses costs
+** its cache lines' moves between cores, which dominate a spawn there (docs/perf.md). The target
+** gives the block its own kind back before the actor gets it.
 **
 ** Failure. The target cannot make the actor only for lack of memory. Its entry is then freed
 ** (the pid stays stale for ever), on_actor_stopped gets the spawn's data, and the spawner hears
@@ -198,6 +216,15 @@ static smarm_pid_t reserved_pid(sched_t *s, unsigned k)
   if (!r->count && r->asked)
     sm_sched_take_inbox(s); /* the answer may be in already (a caller that never parks) */
   return r->count ? r->pids[--r->count] : 0;
+}
+
+void sm_sched_spawn_carried_free(sched_t *s, smarm_msg_t *m)
+{
+  spawn_request_t *req = carried_request(m);
+  m->kind = req->kind;
+  /* last: its owner may free the block, the request with it */
+  if (req->data && s->rt->cfg.on_actor_stopped)
+    s->rt->cfg.on_actor_stopped(req->data, s->rt->cfg.userdata);
 }
 
 /* Target side of a MSG_SPAWN into a reserved pid that found no memory (see above). */
@@ -326,6 +353,16 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     int rc = sm_sched_spawn_local(s, req->fn, req->arg, req->stack_size, req->data, &req->ties,
                                   &pid);
     reply(s, m, MSG_SPAWN_REPLY, rc < 0 ? rc : (int64_t)pid);
+    return;
+  }
+  case MSG_SPAWN_CARRIED: { /* the block is the actor's arg: it goes on as its own kind */
+    spawn_request_t req = *carried_request(m);
+    m->kind = req.kind;
+    if (req.coming)
+      atomic_fetch_sub_explicit(&s->spawns_coming, 1, memory_order_relaxed);
+    if (sm_sched_spawn_reserved(s, req.reserved, req.fn, m, req.stack_size, req.data,
+                                &req.ties) < 0)
+      reserved_spawn_failed(s, &req); /* the block goes with the data, as any arg */
     return;
   }
   case MSG_ALIVE:
@@ -464,8 +501,9 @@ int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m)
   return self->reply;
 }
 
-int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
-                   smarm_pid_t *pid_out)
+/* smarm_spawn_on and smarm_spawn_on_block (block: arg, which may carry the request). */
+static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
+                    const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out)
 {
   sched_t *s;
   actor_t *self = sched_self(&s);
@@ -473,7 +511,8 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     return -EPERM;
   size_t stack_size = opts ? opts->stack_size : 0;
   if (!fn || (stack_size && !sm_stack_round_size(&s->stacks, stack_size)) ||
-      (opts && opts->name && !sm_names_valid(opts->name)))
+      (opts && opts->name && !sm_names_valid(opts->name)) ||
+      (block && block->size < SMARM_SPAWN_ROOM))
     return -EINVAL;
   int any = sched == SMARM_SCHED_ANY;
   if (any)
@@ -488,21 +527,28 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
     answer = rc < 0 ? rc : (int64_t)pid;
   } else {
     size_t name_len = ties.name ? strlen(ties.name) + 1 : 0;
-    smarm_msg_t *m = sm_msg_new(MSG_SPAWN, sizeof(spawn_request_t) + name_len);
-    if (!m)
-      return -ENOMEM;
-    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0};
-    if (name_len) /* the request's ties.name points here */
-      memcpy(m->data + sizeof req, ties.name, name_len);
-    else
+    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0, 0};
+    if (!name_len)
       req.reserved = reserved_pid(s, (unsigned)sched);
-    if (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved, &ties) < 0) {
-      s->reserves[sched]->pids[s->reserves[sched]->count++] = req.reserved; /* unused */
-      sm_msg_release(m);
+    smarm_msg_t *m = req.reserved && block ? block : sm_msg_new(MSG_SPAWN, sizeof req + name_len);
+    if (!m || (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved,
+                                                                   &ties) < 0)) {
+      if (req.reserved) /* unused */
+        s->reserves[sched]->pids[s->reserves[sched]->count++] = req.reserved;
+      if (m && m != block)
+        sm_msg_release(m);
       return -ENOMEM;
     }
     req.coming = req.reserved && any;
-    memcpy(m->data, &req, sizeof req);
+    if (m == block) {
+      req.kind = block->kind;
+      *carried_request(block) = req;
+      block->kind = MSG_SPAWN_CARRIED;
+    } else {
+      if (name_len) /* the request's ties.name points here */
+        memcpy(m->data + sizeof req, ties.name, name_len);
+      memcpy(m->data, &req, sizeof req);
+    }
     if (req.reserved) {
       if (req.coming)
         atomic_fetch_add_explicit(&s->rt->scheds[sched].spawns_coming, 1, memory_order_relaxed);
@@ -519,6 +565,20 @@ int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_op
   if (ties.monitor)
     *opts->monitor = ties.monitor;
   return 0;
+}
+
+int smarm_spawn_on(int sched, smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
+                   smarm_pid_t *pid_out)
+{
+  return spawn_on(sched, fn, arg, NULL, opts, pid_out);
+}
+
+int smarm_spawn_on_block(int sched, smarm_actor_fn fn, smarm_msg_t *block,
+                         const smarm_spawn_opts_t *opts, smarm_pid_t *pid_out)
+{
+  if (!block)
+    return -EINVAL;
+  return spawn_on(sched, fn, block, block, opts, pid_out);
 }
 
 int smarm_sched_pick_any(int take)

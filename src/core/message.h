@@ -25,6 +25,8 @@ enum msg_kind {
   MSG_REPLY_NOTICE = SMARM_MSG_REPLY, /* a reply to a live alias */
   MSG_SPAWN,        /* payload: spawn_request_t (its answer: pid or negative errno); `to` is
                     ** unused (addressed to the scheduler) */
+  MSG_SPAWN_CARRIED, /* a spawn into a pid set aside, whose request is at the end of the new
+                    ** actor's own block, its arg (smarm_spawn_on_block; intersched.c) */
   MSG_ALIVE,        /* payload: room for the reply; `to` is the pid asked about, `from` the asker */
   MSG_REPLY,        /* payload: int64_t answer (alive: 1 or 0); `to` is the asker, parked in
                     ** ACTOR_WAIT_REPLY */

@@ -1533,6 +1533,11 @@ void sm_sched_drain_and_free(sched_t *s)
       m = next;
       continue;
     }
+    if (m->kind == MSG_SPAWN_CARRIED) { /* the block is the actor's arg */
+      sm_sched_spawn_carried_free(s, m);
+      m = next;
+      continue;
+    }
     if (m->kind == MSG_TIMER_SET) /* it holds a message of its own */
       sm_msg_timer_request_free(m);
     else if (m->kind == MSG_SPAWN || m->kind == MSG_SPAWN_REPLY)

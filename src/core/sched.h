@@ -319,6 +319,9 @@ int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 ** up; either, left in an inbox at the runtime's end) lets go of the spawn's data
 ** (on_actor_stopped): no actor took it. */
 void sm_sched_spawn_request_free(sched_t *s, smarm_msg_t *m);
+/* The same for a MSG_SPAWN_CARRIED left in an inbox at the end, which it frees or hands to
+** on_actor_stopped with its data (the block is the actor's arg). */
+void sm_sched_spawn_carried_free(sched_t *s, smarm_msg_t *m);
 /* Message timers (send_after.c), all on the owner's thread: answers a MSG_TIMER_SET or
 ** MSG_TIMER_CANCEL request (its answer); releases what a request never delivered holds (from
 ** sm_sched_drain_and_free, for a MSG_TIMER_SET left in an inbox at the end); sends the messages of the timers due by `now`; frees the timers aimed at a,

@@ -1159,12 +1159,14 @@ static int l_receive(lua_State *L)
 
 /* A spawn_on's block: the transfer, then room for the shell (a lactor_t, aligned) that stands
 ** for the actor until it starts: an actor stopped before that frees the block through it
-** (on_actor_stopped), and nothing else is allocated for it on the spawner's side. */
+** (on_actor_stopped), and nothing else is allocated for it on the spawner's side. Then the
+** core's room, where the spawn request travels (smarm_spawn_on_block). */
 #define SHELL_TAIL (sizeof(lactor_t) + _Alignof(lactor_t) - 1)
+#define SPAWN_TAIL (SHELL_TAIL + SMARM_SPAWN_ROOM)
 
 static lactor_t *shell_of(smarm_msg_t *block)
 {
-  uintptr_t at = (uintptr_t)smarm_msg_data(block) + smarm_msg_size(block) - SHELL_TAIL;
+  uintptr_t at = (uintptr_t)smarm_msg_data(block) + smarm_msg_size(block) - SPAWN_TAIL;
   return (lactor_t *)((at + _Alignof(lactor_t) - 1) & ~(uintptr_t)(_Alignof(lactor_t) - 1));
 }
 
@@ -1175,7 +1177,7 @@ static int remote_entry(lua_State *L)
 {
   lactor_t *la = smarm_actor_data();
   smarm_msg_t *block = la->pending;
-  sm_codec_decode_transfer(L, block, SHELL_TAIL);
+  sm_codec_decode_transfer(L, block, SPAWN_TAIL);
   if (la->pending == block) { /* else a receive while decoding (a module's top level) freed it */
     la->pending = NULL;
     smarm_msg_free(block);
@@ -1399,7 +1401,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
                             ** the block exists, so that a refusal leaks nothing */
   codec_moves_t moves;
-  smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, nargs + 1, &moves, SHELL_TAIL);
+  smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, nargs + 1, &moves, SPAWN_TAIL);
   /* The actor's state travels with the spawn as a shell inside the block, so that an actor
   ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main gives the
   ** actor its own. */
@@ -1407,7 +1409,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   *shell = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = block,
                       .in_block = 1};
   opts.data = shell;
-  rc = smarm_spawn_on(r->where, remote_actor_main, block, &opts, &pid);
+  rc = smarm_spawn_on_block(r->where, remote_actor_main, block, &opts, &pid);
   sm_lpark_resumed(L);
   if (rc == -ETIMEDOUT) { /* the spawn may still happen: the shell and the block are the core's,
                           ** and the block carries the sockets in the arguments (smarm.h) */
