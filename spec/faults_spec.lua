@@ -118,6 +118,42 @@ describe("monitors", function()
     end)
   end)
 
+  it("DOWN, EXIT and CALL tables keep their values while the collector runs", function()
+    -- They are copies of a template whose slots are then set (lshape.c), the values made after
+    -- the copy (the reason's table, the request's): a collector that never pauses runs through
+    -- all of it, and every value must come out whole.
+    local pause = collectgarbage("setpause", 1)
+    local ok, err = pcall(both, function(where)
+      smarm.trap_exit(true)
+      local server = smarm.spawn_on(where, function()
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          collectgarbage("step", 1)
+          smarm.reply(m.from, { echo = m.request.n })
+        end
+      end)
+      for i = 1, 300 do
+        local reason = { n = i, pad = string.rep("x", i % 40) }
+        local pid, ref = smarm.spawn_opt({ on = where, monitor = true, link = true },
+          function(r) collectgarbage("step", 1); smarm.exit(r) end, reason)
+        local down = next_notice("DOWN")
+        local exit = next_notice("EXIT")
+        collectgarbage("step", 1)
+        assert.are.equal(ref, down.ref)
+        assert.are.equal(pid, down.pid)
+        assert.are.equal(i, down.reason.n)
+        assert.are.equal(reason.pad, down.reason.pad)
+        assert.are.equal(pid, exit.pid)
+        assert.are.equal(i, exit.reason.n)
+        assert.are.same({ echo = i }, smarm.call(server, { n = i, pad = reason.pad }, WAIT))
+      end
+      smarm.send(server, "stop")
+    end)
+    collectgarbage("setpause", pause)
+    assert(ok, err)
+  end)
+
   it("refs print as #Ref, compare with ==, key tables and travel in messages", function()
     smarm.run(function()
       local a, b = smarm.ref(), smarm.ref()

@@ -1451,16 +1451,12 @@ static int dec_value(dec_t *d, int depth)
     smarm_pid_t pid;
     get_bytes(d, &pid, sizeof pid);
     const lvm_t *vm = this_vm();
-    lua_createtable(L, 0, 3);
-    lvm_push_str(L, vm, LVM_STR_SMARM);
-    lvm_push_str(L, vm, LVM_STR_CALL);
-    lua_rawset(L, -3);
-    lvm_push_str(L, vm, LVM_STR_FROM);
+    sm_lshape_push_fixed(L, vm, LVM_FIXED_CALL);
+    int t = lua_gettop(L);
     sm_lsmarm_push_from(L, pid, d->alias);
-    lua_rawset(L, -3);
-    lvm_push_str(L, vm, LVM_STR_REQUEST);
+    sm_lshape_fixed_set(L, t, vm, LVM_FIXED_CALL, 0);
     dec_value(d, depth + 1);
-    lua_rawset(L, -3);
+    sm_lshape_fixed_set(L, t, vm, LVM_FIXED_CALL, 1);
     return 1;
   }
   case T_HANDLE: {

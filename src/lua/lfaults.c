@@ -14,6 +14,7 @@
 #include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
+#include "lshape.h"
 #include "lterm.h"
 #include "lvm.h"
 #include "util/etf.h"
@@ -151,17 +152,14 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 {
   const lvm_t *vm = this_vm();
   const smarm_notice_t *n = smarm_msg_data(m);
-  int down = smarm_msg_kind(m) == SMARM_MSG_DOWN;
-  lua_createtable(L, 0, 4);
-  lvm_push_str(L, vm, LVM_STR_SMARM);
-  lvm_push_str(L, vm, down ? LVM_STR_DOWN : LVM_STR_EXIT);
-  lua_rawset(L, -3);
-  if (down) {
-    lvm_push_str(L, vm, LVM_STR_REF);
+  enum lvm_fixed k = smarm_msg_kind(m) == SMARM_MSG_DOWN ? LVM_FIXED_DOWN : LVM_FIXED_EXIT;
+  sm_lshape_push_fixed(L, vm, k);
+  int t = lua_gettop(L);
+  unsigned i = 0; /* the keys in the shape's order: [ref,] pid, reason */
+  if (k == LVM_FIXED_DOWN) {
     sm_lsmarm_push_ref(L, n->ref);
-    lua_rawset(L, -3);
+    sm_lshape_fixed_set(L, t, vm, k, i++);
   }
-  lvm_push_str(L, vm, LVM_STR_PID);
   const char *remote = (const char *)(n + 1) + n->size;
   size_t remote_size = smarm_msg_size(m) - sizeof *n - n->size; /* smarm.h: the sender's pid */
   if (remote_size && (unsigned char)remote[0] == ETF_SMALL_TUPLE) { /* {Name, Node}: by name */
@@ -177,10 +175,9 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
     sm_lterm_push_blob(L, LTERM_OPAQUE, remote, remote_size);
   } else
     sm_lsmarm_push_pid(L, n->pid);
-  lua_rawset(L, -3);
-  lvm_push_str(L, vm, LVM_STR_REASON);
+  sm_lshape_fixed_set(L, t, vm, k, i++);
   sm_lfaults_push_reason(L, n->reason, n + 1, n->size);
-  lua_rawset(L, -3);
+  sm_lshape_fixed_set(L, t, vm, k, i);
 }
 
 /* ---- Targets: pids or names ---------------------------------------------------------------- */

@@ -23,6 +23,9 @@
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
 **                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
 **                          bytes and length.
+**   Node.val, GCtab.gclist, GCheader.marked, global_State.gc.grayagain   written by
+**                          sm_ljx_table_set_slot: a value stored by node, and the backward
+**                          write barrier lua_rawset would run (lj_gc_barrierback's steps).
 **   the coroutine's Lua frames (L->base - 1 down to its stack bottom): an FFI callback runs
 **                          above a continuation frame marked LJ_CONT_FFI_CALLBACK; read for a
 **                          traceback from a signal handler (lj_debug_frame, lj_debug_framepc,
@@ -42,6 +45,7 @@
 #include <unistd.h>
 
 #include "lj_obj.h"
+#include "lj_gc.h"
 #include "lj_jit.h"
 #include "lj_trace.h"
 #include "lj_frame.h"
@@ -579,4 +583,21 @@ void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, d
     setboolV(v, n != 0);
   else
     setnumV(v, n);
+}
+
+void sm_ljx_table_set_slot(lua_State *L, int t_idx, uint32_t slot)
+{
+  GCtab *t = (GCtab *)lua_topointer(L, t_idx);
+  noderef(t->node)[slot].val = L->top[-1]; /* copyTV without the asserting builds' check */
+  /* lua_rawset's barrier (the table may have turned black meanwhile): lj_gc_barrierback's steps,
+  ** written out because its inline asserts with lj_assert_fail, which the asserting builds of
+  ** LuaJIT keep hidden */
+  GCobj *o = obj2gco(t);
+  if (isblack(o)) {
+    global_State *g = G(L);
+    black2gray(o);
+    setgcrefr(t->gclist, g->gc.grayagain);
+    setgcref(g->gc.grayagain, o);
+  }
+  L->top--;
 }

@@ -154,6 +154,9 @@ int sm_ljx_table_key_slot(lua_State *L, int t_idx, int key_idx);
 ** to a number, or to a boolean (type LUA_TBOOLEAN, n 0 or 1). No GC object is stored, so no
 ** write barrier is due, whatever the GC made of the table meanwhile. */
 void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, double n);
+/* Pops the value on top into node `slot` (one that holds a key) of the table at t_idx, as
+** lua_rawset of that key would store it (the write barrier included), without finding the key. */
+void sm_ljx_table_set_slot(lua_State *L, int t_idx, uint32_t slot);
 
 
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in

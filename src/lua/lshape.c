@@ -167,6 +167,55 @@ int sm_lshape_push(lua_State *L, uint64_t hash, const unsigned char *const *keys
   return 1;
 }
 
+/* ---- Fixed shapes ---- */
+
+static const struct {
+  enum lvm_str kind; /* the value of its `smarm` field */
+  unsigned n;
+  enum lvm_str keys[LVM_FIXED_KEYS];
+} fixed_shapes[LVM_FIXEDS] = {
+  [LVM_FIXED_CALL] = {LVM_STR_CALL, 2, {LVM_STR_FROM, LVM_STR_REQUEST}},
+  [LVM_FIXED_DOWN] = {LVM_STR_DOWN, 3, {LVM_STR_REF, LVM_STR_PID, LVM_STR_REASON}},
+  [LVM_FIXED_EXIT] = {LVM_STR_EXIT, 2, {LVM_STR_PID, LVM_STR_REASON}},
+};
+
+void sm_lshape_fixed_init(lvm_t *vm)
+{
+  lua_State *L = vm->L;
+  for (unsigned k = 0; k < LVM_FIXEDS; k++) {
+    unsigned n = fixed_shapes[k].n;
+    lua_createtable(L, 0, (int)n + 1); /* as sm_lshape_push_fixed makes each copy */
+    lvm_push_str(L, vm, LVM_STR_SMARM);
+    lvm_push_str(L, vm, fixed_shapes[k].kind);
+    lua_rawset(L, -3);
+    for (unsigned i = 0; i < n; i++) {
+      lvm_push_str(L, vm, fixed_shapes[k].keys[i]);
+      lua_pushboolean(L, 1);
+      lua_rawset(L, -3);
+    }
+    for (unsigned i = 0; i < n; i++) {
+      lvm_push_str(L, vm, fixed_shapes[k].keys[i]);
+      vm->fixed_slot[k][i] = (uint32_t)sm_ljx_table_key_slot(L, -2, -1); /* it holds them */
+      lua_pop(L, 1);
+    }
+    vm->fixed_ref[k] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+}
+
+void sm_lshape_fixed_release(lvm_t *vm)
+{
+  for (unsigned k = 0; k < LVM_FIXEDS; k++)
+    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->fixed_ref[k]);
+}
+
+void sm_lshape_push_fixed(lua_State *L, const lvm_t *vm, enum lvm_fixed k)
+{
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->fixed_ref[k]);
+  lua_createtable(L, 0, (int)fixed_shapes[k].n + 1);
+  sm_ljx_table_copy_hash(L, -1, -2); /* the same shape: cannot fail */
+  lua_remove(L, -2);
+}
+
 void sm_lshape_release(lvm_t *vm, int unref)
 {
   if (vm->shapes) {

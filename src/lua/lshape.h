@@ -5,6 +5,7 @@
 #ifndef SMARM_LUA_LSHAPE_H
 #define SMARM_LUA_LSHAPE_H
 
+#include "ljx.h"
 #include "lvm.h"
 
 #include <lua.h>
@@ -20,6 +21,22 @@
 ** memory): the caller decodes the table as any. May raise "not enough memory" (Lua's). */
 int sm_lshape_push(lua_State *L, uint64_t hash, const unsigned char *const *keys,
                    const size_t *lens, uint32_t n, const uint32_t **slots);
+
+/* The fixed shapes (lvm.h): makes the VM's templates (at its start; may raise "not enough
+** memory"), lets go of them (a VM that lives on after the run), and pushes a new table of shape
+** k, its `smarm` field set and its other keys true, for the caller to set in this order:
+**   LVM_FIXED_CALL: from, request        LVM_FIXED_DOWN: ref, pid, reason
+**   LVM_FIXED_EXIT: pid, reason
+** with sm_lshape_fixed_set (the value on top; a nil leaves the key out, as lua_rawset does). */
+void sm_lshape_fixed_init(lvm_t *vm);
+void sm_lshape_fixed_release(lvm_t *vm);
+void sm_lshape_push_fixed(lua_State *L, const lvm_t *vm, enum lvm_fixed k);
+
+static inline void sm_lshape_fixed_set(lua_State *L, int t_idx, const lvm_t *vm,
+                                       enum lvm_fixed k, unsigned i)
+{
+  sm_ljx_table_set_slot(L, t_idx, vm->fixed_slot[k][i]);
+}
 
 /* Frees the VM's entries at the run's end; unref: let go of the templates too (a VM that lives
 ** on after the run). */

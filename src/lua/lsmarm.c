@@ -153,6 +153,7 @@ static void vm_cache_refs(lvm_t *vm)
   lua_pushcfunction(vm->L, remote_entry);
   vm->remote_entry_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   sm_lfast_cache_refs(vm);
+  sm_lshape_fixed_init(vm); /* after the strings, which it takes */
 }
 
 /* Message handler for an actor's protected call: the error becomes the table of its exit reason,
@@ -426,6 +427,7 @@ static void on_sched_stop(unsigned k, void *ud)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->str_ref[i]);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
     luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->remote_entry_ref);
+    sm_lshape_fixed_release(vm);
   }
   vm->L = NULL;
   sm_io_sched_thread_leave(k, NULL);

@@ -36,6 +36,11 @@ enum lvm_str {
 };
 extern const char *const lvm_str_text[LVM_STRS];
 
+/* Tables of a fixed shape that the hot paths make (lshape.c): a call's request and the two
+** notices, each copied from a template that holds its keys and its `smarm` field. */
+enum lvm_fixed { LVM_FIXED_CALL, LVM_FIXED_DOWN, LVM_FIXED_EXIT, LVM_FIXEDS };
+enum { LVM_FIXED_KEYS = 3 }; /* the most keys a fixed shape has besides `smarm` */
+
 typedef struct lvm {
   lua_State *L; /* a state of this scheduler's VM not used by any actor (the main thread) */
   int owned;    /* created by us (schedulers >= 1): closed when the scheduler stops */
@@ -51,6 +56,9 @@ typedef struct lvm {
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
+  int fixed_ref[LVM_FIXEDS];   /* lshape.c: the templates of the fixed shapes */
+  uint32_t fixed_slot[LVM_FIXEDS][LVM_FIXED_KEYS]; /* their keys' nodes, in sm_lshape_fixed's
+                                                   ** order */
   int *receive_more;           /* lfast.c: the FFI receive's hint (NULL: not registered) */
   const void *receive_fn;      /* lfast.c: its Lua function, where preemption never switches */
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
