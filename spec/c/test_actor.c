@@ -493,6 +493,13 @@ static void main_sleep(void *arg)
   CHECK(smarm_now_ns() - t0 >= 60 * 1000 * 1000);
   CHECK_EQ(smarm_sleep(0), 0);
   CHECK_EQ(smarm_sleep(-5), 0);
+  /* A second or more counts from the coarse clock (sm_sched_actor_deadline): never earlier
+  ** either, whatever the phase of the kernel's tick. */
+  for (int i = 0; i < 2; i++) {
+    int64_t t1 = smarm_now_ns();
+    CHECK_EQ(smarm_sleep(1000 * 1000 * 1000 + i * 1234567), 0);
+    CHECK(smarm_now_ns() - t1 >= 1000 * 1000 * 1000 + i * 1234567);
+  }
 }
 
 TEST(sleep_parks_for_at_least_the_time) { RUN(2, main_sleep, NULL); }

@@ -182,6 +182,8 @@ typedef struct sched {
   int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
                                  the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
+  int64_t coarse_slack_ns;    /* what a long timeout's deadline adds to the coarse clock (sched.c,
+                                 sm_sched_actor_deadline) */
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
