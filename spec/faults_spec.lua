@@ -126,6 +126,7 @@ describe("monitors", function()
     local ok, err = pcall(both, function(where)
       smarm.trap_exit(true)
       local server = smarm.spawn_on(where, function()
+        collectgarbage("setpause", 1) -- its own VM's collector too (scheduler 2's, made for the run)
         while true do
           local m = smarm.receive()
           if m == "stop" then return end
@@ -136,7 +137,8 @@ describe("monitors", function()
       for i = 1, 300 do
         local reason = { n = i, pad = string.rep("x", i % 40) }
         local pid, ref = smarm.spawn_opt({ on = where, monitor = true, link = true },
-          function(r) collectgarbage("step", 1); smarm.exit(r) end, reason)
+          function(r) collectgarbage("setpause", 1); collectgarbage("step", 1); smarm.exit(r) end,
+          reason)
         local down = next_notice("DOWN")
         local exit = next_notice("EXIT")
         collectgarbage("step", 1)

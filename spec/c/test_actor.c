@@ -493,12 +493,13 @@ static void main_sleep(void *arg)
   CHECK(smarm_now_ns() - t0 >= 60 * 1000 * 1000);
   CHECK_EQ(smarm_sleep(0), 0);
   CHECK_EQ(smarm_sleep(-5), 0);
-  /* A second or more counts from the coarse clock (sm_sched_actor_deadline): never earlier
-  ** either, whatever the phase of the kernel's tick. */
+  /* A call's wait of a second or more counts from the coarse clock (sm_sched_call_deadline):
+  ** not earlier either, whatever the phase of the kernel's tick. */
   for (int i = 0; i < 2; i++) {
-    int64_t t1 = smarm_now_ns();
-    CHECK_EQ(smarm_sleep(1000 * 1000 * 1000 + i * 1234567), 0);
-    CHECK(smarm_now_ns() - t1 >= 1000 * 1000 * 1000 + i * 1234567);
+    int64_t t1 = smarm_now_ns(), wait = 1000 * 1000 * 1000 + i * 1234567;
+    smarm_msg_t *m = NULL;
+    CHECK_EQ(smarm_receive_after(smarm_mailbox_mark(), NULL, NULL, wait, &m), -ETIMEDOUT);
+    CHECK(smarm_now_ns() - t1 >= wait);
   }
 }
 

@@ -121,9 +121,12 @@ void sm_home_batch_add(smarm_msg_t *m)
   sm_home_t *self = sm_home_tls;
   if (self->batch && self->batch_home != m->home)
     sm_home_batch_send();
+  if (SMARM_UNLIKELY((uintptr_t)m & SM_HOME_NOCLASS)) { /* (malloc's 16-byte alignment) */
+    free(m);
+    return;
+  }
   size_t bytes;
   unsigned k = class_of(m, &bytes);
-  SMARM_ASSERT(((uintptr_t)m & SM_HOME_NOCLASS) == 0); /* malloc's alignment */
   sm_home_carrier_t *c = self->batch;
   if (c && c->count < c->room) {
     c->entries[c->count++] = (uintptr_t)m | k;

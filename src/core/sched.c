@@ -1259,12 +1259,22 @@ int64_t sm_sched_deadline(int64_t timeout_ns)
   return timeout_ns < 0 ? -1 : deadline_from(smarm_now_ns(), timeout_ns);
 }
 
-/* A timeout of a second or more counts from the coarse clock, which costs a fifth of the
-** precise one (a call's default 5 s timeout read the precise clock on every call: 5% of a call
-** on one scheduler). The coarse clock is the precise one as of the kernel's last tick, so it
-** lags by less than a tick (its resolution): two ticks added make the deadline never earlier
-** than the precise clock's now plus the timeout, and at most a few ms later (documented in
-** docs/api.md). Shorter timeouts keep the precise clock. */
+int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns)
+{
+  if (timeout_ns < 0)
+    return -1;
+  return deadline_from(SMARM_UNLIKELY(s->virtual_time) ? vclock_now(&s->rt->vclock)
+                                                       : smarm_now_ns(),
+                       timeout_ns);
+}
+
+/* A call's wait for its answer (smarm_receive_after), when a second or more, counts from the
+** coarse clock, which costs a fifth of the precise one: the default 5 s timeout read the precise
+** clock on every call, 5% of a call on one scheduler. The coarse clock is the precise one as of
+** the kernel's last tick, so it lags by less than a tick (its resolution) while the kernel keeps
+** time on time: two ticks added make the deadline no earlier than the precise clock's now plus
+** the timeout, and at most a few ms later (smarm.h). Only calls: a sleep, a receive and a message
+** timer keep the precise clock, which nothing can make early. */
 #define COARSE_TIMEOUT_NS INT64_C(1000000000)
 
 static int64_t coarse_slack(void)
@@ -1275,15 +1285,12 @@ static int64_t coarse_slack(void)
   return 2 * (int64_t)res.tv_nsec;
 }
 
-int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns)
+int64_t sm_sched_call_deadline(sched_t *s, int64_t timeout_ns)
 {
-  if (timeout_ns < 0)
-    return -1;
-  if (SMARM_UNLIKELY(s->virtual_time))
-    return deadline_from(vclock_now(&s->rt->vclock), timeout_ns);
-  if (timeout_ns >= COARSE_TIMEOUT_NS && s->coarse_slack_ns >= 0)
+  if (timeout_ns >= COARSE_TIMEOUT_NS && s->coarse_slack_ns >= 0 &&
+      SMARM_LIKELY(!s->virtual_time))
     return deadline_from(smarm_coarse_now_ns() + s->coarse_slack_ns, timeout_ns);
-  return deadline_from(smarm_now_ns(), timeout_ns);
+  return sm_sched_actor_deadline(s, timeout_ns);
 }
 
 int sm_sched_park_until(sched_t *s, actor_t *self, uint8_t state, int64_t deadline)

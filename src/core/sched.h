@@ -182,8 +182,8 @@ typedef struct sched {
   int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
                                  the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
-  int64_t coarse_slack_ns;    /* what a long timeout's deadline adds to the coarse clock (sched.c,
-                                 sm_sched_actor_deadline) */
+  int64_t coarse_slack_ns;    /* what a long call's deadline adds to the coarse clock (sched.c,
+                                 sm_sched_call_deadline); negative: not used */
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
@@ -303,6 +303,9 @@ void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
 int64_t sm_sched_deadline(int64_t timeout_ns);
 /* The same on the actors' clock (smarm_clock_ns): sleeps, receive timeouts, message timers. */
 int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns);
+/* The same for a call's wait (smarm_receive_after): from the coarse clock when a second or more
+** (sched.c). */
+int64_t sm_sched_call_deadline(sched_t *s, int64_t timeout_ns);
 /* Parks self in `state` until woken or until `deadline` (-1: none), a deadline on the actors'
 ** clock for ACTOR_SLEEPING and ACTOR_WAIT_MSG, on the real clock for the others. Returns 1 when
 ** the deadline passed, 0 when woken, -ENOMEM when no timer could be made. */
@@ -321,8 +324,8 @@ int64_t sm_sched_ask(sched_t *s, actor_t *self, unsigned k, smarm_msg_t *m);
 ** up; either, left in an inbox at the runtime's end) lets go of the spawn's data
 ** (on_actor_stopped): no actor took it. */
 void sm_sched_spawn_request_free(sched_t *s, smarm_msg_t *m);
-/* The same for a MSG_SPAWN_CARRIED left in an inbox at the end, which it frees or hands to
-** on_actor_stopped with its data (the block is the actor's arg). */
+/* The same for a MSG_SPAWN_CARRIED left in an inbox at the end: its kind given back, and its
+** data to on_actor_stopped, whose owner owns the block (the actor's arg) from then on. */
 void sm_sched_spawn_carried_free(sched_t *s, smarm_msg_t *m);
 /* Message timers (send_after.c), all on the owner's thread: answers a MSG_TIMER_SET or
 ** MSG_TIMER_CANCEL request (its answer); releases what a request never delivered holds (from

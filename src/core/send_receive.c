@@ -56,7 +56,7 @@ int smarm_send_reply(smarm_pid_t to, smarm_msg_t *msg)
 
 /* Selective receive from the link `cursor` of self's mailbox on (see smarm_receive_match). */
 static int receive_from(sched_t *s, actor_t *self, smarm_msg_t **cursor, smarm_match_fn match,
-                        void *ud, int64_t timeout_ns, smarm_msg_t **out)
+                        void *ud, int64_t timeout_ns, int call, smarm_msg_t **out)
 {
   int64_t deadline = -1;
   int deadline_set = 0, expired = 0;
@@ -70,7 +70,8 @@ static int receive_from(sched_t *s, actor_t *self, smarm_msg_t **cursor, smarm_m
     if (timeout_ns == 0 || expired)
       return -ETIMEDOUT;
     if (!deadline_set) { /* one deadline for the whole call, however often a message wakes it */
-      deadline = sm_sched_actor_deadline(s, timeout_ns);
+      deadline = call ? sm_sched_call_deadline(s, timeout_ns)
+                      : sm_sched_actor_deadline(s, timeout_ns);
       deadline_set = 1;
     }
     int rc = sm_sched_park_until(s, self, ACTOR_WAIT_MSG, deadline);
@@ -105,7 +106,7 @@ int smarm_receive_match(smarm_match_fn match, void *ud, int64_t timeout_ns, smar
     return -EINVAL;
   /* The cursor is the link to the first message not yet looked at. Only this actor removes
   ** messages from its mailbox, so it stays valid while we park; arrivals append behind it. */
-  return receive_from(s, self, &self->mailbox.head, match, ud, timeout_ns, out);
+  return receive_from(s, self, &self->mailbox.head, match, ud, timeout_ns, 0, out);
 }
 
 smarm_mark_t smarm_mailbox_mark(void)
@@ -125,7 +126,7 @@ int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud, int64
     return -EPERM;
   if (!out || !mark.at)
     return -EINVAL;
-  return receive_from(s, self, (smarm_msg_t **)mark.at, match, ud, timeout_ns, out);
+  return receive_from(s, self, (smarm_msg_t **)mark.at, match, ud, timeout_ns, 1, out);
 }
 
 int smarm_receive_first(smarm_match_fn match, void *ud, smarm_msg_t **out)

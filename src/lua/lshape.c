@@ -212,7 +212,8 @@ void sm_lshape_push_fixed(lua_State *L, const lvm_t *vm, enum lvm_fixed k)
 {
   lua_rawgeti(L, LUA_REGISTRYINDEX, vm->fixed_ref[k]);
   lua_createtable(L, 0, (int)fixed_shapes[k].n + 1);
-  sm_ljx_table_copy_hash(L, -1, -2); /* the same shape: cannot fail */
+  if (sm_ljx_table_copy_hash(L, -1, -2) != 0) /* the same shape: cannot be */
+    luaL_error(L, "smarm: a fixed shape's template does not fit its copy");
   lua_remove(L, -2);
 }
 

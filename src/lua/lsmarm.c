@@ -344,17 +344,48 @@ typedef struct vm_setup {
   const lrun_t *run;
 } vm_setup_t;
 
-/* A new VM's setup, under lua_cpcall: its libraries, the module (so that actors here find
-** `smarm` and its pid metatable), then vm_prepare. */
-static int vm_setup(lua_State *L)
+/* A new VM's libraries and the module (so that actors here find `smarm` and its pid
+** metatable), under lua_cpcall. */
+static int vm_load(lua_State *L)
 {
   vm_setup_t *v = lua_touserdata(L, 1);
   open_vm_libs(L, v->run->path, v->run->cpath);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "smarm");
   lua_call(L, 1, 0);
+  return 0;
+}
+
+static int vm_prepare_protected(lua_State *L)
+{
+  vm_setup_t *v = lua_touserdata(L, 1);
   vm_prepare(v->vm, v->run);
   return 0;
+}
+
+/* Makes scheduler k's own VM (k > 0). An error loading the module is reported and the VM kept,
+** as it is; out of memory anywhere leaves the scheduler without a VM (an actor spawned on it
+** ends at its start with reason "not enough memory": remote_actor_main). Nothing raises where
+** nothing would catch it. */
+static void vm_make(lvm_t *vm, const lrun_t *run, unsigned k)
+{
+  lua_State *L = luaL_newstate();
+  if (!L)
+    return;
+  vm_setup_t v = {vm, run};
+  vm->L = L;
+  int rc = lua_cpcall(L, vm_load, &v);
+  if (rc != 0) {
+    const char *e = lua_tostring(L, -1);
+    fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, e ? e : "(error object is not a string)");
+    lua_pop(L, 1);
+  }
+  if (rc == LUA_ERRMEM || lua_cpcall(L, vm_prepare_protected, &v) != 0) {
+    if (rc != LUA_ERRMEM)
+      fprintf(stderr, "smarm: scheduler %u: not enough memory\n", k + 1);
+    vm->L = NULL; /* first: the signal handlers (on_preempt, on_watchdog) read it */
+    lua_close(L);
+  }
 }
 
 static void on_sched_start(unsigned k, void *ud)
@@ -367,16 +398,8 @@ static void on_sched_start(unsigned k, void *ud)
     vm->owned = 0;
     vm_prepare(vm, run);
   } else {
-    /* Out of memory here (or any error) leaves the scheduler without a VM: an actor spawned
-    ** on it ends at its start (remote_actor_main), and nothing raises where nothing catches. */
-    vm->L = luaL_newstate();
     vm->owned = 1;
-    vm_setup_t v = {vm, run};
-    if (vm->L && lua_cpcall(vm->L, vm_setup, &v) != 0) {
-      fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, lua_tostring(vm->L, -1));
-      lua_close(vm->L);
-      vm->L = NULL;
-    }
+    vm_make(vm, run, k);
   }
   sm_ljx_signal_traceback_init(); /* before the watchdog's first report can come */
   snprintf(vm->watchdog_head, sizeof vm->watchdog_head,
