@@ -528,7 +528,7 @@ void sm_lfaults_cache_refs(lvm_t *vm)
 
 void sm_lfaults_release_refs(lvm_t *vm)
 {
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->encode_reason_ref);
+  lvm_unref(vm->L, vm->encode_reason_ref);
 }
 
 void sm_lfaults_register(lua_State *L, int module_idx)

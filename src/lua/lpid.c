@@ -321,9 +321,9 @@ void sm_lpid_cache_refs(lvm_t *vm)
 
 void sm_lpid_release_refs(lvm_t *vm)
 {
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->intern_ref);
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->pid_mt_ref);
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->ref_mt_ref);
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->from_mt_ref);
-  luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->timer_mt_ref);
+  lvm_unref(vm->L, vm->intern_ref);
+  lvm_unref(vm->L, vm->pid_mt_ref);
+  lvm_unref(vm->L, vm->ref_mt_ref);
+  lvm_unref(vm->L, vm->from_mt_ref);
+  lvm_unref(vm->L, vm->timer_mt_ref);
 }

@@ -205,7 +205,7 @@ void sm_lshape_fixed_init(lvm_t *vm)
 void sm_lshape_fixed_release(lvm_t *vm)
 {
   for (unsigned k = 0; k < LVM_FIXEDS; k++)
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->fixed_ref[k]);
+    lvm_unref(vm->L, vm->fixed_ref[k]);
 }
 
 void sm_lshape_push_fixed(lua_State *L, const lvm_t *vm, enum lvm_fixed k)

@@ -117,6 +117,7 @@ typedef struct lrun {
   int main_status;          /* 0, or the error status of the main actor */
   int64_t request_timeout_ns; /* the run's opts.request_timeout, as smarm_config_t has it */
   int main_done;
+  int vm0_failed; /* scheduler 1's refs could not be made (on_sched_start): nothing ran */
 } lrun_t;
 
 static lrun_t *current_run; /* set while smarm.run runs (one runtime per process) */
@@ -262,6 +263,10 @@ static void lactor_main(void *arg)
 {
   lactor_t *la = arg;
   lua_State *co = la->head.co;
+  if (la->is_main && current_run->vm0_failed) { /* the run ends at once */
+    lactor_free(la, CO_KEEP);
+    return;
+  }
   smarm_actor_set_data(la);
   sm_lpark_resumed(co);
   lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
@@ -394,9 +399,15 @@ static void on_sched_start(unsigned k, void *ud)
   lvm_t *vm = &run->vms[k];
   sm_io_sched_thread_enter(k, NULL);
   if (k == 0) {
+    /* The caller's VM. Out of memory here must not raise through the runtime's start: the run
+    ** then ends before the main actor's body runs, and smarm.run raises it (l_run). */
     vm->L = run->caller;
     vm->owned = 0;
-    vm_prepare(vm, run);
+    vm_setup_t v = {vm, run};
+    if (lua_cpcall(vm->L, vm_prepare_protected, &v) != 0) {
+      lua_pop(vm->L, 1);
+      run->vm0_failed = 1;
+    }
   } else {
     vm->owned = 1;
     vm_make(vm, run, k);
@@ -444,12 +455,12 @@ static void on_sched_stop(unsigned k, void *ud)
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
-    sm_lpid_release_refs(vm);
+    sm_lpid_release_refs(vm); /* (each ref as far as vm_prepare got: lvm_unref) */
     sm_lfaults_release_refs(vm);
     for (int i = 0; i < LVM_STRS; i++)
-      luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->str_ref[i]);
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->traceback_ref);
-    luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->remote_entry_ref);
+      lvm_unref(vm->L, vm->str_ref[i]);
+    lvm_unref(vm->L, vm->traceback_ref);
+    lvm_unref(vm->L, vm->remote_entry_ref);
     sm_lshape_fixed_release(vm);
   }
   vm->L = NULL;
@@ -1733,6 +1744,10 @@ static int l_run(lua_State *L)
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
                                                        : strerror(-rc));
+  }
+  if (run.vm0_failed) {
+    luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    return luaL_error(L, "not enough memory");
   }
   if (!run.main_done) { /* the main actor was killed, or smarm_stop() (from C) ended the run */
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);

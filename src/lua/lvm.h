@@ -13,6 +13,7 @@
 #include "ljx.h"
 #include "smarm.h"
 
+#include <lauxlib.h>
 #include <lua.h>
 
 #include <signal.h>
@@ -99,6 +100,13 @@ static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
 static inline void lvm_publish_memory(lvm_t *vm, lua_State *L)
 {
   atomic_store_explicit(&vm->memory, sm_ljx_gc_total(L), memory_order_relaxed);
+}
+
+/* Lets go of a registry ref of the VM's: one that a failed start may have left unmade (0) too. */
+static inline void lvm_unref(lua_State *L, int ref)
+{
+  if (ref > 0)
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
 }
 
 /* Pushes one of the cached strings. */
