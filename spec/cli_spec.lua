@@ -116,6 +116,29 @@ describe("the smarm executable", function()
     assert.matches("expected", err2)
   end)
 
+  it("keeps a scheduler whose VM cannot find the smarm module, its actors working", function()
+    -- The other schedulers' VMs load smarm from the caller's package.path alone: here it finds
+    -- nothing there. The VM is reported on stderr and runs on the module's C part (smarm.core);
+    -- decoding a pid there crashed (a segfault) while its refs were nil.
+    local s = script([[
+      local smarm = require("smarm")
+      local core = require("smarm.core")
+      package.path = "./no/such/?.lua"
+      local ok, err = pcall(smarm.run, function()
+        local me = smarm.self()
+        smarm.spawn_on(2, function(back, p) core.send(back, p == back and "pid" or "other") end,
+          me, me)
+        print(smarm.receive(120))
+      end, { schedulers = 2 })
+      print(ok, err)
+    ]])
+    local out, err, status = sh(exe .. " -n " .. s)
+    os.remove(s)
+    assert.are.equal(0, status, err)
+    assert.are.equal("pid\ntrue\tnil\n", out)
+    assert.matches("smarm: scheduler 2: module 'smarm' not found", err, 1, true)
+  end)
+
   it("runs -e code with -s schedulers", function()
     local out, err, status = sh(exe .. [[ -s 3 -e 'print(require("smarm").schedulers(), ...)' x]])
     assert.are.equal(0, status, err)

@@ -118,13 +118,13 @@ static uint16_t room_of(size_t bytes)
 
 void sm_home_batch_add(smarm_msg_t *m)
 {
-  sm_home_t *self = sm_home_tls;
-  if (self->batch && self->batch_home != m->home)
-    sm_home_batch_send();
   if (SMARM_UNLIKELY((uintptr_t)m & SM_HOME_NOCLASS)) { /* (malloc's 16-byte alignment) */
     free(m);
     return;
   }
+  sm_home_t *self = sm_home_tls;
+  if (self->batch && self->batch_home != m->home)
+    sm_home_batch_send();
   size_t bytes;
   unsigned k = class_of(m, &bytes);
   sm_home_carrier_t *c = self->batch;

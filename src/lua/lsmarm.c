@@ -347,17 +347,31 @@ static void vm_prepare(lvm_t *vm, const lrun_t *run)
 typedef struct vm_setup {
   lvm_t *vm;
   const lrun_t *run;
+  unsigned k;
 } vm_setup_t;
 
-/* A new VM's libraries and the module (so that actors here find `smarm` and its pid
-** metatable), under lua_cpcall. */
+/* A new VM's libraries and the module (so that actors here find `smarm`), under lua_cpcall. A
+** module that fails to load (not found from the caller's paths alone, say) is reported, and its
+** C part, always there (preloaded), is loaded instead: it makes what every actor of the VM
+** needs (the pid metatables, the message handler), and a function spawned here that needs the
+** rest raises the load's error itself. */
 static int vm_load(lua_State *L)
 {
   vm_setup_t *v = lua_touserdata(L, 1);
   open_vm_libs(L, v->run->path, v->run->cpath);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "smarm");
-  lua_call(L, 1, 0);
+  int rc = lua_pcall(L, 1, 0, 0);
+  if (rc == LUA_ERRMEM)
+    return lua_error(L);
+  if (rc != 0) {
+    const char *e = lua_tostring(L, -1);
+    fprintf(stderr, "smarm: scheduler %u: %s\n", v->k + 1, e ? e : "(error object is not a string)");
+    lua_pop(L, 1);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "smarm.core");
+    lua_call(L, 1, 0);
+  }
   return 0;
 }
 
@@ -368,26 +382,21 @@ static int vm_prepare_protected(lua_State *L)
   return 0;
 }
 
-/* Makes scheduler k's own VM (k > 0). An error loading the module is reported and the VM kept,
-** as it is; out of memory anywhere leaves the scheduler without a VM (an actor spawned on it
-** ends at its start with reason "not enough memory": remote_actor_main). Nothing raises where
-** nothing would catch it. */
+/* Makes scheduler k's own VM (k > 0). Out of memory (or a C part that cannot load) leaves the
+** scheduler without a VM: an actor spawned on it ends at its start with reason "not enough
+** memory" (remote_actor_main). Nothing raises where nothing would catch it. */
 static void vm_make(lvm_t *vm, const lrun_t *run, unsigned k)
 {
   lua_State *L = luaL_newstate();
-  if (!L)
+  if (!L) {
+    fprintf(stderr, "smarm: scheduler %u: not enough memory\n", k + 1);
     return;
-  vm_setup_t v = {vm, run};
-  vm->L = L;
-  int rc = lua_cpcall(L, vm_load, &v);
-  if (rc != 0) {
-    const char *e = lua_tostring(L, -1);
-    fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, e ? e : "(error object is not a string)");
-    lua_pop(L, 1);
   }
-  if (rc == LUA_ERRMEM || lua_cpcall(L, vm_prepare_protected, &v) != 0) {
-    if (rc != LUA_ERRMEM)
-      fprintf(stderr, "smarm: scheduler %u: not enough memory\n", k + 1);
+  vm_setup_t v = {vm, run, k};
+  vm->L = L;
+  if (lua_cpcall(L, vm_load, &v) != 0 || lua_cpcall(L, vm_prepare_protected, &v) != 0) {
+    const char *e = lua_tostring(L, -1);
+    fprintf(stderr, "smarm: scheduler %u: %s\n", k + 1, e ? e : "not enough memory");
     vm->L = NULL; /* first: the signal handlers (on_preempt, on_watchdog) read it */
     lua_close(L);
   }
@@ -403,7 +412,7 @@ static void on_sched_start(unsigned k, void *ud)
     ** then ends before the main actor's body runs, and smarm.run raises it (l_run). */
     vm->L = run->caller;
     vm->owned = 0;
-    vm_setup_t v = {vm, run};
+    vm_setup_t v = {vm, run, k};
     if (lua_cpcall(vm->L, vm_prepare_protected, &v) != 0) {
       lua_pop(vm->L, 1);
       run->vm0_failed = 1;
@@ -1740,8 +1749,9 @@ static int l_run(lua_State *L)
   sm_lpark_resumed(L);
   free(run.vms);
   call_after_run(L);
-  if (rc < 0) {
+  if (rc < 0) { /* the main actor was never made: its state is ours to free */
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    free(main);
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
                                                        : strerror(-rc));
   }
