@@ -77,6 +77,25 @@ describe("smarm.spawn_on", function()
     assert.are.same({ n = 4, nil, 3, nil, { 4 } }, r)
   end)
 
+  it("passes hundreds of arguments to a spawn here, there and on its own scheduler", function()
+    -- More than a new coroutine holds without growing its stack (LUA_MINSTACK), nil ones kept
+    -- in their places.
+    local r = guard.run(function()
+      local me = smarm.self()
+      local args = {}
+      for i = 1, 300 do args[i] = (i % 7 ~= 0) and i or nil end
+      local function report(...)
+        smarm.send(me, { select("#", ...), (select(150, ...)), (select(300, ...)) })
+      end
+      smarm.spawn(report, unpack(args, 1, 300))
+      smarm.spawn_on(1, report, unpack(args, 1, 300))
+      smarm.spawn_on(2, report, unpack(args, 1, 300))
+      return { guard.receive("a spawn's report"), guard.receive("a spawn_on(1)'s report"),
+        guard.receive("a spawn_on(2)'s report") }
+    end, { schedulers = 2 })
+    for i = 1, 3 do assert.are.same({ 300, 150, 300 }, r[i]) end
+  end)
+
   it("re-binds loaded modules and globals by name in the target VM", function()
     local r = guard.run(function()
       local me = smarm.self()
