@@ -58,7 +58,7 @@ void sm_home_release(void)
   for (unsigned k = 0; k < SM_HOME_CLASSES; k++) {
     while (h->cached[k]) {
       void *b = h->cache[k][--h->cached[k]];
-      sm_home_show(h, b, 64 * (size_t)(k + 1));
+      sm_home_show(h, b, sm_home_class_bytes(k));
       free(b);
     }
   }
@@ -96,27 +96,13 @@ void sm_home_batch_send(void)
   self->batch_count = 0;
 }
 
-/* The class of a block about to go home and the bytes it has (its size is read here, where it
-** was last used). */
-static unsigned class_of(const smarm_msg_t *m, size_t *bytes)
-{
-  size_t total = sizeof *m + m->size;
-  if (total > SM_HOME_CLASS_MAX) {
-    *bytes = total;
-    return SM_HOME_NOCLASS;
-  }
-  unsigned k = (unsigned)(total - 1) / 64;
-  *bytes = 64 * (size_t)(k + 1);
-  return k;
-}
-
 static uint16_t room_of(size_t bytes)
 {
   size_t room = (bytes - sizeof(sm_home_carrier_t)) / sizeof(uintptr_t);
   return (uint16_t)(room < SM_HOME_BATCH ? room : SM_HOME_BATCH);
 }
 
-void sm_home_batch_add(smarm_msg_t *m)
+void sm_home_batch_add(smarm_msg_t *m, unsigned k)
 {
   if (SMARM_UNLIKELY((uintptr_t)m & SM_HOME_NOCLASS)) { /* (malloc's 16-byte alignment) */
     free(m);
@@ -125,12 +111,12 @@ void sm_home_batch_add(smarm_msg_t *m)
   sm_home_t *self = sm_home_tls;
   if (self->batch && self->batch_home != m->home)
     sm_home_batch_send();
-  size_t bytes;
-  unsigned k = class_of(m, &bytes);
   sm_home_carrier_t *c = self->batch;
   if (c && c->count < c->room) {
     c->entries[c->count++] = (uintptr_t)m | k;
   } else { /* m carries what follows: the batch's first, or the last one is full */
+    /* the bytes it has (m->size is only ever set when the block is made) */
+    size_t bytes = k == SM_HOME_NOCLASS ? sizeof *m + m->size : sm_home_class_bytes(k);
     sm_home_carrier_t *n = (sm_home_carrier_t *)m;
     n->next = c;
     n->count = 0;

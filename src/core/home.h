@@ -74,6 +74,15 @@
 
 #define SM_HOME_NOCLASS 15     /* a carrier entry's class bits: a block past the classes */
 
+/* The class of a block of `total` bytes (header included), or SM_HOME_NOCLASS past them; and
+** the bytes a block of class k has. */
+static inline unsigned sm_home_class(size_t total)
+{
+  return total <= SM_HOME_CLASS_MAX ? (unsigned)(total - 1) / 64 : SM_HOME_NOCLASS;
+}
+
+static inline size_t sm_home_class_bytes(unsigned k) { return 64 * (size_t)(k + 1); }
+
 /* A carrier, written over a block on its way home (any block is at least 64 bytes): the
 ** addresses of blocks that follow it, each with its class (or SM_HOME_NOCLASS) in its low 4 bits,
 ** which malloc's 16-byte alignment leaves free. A batch is a chain of carriers, one when its
@@ -111,7 +120,8 @@ extern __attribute__((tls_model("initial-exec"))) _Thread_local sm_home_t *sm_ho
 void sm_home_claim(void);
 void sm_home_release(void);
 
-void sm_home_batch_add(smarm_msg_t *m);
+/* Adds m, of class k (sm_home_class), to this thread's batch for its home. */
+void sm_home_batch_add(smarm_msg_t *m, unsigned k);
 void sm_home_batch_send(void);
 void sm_home_take_returned(void);
 
@@ -152,7 +162,7 @@ static inline void sm_home_show(const sm_home_t *h, void *block, size_t size)
 static inline void sm_home_cache_put(sm_home_t *h, smarm_msg_t *m, unsigned k)
 {
   h->cache[k][h->cached[k]++] = m;
-  sm_home_hide(h, m, 64 * (size_t)(k + 1));
+  sm_home_hide(h, m, sm_home_class_bytes(k));
 }
 
 /* The owner's pass: takes the blocks other threads returned, if any. */
@@ -168,27 +178,27 @@ static inline void sm_home_collect(void)
 static inline smarm_msg_t *sm_home_msg_alloc(size_t total)
 {
   sm_home_t *h = sm_home_tls;
-  if (total > SM_HOME_CLASS_MAX) {
+  unsigned k = sm_home_class(total);
+  if (k == SM_HOME_NOCLASS) {
     smarm_msg_t *m = malloc(total);
     if (m)
       m->home = h ? h->id : 0;
     return m;
   }
-  unsigned k = (unsigned)(total - 1) / 64;
   /* An empty class takes the blocks returned so far: a sender that never idles looks at the
   ** clock only every 64 decisions, and may allocate thousands of blocks in between. */
   if (h && !h->cached[k])
     sm_home_collect();
   if (h && h->cached[k]) { /* keeps the home it has */
     smarm_msg_t *m = h->cache[k][--h->cached[k]];
-    sm_home_show(h, m, 64 * (size_t)(k + 1));
+    sm_home_show(h, m, sm_home_class_bytes(k));
 #ifdef SM_HOME_VALGRIND
     if (SMARM_UNLIKELY(h->memcheck)) /* the home it keeps was written when it was made */
       VALGRIND_MAKE_MEM_DEFINED(&m->home, sizeof m->home);
 #endif
     return m;
   }
-  smarm_msg_t *m = malloc(64 * (size_t)(k + 1)); /* any block of the class may take its place */
+  smarm_msg_t *m = malloc(sm_home_class_bytes(k)); /* any block of the class may take its place */
   if (m)
     m->home = h ? h->id : 0;
   return m;
@@ -199,16 +209,13 @@ static inline void sm_home_msg_free(smarm_msg_t *m)
 {
   sm_home_t *h = sm_home_tls;
   if (h) {
-    size_t total = sizeof *m + m->size;
-    if (total <= SM_HOME_CLASS_MAX) {
-      unsigned k = (unsigned)(total - 1) / 64;
-      if (h->cached[k] < SM_HOME_CACHED) {
-        sm_home_cache_put(h, m, k);
-        return;
-      }
+    unsigned k = sm_home_class(sizeof *m + m->size);
+    if (k != SM_HOME_NOCLASS && h->cached[k] < SM_HOME_CACHED) {
+      sm_home_cache_put(h, m, k);
+      return;
     }
     if (m->home != h->id && m->home != 0 && m->size <= SM_HOME_SMALL) {
-      sm_home_batch_add(m);
+      sm_home_batch_add(m, k);
       return;
     }
   }

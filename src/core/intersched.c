@@ -239,6 +239,16 @@ static void reserved_spawn_failed(sched_t *s, spawn_request_t *req)
             s->index + 1);
 }
 
+/* Target side of a MSG_SPAWN or MSG_SPAWN_CARRIED into a reserved pid: nobody waits for it. */
+static void spawn_reserved(sched_t *s, spawn_request_t *req)
+{
+  if (req->coming)
+    atomic_fetch_sub_explicit(&s->spawns_coming, 1, memory_order_relaxed);
+  if (sm_sched_spawn_reserved(s, req->reserved, req->fn, req->arg, req->stack_size, req->data,
+                              &req->ties) < 0)
+    reserved_spawn_failed(s, req);
+}
+
 /* Backpressure. A spawner that spawns on k faster than k runs what it spawned would leave an
 ** ever longer run queue there: a spawn_on loop of `function() end` measured 190,000 actors
 ** waiting for their first slice after 200,000 spawns, 66 MB, and each spawn slower as they left
@@ -339,11 +349,7 @@ static void deliver(sched_t *s, smarm_msg_t *m)
   case MSG_SPAWN: {
     spawn_request_t *req = (spawn_request_t *)m->data;
     if (req->reserved) { /* nobody waits (see "Spawns that do not wait") */
-      if (req->coming)
-        atomic_fetch_sub_explicit(&s->spawns_coming, 1, memory_order_relaxed);
-      if (sm_sched_spawn_reserved(s, req->reserved, req->fn, req->arg, req->stack_size,
-                                  req->data, &req->ties) < 0)
-        reserved_spawn_failed(s, req);
+      spawn_reserved(s, req);
       sm_msg_release(m);
       return;
     }
@@ -355,14 +361,11 @@ static void deliver(sched_t *s, smarm_msg_t *m)
     reply(s, m, MSG_SPAWN_REPLY, rc < 0 ? rc : (int64_t)pid);
     return;
   }
-  case MSG_SPAWN_CARRIED: { /* the block is the actor's arg: it goes on as its own kind */
+  case MSG_SPAWN_CARRIED: { /* the block is the actor's arg (req.arg): it goes on as its own
+                             ** kind, and with the data if the actor cannot be made */
     spawn_request_t req = *carried_request(m);
     m->kind = req.kind;
-    if (req.coming)
-      atomic_fetch_sub_explicit(&s->spawns_coming, 1, memory_order_relaxed);
-    if (sm_sched_spawn_reserved(s, req.reserved, req.fn, m, req.stack_size, req.data,
-                                &req.ties) < 0)
-      reserved_spawn_failed(s, &req); /* the block goes with the data, as any arg */
+    spawn_reserved(s, &req);
     return;
   }
   case MSG_ALIVE:

@@ -207,6 +207,7 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   keep_freed_memory(rt->cfg.keep_freed_bytes);
   rt->nsched = rt->cfg.schedulers;
   rt->online_cpus = sysconf(_SC_NPROCESSORS_ONLN); /* read once: glibc reads /sys for it */
+  rt->coarse_slack_ns = sm_sched_coarse_slack();
   rt->scheds = aligned_alloc(SMARM_CACHE_PAD, rt->nsched * sizeof(sched_t));
   threads = calloc(rt->nsched, sizeof *threads);
   /* The stop items are made now, so that stopping (which may follow running out of memory)

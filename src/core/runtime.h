@@ -27,6 +27,8 @@ typedef struct runtime {
   uint32_t gen_base;          /* first generation of this runtime's pids (sm_sched_gen_base) */
   long online_cpus;           /* at its start, for cfg.pin_threads (sm_runtime_pin_cpu); 0:
                               ** unknown */
+  int64_t coarse_slack_ns;    /* at its start: what a long call's deadline adds to the coarse
+                              ** clock (sm_sched_call_deadline); negative: not used */
   name_registry_t names;      /* registered names (names.h): any scheduler, under its lock */
   vclock_t vclock;            /* the actors' clock of a virtual runtime (vclock.h) */
   /* The ticker (preempt.c): its fields are its own, or under ticker_lock. */

@@ -1277,7 +1277,7 @@ int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns)
 ** timer keep the precise clock, which nothing can make early. */
 #define COARSE_TIMEOUT_NS INT64_C(1000000000)
 
-static int64_t coarse_slack(void)
+int64_t sm_sched_coarse_slack(void)
 {
   struct timespec res;
   if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0 || res.tv_sec != 0)
@@ -1287,9 +1287,9 @@ static int64_t coarse_slack(void)
 
 int64_t sm_sched_call_deadline(sched_t *s, int64_t timeout_ns)
 {
-  if (timeout_ns >= COARSE_TIMEOUT_NS && s->coarse_slack_ns >= 0 &&
-      SMARM_LIKELY(!s->virtual_time))
-    return deadline_from(smarm_coarse_now_ns() + s->coarse_slack_ns, timeout_ns);
+  int64_t slack = s->rt->coarse_slack_ns;
+  if (timeout_ns >= COARSE_TIMEOUT_NS && slack >= 0 && SMARM_LIKELY(!s->virtual_time))
+    return deadline_from(smarm_coarse_now_ns() + slack, timeout_ns);
   return sm_sched_actor_deadline(s, timeout_ns);
 }
 
@@ -1472,7 +1472,6 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   s->index = index;
   s->rt = rt;
   s->spin_ns = rt->cfg.spin_ns;
-  s->coarse_slack_ns = coarse_slack();
   s->default_stack = rt->cfg.stack_size;
   sm_timer_heap_init(&s->timers);
   sm_timer_heap_init(&s->vtimers);

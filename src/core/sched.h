@@ -182,8 +182,6 @@ typedef struct sched {
   int virtual_time;           /* the runtime's clock is SMARM_CLOCK_VIRTUAL (beside stopping, which
                                  the loop reads anyway; both fill what was padding) */
   int64_t spin_ns;
-  int64_t coarse_slack_ns;    /* what a long call's deadline adds to the coarse clock (sched.c,
-                                 sm_sched_call_deadline); negative: not used */
   int64_t last_trim_ns;       /* when idle last gave stack memory back (sm_stack_pool_trim) */
   int trim_pending;           /* that pass left slots a later one may give back */
   uint32_t trim_cursor;       /* where the idle pass over parked actors goes on (table index) */
@@ -306,6 +304,8 @@ int64_t sm_sched_actor_deadline(sched_t *s, int64_t timeout_ns);
 /* The same for a call's wait (smarm_receive_after): from the coarse clock when a second or more
 ** (sched.c). */
 int64_t sm_sched_call_deadline(sched_t *s, int64_t timeout_ns);
+/* The slack it adds to the coarse clock, read once per runtime (runtime_t.coarse_slack_ns). */
+int64_t sm_sched_coarse_slack(void);
 /* Parks self in `state` until woken or until `deadline` (-1: none), a deadline on the actors'
 ** clock for ACTOR_SLEEPING and ACTOR_WAIT_MSG, on the real clock for the others. Returns 1 when
 ** the deadline passed, 0 when woken, -ENOMEM when no timer could be made. */
