@@ -11,14 +11,23 @@
 ** luajit-copy-closure.patch: luaJIT_copyclosure makes a new closure of a Lua function, with its
 ** own upvalues (nil), and nothing for anything else; while memory runs out it fails as cleanly
 ** as a load.
+**
+** luajit-alloc-populate.patch: a segment mapped as the heap grows has its pages resident before
+** anything writes them, where the kernel prefaults (MADV_POPULATE_WRITE); not checked where the
+** build has the system allocator (the sanitizers' builds) or the kernel does not prefault (an
+** older one, or qemu's user mode, which accepts the advice and ignores it).
 */
+#define _DEFAULT_SOURCE /* mincore, madvise, MAP_ANONYMOUS */
 #include <lauxlib.h>
 #include <lua.h>
 #include <luajit.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define BLOCKS 8192 /* far more than a bare state holds */
 
@@ -193,9 +202,84 @@ static int copy_semantics(void)
   return bad;
 }
 
+/* The pages of [p, p + len) that are not resident (p page-aligned). */
+static long pages_not_resident(char *p, size_t len)
+{
+  long page = sysconf(_SC_PAGESIZE);
+  unsigned char vec[64];
+  size_t n = len / (size_t)page;
+  if (n > sizeof vec || mincore(p, len, vec) != 0)
+    return -1;
+  long missing = 0;
+  for (size_t i = 0; i < n; i++)
+    missing += !(vec[i] & 1);
+  return missing;
+}
+
+static int kernel_prefaults(void)
+{
+  size_t len = 4 * (size_t)sysconf(_SC_PAGESIZE);
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return 0;
+  int yes = madvise(p, len, 23 /* MADV_POPULATE_WRITE */) == 0 && pages_not_resident(p, len) == 0;
+  munmap(p, len);
+  return yes;
+}
+
+/* Userdata of 24 KB, which LuaJIT does not write past their header, made until the heap has
+** grown well past its first segment; the whole pages inside the payloads of the later ones must
+** be resident. Returns the pages that were not (-1: mincore failed). */
+static long grown_heap_not_resident(void)
+{
+  enum { UDATA = 24 * 1024, FIRST = 16, CHECKED = 48 };
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  lua_State *L = luaL_newstate();
+  long missing = 0;
+  lua_gc(L, LUA_GCSTOP, 0);
+  for (int i = 0; i < FIRST + CHECKED; i++) {
+    char *u = lua_newuserdata(L, UDATA); /* kept on the stack */
+    uintptr_t lo = ((uintptr_t)u + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)u + UDATA) & ~(page - 1);
+    if (i < FIRST || hi <= lo)
+      continue;
+    long m = pages_not_resident((char *)lo, hi - lo);
+    if (m < 0) {
+      missing = -1;
+      break;
+    }
+    missing += m;
+  }
+  lua_close(L);
+  return missing;
+}
+
+static int populate(void)
+{
+  lua_State *L = luaL_newstate();
+  void *allocd = NULL;
+  lua_getallocf(L, &allocd);
+  lua_close(L);
+  if (!allocd) { /* LUAJIT_USE_SYSMALLOC: its blocks come from malloc */
+    printf("heap segments: not checked (this LuaJIT uses the system allocator)\n");
+    return 0;
+  }
+  if (!kernel_prefaults()) {
+    printf("heap segments: not checked (this kernel does not prefault)\n");
+    return 0;
+  }
+  long missing = grown_heap_not_resident();
+  if (missing != 0) {
+    fprintf(stderr, "heap segments: %ld page(s) inside fresh userdata not resident\n", missing);
+    return 1;
+  }
+  printf("heap segments: prefaulted as the heap grows\n");
+  return 0;
+}
+
 int main(void)
 {
-  int bad = copy_semantics();
+  int bad = copy_semantics() + populate();
   for (int how = BY_FNEW; how <= BY_COPY; how++) {
     int failed = 1;
     /* every allocation of the call in turn, until one call needs no more than the ones before */
