@@ -33,6 +33,7 @@ struct child {
 static child_t *all_running; /* the programs running (the guards and the stop kill them) */
 
 static void update_guards(uv_loop_t *loop);
+static int starting; /* a program is being started (start_child): the guards are wanted */
 
 static void unlink_running(child_t *c)
 {
@@ -134,15 +135,24 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   if (c->group)
     o.flags |= UV_PROCESS_DETACHED; /* setsid: a session and process group of its own */
   c->proc.data = c;
+  /* The guards go on before the program exists: once it runs, it can be seen (its pid, its
+  ** output) and the process sent a signal before this thread, slow under load, would have
+  ** started them after uv_spawn (process_spec's SIGTERM test left its program running so, under
+  ** TSan). A guard's handler runs on this loop, after this function, when c is in all_running. */
+  starting = 1;
+  update_guards(loop);
   int rc = uv_spawn(loop, &c->proc, &o);
+  starting = 0;
   *spawned = 1;
   guard_sigchld();
   /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
   ** a cwd that cannot be entered is the one to name */
   if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
     r->cwd_failed = 1;
-  if (rc < 0)
+  if (rc < 0) {
+    update_guards(loop); /* off again if nothing else runs */
     return rc;
+  }
   c->next = all_running;
   if (all_running)
     all_running->prev = c;
@@ -788,7 +798,7 @@ static void update_guards(uv_loop_t *loop)
     reap_check_on = 0;
   }
   for (size_t i = 0; i < NGUARDS; i++) {
-    int want = all_running != NULL && signals[fatal_signals[i]].count == 0;
+    int want = (all_running != NULL || starting) && signals[fatal_signals[i]].count == 0;
     if (want && !guard_on[i]) {
       if (!guards_made) {
         for (size_t j = 0; j < NGUARDS; j++)
