@@ -74,7 +74,7 @@ typedef struct actor_faults {
 
 typedef struct actor {
   ctx_t ctx;                  /* saved stack pointer while not running */
-  struct actor *run_next;     /* run queue link (sched.c); free-list link when dead */
+  struct actor *run_next;     /* run queue link (sched.c) */
   struct actor *run_prev;     /* run queue link back */
   struct sched *sched;
   smarm_pid_t pid;
@@ -192,7 +192,7 @@ typedef struct sched {
                                  virtual clock only smarm_await's and sm_sched_ask's (vclock.h) */
   actor_table_t table;
   stack_pool_t stacks;
-  actor_t *free_actors;
+  sm_store_t store;           /* actors' records and saved stacks (store.h) */
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
   timer_heap_t msg_timers;     /* send_after.c: message timers by deadline */
   reftab_t msg_timer_refs;     /* and by ref */

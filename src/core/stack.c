@@ -392,12 +392,12 @@ int sm_stack_pool_trim(stack_pool_t *pool)
   return pending;
 }
 
-void *sm_stack_save(stack_slot_t *slot, const void *sp, uint32_t *len_out)
+void *sm_stack_save(sm_store_t *store, stack_slot_t *slot, const void *sp, uint32_t *len_out)
 {
   char *top = stack_top(slot);
   SMARM_CHECK((const char *)sp >= slot->lo && (const char *)sp < top, "saved sp outside its stack");
   size_t len = (size_t)(top - (const char *)sp);
-  void *buf = sm_alloc(SM_ALLOC_STACK_SAVE, len);
+  void *buf = sm_store_alloc(store, SM_ALLOC_STACK_SAVE, len);
   if (!buf)
     return NULL; /* the caller ends the actor (sched.c: make_resident) */
   fiber_unpoison(sp, len);
@@ -407,9 +407,9 @@ void *sm_stack_save(stack_slot_t *slot, const void *sp, uint32_t *len_out)
   return buf;
 }
 
-void *sm_stack_evict(stack_slot_t *slot, const void *sp, uint32_t *len_out)
+void *sm_stack_evict(sm_store_t *store, stack_slot_t *slot, const void *sp, uint32_t *len_out)
 {
-  void *saved = sm_stack_save(slot, sp, len_out);
+  void *saved = sm_stack_save(store, slot, sp, len_out);
   if (!saved)
     return NULL;
   slot->occupant = NULL;
@@ -417,11 +417,17 @@ void *sm_stack_evict(stack_slot_t *slot, const void *sp, uint32_t *len_out)
   return saved;
 }
 
-void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len)
+void sm_stack_restore(sm_store_t *store, stack_slot_t *slot, void *saved, size_t len)
 {
   char *dst = (char *)stack_top(slot) - len;
   fiber_unpoison(dst, len);
   vouch_for(dst, len, 0);
   memcpy(dst, saved, len);
-  free(saved);
+  sm_store_free(store, saved, len);
+}
+
+void sm_stack_drop_saved(sm_store_t *store, void *saved, size_t len)
+{
+  if (saved)
+    sm_store_free(store, saved, len);
 }

@@ -14,8 +14,9 @@
 ** the program), new actors are bound to slots that already have actors, round robin: only one
 ** of them, the occupant, has its bytes in the slot; the others keep the used part of their stack
 ** (from their saved stack pointer to the top, typically a few hundred bytes for a parked C actor)
-** in a heap block, and are copied back in, evicting the occupant, before they run. Every actor
-** therefore runs on a guarded stack, and a parked actor costs only its used bytes.
+** in a block of the scheduler's store (store.h), and are copied back in, evicting the occupant,
+** before they run. Every actor therefore runs on a guarded stack, and a parked actor costs only
+** its used bytes.
 **
 ** Memory goes back to the OS at two watermarks: a released slot whose stack went deeper than
 ** STACK_KEEP_BYTES has the deeper pages dropped at once (MADV_DONTNEED; see went_deep() for how
@@ -27,8 +28,8 @@
 ** faults (the slots stay mapped for reuse, costing address space but no memory), while memory
 ** left free after a burst goes back within a few seconds of idleness. The same idle pass moves
 ** actors parked since its previous pass out of their slots as sharing does (sm_stack_evict: the
-** used bytes to the heap, every page of the slot dropped), so an actor waiting long costs its
-** used bytes, not the pages its deepest calls touched.
+** used bytes to the scheduler's store, every page of the slot dropped), so an actor waiting
+** long costs its used bytes, not the pages its deepest calls touched.
 **
 ** Each slot's stack starts at a different offset ("colour", below STACK_COLOR_SPAN) from the top
 ** of its mapping. Slots are mapped at a fixed stride, so without it the hot top frames of every
@@ -40,6 +41,8 @@
 */
 #ifndef SMARM_CORE_STACK_H
 #define SMARM_CORE_STACK_H
+
+#include "store.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -123,21 +126,25 @@ void sm_stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
 
 /* Drops the pages of free slots beyond the STACK_FREE_KEEP most recently used of each size that
 ** were free already at the previous call (a walk of the free lists; the scheduler calls it at
-** most once a second). Returns whether a later call may drop more (the scheduler then wakes
-** for it). */
+** most once a second). Returns whether a later call may drop more (the scheduler then wakes for
+** it). */
 int sm_stack_pool_trim(stack_pool_t *pool);
 
-/* Copies the used part of a suspended stack, [sp, top), to a new heap block. NULL when memory is
-** out: the bytes stay where they are (the scheduler then ends that actor, sched.c). */
-void *sm_stack_save(stack_slot_t *slot, const void *sp, uint32_t *len_out);
+/* Copies the used part of a suspended stack, [sp, top), to a new block of the store (store.h).
+** NULL when memory is out: the bytes stay where they are (the scheduler then ends that actor,
+** sched.c). */
+void *sm_stack_save(sm_store_t *store, stack_slot_t *slot, const void *sp, uint32_t *len_out);
 
 /* sm_stack_save, then the slot is left without occupant and all its pages are dropped (its
 ** occupant has parked for long: sched.c trim_parked_stacks). NULL when memory is out: nothing
 ** changed. */
-void *sm_stack_evict(stack_slot_t *slot, const void *sp, uint32_t *len_out);
+void *sm_stack_evict(sm_store_t *store, stack_slot_t *slot, const void *sp, uint32_t *len_out);
 
 /* Copies saved bytes back to the top of the slot and frees the block. */
-void sm_stack_restore(stack_slot_t *slot, void *saved, size_t len);
+void sm_stack_restore(sm_store_t *store, stack_slot_t *slot, void *saved, size_t len);
+
+/* Frees saved bytes that will never run again (an actor that ends with the runtime). */
+void sm_stack_drop_saved(sm_store_t *store, void *saved, size_t len);
 
 static inline void *stack_top(const stack_slot_t *slot) { return slot->top; }
 

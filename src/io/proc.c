@@ -149,10 +149,8 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   ** a cwd that cannot be entered is the one to name */
   if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
     r->cwd_failed = 1;
-  if (rc < 0) {
-    update_guards(loop); /* off again if nothing else runs */
-    return rc;
-  }
+  if (rc < 0)
+    return rc; /* the guards stay on (update_guards says why) */
   c->next = all_running;
   if (all_running)
     all_running->prev = c;
@@ -712,11 +710,12 @@ static void stop_signals(void *loop)
 
 /* ---- Children die with the runtime ----------------------------------------------------------
 ** The runtime's end kills the programs still running (stop_programs); so must a signal that ends
-** the process with nobody to handle it. While a program runs, each of these signals that no
-** smarm.signal.wait waits for has a guard: its handler (on the loop, through libuv) kills every
-** running program, then lets the signal end the process as it would have (its default action,
-** raised again). A waiter for the signal takes over from the guard while it waits. SIGKILL
-** cannot be caught: a process killed by it leaves its programs running. */
+** the process with nobody to handle it. From the start of a program on (before it exists: see
+** start_child), each of these signals that no smarm.signal.wait waits for has a guard: its
+** handler (on the loop, through libuv) kills every running program, then lets the signal end
+** the process as it would have (its default action, raised again). A waiter for the signal
+** takes over from the guard while it waits. SIGKILL cannot be caught: a process killed by it
+** leaves its programs running. */
 
 static const int fatal_signals[] = {SIGTERM, SIGINT, SIGHUP};
 #define NGUARDS (sizeof fatal_signals / sizeof *fatal_signals)
@@ -783,7 +782,8 @@ static void on_fatal_signal(uv_signal_t *h, int signum)
   raise(signum);
 }
 
-/* The handles that live while programs run: the guards, and the look for lost exits. */
+/* The guards (from the first program's start on) and the look for lost exits (while programs
+** run). */
 static void update_guards(uv_loop_t *loop)
 {
   if (all_running && !reap_check_on) /* after the stop began too: the programs it kills */
@@ -797,8 +797,13 @@ static void update_guards(uv_loop_t *loop)
     uv_timer_stop(&reap_check);
     reap_check_on = 0;
   }
+  /* A guard, once on, stays on until a waiter takes its signal over or the IO thread stops: one
+  ** stopped when the last program ends (or fails to start) could drop its signal, caught by
+  ** libuv and not yet dispatched (libuv drops what arrives for a handle stopped meanwhile), and
+  ** a guard with nothing to kill only lets the signal end the process, as it would have. */
   for (size_t i = 0; i < NGUARDS; i++) {
-    int want = (all_running != NULL || starting) && signals[fatal_signals[i]].count == 0;
+    int want = (all_running != NULL || starting || guard_on[i]) &&
+               signals[fatal_signals[i]].count == 0;
     if (want && !guard_on[i]) {
       if (!guards_made) {
         for (size_t j = 0; j < NGUARDS; j++)
