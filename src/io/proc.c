@@ -630,13 +630,13 @@ static void on_signal(uv_signal_t *h, int signum)
   proc_req_t **list = w->list;
   w->list = NULL;
   w->count = w->cap = 0;
+  update_guards(h->loop); /* the guard first, so that no signal finds neither (SIG_DFL) */
   uv_signal_stop(&w->handle);
   for (size_t i = 0; i < n; i++) {
     list[i]->base.uv = NULL;
     sm_io_complete(&list[i]->base);
   }
   free(list);
-  update_guards(h->loop);
 }
 
 static void signal_on_loop(io_req_t *req, void *loop)
@@ -681,11 +681,11 @@ static void signal_cancel(io_req_t *req)
       break;
     }
   }
-  if (w->count == 0) /* the last waiter left */
+  update_guards(w->handle.loop); /* the guard first, as in on_signal */
+  if (w->count == 0)              /* the last waiter left */
     uv_signal_stop(&w->handle);
   r->base.uv = NULL;
   io_finish(req, -ETIMEDOUT);
-  update_guards(w->handle.loop);
 }
 
 /* The IO thread stops: waiters end cancelled, the handles close. */
