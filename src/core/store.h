@@ -1,38 +1,37 @@
 /*
-** What a scheduler's actors hold while they live, in a store of the scheduler's own: their
-** records (actor_t) and, while parked out of a shared slot, their saved stacks (stack.h: the
-** used part of a stack copied out, typically 300 bytes for a C actor and 900 for a Lua one).
+** What a scheduler's actors hold while they live, in a store of the scheduler's own: their records
+** (actor_t) and, while parked out of a shared slot, their saved stacks (stack.h: the used part of a
+** stack copied out, a few hundred bytes for a C actor and 900 for a Lua one).
 **
-** A million waiting actors hold a million of each. From malloc, each new page of them cost a
-** page fault, and each step of a scheduler thread's glibc arena an mprotect: on the virtual
-** machines users deploy to, a fault costs microseconds, and those were the larger part of the
-** time to spawn a million waiting actors (docs/perf.md, "Saved stacks and records in a store").
-** The store hands out blocks of a size class from chunks of STORE_CHUNK bytes (or a page: see
-** below), each chunk
+** A million waiting actors hold a million of each. From malloc, each new page of them cost a page
+** fault, and each step of a scheduler thread's glibc arena an mprotect: on the virtual machines
+** users deploy to, a fault costs microseconds, and those were the larger part of the time to spawn
+** a million waiting actors (docs/perf.md, "Saved stacks and records in a store"). The store hands
+** out blocks of a size class from chunks of STORE_CHUNK bytes (or a page: see below), each chunk
 ** holding one class, and prefaults each chunk in one system call when it is first used (madvise
-** MADV_POPULATE_WRITE, where the kernel has it). A class is a multiple of STORE_GRAIN bytes, up
-** to STORE_CLASS_MAX; larger blocks come from malloc. Blocks of a class lie at a stride of its
-** size: a caller that touches one field of many blocks picks a size that is not a power of two
-** (sched.c's records).
+** MADV_POPULATE_WRITE, where the kernel has it). A class is a multiple of STORE_GRAIN bytes, up to
+** STORE_CLASS_MAX; larger blocks come from malloc. Blocks of a class lie at a stride of its size: a
+** caller that touches one field of many blocks picks a size that is not a power of two (sched.c's
+** records).
 **
-** Chunks are carved from regions of STORE_REGION bytes mapped as needed and kept until the
-** store ends (address space only). When memory is so short that a region cannot be mapped, a
-** region of one chunk is tried, and when not even that, malloc (whose arena may have room that
-** is already reserved: under `ulimit -v` a new mapping fails first); such a block is told from
-** a chunk's by a look through the regions, made only while such blocks exist. A chunk whose last block is freed becomes empty and keeps its
-** memory, for the next class that needs a chunk. When the scheduler idles it trims its stacks
-** and the store (at most once a second, sched.c): every empty chunk beyond the STORE_EMPTY_KEEP
-** most recently emptied that was empty already at the previous pass gives its memory back to
-** the kernel (MADV_DONTNEED) and keeps its place, to be prefaulted again when reused. A burst of
-** actors therefore leaves little memory behind a few seconds after they are gone, without a
-** system call on the busy path, and actors that come and go, or park and wake, over and over
-** reuse the same few blocks: a class hands out the freed blocks of its first chunk first.
+** Chunks are carved from regions of STORE_REGION bytes mapped as needed and kept until the store
+** ends (address space only). When memory is so short that a region cannot be mapped, a region of
+** one chunk is tried, and when not even that, malloc (whose arena may have room that is already
+** reserved: under `ulimit -v` a new mapping fails first); such a block is told from a chunk's by a
+** look through the regions, made only while such blocks exist. A chunk whose last block is freed
+** becomes empty and keeps its memory, for the next class that needs a chunk. When the scheduler
+** idles it trims its stacks and the store (at most once a second, sched.c): every empty chunk
+** beyond the STORE_EMPTY_KEEP most recently emptied that was empty already at the previous pass
+** gives its memory back to the kernel (MADV_DONTNEED) and keeps its place, to be prefaulted again
+** when reused. A burst of actors therefore leaves little memory behind a few seconds after they are
+** gone, without a system call on the busy path, and actors that come and go, or park and wake, over
+** and over reuse the same few blocks: a class hands out the freed blocks of its first chunk first.
 **
-** A chunk is aligned to its size, so a block's chunk is its address rounded down: a block has
-** no header, and freeing takes its length (a record's size, a saved stack's length, which its
-** actor keeps). A chunk is whole pages: where a page is larger than STORE_CHUNK (aarch64 kernels
-** with 64 KiB pages), a chunk is a page, since the kernel's advice works on whole pages and
-** would otherwise reach into the neighbouring chunk.
+** A chunk is aligned to its size, so a block's chunk is its address rounded down: a block has no
+** header, and freeing takes its length (a record's size, a saved stack's length, which its actor
+** keeps). A chunk is whole pages: where a page is larger than STORE_CHUNK (aarch64 kernels with 64
+** KiB pages), a chunk is a page, since the kernel's advice works on whole pages and would otherwise
+** reach into the neighbouring chunk.
 **
 ** Owner: its scheduler's thread; nothing here is shared.
 */
