@@ -19,6 +19,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 enum sm_alloc_site {
@@ -51,6 +52,20 @@ static inline void *sm_alloc(unsigned site, size_t size)
 static inline void *sm_calloc(unsigned site, size_t n, size_t size)
 {
   return sm_alloc_fails(site) ? NULL : calloc(n, size);
+}
+
+/* A full array: arr (of *cap elements of `size` bytes) with twice the room (`first` elements for
+** a new one). Returns the array, or NULL with arr and *cap as they were. (Plain realloc: the
+** bookkeeping arrays of the stack pool and the store, not a site of the test seam.) */
+static inline void *sm_grown(void *arr, uint32_t *cap, size_t size, uint32_t first)
+{
+  if (*cap > UINT32_MAX / 2)
+    return NULL;
+  uint32_t n = *cap ? *cap * 2 : first;
+  void *more = realloc(arr, n * size);
+  if (more)
+    *cap = n;
+  return more;
 }
 
 #endif

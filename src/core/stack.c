@@ -70,25 +70,12 @@ static size_t slot_colour(uint32_t k)
   return (size_t)((k / 48u) % 8u) * 4096u + 1024u + (size_t)((k * 17u) % 48u) * 64u;
 }
 
-/* The pool's arrays, full: arr (of *cap elements of `size` bytes) with twice the room (`first`
-** elements for a new one). Returns the array, or NULL with arr and *cap as they were. */
-static void *grown(void *arr, uint32_t *cap, size_t size, uint32_t first)
-{
-  if (*cap > UINT32_MAX / 2)
-    return NULL;
-  uint32_t n = *cap ? *cap * 2 : first;
-  void *more = realloc(arr, n * size);
-  if (more)
-    *cap = n;
-  return more;
-}
-
 /* Whether class c has room to remember one more place given up (made if need be). */
 static int spare_room(stack_class_t *c)
 {
   if (c->nspare < c->spare_cap)
     return 1;
-  char **p = grown(c->spare_places, &c->spare_cap, sizeof *p, 8);
+  char **p = sm_grown(c->spare_places, &c->spare_cap, sizeof *p, 8);
   if (!p)
     return 0;
   c->spare_places = p;
@@ -105,7 +92,7 @@ static char *slot_place(stack_pool_t *pool, stack_class_t *c, size_t len)
     return c->spare_places[--c->nspare];
   if (!c->batch_left) {
     if (pool->nbatches == pool->batches_cap) {
-      stack_batch_t *b = grown(pool->batches, &pool->batches_cap, sizeof *b, 8);
+      stack_batch_t *b = sm_grown(pool->batches, &pool->batches_cap, sizeof *b, 8);
       if (!b)
         return NULL;
       pool->batches = b;
@@ -137,7 +124,7 @@ static char *slot_place(stack_pool_t *pool, stack_class_t *c, size_t len)
 static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
 {
   if (c->count == c->cap) {
-    stack_slot_t **all = grown(c->all, &c->cap, sizeof *all, 16);
+    stack_slot_t **all = sm_grown(c->all, &c->cap, sizeof *all, 16);
     if (!all)
       return NULL;
     c->all = all;

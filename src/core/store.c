@@ -156,12 +156,10 @@ static store_chunk_t *chunk_place(sm_store_t *st)
 {
   if (st->region_next == st->region_end) {
     if (st->nregions == st->regions_cap) {
-      uint32_t cap = st->regions_cap ? 2 * st->regions_cap : 8;
-      store_region_t *more = realloc(st->regions, cap * sizeof *more);
+      store_region_t *more = sm_grown(st->regions, &st->regions_cap, sizeof *more, 8);
       if (!more)
         return NULL;
       st->regions = more;
-      st->regions_cap = cap;
     }
     size_t len = STORE_REGION;
     char *base = map_aligned(st, len);
@@ -234,14 +232,12 @@ int sm_store_trim(sm_store_t *st)
       continue;
     }
     if (st->ndropped == st->dropped_cap) {
-      uint32_t cap = st->dropped_cap ? 2 * st->dropped_cap : 64;
-      char **more = realloc(st->dropped, cap * sizeof *more);
+      char **more = sm_grown(st->dropped, &st->dropped_cap, sizeof *more, 64);
       if (!more) {
         pending = 1; /* kept as they are; a later pass tries again */
         break;
       }
       st->dropped = more;
-      st->dropped_cap = cap;
     }
     *at = ch->next;
     st->nempty--;
