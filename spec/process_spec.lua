@@ -461,6 +461,56 @@ describe("smarm.signal.wait", function()
     assert.are.same({ "SIGUSR1", "SIGUSR1" }, got)
   end)
 
+  -- A signal the process started with ignored (nohup's SIGHUP; SIGINT in a shell's background
+  -- job) stays ignored: a program's guard, a waiter that timed out (libuv's stop put the default
+  -- action back) and the end of an earlier run made each of them fatal. The shell starts smarm
+  -- so, waits for its word, sends SIGHUP and SIGINT, then SIGUSR1, which the code waits for.
+  local function with_hup_ignored(...)
+    local exe = os.getenv("SMARM_EXE")
+    local ready = fresh_path()
+    local args = { ... }
+    local r = guard.run(function()
+      return smarm.process.run({ "sh", "-c", [[
+        ready=$1; exe=$2; shift 2; trap '' HUP
+        SMARM_READY=$ready $exe "$@" & p=$!
+        i=0; while [ ! -e "$ready" ] && [ $i -lt 6000 ]; do sleep 0.02; i=$((i+1)); done
+        kill -HUP $p; kill -INT $p; kill -USR1 $p; wait $p; echo "smarm ended: $?"
+      ]], "sh", ready, exe, unpack(args) }, { timeout = 5 * HANG }) -- $exe: maybe "qemu-... smarm"
+    end)
+    os.remove(ready)
+    return r.stdout, r.stderr
+  end
+  -- Waits for SIGUSR1 once its waiter is in place (the IO thread takes requests in order: see
+  -- the case above), telling the shell so through the file SMARM_READY names.
+  local USR1 = "local me = smarm.self(); "
+    .. "smarm.spawn(function() smarm.send(me, smarm.signal.wait('SIGUSR1', 600)) end); "
+    .. "smarm.yield(); smarm.fs.stat('/'); io.open(os.getenv('SMARM_READY'), 'w'):close(); "
+    .. "print(smarm.receive(600)); "
+
+  it("leaves ignored what the process started with ignored", function()
+    if not os.getenv("SMARM_EXE") then
+      return pending("SMARM_EXE is not set (./dev.sh test sets it)")
+    end
+    local sleep = own_duration(302)
+    assert.are.equal("running\nSIGUSR1\nrunning\nsmarm ended: 0\n", with_hup_ignored("-s", "1", "-e",
+      "local smarm = require('smarm'); local p = smarm.process.spawn({ 'sleep', '" .. sleep
+      .. "' }, { stdin = 'null', stdout = 'null' }); print(p:wait(0) == nil and 'running'); "
+      .. USR1
+      .. "print(p:wait(0) == nil and 'running')"))
+    assert.are.equal("timeout\nSIGUSR1\nsmarm ended: 0\n", with_hup_ignored("-s", "1", "-e",
+      "local smarm = require('smarm'); print(select(2, smarm.signal.wait('SIGHUP', 0.001))); " .. USR1))
+    local script = fresh_path()
+    local f = assert(io.open(script, "w"))
+    f:write("local smarm = require('smarm')\n",
+      "smarm.run(function() print(select(2, smarm.signal.wait('SIGHUP', 0.001))) end, { schedulers = 1 })\n",
+      "smarm.run(function() ", USR1, "end, { schedulers = 1 })\n")
+    f:close()
+    local out, err = with_hup_ignored("-n", script)
+    os.remove(script)
+    assert.are.equal("timeout\nSIGUSR1\nsmarm ended: 0\n", out, err)
+    assert.is_false(guard.run(function() return running_sleep(302) end))
+  end)
+
   it("times out, and refuses names it does not know", function()
     local r, e = guard.run(function()
       return { smarm.signal.wait("SIGHUP", 0.05) }, select(2, pcall(function() smarm.signal.wait("SIGKILL") end))

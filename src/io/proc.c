@@ -150,7 +150,7 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
     r->cwd_failed = 1;
   if (rc < 0)
-    return rc; /* the guards stay on (update_guards says why) */
+    return rc; /* the guards stay on (Signals says why) */
   c->next = all_running;
   if (all_running)
     all_running->prev = c;
@@ -609,29 +609,105 @@ static void stop_programs(void *loop)
   sm_io_id_each(&lives, stop_live);
 }
 
-/* ---- Signals ------------------------------------------------------------------------------- */
+/* ---- Signals --------------------------------------------------------------------------------
+** One libuv handle per signal, started by its first waiter (smarm.signal.wait) and, unless
+** latched, stopped by its last: libuv then puts the default action back. Two cases keep a
+** handle running while nobody waits (latched, until the IO thread stops):
+** - a guard. From the start of the first program on (before it exists: see start_child), the
+**   handles of SIGTERM, SIGINT and SIGHUP run; one that catches its signal while nobody waits
+**   kills every running program, then lets the signal end the process as it would have (its
+**   default action, raised again). SIGKILL cannot be caught: a process killed by it leaves its
+**   programs running. A guard stays on: stopped when the last program ended, it could drop a
+**   signal libuv had caught and not yet dispatched (libuv drops what arrives for a handle
+**   stopped meanwhile), and with no program to kill it only lets the signal end the process.
+** - a signal the process started with ignored (nohup's SIGHUP, SIGINT in a background job). Its
+**   handle is latched by its first waiter, since stopping it would make the signal fatal, and
+**   catching it while nobody waits does nothing. It needs no guard. The IO thread's stop puts
+**   SIG_IGN back after closing the handle (libuv's close sets SIG_DFL first: a signal in
+**   between ends the process; libuv offers nothing to close that window).
+** The waiters and the guard share one handle, so a signal caught while a waiter arrives or
+** leaves goes to one of them, never to neither. The disposition the process started with is
+** read before this loop first starts the signal's handle (ignored_at_start), and again on the
+** next loop, which therefore sees what the host set between two runs. */
 
 #define MAX_SIGNAL 65
 
 typedef struct waiters {
   uv_signal_t handle;
-  int initialised;           /* the handle exists; it runs while count > 0 */
+  int initialised;           /* the handle exists on this loop */
+  int started;
+  int latched;               /* runs while nobody waits too (above) */
+  int disposition_read;      /* ignored is known, for this loop */
+  int ignored;               /* the process had SIG_IGN for it before this loop first caught it */
   proc_req_t **list;
   size_t count, cap;
 } waiters_t;
 
 static waiters_t signals[MAX_SIGNAL];
+static const int fatal_signals[] = {SIGTERM, SIGINT, SIGHUP}; /* guarded */
+#define NFATAL (sizeof fatal_signals / sizeof *fatal_signals)
+
+static void on_signal(uv_signal_t *h, int signum);
+
+static int ignored_at_start(int signum)
+{
+  waiters_t *w = &signals[signum];
+  if (!w->disposition_read) { /* before this loop's first start: nothing of ours is in place */
+    struct sigaction sa;
+    w->ignored = sigaction(signum, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+                 sa.sa_handler == SIG_IGN;
+    w->disposition_read = 1;
+  }
+  return w->ignored;
+}
+
+/* Starts or stops signum's handle as its waiters and its latch say: 0 or a libuv error (of the
+** start, for the waiter that asked it). */
+static int update_signal(uv_loop_t *loop, int signum)
+{
+  waiters_t *w = &signals[signum];
+  if (w->count > 0 && ignored_at_start(signum))
+    w->latched = 1;
+  int want = w->count > 0 || w->latched;
+  if (want && !w->started) {
+    ignored_at_start(signum); /* read before our handler replaces it */
+    if (!w->initialised) {
+      uv_signal_init(loop, &w->handle);
+      w->initialised = 1;
+    }
+    int rc = uv_signal_start(&w->handle, on_signal, signum);
+    if (rc < 0)
+      return rc;
+    w->started = 1;
+  } else if (!want && w->started) {
+    uv_signal_stop(&w->handle);
+    w->started = 0;
+  }
+  return 0;
+}
+
+/* A guarded or ignored signal that nobody waits for (the handle's latch). */
+static void on_unwaited_signal(int signum)
+{
+  if (ignored_at_start(signum))
+    return; /* ignored, as the process was told before it started */
+  kill_running_programs();
+  signal(signum, SIG_DFL);
+  raise(signum);
+}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-  (void)h;
   waiters_t *w = &signals[signum];
   size_t n = w->count;
+  if (n == 0) {
+    on_unwaited_signal(signum);
+    return;
+  }
   proc_req_t **list = w->list;
   w->list = NULL;
   w->count = w->cap = 0;
-  update_guards(h->loop); /* the guard first, so that no signal finds neither (SIG_DFL) */
-  uv_signal_stop(&w->handle);
+  update_signal(h->loop, signum);
   for (size_t i = 0; i < n; i++) {
     list[i]->base.uv = NULL;
     sm_io_complete(&list[i]->base);
@@ -653,20 +729,14 @@ static void signal_on_loop(io_req_t *req, void *loop)
     w->list = more;
     w->cap = cap;
   }
-  if (!w->initialised) {
-    uv_signal_init(loop, &w->handle);
-    w->initialised = 1;
-  }
-  if (w->count == 0) { /* the first waiter starts the handle */
-    int rc = uv_signal_start(&w->handle, on_signal, r->signum);
-    if (rc < 0) {
-      io_finish(req, rc);
-      return;
-    }
-  }
   w->list[w->count++] = r;
+  int rc = update_signal(loop, r->signum); /* the first waiter starts the handle */
+  if (rc < 0) {
+    w->count--;
+    io_finish(req, rc);
+    return;
+  }
   r->base.uv = w;
-  update_guards(loop);
 }
 
 static void signal_cancel(io_req_t *req)
@@ -681,14 +751,13 @@ static void signal_cancel(io_req_t *req)
       break;
     }
   }
-  update_guards(w->handle.loop); /* the guard first, as in on_signal */
-  if (w->count == 0)              /* the last waiter left */
-    uv_signal_stop(&w->handle);
+  update_signal(w->handle.loop, r->signum); /* the last waiter stops it, unless latched */
   r->base.uv = NULL;
   io_finish(req, -ETIMEDOUT);
 }
 
-/* The IO thread stops: waiters end cancelled, the handles close. */
+/* The IO thread stops: waiters end cancelled, the handles close, and a signal the process
+** started with ignored is ignored again. */
 static void stop_signals(void *loop)
 {
   (void)loop;
@@ -699,29 +768,15 @@ static void stop_signals(void *loop)
       io_finish(&w->list[i]->base, -ECANCELED);
     }
     free(w->list);
-    w->list = NULL;
-    w->count = w->cap = 0;
-    if (w->initialised) {
+    if (w->initialised)
       uv_close((uv_handle_t *)&w->handle, NULL);
-      w->initialised = 0;
-    }
+    if (w->started && w->ignored)
+      signal(s, SIG_IGN);
+    w->list = NULL; /* the handle stays as it is: libuv ends its close on the next turn */
+    w->count = w->cap = 0;
+    w->initialised = w->started = w->latched = w->disposition_read = w->ignored = 0;
   }
 }
-
-/* ---- Children die with the runtime ----------------------------------------------------------
-** The runtime's end kills the programs still running (stop_programs); so must a signal that ends
-** the process with nobody to handle it. From the start of a program on (before it exists: see
-** start_child), each of these signals that no smarm.signal.wait waits for has a guard: its
-** handler (on the loop, through libuv) kills every running program, then lets the signal end
-** the process as it would have (its default action, raised again). A waiter for the signal
-** takes over from the guard while it waits. SIGKILL cannot be caught: a process killed by it
-** leaves its programs running. */
-
-static const int fatal_signals[] = {SIGTERM, SIGINT, SIGHUP};
-#define NGUARDS (sizeof fatal_signals / sizeof *fatal_signals)
-static uv_signal_t guards[NGUARDS];
-static int guards_made;       /* the handles exist on the current loop */
-static int guard_on[NGUARDS]; /* started */
 
 /* ---- Exits whose SIGCHLD went missing ------------------------------------------------------
 ** libuv learns that a program ended from SIGCHLD: its handler writes to the loop, which reaps.
@@ -732,7 +787,7 @@ static int guard_on[NGUARDS]; /* started */
 ** lost signal (at worst one whose message waits unread in libuv's pipe: a SIGCHLD too many does
 ** no harm), and SIGCHLD is raised on this thread, where libuv's handler runs at once and the
 ** loop reaps as usual. The timer is unreferenced: it never keeps the loop going. It runs on
-** through the IO thread's stop (stop_guards) until the programs killed there have ended. */
+** through the IO thread's stop (stop_reap_check) until the programs killed there have ended. */
 #define REAP_CHECK_MS 100
 static uv_timer_t reap_check;
 static int reap_check_made; /* initialised on the current loop, not closed */
@@ -771,24 +826,13 @@ static void start_reap_check(uv_loop_t *loop)
   reap_check_on = uv_timer_start(&reap_check, on_reap_check, REAP_CHECK_MS, REAP_CHECK_MS) == 0;
 }
 
-static void on_fatal_signal(uv_signal_t *h, int signum)
-{
-  (void)h;
-  kill_running_programs();
-  for (size_t i = 0; i < NGUARDS; i++)
-    if (guard_on[i])
-      uv_signal_stop(&guards[i]);
-  signal(signum, SIG_DFL);
-  raise(signum);
-}
-
-/* The guards (from the first program's start on) and the look for lost exits (while programs
-** run). */
+/* The guards (from the first program's start on: see Signals) and the look for lost exits
+** (while programs run). */
 static void update_guards(uv_loop_t *loop)
 {
   if (all_running && !reap_check_on) /* after the stop began too: the programs it kills */
     start_reap_check(loop);
-  if (sm_io_interrupted()) { /* the IO thread stops (stop_guards): no new guard may start */
+  if (sm_io_interrupted()) { /* the IO thread stops (stop_reap_check): no guard may start */
     if (!all_running) /* the last program killed at the stop has ended */
       close_reap_check();
     return;
@@ -797,38 +841,19 @@ static void update_guards(uv_loop_t *loop)
     uv_timer_stop(&reap_check);
     reap_check_on = 0;
   }
-  /* A guard, once on, stays on until a waiter takes its signal over or the IO thread stops: one
-  ** stopped when the last program ends (or fails to start) could drop its signal, caught by
-  ** libuv and not yet dispatched (libuv drops what arrives for a handle stopped meanwhile), and
-  ** a guard with nothing to kill only lets the signal end the process, as it would have. */
-  for (size_t i = 0; i < NGUARDS; i++) {
-    int want = (all_running != NULL || starting || guard_on[i]) &&
-               signals[fatal_signals[i]].count == 0;
-    if (want && !guard_on[i]) {
-      if (!guards_made) {
-        for (size_t j = 0; j < NGUARDS; j++)
-          uv_signal_init(loop, &guards[j]);
-        guards_made = 1;
-      }
-      guard_on[i] = uv_signal_start(&guards[i], on_fatal_signal, fatal_signals[i]) == 0;
-    } else if (!want && guard_on[i]) {
-      uv_signal_stop(&guards[i]);
-      guard_on[i] = 0;
-    }
+  for (size_t i = 0; i < NFATAL; i++) {
+    int s = fatal_signals[i];
+    if ((all_running || starting) && !ignored_at_start(s))
+      signals[s].latched = 1;
+    update_signal(loop, s); /* a guard that fails to start leaves the signal's default action */
   }
 }
 
-static void stop_guards(void *loop)
+static void stop_reap_check(void *loop)
 {
   (void)loop;
-  for (size_t i = 0; i < NGUARDS; i++) {
-    guard_on[i] = 0;
-    if (guards_made)
-      uv_close((uv_handle_t *)&guards[i], NULL);
-  }
   if (!reap_check_on) /* else closed once the last program killed has ended (update_guards) */
     close_reap_check();
-  guards_made = 0;
 }
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
@@ -836,7 +861,7 @@ static void register_stop(void)
 {
   sm_io_on_stop(stop_programs);
   sm_io_on_stop(stop_signals);
-  sm_io_on_stop(stop_guards);
+  sm_io_on_stop(stop_reap_check);
 }
 
 proc_req_t *sm_proc_run_new(void)
