@@ -1718,12 +1718,15 @@ static int l_run(lua_State *L)
       n = SMARM_SCHED_MAX;
     cfg.schedulers = n;
   }
-  run.vms = calloc(n, sizeof *run.vms);
-  if (!run.vms)
-    return luaL_error(L, "not enough memory");
-  lactor_t *main = new_lactor(L, 1, 2, 0);
+  lactor_t *main = new_lactor(L, 1, 2, 0); /* first: it raises when out of memory */
   main->is_main = 1;
   int main_ref = main->coref;
+  run.vms = calloc(n, sizeof *run.vms);
+  if (!run.vms) {
+    luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
+    free(main);
+    return luaL_error(L, "not enough memory");
+  }
   lua_State *co = main->head.co;
 
   lua_pushlightuserdata(L, (void *)&last_traceback_key); /* this run's error has none yet */
