@@ -333,6 +333,15 @@ SMARM_API size_t smarm_stack_headroom(void);
 SMARM_API void *smarm_actor_data(void);
 SMARM_API void smarm_actor_set_data(void *data);
 
+/* Small blocks for state that lives with the calling scheduler's actors (the Lua layer's per-actor
+** state), from the scheduler's own store: dense, and faulted in a chunk at a time, where malloc
+** grows a thread's arena a few pages at a time, each step a system call and a fault. NULL
+** outside a scheduler's thread or when memory is out (malloc is then the caller's fallback).
+** A block must be freed with smarm_local_free on the scheduler that made it, with the same len,
+** before that scheduler ends (its actors' on_actor_stopped is in time). */
+SMARM_API void *smarm_local_alloc(size_t len);
+SMARM_API void smarm_local_free(void *block, size_t len);
+
 /* Scheduler of the caller (0-based; -1 outside the runtime) and how many there are (0 when no
 ** runtime is running). */
 SMARM_API int smarm_sched_index(void);

@@ -748,6 +748,81 @@ TEST(stop_hook_gets_each_actors_data)
   CHECK_EQ(stopped_with[3], 1);
 }
 
+/* ---- smarm_local_alloc: blocks of each scheduler's store, held by parked actors, freed by
+** their actors or by the stop hook; none overlaps another (each keeps its fill), none is left
+** (a debug build's store asserts so at the scheduler's end) ---- */
+
+#define LOCAL_ACTORS 64
+static const size_t local_sizes[] = {0, 1, 16, 72, 200, 4096, 5000}; /* 5000: past the classes */
+#define NLOCAL (sizeof local_sizes / sizeof *local_sizes)
+
+typedef struct local_state {
+  unsigned char *blocks[NLOCAL];
+  unsigned char fill;
+} local_state_t;
+
+static int64_t locals_freed;
+
+static void local_state_free(local_state_t *st)
+{
+  for (size_t i = 0; i < NLOCAL; i++) {
+    for (size_t j = 0; j < local_sizes[i]; j++)
+      CHECK_EQ(st->blocks[i][j], st->fill);
+    smarm_local_free(st->blocks[i], local_sizes[i]);
+  }
+  smarm_local_free(st, sizeof *st);
+  bump(&locals_freed);
+}
+
+static void local_state_stopped(void *data, void *ud)
+{
+  (void)ud;
+  local_state_free(data);
+}
+
+static void local_holder(void *arg)
+{
+  local_state_t *st = smarm_local_alloc(sizeof *st);
+  CHECK(st != NULL);
+  st->fill = (unsigned char)(intptr_t)arg;
+  for (size_t i = 0; i < NLOCAL; i++) {
+    st->blocks[i] = smarm_local_alloc(local_sizes[i]);
+    CHECK(st->blocks[i] != NULL);
+    memset(st->blocks[i], st->fill, local_sizes[i]);
+  }
+  smarm_actor_set_data(st);
+  smarm_yield(); /* the others make theirs */
+  if (st->fill % 2) { /* half free theirs and end */
+    smarm_actor_set_data(NULL);
+    local_state_free(st);
+    return;
+  }
+  smarm_msg_t *m;
+  smarm_receive(SMARM_FOREVER, &m); /* the run's end stops it: the hook frees */
+  CHECK(0);
+}
+
+static void main_local(void *arg)
+{
+  (void)arg;
+  for (int k = 0; k < LOCAL_ACTORS; k++)
+    CHECK_EQ(smarm_spawn_on(k % 2, local_holder, (void *)(intptr_t)(k + 1), NULL, NULL), 0);
+  WAIT_UNTIL(load(&locals_freed) >= LOCAL_ACTORS / 2, 100 * 1000);
+  CHECK_EQ(load(&locals_freed), LOCAL_ACTORS / 2);
+}
+
+TEST(local_blocks_live_with_their_actors)
+{
+  locals_freed = 0;
+  CHECK(smarm_local_alloc(16) == NULL); /* not on a scheduler */
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 2;
+  cfg.on_actor_stopped = local_state_stopped;
+  CHECK_EQ(smarm_run(&cfg, main_local, NULL), 0);
+  CHECK_EQ(load(&locals_freed), LOCAL_ACTORS);
+}
+
 /* ---- A busy scheduler still tells its timers and ticks (cfg.on_sched_tick) every 64 decisions,
 ** also when every switch passes through its own stack (one stack shared by copying) while a
 ** timer waits that never fires in the test ---- */

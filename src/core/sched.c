@@ -1438,6 +1438,19 @@ void smarm_actor_set_data(void *data)
     self->data = data;
 }
 
+void *smarm_local_alloc(size_t len)
+{
+  sched_t *s = sm_sched_tls;
+  return s ? sm_store_alloc(&s->store, 0, len) : NULL;
+}
+
+void smarm_local_free(void *block, size_t len)
+{
+  sched_t *s = sm_sched_tls;
+  if (block && s)
+    sm_store_free(&s->store, block, len);
+}
+
 int smarm_sched_index(void) { return sm_sched_tls ? (int)sm_sched_tls->index : -1; }
 
 void *smarm_sched_data(void) { return sm_sched_tls ? sm_sched_tls->data : NULL; }

@@ -107,7 +107,8 @@ typedef struct lactor {
                     than LUAI_MAXCSTACK) */
   uint8_t is_main;
   uint8_t in_block; /* a spawn_on's shell, inside its own pending block (shell_of) */
-} lactor_t; /* 72 bytes, a 80-byte malloc chunk: one per Lua actor, so its size shows */
+  uint8_t local;    /* from its scheduler's store (lactor_alloc), else from malloc */
+} lactor_t; /* 72 bytes, an 80-byte block: one per Lua actor, so its size shows */
 
 /* What smarm.run shares with the schedulers and the main actor. */
 typedef struct lrun {
@@ -190,6 +191,28 @@ enum co_fate {
   CO_RELEASE, /* it may hold frames (stopped or exited while running): released to the GC */
 };
 
+/* An actor's state, on its own scheduler (the main actor's is made before the run: malloc). */
+static lactor_t *lactor_alloc(void)
+{
+  lactor_t *la = smarm_local_alloc(sizeof *la);
+  if (la) {
+    la->local = 1;
+    return la;
+  }
+  la = malloc(sizeof *la);
+  if (la)
+    la->local = 0;
+  return la;
+}
+
+static void lactor_release(lactor_t *la) /* its memory, lactor_alloc's */
+{
+  if (la->local)
+    smarm_local_free(la, sizeof *la);
+  else
+    free(la);
+}
+
 static void lactor_free(lactor_t *la, enum co_fate fate)
 {
   if (la->in_block) { /* a shell: its block is all there is of it (and holds it) */
@@ -209,7 +232,7 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
     }
     luaL_unref(vm->L, LUA_REGISTRYINDEX, la->savedref);
   }
-  free(la);
+  lactor_release(la);
 }
 
 /* An actor's body raised (the error value on co's top): it ends with the reason
@@ -1297,14 +1320,15 @@ static void remote_actor_main(void *arg)
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
-  lactor_t *la = malloc(sizeof *la);
+  lactor_t *la = lactor_alloc();
   if (!la) {
     smarm_actor_set_data(NULL);
     smarm_msg_free(arg);
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
-  *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg};
+  uint8_t local = la->local;
+  *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg, .local = local};
   smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
   remote_start_t r = {la, arg};
   if (vm->spare_count > 0) { /* nothing raises there (start_remote): no protected call, which
@@ -1338,7 +1362,7 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
     luaL_error(L, "smarm.spawn: too many arguments");
     return NULL;
   }
-  lactor_t *la = malloc(sizeof *la);
+  lactor_t *la = lactor_alloc();
   if (!la) {
     luaL_error(L, "not enough memory");
     return NULL;
@@ -1348,7 +1372,7 @@ static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
                                      ** protected call, which allocates a C function in LuaJIT */
     lactor_init(la, L);
   } else if (lua_cpcall(L, lactor_init_protected, la) != 0) { /* nothing anchored: the GC's */
-    free(la);
+    lactor_release(la);
     lua_error(L); /* the error lua_cpcall left: "not enough memory" */
     return NULL;
   }
@@ -1724,7 +1748,7 @@ static int l_run(lua_State *L)
   run.vms = calloc(n, sizeof *run.vms);
   if (!run.vms) {
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
-    free(main);
+    lactor_release(main);
     return luaL_error(L, "not enough memory");
   }
   lua_State *co = main->head.co;
@@ -1754,7 +1778,7 @@ static int l_run(lua_State *L)
   call_after_run(L);
   if (rc < 0) { /* the main actor was never made: its state is ours to free */
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
-    free(main);
+    lactor_release(main);
     return luaL_error(L, "smarm.run: %s", rc == -EBUSY ? "a runtime is already running"
                                                        : strerror(-rc));
   }
