@@ -761,7 +761,7 @@ typedef struct local_state {
   unsigned char fill;
 } local_state_t;
 
-static int64_t locals_freed;
+static int64_t locals_made, locals_freed;
 
 static void local_state_free(local_state_t *st)
 {
@@ -791,6 +791,7 @@ static void local_holder(void *arg)
     memset(st->blocks[i], st->fill, local_sizes[i]);
   }
   smarm_actor_set_data(st);
+  bump(&locals_made);
   smarm_yield(); /* the others make theirs */
   if (st->fill % 2) { /* half free theirs and end */
     smarm_actor_set_data(NULL);
@@ -807,13 +808,14 @@ static void main_local(void *arg)
   (void)arg;
   for (int k = 0; k < LOCAL_ACTORS; k++)
     CHECK_EQ(smarm_spawn_on(k % 2, local_holder, (void *)(intptr_t)(k + 1), NULL, NULL), 0);
-  WAIT_UNTIL(load(&locals_freed) >= LOCAL_ACTORS / 2, 100 * 1000);
-  CHECK_EQ(load(&locals_freed), LOCAL_ACTORS / 2);
+  WAIT_UNTIL(load(&locals_made) >= LOCAL_ACTORS && load(&locals_freed) >= LOCAL_ACTORS / 2,
+             100 * 1000);
+  CHECK_EQ(load(&locals_freed), LOCAL_ACTORS / 2); /* the others hold theirs until stopped */
 }
 
 TEST(local_blocks_live_with_their_actors)
 {
-  locals_freed = 0;
+  locals_made = locals_freed = 0;
   CHECK(smarm_local_alloc(16) == NULL); /* not on a scheduler */
   smarm_config_t cfg;
   smarm_config_init(&cfg);
