@@ -463,7 +463,7 @@ describe("smarm.signal.wait", function()
 
   -- A signal the process started with ignored (nohup's SIGHUP; SIGINT in a shell's background
   -- job) stays ignored: a program's guard, a waiter that timed out (libuv's stop put the default
-  -- action back) and the end of an earlier run made each of them fatal. The shell starts smarm
+  -- action back), both, and the end of an earlier run made each of them fatal. The shell starts smarm
   -- so, waits for its word, sends SIGHUP and SIGINT, then SIGUSR1, which the code waits for.
   local function with_hup_ignored(...)
     local exe = os.getenv("SMARM_EXE")
@@ -499,6 +499,11 @@ describe("smarm.signal.wait", function()
       .. "print(p:wait(0) == nil and 'running')"))
     assert.are.equal("timeout\nSIGUSR1\nsmarm ended: 0\n", with_hup_ignored("-s", "1", "-e",
       "local smarm = require('smarm'); print(select(2, smarm.signal.wait('SIGHUP', 0.001))); " .. USR1))
+    assert.are.equal("timeout\nSIGUSR1\nrunning\nsmarm ended: 0\n", with_hup_ignored("-s", "1",
+      "-e", "local smarm = require('smarm'); local p = smarm.process.spawn({ 'sleep', '" .. sleep
+      .. "' }, { stdin = 'null', stdout = 'null' }); "
+      .. "print(select(2, smarm.signal.wait('SIGHUP', 0.001))); " .. USR1
+      .. "print(p:wait(0) == nil and 'running')"))
     local script = fresh_path()
     local f = assert(io.open(script, "w"))
     f:write("local smarm = require('smarm')\n",

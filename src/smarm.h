@@ -336,9 +336,11 @@ SMARM_API void smarm_actor_set_data(void *data);
 /* Small blocks for state that lives with the calling scheduler's actors (the Lua layer's per-actor
 ** state), from the scheduler's own store: dense, and faulted in a chunk at a time, where malloc
 ** grows a thread's arena a few pages at a time, each step a system call and a fault. NULL
-** outside a scheduler's thread or when memory is out (malloc is then the caller's fallback).
-** A block must be freed with smarm_local_free on the scheduler that made it, with the same len,
-** before that scheduler ends (its actors' on_actor_stopped is in time). */
+** outside a scheduler's thread, in on_sched_stop (the store is gone by then), or when memory is
+** out. A block must be freed with smarm_local_free on the scheduler that made it, with the same
+** len, before that scheduler ends: by its actor, or in on_actor_stopped (which is in time), not
+** in on_sched_stop, where freeing does nothing. A debug build's store aborts at its end if a
+** block is left; LeakSanitizer does not see such a leak (the store's memory is its own). */
 SMARM_API void *smarm_local_alloc(size_t len);
 SMARM_API void smarm_local_free(void *block, size_t len);
 

@@ -1438,16 +1438,17 @@ void smarm_actor_set_data(void *data)
     self->data = data;
 }
 
+/* The store is gone once the actors are (sm_sched_destroy_actors), before on_sched_stop runs. */
 void *smarm_local_alloc(size_t len)
 {
   sched_t *s = sm_sched_tls;
-  return s ? sm_store_alloc(&s->store, 0, len) : NULL;
+  return s && s->store.chunk ? sm_store_alloc(&s->store, 0, len) : NULL;
 }
 
 void smarm_local_free(void *block, size_t len)
 {
   sched_t *s = sm_sched_tls;
-  if (block && s)
+  if (block && s && s->store.chunk)
     sm_store_free(&s->store, block, len);
 }
 

@@ -669,8 +669,7 @@ static int update_signal(uv_loop_t *loop, int signum)
   if (w->count > 0 && ignored_at_start(signum))
     w->latched = 1;
   int want = w->count > 0 || w->latched;
-  if (want && !w->started) {
-    ignored_at_start(signum); /* read before our handler replaces it */
+  if (want && !w->started) { /* ignored_at_start was read: a waiter above, a guard's latch */
     if (!w->initialised) {
       uv_signal_init(loop, &w->handle);
       w->initialised = 1;

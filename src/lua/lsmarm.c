@@ -10,7 +10,7 @@
 ** calling into the C core from a classic lua_CFunction (lpark.h), so it can park from anywhere a
 ** C stack exists (sort comparators, metamethods, pcall, nested coroutines, require).
 **
-** Ownership: an lactor_t (malloc'd) belongs to its actor; it is freed when the actor's body
+** Ownership: an lactor_t (lactor_alloc: its scheduler's store) belongs to its actor; it is freed when the actor's body
 ** returns, by smarm.exit before it ends the actor, or by on_actor_stopped when the actor is killed
 ** or shutdown stops it where it stands (its coroutine is then released to the GC).
 **
@@ -105,10 +105,11 @@ typedef struct lactor {
   int io_held;   /* IO events (codec.h) decoded and not yet handed to the actor by a receive */
   int16_t nargs; /* values waiting on co's stack above the function (a call's arguments: fewer
                     than LUAI_MAXCSTACK) */
-  uint8_t is_main;
-  uint8_t in_block; /* a spawn_on's shell, inside its own pending block (shell_of) */
-  uint8_t local;    /* from its scheduler's store (lactor_alloc), else from malloc */
-} lactor_t; /* 72 bytes, an 80-byte block: one per Lua actor, so its size shows */
+  uint8_t is_main : 1;
+  uint8_t in_block : 1; /* a spawn_on's shell, inside its own pending block (shell_of) */
+  uint8_t local : 1;    /* from its scheduler's store (lactor_alloc), else from malloc */
+} lactor_t;
+_Static_assert(sizeof(lactor_t) <= 72, "one per Lua actor, an 80-byte block: its size shows");
 
 /* What smarm.run shares with the schedulers and the main actor. */
 typedef struct lrun {
@@ -199,6 +200,8 @@ static lactor_t *lactor_alloc(void)
     la->local = 1;
     return la;
   }
+  if (smarm_sched_index() >= 0)
+    return NULL; /* out of memory (the store's own fallback is malloc) */
   la = malloc(sizeof *la);
   if (la)
     la->local = 0;
@@ -1327,7 +1330,7 @@ static void remote_actor_main(void *arg)
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
-  uint8_t local = la->local;
+  unsigned local = la->local;
   *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg, .local = local};
   smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
   remote_start_t r = {la, arg};
