@@ -625,8 +625,10 @@ static void stop_programs(void *loop)
 **   catching it while nobody waits does nothing. It needs no guard. The IO thread's stop puts
 **   SIG_IGN back after closing the handle (libuv's close sets SIG_DFL first: a signal in
 **   between ends the process; libuv offers nothing to close that window).
-** The waiters and the guard share one handle, so a signal caught while a waiter arrives or
-** leaves goes to one of them, never to neither. The disposition the process started with is
+** The waiters and the guard share one handle, so a signal caught while the guard is on and a
+** waiter arrives or leaves goes to one of them, never to neither (without a guard, one caught
+** just before the last waiter leaves goes with the handle's stop: the timeout and the signal
+** crossed). The disposition the process started with is
 ** read before this loop first starts the signal's handle (ignored_at_start), and again on the
 ** next loop, which therefore sees what the host set between two runs. */
 

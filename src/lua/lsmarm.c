@@ -10,9 +10,10 @@
 ** calling into the C core from a classic lua_CFunction (lpark.h), so it can park from anywhere a
 ** C stack exists (sort comparators, metamethods, pcall, nested coroutines, require).
 **
-** Ownership: an lactor_t (lactor_alloc: its scheduler's store) belongs to its actor; it is freed when the actor's body
-** returns, by smarm.exit before it ends the actor, or by on_actor_stopped when the actor is killed
-** or shutdown stops it where it stands (its coroutine is then released to the GC).
+** Ownership: an lactor_t (lactor_alloc: its scheduler's store) belongs to its actor; it is freed
+** when the actor's body returns, by smarm.exit before it ends the actor, or by on_actor_stopped
+** when the actor is killed or shutdown stops it where it stands (its coroutine is then released
+** to the GC).
 **
 ** Messages are copied with the codec (codec.h) into byte blocks of the core. Selective receive:
 ** messages taken from the core mailbox that a match function refused wait, decoded, in the
@@ -105,9 +106,8 @@ typedef struct lactor {
   int io_held;   /* IO events (codec.h) decoded and not yet handed to the actor by a receive */
   int16_t nargs; /* values waiting on co's stack above the function (a call's arguments: fewer
                     than LUAI_MAXCSTACK) */
-  uint8_t is_main : 1;
+  uint8_t is_main : 1;  /* also: from malloc, not from its scheduler's store (lactor_alloc) */
   uint8_t in_block : 1; /* a spawn_on's shell, inside its own pending block (shell_of) */
-  uint8_t local : 1;    /* from its scheduler's store (lactor_alloc), else from malloc */
 } lactor_t;
 _Static_assert(sizeof(lactor_t) <= 72, "one per Lua actor, an 80-byte block: its size shows");
 
@@ -192,28 +192,22 @@ enum co_fate {
   CO_RELEASE, /* it may hold frames (stopped or exited while running): released to the GC */
 };
 
-/* An actor's state, on its own scheduler (the main actor's is made before the run: malloc). */
-static lactor_t *lactor_alloc(void)
+/* An actor's state, from its own scheduler's store; the main actor's from malloc, since
+** smarm.run makes it before the schedulers exist. NULL when memory is out. */
+static lactor_t *lactor_alloc(int is_main)
 {
-  lactor_t *la = smarm_local_alloc(sizeof *la);
-  if (la) {
-    la->local = 1;
-    return la;
-  }
-  if (smarm_sched_index() >= 0)
-    return NULL; /* out of memory (the store's own fallback is malloc) */
-  la = malloc(sizeof *la);
+  lactor_t *la = is_main ? malloc(sizeof *la) : smarm_local_alloc(sizeof *la);
   if (la)
-    la->local = 0;
+    la->is_main = is_main != 0;
   return la;
 }
 
 static void lactor_release(lactor_t *la) /* its memory, lactor_alloc's */
 {
-  if (la->local)
-    smarm_local_free(la, sizeof *la);
-  else
+  if (la->is_main)
     free(la);
+  else
+    smarm_local_free(la, sizeof *la);
 }
 
 static void lactor_free(lactor_t *la, enum co_fate fate)
@@ -1275,7 +1269,6 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->head.hook_ref = la->head.hook_mask = la->head.hook_count = la->head.hook_left = 0;
   la->head.waiting_for = NULL;
   la->nargs = 0;
-  la->is_main = 0;
   la->in_block = 0;
   la->savedref = LUA_NOREF;
   la->saved_first = 1;
@@ -1323,15 +1316,14 @@ static void remote_actor_main(void *arg)
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
-  lactor_t *la = lactor_alloc();
+  lactor_t *la = lactor_alloc(0);
   if (!la) {
     smarm_actor_set_data(NULL);
     smarm_msg_free(arg);
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
-  unsigned local = la->local;
-  *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg, .local = local};
+  *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg};
   smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
   remote_start_t r = {la, arg};
   if (vm->spare_count > 0) { /* nothing raises there (start_remote): no protected call, which
@@ -1357,15 +1349,16 @@ static int lactor_init_protected(lua_State *L)
   return 0;
 }
 
-/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on.
-** Raises "not enough memory" (and frees what it made) when there is none for it. */
-static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs)
+/* New coroutine of L's VM holding the function at fn_idx and nargs arguments from first on, for
+** the run's main actor or another (lactor_alloc). Raises "not enough memory" (and frees what it
+** made) when there is none for it. */
+static lactor_t *new_lactor(lua_State *L, int fn_idx, int first, int nargs, int is_main)
 {
   if (nargs > INT16_MAX) { /* (a Lua call passes fewer than LUAI_MAXCSTACK) */
     luaL_error(L, "smarm.spawn: too many arguments");
     return NULL;
   }
-  lactor_t *la = lactor_alloc();
+  lactor_t *la = lactor_alloc(is_main);
   if (!la) {
     luaL_error(L, "not enough memory");
     return NULL;
@@ -1454,7 +1447,7 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   if (r->where == SPAWN_HERE) {
     luaL_checktype(L, fn_idx, LUA_TFUNCTION);
     self_or_raise(L, fname);
-    lactor_t *la = new_lactor(L, fn_idx, fn_idx + 1, nargs);
+    lactor_t *la = new_lactor(L, fn_idx, fn_idx + 1, nargs, 0);
     opts.data = la; /* stopped before it runs: on_actor_stopped frees it */
     rc = smarm_spawn(lactor_main, la, &opts, &pid);
     if (rc < 0)
@@ -1745,8 +1738,7 @@ static int l_run(lua_State *L)
       n = SMARM_SCHED_MAX;
     cfg.schedulers = n;
   }
-  lactor_t *main = new_lactor(L, 1, 2, 0); /* first: it raises when out of memory */
-  main->is_main = 1;
+  lactor_t *main = new_lactor(L, 1, 2, 0, 1); /* first: it raises when out of memory */
   int main_ref = main->coref;
   run.vms = calloc(n, sizeof *run.vms);
   if (!run.vms) {
