@@ -208,6 +208,14 @@ int sm_ljx_has_ffi_callbacks(lua_State *L)
 
 const void *sm_ljx_running_function(lua_State *L) { return curr_func(L); }
 
+int sm_ljx_args_nil(lua_State *L)
+{
+  for (const TValue *o = L->base; o < L->top; o++)
+    if (!tvisnil(o))
+      return 0;
+  return 1;
+}
+
 int sm_ljx_may_receive_unparked(lua_State *L)
 {
   global_State *g = G(L);

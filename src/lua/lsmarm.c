@@ -1193,20 +1193,23 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
 
 static int l_receive(lua_State *L)
 {
-  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout) */
-  int match_idx = 0, timeout_idx = 1;
-  if (lua_isfunction(L, 1) || (lua_isnil(L, 1) && lua_gettop(L) >= 2)) {
-    match_idx = lua_isfunction(L, 1) ? 1 : 0;
-    timeout_idx = 2;
-  } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
-    sm_lpark_check_seconds(L, 1); /* raises: neither a match function nor a timeout */
-  }
+  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout); nil
+  ** arguments alone (the FFI receive passes two) are receive(), told at one look */
+  int match_idx = 0;
   int64_t timeout = SMARM_FOREVER;
-  if (!lua_isnoneornil(L, timeout_idx)) {
-    timeout = sm_lpark_check_seconds(L, timeout_idx);
+  if (!sm_ljx_args_nil(L)) {
+    int timeout_idx = 1;
+    if (lua_isfunction(L, 1) || (lua_isnil(L, 1) && lua_gettop(L) >= 2)) {
+      match_idx = lua_isfunction(L, 1) ? 1 : 0;
+      timeout_idx = 2;
+    } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
+      sm_lpark_check_seconds(L, 1); /* raises: neither a match function nor a timeout */
+    }
+    if (!lua_isnoneornil(L, timeout_idx)) {
+      timeout = sm_lpark_check_seconds(L, timeout_idx);
+    }
   }
   lactor_t *la = self_or_raise(L, "receive");
-  lua_settop(L, 2);
   if (!match_idx && la->saved_count == 0) { /* the common case: straight from the mailbox */
     int n = mailbox_next(L, la, timeout);
     if (n == 1) {
@@ -1217,6 +1220,7 @@ static int l_receive(lua_State *L)
     }
     return n;
   }
+  lua_settop(L, 2);
   return receive_in(L, la, match_idx, timeout);
 }
 
