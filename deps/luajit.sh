@@ -87,9 +87,14 @@ fetch_from_pool "$POOL_PATH" "$SHA256"
 # SMARM_LUAJIT_CHECKHOOK=0 is in their environment too (lua/smarm/luajit_check.lua).
 CK="-DLUAJIT_ENABLE_CHECKHOOK"
 [ "${SMARM_LUAJIT_CHECKHOOK:-1}" = 0 ] && CK=""
+# The release variant's C parts are compiled for link-time optimisation as well as plainly (fat
+# objects): smarm's optimised builds (SMARM_LTO) then inline the Lua C API's small functions
+# (index2adr, lua_type, lua_settop) into the binding, and any other link uses the plain code
+# (docs/perf.md, "Optimised across files"). The checking variants stay plain: what they are for
+# is LuaJIT's own assertions.
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
-    release) build release "$CK" ;;
+    release) build release "$CK -flto=auto -ffat-lto-objects" ;;
     check) build check "$CK -DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
     asan | tsan)
       [ -z "$CROSS" ] || continue
