@@ -89,9 +89,9 @@ CK="-DLUAJIT_ENABLE_CHECKHOOK"
 [ "${SMARM_LUAJIT_CHECKHOOK:-1}" = 0 ] && CK=""
 # The release variant's C parts are compiled for link-time optimisation as well as plainly (fat
 # objects): smarm's optimised builds (SMARM_LTO) then inline the Lua C API's small functions
-# (index2adr, lua_type, lua_settop) into the binding, and any other link uses the plain code
-# (docs/perf.md, "Optimised across files"). The checking variants stay plain: what they are for
-# is LuaJIT's own assertions.
+# (index2adr, lua_type, lua_settop) into the smarm executable, and any other link uses the plain
+# code (docs/perf.md, "Optimised across files"). The checking variants stay plain: what they are
+# for is LuaJIT's own assertions.
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
     release) build release "$CK -flto=auto -ffat-lto-objects" ;;

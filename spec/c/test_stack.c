@@ -228,7 +228,7 @@ static void main_mixed_sizes(void *arg)
   smarm_spawn_opts_t mib = {.stack_size = 1024 * KiB}, big = {.stack_size = 4096 * KiB},
                      small = {.stack_size = 512 * KiB}; /* above main's 256 KiB */
   smarm_pid_t a1, a2, b, c, d;
-  mixed_ok = 0; /* the cases run in the order the linker gives them */
+  mixed_ok = 0; /* the cases run in their constructors' order, which LTO changes */
   CHECK_EQ(smarm_spawn(filler, NULL, &mib, &a1), 0); /* with main: the budget of 3 is spent */
   CHECK_EQ(smarm_spawn(filler, NULL, &mib, &a2), 0);
   CHECK_EQ(smarm_spawn(filler, NULL, &big, &b), 0); /* nothing to share: beyond the budget */

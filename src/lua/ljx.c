@@ -31,6 +31,7 @@
 **                          traceback from a signal handler (lj_debug_frame, lj_debug_framepc,
 **                          lj_debug_line, proto_chunkname: no allocation), only in the C state
 **                          (vmstate LJ_VMST_C: the interpreter stored L->base before the call).
+**   lua_State.base, top    a classic C function's arguments, read in place (sm_ljx_args_nil).
 */
 #define _DEFAULT_SOURCE /* mincore */
 #include "ljx.h"

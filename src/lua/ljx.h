@@ -80,8 +80,9 @@ const void *sm_ljx_running_function(lua_State *L);
 ** that finds one running cannot be made from compiled code). */
 int sm_ljx_may_receive_unparked(lua_State *L);
 
-/* Whether every argument of the running classic C function is nil (none counts): one look at
-** the stack for what a chain of lua_type calls would tell, on receive's hot path. */
+/* Whether every argument of the running classic C function is nil, or there is none: one look
+** at L->base..L->top for what a chain of lua_type calls would tell, on receive's hot path. Call
+** it before the function pushes anything. */
 int sm_ljx_args_nil(lua_State *L);
 
 /* Whether the instruction the hook stands before ends a loop's iteration (the FORL or ITERL of a

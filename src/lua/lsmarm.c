@@ -1193,8 +1193,9 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
 
 static int l_receive(lua_State *L)
 {
-  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout); nil
-  ** arguments alone (the FFI receive passes two) are receive(), told at one look */
+  /* receive(), receive(timeout), receive(match [, timeout]), receive(nil, timeout). The FFI
+  ** receive passes two nils whenever it falls back here (every receive that parks): nil
+  ** arguments alone are receive(), told by one scan instead of four lua_type calls. */
   int match_idx = 0;
   int64_t timeout = SMARM_FOREVER;
   if (!sm_ljx_args_nil(L)) {
