@@ -628,9 +628,9 @@ static void stop_programs(void *loop)
 ** The waiters and the guard share one handle, so a signal caught while the guard is on and a
 ** waiter arrives or leaves goes to one of them, never to neither (without a guard, one caught
 ** just before the last waiter leaves goes with the handle's stop: the timeout and the signal
-** crossed). The disposition the process started with is
-** read before this loop first starts the signal's handle (ignored_at_start), and again on the
-** next loop, which therefore sees what the host set between two runs. */
+** crossed). The disposition the process started with is read before this loop first starts the
+** signal's handle (ignored_at_start), and again on the next loop, which therefore sees what the
+** host set between two runs. */
 
 #define MAX_SIGNAL 65
 
