@@ -28,6 +28,10 @@ mkdir -p "$HOME"
 printf '' >"$tmp/config.lua"
 export LUAROCKS_CONFIG="$tmp/config.lua"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
+# Without link-time optimisation: what this tests is the packaging, and the optimised links of
+# the executable and core.so against LuaJIT's intermediate form took minutes of a test run (the
+# release variants test the optimised build).
+export SMARM_LTO=OFF
 # the copy (with files not yet committed, without build outputs)
 copy() {
   mkdir -p "$1"

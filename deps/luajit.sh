@@ -40,13 +40,14 @@ say() { printf '%s\n' "luajit.sh: $*" >&2; }
 # shellcheck source=deps/debian-pool.sh
 . "$ROOT/deps/debian-pool.sh"
 
-# build <variant> <extra XCFLAGS> [<extra flags for the target compiler>]
+# build <variant> <extra XCFLAGS> [<extra flags for the target compiler> [<its link's flags>]]
 build() {
   variant=$1
   xcflags=$2
   ccflags=${3:-}
+  ldflags=${4:-}
   prefix="$OUT/luajit-$variant"
-  stamp="$VERSION $CROSS $xcflags $ccflags internal-headers $PATCHES_SUM"
+  stamp="$VERSION $CROSS $xcflags $ccflags $ldflags internal-headers $PATCHES_SUM"
   if [ -f "$prefix/.version" ] && [ "$(cat "$prefix/.version")" = "$stamp" ]; then
     return 0
   fi
@@ -65,7 +66,7 @@ build() {
   # Frame pointers so perf can walk through the VM's C functions; static so smarm links one copy.
   # shellcheck disable=SC2086
   make -C "$src" -j "$(nproc 2>/dev/null || echo 2)" $hostcc PREFIX="$prefix" BUILDMODE=static \
-    ${ccflags:+CC="gcc $ccflags"} \
+    ${ccflags:+CC="gcc $ccflags"} ${ldflags:+TARGET_LDFLAGS="$ldflags"} \
     XCFLAGS="-fno-omit-frame-pointer $xcflags" >"$OUT/luajit-$variant.build.log" 2>&1 ||
     { tail -n 30 "$OUT/luajit-$variant.build.log" >&2; exit 1; }
   # shellcheck disable=SC2086
@@ -89,12 +90,13 @@ CK="-DLUAJIT_ENABLE_CHECKHOOK"
 [ "${SMARM_LUAJIT_CHECKHOOK:-1}" = 0 ] && CK=""
 # The release variant's C parts are compiled for link-time optimisation as well as plainly (fat
 # objects): smarm's optimised builds (SMARM_LTO) then inline the Lua C API's small functions
-# (index2adr, lua_type, lua_settop) into the smarm executable, and any other link uses the plain
-# code (docs/perf.md, "Optimised across files"). The checking variants stay plain: what they are
-# for is LuaJIT's own assertions.
+# (index2adr, lua_type, lua_settop) into the smarm executable, and a link with -fno-lto uses the
+# plain code (docs/perf.md, "Optimised across files"). Its own luajit links so: GCC's linker
+# plugin would otherwise optimise the whole VM again, in one serial job, at every build (half a
+# minute). The checking variants stay plain: what they are for is LuaJIT's own assertions.
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
-    release) build release "$CK -flto=auto -ffat-lto-objects" ;;
+    release) build release "$CK -flto=auto -ffat-lto-objects" "" -fno-lto ;;
     check) build check "$CK -DLUA_USE_APICHECK -DLUA_USE_ASSERT" ;;
     asan | tsan)
       [ -z "$CROSS" ] || continue
