@@ -12,6 +12,10 @@
 ** own upvalues (nil), and nothing for anything else; while memory runs out it fails as cleanly
 ** as a load.
 **
+** luajit-stitch-retry.patch: the code after a classic C function, whose first recordings are
+** stopped by a hook change (as a preemption's arming makes one), is compiled once a recording
+** goes through, rather than left to the interpreter after the first stop.
+**
 ** luajit-alloc-populate.patch: a segment mapped as the heap grows has its pages resident before
 ** anything writes them, where the kernel prefaults (MADV_POPULATE_WRITE); not checked where the
 ** build has the system allocator (the sanitizers' builds) or the kernel does not prefault (an
@@ -20,6 +24,7 @@
 #define _DEFAULT_SOURCE /* mincore, madvise, MAP_ANONYMOUS */
 #include <lauxlib.h>
 #include <lua.h>
+#include <lualib.h>
 #include <luajit.h>
 
 #include <stdint.h>
@@ -202,6 +207,81 @@ static int copy_semantics(void)
   return bad;
 }
 
+/* For stitch_retried: stop_next() makes the next call of stop() (through the FFI, so that it
+** runs while the trace around it is recorded) change the hook to none, as it was; that stops the
+** recording, as a hook armed from a signal handler does. */
+static lua_State *stitch_L;
+static int stop_armed;
+
+static int stop_next(lua_State *L)
+{
+  (void)L;
+  stop_armed = 1;
+  return 0;
+}
+
+static void stop(void)
+{
+  if (stop_armed) {
+    stop_armed = 0;
+    lua_sethook(stitch_L, NULL, 0, 0);
+  }
+}
+
+static int nothing(lua_State *L)
+{
+  (void)L;
+  return 0;
+}
+
+/* A loop calls nothing() (a classic C function) on line 11 and stop() on line 13. Once the
+** loop's trace ends at nothing() (stitched), the code after it is recorded from line 11 (the
+** call's line, as jit.attach reports it); the first three such recordings are stopped at
+** stop(). A fourth must follow and be compiled. */
+static int stitch_retried(void)
+{
+  static const char chunk[] =
+      "local nothing, stop_fn, stop_next = ...\n"                                  /* 1 */
+      "local util, ffi = require('jit.util'), require('ffi')\n"                    /* 2 */
+      "local stop, starts, stopped, compiled = ffi.cast('void (*)(void)', stop_fn), {}, 0, false\n"
+      "local function event(what, tr, func, pc)\n"                                 /* 4 */
+      "  if what == 'start' then starts[tr] = util.funcinfo(func, pc).currentline\n"
+      "    if starts[tr] == 11 and stopped < 3 then stopped = stopped + 1; stop_next() end\n"
+      "  elseif what == 'stop' and starts[tr] == 11 then compiled = true\n"        /* 7 */
+      "  end\n"                                                                    /* 8 */
+      "end\n"                                                                      /* 9 */
+      "jit.attach(event, 'trace'); local n = 0; for i = 1, 1000 do\n"              /* 10 */
+      "  nothing()\n"                                                              /* 11 */
+      "  n = n + i\n"                                                              /* 12 */
+      "  stop()\n"                                                                 /* 13 */
+      "end\n"                                                                      /* 14 */
+      "jit.attach(event)\n"
+      "return stopped, compiled\n";
+  lua_State *L = stitch_L = luaL_newstate();
+  luaL_openlibs(L);
+  int bad = 0;
+  if (luaL_loadstring(L, chunk) != 0) {
+    fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    exit(2);
+  }
+  lua_pushcfunction(L, nothing);
+  lua_pushlightuserdata(L, (void *)(uintptr_t)stop);
+  lua_pushcfunction(L, stop_next);
+  if (lua_pcall(L, 3, 2, 0) != 0) {
+    fprintf(stderr, "stitched traces: %s\n", lua_tostring(L, -1));
+    bad++;
+  } else if (lua_tointeger(L, -2) != 3 || !lua_toboolean(L, -1)) {
+    fprintf(stderr, "stitched traces: %d recording(s) of the code after a C function stopped, "
+                    "and %s compiled after them\n", (int)lua_tointeger(L, -2),
+            lua_toboolean(L, -1) ? "it was" : "it was never");
+    bad++;
+  } else {
+    printf("stitched traces: recorded again after three stops, then compiled\n");
+  }
+  lua_close(L);
+  return bad;
+}
+
 /* The pages of [p, p + len) that are not resident (p page-aligned). */
 static long pages_not_resident(char *p, size_t len)
 {
@@ -279,7 +359,7 @@ static int populate(void)
 
 int main(void)
 {
-  int bad = copy_semantics() + populate();
+  int bad = copy_semantics() + populate() + stitch_retried();
   for (int how = BY_FNEW; how <= BY_COPY; how++) {
     int failed = 1;
     /* every allocation of the call in turn, until one call needs no more than the ones before */
