@@ -260,6 +260,12 @@ static int stitch_retried(void)
   lua_State *L = stitch_L = luaL_newstate();
   luaL_openlibs(L);
   int bad = 0;
+  if (luaL_dostring(L, "return jit.status()") != 0 || !lua_toboolean(L, -1)) {
+    printf("stitched traces: not checked (the JIT is off here)\n");
+    lua_close(L);
+    return 0;
+  }
+  lua_settop(L, 0);
   if (luaL_loadstring(L, chunk) != 0) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     exit(2);
