@@ -157,6 +157,30 @@ TEST(a_timed_slice_ended_early_leaves_no_signal_behind)
   CHECK_EQ(atomic_load(&eintrs), 0);
 }
 
+/* An actor blocked in a system call uses no CPU: however long it blocks, it is not asked to give
+** way (counted in wall time, it was asked after a slice and again and again, each signal cutting
+** its call short). Slices of 20 ms: the ticker's own delays (a loaded machine) count as time on
+** the CPU for at most a tick, so only a ticker kept waiting for more than a slice could ask. */
+static _Atomic int blocked_eintrs;
+
+static void blocks_in_poll(void *arg)
+{
+  (void)arg;
+  int64_t end = smarm_now_ns() + 300 * MS;
+  for (int64_t now = smarm_now_ns(); now < end; now = smarm_now_ns())
+    if (poll(NULL, 0, (int)((end - now) / MS) + 1) < 0 && errno == EINTR)
+      atomic_fetch_add(&blocked_eintrs, 1);
+}
+
+TEST(an_actor_blocked_in_a_system_call_is_not_asked)
+{
+  atomic_store(&handler_calls, 0);
+  atomic_store(&blocked_eintrs, 0);
+  run_with(1, 20 * MS, blocks_in_poll);
+  CHECK_EQ(atomic_load(&handler_calls), 0);
+  CHECK_EQ(atomic_load(&blocked_eintrs), 0);
+}
+
 /* slice_ns < 0 in spawn opts: never asked, though the runtime's slice is short. */
 static void never_asked(void *arg)
 {

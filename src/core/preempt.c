@@ -7,7 +7,10 @@
 **     (a yield, a park, a preemption) fires the due timers even if its 64-decision count is not
 **     up, so a busy scheduler's timers are late by at most a tick.
 **   - When the scheduler's progress (switches + preemptions) has not moved for the running
-**     actor's slice, it asks that actor to give way: it stores progress + 1 in preempt_asked and
+**     actor's slice, and its thread has had the CPU for that long (used_its_slice: the thread's
+**     CPU-time clock, read by the ticker, a system call when a turn outlasts a tick and at each
+**     ask; time off the CPU, on a loaded machine or in a blocking system call, does not count),
+**     it asks that actor to give way: it stores progress + 1 in preempt_asked and
 **     sends the scheduler's thread SIGURG, whose handler (on that thread, interrupting the
 **     actor) calls cfg.on_preempt. The Lua binding arms a debug hook there; the hook calls
 **     smarm_preempt(), which gives way like a yield. While the runtime stops, every running actor
@@ -75,9 +78,11 @@
 ** progress a slice ago and been descheduled since, it would undo the timer's request. Without
 ** the timer (timer_create failed) the ticker alone asks.
 **
-** A request whose signal found no Lua code to interrupt (the actor sat in a long C call) is sent
-** again after a slice, then twice as long each time up to a second: a missed arming is retried,
-** and a blocking C call is not flooded with EINTR.
+** A request whose signal found no Lua code to interrupt (the actor sat in a long C call that
+** uses the CPU) is sent again after a slice, then twice as long each time up to a second: a
+** missed arming is retried, and a long C call is not flooded with EINTR. An actor blocked in a
+** system call uses no CPU and is not asked at all. The slice timer counts wall time
+** (CLOCK_MONOTONIC): it times only the slices of an actor that was asked once already.
 **
 ** SIGURG: ignored by default, so a signal that arrives after the handler is gone is harmless;
 ** the handler is installed for the run with SA_RESTART and keeps errno.
@@ -120,7 +125,13 @@ typedef struct watch {      /* the ticker's own notes on one scheduler */
   int64_t asked_at;         /* when the running actor was last asked; 0: not yet */
   int64_t retry_ns;         /* wait before asking again */
   int64_t report_after;     /* the watchdog's next report, counted from since */
+  clockid_t cpu_clock;      /* the scheduler thread's CPU-time clock (cpu_state: CPU_OK) */
+  int cpu_state;            /* CPU_UNTRIED, CPU_OK or CPU_NONE (no such clock: wall time) */
+  int64_t cpu_base;         /* that clock at cpu_base_at, a look after since; -1: not read */
+  int64_t cpu_base_at;
 } watch_t;
+
+enum { CPU_UNTRIED, CPU_OK, CPU_NONE };
 
 /* The watchdog: the running actor has not given way for `stuck` ns. One line on stderr (the
 ** ticker's thread: no signal context). */
@@ -206,6 +217,44 @@ static int64_t tick_for(int64_t slice)
   return t < MIN_TICK_NS ? MIN_TICK_NS : t > MAX_TICK_NS ? MAX_TICK_NS : t;
 }
 
+/* The CPU time scheduler s's thread has used, in ns, or -1 where it cannot be read. */
+static int64_t thread_cpu_ns(const sched_t *s, watch_t *w)
+{
+  if (w->cpu_state == CPU_UNTRIED)
+    w->cpu_state = pthread_getcpuclockid(s->thread, &w->cpu_clock) == 0 ? CPU_OK : CPU_NONE;
+  struct timespec ts;
+  if (w->cpu_state != CPU_OK || clock_gettime(w->cpu_clock, &ts) != 0)
+    return -1;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The turn's CPU base: the thread's CPU time now (-1: none to be had). */
+static void cpu_mark(const sched_t *s, watch_t *w, int64_t now)
+{
+  w->cpu_base = thread_cpu_ns(s, w);
+  w->cpu_base_at = now;
+}
+
+/* Whether the running actor has had its slice of CPU: the time from since to the base (a later
+** look), counted whole up to a tick (the ticker cannot tell; more is the ticker's own delay), and
+** the thread's CPU time after it. A thread kept off its CPU (a loaded machine: other processes'
+** threads, a hypervisor) or blocked in a system call uses none, and its actor is not asked for
+** that time: asked, it would give way as soon as it ran again, having run for no time, and the
+** trace its VM was recording would be stopped. A turn with no base yet takes it here and is
+** asked at a later look; without the thread's CPU clock, wall time, as before. */
+static int used_its_slice(const sched_t *s, watch_t *w, int64_t now, int64_t slice)
+{
+  if (w->cpu_base < 0) {
+    cpu_mark(s, w, now);
+    return w->cpu_base < 0;
+  }
+  int64_t cpu = thread_cpu_ns(s, w);
+  if (cpu < 0)
+    return 1;
+  int64_t before = w->cpu_base_at - w->since, tick = tick_for(slice);
+  return (before < tick ? before : tick) + (cpu - w->cpu_base) >= slice;
+}
+
 /* One look at scheduler s at time now; returns the tick it needs (IDLE_TICK_NS: none). */
 static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int stopping)
 {
@@ -220,6 +269,7 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
     w->since = now;
     w->asked_at = 0;
     w->report_after = rt->cfg.watchdog_ns;
+    w->cpu_base = -1;
   }
   /* only between two looks that both found an actor running: after an idle look nobody knows
   ** when the work began, and the ticker looks seldom while idle */
@@ -241,9 +291,14 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
   }
   if (!rt->cfg.on_preempt)
     return MAX_TICK_NS;
-  if (!stopping && (slice == INT64_MAX || now - w->since < slice))
+  if (!stopping && (slice == INT64_MAX || now - w->since < slice)) {
+    if (slice != INT64_MAX && w->cpu_base < 0 && now > w->since)
+      cpu_mark(s, w, now); /* the turn goes on past a tick: a syscall per such turn */
     return tick_for(slice);
+  }
   if (w->asked_at && now - w->asked_at < w->retry_ns)
+    return tick_for(slice);
+  if (!stopping && !used_its_slice(s, w, now, slice))
     return tick_for(slice);
   /* the first retry after a slice (a tick while stopping), then twice as long each time */
   int64_t first = stopping ? MIN_TICK_NS : slice;
@@ -299,8 +354,10 @@ int sm_preempt_init(runtime_t *rt)
   if (!w)
     return -ENOMEM;
   rt->slice_timers = calloc(rt->nsched, sizeof(slice_timer_t)); /* none: the ticker alone asks */
-  for (unsigned k = 0; k < rt->nsched; k++)
+  for (unsigned k = 0; k < rt->nsched; k++) {
     w[k].progress = UINT64_MAX; /* the first look starts every clock */
+    w[k].cpu_base = -1;
+  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
