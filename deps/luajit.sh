@@ -93,7 +93,8 @@ CK="-DLUAJIT_ENABLE_CHECKHOOK"
 # (index2adr, lua_type, lua_settop) into the smarm executable, and a link with -fno-lto uses the
 # plain code (docs/perf.md, "Optimised across files"). Its own luajit links so: GCC's linker
 # plugin would otherwise optimise the whole VM again, in one serial job, at every build (61 s
-# for the variant instead of 25 s). The checking variants stay plain: what they are for is LuaJIT's own assertions.
+# for the variant instead of 25 s). The checking variants stay plain: what they are for is
+# LuaJIT's own assertions.
 for v in ${LUAJIT_VARIANTS:-release check}; do
   case $v in
     release) build release "$CK -flto=auto -ffat-lto-objects" "" -fno-lto ;;

@@ -8,8 +8,9 @@
 **     up, so a busy scheduler's timers are late by at most a tick.
 **   - When the scheduler's progress (switches + preemptions) has not moved for the running
 **     actor's slice, and its thread has had the CPU for that long (used_its_slice: the thread's
-**     CPU-time clock, read by the ticker, a system call when a turn outlasts a tick and at each
-**     ask; time off the CPU, on a loaded machine or in a blocking system call, does not count),
+**     CPU-time clock, read by the ticker, a system call at the second look of a turn and at each
+**     look from its slice's end until it is asked; time off the CPU, on a loaded machine or in a
+**     blocking system call, does not count),
 **     it asks that actor to give way: it stores progress + 1 in preempt_asked and
 **     sends the scheduler's thread SIGURG, whose handler (on that thread, interrupting the
 **     actor) calls cfg.on_preempt. The Lua binding arms a debug hook there; the hook calls
@@ -80,8 +81,9 @@
 **
 ** A request whose signal found no Lua code to interrupt (the actor sat in a long C call that
 ** uses the CPU) is sent again after a slice, then twice as long each time up to a second: a
-** missed arming is retried, and a long C call is not flooded with EINTR. An actor blocked in a
-** system call uses no CPU and is not asked at all. The slice timer counts wall time
+** missed arming is retried, and a long C call is not flooded with EINTR; each retry needs CPU
+** time used since the ask before it, so an actor blocked in a system call is not asked again,
+** nor at all if it blocked before its slice of CPU was up. The slice timer counts wall time
 ** (CLOCK_MONOTONIC): it times only the slices of an actor that was asked once already.
 **
 ** SIGURG: ignored by default, so a signal that arrives after the handler is gone is harmless;
@@ -223,8 +225,12 @@ static int64_t thread_cpu_ns(const sched_t *s, watch_t *w)
   if (w->cpu_state == CPU_UNTRIED)
     w->cpu_state = pthread_getcpuclockid(s->thread, &w->cpu_clock) == 0 ? CPU_OK : CPU_NONE;
   struct timespec ts;
-  if (w->cpu_state != CPU_OK || clock_gettime(w->cpu_clock, &ts) != 0)
+  if (w->cpu_state != CPU_OK)
     return -1;
+  if (clock_gettime(w->cpu_clock, &ts) != 0) {
+    w->cpu_state = CPU_NONE; /* not tried again at every look */
+    return -1;
+  }
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -236,12 +242,14 @@ static void cpu_mark(const sched_t *s, watch_t *w, int64_t now)
 }
 
 /* Whether the running actor has had its slice of CPU: the time from since to the base (a later
-** look), counted whole up to a tick (the ticker cannot tell; more is the ticker's own delay), and
-** the thread's CPU time after it. A thread kept off its CPU (a loaded machine: other processes'
-** threads, a hypervisor) or blocked in a system call uses none, and its actor is not asked for
-** that time: asked, it would give way as soon as it ran again, having run for no time, and the
-** trace its VM was recording would be stopped. A turn with no base yet takes it here and is
-** asked at a later look; without the thread's CPU clock, wall time, as before. */
+** look), counted whole up to a tick or half the slice (the ticker cannot tell; more is the
+** ticker's own delay), and the thread's CPU time after it. Asked already, it is asked again only
+** if its thread has had the CPU for that much since (the base is taken at each ask). A thread
+** kept off its CPU (a loaded machine: other processes' threads, a hypervisor) or blocked in a
+** system call uses none, and its actor is not asked for that time: asked, it would give way as
+** soon as it ran again, having run for no time, and the trace its VM was recording would be
+** stopped. A turn with no base yet takes it here and is asked at a later look; without the
+** thread's CPU clock, wall time, as before. */
 static int used_its_slice(const sched_t *s, watch_t *w, int64_t now, int64_t slice)
 {
   if (w->cpu_base < 0) {
@@ -251,8 +259,11 @@ static int used_its_slice(const sched_t *s, watch_t *w, int64_t now, int64_t sli
   int64_t cpu = thread_cpu_ns(s, w);
   if (cpu < 0)
     return 1;
-  int64_t before = w->cpu_base_at - w->since, tick = tick_for(slice);
-  return (before < tick ? before : tick) + (cpu - w->cpu_base) >= slice;
+  int64_t tick = tick_for(slice), cap = tick < slice / 2 ? tick : slice / 2;
+  if (w->asked_at)
+    return cpu - w->cpu_base >= cap;
+  int64_t before = w->cpu_base_at - w->since;
+  return (before < cap ? before : cap) + (cpu - w->cpu_base) >= slice;
 }
 
 /* One look at scheduler s at time now; returns the tick it needs (IDLE_TICK_NS: none). */
@@ -305,6 +316,8 @@ static int64_t look_at(runtime_t *rt, sched_t *s, watch_t *w, int64_t now, int s
   w->retry_ns = !w->asked_at ? first : w->retry_ns < MAX_RETRY_NS / 2 ? 2 * w->retry_ns
                                                                      : MAX_RETRY_NS;
   w->asked_at = now;
+  if (!stopping)
+    cpu_mark(s, w, now); /* an ask again needs the CPU used after this one */
   atomic_store_explicit(&s->preempt_asked_ns, now, memory_order_relaxed);
   uint64_t had = atomic_load_explicit(&s->preempt_asked, memory_order_relaxed);
   while (had <= progress && /* never over a newer request (the slice timer's) */
