@@ -105,11 +105,12 @@ typedef struct smarm_config {
   ** the place to release what the data holds. Its C frames are already discarded. */
   void (*on_actor_stopped)(void *actor_data, void *userdata);
   /* Time slices (docs/design.md, "Preemption"). slice_ns: how long an actor may run without
-  ** parking or yielding before it is asked to give way; 0 = 2 ms, negative = never. When an
-  ** actor's slice is over, on_preempt(sched, userdata) is called ON THAT SCHEDULER'S THREAD FROM
-  ** A SIGNAL HANDLER (SIGURG) while the actor runs: it may only do async-signal-safe work that
-  ** makes the actor's code call smarm_preempt() soon (the Lua binding arms a debug hook). NULL:
-  ** no actor is ever interrupted (C actors give way only where they park or yield). */
+  ** parking or yielding before it is asked to give way, in its thread's CPU time (time the thread
+  ** waits for a CPU or blocks in a system call does not count); 0 = 2 ms, negative = never. When
+  ** an actor's slice is over, on_preempt(sched, userdata) is called ON THAT SCHEDULER'S THREAD
+  ** FROM A SIGNAL HANDLER (SIGURG) while the actor runs: it may only do async-signal-safe work
+  ** that makes the actor's code call smarm_preempt() soon (the Lua binding arms a debug hook).
+  ** NULL: no actor is ever interrupted (C actors give way only where they park or yield). */
   int64_t slice_ns;
   void (*on_preempt)(unsigned sched, void *userdata);
   /* The watchdog: an actor that has not given way (parked, yielded or been preempted) for this
