@@ -23,13 +23,9 @@ if(SMARM_ASAN)
 endif()
 if(SMARM_TSAN)
   # SMARM_SANITIZER: specs that cannot hold under TSan say so (preempt_spec: TSan runs a signal
-  # handler only at the thread's next interceptor, and a pure Lua loop passes none).
-  # atexit_sleep_ms=0: TSan's exit sleeps a second in the exiting thread, and an actor that calls
-  # os.exit stays the running one through it, so the watchdog (1 s of wall time) reported it on
-  # stderr; the ticker's asks used to cut that sleep short, until a thread blocked in a system
-  # call was no longer asked (src/core/preempt.c).
-  list(APPEND spec_env
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:atexit_sleep_ms=0 SMARM_SANITIZER=tsan)
+  # handler only at the thread's next interceptor, and a pure Lua loop passes none); TSan's
+  # options are the C tests' (CMakeLists.txt)
+  list(APPEND spec_env ${SMARM_TSAN_OPTIONS} SMARM_SANITIZER=tsan)
   set(fd_cap 2000)
 endif()
 

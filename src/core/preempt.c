@@ -367,10 +367,8 @@ int sm_preempt_init(runtime_t *rt)
   if (!w)
     return -ENOMEM;
   rt->slice_timers = calloc(rt->nsched, sizeof(slice_timer_t)); /* none: the ticker alone asks */
-  for (unsigned k = 0; k < rt->nsched; k++) {
-    w[k].progress = UINT64_MAX; /* the first look starts every clock */
-    w[k].cpu_base = -1;
-  }
+  for (unsigned k = 0; k < rt->nsched; k++)
+    w[k].progress = UINT64_MAX; /* the first look starts every clock (cpu_base: -1 there) */
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
