@@ -106,13 +106,14 @@ describe("smarm.bench's arguments and calibration", function()
     assert.is_true(some("b"))
     local ok, err = pcall(bench.variants, { "c" }, { "a", "b" })
     assert.is_false(ok)
-    assert.matches("unknown variant 'c' %(its variants: a, b%)$", err)
+    assert.matches("unknown variant 'c' %(its variants: a, b%)$", err.usage)
+    assert.are.equal(err.usage, tostring(err))
     ok, err = pcall(bench.variants, { "x" }, {})
     assert.is_false(ok)
-    assert.matches("unknown variant 'x' %(it has no variants%)$", err)
+    assert.matches("unknown variant 'x' %(it has no variants%)$", err.usage)
     ok, err = pcall(bench.variants, { "--plot" }, {})
     assert.is_false(ok)
-    assert.matches("%-%-plot needs a file name$", err)
+    assert.matches("%-%-plot needs a file name$", err.usage)
   end)
 
   it("calibrates the cycle counter's rate from short windows and says how steady it was", function()
@@ -129,12 +130,14 @@ describe("bench scripts", function()
   local exe = os.getenv("SMARM_EXE")
   local run = dofile("spec/support/shell.lua").run_merged -- output, exit status
 
-  it("fail on an unknown variant, listing the script's variants", function()
+  it("fail on an unknown variant, listing the script's variants, without a traceback", function()
     if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
-    local out, status = run(exe .. " -n bench/pingpong.lua nosuchvariant")
-    assert.are.equal(1, status, out)
-    assert.matches("bench/pingpong.lua: unknown variant 'nosuchvariant' %(its variants: local, "
-      .. "remote, send, send_interpreted, queued, queued_interpreted%)", out)
+    for _, mode in ipairs({ " -n", "" }) do -- plain mode, and as the main actor of a runtime
+      local out, status = run(exe .. mode .. " bench/pingpong.lua nosuchvariant")
+      assert.are.equal(2, status, out)
+      assert.are.equal("smarm: bench/pingpong.lua: unknown variant 'nosuchvariant' (its variants: "
+        .. "local, remote, send, send_interpreted, queued, queued_interpreted)\n", out)
+    end
   end)
 
   it("runs bench/pingpong.lua's variants that stay in one actor at a small size", function()

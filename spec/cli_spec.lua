@@ -79,6 +79,18 @@ describe("the smarm executable", function()
     os.remove(s)
   end)
 
+  -- A script's own usage error (a table with a string `usage`): its text alone, status 2.
+  it("exits 2 with a script's usage error's text alone, in both modes", function()
+    local s = script("local function f() error({ usage = 'try: thing [a|b]' }) end\nf()\n")
+    for _, mode in ipairs({ "", "-n " }) do
+      local out, err, status = sh(exe .. " " .. mode .. s)
+      assert.are.equal(2, status, mode)
+      assert.are.equal("", out, mode)
+      assert.are.equal("smarm: try: thing [a|b]\n", err, mode)
+    end
+    os.remove(s)
+  end)
+
   it("runs busted with smarm test, failures making the status 1", function()
     if exe:find("qemu") then -- busted's C modules exist for the host only
       pending("smarm test under qemu: busted's C modules are the host's")

@@ -26,6 +26,13 @@ local function script_name()
   return arg and arg[0] or "the bench script"
 end
 
+-- A mistake in a script's command line: the executable prints its text alone (no traceback) and
+-- exits with status 2; tostring gives the text elsewhere.
+local usage_mt = { __tostring = function(e) return e.usage end }
+local function usage_error(fmt, ...)
+  error(setmetatable({ usage = script_name() .. ": " .. string.format(fmt, ...) }, usage_mt), 0)
+end
+
 -- Reads the harness's options from a script's arguments (`--json FILE`: the rows as JSON at
 -- bench.finish(); `--plot FILE.svg`: their percentile plot, smarm.plot); returns the others.
 function bench.args(argv)
@@ -35,7 +42,7 @@ function bench.args(argv)
     local a = argv[i]
     if a == "--json" or a == "--plot" then
       local v = argv[i + 1]
-      if not v then error(string.format("%s: %s needs a file name", script_name(), a), 0) end
+      if not v then usage_error("%s needs a file name", a) end
       if a == "--json" then json_path = v else plot_path = v end
       i = i + 2
     else
@@ -48,7 +55,8 @@ end
 
 -- A script's variant filter. known: the names of the script's variants (empty for a script
 -- that has none). The arguments (less the harness's options) name the variants to run, none
--- means all; an unknown one raises "<script>: unknown variant 'x' (its variants: a, b)".
+-- means all; an unknown one raises a usage error (see usage_error) whose text is
+-- "<script>: unknown variant 'x' (its variants: a, b)".
 -- Returns want(name) -> boolean.
 function bench.variants(argv, known)
   assert(type(known) == "table", "bench.variants: the list of the script's variants expected")
@@ -56,8 +64,8 @@ function bench.variants(argv, known)
   for _, v in ipairs(known) do is_known[v] = true end
   for _, v in ipairs(bench.args(argv)) do
     if not is_known[v] then
-      error(string.format("%s: unknown variant '%s' (%s)", script_name(), v,
-        #known == 0 and "it has no variants" or "its variants: " .. table.concat(known, ", ")), 0)
+      usage_error("unknown variant '%s' (%s)", v,
+        #known == 0 and "it has no variants" or "its variants: " .. table.concat(known, ", "))
     end
     wanted[v] = true
   end

@@ -27,6 +27,7 @@ function cli.run(smarm, chunk, opts)
   end, opts)
   -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
   if not ok and err == nil then error(nil, 0) end -- error() without a value: silent, as lua.c
+  if not ok and type(err) == "table" and type(err.usage) == "string" then error(err, 0) end
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
 end
 

@@ -17,7 +17,8 @@
 **                                       /usr/local's busted modules found (lua/smarm/cli.lua)
 **
 ** Exit status: 0, or 1 with the error and its traceback on stderr (nothing for error() without a
-** value, as lua.c), 2 for bad usage.
+** value, as lua.c), 2 for bad usage: ours, or a script's that raises { usage = "text" } (its text
+** alone is printed: the bench scripts' unknown variant).
 **
 ** This file parses the command line and loads the script; how a script or the prompt then runs
 ** is Lua, in lua/smarm/cli.lua, found through package.path, which starts with the folder of smarm's
@@ -113,11 +114,21 @@ static void set_arg(lua_State *L, char **argv, int argc, int script_at)
 }
 
 /* Prints an error and returns the exit status. An error without a value (error()) prints nothing,
-** as lua.c: busted on Lua 5.1 ends a run with failures that way. */
+** as lua.c: busted on Lua 5.1 ends a run with failures that way. A usage error ({ usage = text })
+** prints its text without a traceback (a traceback handler leaves a table as it is). */
 static int report(lua_State *L, int status)
 {
   if (status != 0 && lua_isnil(L, -1))
     return 1;
+  if (status != 0 && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "usage");
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      fprintf(stderr, "smarm: %s\n", lua_tostring(L, -1));
+      fflush(stderr);
+      return 2;
+    }
+    lua_pop(L, 1);
+  }
   if (status != 0) {
     const char *msg = lua_tostring(L, -1);
     if (!msg && luaL_callmeta(L, -1, "__tostring"))
