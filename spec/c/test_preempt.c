@@ -194,6 +194,36 @@ TEST(an_actor_blocked_in_a_system_call_is_not_asked)
   CHECK_EQ(atomic_load(&blocked_eintrs), 0);
 }
 
+/* The same for a slice that the slice timer times: an actor asked once goes on in a timed slice
+** and blocks in a system call for longer than the slice. The timer fires at the slice's wall
+** end, finds that the thread has not had its slice of CPU, and does not ask (counted in wall time
+** it asked, and the actor gave way as soon as the call returned). Its signal may still cut that
+** one call short, as any signal does: at most one EINTR. */
+static void timed_then_blocks(void *arg)
+{
+  (void)arg;
+  int64_t guard = smarm_now_ns() + TEST_HANG_GUARD_NS;
+  while (!smarm_preempt_due() && smarm_now_ns() < guard)
+    ;
+  while (!atomic_load_explicit(&handler_calls, memory_order_relaxed) && smarm_now_ns() < guard)
+    ;
+  smarm_preempt(); /* asked by the ticker: it goes on in a timed slice */
+  atomic_store(&handler_calls, 0);
+  blocks_in_poll(arg);
+}
+
+TEST(an_actor_blocked_in_a_timed_slice_is_not_asked)
+{
+  atomic_store(&handler_calls, 0);
+  atomic_store(&blocked_eintrs, 0);
+  atomic_store(&blocked_no_clock, 0);
+  run_with(1, 20 * MS, timed_then_blocks);
+  if (atomic_load(&blocked_no_clock))
+    SKIP("the thread's CPU clock cannot be read here");
+  CHECK_EQ(atomic_load(&blocked_asks), 0);
+  CHECK(atomic_load(&blocked_eintrs) <= 1);
+}
+
 /* slice_ns < 0 in spawn opts: never asked, though the runtime's slice is short. */
 static void never_asked(void *arg)
 {

@@ -56,10 +56,11 @@
 **                   and seeing the flag clear, so it never signals a thread that has ended.
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
 **                   first, on the thread, so it never lands on the alternate stack being unmapped.
-**   timed_progress, timed_end_ns, timer_asked: the slice timer's, below. Owner thread and its
-**                   SIGURG handler only (on that thread): atomics, so that the handler reads
-**                   whole values; timed_progress is stored (release) after timed_end_ns and
-**                   loaded (acquire) before it.
+**   timed_progress, timed_end_ns, timed_cpu_end_ns, timed_cpu_left_ns, timer_asked: the slice
+**                   timer's, below. Owner thread and its SIGURG handler only (on that thread):
+**                   atomics, so that the handler reads whole values; timed_progress is stored
+**                   (release) after the others and loaded (acquire) before them; the handler
+**                   itself stores timed_end_ns and timed_cpu_left_ns when it sets the timer again.
 **
 ** The slice timer. The ticker learns that a slice began only at its next look, so the slice it
 ** times ends up to a tick late (Go's sysmon does the same). An actor that is switched out at the
@@ -68,10 +69,11 @@
 ** progress and end (timed_progress, timed_end_ns) and arms a POSIX timer of the scheduler's own
 ** thread (SIGEV_THREAD_ID) for that end. The kernel raises SIGURG on the thread itself at that
 ** time (no other thread has to run, no interrupt has to cross CPUs); the handler, seeing
-** si_code SI_TIMER and the progress unchanged, asks as the ticker would (preempt_asked_ns: the
-** slice's end; preempt_asked: progress + 1; timer_asked: the same, so that smarm_preempt counts
-** it in preempts_timed), then arms the hook like any request. When the timed slice ends
-** otherwise (the actor parks, yields, dies, or the ticker's request came first), the switch
+** si_code SI_TIMER, the progress unchanged and the slice's CPU time used too (timed_cpu_end_ns,
+** the thread's CPU clock read at the arming and in the handler), asks as the ticker would
+** (preempt_asked_ns: the slice's end; preempt_asked: progress + 1; timer_asked: the same, so
+** that smarm_preempt counts it in preempts_timed), then arms the hook like any request. When
+** the timed slice ends otherwise (the actor parks, yields, dies, or the ticker's request came first), the switch
 ** disarms the timer (sm_preempt_untime, on slice_timed: a syscall only then), so that it never
 ** interrupts another actor's system call with EINTR; a signal already raised by then finds the
 ** progress moved, or the end not come (a later arming), and does nothing. The ticker never
@@ -83,8 +85,14 @@
 ** uses the CPU) is sent again after a slice, then twice as long each time up to a second: a
 ** missed arming is retried, and a long C call is not flooded with EINTR; each retry needs CPU
 ** time used since the ask before it, so an actor blocked in a system call is not asked again,
-** nor at all if it blocked before its slice of CPU was up. The slice timer counts wall time
-** (CLOCK_MONOTONIC): it times only the slices of an actor that was asked once already.
+** nor at all if it blocked before its slice of CPU was up. The slice timer fires at the wall
+** time a slice would end (CLOCK_MONOTONIC: exact, where a CPU-time timer fires only at the
+** kernel's next tick, 4 ms at HZ=250) and asks only if the thread has had its slice of CPU by
+** then. If not, and the thread had an eighth of the CPU or more meanwhile, it is set again for
+** the CPU time left; with less (the actor blocked in a system call), the slice is left to the
+** ticker, which asks once the thread has used it: one signal, not one per slice, for an actor
+** blocked in a long call, and no ask when it returns. It times only the slices of an actor
+** that was asked once already.
 **
 ** SIGURG: ignored by default, so a signal that arrives after the handler is gone is harmless;
 ** the handler is installed for the run with SA_RESTART and keeps errno.
@@ -180,6 +188,18 @@ static void send_dump(runtime_t *rt)
   }
 }
 
+/* The calling thread's CPU time in ns, 0 where it cannot be read (the slice timer's, on the
+** owner's thread and in its handler: a system call, made only when a slice is timed or ends). */
+static int64_t thread_cpu_now_ns(void)
+{
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void time_rest(sched_t *s, int64_t left);
+
 /* The slice timer fired, in the owner's handler: asks the running actor to give way if its slice
 ** is the one timed and its end has come (a signal delivered late, as valgrind and TSan do, may
 ** meet a later arming). */
@@ -189,6 +209,21 @@ static void slice_timer_fired(sched_t *s)
   if (!s->current || !timed || timed != sm_sched_progress(s) ||
       smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
+  /* The wall time is up; the slice's CPU time may not be: the thread shared its CPU, or the
+  ** actor blocked in a system call. An eighth left or less counts as used (a hypervisor's stolen
+  ** time is not the thread's, and another signal costs more than it saves). More left: if the
+  ** thread had an eighth of the CPU or more since the timer was set (it runs, on a loaded
+  ** machine), the timer is set again for the CPU time left; with less (it is blocked, or nearly
+  ** starved) the ticker asks once the slice is used, and no signal of the timer cuts a long
+  ** system call short again. (clock_gettime and timer_settime are async-signal-safe.) */
+  int64_t cpu_end = atomic_load_explicit(&s->timed_cpu_end_ns, memory_order_relaxed);
+  int64_t left = cpu_end ? cpu_end - thread_cpu_now_ns() : 0;
+  int64_t was_left = atomic_load_explicit(&s->timed_cpu_left_ns, memory_order_relaxed);
+  if (left * 8 > was_left) {
+    if ((was_left - left) * 8 >= was_left)
+      time_rest(s, left);
+    return;
+  }
   atomic_store_explicit(&s->preempt_asked_ns,
                         atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed),
                         memory_order_relaxed);
@@ -427,7 +462,9 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
   slice_timer_t *t = s->rt->slice_timers ? &s->rt->slice_timers[s->index] : NULL;
   if (!t || !t->ok || slice_ns == INT64_MAX)
     return;
-  int64_t end = smarm_now_ns() + slice_ns;
+  int64_t end = smarm_now_ns() + slice_ns, cpu = thread_cpu_now_ns();
+  atomic_store_explicit(&s->timed_cpu_end_ns, cpu ? cpu + slice_ns : 0, memory_order_relaxed);
+  atomic_store_explicit(&s->timed_cpu_left_ns, slice_ns, memory_order_relaxed);
   /* The slice is named before the timer is set, so that a slice shorter than timer_settime
   ** itself is still ended by it; an earlier arming expiring meanwhile finds the end not come
   ** (the handler's clock check). The end before the progress: a release store, which the
@@ -440,6 +477,18 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
     return;
   }
   s->slice_timed = 1;
+}
+
+/* In the handler: the timed slice goes on for `left` ns of CPU; the timer is set for as much
+** wall time (the slice and its progress stay named). */
+static void time_rest(sched_t *s, int64_t left)
+{
+  int64_t end = smarm_now_ns() + left;
+  atomic_store_explicit(&s->timed_cpu_left_ns, left, memory_order_relaxed);
+  atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
+  struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
+  /* If this fails, the ticker asks. */
+  timer_settime(s->rt->slice_timers[s->index].id, TIMER_ABSTIME, &when, NULL);
 }
 
 void sm_preempt_untime(sched_t *s)
