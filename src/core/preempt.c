@@ -73,13 +73,13 @@
 ** the thread's CPU clock read at the arming and in the handler), asks as the ticker would
 ** (preempt_asked_ns: the slice's end; preempt_asked: progress + 1; timer_asked: the same, so
 ** that smarm_preempt counts it in preempts_timed), then arms the hook like any request. When
-** the timed slice ends otherwise (the actor parks, yields, dies, or the ticker's request came first), the switch
-** disarms the timer (sm_preempt_untime, on slice_timed: a syscall only then), so that it never
-** interrupts another actor's system call with EINTR; a signal already raised by then finds the
-** progress moved, or the end not come (a later arming), and does nothing. The ticker never
-** stores an older progress's request over a newer one (a compare-and-swap): had it read the
-** progress a slice ago and been descheduled since, it would undo the timer's request. Without
-** the timer (timer_create failed) the ticker alone asks.
+** the timed slice ends otherwise (the actor parks, yields, dies, or the ticker's request came
+** first), the switch disarms the timer (sm_preempt_untime, on slice_timed: a syscall only then),
+** so that it never interrupts another actor's system call with EINTR; a signal already raised by
+** then finds the progress moved, or the end not come (a later arming), and does nothing. The
+** ticker never stores an older progress's request over a newer one (a compare-and-swap): had it
+** read the progress a slice ago and been descheduled since, it would undo the timer's request.
+** Without the timer (timer_create failed) the ticker alone asks.
 **
 ** A request whose signal found no Lua code to interrupt (the actor sat in a long C call that
 ** uses the CPU) is sent again after a slice, then twice as long each time up to a second: a
