@@ -79,6 +79,22 @@ describe("the smarm executable", function()
     os.remove(s)
   end)
 
+  -- A crash that spreads along links is reported by the last actor of the chain that nobody
+  -- watches; reaching the main actor, it ends the script with status 1 (it ended silently, 0).
+  it("reports a crash that spread along a link, and exits 1 when it reached the main actor", function()
+    local s = script("local smarm = require('smarm')\nlocal a = smarm.spawn(function()\n"
+      .. "  smarm.spawn_link(function() error('linked boom') end); smarm.receive()\nend)\n"
+      .. "while smarm.alive(a) do smarm.sleep(0.001) end\n"
+      .. "smarm.spawn_link(function() error('main boom') end)\nsmarm.receive()\n")
+    local out, err, status = sh(exe .. " -s 2 " .. s)
+    os.remove(s)
+    assert.are.equal(1, status, err)
+    assert.are.equal("", out)
+    assert.matches("smarm: actor <1%.%d+%.%d+> died of an exit signal: [^\n]*: linked boom\n"
+      .. "stack traceback:", err)
+    assert.matches("smarm: [^\n]*: main boom\nstack traceback:", err)
+  end)
+
   -- A script's own usage error (a table with a string `usage`): its text alone, status 2.
   it("exits 2 with a script's usage error's text alone, in both modes", function()
     local s = script("local function f() error({ usage = 'try: thing [a|b]' }) end\nf()\n")

@@ -617,6 +617,65 @@ describe("crash reports", function()
     assert.matches("stack traceback", reports[1].reason.traceback)
     assert.has_error(function() smarm.run(function() end, { on_crash = 1 }) end)
   end)
+
+  -- A linked actor that does not trap exits dies of the crash's reason; if nothing hears of that
+  -- either, it reports the crash in turn (it used to end silently: the crash was lost).
+  it("come once, from the last actor of a link chain that nobody watches", function()
+    for _, n in ipairs({ 1, 2 }) do
+      local reports, ends = {}, {}
+      smarm.run(function()
+        local function chain(depth, trap) -- depth actors linked in a line; the last one raises
+          if depth == 1 then error({ code = 7 }) end
+          smarm.trap_exit(trap)
+          smarm.spawn_link(chain, depth - 1)
+          if trap then smarm.receive(function(m) return type(m) == "table" and m.smarm == "EXIT" end) end
+          smarm.receive()
+        end
+        local three = smarm.spawn_on(n, chain, 3, false) -- its crash reaches the top: reported
+        local trapper = smarm.spawn_on(n, chain, 2, true) -- hears of it: nothing reported
+        local watched = smarm.spawn_on(n, chain, 2, false) -- dies of it, but a monitor hears
+        local ref = smarm.monitor(watched)
+        local down = assert(smarm.receive(function(m) return type(m) == "table" and m.ref == ref end, WAIT))
+        ends.watched = down.reason
+        local deadline = smarm.now() + WAIT
+        while #reports < 1 and smarm.now() < deadline do smarm.sleep(0.001) end
+        smarm.sleep(0.05) -- a second report, had there been one, would be here by now
+        ends.three, ends.trapper = smarm.alive(three), smarm.alive(trapper)
+        smarm.kill(trapper)
+      end, { schedulers = n, on_crash = function(r) reports[#reports + 1] = r end })
+      assert.are.equal(1, #reports, n)
+      assert.are.same({ code = 7 }, reports[1].reason.error)
+      assert.matches("stack traceback", reports[1].reason.traceback)
+      assert.are.same({ code = 7 }, ends.watched.error)
+      assert.is_false(ends.three)
+      assert.is_true(ends.trapper)
+    end
+  end)
+
+  it("make smarm.run raise when the crash reaches the main actor along a link", function()
+    for _, n in ipairs({ 1, 2 }) do
+      local raised = { code = 5 }
+      local ok, err = pcall(smarm.run, function()
+        smarm.spawn_opt({ on = n, link = true }, function() error(raised) end)
+        smarm.receive(nil, WAIT)
+      end, { schedulers = n })
+      assert.is_false(ok)
+      assert.are.same(raised, err) -- a copy: it crossed as the linked actor's exit reason
+      assert.matches("^%(error object is a table value%)\nstack traceback", smarm.last_traceback())
+      ok, err = pcall(smarm.run, function()
+        smarm.spawn_link(function() error("worker failed") end)
+        smarm.receive(nil, WAIT)
+      end, { schedulers = n })
+      assert.is_false(ok)
+      assert.matches("worker failed$", err)
+      assert.matches("worker failed\nstack traceback", smarm.last_traceback())
+      -- a kill is not a crash: run returns nothing, as documented
+      assert.are.same({}, { smarm.run(function()
+        smarm.spawn_link(function() smarm.exit(smarm.self(), "kill") end)
+        smarm.receive(nil, WAIT)
+      end, { schedulers = n }) })
+    end
+  end)
 end)
 
 describe("a kill during IO", function()

@@ -100,8 +100,9 @@ typedef struct smarm_config {
   ** quick bookkeeping only: it must not call into smarm (the Lua binding tells its VM's memory to
   ** smarm.stats there). NULL: none. */
   void (*on_sched_tick)(unsigned sched, void *userdata);
-  /* Called on the owning scheduler's thread, before on_sched_stop, for each actor stopped by
-  ** shutdown (not for actors that ended by themselves) that has a non-NULL smarm_actor_data:
+  /* Called on the owning scheduler's thread for each actor that has a non-NULL
+  ** smarm_actor_data and ends without its function returning: stopped by shutdown (before
+  ** on_sched_stop), or ended by an exit signal or a kill (smarm_dying_reason then says why):
   ** the place to release what the data holds. Its C frames are already discarded. */
   void (*on_actor_stopped)(void *actor_data, void *userdata);
   /* Time slices (docs/design.md, "Preemption"). slice_ns: how long an actor may run without
@@ -478,6 +479,12 @@ SMARM_API int smarm_set_exit_reason(int code, const void *data, size_t size);
 /* Whether anything would hear of the calling actor's end: a link, or a monitor on it. 1 or 0
 ** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
 SMARM_API int smarm_is_watched(void);
+
+/* Inside on_actor_stopped for an actor that an exit signal or a kill ends (not shutdown): the
+** reason it ends with (SMARM_EXIT_*) and, for SMARM_EXIT_VALUE, its bytes (*data, *size: valid
+** during the callback). -1 elsewhere. smarm_is_watched() there says whether anything hears of
+** its end: the Lua binding reports a crash that spread along a link to an actor nobody watches. */
+SMARM_API int smarm_dying_reason(const void **data, size_t *size);
 
 /* Whether the calling actor has a death pending: an exit signal that ends it at its next parking
 ** point or when its function returns, whatever reason it sets (a poll does not take it). 1 or 0

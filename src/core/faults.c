@@ -620,6 +620,18 @@ int smarm_exit_pending(void)
   return self && self->exit_pending;
 }
 
+int smarm_dying_reason(const void **data, size_t *size)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self || !self->dying)
+    return -1;
+  actor_faults_t *f = self->faults;
+  *data = f ? f->exit_data : NULL;
+  *size = f ? f->exit_size : 0;
+  return f ? f->exit_code : SMARM_EXIT_NOMEM; /* no record: sm_sched_die_pending's NOMEM */
+}
+
 int smarm_is_watched(void)
 {
   sched_t *s;

@@ -1057,7 +1057,9 @@ void sm_sched_die_pending(sched_t *s, actor_t *a)
   SMARM_ASSERT(a == s->current && a->exit_pending);
   a->exit_pending = 0;
   if (a->data && s->rt->cfg.on_actor_stopped) { /* its frames go: let the embedder let go too */
+    a->dying = 1;
     s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    a->dying = 0;
     a->data = NULL;
   }
   /* The reason stays in a->faults, which sm_faults_on_death frees after the last notice; none
@@ -1104,6 +1106,7 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
   a->state = ACTOR_NEW;
   a->trap_exit = 0;
   a->exit_pending = 0;
+  a->dying = 0;
   a->faults = NULL;
   a->cleanups = NULL;
   a->pid = make_pid(s->index, index, s->table.entries[index].gen);

@@ -83,6 +83,7 @@ typedef struct actor {
   uint8_t trap_exit;          /* smarm_trap_exit */
   uint8_t exit_pending;       /* dies when next resumed (faults.c); the reason is in faults
                               ** (none: SMARM_EXIT_NOMEM, no record could be made) */
+  uint8_t dying;              /* in on_actor_stopped, dying of a signal (smarm_dying_reason) */
   uint32_t idle_mark;         /* `scheduled` (its low bits) at the last idle pass over parked
                                  actors (sched.c trim_parked_stacks) */
   uint32_t queued_seq;        /* its scheduler's queued_seq when it was last queued */

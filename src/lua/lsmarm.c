@@ -117,6 +117,8 @@ typedef struct lrun {
   const char *path, *cpath; /* the caller's package.path / cpath, for the other VMs */
   lvm_t *vms;               /* one per scheduler */
   int main_status;          /* 0, or the error status of the main actor */
+  int main_crash_ref;       /* a registry ref: the error table of a crash that reached the main
+                               actor along a link (crash_spread), which run raises; else 0 */
   int64_t request_timeout_ns; /* the run's opts.request_timeout, as smarm_config_t has it */
   int main_done;
   int vm0_failed; /* scheduler 1's refs could not be made (on_sched_start): nothing ran */
@@ -232,6 +234,16 @@ static void lactor_free(lactor_t *la, enum co_fate fate)
   lactor_release(la);
 }
 
+/* A crash report on stderr: "smarm: actor <pid> died<how>: <msg>", then the traceback. */
+static void print_crash(const char *how, const char *msg, const char *trace)
+{
+  smarm_pid_t self = smarm_self();
+  fprintf(stderr, "smarm: actor <%u.%u.%u> died%s: %s\n%s\n", smarm_pid_sched(self) + 1,
+          smarm_pid_slot(self), smarm_pid_gen(self), how, msg ? msg : "(no message)",
+          trace ? trace : "");
+  fflush(stderr);
+}
+
 /* An actor's body raised (the error value on co's top): it ends with the reason
 ** { error = <the value>, traceback = "<text>" }, and its report goes to stderr unless something
 ** hears of its end (a link or a monitor: smarm_is_watched). Never inlined: its buffer would
@@ -257,13 +269,7 @@ static __attribute__((noinline, cold)) void set_error_reason(lua_State *co)
     if (report && smarm_send(reporter, report) < 0)
       smarm_msg_free(report);
   } else if (!smarm_is_watched()) {
-    char name[64];
-    smarm_pid_t self = smarm_self();
-    snprintf(name, sizeof name, "<%u.%u.%u>", smarm_pid_sched(self) + 1, smarm_pid_slot(self),
-             smarm_pid_gen(self));
-    fprintf(stderr, "smarm: actor %s died: %s\n%s\n", name, msg ? msg : "(no message)",
-            trace ? trace : "");
-    fflush(stderr);
+    print_crash("", msg, trace);
   }
   if (lua_istable(co, -1)) { /* the text was for the report, not the reason */
     lua_pushnil(co);
@@ -314,12 +320,80 @@ static void lactor_main(void *arg)
   lactor_free(la, CO_RECYCLE);
 }
 
+typedef struct crash_spread_job {
+  const void *data; /* the reason's bytes (SMARM_EXIT_VALUE) */
+  size_t size;
+  int is_main;
+} crash_spread_job_t;
+
+/* In a protected call (crash_spread): the reason, if it is a crash's ({ error =, traceback = }),
+** is reported in turn, or for the main actor kept for smarm.run to raise. */
+static int crash_spread_protected(lua_State *L)
+{
+  crash_spread_job_t *job = lua_touserdata(L, 1);
+  sm_lfaults_push_reason(L, SMARM_EXIT_VALUE, job->data, job->size);
+  int r = lua_gettop(L);
+  if (!lua_istable(L, r))
+    return 0;
+  lua_getfield(L, r, "traceback");
+  lua_getfield(L, r, "error");
+  if (lua_type(L, r + 1) != LUA_TSTRING)
+    return 0; /* not a crash: an exit signal's own reason, reported by nobody */
+  int t = lua_type(L, r + 2);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, r + 2);
+    lua_tostring(L, -1);
+  } else {
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, r + 2));
+  }
+  if (job->is_main) { /* as the handler's table of its own crash: smarm.run raises its error */
+    lua_createtable(L, 0, 3);
+    lua_pushvalue(L, r + 2);
+    lua_setfield(L, -2, "error");
+    lua_pushvalue(L, r + 1);
+    lua_setfield(L, -2, "traceback");
+    lua_pushvalue(L, r + 3);
+    lua_setfield(L, -2, "message");
+    current_run->main_crash_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    current_run->main_status = LUA_ERRRUN;
+    current_run->main_done = 1;
+    return 0;
+  }
+  smarm_pid_t reporter = atomic_load_explicit(&crash_reporter, memory_order_relaxed);
+  if (reporter) {
+    smarm_msg_t *report = sm_lfaults_encode_report(L, r, smarm_own_name());
+    if (report && smarm_send(reporter, report) < 0)
+      smarm_msg_free(report);
+  } else {
+    print_crash(" of an exit signal", lua_tostring(L, r + 3), lua_tostring(L, r + 1));
+  }
+  return 0;
+}
+
+/* An actor ends of an exit signal (smarm_dying_reason). If its reason is a crash (an actor it was
+** linked to raised) and nothing hears of its end, it reports the crash in turn, as it would have
+** had it raised itself: a crash is reported once, by the last actor of the chain that nobody
+** watches. The main actor makes smarm.run raise the crash's error instead. Protected: the
+** decode may run out of memory (the report is then lost, as any report is then). */
+static void crash_spread(lua_State *L, lactor_t *la)
+{
+  crash_spread_job_t job = {NULL, 0, la->is_main};
+  if (smarm_dying_reason(&job.data, &job.size) != SMARM_EXIT_VALUE ||
+      (!la->is_main && smarm_is_watched()) || (la->is_main && current_run->main_done))
+    return;
+  int top = lua_gettop(L);
+  lua_cpcall(L, crash_spread_protected, &job);
+  lua_settop(L, top);
+}
+
 /* Killed (or stopped by the run's end, which closes everything anyway): what it owns closes. */
 static void on_actor_stopped(void *data, void *ud)
 {
   (void)ud;
   lactor_t *la = data;
   lvm_t *vm = this_vm();
+  if (vm && vm->L)
+    crash_spread(vm->L, la);
   if (vm && vm->L)
     sm_lhandle_end_owner(vm->L, la, !la->is_main);
   lactor_free(la, la->is_main ? CO_KEEP : CO_RELEASE);
@@ -1792,8 +1866,14 @@ static int l_run(lua_State *L)
   }
   if (run.main_status != 0) {
     /* The handler's table: raise the value the main actor raised, keep the text and traceback
-    ** for smarm.last_traceback(). A bare value when even the handler failed (out of memory). */
-    lua_xmove(co, L, 1);
+    ** for smarm.last_traceback(). A bare value when even the handler failed (out of memory).
+    ** Or the same table for a crash that reached it along a link (crash_spread). */
+    if (run.main_crash_ref) {
+      lua_rawgeti(L, LUA_REGISTRYINDEX, run.main_crash_ref);
+      luaL_unref(L, LUA_REGISTRYINDEX, run.main_crash_ref);
+    } else {
+      lua_xmove(co, L, 1);
+    }
     luaL_unref(L, LUA_REGISTRYINDEX, main_ref);
     if (lua_istable(L, -1)) {
       int t = lua_gettop(L);
