@@ -260,6 +260,38 @@ describe("exit signals and kill", function()
     end)
   end)
 
+  -- Each of these calls asks scheduler 2 and parks for its answer; the answer's wait is not a
+  -- point where a death is taken (the caller takes the answer first), and a loop of them was
+  -- never killed. The next such call now dies before it asks.
+  it("end an actor that only makes requests to another scheduler, in a loop", function()
+    smarm.run(function()
+      local remote = smarm.spawn_on(2, wait_forever)
+      local loops = {
+        function() while true do smarm.alive(remote) end end,
+        function()
+          while true do smarm.register("kill_loop", remote); smarm.unregister("kill_loop") end
+        end,
+        function() while true do smarm.cancel_timer(smarm.send_after(60, remote, "x")) end end,
+        function()
+          local i = 0
+          while true do
+            i = i + 1
+            smarm.spawn_opt({ on = 2, name = "kill_loop" .. i }, function() end)
+          end
+        end,
+      }
+      for _, body in ipairs(loops) do
+        local p, ref = smarm.spawn_monitor(body)
+        smarm.sleep(0.01)
+        smarm.kill(p)
+        local d = assert(smarm.receive(function(m) return type(m) == "table" and m.ref == ref end,
+          WAIT))
+        assert.are.equal("killed", d.reason)
+      end
+      smarm.kill(remote)
+    end, { schedulers = 2 })
+  end)
+
   it("an exit signal to oneself ends the caller at once", function()
     smarm.run(function()
       local after = false

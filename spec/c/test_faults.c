@@ -505,6 +505,47 @@ TEST(kill_ends_an_actor_parked_runnable_or_running_anywhere)
   RUN(2, main_kill_any, &there);
 }
 
+/* Every call here asks the other scheduler and parks for the answer, whose wait does not take a
+** pending death (its caller takes the answer first): the next such call dies before it asks. */
+static void asks_forever(void *arg)
+{
+  smarm_pid_t remote = *(smarm_pid_t *)arg;
+  for (;;)
+    smarm_alive(remote);
+}
+
+static void registers_forever(void *arg)
+{
+  smarm_pid_t remote = *(smarm_pid_t *)arg;
+  for (;;) {
+    smarm_register("asker", remote);
+    smarm_unregister("asker");
+  }
+}
+
+static void main_kill_askers(void *arg)
+{
+  (void)arg;
+  smarm_pid_t remote;
+  CHECK_EQ(smarm_spawn_on(1, wait_forever, NULL, NULL, &remote), 0);
+  smarm_actor_fn kinds[] = {asks_forever, registers_forever};
+  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+    smarm_pid_t pid;
+    smarm_ref_t ref;
+    CHECK_EQ(smarm_spawn_on(0, kinds[i], &remote, &(smarm_spawn_opts_t){.monitor = &ref}, &pid),
+             0);
+    smarm_sleep(5 * 1000 * 1000); /* it asks many times meanwhile */
+    CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
+    smarm_msg_t *m;
+    const smarm_notice_t *n = expect_notice(SMARM_MSG_DOWN, &m);
+    CHECK(n && n->reason == SMARM_EXIT_KILLED);
+    smarm_msg_free(m);
+  }
+  CHECK_EQ(smarm_exit_signal(remote, SMARM_EXIT_KILL, NULL, 0), 0);
+}
+
+TEST(kill_ends_an_actor_that_only_asks_another_scheduler) { RUN(2, main_kill_askers, NULL); }
+
 static void suicide(void *arg)
 {
   int *after = arg;
@@ -549,11 +590,14 @@ TEST(fault_calls_outside_an_actor) { outside(); }
 
 /* ---- the actor's data is released when it is killed ---- */
 
-static int stopped_count;
+static int stopped_count, stopped_reason;
 static void on_stopped(void *data, void *ud)
 {
   (void)ud;
   __atomic_add_fetch(&stopped_count, 1, __ATOMIC_RELAXED);
+  const void *bytes;
+  size_t size;
+  stopped_reason = smarm_dying_reason(&bytes, &size); /* why, there (-1 anywhere else) */
   free(data);
 }
 
@@ -569,6 +613,10 @@ static void main_kill_with_data(void *arg)
   expect_notice(SMARM_MSG_DOWN, &m);
   smarm_msg_free(m);
   CHECK_EQ(__atomic_load_n(&stopped_count, __ATOMIC_RELAXED), 1);
+  CHECK_EQ(stopped_reason, SMARM_EXIT_KILLED);
+  const void *bytes;
+  size_t size;
+  CHECK_EQ(smarm_dying_reason(&bytes, &size), -1);
 }
 
 TEST(a_killed_actors_data_goes_to_on_actor_stopped)

@@ -25,9 +25,10 @@
 ** like smarm_exit, so that whatever the binding keeps on it is released the usual way: when it
 ** resumes from a park (sm_sched_park), at every yield or call that may park (smarm_yield,
 ** sm_sched_park_until, a receive or await that may wait), before its function first runs, and
-** when its function returns (the pending reason wins). A remote spawn's wait (sm_sched_ask) is not
-** such a point: its caller finishes taking the answer first. A poll (timeout 0) is not either:
-** the Lua binding polls where parking is refused.
+** when its function returns (the pending reason wins), and before a call asks another scheduler
+** (sm_sched_die_before_asking). The wait for that answer (sm_sched_ask) is not such a point: its
+** caller finishes taking the answer first. A poll (timeout 0) is not either: the Lua binding
+** polls where parking is refused.
 */
 #include "faults.h"
 

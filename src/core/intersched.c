@@ -533,6 +533,11 @@ static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
     spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0, 0};
     if (!name_len)
       req.reserved = reserved_pid(s, (unsigned)sched);
+    if (!req.reserved && SMARM_UNLIKELY(self->exit_pending)) { /* it would ask: it dies */
+      if (req.data && s->rt->cfg.on_actor_stopped) /* as for a spawn that failed */
+        s->rt->cfg.on_actor_stopped(req.data, s->rt->cfg.userdata);
+      sm_sched_die_before_asking(s, self);
+    }
     smarm_msg_t *m = req.reserved && block ? block : sm_msg_new(MSG_SPAWN, sizeof req + name_len);
     if (!m || (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved,
                                                                    &ties) < 0)) {
@@ -603,6 +608,7 @@ int smarm_alive(smarm_pid_t pid)
     return sm_sched_lookup(s, pid) != NULL;
   if (k >= s->rt->nsched)
     return 0;
+  sm_sched_die_before_asking(s, self);
   smarm_msg_t *m = sm_msg_new(MSG_ALIVE, sizeof(int64_t));
   if (!m)
     return -ENOMEM;

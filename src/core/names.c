@@ -214,6 +214,7 @@ int smarm_register(const char *name, smarm_pid_t pid)
   }
   if (k >= s->rt->nsched)
     return -ESRCH;
+  sm_sched_die_before_asking(s, self);
   size_t len = strlen(name);
   smarm_msg_t *m = sm_msg_new(MSG_REGISTER, sizeof(int64_t) + len + 1);
   if (!m)

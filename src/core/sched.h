@@ -292,6 +292,16 @@ int sm_sched_spawn_reserved(sched_t *s, smarm_pid_t pid, smarm_actor_fn fn, void
                             size_t stack_size, void *data, const struct spawn_ties *ties);
 /* Ends the running actor `a` with the reason of its pending death (sm_faults_die_later). */
 _Noreturn void sm_sched_die_pending(sched_t *s, actor_t *a);
+/* A call about to ask another scheduler (sm_sched_ask), before it has made its request: an
+** actor with a death pending dies here, at a call that may park, as at the others. sm_sched_ask
+** itself is not such a point (its caller takes the answer first), so without this an actor that
+** only made such calls in a loop (smarm_alive of another scheduler's pid) was never killed. The
+** caller first releases what it was given to own (a message, a spawn's data). */
+static inline void sm_sched_die_before_asking(sched_t *s, actor_t *self)
+{
+  if (SMARM_UNLIKELY(self->exit_pending))
+    sm_sched_die_pending(s, self);
+}
 
 /* Owner-thread helpers of send_receive.c, intersched.c and faults.c. */
 actor_t *sm_sched_lookup(sched_t *s, smarm_pid_t pid);   /* NULL if dead or not s's */

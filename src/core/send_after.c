@@ -133,6 +133,10 @@ int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t
   } else if (k >= s->rt->nsched) {
     sm_msg_release(msg); /* nobody: as for a dead target */
   } else {
+    if (SMARM_UNLIKELY(self->exit_pending)) {
+      sm_msg_release(msg);
+      sm_sched_die_before_asking(s, self);
+    }
     smarm_msg_t *req = sm_msg_new(MSG_TIMER_SET, sizeof(timer_request_t));
     if (!req) {
       sm_msg_release(msg);
@@ -163,6 +167,7 @@ int64_t smarm_cancel_timer(smarm_timer_t timer)
     return cancel_here(s, timer.to, timer.ref);
   if (k >= s->rt->nsched || !timer.ref)
     return -ENOENT;
+  sm_sched_die_before_asking(s, self);
   smarm_msg_t *req = sm_msg_new(MSG_TIMER_CANCEL, sizeof(timer_request_t));
   if (!req)
     return -ENOMEM;
