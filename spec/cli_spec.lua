@@ -95,6 +95,20 @@ describe("the smarm executable", function()
     assert.matches("smarm: [^\n]*: main boom\nstack traceback:", err)
   end)
 
+  -- The executable called the error value's __tostring unprotected in plain mode: a raising one
+  -- made LuaJIT panic.
+  it("exits 1 for an error value whose __tostring raises, in both modes", function()
+    local s = script("error(setmetatable({}, { __tostring = function() error('no text') end }))\n")
+    for _, mode in ipairs({ "", "-n " }) do
+      local _, err, status = sh(exe .. " " .. mode .. s)
+      assert.are.equal(1, status, mode)
+      assert.matches("^smarm: %(error object is a table value: its __tostring failed: [^\n]*no text%)",
+        err, mode)
+      assert.not_matches("PANIC", err, mode)
+    end
+    os.remove(s)
+  end)
+
   -- A script's own usage error (a table with a string `usage`): its text alone, status 2.
   it("exits 2 with a script's usage error's text alone, in both modes", function()
     local s = script("local function f() error({ usage = 'try: thing [a|b]' }) end\nf()\n")

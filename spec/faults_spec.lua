@@ -62,7 +62,33 @@ describe("exit reasons", function()
         function() smarm.exit({ co = coroutine.create(print) }) end)
       d = next_notice("DOWN")
       assert.matches("^table: .* %(an exit reason that cannot be sent: reason%.co is a thread%)$", d.reason)
+      -- a crash keeps its shape and traceback: only its error value is replaced
+      smarm.spawn_opt({ on = where, monitor = true },
+        function() error({ code = 7, retry = function() end }) end)
+      d = next_notice("DOWN")
+      assert.matches("^table: .* %(an exit reason that cannot be sent: reason%.error%.retry is a "
+        .. "function%)$", d.reason.error)
+      assert.matches("^stack traceback:", d.reason.traceback)
     end)
+  end)
+
+  -- LuaJIT replaces an error raised inside a message handler by "error in error handling": the
+  -- handler calls __tostring protected, so the reason keeps its value and its traceback.
+  it("keep an error value whose __tostring raises, with its traceback", function()
+    local bad = { __tostring = function() error("tostring fails") end }
+    both(function(where)
+      smarm.spawn_opt({ on = where, monitor = true },
+        function() error(setmetatable({ code = 9 }, bad)) end)
+      local d = next_notice("DOWN")
+      assert.are.same({ code = 9 }, d.reason.error) -- a copy: metatables do not travel
+      assert.matches("^stack traceback:", d.reason.traceback)
+    end)
+    local raised = setmetatable({ code = 10 }, bad)
+    local ok, err = pcall(smarm.run, function() error(raised) end)
+    assert.is_false(ok)
+    assert.are.equal(raised, err)
+    assert.matches("^%(error object is a table value: its __tostring failed: .*tostring fails%)\n"
+      .. "stack traceback:", smarm.last_traceback())
   end)
 end)
 
@@ -648,6 +674,22 @@ describe("crash reports", function()
     assert.are.same({ code = 3 }, reports[1].reason.error)
     assert.matches("stack traceback", reports[1].reason.traceback)
     assert.has_error(function() smarm.run(function() end, { on_crash = 1 }) end)
+  end)
+
+  it("still come when on_crash raises or ends its actor", function()
+    local seen = {}
+    smarm.run(function()
+      for _, what in ipairs({ "exits", "raises", "last" }) do
+        smarm.spawn(function() error(what, 0) end)
+        local deadline = smarm.now() + WAIT
+        while not seen[what] and smarm.now() < deadline do smarm.sleep(0.001) end
+      end
+    end, { on_crash = function(r)
+      seen[r.reason.error] = true
+      if r.reason.error == "exits" then smarm.exit() end
+      if r.reason.error == "raises" then error("on_crash failed") end
+    end })
+    assert.is_true(seen.exits and seen.raises and seen.last)
   end)
 
   -- A linked actor that does not trap exits dies of the crash's reason; if nothing hears of that

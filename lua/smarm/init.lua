@@ -83,7 +83,9 @@ end
 
 -- run(fn [, opts]): opts.on_crash = f replaces the printing of crash reports with f(report)
 -- (report = { pid =, name =, reason = }), called in an actor of scheduler 1 in the caller's VM,
--- one report at a time. An error in f is printed, and f goes on with the next report.
+-- one report at a time. An error in f is printed, and f goes on with the next report. Each call
+-- is an actor of its own, which the reporter waits for: an f that ends its actor (smarm.exit, a
+-- kill) ends that call only (when f ran in the reporter itself, every later report was lost).
 local run = core.run
 function core.run(fn, opts)
   local on_crash = type(opts) == "table" and opts.on_crash
@@ -95,8 +97,17 @@ function core.run(fn, opts)
     -- (no mailbox bound: opts.max_mailbox would make a burst of crashes kill the reporter)
     core._set_crash_reporter(core.spawn_opt({ max_mailbox = 2 ^ 40 }, function()
       while true do
-        local ok, err = pcall(on_crash, core.receive())
-        if not ok then io.stderr:write("smarm: on_crash: ", tostring(err), "\n") end
+        local _, ref = core.spawn_monitor(on_crash, core.receive())
+        local down = core.receive(function(m)
+          return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
+        end)
+        local why = down.reason
+        if type(why) == "table" and why.traceback ~= nil then
+          local e = why.error
+          local text = (type(e) == "string" or type(e) == "number") and tostring(e)
+            or "(error object is a " .. type(e) .. " value)"
+          io.stderr:write("smarm: on_crash: ", text, "\n")
+        end
       end
     end))
     return fn(...)

@@ -36,16 +36,51 @@ _Static_assert((int)LVM_STR_NORMAL == (int)SMARM_EXIT_NORMAL &&
 
 /* The reason encoder, called protected (sm_lfaults_encode_reason) with (value, job [, why]):
 ** encodes the value into job->block; with `why` (the first attempt's error), encodes instead the
-** string "tostring(value) (an exit reason that cannot be sent: why)". */
+** string "tostring(value) (an exit reason that cannot be sent: why)", or for a crash's reason
+** ({ error =, traceback = }) the same table with only its error so replaced: the traceback stays. */
 typedef struct encode_job {
   smarm_msg_t *block;
   int report;       /* encode { pid = self, name = name, reason = value } instead */
   const char *name; /* the report's name (may be NULL) */
 } encode_job_t;
 
+/* Pushes "tostring(value at idx) (an exit reason that cannot be sent: why)"; a __tostring that
+** raises gives "(a T value)" instead. */
+static void push_unsendable(lua_State *L, int idx, const char *why)
+{
+  lua_getglobal(L, "tostring");
+  lua_pushvalue(L, idx);
+  const char *what = lua_pcall(L, 1, 1, 0) == 0 ? lua_tostring(L, -1) : NULL;
+  if (!what)
+    what = lua_pushfstring(L, "(a %s value)", luaL_typename(L, idx));
+  lua_pushfstring(L, "%s (an exit reason that cannot be sent: %s)", what, why);
+  lua_replace(L, -2);
+}
+
 static int encode_reason(lua_State *L)
 {
   encode_job_t *job = lua_touserdata(L, 2);
+  if (lua_gettop(L) >= 3) { /* the second attempt: what cannot be sent is described */
+    const char *why = lua_tostring(L, 3) ? lua_tostring(L, 3) : "?";
+    int crash = 0;
+    if (lua_istable(L, 1)) {
+      lua_getfield(L, 1, "traceback");
+      crash = lua_type(L, -1) == LUA_TSTRING;
+      lua_pop(L, 1);
+    }
+    if (crash) {
+      lua_createtable(L, 0, 2);
+      lua_getfield(L, 1, "error");
+      push_unsendable(L, lua_gettop(L), why);
+      lua_setfield(L, -3, "error");
+      lua_pop(L, 1);
+      lua_getfield(L, 1, "traceback");
+      lua_setfield(L, -2, "traceback");
+    } else {
+      push_unsendable(L, 1, why);
+    }
+    lua_replace(L, 1);
+  }
   if (job->report) {
     lua_createtable(L, 0, 3);
     sm_lsmarm_push_pid(L, smarm_self());
@@ -56,15 +91,6 @@ static int encode_reason(lua_State *L)
     }
     lua_pushvalue(L, 1);
     lua_setfield(L, -2, "reason");
-    lua_replace(L, 1);
-  }
-  if (lua_gettop(L) >= 3) {
-    lua_getglobal(L, "tostring");
-    lua_pushvalue(L, 1);
-    lua_call(L, 1, 1);
-    const char *what = lua_tostring(L, -1), *why = lua_tostring(L, 3);
-    lua_pushfstring(L, "%s (an exit reason that cannot be sent: %s)", what ? what : "?",
-                    why ? why : "?");
     lua_replace(L, 1);
   }
   codec_moves_t moves;

@@ -164,7 +164,8 @@ static void vm_cache_refs(lvm_t *vm)
 /* Message handler for an actor's protected call: the error becomes the table of its exit reason,
 ** { error = <the value>, traceback = "stack traceback: ..." }, with the text a report prints as
 ** `message` (set_error_reason and smarm.run take it out). The text is the value itself for a
-** string or a number, its __tostring when it has one (called here, while protected), else its
+** string or a number, its __tostring when it has one (called in a protected call of its own: an
+** error there would make LuaJIT replace the whole reason by "error in error handling"), else its
 ** type. */
 static int add_traceback(lua_State *L)
 {
@@ -172,8 +173,16 @@ static int add_traceback(lua_State *L)
   if (t == LUA_TSTRING || t == LUA_TNUMBER) {
     lua_pushvalue(L, 1); /* a copy: tostring must not change the error value itself */
     lua_tostring(L, -1);
-  } else if (!luaL_callmeta(L, 1, "__tostring") || lua_type(L, -1) != LUA_TSTRING) {
-    lua_settop(L, 1);
+  } else if (luaL_getmetafield(L, 1, "__tostring")) {
+    lua_pushvalue(L, 1);
+    int failed = lua_pcall(L, 1, 1, 0) != 0;
+    if (failed || lua_type(L, -1) != LUA_TSTRING) {
+      const char *why = failed && lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                                  : "it did not give a string";
+      lua_pushfstring(L, "(error object is a %s value: its __tostring failed: %s)",
+                      luaL_typename(L, 1), why);
+    }
+  } else {
     lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   int msg_idx = lua_gettop(L);

@@ -130,11 +130,20 @@ static int report(lua_State *L, int status)
     lua_pop(L, 1);
   }
   if (status != 0) {
-    const char *msg = lua_tostring(L, -1);
-    if (!msg && luaL_callmeta(L, -1, "__tostring"))
-      msg = lua_tostring(L, -1);
+    int err = lua_gettop(L);
+    const char *msg = lua_tostring(L, err);
+    if (!msg && luaL_getmetafield(L, err, "__tostring")) { /* protected: it may raise */
+      lua_pushvalue(L, err);
+      if (lua_pcall(L, 1, 1, 0) == 0 && lua_type(L, -1) == LUA_TSTRING)
+        msg = lua_tostring(L, -1);
+      else
+        msg = lua_pushfstring(L, "(error object is a %s value: its __tostring failed: %s)",
+                              luaL_typename(L, err),
+                              lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                             : "it did not give a string");
+    }
     fprintf(stderr, "smarm: %s\n", msg ? msg : lua_pushfstring(L, "(error object is a %s value)",
-                                                                   luaL_typename(L, -1)));
+                                                                   luaL_typename(L, err)));
     fflush(stderr);
     return 1;
   }
