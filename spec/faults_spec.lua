@@ -753,6 +753,41 @@ describe("crash reports", function()
 end)
 
 describe("a kill during IO", function()
+  -- libuv's pool has four threads, which every file call shares. Actors killed while they waited
+  -- in a FIFO's open or read held them, and every later file call of the process waited for a
+  -- writer to come; the killed actors' calls are now interrupted.
+  it("frees the file pool from the calls killed actors waited for", function()
+    local posix = dofile("spec/support/posix.lua")
+    local dir = posix.tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    smarm.run(function()
+      local blocked = {
+        function() smarm.fs.open(fifo, "r") end, -- no writer: the open blocks
+        function() assert(smarm.fs.open(fifo, "r+")):read("*l") end, -- no line: the read blocks
+      }
+      for round = 1, 3 do
+        for _, body in ipairs(blocked) do
+          local p = smarm.spawn(body)
+          local function waiting() -- nil once it ended (an open that found the other end open)
+            local i = smarm.info(p, "waiting")
+            return i and i.waiting
+          end
+          while smarm.alive(p) and not waiting() do smarm.sleep(0.001) end
+          smarm.sleep(0.01) -- its call is in a pool thread by now, or queued there
+          smarm.kill(p)
+        end
+        assert(round) -- six killed calls in all: more than the pool's threads
+      end
+      local got = smarm.fs.readfile("/proc/self/stat") -- hangs here without the interrupts
+      assert.is_true(#got > 0)
+      local deadline = smarm.now() + WAIT
+      while smarm.stats().io_in_flight > 0 and smarm.now() < deadline do smarm.sleep(0.001) end
+      assert.are.equal(0, smarm.stats().io_in_flight)
+    end)
+    posix.remove_tree(dir)
+  end)
+
   it("cancels the request the actor waited for", function()
     smarm.run(function()
       local server = assert(smarm.tcp.listen("127.0.0.1", 0))

@@ -17,9 +17,20 @@
 #include <unistd.h>
 #include <uv.h>
 
+/* open(2), again after an EINTR unless the work is to give up (sm_io_interrupted): a FIFO's
+** open blocks, and the interrupt of another work may reach it (io.c). */
+static int open_file(const char *path, int flags, int mode)
+{
+  int fd;
+  do
+    fd = open(path, flags | O_CLOEXEC, mode);
+  while (fd < 0 && errno == EINTR && !sm_io_interrupted());
+  return fd;
+}
+
 static int read_all(fs_req_t *r)
 {
-  int fd = open(r->path, O_RDONLY | O_CLOEXEC);
+  int fd = open_file(r->path, O_RDONLY, 0);
   if (fd < 0)
     return -errno;
   size_t cap = 0;
@@ -72,7 +83,7 @@ static int write_fd(int fd, const char *data, size_t len, double offset, size_t 
 
 static int write_all(fs_req_t *r)
 {
-  int fd = open(r->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, r->mode);
+  int fd = open_file(r->path, O_WRONLY | O_CREAT | O_TRUNC, r->mode);
   if (fd < 0)
     return -errno;
   size_t done;
@@ -139,7 +150,7 @@ static void fs_work(io_req_t *req)
   case FS_RMDIR: err = rmdir(r->path) == 0 ? 0 : -errno; break;
   case FS_SCANDIR: err = scan(r); break;
   case FS_OPEN:
-    r->fd = open(r->path, r->flags | O_CLOEXEC, r->mode);
+    r->fd = open_file(r->path, r->flags, r->mode);
     err = r->fd < 0 ? -errno : 0;
     break;
   case FS_READ: {

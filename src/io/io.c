@@ -28,6 +28,16 @@
 ** signal's handler does nothing and is installed without SA_RESTART, so a blocked system call
 ** returns EINTR, and work functions that see sm_io_interrupted() give up. A signal that arrives
 ** just before the call blocks is not lost for good: the next tick sends another.
+**
+** The same for the pool work of an actor that ended while it waited (killed: sm_io_call's
+** cleanup): the work is marked `abandoned` (loop thread, relaxed: the pool thread reads it in
+** sm_io_interrupted, and the signal only hurries that) and, once it runs, its worker, found in
+** busy_workers by its request under busy_lock (so the thread still runs that work), is
+** signalled every 10 ms until the work ends. It is not taken out of the pool's queue: a regular
+** file's call, which no signal interrupts, still happens (a write the actor made is made).
+** Without it, four actors killed while they read FIFOs held libuv's four pool threads, and every
+** file call of the process waited for a writer. A signal may still land in a worker that has
+** just moved on to other work; work functions retry an EINTR unless sm_io_interrupted().
 */
 #define _GNU_SOURCE
 #include "io.h"
@@ -104,17 +114,25 @@ void sm_io_sched_thread_leave(unsigned sched, void *userdata)
 #endif
 typedef struct busy_worker {
   pthread_t thread;
+  io_req_t *req; /* the work it runs */
   struct busy_worker *prev, *next;
 } busy_worker_t;
 static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
 static busy_worker_t *busy_workers; /* pool threads inside a work function (busy_lock) */
 static int interrupt_installed;     /* our handler is IO_INTERRUPT_SIGNAL's (io_lock) */
 static uint64_t pool_in_flight;     /* loop thread only: pool works queued and not completed */
-static uv_timer_t interrupt_timer;  /* loop thread only, while stopping */
+static uint64_t pool_abandoned;     /* loop thread only: of those, the abandoned ones */
+static uv_timer_t interrupt_timer;  /* loop thread only: made with the loop, closed at its stop */
+static int interrupting;            /* loop thread only: interrupt_timer runs */
+static __thread io_req_t *current_work; /* a pool thread's work (work_cb) */
 
 static void on_interrupt_signal(int sig) { (void)sig; }
 
-int sm_io_interrupted(void) { return atomic_load_explicit(&io_stopping, memory_order_relaxed); }
+int sm_io_interrupted(void)
+{
+  return atomic_load_explicit(&io_stopping, memory_order_relaxed) ||
+         (current_work && atomic_load_explicit(&current_work->abandoned, memory_order_relaxed));
+}
 
 /* size bytes, plus a uv_work_t after them for pool work. */
 static io_req_t *req_alloc(size_t size, int pool, io_free_fn free_fields)
@@ -195,14 +213,16 @@ void sm_io_complete(io_req_t *req)
 static void work_cb(uv_work_t *w)
 {
   io_req_t *req = w->data;
-  busy_worker_t me = {pthread_self(), NULL, NULL};
+  busy_worker_t me = {pthread_self(), req, NULL, NULL};
   pthread_mutex_lock(&busy_lock);
   me.next = busy_workers;
   if (busy_workers)
     busy_workers->prev = &me;
   busy_workers = &me;
   pthread_mutex_unlock(&busy_lock);
+  current_work = req;
   req->work(req);
+  current_work = NULL;
   pthread_mutex_lock(&busy_lock);
   if (me.prev)
     me.prev->next = me.next;
@@ -217,37 +237,65 @@ static void after_work_cb(uv_work_t *w, int status)
 {
   io_req_t *req = w->data;
   pool_in_flight--;
+  if (atomic_load_explicit(&req->abandoned, memory_order_relaxed))
+    pool_abandoned--;
   if (status == UV_ECANCELED)
     req->err = -ECANCELED;
   sm_io_complete(req);
 }
 
-/* Stopping: every 10 ms, interrupt the pool threads still in a work function (see the top). */
+/* Every 10 ms while there is pool work to interrupt (see the top): stopping, every pool thread
+** still in a work function; else those whose work is abandoned. */
 static void interrupt_tick(uv_timer_t *t)
 {
-  if (pool_in_flight == 0) {
-    uv_close((uv_handle_t *)t, NULL);
+  int stopping = atomic_load_explicit(&io_stopping, memory_order_relaxed);
+  if (pool_in_flight == 0 || (!stopping && pool_abandoned == 0)) {
+    uv_timer_stop(t);
+    interrupting = 0;
+    if (stopping) /* the last handle of the loop: it ends */
+      uv_close((uv_handle_t *)t, NULL);
     return;
   }
+  if (!interrupt_installed)
+    return;
   pthread_mutex_lock(&busy_lock);
   for (busy_worker_t *b = busy_workers; b; b = b->next)
-    pthread_kill(b->thread, IO_INTERRUPT_SIGNAL);
+    if (stopping || atomic_load_explicit(&b->req->abandoned, memory_order_relaxed))
+      pthread_kill(b->thread, IO_INTERRUPT_SIGNAL);
   pthread_mutex_unlock(&busy_lock);
+}
+
+static void interrupt_start(void)
+{
+  if (!interrupting && !uv_is_closing((uv_handle_t *)&interrupt_timer)) {
+    interrupting = 1;
+    uv_timer_start(&interrupt_timer, interrupt_tick, 0, 10);
+  }
 }
 
 /* A cancel request (sm_io_call_timeout): it holds a reference to the request it cancels. */
 typedef struct cancel_req {
   io_req_t base;
   io_req_t *target;
+  int ended; /* its actor ended while it waited (abandon): pool work is interrupted too; a
+                timeout leaves pool work to finish (its result may still be taken) */
 } cancel_req_t;
 
-/* Its on_loop: cancels the target unless that completed meanwhile. */
+/* Its on_loop: cancels the target unless that completed meanwhile: a request on the loop by its
+** own cancel; pool work whose actor ended while it waited (abandon) by interrupting it where it
+** blocks (see the top). */
 static void cancel_on_loop(io_req_t *req, void *loop)
 {
   (void)loop;
   io_req_t *target = ((cancel_req_t *)req)->target;
-  if (!target->completed && target->cancel)
+  if (!target->completed && target->cancel) {
     target->cancel(target);
+  } else if (!target->completed && target->work && ((cancel_req_t *)req)->ended &&
+             !atomic_load_explicit(&target->abandoned, memory_order_relaxed)) {
+    atomic_store_explicit(&target->abandoned, 1, memory_order_relaxed);
+    pool_abandoned++; /* until its after_work_cb */
+    interrupt_start();
+  }
   sm_io_complete(req);
 }
 
@@ -286,10 +334,7 @@ static void async_cb(uv_async_t *a)
     for (int i = 0; i < nstop_hooks; i++) /* close what the modules keep open (sockets) */
       stop_hooks[i](a->loop);
     uv_close((uv_handle_t *)a, NULL);
-    if (pool_in_flight > 0 && interrupt_installed) {
-      uv_timer_init(a->loop, &interrupt_timer);
-      uv_timer_start(&interrupt_timer, interrupt_tick, 0, 10);
-    }
+    interrupt_start(); /* its tick closes it once no pool work is in flight */
   }
 }
 
@@ -418,9 +463,13 @@ static int io_start(void)
     if (rc == 0 && (rc = uv_async_init(&io_loop, &io_async, async_cb)) != 0)
       uv_loop_close(&io_loop);
     if (rc == 0) {
+      uv_timer_init(&io_loop, &interrupt_timer); /* cannot fail */
+      interrupting = 0;
+      pool_abandoned = 0;
       atomic_store_explicit(&io_stopping, 0, memory_order_relaxed);
       if ((rc = -pthread_create(&io_thread, NULL, io_main, NULL)) != 0) {
         uv_close((uv_handle_t *)&io_async, NULL);
+        uv_close((uv_handle_t *)&interrupt_timer, NULL);
         uv_run(&io_loop, UV_RUN_DEFAULT);
         uv_loop_close(&io_loop);
       }
@@ -476,7 +525,8 @@ int sm_io_call(io_req_t *req) { return sm_io_call_timeout(req, SMARM_FOREVER); }
 
 /* The caller's cleanup while it waits (smarm_cleanup_push): it ended in the middle (killed, or
 ** stopped at shutdown), so its reference is released here, and a request on the loop is
-** cancelled (a socket's receive or accept would otherwise wait for good). */
+** cancelled (a socket's receive or accept would otherwise wait for good), pool work taken out of
+** the pool or interrupted (see the top). */
 /* A request that cancels req on the loop (cancel_on_loop looks at `completed` there, on the loop's
 ** thread), holding a reference to it; NULL when out of memory. */
 static cancel_req_t *cancel_new(io_req_t *req)
@@ -494,8 +544,10 @@ static void abandon(void *p)
 {
   io_req_t *req = p;
   cancel_req_t *c;
-  if (req->cancel && (c = cancel_new(req)))
+  if ((req->cancel || req->work) && (c = cancel_new(req))) { /* pool work: interrupted */
+    c->ended = 1;
     sm_io_post(&c->base);
+  }
   sm_io_req_release(req);
 }
 

@@ -58,6 +58,8 @@ struct io_req {
   int err;              /* the result: 0 or a negative errno (written by the IO side) */
   int completed;        /* set by sm_io_complete (IO side), read by the caller after a wake */
   int waited;           /* sm_io_post: nobody waits, nobody to wake */
+  _Atomic int abandoned; /* pool work whose actor ended while it ran: set on the loop thread
+                            (cancel_on_loop), read by the pool thread (sm_io_interrupted) */
   void *uv;             /* pool work: its uv_work_t (io.c); on_loop: the module's state on the
                            loop while the request runs (NULL once done) */
 };
@@ -115,7 +117,9 @@ void sm_io_on_stop(io_stop_fn fn);
 ** the IO thread and releases its references. Does nothing if it never started. Pool work that
 ** blocks (a FIFO with no writer, a terminal that sends no line) is interrupted: its thread gets
 ** a signal every 10 ms, so a blocking system call returns EINTR; work functions must then give
-** up rather than retry (sm_io_interrupted). */
+** up rather than retry (sm_io_interrupted). The same happens, while the runtime runs, to the
+** pool work of an actor that ended while it waited for it (killed): its pool thread is freed
+** for the others (libuv's pool has four). */
 void sm_io_shutdown(void);
 
 /* The scheduler threads of a runtime that uses the IO thread call these from their
