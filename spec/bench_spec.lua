@@ -14,6 +14,20 @@ describe("smarm.histogram", function()
     assert.are.equal(100000, h:quantile(1))
   end)
 
+  -- (uint64_t) of a double of 2^64 or more is undefined in C: 1e30 was recorded as 0
+  it("keeps huge values as the largest, negative ones as 0, and refuses NaN", function()
+    local h = smarm.histogram()
+    h:record(1e30)
+    h:record(math.huge)
+    assert.are.equal(2, h:count())
+    assert.is_true(h:max() > 1e19)
+    local z = smarm.histogram()
+    z:record(-5)
+    assert.are.equal(1, z:count())
+    assert.are.equal(0, z:max())
+    assert.has_error(function() z:record(0 / 0) end, "bad argument #1 to 'record' (a number expected, got NaN)")
+  end)
+
   it("merges, and travels as an export string", function()
     local a, b = smarm.histogram(), smarm.histogram()
     for _ = 1, 10 do a:record(7) end

@@ -380,7 +380,20 @@ describe("registered names", function()
       assert.has_error(function() smarm.demonitor("ref") end)
       assert.has_error(function() smarm.link({}) end)
       assert.has_error(function() smarm.kill("no-such-name") end)
-    end)
+      -- the messages name the argument, and the position is the caller's
+      local ok, err = pcall(function() smarm.demonitor(5) end)
+      assert.is_false(ok)
+      assert.matches("^spec/faults_spec%.lua:%d+: bad argument #1 to 'demonitor' %(ref expected, "
+        .. "got number%)$", err)
+      assert.has_error(function() smarm.demonitor(smarm.ref(), "x") end,
+        "bad argument #2 to 'demonitor' (\"flush\" expected)")
+      for _, on in ipairs({ 0, 3, 1.5, "x" }) do
+        ok, err = pcall(smarm.spawn_opt, { on = on }, print)
+        assert.is_false(ok)
+        assert.matches("bad argument #1 to '%?' %(opts%.on must be a scheduler index from 1 to "
+          .. "smarm%.schedulers%(%) or \"any\"%)$", err)
+      end
+    end, { schedulers = 2 })
   end)
 end)
 

@@ -118,6 +118,13 @@ end
 -- if it already arrived (from the core's mailbox and from the messages a receive set aside).
 local demonitor = core._demonitor
 function core.demonitor(ref, opt)
+  -- checked here: raised by the C function, an error's position would be this file's
+  if not core.is_ref(ref) then
+    error(string.format("bad argument #1 to 'demonitor' (ref expected, got %s)", type(ref)), 2)
+  end
+  if opt ~= nil and opt ~= "flush" then
+    error("bad argument #2 to 'demonitor' (\"flush\" expected)", 2)
+  end
   local was, flush = demonitor(ref, opt)
   if flush then core._flush_down(ref) end
   return was

@@ -57,7 +57,9 @@ static int h_record(lua_State *L)
 {
   histogram_t *h = check_hist(L, 1);
   lua_Number v = luaL_checknumber(L, 2);
-  sm_hist_record(h, v > 0 ? (uint64_t)v : 0);
+  luaL_argcheck(L, v == v, 2, "a number expected, got NaN");
+  /* (uint64_t) of 2^64 or more is undefined in C (it recorded 0 here): the largest is kept */
+  sm_hist_record(h, v <= 0 ? 0 : v >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)v);
   return 0;
 }
 

@@ -1578,15 +1578,26 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   return spawn_done(L, fname, r, rc, pid, ref);
 }
 
+/* A scheduler, 1..N (returned as its index) or "any" (SMARM_SCHED_ANY), at idx; *ok says
+** whether it is one. */
+static int where_at(lua_State *L, int idx, int *ok)
+{
+  *ok = 1;
+  if (lua_type(L, idx) == LUA_TSTRING && strcmp(lua_tostring(L, idx), "any") == 0)
+    return SMARM_SCHED_ANY;
+  lua_Number k = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : 0;
+  *ok = k >= 1 && k <= (int)smarm_sched_count() && k == (lua_Number)(int)k;
+  return (int)k - 1;
+}
+
 /* A scheduler argument: 1..N or "any". */
 static int check_where(lua_State *L, int idx)
 {
-  if (lua_type(L, idx) == LUA_TSTRING && strcmp(lua_tostring(L, idx), "any") == 0)
-    return SMARM_SCHED_ANY;
-  lua_Number k = luaL_checknumber(L, idx);
-  luaL_argcheck(L, k >= 1 && k <= (int)smarm_sched_count() && k == (lua_Number)(int)k, idx,
-                "scheduler index or \"any\" expected");
-  return (int)k - 1;
+  int ok, k = where_at(L, idx, &ok);
+  if (!ok && lua_type(L, idx) != LUA_TNUMBER)
+    luaL_typerror(L, idx, "scheduler index or \"any\"");
+  luaL_argcheck(L, ok, idx, "scheduler index or \"any\" expected");
+  return k;
 }
 
 static int l_spawn(lua_State *L)
@@ -1662,8 +1673,12 @@ static int l_spawn_opt(lua_State *L)
   r.max_mailbox = check_max_mailbox(L, 1);
   lua_pop(L, 2);
   lua_getfield(L, 1, "on");
-  if (!lua_isnil(L, -1))
-    r.where = check_where(L, lua_gettop(L));
+  if (!lua_isnil(L, -1)) {
+    int ok;
+    r.where = where_at(L, lua_gettop(L), &ok);
+    luaL_argcheck(L, ok, 1, "opts.on must be a scheduler index from 1 to smarm.schedulers() or "
+                            "\"any\"");
+  }
   lua_getfield(L, 1, "link");
   r.link = lua_toboolean(L, -1);
   lua_getfield(L, 1, "monitor");
