@@ -476,7 +476,7 @@ describe("reading files as Lua's io does", function()
     assert.are.same({}, r.eof)
     assert.are.same({ "a", "b" }, r.plain)
     assert.matches("smarm.fs.settimeout: the file is closed", r.closed, 1, true)
-    assert.matches("number expected, got string", r.bad, 1, true)
+    assert.matches("number of seconds or nil expected, got string", r.bad, 1, true)
   end)
 
   -- a limit of 0 (or the little left of one) does what it can without waiting: the data already

@@ -524,3 +524,35 @@ describe("smarm.signal.wait", function()
     assert.matches("bad argument #1 to 'wait'", e)
   end)
 end)
+
+-- Time limits are checked alike everywhere: a negative number, NaN or a string raises. Some calls
+-- took them for "no limit" (a program with { timeout = -1 } was never killed), others raised.
+describe("time limits of IO calls", function()
+  it("refuse negative numbers, NaN and strings; nil is no limit", function()
+    smarm.run(function()
+      local sock = assert(smarm.udp.bind("127.0.0.1", 0))
+      local cases = {
+        { function(t) return smarm.signal.wait("SIGUSR1", t) end, "non-negative number of seconds" },
+        { function(t) return smarm.process.run({ "true" }, { timeout = t }) end, "opts.timeout" },
+        { function(t) return smarm.tcp.connect("127.0.0.1", 1, t) end, "non-negative number of seconds" },
+        { function(t) return smarm.dns.getaddrinfo("localhost", nil, t) end, "non-negative number of seconds" },
+      }
+      for _, case in ipairs(cases) do
+        for _, bad in ipairs({ -1, 0 / 0, "1" }) do
+          local ok, err = pcall(case[1], bad)
+          assert.is_false(ok, tostring(bad))
+          assert.matches(case[2], err, 1, true)
+        end
+      end
+      local p = smarm.process.spawn({ "true" })
+      assert.has_error(function() p:wait(-1) end)
+      assert.are.equal(0, p:wait(nil).status)
+      assert.are.equal(0, smarm.process.run({ "true" }, { timeout = 5 }).status)
+      assert.has_error(function() sock:settimeout(0 / 0) end)
+      assert.has_error(function() sock:settimeout("0.1") end)
+      assert.is_true(sock:settimeout(-1)) -- documented: no limit
+      assert.is_true(sock:settimeout(nil))
+      sock:close()
+    end)
+  end)
+end)

@@ -17,14 +17,14 @@ static int l_getaddrinfo(lua_State *L)
   luaL_checkstring(L, 1);
   if (!lua_isnoneornil(L, 2))
     luaL_checkstring(L, 2); /* a number too (a port) */
-  double timeout = luaL_optnumber(L, 3, -1);
+  int64_t timeout_ns = sm_lpark_opt_seconds(L, 3);
   lua_settop(L, 3);
   dns_req_t *r = sm_dns_req_new();
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->host = sm_lio_copy_arg(L, 1, NULL);
   if (!lua_isnil(L, 2))
     r->service = sm_lio_copy_arg(L, 2, NULL); /* a number converts */
-  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "dns.getaddrinfo");
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, "dns.getaddrinfo");
   int n = 1;
   if (err) {
     n = sm_lio_push_failure(L, err, r->host);

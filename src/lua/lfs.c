@@ -523,7 +523,7 @@ static int f_read(lua_State *L)
 static int f_settimeout(lua_State *L)
 {
   lfile_t *f = check_file(L, "settimeout");
-  f->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  f->timeout = sm_lpark_check_settimeout(L, 2);
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -67,6 +67,22 @@ int64_t sm_lsmarm_timeout_ns(lua_Number seconds)
   return (int64_t)(seconds * 1e9);
 }
 
+int64_t sm_lpark_opt_seconds(lua_State *L, int idx)
+{
+  return lua_isnoneornil(L, idx) ? SMARM_FOREVER : sm_lpark_check_seconds(L, idx);
+}
+
+lua_Number sm_lpark_check_settimeout(lua_State *L, int idx)
+{
+  if (lua_isnoneornil(L, idx))
+    return -1;
+  lua_Number s = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : 0;
+  if (lua_type(L, idx) != LUA_TNUMBER || s != s)
+    luaL_argerror(L, idx, lua_pushfstring(L, "number of seconds or nil expected, got %s",
+                                          s != s ? "nan" : luaL_typename(L, idx)));
+  return s < 0 ? -1 : s;
+}
+
 int64_t sm_lpark_check_seconds(lua_State *L, int idx)
 {
   lua_Number s = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : -1;

@@ -44,4 +44,13 @@ int64_t sm_lsmarm_timeout_ns(lua_Number seconds);
 ** argument #idx to '<fn>' (non-negative number of seconds expected, got <type or value>)". */
 int64_t sm_lpark_check_seconds(lua_State *L, int idx);
 
+/* An optional time limit at idx: none or nil gives SMARM_FOREVER, anything else must pass
+** sm_lpark_check_seconds (NaN, negative numbers and strings raise: they used to mean "no limit"
+** in some calls and raise in others). */
+int64_t sm_lpark_opt_seconds(lua_State *L, int idx);
+
+/* A socket's or file's settimeout(seconds): none, nil or a negative number is no limit (-1),
+** else a number of seconds; NaN and strings raise. */
+lua_Number sm_lpark_check_settimeout(lua_State *L, int idx);
+
 #endif

@@ -136,17 +136,20 @@ static int l_run(lua_State *L)
   proc_req_t *r = sm_proc_run_new();
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   read_program(L, r, "run");
-  double timeout = -1;
+  int64_t timeout_ns = SMARM_FOREVER;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "stdin");
     if (!lua_isnil(L, -1))
       r->input = sm_lio_copy_bytes(L, lua_gettop(L), &r->input_len); /* a string or a binary */
     lua_getfield(L, 2, "timeout");
-    if (!lua_isnil(L, -1))
-      timeout = luaL_checknumber(L, -1);
+    if (!lua_isnil(L, -1)) {
+      lua_Number t = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+      luaL_argcheck(L, t >= 0, 2, "opts.timeout must be a non-negative number of seconds");
+      timeout_ns = sm_lsmarm_timeout_ns(t);
+    }
     lua_settop(L, box);
   }
-  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "process.run");
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, "process.run");
   int n = 1;
   if (err == -ETIMEDOUT) { /* killed: what it wrote so far comes with the error */
     n = sm_lio_push_failure(L, err, NULL);
@@ -274,12 +277,12 @@ static int l_spawn(lua_State *L)
 static int m_wait(lua_State *L)
 {
   lproc_t *p = check_proc(L, "wait");
-  double timeout = luaL_optnumber(L, 2, -1);
+  int64_t timeout_ns = sm_lpark_opt_seconds(L, 2);
   lua_settop(L, 2);
   proc_req_t *r = sm_proc_req_new(IOPROC_WAIT);
   int box = sm_lio_box(L, (io_req_t *)r);
   r->id = p->id;
-  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "process.wait");
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, "process.wait");
   int n = 1;
   if (err) {
     n = sm_lio_push_failure(L, err, NULL);

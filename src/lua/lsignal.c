@@ -40,12 +40,12 @@ static int l_signal_wait(lua_State *L)
   int signum = sm_lsignal_number(name, 0);
   if (!signum)
     return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
-  double timeout = luaL_optnumber(L, 2, -1);
+  int64_t timeout_ns = sm_lpark_opt_seconds(L, 2);
   lua_settop(L, 2);
   proc_req_t *r = sm_proc_signal_new();
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->signum = signum;
-  int err = sm_lsmarm_io_call(L, &r->base, sm_lsmarm_timeout_ns(timeout), "signal.wait");
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, "signal.wait");
   int n = 1;
   if (err) {
     n = sm_lio_push_failure(L, err, NULL);

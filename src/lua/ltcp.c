@@ -336,13 +336,13 @@ static int l_connect(lua_State *L)
 {
   luaL_checkstring(L, 1);
   int port = check_port(L, 2);
-  double timeout = luaL_optnumber(L, 3, -1);
+  int64_t timeout_ns = sm_lpark_opt_seconds(L, 3);
   lua_settop(L, 3);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_CONNECT, &box);
   r->host = sm_lio_copy_arg(L, 1, NULL);
   r->port = port;
-  int err = call(L, r, 0, sm_lsmarm_timeout_ns(timeout), "connect");
+  int err = call(L, r, 0, timeout_ns, "connect");
   return new_sock_result(L, r, err, box, 0, 0, NULL);
 }
 
@@ -400,12 +400,12 @@ static int l_unix_listen(lua_State *L)
 static int l_unix_connect(lua_State *L)
 {
   check_unix_path(L, 1);
-  double timeout = luaL_optnumber(L, 2, -1);
+  int64_t timeout_ns = sm_lpark_opt_seconds(L, 2);
   lua_settop(L, 2);
   int box;
   tcp_req_t *r = new_req(L, IOTCP_CONNECT_UNIX, &box);
   r->host = sm_lio_copy_arg(L, 1, NULL);
-  int err = call(L, r, 1, sm_lsmarm_timeout_ns(timeout), "connect");
+  int err = call(L, r, 1, timeout_ns, "connect");
   return new_sock_result(L, r, err, box, 0, 1, lua_tostring(L, 1));
 }
 
@@ -638,7 +638,7 @@ static int m_settimeout(lua_State *L)
   if (!s)
     return push_closed(L, NULL);
   /* nil, negative or NaN: no limit (every reader goes through sm_lsmarm_timeout_ns) */
-  s->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  s->timeout = sm_lpark_check_settimeout(L, 2);
   lua_pushboolean(L, 1);
   return 1;
 }

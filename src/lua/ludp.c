@@ -316,7 +316,7 @@ static int m_settimeout(lua_State *L)
   ludp_t *u = check_udp(L, "settimeout");
   if (!u)
     return push_closed(L);
-  u->timeout = lua_isnoneornil(L, 2) ? -1 : luaL_checknumber(L, 2);
+  u->timeout = sm_lpark_check_settimeout(L, 2);
   lua_pushboolean(L, 1);
   return 1;
 }
