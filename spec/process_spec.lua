@@ -556,3 +556,37 @@ describe("time limits of IO calls", function()
     end)
   end)
 end)
+
+-- Paths, host names, arguments and environments go to C as C strings: a NUL byte cut them
+-- silently (writefile("victim\0.txt") wrote "victim"); such a string now raises.
+describe("strings the IO calls hand to C", function()
+  it("refuse a NUL byte instead of cutting the string there", function()
+    os.remove("/tmp/smarm-nul")
+    smarm.run(function()
+      local udp = assert(smarm.udp.bind("127.0.0.1", 0))
+      local calls = {
+        function() return smarm.fs.writefile("/tmp/smarm-nul\0.txt", "data") end,
+        function() return smarm.fs.readfile("/etc/hostname\0.bak") end,
+        function() return smarm.fs.open("/etc/hostname\0x", "r") end,
+        function() return smarm.tcp.listen("127.0.0.1\0garbage", 0) end,
+        function() return smarm.tcp.connect("127.0.0.1\0x", 1) end,
+        function() return smarm.dns.getaddrinfo("localhost\0evil") end,
+        function() return udp:sendto("x", "127.0.0.1\0z", 9) end,
+        function() return smarm.process.run({ "true" }, { cwd = "/\0tmp" }) end,
+      }
+      for i, call in ipairs(calls) do
+        local ok, err = pcall(call)
+        assert.is_false(ok, i)
+        assert.matches("string without NUL bytes expected", err, 1, true)
+      end
+      local ok, err = pcall(smarm.process.run, { "echo", "a\0b" })
+      assert.is_false(ok)
+      assert.matches("argv[2] holds a NUL byte", err, 1, true)
+      ok, err = pcall(smarm.process.run, { "true" }, { env = { A = "x\0y" } })
+      assert.is_false(ok)
+      assert.matches("hold no NUL byte", err, 1, true)
+      assert.is_nil(io.open("/tmp/smarm-nul", "r")) -- nothing was written under the cut name
+      udp:close()
+    end)
+  end)
+end)

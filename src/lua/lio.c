@@ -55,6 +55,8 @@ char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len)
 {
   size_t n;
   const char *s = luaL_checklstring(L, idx, &n);
+  if (!len && memchr(s, 0, n)) /* a C string: a NUL would end it there, silently */
+    luaL_argerror(L, idx, "string without NUL bytes expected");
   return copy_of(L, s, n, len);
 }
 

@@ -27,7 +27,9 @@ struct io_req;
 int sm_lio_box(lua_State *L, struct io_req *req);
 void sm_lio_unbox(lua_State *L, int idx);
 
-/* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. */
+/* A malloc'd copy of the string argument at idx (raises if it is not one); *len its length. With
+** len NULL the copy is a C string (a path, a host name), and a string holding a NUL byte raises:
+** the C side would read a shorter name, silently. */
 char *sm_lio_copy_arg(lua_State *L, int idx, size_t *len);
 /* The same for data to write: a string or a binary (lbinary.h). */
 char *sm_lio_copy_bytes(lua_State *L, int idx, size_t *len);

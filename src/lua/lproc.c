@@ -39,14 +39,18 @@ static char **string_list(lua_State *L, int idx, const char *what)
     luaL_error(L, "not enough memory");
   for (size_t i = 0; i < n; i++) {
     lua_rawgeti(L, idx, (int)i + 1);
-    const char *s = lua_tostring(L, -1);
-    char *c = s ? strdup(s) : NULL;
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    int nul = s && memchr(s, 0, len) != NULL; /* a C string: a NUL would cut it, silently */
+    char *c = s && !nul ? strdup(s) : NULL;
     lua_pop(L, 1);
     if (!c) {
       for (size_t j = 0; j < i; j++)
         free(v[j]);
       free(v);
-      luaL_error(L, s ? "not enough memory" : "%s[%d] is not a string", what, (int)i + 1);
+      luaL_error(L, nul ? "%s[%d] holds a NUL byte"
+                        : s ? "not enough memory" : "%s[%d] is not a string",
+                 what, (int)i + 1);
     }
     v[i] = c;
   }
@@ -92,8 +96,15 @@ static void read_program(lua_State *L, proc_req_t *r, const char *fname)
     int list = lua_gettop(L), n = 0;
     lua_pushnil(L);
     while (lua_next(L, list - 1) != 0) {
-      if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1))
+      size_t nlen, vlen;
+      const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nlen) : NULL;
+      const char *value = lua_isstring(L, -1) ? lua_tolstring(L, -1, &vlen) : NULL;
+      if (!name || !value)
         luaL_error(L, "smarm.process.%s: opts.env must map names to strings", fname);
+      if (memchr(name, 0, nlen) || memchr(name, '=', nlen) || memchr(value, 0, vlen))
+        luaL_error(L, "smarm.process.%s: opts.env's names and values hold no NUL byte, and its "
+                      "names no '='",
+                   fname);
       lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
       lua_rawseti(L, list, ++n);
       lua_pop(L, 1);

@@ -99,7 +99,9 @@ static int push_error(lua_State *L, int err)
 ** and the port at idx + 1, into *out; raises on anything else. */
 static void check_addr(lua_State *L, int idx, int any, struct sockaddr_storage *out)
 {
-  const char *host = luaL_checkstring(L, idx);
+  size_t hlen;
+  const char *host = luaL_checklstring(L, idx, &hlen);
+  luaL_argcheck(L, !memchr(host, 0, hlen), idx, "string without NUL bytes expected");
   lua_Number p = luaL_checknumber(L, idx + 1);
   luaL_argcheck(L, p >= 0 && p <= 65535 && p == floor(p), idx + 1, "port from 0 to 65535 expected");
   memset(out, 0, sizeof *out);
