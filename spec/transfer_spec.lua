@@ -108,6 +108,21 @@ describe("smarm.spawn_on", function()
     assert.are.equal("function-2", r)
   end)
 
+  -- smarm.tcp, smarm.fs and the others are tables of smarm's: not in package.loaded, their
+  -- functions could not be found by name, and `local fs = smarm.fs` stopped a closure moving.
+  it("re-binds smarm's own tables (smarm.fs, smarm.tcp, ...) and their functions", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local fs, connect = smarm.fs, smarm.tcp.connect
+      smarm.spawn_on(2, function()
+        smarm.send(me, { fs == smarm.fs, connect == smarm.tcp.connect, smarm.scheduler() })
+      end)
+      return guard.receive("the spawned actor's report")
+    end, { schedulers = 2 })
+    assert.are.same({ true, true, 2 }, r)
+    assert.are.equal(smarm.fs, require("smarm.fs"))
+  end)
+
   it("names an upvalue that cannot move, through nested functions", function()
     local e1, e2 = guard.run(function()
       local co = coroutine.create(print)

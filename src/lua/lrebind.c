@@ -177,6 +177,49 @@ static int on_path(lua_State *L, int package, const char *name, const char *path
   return found;
 }
 
+void sm_lrebind_submodules(lua_State *L, int module)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  int loaded = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, module) != 0) {
+    if (lua_type(L, -2) == LUA_TSTRING && lua_istable(L, -1)) {
+      lua_pushfstring(L, "smarm.%s", lua_tostring(L, -2));
+      lua_pushvalue(L, -1);
+      lua_rawget(L, loaded);
+      if (lua_isnil(L, -1)) { /* a module of that name that a script loaded stays */
+        lua_pop(L, 1);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, loaded);
+      } else {
+        lua_pop(L, 2);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+}
+
+/* Whether name is "smarm.<x>" for the table x of this VM's smarm.core (sm_lrebind_submodules):
+** every VM has it. */
+static int is_submodule(lua_State *L, int package, const char *name)
+{
+  if (strncmp(name, "smarm.", 6) != 0)
+    return 0;
+  lua_getfield(L, package, "loaded");
+  lua_getfield(L, -1, "smarm.core");
+  int yes = 0;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, name + 6);
+    lua_getfield(L, -3, name);
+    yes = lua_istable(L, -1) && lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 2);
+  return yes;
+}
+
 /* Whether every VM's require(name) finds the module: one a fresh VM has or preloads (and
 ** smarm.core, which every VM preloads), or one on the paths every VM of the run started with
 ** (not this VM's package.path or package.preload, which a script may have changed: the others
@@ -184,7 +227,7 @@ static int on_path(lua_State *L, int package, const char *name, const char *path
 static int requirable(lua_State *L, int package, const char *name)
 {
   if (in_list(fresh.modules, name) || in_list(fresh.preloads, name) ||
-      strcmp(name, "smarm.core") == 0)
+      strcmp(name, "smarm.core") == 0 || is_submodule(L, package, name))
     return 1;
   lua_pushlightuserdata(L, (void *)&paths_key);
   lua_rawget(L, LUA_REGISTRYINDEX);

@@ -39,6 +39,12 @@ int sm_lrebind_push_standard(lua_State *L, const char *name);
 ** (checked) module.field. */
 void sm_lrebind_replaced(lua_State *L, const char *module, const char *field);
 
+/* At the end of luaopen of smarm.core, module at idx: each of its tables (smarm.tcp, smarm.fs,
+** ...) becomes the module "smarm.<name>" in package.loaded, so that a function holding one, or
+** one of its functions (`local tcp = smarm.tcp`), travels by name like any module's: every VM
+** opens smarm.core, so every VM's require finds them. */
+void sm_lrebind_submodules(lua_State *L, int module);
+
 /* At a run's start, in each of its VMs: the package.path and cpath every VM of the run started
 ** with (a module is named only if those find it: a script's own later path is not the others'). */
 void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);

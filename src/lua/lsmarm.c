@@ -1964,5 +1964,6 @@ int luaopen_smarm_core(lua_State *L)
   sm_lreentry_wrap(L);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
+  sm_lrebind_submodules(L, module);
   return 1;
 }
