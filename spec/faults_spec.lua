@@ -69,6 +69,14 @@ describe("exit reasons", function()
       assert.matches("^table: .* %(an exit reason that cannot be sent: reason%.error%.retry is a "
         .. "function%)$", d.reason.error)
       assert.matches("^stack traceback:", d.reason.traceback)
+      -- and when its __tostring raises too (made there: a metatable does not travel)
+      smarm.spawn_opt({ on = where, monitor = true }, function()
+        error(setmetatable({ f = print }, { __tostring = function() error("no text") end }))
+      end)
+      d = next_notice("DOWN")
+      assert.matches("^%(a table value%) %(an exit reason that cannot be sent: reason%.error%.f "
+        .. "is a function%)$", d.reason.error)
+      assert.matches("^stack traceback:", d.reason.traceback)
     end)
   end)
 
@@ -720,8 +728,9 @@ describe("crash reports", function()
         end
         local three = smarm.spawn_on(n, chain, 3, false) -- its crash reaches the top: reported
         local trapper = smarm.spawn_on(n, chain, 2, true) -- hears of it: nothing reported
-        local watched = smarm.spawn_on(n, chain, 2, false) -- dies of it, but a monitor hears
-        local ref = smarm.monitor(watched)
+        -- dies of it, but a monitor hears (placed with the spawn: a monitor placed after could
+        -- come too late, and its end would be reported)
+        local _, ref = smarm.spawn_opt({ on = n, monitor = true }, chain, 2, false)
         local down = assert(smarm.receive(function(m) return type(m) == "table" and m.ref == ref end, WAIT))
         ends.watched = down.reason
         local deadline = smarm.now() + WAIT

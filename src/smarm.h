@@ -480,6 +480,12 @@ SMARM_API int smarm_set_exit_reason(int code, const void *data, size_t size);
 ** (0 outside an actor). The Lua binding prints the report of a crash nobody hears of. */
 SMARM_API int smarm_is_watched(void);
 
+/* A call that asks another scheduler and parks for its answer (smarm_alive, smarm_register,
+** smarm_send_after and smarm_cancel_timer of another scheduler's actor, a named or unreserved
+** smarm_spawn_on there) does not return when a death is pending on entry: the caller dies there
+** (what it handed over released: the message, the spawn's data through on_actor_stopped; a
+** plain `arg` not owned by that data is the caller's to lose), as at any parking call. */
+
 /* Inside on_actor_stopped for an actor that an exit signal or a kill ends (not shutdown): the
 ** reason it ends with (SMARM_EXIT_*) and, for SMARM_EXIT_VALUE, its bytes (*data, *size: valid
 ** during the callback). -1 elsewhere. smarm_is_watched() there says whether anything hears of

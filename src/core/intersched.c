@@ -517,6 +517,7 @@ static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
       (opts && opts->name && !sm_names_valid(opts->name)) ||
       (block && block->size < SMARM_SPAWN_ROOM))
     return -EINVAL;
+  int dying = self->exit_pending; /* on entry: one that reserved_pid's inbox look brings waits */
   int any = sched == SMARM_SCHED_ANY;
   if (any)
     sched = (int)pick_any(s, 1);
@@ -533,7 +534,7 @@ static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
     spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0, 0};
     if (!name_len)
       req.reserved = reserved_pid(s, (unsigned)sched);
-    if (!req.reserved && SMARM_UNLIKELY(self->exit_pending)) { /* it would ask: it dies */
+    if (!req.reserved && SMARM_UNLIKELY(dying)) { /* it would ask: it dies */
       if (req.data && s->rt->cfg.on_actor_stopped) /* as for a spawn that failed */
         s->rt->cfg.on_actor_stopped(req.data, s->rt->cfg.userdata);
       sm_sched_die_before_asking(s, self);

@@ -56,8 +56,8 @@
 **                   and seeing the flag clear, so it never signals a thread that has ended.
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
 **                   first, on the thread, so it never lands on the alternate stack being unmapped.
-**   timed_progress, timed_end_ns, timed_cpu_end_ns, timed_cpu_left_ns, timer_asked: the slice
-**                   timer's, below. Owner thread and its SIGURG handler only (on that thread):
+**   timed_progress, timed_end_ns, timed_cpu_end_ns, timed_cpu_left_ns, timed_slice_ns,
+**                   timer_asked: the slice timer's, below. Owner thread and its SIGURG handler only (on that thread):
 **                   atomics, so that the handler reads whole values; timed_progress is stored
 **                   (release) after the others and loaded (acquire) before them; the handler
 **                   itself stores timed_end_ns and timed_cpu_left_ns when it sets the timer again.
@@ -210,16 +210,19 @@ static void slice_timer_fired(sched_t *s)
       smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
   /* The wall time is up; the slice's CPU time may not be: the thread shared its CPU, or the
-  ** actor blocked in a system call. An eighth left or less counts as used (a hypervisor's stolen
-  ** time is not the thread's, and another signal costs more than it saves). More left: if the
-  ** thread had an eighth of the CPU or more since the timer was set (it runs, on a loaded
-  ** machine), the timer is set again for the CPU time left; with less (it is blocked, or nearly
-  ** starved) the ticker asks once the slice is used, and no signal of the timer cuts a long
-  ** system call short again. (clock_gettime and timer_settime are async-signal-safe.) */
+  ** actor blocked in a system call. An eighth of the slice left or less, or less than a minimal
+  ** tick, counts as used (a hypervisor's stolen time is not the thread's, and another signal
+  ** costs more than it saves; so a thread with half a CPU takes three firings, not a geometric
+  ** chain of them). More left: if the thread had an eighth of the CPU or more since the timer
+  ** was set (it runs, on a loaded machine), the timer is set again for the CPU time left; with
+  ** less (it is blocked, or nearly starved) the ticker asks once the slice is used, and no
+  ** signal of the timer cuts a long system call short again. (clock_gettime and timer_settime
+  ** are async-signal-safe.) */
   int64_t cpu_end = atomic_load_explicit(&s->timed_cpu_end_ns, memory_order_relaxed);
   int64_t left = cpu_end ? cpu_end - thread_cpu_now_ns() : 0;
   int64_t was_left = atomic_load_explicit(&s->timed_cpu_left_ns, memory_order_relaxed);
-  if (left * 8 > was_left) {
+  int64_t slice = atomic_load_explicit(&s->timed_slice_ns, memory_order_relaxed);
+  if (left * 8 > slice && left >= MIN_TICK_NS) {
     if ((was_left - left) * 8 >= was_left)
       time_rest(s, left);
     return;
@@ -465,6 +468,7 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
   int64_t end = smarm_now_ns() + slice_ns, cpu = thread_cpu_now_ns();
   atomic_store_explicit(&s->timed_cpu_end_ns, cpu ? cpu + slice_ns : 0, memory_order_relaxed);
   atomic_store_explicit(&s->timed_cpu_left_ns, slice_ns, memory_order_relaxed);
+  atomic_store_explicit(&s->timed_slice_ns, slice_ns, memory_order_relaxed);
   /* The slice is named before the timer is set, so that a slice shorter than timer_settime
   ** itself is still ended by it; an earlier arming expiring meanwhile finds the end not come
   ** (the handler's clock check). The end before the progress: a release store, which the

@@ -181,7 +181,9 @@ static void fs_work(io_req_t *req)
 static void fs_free(io_req_t *req)
 {
   fs_req_t *r = (fs_req_t *)req;
-  if (r->fd_owned)
+  /* an open's descriptor that nobody took (its actor was killed before it read the answer;
+  ** the binding sets fd to -1 when it takes one) */
+  if (r->fd_owned || (r->op == FS_OPEN && r->fd >= 0))
     close(r->fd);
   free(r->path);
   free(r->path2);

@@ -294,7 +294,8 @@ static void cancel_on_loop(io_req_t *req, void *loop)
              !atomic_load_explicit(&target->abandoned, memory_order_relaxed)) {
     atomic_store_explicit(&target->abandoned, 1, memory_order_relaxed);
     pool_abandoned++; /* until its after_work_cb */
-    interrupt_start();
+    if (interrupt_installed) /* else the host's signal: the work ends when it ends */
+      interrupt_start();
   }
   sm_io_complete(req);
 }

@@ -48,13 +48,15 @@ typedef struct encode_job {
 ** raises gives "(a T value)" instead. */
 static void push_unsendable(lua_State *L, int idx, const char *why)
 {
+  int top = lua_gettop(L);
   lua_getglobal(L, "tostring");
   lua_pushvalue(L, idx);
   const char *what = lua_pcall(L, 1, 1, 0) == 0 ? lua_tostring(L, -1) : NULL;
   if (!what)
     what = lua_pushfstring(L, "(a %s value)", luaL_typename(L, idx));
   lua_pushfstring(L, "%s (an exit reason that cannot be sent: %s)", what, why);
-  lua_replace(L, -2);
+  lua_replace(L, top + 1);
+  lua_settop(L, top + 1);
 }
 
 static int encode_reason(lua_State *L)

@@ -259,6 +259,7 @@ static int l_open(lua_State *L)
     lfile_t *f = lua_newuserdata(L, sizeof *f);
     file_made(L, f, r->fd, r->path); /* the path is kept for messages */
     r->path = NULL;
+    r->fd = -1; /* taken: the request's end does not close it (fs_free) */
     n = 1;
   }
   sm_lio_unbox(L, box);

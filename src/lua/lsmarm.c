@@ -1553,6 +1553,8 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
   self_or_raise(L, fname);
   sm_lpark_check(L, fname); /* a spawn on another scheduler waits for its answer; checked before
                             ** the block exists, so that a refusal leaks nothing */
+  if (smarm_exit_pending()) /* it may die asking (smarm.h): here, before its block owns the */
+    smarm_yield();          /* sockets and files in the arguments, which its death closes */
   codec_moves_t moves;
   smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, nargs + 1, &moves, SPAWN_TAIL);
   /* The actor's state travels with the spawn as a shell inside the block, so that an actor
@@ -1587,7 +1589,7 @@ static int where_at(lua_State *L, int idx, int *ok)
     return SMARM_SCHED_ANY;
   lua_Number k = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : 0;
   *ok = k >= 1 && k <= (int)smarm_sched_count() && k == (lua_Number)(int)k;
-  return (int)k - 1;
+  return *ok ? (int)k - 1 : 0; /* (int) of NaN or 1e30 is undefined */
 }
 
 /* A scheduler argument: 1..N or "any". */

@@ -637,7 +637,7 @@ static int m_settimeout(lua_State *L)
   lsock_t *s = check_sock(L, 1, -1, "settimeout");
   if (!s)
     return push_closed(L, NULL);
-  /* nil, negative or NaN: no limit (every reader goes through sm_lsmarm_timeout_ns) */
+  /* nil or negative: no limit; NaN and strings raise (sm_lpark_check_settimeout) */
   s->timeout = sm_lpark_check_settimeout(L, 2);
   lua_pushboolean(L, 1);
   return 1;

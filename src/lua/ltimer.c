@@ -30,8 +30,11 @@ static int l_send_after(lua_State *L)
     return luaL_argerror(L, 3, "message expected, got nil");
   sm_lpark_actor(L, "send_after");
   int far = remote(to);
-  if (far)
+  if (far) {
     sm_lpark_check(L, "send_after"); /* before the block exists: a refusal leaks nothing */
+    if (smarm_exit_pending()) /* it would die asking (smarm.h): here, before its message owns */
+      smarm_yield();          /* the sockets and files in it, which its death then closes */
+  }
   codec_moves_t moves;
   smarm_msg_t *m = sm_codec_encode(L, 3, "message", &moves);
   int64_t ns = sm_lsmarm_timeout_ns(seconds); /* SMARM_FOREVER past 31 years: never fires */
