@@ -56,11 +56,10 @@
 **                   and seeing the flag clear, so it never signals a thread that has ended.
 **                   One sent just before stays pending: sm_preempt_sched_done blocks SIGURG
 **                   first, on the thread, so it never lands on the alternate stack being unmapped.
-**   timed_progress, timed_end_ns, timed_cpu_end_ns, timed_cpu_left_ns, timed_slice_ns,
-**                   timer_asked: the slice timer's, below. Owner thread and its SIGURG handler only (on that thread):
+**   timed_progress, timed_end_ns, timed_cpu_end_ns, timed_slice_ns, timer_asked: the slice
+**                   timer's, below. Owner thread and its SIGURG handler only (on that thread):
 **                   atomics, so that the handler reads whole values; timed_progress is stored
-**                   (release) after the others and loaded (acquire) before them; the handler
-**                   itself stores timed_end_ns and timed_cpu_left_ns when it sets the timer again.
+**                   (release) after the others and loaded (acquire) before them.
 **
 ** The slice timer. The ticker learns that a slice began only at its next look, so the slice it
 ** times ends up to a tick late (Go's sysmon does the same). An actor that is switched out at the
@@ -87,12 +86,12 @@
 ** time used since the ask before it, so an actor blocked in a system call is not asked again,
 ** nor at all if it blocked before its slice of CPU was up. The slice timer fires at the wall
 ** time a slice would end (CLOCK_MONOTONIC: exact, where a CPU-time timer fires only at the
-** kernel's next tick, 4 ms at HZ=250) and asks only if the thread has had its slice of CPU by
-** then. If not, and the thread had an eighth of the CPU or more meanwhile, it is set again for
-** the CPU time left; with less (the actor blocked in a system call), the slice is left to the
-** ticker, which asks once the thread has used it: one signal, not one per slice, for an actor
-** blocked in a long call, and no ask when it returns. It times only the slices of an actor
-** that was asked once already.
+** kernel's next tick, 4 ms at HZ=250), where a thread that had less than an eighth of that wall time on its CPU (its actor blocked
+** in a system call) is left to the ticker, which asks once the slice's CPU time is used, so the
+** actor is not asked as its call returns; a thread that shares a loaded CPU is asked at the wall
+** end, as the timer always did (a version that waited for the slice's CPU time made the timer
+** lose to the ticker under load). It times only the slices of an actor that was asked once
+** already.
 **
 ** SIGURG: ignored by default, so a signal that arrives after the handler is gone is harmless;
 ** the handler is installed for the run with SA_RESTART and keeps errno.
@@ -198,8 +197,6 @@ static int64_t thread_cpu_now_ns(void)
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void time_rest(sched_t *s, int64_t left);
-
 /* The slice timer fired, in the owner's handler: asks the running actor to give way if its slice
 ** is the one timed and its end has come (a signal delivered late, as valgrind and TSan do, may
 ** meet a later arming). */
@@ -209,23 +206,19 @@ static void slice_timer_fired(sched_t *s)
   if (!s->current || !timed || timed != sm_sched_progress(s) ||
       smarm_now_ns() < atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed))
     return;
-  /* The wall time is up; the slice's CPU time may not be: the thread shared its CPU, or the
-  ** actor blocked in a system call. An eighth of the slice left or less, or less than a minimal
-  ** tick, counts as used (a hypervisor's stolen time is not the thread's, and another signal
-  ** costs more than it saves; so a thread with half a CPU takes three firings, not a geometric
-  ** chain of them). More left: if the thread had an eighth of the CPU or more since the timer
-  ** was set (it runs, on a loaded machine), the timer is set again for the CPU time left; with
-  ** less (it is blocked, or nearly starved) the ticker asks once the slice is used, and no
-  ** signal of the timer cuts a long system call short again. (clock_gettime and timer_settime
-  ** are async-signal-safe.) */
+  /* The wall time is up. If the thread had less than an eighth of that time on its CPU, the
+  ** actor blocked in a system call (or the thread was nearly starved): the ticker asks once the
+  ** slice's CPU time is used, and the actor does not give way as soon as its call returns. A
+  ** thread that merely shares its CPU is asked now, as before. (clock_gettime is
+  ** async-signal-safe.) */
   int64_t cpu_end = atomic_load_explicit(&s->timed_cpu_end_ns, memory_order_relaxed);
-  int64_t left = cpu_end ? cpu_end - thread_cpu_now_ns() : 0;
-  int64_t was_left = atomic_load_explicit(&s->timed_cpu_left_ns, memory_order_relaxed);
-  int64_t slice = atomic_load_explicit(&s->timed_slice_ns, memory_order_relaxed);
-  if (left * 8 > slice && left >= MIN_TICK_NS) {
-    if ((was_left - left) * 8 >= was_left)
-      time_rest(s, left);
-    return;
+  if (cpu_end) {
+    int64_t slice = atomic_load_explicit(&s->timed_slice_ns, memory_order_relaxed);
+    int64_t used = thread_cpu_now_ns() - (cpu_end - slice);
+    int64_t elapsed = smarm_now_ns() - (atomic_load_explicit(&s->timed_end_ns,
+                                                             memory_order_relaxed) - slice);
+    if (used * 8 < elapsed)
+      return;
   }
   atomic_store_explicit(&s->preempt_asked_ns,
                         atomic_load_explicit(&s->timed_end_ns, memory_order_relaxed),
@@ -467,7 +460,6 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
     return;
   int64_t end = smarm_now_ns() + slice_ns, cpu = thread_cpu_now_ns();
   atomic_store_explicit(&s->timed_cpu_end_ns, cpu ? cpu + slice_ns : 0, memory_order_relaxed);
-  atomic_store_explicit(&s->timed_cpu_left_ns, slice_ns, memory_order_relaxed);
   atomic_store_explicit(&s->timed_slice_ns, slice_ns, memory_order_relaxed);
   /* The slice is named before the timer is set, so that a slice shorter than timer_settime
   ** itself is still ended by it; an earlier arming expiring meanwhile finds the end not come
@@ -481,18 +473,6 @@ void sm_preempt_time_slice(sched_t *s, int64_t slice_ns)
     return;
   }
   s->slice_timed = 1;
-}
-
-/* In the handler: the timed slice goes on for `left` ns of CPU; the timer is set for as much
-** wall time (the slice and its progress stay named). */
-static void time_rest(sched_t *s, int64_t left)
-{
-  int64_t end = smarm_now_ns() + left;
-  atomic_store_explicit(&s->timed_cpu_left_ns, left, memory_order_relaxed);
-  atomic_store_explicit(&s->timed_end_ns, end, memory_order_relaxed);
-  struct itimerspec when = {{0, 0}, {end / 1000000000, end % 1000000000}};
-  /* If this fails, the ticker asks. */
-  timer_settime(s->rt->slice_timers[s->index].id, TIMER_ABSTIME, &when, NULL);
 }
 
 void sm_preempt_untime(sched_t *s)

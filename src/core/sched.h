@@ -220,7 +220,6 @@ typedef struct sched {
   _Atomic uint64_t timed_progress; /* the slice it times (its progress); 0: none */
   _Atomic int64_t timed_end_ns;    /* that slice's end (smarm_now_ns) */
   _Atomic int64_t timed_cpu_end_ns; /* and in the thread's CPU time; 0: not read */
-  _Atomic int64_t timed_cpu_left_ns; /* its CPU time left when the timer was last set */
   _Atomic int64_t timed_slice_ns;    /* the slice's length */
   _Atomic uint64_t timer_asked;    /* the preempt_asked its handler stored */
   int ticker_done;            /* the thread is past its last actor: under rt->ticker_lock */
