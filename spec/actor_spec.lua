@@ -319,15 +319,37 @@ describe("smarm.spawn and pids", function()
       p = nil -- luacheck: ignore
       collectgarbage()
       collectgarbage()
-      out.bad_ok, out.bad_err = pcall(function() local v = smarm.alive("<1.0.1>"); return v end)
+      out.bad_ok, out.bad_err = pcall(function() local v = smarm.alive(5); return v end)
       return out
     end, { schedulers = 2 })
     assert.are.same({ self = true, here = true, there = true, here_after = false,
       there_after = false, gc_local = true, gc_ok = false, gc_err = r.gc_err, bad_ok = false,
       bad_err = r.bad_err }, r)
     assert.matches("cannot park inside a __gc finalizer", r.gc_err)
-    assert.matches("bad argument #1 to 'alive' %(pid expected, got string%)", r.bad_err)
+    assert.matches("bad argument #1 to 'alive' %(pid or name expected, got number%)", r.bad_err)
     local ok, err = pcall(smarm.alive, smarm.run(function() return smarm.self() end))
+    assert.is_false(ok)
+    assert.matches("smarm.alive: not inside an actor", err)
+  end)
+
+  it("tells with smarm.alive whether a name's holder lives, on any scheduler", function()
+    local r = smarm.run(function()
+      local out = {}
+      local here = smarm.spawn_opt({ name = "here" }, function() smarm.receive() end)
+      local there = smarm.spawn_opt({ on = 2, name = "there" }, function() smarm.receive() end)
+      out.here, out.there, out.nobody = smarm.alive("here"), smarm.alive("there"),
+        smarm.alive("nobody")
+      local refs = { smarm.monitor(here), smarm.monitor(there) }
+      smarm.send(here, "end")
+      smarm.send(there, "end")
+      for _ = 1, 2 do smarm.receive(function(m) return m.smarm == "DOWN" end) end
+      out.here_after, out.there_after = smarm.alive("here"), smarm.alive("there")
+      out.refs = #refs
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ here = true, there = true, nobody = false, here_after = false,
+      there_after = false, refs = 2 }, r)
+    local ok, err = pcall(smarm.alive, "here")
     assert.is_false(ok)
     assert.matches("smarm.alive: not inside an actor", err)
   end)

@@ -384,6 +384,14 @@ describe("registered names", function()
     smarm.run(function()
       assert.has_error(function() smarm.register("", smarm.self()) end)
       assert.has_error(function() smarm.register("x", "y") end)
+      -- a name is a string: a number is not turned into one
+      for _, call in ipairs({ function() smarm.register(5, smarm.self()) end,
+        function() smarm.whereis(5) end, function() smarm.unregister(5) end }) do
+        local ok, err = pcall(call)
+        assert.is_false(ok)
+        assert.matches("bad argument #1 to '%a+' %(name expected, got number%)", err)
+      end
+      assert.are.same({}, smarm.registered())
       assert.has_error(function() smarm.monitor(42) end)
       assert.has_error(function() smarm.demonitor("ref") end)
       assert.has_error(function() smarm.link({}) end)

@@ -213,6 +213,8 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 static const char *check_name(lua_State *L, int idx)
 {
   size_t n;
+  if (lua_type(L, idx) != LUA_TSTRING) /* not lua_tolstring's number to string: 5 is no name */
+    luaL_argerror(L, idx, lua_pushfstring(L, "name expected, got %s", luaL_typename(L, idx)));
   const char *name = lua_tolstring(L, idx, &n);
   luaL_argcheck(L, n >= 1 && n <= SMARM_NAME_MAX && strlen(name) == n, idx,
                 "a name is 1 to 255 bytes, without NUL");

@@ -754,14 +754,19 @@ static int l_stats(lua_State *L)
   return 1;
 }
 
-/* alive(pid): a pid of the caller's scheduler is answered from its table at once; another
-** scheduler's is asked of that scheduler, which parks the caller for one round trip. */
+/* alive(pid or name): a pid of the caller's scheduler is answered from its table at once;
+** another scheduler's is asked of that scheduler, which parks the caller for one round trip. A
+** name is its holder's pid, and false when nobody holds it. */
 static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 1, &pid))
-    return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+    pid = sm_lfaults_check_target(L, 1);
   self_or_raise(L, "alive");
+  if (!pid) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
   unsigned k = smarm_pid_sched(pid);
   int remote = (int)k != smarm_sched_index() && k < smarm_sched_count(); /* asked: it parks */
   if (remote)
