@@ -316,6 +316,75 @@ describe("smarm.fs.open", function()
   end)
 end)
 
+describe("a file closed by another actor", function()
+  -- What a read or write by pattern that takes several trips has done is not lost when another
+  -- actor closes the file under it: it finishes on its own duplicate of the descriptor.
+  local function parked(pid, what)
+    guard.wait(function()
+      local i = smarm.info(pid)
+      return i and i.waiting == what
+    end, "an actor parked in " .. what)
+  end
+
+  it("lets a read of everything in flight finish", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local before = fd_count()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local writer = smarm.spawn(function()
+        local w = assert(smarm.fs.open(fifo, "w")) -- waits for the reading end
+        for _ = 1, 2 do w:write(smarm.receive()) end
+        w:close()
+      end)
+      local f = assert(smarm.fs.open(fifo, "r"))
+      local reader = smarm.spawn(function() smarm.send(me, { pcall(f.read, f, "*a") }) end)
+      parked(reader, "io:file.read")
+      local scheduled = smarm.info(reader).scheduled
+      smarm.send(writer, "first,")
+      guard.wait(function() -- it took the first part, and waits in its next trip
+        local i = smarm.info(reader)
+        return i.scheduled > scheduled and i.waiting == "io:file.read"
+      end, "the reader's second trip")
+      local closed = f:close()
+      smarm.send(writer, "second")
+      return { closed = closed, got = guard.receive("the reader's answer") }
+    end)
+    posix.remove_tree(dir)
+    assert.are.same({ closed = true, got = { true, "first,second" } }, r)
+    assert.are.equal(before, fd_count())
+  end)
+
+  it("lets a write with a time limit in flight finish", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local before = fd_count()
+    local big = ("x"):rep(256 * 1024) -- more than a pipe holds: the write waits for room
+    local r = guard.run(function()
+      local me = smarm.self()
+      local reader = smarm.spawn(function()
+        local g = assert(smarm.fs.open(fifo, "r"))
+        smarm.receive() -- told to read
+        smarm.send(me, #g:read("*a"))
+        g:close()
+      end)
+      local f = assert(smarm.fs.open(fifo, "w"))
+      f:settimeout(HANG)
+      local writer = smarm.spawn(function() smarm.send(me, { pcall(f.write, f, big) }) end)
+      parked(writer, "io:file.write")
+      local closed = f:close()
+      smarm.send(reader, "read")
+      local wrote = guard.receive("the writer's answer")
+      return { closed = closed, wrote = wrote, read = guard.receive("the reader's count") }
+    end)
+    posix.remove_tree(dir)
+    assert.are.same({ closed = true, wrote = { true, #big }, read = #big }, r)
+    assert.are.equal(before, fd_count())
+  end)
+end)
+
 describe("reading files as Lua's io does", function()
   it("reads lines, everything and counts, at the file's position, and seeks", function()
     local dir = tmpdir()
@@ -342,6 +411,10 @@ describe("reading files as Lua's io does", function()
         select(2, pcall(f.read, f, "*l", 3)),
         select(2, pcall(f.seek, f, "middle")),
         select(2, pcall(f.lines, f, "x")),
+        select(2, pcall(f.read, f, 3, 1.5)),
+        select(2, pcall(f.read, f, 3, -1)),
+        select(2, pcall(f.write, f, "x", -1)), -- not taken for "at the position"
+        select(2, pcall(f.write, f, "x", 0.5)),
       }
       f:close()
       out.closed = select(2, pcall(f.lines, f))
@@ -372,6 +445,10 @@ describe("reading files as Lua's io does", function()
     assert.matches("an offset goes with a byte count", r.misuse[2])
     assert.matches("invalid option 'middle'", r.misuse[3])
     assert.matches("\"%*l\", \"%*L\", \"%*a\" or a byte count expected", r.misuse[4])
+    for i = 5, 8 do
+      assert.matches("bad argument #3 to '.-' %(offset of at least 0 expected, a whole number "
+        .. "of bytes%)", r.misuse[i])
+    end
     assert.matches("smarm.fs.lines: the file is closed", r.closed)
     assert.are.same({ "one", 1, 5, "wo\r\n\nthree" }, r.rw)
     assert.are.equal("one\nTwo\r\n\nthree", r.whole)

@@ -298,11 +298,45 @@ static void unbuffer(lfile_t *f)
   f->rstart = f->rlen = 0;
 }
 
-/* Waits on the IO thread until the file can be read (for_what FS_WAIT_READ) or written
-** (FS_WAIT_WRITE), or the deadline (smarm_now_ns) passes: 0, -ETIMEDOUT (nothing was done to the
-** file) or another error. A regular file has nothing to wait for: 0 at once, and never asked
-** again. */
-static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, const char *fname)
+/* A read or write at the file's position that may take several trips to the pool holds a
+** duplicate of the descriptor of its own from its first trip on, and makes every trip on it: a
+** close by another actor meanwhile (or a hand-over of the file) does not cut it short, nor lose
+** what it has read; it finishes on the duplicate, as one trip does (docs/api.md, file:close).
+** The duplicate is a never-run request's, boxed on the stack: closed by release_fd, or by the
+** box's __gc when the call raises or its actor is killed. */
+typedef struct fd_hold {
+  int box; /* the box's stack index; 0 until held */
+  int fd;
+} fd_hold_t;
+
+/* The descriptor a trip of the call holding h uses: its duplicate, made on the first call. */
+static int held_fd(lua_State *L, lfile_t *f, fd_hold_t *h, const char *fname)
+{
+  if (h->box)
+    return h->fd;
+  if (f->fd < 0) /* closed or handed over before the call's first trip */
+    check_file(L, strncmp(fname, "file.", 5) == 0 ? fname + 5 : fname);
+  fs_req_t *r = new_bare_request(L, FS_CLOSE);
+  int err = sm_fs_req_own_fd(r, f->fd);
+  if (err)
+    return luaL_error(L, "smarm.fs.%s: %s", fname, strerror(-err));
+  h->box = lua_gettop(L);
+  h->fd = r->fd;
+  return h->fd;
+}
+
+static void release_fd(lua_State *L, fd_hold_t *h)
+{
+  if (h->box)
+    sm_lio_unbox(L, h->box);
+}
+
+/* Waits on the IO thread until fd (f's, or its duplicate) can be read (for_what FS_WAIT_READ)
+** or written (FS_WAIT_WRITE), or the deadline (smarm_now_ns) passes: 0, -ETIMEDOUT (nothing was
+** done to the file) or another error. A regular file has nothing to wait for: 0 at once, and
+** never asked again. */
+static int wait_ready(lua_State *L, lfile_t *f, int fd, int64_t deadline, int for_what,
+                      const char *fname)
 {
   if (f->unpollable)
     return 0;
@@ -310,10 +344,10 @@ static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, 
   /* Ready now (data, room, a hang-up): no trip to the IO thread, whose answer could come after
   ** a limit of 0 (or the little left of one) has passed although the file was ready all along:
   ** a limit of 0 reads what is there and writes what fits. */
-  struct pollfd pfd = {.fd = f->fd, .events = for_what == FS_WAIT_WRITE ? POLLOUT : POLLIN};
+  struct pollfd pfd = {.fd = fd, .events = for_what == FS_WAIT_WRITE ? POLLOUT : POLLIN};
   if (poll(&pfd, 1, 0) > 0) {
     struct stat st; /* a regular file is always ready: never asked again */
-    if (fstat(f->fd, &st) == 0 && S_ISREG(st.st_mode))
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
       f->unpollable = 1;
     return 0;
   }
@@ -325,7 +359,7 @@ static int wait_ready(lua_State *L, lfile_t *f, int64_t deadline, int for_what, 
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
   sm_lpark_check(L, fname);
-  int err = sm_fs_req_own_fd(r, f->fd);
+  int err = sm_fs_req_own_fd(r, fd);
   if (!err) {
     int reads = for_what == FS_WAIT_READ;
     if (reads)
@@ -350,17 +384,17 @@ static int64_t deadline_of(const lfile_t *f)
   return ns == SMARM_FOREVER ? -1 : smarm_now_ns() + ns;
 }
 
-/* One read at the descriptor's position (up to `most` bytes) onto the read-ahead, waiting for
-** data until deadline (negative: no limit). Returns the bytes read (0: the end of the file), or
-** -k after pushing the k values of a failure (nil, "timeout" when the deadline passed). */
-static long fill(lua_State *L, lfile_t *f, size_t most, int64_t deadline, const char *fname)
+/* One read at the position of fd (f's duplicate: held_fd) of up to `most` bytes onto the
+** read-ahead, waiting for data until deadline (negative: no limit). Returns the bytes read (0:
+** the end of the file), or -k after pushing the k values of a failure (nil, "timeout" when the
+** deadline passed). */
+static long fill(lua_State *L, lfile_t *f, int fd, size_t most, int64_t deadline,
+                 const char *fname)
 {
   if (deadline >= 0) {
-    int err = wait_ready(L, f, deadline, FS_WAIT_READ, fname);
+    int err = wait_ready(L, f, fd, deadline, FS_WAIT_READ, fname);
     if (err)
       return -sm_lio_push_failure(L, err, err == -ETIMEDOUT ? NULL : f->path);
-    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
-      check_file(L, fname);
   }
   int top = lua_gettop(L);
   fs_req_t *r = new_bare_request(L, FS_READ);
@@ -371,7 +405,7 @@ static long fill(lua_State *L, lfile_t *f, size_t most, int64_t deadline, const 
     return luaL_error(L, "not enough memory");
   sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
   sm_lpark_check(L, fname);
-  int err = sm_fs_req_own_fd(r, f->fd);
+  int err = sm_fs_req_own_fd(r, fd);
   if (!err) {
     f->reader = smarm_self();
     err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
@@ -418,6 +452,15 @@ static void take(lua_State *L, lfile_t *f, size_t n, size_t skip)
 
 enum pattern { LINE, LINE_KEEP, ALL, COUNT };
 
+/* An offset argument of file:read and file:write: a whole number of bytes from 0 to 2^53. */
+static lua_Number check_offset(lua_State *L, int idx)
+{
+  lua_Number off = luaL_checknumber(L, idx);
+  luaL_argcheck(L, off >= 0 && off <= 9007199254740992.0 && off == (lua_Number)(int64_t)off, idx,
+                "offset of at least 0 expected, a whole number of bytes");
+  return off;
+}
+
 /* The pattern argument at idx: "*l", "*L", "*a" (the '*' optional) or a count (*count). */
 static enum pattern pattern_of(lua_State *L, int idx, size_t *count)
 {
@@ -451,36 +494,39 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
   check_no_reader(L, f, fname);
   int64_t deadline = deadline_of(f);
   size_t scanned = 0; /* LINE: bytes already known to hold no newline */
+  fd_hold_t hold = {0, -1};
+  int k = 1;
   for (;;) {
     size_t avail = f->rlen - f->rstart;
     const char *p = f->rbuf ? f->rbuf + f->rstart : NULL;
     if ((how == LINE || how == LINE_KEEP) && avail > scanned) {
       const char *nl = memchr(p + scanned, '\n', avail - scanned);
       if (nl) {
-        size_t k = (size_t)(nl - p);
-        take(L, f, how == LINE_KEEP ? k + 1 : k, how == LINE_KEEP ? 0 : 1);
-        return 1;
+        size_t n = (size_t)(nl - p);
+        take(L, f, how == LINE_KEEP ? n + 1 : n, how == LINE_KEEP ? 0 : 1);
+        break;
       }
       scanned = avail;
     } else if (how == COUNT && avail >= count && (count > 0 || avail > 0)) {
       take(L, f, count, 0);
-      return 1;
+      break;
     }
     size_t most = how == COUNT && count - avail > READ_CHUNK ? count - avail : READ_CHUNK;
-    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
-      check_file(L, fname);
-    long n = fill(L, f, most, deadline, fname);
-    if (n < 0)
-      return (int)-n;
+    long n = fill(L, f, held_fd(L, f, &hold, fname), most, deadline, fname);
+    if (n < 0) {
+      k = (int)-n;
+      break;
+    }
     if (n == 0) { /* the end */
-      if (how == ALL || avail > 0) {
+      if (how == ALL || avail > 0)
         take(L, f, avail, 0);
-        return 1;
-      }
-      lua_pushnil(L);
-      return 1;
+      else
+        lua_pushnil(L);
+      break;
     }
   }
+  release_fd(L, &hold);
+  return k;
 }
 
 /* file:read([pattern]) / file:read(n, offset): by pattern at the file's position, or up to n
@@ -494,8 +540,7 @@ static int f_read(lua_State *L)
   if (lua_isnoneornil(L, 3))
     return read_pattern(L, f, how, count, "file.read");
   luaL_argcheck(L, how == COUNT, 3, "an offset goes with a byte count");
-  lua_Number off = luaL_checknumber(L, 3);
-  luaL_argcheck(L, off >= 0, 3, "offset of at least 0 expected");
+  lua_Number off = check_offset(L, 3);
   lua_settop(L, 3);
   fs_req_t *r = new_bare_request(L, FS_READ);
   int box = lua_gettop(L);
@@ -597,10 +642,11 @@ static int f_seek(lua_State *L)
   return 1;
 }
 
-/* One write of len bytes of data through the pool, at off (-1: the file's position): 0 with
-** *written set, or -k after pushing the k values of a failure. */
-static int write_once(lua_State *L, lfile_t *f, const char *data, size_t len, lua_Number off,
-                      size_t *written)
+/* One write of len bytes of data through the pool on fd (f's, or its duplicate), at off (-1:
+** the descriptor's position): 0 with *written set, or -k after pushing the k values of a
+** failure. */
+static int write_once(lua_State *L, lfile_t *f, int fd, const char *data, size_t len,
+                      lua_Number off, size_t *written)
 {
   int top = lua_gettop(L);
   fs_req_t *r = new_bare_request(L, FS_WRITE);
@@ -613,7 +659,7 @@ static int write_once(lua_State *L, lfile_t *f, const char *data, size_t len, lu
   r->len = len;
   sm_lpark_actor(L, "file.write"); /* raise here, before there is a duplicate to close */
   sm_lpark_check(L, "file.write");
-  int err = sm_fs_req_own_fd(r, f->fd);
+  int err = sm_fs_req_own_fd(r, fd);
   if (!err)
     err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "file.write");
   *written = err ? 0 : r->len;
@@ -632,40 +678,52 @@ static int f_write(lua_State *L)
   const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
   if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
     unbuffer(f);
-  lua_Number off = luaL_optnumber(L, 3, -1);
-  luaL_argcheck(L, off == -1 || off >= 0, 3, "offset of at least 0 expected");
+  lua_Number off = -1; /* the file's position */
+  if (!lua_isnoneornil(L, 3))
+    off = check_offset(L, 3);
   lua_settop(L, 3);
   int64_t deadline = off < 0 ? deadline_of(f) : -1;
   size_t done = 0;
+  fd_hold_t hold = {0, -1}; /* a write of several trips: each trip on its duplicate */
+  int k = 0;
   while (deadline >= 0 && !f->unpollable && done < len) {
-    int err = wait_ready(L, f, deadline, FS_WAIT_WRITE, "file.write");
-    if (f->fd < 0) /* closed or handed over by another actor while this one waited */
-      check_file(L, "write");
+    int fd = held_fd(L, f, &hold, "write");
+    int err = wait_ready(L, f, fd, deadline, FS_WAIT_WRITE, "file.write");
     if (err == -ETIMEDOUT) {
       lua_pushnil(L);
       lua_pushliteral(L, "timeout");
       lua_pushnumber(L, (lua_Number)done);
-      return 3;
+      k = 3;
+      break;
     }
-    if (err)
-      return sm_lio_push_failure(L, err, f->path);
+    if (err) {
+      k = sm_lio_push_failure(L, err, f->path);
+      break;
+    }
     if (f->unpollable)
       break; /* a regular file: the rest in one write */
     size_t n = len - done < PIPE_BUF ? len - done : PIPE_BUF, written;
-    int k = write_once(L, f, data + done, n, -1, &written);
-    if (k < 0)
-      return -k;
+    int failed = write_once(L, f, fd, data + done, n, -1, &written);
+    if (failed < 0) {
+      k = -failed;
+      break;
+    }
     done += written;
   }
-  if (done < len || len == 0) {
+  if (!k && (done < len || len == 0)) {
     size_t written;
-    int k = write_once(L, f, data + done, len - done, off, &written);
-    if (k < 0)
-      return -k;
+    int failed = write_once(L, f, hold.box ? hold.fd : f->fd, data + done, len - done, off,
+                            &written);
+    if (failed < 0)
+      k = -failed;
     done += written;
   }
-  lua_pushnumber(L, (lua_Number)done);
-  return 1;
+  if (!k) {
+    lua_pushnumber(L, (lua_Number)done);
+    k = 1;
+  }
+  release_fd(L, &hold);
+  return k;
 }
 
 static void post_file_close(lfile_t *f)
