@@ -84,6 +84,16 @@ describe("smarm.send_after", function()
     end)
   end)
 
+  it("says a timer past 31 years had all the time in the world left", function()
+    both(function(target)
+      local far = smarm.send_after(1e12, target, "never") -- beyond 31 years: never fires
+      local near = smarm.send_after(1e8, target, "not yet") -- about 3 years: counted
+      assert.are.equal(math.huge, smarm.cancel_timer(far))
+      local left = smarm.cancel_timer(near)
+      assert.is_true(left > 1e8 - 3600 and left <= 1e8, tostring(left))
+    end)
+  end)
+
   it("can be cancelled by another actor that received the timer in a message", function()
     smarm.run(function()
       local me = smarm.self()

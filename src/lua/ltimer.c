@@ -14,6 +14,8 @@
 #include <lauxlib.h>
 
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 static int remote(smarm_pid_t pid) { return (int)smarm_pid_sched(pid) != smarm_sched_index(); }
@@ -76,7 +78,8 @@ static int l_cancel_timer(lua_State *L)
     return sm_lpark_no_answer(L, "cancel_timer", (int)smarm_pid_sched(t.to));
   if (left < 0)
     return luaL_error(L, "smarm.cancel_timer: %s", strerror((int)-left));
-  lua_pushnumber(L, (lua_Number)left / 1e9);
+  /* a deadline past 31 years never fires: none left to count (smarm_cancel_timer's INT64_MAX) */
+  lua_pushnumber(L, left == INT64_MAX ? HUGE_VAL : (lua_Number)left / 1e9);
   return 1;
 }
 
