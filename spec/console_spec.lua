@@ -302,6 +302,7 @@ describe("smarm.top", function()
       out.prompt = smarm.process.run(smarm_argv("-s", "1"),
         { stdin = "smarm.top({ count = 1, interval = 0.05, clear = false })\n" })
       out.misuse = select(2, pcall(smarm.top, { interval = -1 }))
+      out.write = select(2, pcall(smarm.top, { write = 5, count = 1, interval = 0.01 }))
       return out
     end, { schedulers = 2 })
     assert.matches("smarm top: 2 schedulers", r.once, 1, true)
@@ -313,5 +314,7 @@ describe("smarm.top", function()
     assert.are.equal(0, r.prompt.status)
     assert.matches("^smarm top: 1 schedulers", r.prompt.stdout)
     assert.matches("opts.interval must be a positive number", r.misuse, 1, true)
+    assert.matches("bad argument #1 to 'top' (opts.write must be a function, got number)",
+      r.write, 1, true)
   end)
 end)

@@ -511,6 +511,8 @@ describe("supervisor start failures", function()
         'spec.children[1].shutdown must be seconds, "brutal_kill" or "infinity", got -1')
       fails({ children = { { id = 1, start = kids.worker }, { id = 1, start = kids.worker } } },
         "spec.children[2].id 1 is used twice")
+      fails({ children = { { id = 0 / 0, start = kids.worker } } },
+        "spec.children[1].id is NaN, which can name no child")
       fails({ strategy = "dynamic", children = {} },
         "the dynamic strategy needs exactly one child spec (the template), got 0")
       assert.has_error(function() sup.which_children(42) end,

@@ -201,6 +201,11 @@ describe("smarm.term", function()
         "smarm.term.encode: value[2] is not a finite number (Erlang has no NaN or infinity)" },
       { { [print] = 1 }, "smarm.term.encode: value[function] is a function (it has no Erlang term)" },
       { io.stdout, "smarm.term.encode: value is a userdata (it has no Erlang term)" },
+      -- a tuple's size is Erlang's to limit: 1e8 nils were 500 MB made in 12 s
+      { smarm.tuple({ n = 1e8 }),
+        "smarm.term.encode: value is a tuple of 100000000 elements (Erlang's hold 0 to 16777215)" },
+      { { x = smarm.tuple({ n = 1.5 }) },
+        "smarm.term.encode: value.x is a tuple of 1.5 elements (Erlang's hold 0 to 16777215)" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.encode, c[1])
@@ -230,6 +235,11 @@ describe("smarm.term", function()
       { "\131" .. string.rep("\104\1", 300) .. "\106", "term nested too deeply at byte 402" },
       { "\131\110\1\2\1", "bad sign of a big integer at byte 2" },
       { "\131\82\0", "an atom cache reference at byte 2" },
+      -- no Erlang float is NaN or infinite (a NaN map key was Lua's "table index is NaN")
+      { "\131\116\0\0\0\1\70\127\248\0\0\0\0\0\0\97\1", "bad float at byte 7" },
+      { "\131\70\255\240\0\0\0\0\0\0", "bad float at byte 2" },
+      { "\131\99" .. ("nan"):rep(10) .. "n", "bad float at byte 2" },
+      { "\131\119\2\255\254", "an atom that is not UTF-8 at byte 2" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])

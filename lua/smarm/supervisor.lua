@@ -125,6 +125,9 @@ local function child_record(c, level, where, field)
     spec_error(level + 1, where, field .. ".shutdown must be seconds, \"brutal_kill\" or " ..
       "\"infinity\", got " .. tostring(c.shutdown))
   end
+  if c.id ~= c.id then -- NaN: no table holds it as a key, and no id equals it
+    spec_error(level + 1, where, field .. ".id is NaN, which can name no child")
+  end
   check_on(c.on, level + 1, where, field)
   return { id = c.id, start = c.start, args = c.args or {}, restart = restart,
     shutdown = shutdown, on = c.on, type = kind }

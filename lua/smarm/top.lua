@@ -99,6 +99,12 @@ local function check(opts)
       error("bad argument #1 to 'top' (opts." .. key .. " must be a positive number)", 3)
     end
   end
+  for _, key in ipairs({ "write", "wait" }) do
+    if opts[key] ~= nil and type(opts[key]) ~= "function" then
+      error("bad argument #1 to 'top' (opts." .. key .. " must be a function, got " ..
+        type(opts[key]) .. ")", 3)
+    end
+  end
   return opts
 end
 

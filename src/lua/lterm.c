@@ -192,6 +192,8 @@ static void enc_fail(tenc_t *e, int nkeys, const char *what)
   luaL_error(e->L, "%s%s %s", e->root, path, what);
 }
 
+#define TUPLE_ARITY_MAX 16777215 /* Erlang's limit on a tuple's size */
+
 /* The buffer grows as a new userdata in its stack slot (an error half-way leaks nothing). */
 static int grow_userdata(etf_buf_t *b, size_t need)
 {
@@ -248,11 +250,15 @@ static void enc_table(tenc_t *e, int t, int depth)
   if (kind == LTERM_TUPLE) {
     lua_pushliteral(L, "n");
     lua_rawget(L, t);
-    size_t n = lua_type(L, -1) == LUA_TNUMBER && lua_tonumber(L, -1) >= 0 &&
-                       lua_tonumber(L, -1) <= UINT32_MAX
-                   ? (size_t)lua_tonumber(L, -1)
-                   : lua_objlen(L, t);
+    lua_Number arity = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1)
+                                                      : (lua_Number)lua_objlen(L, t);
     lua_pop(L, 1);
+    /* Erlang's tuples hold at most 2^24 - 1 elements: more would only make bytes that no
+    ** node reads, slowly (a tuple{ n = 1e8 } of nils took 12 s) */
+    if (!(arity >= 0 && arity <= TUPLE_ARITY_MAX && arity == (lua_Number)(size_t)arity))
+      enc_fail(e, e->nkeys - 1, lua_pushfstring(L, "is a tuple of %f elements (Erlang's hold "
+                                                   "0 to 16777215)", arity));
+    size_t n = (size_t)arity;
     if (n <= 255) {
       sm_etf_put_u8(&e->out, ETF_SMALL_TUPLE);
       sm_etf_put_u8(&e->out, (unsigned)n);
@@ -544,6 +550,8 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
       uint64_t u;
       double f;
     } v = {(uint64_t)sm_etf_be32(b) << 32 | sm_etf_be32(b + 4)};
+    if (!isfinite(v.f)) /* no Erlang float is NaN or infinite (binary_to_term refuses them) */
+      bad(L, d->start, at, "bad float");
     lua_pushnumber(L, v.f);
     return;
   }
@@ -553,7 +561,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     text[31] = '\0';
     char *stop;
     double v = strtod(text, &stop);
-    if (stop == text)
+    if (stop == text || !isfinite(v))
       bad(L, d->start, at, "bad float");
     lua_pushnumber(L, v);
     return;
@@ -583,6 +591,8 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
       }
       push_atom(L, utf8, o, nil_ok);
     } else {
+      if (utf8_chars((const unsigned char *)s, n) < 0) /* smarm.atom refuses such a name too */
+        bad(L, d->start, at, "an atom that is not UTF-8");
       push_atom(L, s, n, nil_ok);
     }
     return;
