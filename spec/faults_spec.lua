@@ -782,6 +782,40 @@ describe("crash reports", function()
   end)
 end)
 
+describe("a crash that reaches an actor as its body returns", function()
+  -- The exit signal comes in while the actor waits for another scheduler's answer (here
+  -- alive's: the crasher's scheduler pushes the signal before the answer that says it is dead),
+  -- which leaves the death to its next park; the body returns instead. It dies of the signal
+  -- all the same, and the crash was lost: nothing was reported, and run returned normally.
+  local function linked_then_return()
+    local crasher = smarm.spawn_opt({ on = 2, link = true }, function()
+      smarm.receive()
+      error({ code = 9 })
+    end)
+    smarm.send(crasher, "go")
+    local deadline = smarm.now() + WAIT
+    while smarm.alive(crasher) and smarm.now() < deadline do end
+    return "returned"
+  end
+
+  it("is reported by that actor", function()
+    local reports = {}
+    smarm.run(function()
+      smarm.spawn(linked_then_return) -- nobody watches it: it reports
+      local deadline = smarm.now() + WAIT
+      while #reports < 1 and smarm.now() < deadline do smarm.sleep(0.001) end
+    end, { schedulers = 2, on_crash = function(r) reports[#reports + 1] = r end })
+    assert.are.equal(1, #reports)
+    assert.are.same({ code = 9 }, reports[1].reason.error)
+  end)
+
+  it("makes smarm.run raise when that actor is the main one", function()
+    local ok, err = pcall(smarm.run, linked_then_return, { schedulers = 2 })
+    assert.is_false(ok)
+    assert.are.same({ code = 9 }, err)
+  end)
+end)
+
 describe("a kill during IO", function()
   -- libuv's pool has four threads, which every file call shares. Actors killed while they waited
   -- in a FIFO's open or read held them, and every later file call of the process waited for a

@@ -311,6 +311,11 @@ static void lactor_main(void *arg)
   ** dispatch (out of memory: no message handler runs) may have left a trace marked aborted. */
   sm_ljx_before_switch(co);
   lua_remove(co, 1); /* the message handler; results or the error remain */
+  if (status == 0 && smarm_exit_pending())
+    smarm_yield(); /* an exit signal taken in while it waited for another scheduler's answer
+                   ** (which leaves the death to the next park) and then returned: it dies here,
+                   ** through on_actor_stopped, which reports a crash that reached it
+                   ** (crash_spread); ended by the core after the body, it was lost */
   smarm_actor_set_data(NULL);
   if (la->is_main) {
     /* Results or the error stay on co's stack for smarm.run to take; co stays anchored. The
