@@ -222,6 +222,10 @@ describe("the smarm executable", function()
     local _, err3, status3 = sh(exe .. " -n -s 2 -e 'print(1)'")
     assert.are.equal(2, status3)
     assert.matches("-s and -S configure the runtime that -n does not start", err3, 1, true)
+    -- -n with nothing to run: the prompt would have started a runtime after all
+    local _, err4, status4 = sh(exe .. " -n < /dev/null")
+    assert.are.equal(2, status4)
+    assert.matches("-n runs a script (or -e code) that calls smarm.run itself", err4, 1, true)
   end)
 
   it("sets the actors' C stack with -S", function()

@@ -236,7 +236,9 @@ function console.listen(path, opts)
   if listen_opts.mode ~= nil and type(listen_opts.mode) ~= "number" then
     error("bad argument #2 to 'listen' (opts.mode must be a number)", 2)
   end
-  local me, tag, shared = smarm.self(), smarm.ref(), {}
+  local inside, me = pcall(smarm.self)
+  if not inside then error("smarm.console.listen: not inside an actor", 2) end
+  local tag, shared = smarm.ref(), {}
   local pid, ref = smarm.spawn_monitor(function()
     local server, err, code = smarm.unix.listen(path, listen_opts)
     shared.server = server

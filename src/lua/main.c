@@ -239,6 +239,11 @@ int main(int argc, char **argv)
     usage(stderr);
     return 2;
   }
+  if (plain && !code && i >= argc) { /* the prompt would start a runtime after all */
+    fprintf(stderr, "smarm: -n runs a script (or -e code) that calls smarm.run itself: none was "
+                    "given\n");
+    return 2;
+  }
   if (plain && (schedulers || stack_size)) { /* they would be silently ignored */
     fprintf(stderr, "smarm: -s and -S configure the runtime that -n does not start: pass them to "
                     "smarm.run as opts.schedulers and opts.stack_size\n");
