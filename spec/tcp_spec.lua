@@ -254,6 +254,37 @@ describe("smarm.tcp", function()
     assert.are.equal("closed", r.handler)
   end)
 
+  it("lets a send that timed out go out whole when its socket is closed at once", function()
+    -- The rest of a send that timed out goes out later, all of it; a close right after it
+    -- used to drop that rest, and the peer read a clean end of a stream cut short.
+    for _, kind in ipairs({ "tcp", "unix" }) do
+      local r = guard.run(function()
+        local me = smarm.self()
+        local server, c, port
+        if kind == "tcp" then
+          server, port = listen()
+          c = assert(smarm.tcp.connect("127.0.0.1", port))
+        else
+          local path = os.tmpname()
+          os.remove(path)
+          server = assert(smarm.unix.listen(path))
+          c = assert(smarm.unix.connect(path))
+        end
+        local peer = assert(server:accept())
+        smarm.spawn(function() smarm.send(me, { peer:receive("*a") }) end)
+        local big = ("z"):rep(16 * 1024 * 1024) -- more than the kernel buffers
+        c:settimeout(0)
+        local sent = { c:send(big) }
+        local closed = c:close()
+        local got = guard.receive("the peer's bytes")
+        server:close()
+        return { sent = { sent[1], sent[2] }, closed = closed, got = #got[1], whole = got[1] == big }
+      end, { schedulers = 2 })
+      assert.are.same({ sent = { nil, "timeout" }, closed = true, got = 16 * 1024 * 1024,
+        whole = true }, r, kind)
+    end
+  end)
+
   it("times out a connect that gets no answer", function()
     local r = guard.run(function()
       -- a listener that never accepts, with a backlog of 1: once its queue is full the kernel

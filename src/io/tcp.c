@@ -35,6 +35,10 @@ typedef struct sock {
   } h;
   uint64_t id;
   int listener, closing;
+  struct write *writes; /* libuv's writes in flight, newest first (IOTCP_SEND) */
+  /* closed with writes still queued: they go out first (sock_close_after_writes) */
+  uv_shutdown_t flush;
+  struct sock *flush_next, **flush_prev; /* on the flushing list while it waits */
   /* a Unix listener bound to a path: the path, unlinked at close if it is still this socket's */
   char *path;
   dev_t dev;
@@ -54,6 +58,16 @@ typedef struct sock {
 } sock_t;
 
 static io_ids_t ids; /* the sockets' ids (ids.h) */
+
+/* A send's write in flight. It owns the bytes (taken from the request), so that the request
+** can be answered before libuv is done with them: a close answers every send still waiting
+** ("closed") while their bytes still go out (sock_close_after_writes). */
+typedef struct write {
+  uv_write_t uv;
+  tcp_req_t *req; /* NULL once answered */
+  char *data;
+  struct write *next, **prev; /* on its socket's list */
+} write_t;
 
 /* ---- Requests ------------------------------------------------------------------------------ */
 
@@ -109,10 +123,10 @@ static void unlink_path(sock_t *s)
     unlink(s->path);
 }
 
-static void sock_close(sock_t *s)
+/* Everything of a close but the handle's: requests waiting on it end as closed, its id and its
+** Unix path go, so nothing new reaches it. */
+static void sock_detach(sock_t *s)
 {
-  if (s->closing)
-    return;
   s->closing = 1;
   if (s->receive) {
     tcp_req_t *r = s->receive;
@@ -126,7 +140,61 @@ static void sock_close(sock_t *s)
   }
   sm_io_id_free(&ids, s->id);
   unlink_path(s);
+}
+
+static void sock_close(sock_t *s)
+{
+  if (s->closing)
+    return;
+  sock_detach(s);
   uv_close(&s->h.handle, on_closed); /* pending writes end with UV_ECANCELED */
+}
+
+/* Sockets closed while their writes drain (sock_close_after_writes), for close_all. */
+static sock_t *flushing;
+
+static void on_flushed(uv_shutdown_t *req, int status)
+{
+  (void)status; /* written, failed (the peer went), or cancelled by a close: it closes now */
+  sock_t *s = req->data;
+  *s->flush_prev = s->flush_next;
+  if (s->flush_next)
+    s->flush_next->flush_prev = s->flush_prev;
+  if (!uv_is_closing(&s->h.handle))
+    uv_close(&s->h.handle, on_closed);
+}
+
+/* A close asked for (sock:close(), a __gc's, the owner's end). What earlier sends queued still
+** goes out, in order, as a send that timed out was promised ("it still goes out later, all of
+** it"); the socket closes once it has (Erlang's default: the flush happens in the background),
+** after a shutdown of its sending side. A close dropped it before: the peer read a clean end
+** of a stream cut short. Waiting receives and accepts end as closed at once. A socket still
+** flushing when the IO thread stops is closed then (close_all), the rest dropped. */
+static void sock_close_after_writes(sock_t *s)
+{
+  if (s->closing)
+    return;
+  if (s->listener || uv_stream_get_write_queue_size(&s->h.stream) == 0) {
+    sock_close(s);
+    return;
+  }
+  sock_detach(s);
+  for (write_t *w = s->writes; w; w = w->next) /* the senders waiting hear "closed" now */
+    if (w->req) {
+      finish(w->req, IOTCP_CLOSED);
+      w->req = NULL;
+    }
+  uv_read_stop(&s->h.stream);
+  s->flush.data = s;
+  if (uv_shutdown(&s->flush, &s->h.stream, on_flushed) < 0) {
+    uv_close(&s->h.handle, on_closed);
+    return;
+  }
+  s->flush_next = flushing;
+  s->flush_prev = &flushing;
+  if (flushing)
+    flushing->flush_prev = &s->flush_next;
+  flushing = s;
 }
 
 /* A TCP socket, or a Unix one when unix_socket (not bound or connected yet). */
@@ -748,22 +816,31 @@ static void tcp_on_loop(io_req_t *req, void *loop)
       finish(r, UV_EINVAL);
       return;
     }
-    uv_write_t *w = malloc(sizeof *w);
+    write_t *w = malloc(sizeof *w);
     if (!w) {
       finish(r, -ENOMEM);
       return;
     }
-    w->data = r;
     uv_buf_t b = uv_buf_init(r->data, (unsigned)r->len);
-    int rc = uv_write(w, &s->h.stream, &b, 1, on_written);
+    w->uv.data = w;
+    int rc = uv_write(&w->uv, &s->h.stream, &b, 1, on_written); /* its callback comes later */
     if (rc < 0) {
       free(w);
       finish(r, rc);
+      return;
     }
+    w->req = r;
+    w->data = r->data;
+    r->data = NULL; /* the write's now */
+    w->next = s->writes;
+    w->prev = &s->writes;
+    if (s->writes)
+      s->writes->prev = &w->next;
+    s->writes = w;
     return;
   }
   case IOTCP_CLOSE:
-    sock_close(s);
+    sock_close_after_writes(s);
     finish(r, 0);
     return;
   case IOTCP_UNREAD:
@@ -818,11 +895,16 @@ static void tcp_on_loop(io_req_t *req, void *loop)
   }
 }
 
-static void on_written(uv_write_t *w, int status)
+static void on_written(uv_write_t *uv, int status)
 {
-  tcp_req_t *r = w->data;
+  write_t *w = uv->data;
+  *w->prev = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  if (w->req)
+    finish(w->req, status);
+  free(w->data);
   free(w);
-  finish(r, status);
 }
 
 /* Timed out: receives and accepts stop waiting (the bytes stay for the next receive); a connect
@@ -859,6 +941,9 @@ static void close_all(void *loop)
 {
   (void)loop;
   sm_io_id_each(&ids, close_one);
+  for (sock_t *s = flushing; s; s = s->flush_next) /* on_flushed leaves the list, later */
+    if (!uv_is_closing(&s->h.handle))
+      uv_close(&s->h.handle, on_closed); /* their shutdowns end with UV_ECANCELED */
 }
 
 static void register_stop(void) { sm_io_on_stop(close_all); }
