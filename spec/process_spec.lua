@@ -56,6 +56,8 @@ describe("smarm.process.run", function()
     local r = guard.run(function()
       return { missing = { smarm.process.run({ "/no/such/program" }) },
         no_cwd = { smarm.process.run({ "pwd" }, { cwd = "/no/such/folder" }) },
+        -- an executable file passes access(X_OK): the cwd is still the one to blame
+        file_cwd = { smarm.process.run({ "pwd" }, { cwd = "/bin/sh" }) },
         killed = smarm.process.run({ "sh", "-c", "echo before; kill -TERM $$" }),
         -- what it wrote before the timeout comes with the error: a timeout longer each time,
         -- until the program has written before it (a slow machine starts a shell slowly)
@@ -73,6 +75,7 @@ describe("smarm.process.run", function()
     assert.are.equal("/no/such/program: no such file or directory", r.missing[2])
     assert.are.equal("ENOENT", r.missing[3])
     assert.are.same({ nil, "cwd /no/such/folder: no such file or directory", "ENOENT" }, r.no_cwd)
+    assert.are.same({ nil, "cwd /bin/sh: not a directory", "ENOTDIR" }, r.file_cwd)
     assert.are.equal(15, r.killed.signal)
     assert.is_nil(r.killed.status) -- no `status == 0` check takes it for success
     assert.are.equal("before\n", r.killed.stdout)
@@ -365,6 +368,9 @@ describe("smarm.process.spawn", function()
         bad_argv = err_of(function() smarm.process.spawn("ls") end),
         bad_stdio = err_of(smarm.process.spawn, { "ls" }, { stdout = "file" }),
         bad_stderr = err_of(smarm.process.spawn, { "ls" }, { stderr = 2 }),
+        bad_group = err_of(smarm.process.spawn, { "true" }, { group = "no" }), -- not true
+        bad_exit_message = err_of(smarm.process.spawn, { "true" }, { exit_message = 0 }),
+        file_cwd = { smarm.process.spawn({ "pwd" }, { cwd = "/bin/sh" }) },
         bad_signal = err_of(function() p:kill("SIGNOPE") end),
         set = err_of(function() p.pid = 1 end),
         send = err_of(smarm.send, smarm.self(), p),
@@ -376,6 +382,9 @@ describe("smarm.process.spawn", function()
     assert.matches("opts.stdout must be \"pipe\", \"inherit\" or \"null\"", r.bad_stdio)
     assert.matches("opts.stderr must be \"pipe\", \"inherit\" or \"null\" or \"stdout\"", r.bad_stderr)
     assert.matches("bad argument #1 to 'kill' %(a signal number or a name", r.bad_signal)
+    assert.matches("opts.group must be a boolean, got string", r.bad_group, 1, true)
+    assert.matches("opts.exit_message must be a boolean, got number", r.bad_exit_message, 1, true)
+    assert.are.same({ nil, "cwd /bin/sh: not a directory", "ENOTDIR" }, r.file_cwd)
     assert.matches("cannot be set", r.set)
     assert.matches("userdata", r.send)
   end)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -146,8 +147,11 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   *spawned = 1;
   guard_sigchld();
   /* the child's chdir failing and the program missing both say ENOENT (or EACCES, ENOTDIR):
-  ** a cwd that cannot be entered is the one to name */
-  if (rc < 0 && r->cwd && access(r->cwd, X_OK) != 0)
+  ** a cwd that cannot be entered is the one to name (an executable file passes access(X_OK)
+  ** but is no folder: ENOTDIR was the program's) */
+  struct stat st;
+  if (rc < 0 && r->cwd &&
+      (access(r->cwd, X_OK) != 0 || stat(r->cwd, &st) != 0 || !S_ISDIR(st.st_mode)))
     r->cwd_failed = 1;
   if (rc < 0)
     return rc; /* the guards stay on (Signals says why) */

@@ -222,6 +222,20 @@ static int stdio_arg(lua_State *L, const char *key, int dflt)
   return mode;
 }
 
+/* opts[name] of the table at 2: nil is false; anything but a boolean raises (a string "no" was
+** taken for true). */
+static int opt_boolean(lua_State *L, const char *name)
+{
+  lua_getfield(L, 2, name);
+  int t = lua_type(L, -1);
+  if (t != LUA_TNIL && t != LUA_TBOOLEAN)
+    luaL_argerror(L, 2, lua_pushfstring(L, "opts.%s must be a boolean, got %s", name,
+                                        lua_typename(L, t)));
+  int on = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return on;
+}
+
 /* spawn(argv [, opts]) -> process | nil, err, code. opts: cwd, env, stdin, stdout, stderr,
 ** group, exit_message. */
 static int l_spawn(lua_State *L)
@@ -238,10 +252,8 @@ static int l_spawn(lua_State *L)
     r->stdio[0] = stdio_arg(L, "stdin", IOPROC_PIPE);
     r->stdio[1] = stdio_arg(L, "stdout", IOPROC_PIPE);
     r->stdio[2] = stdio_arg(L, "stderr", IOPROC_INHERIT);
-    lua_getfield(L, 2, "group");
-    r->group = lua_toboolean(L, -1);
-    lua_getfield(L, 2, "exit_message");
-    exit_message = lua_toboolean(L, -1);
+    r->group = opt_boolean(L, "group");
+    exit_message = opt_boolean(L, "exit_message");
     lua_settop(L, box);
   }
   if (exit_message)
