@@ -205,6 +205,22 @@ describe("the smarm executable", function()
     assert.are.equal("hello\n42\n", out)
   end)
 
+  it("prints an actor's __gc error with its text and traceback", function()
+    -- LuaJIT prints a finalizer's error with lua_tostring; inside an actor the error had become
+    -- the crash report's table, and it printed "ERROR in finalizer: ?"
+    local s = script([[
+      do local u = newproxy(true); getmetatable(u).__gc = function() error("gc boom") end end
+      collectgarbage()
+      collectgarbage()
+      print("went on")
+    ]])
+    local out, err, status = sh(exe .. " -s 1 " .. s)
+    os.remove(s)
+    assert.are.equal(0, status, err)
+    assert.are.equal("went on\n", out)
+    assert.matches("ERROR in finalizer: [^\n]*:1: gc boom\nstack traceback:\n", err)
+  end)
+
   it("prints versions with -v", function()
     local out, _, status = sh(exe .. " -v")
     assert.are.equal(0, status)

@@ -186,6 +186,11 @@ static int add_traceback(lua_State *L)
     lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
   int msg_idx = lua_gettop(L);
+  if (sm_ljx_in_finalizer(L)) { /* a __gc's error, which LuaJIT prints with lua_tostring (a
+                                ** table printed "?"): the text and where it came from */
+    luaL_traceback(L, L, lua_tostring(L, msg_idx), 1);
+    return 1;
+  }
   lua_createtable(L, 0, 3);
   lua_pushvalue(L, 1);
   lua_setfield(L, -2, "error");
