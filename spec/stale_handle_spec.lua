@@ -121,6 +121,19 @@ describe("handles of an earlier run", function()
       error_of(old.file.write, old.file, "x"))
   end)
 
+  it("raise when sent, naming smarm.send (not the socket's own send)", function()
+    local errors = smarm.run(function()
+      return {
+        client = error_of(smarm.send, smarm.self(), { old.client }),
+        server = error_of(smarm.spawn_on, 1, function() end, old.server),
+        file = error_of(smarm.send, smarm.self(), { old.file }),
+      }
+    end)
+    assert.matches("smarm%.send: the socket belongs to an earlier run", errors.client)
+    assert.matches("smarm%.send: the socket belongs to an earlier run", errors.server)
+    assert.matches("smarm%.send: the file belongs to an earlier run", errors.file)
+  end)
+
   it("say so when printed", function()
     assert.matches("earlier run", tostring(old.client))
     assert.matches("earlier run", tostring(old.server))

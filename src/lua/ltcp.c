@@ -174,7 +174,11 @@ static int sock_test(lua_State *L, int idx, void **sock, lhandle_t *h)
   lsock_t *s = test_sock(L, idx, -1);
   if (!s)
     return 0;
-  check_open(L, s, "send");
+  if (stale(s)) /* named as smarm.send, not as the socket's own send method */
+    luaL_error(L, "smarm.send: the socket belongs to an earlier run");
+  if (s->state != OPEN)
+    luaL_error(L, "smarm.send: the socket %s",
+               s->state == CLOSED ? "is closed" : "was handed to another actor");
   if (s->busy) /* its bytes or connection would reach the waiting actor, not the receiver */
     luaL_error(L, "smarm.send: the socket is in use by another actor");
   if (give_back(s) < 0) /* bytes read ahead go back to the IO side, ahead of the rest */
