@@ -729,6 +729,19 @@ describe("smarm.dns", function()
       return pcall(function() smarm.dns.getaddrinfo({}) end)
     end))
     assert.matches("bad argument #1 to 'getaddrinfo' %(string expected, got table%)", e)
+    -- a port beyond 65535 is refused as the sockets refuse it (getaddrinfo wrapped 70000 to 4464)
+    local ports = guard.run(function()
+      local out = {}
+      for i, service in ipairs({ 70000, "70000", -1, 1.5 }) do
+        out[i] = select(2, pcall(function() smarm.dns.getaddrinfo("127.0.0.1", service) end))
+      end
+      out.http = smarm.dns.getaddrinfo("127.0.0.1", "65535")[1].port
+      return out
+    end)
+    for i = 1, 4 do
+      assert.matches("bad argument #2 to 'getaddrinfo' %(port from 0 to 65535 expected%)", ports[i])
+    end
+    assert.are.equal(65535, ports.http)
   end)
 end)
 

@@ -11,12 +11,25 @@
 
 #include <lauxlib.h>
 
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 /* getaddrinfo(host [, service [, timeout]]) -> { {addr =, family =, port =}, ... } */
 static int l_getaddrinfo(lua_State *L)
 {
   luaL_checkstring(L, 1);
-  if (!lua_isnoneornil(L, 2))
-    luaL_checkstring(L, 2); /* a number too (a port) */
+  if (!lua_isnoneornil(L, 2)) {
+    int number = lua_type(L, 2) == LUA_TNUMBER; /* before checkstring makes it a string */
+    const char *service = luaL_checkstring(L, 2); /* a number too (a port) */
+    /* a port by number: getaddrinfo takes 70000 as 70000 mod 65536 (4464), where the sockets
+    ** refuse it */
+    if (number || service[strspn(service, "0123456789")] == '\0') {
+      double p = strtod(service, NULL);
+      luaL_argcheck(L, p >= 0 && p <= 65535 && p == floor(p), 2,
+                    "port from 0 to 65535 expected");
+    }
+  }
   int64_t timeout_ns = sm_lpark_opt_seconds(L, 3);
   lua_settop(L, 3);
   dns_req_t *r = sm_dns_req_new();
