@@ -721,6 +721,37 @@ describe("crash reports", function()
     assert.is_true(seen.exits and seen.raises and seen.last)
   end)
 
+  -- The printer of on_crash's errors read the error from the DOWN of on_crash's actor: a copy,
+  -- its metatable gone, so it printed "(error object is a table value)" and no traceback.
+  it("print an error of on_crash as the runtime prints a crash: __tostring and traceback", function()
+    local printed, real_stderr = {}, io.stderr
+    -- luacheck: push ignore 122 (the printer writes to io.stderr: this VM's, read as it writes)
+    io.stderr = { write = function(_, ...)
+      for i = 1, select("#", ...) do printed[#printed + 1] = tostring((select(i, ...))) end
+    end }
+    local ok, err = pcall(smarm.run, function()
+      for i = 1, 3 do smarm.spawn(error, i, 0) end
+      guard.wait(function() return select(2, table.concat(printed):gsub("smarm: on_crash: ", "")) >= 3 end,
+        "three errors of on_crash printed")
+    end, { schedulers = 1, on_crash = function(r)
+      local to_text = ({ function() return "custom text" end, function() error("no text", 0) end,
+        function() return 42 end })[r.reason.error]
+      error(setmetatable({}, { __tostring = to_text }))
+    end })
+    io.stderr = real_stderr
+    -- luacheck: pop
+    assert(ok, err)
+    local text = table.concat(printed)
+    local function printed_once(what)
+      local _, n = text:gsub("smarm: on_crash: " .. what .. "\nstack traceback:\n\t%[C%]: in function " ..
+        "'error'\n\tspec/faults_spec%.lua:%d+: in function <spec/faults_spec%.lua:%d+>\n", "")
+      assert.are.equal(1, n, text)
+    end
+    printed_once("custom text")
+    printed_once("%(error object is a table value: its __tostring failed: no text%)")
+    printed_once("%(error object is a table value: its __tostring failed: it did not give a string%)")
+  end)
+
   -- A linked actor that does not trap exits dies of the crash's reason; if nothing hears of that
   -- either, it reports the crash in turn (it used to end silently: the crash was lost).
   it("come once, from the last actor of a link chain that nobody watches", function()

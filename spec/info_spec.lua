@@ -170,6 +170,22 @@ describe("smarm.info", function()
         "bad argument #1 to 'info' (pid expected, got string)")
       assert.has_error(function() smarm.info(smarm.self(), 5) end,
         "bad argument #2 to 'info' (key or list of keys expected, got number)")
+      -- another scheduler is asked by a spawn there, which a finalizer cannot make: said in
+      -- the asker's own words
+      local there = smarm.spawn_on(2, function() smarm.receive() end)
+      local errors = {}
+      do
+        local u = newproxy(true)
+        getmetatable(u).__gc = function()
+          errors.info = select(2, pcall(smarm.info, there))
+          errors.processes = select(2, pcall(smarm.processes))
+        end
+      end
+      collectgarbage()
+      collectgarbage()
+      smarm.send(there, "end")
+      assert.are.same({ info = "smarm.info: cannot park inside a __gc finalizer",
+        processes = "smarm.processes: cannot park inside a __gc finalizer" }, errors)
     end, { schedulers = 2 })
   end)
 

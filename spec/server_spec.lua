@@ -219,6 +219,46 @@ describe("server.start", function()
       end
     end)
   end)
+
+  -- They used to be positioned inside server.lua (a check helper one level too deep), or named
+  -- '?' (smarm.call's and spawn_opt's errors passed on from a protected call).
+  it("raises misuse at the caller's line, naming the function", function()
+    run(function()
+      local function raised(fn)
+        local ok, err = pcall(fn)
+        assert.is_false(ok)
+        return err
+      end
+      local here = "^spec/server_spec%.lua:%d+: "
+      local M = { init = function() return "ok", 0 end }
+      local co = coroutine.create(print)
+      assert.matches(here .. "bad argument #3 to 'start' %(timeout in seconds expected, got %-1%)",
+        raised(function() server.start(M, nil, { timeout = -1 }) end))
+      assert.matches(here .. "bad argument #3 to 'start' %(opts%.on must be a scheduler index",
+        raised(function() server.start(M, nil, { on = 9 }) end))
+      assert.matches(here .. "bad argument #3 to 'start' %(opts%.name must be a string of 1 to 255 bytes%)",
+        raised(function() server.start(M, nil, { name = "" }) end))
+      assert.matches(here .. "server%.start: args%[1%] is a thread",
+        raised(function() server.start(M, { co }, { on = 1 }) end))
+      assert.matches(here .. "bad argument #1 to 'cast' %(pid or name expected, got number%)",
+        raised(function() server.cast(5, "x") end))
+      assert.matches(here .. "bad argument #2 to 'cast' %(message expected, got nil%)",
+        raised(function() server.cast(smarm.self(), nil) end))
+      assert.matches(here .. "bad argument #1 to 'stop' %(pid or name expected, got number%)",
+        raised(function() server.stop(5) end))
+      assert.matches(here .. "bad argument #3 to 'stop' %(timeout in seconds expected, got %-1%)",
+        raised(function() server.stop(smarm.self(), nil, -1) end))
+      assert.matches(here .. "bad argument #1 to 'call' %(pid or name expected, got number%)",
+        raised(function() server.call(5, "x") end))
+      assert.matches(here .. "bad argument #3 to 'call' %(non%-negative number of seconds expected",
+        raised(function() server.call(smarm.self(), "x", -1) end))
+      local pid = assert(server.start(M))
+      assert.matches(here .. "request is a thread", raised(function() server.call(pid, co) end))
+      assert.matches(here .. "server%.cast: msg%[1%] is a thread", raised(function() server.cast(pid, { co }) end))
+      assert.matches(here .. "server%.stop: reason is a thread", raised(function() server.stop(pid, co) end))
+      assert.is_true(server.stop(pid))
+    end)
+  end)
 end)
 
 describe("handle_call", function()
@@ -318,6 +358,20 @@ describe("a callback that raises", function()
       ref = smarm.monitor(pid)
       server.cast(pid, "raise")
       assert.matches("cast raised", next_where("ref", ref).reason.error)
+    end)
+  end)
+
+  -- The server's own report of its end printed the error's __tostring unprotected: one that raised
+  -- ended the server with that error instead.
+  it("ends with its error even when that error's __tostring raises", function()
+    run(function()
+      local bad = setmetatable({ code = 9 }, { __tostring = function() error("no text for it") end })
+      local pid = assert(server.start({ init = function() return "ok", 0 end,
+        handle_call = function() error(bad) end }))
+      local r, why = server.call(pid, "x")
+      assert.is_nil(r)
+      assert.are.same({ code = 9 }, why.error)
+      assert.matches("stack traceback", why.traceback)
     end)
   end)
 

@@ -429,6 +429,42 @@ describe("supervisor child requests", function()
       assert.is_nil(pids(s).r)
     end, { schedulers = 1 })
   end)
+
+  -- The supervisor answers with the start's reason: one that cannot be sent used to crash it
+  -- ("reply[2] is a thread"), and every child with it.
+  it("lives on when a failed start's reason cannot be sent, replaced as an exit reason's is", function()
+    run(function()
+      local s = assert(sup.start({ children = { worker("a") } }))
+      local a = started("a")
+      -- (start functions without upvalues: the request carries the spec, start and all)
+      local r, why = sup.start_child(s, { id = "b", start = function() return nil, coroutine.create(print) end })
+      assert.is_nil(r)
+      assert.matches("^thread: .+ %(an exit reason that cannot be sent: reason is a thread%)$", why)
+      r, why = sup.start_child(s, { id = "c", start = function() error({ co = coroutine.create(print) }) end })
+      assert.is_nil(r)
+      assert.matches("^table: .+ %(an exit reason that cannot be sent: reason%.error%.co is a thread%)$",
+        why.error)
+      assert.matches("stack traceback", why.traceback)
+      assert.is_true(smarm.alive(s))
+      assert.is_true(smarm.alive(a))
+      assert.are.same({ a = a }, pids(s))
+      -- at supervisor.start, the documented { failed_to_start_child =, reason = }
+      r, why = sup.start({ children = { { id = "x", start = function() return nil, coroutine.create(print) end } } })
+      assert.is_nil(r)
+      assert.are.equal("x", why.failed_to_start_child)
+      assert.matches("%(an exit reason that cannot be sent: reason is a thread%)$", why.reason)
+    end, { schedulers = 1 })
+  end)
+
+  it("lives on when a CALL made by hand has a `from` that is not a call's", function()
+    run(function()
+      local s = assert(sup.start({ children = { worker("a") } }))
+      local a = started("a")
+      smarm.send(s, { smarm = "CALL", from = "nobody", request = { op = "count_children" } })
+      assert.are.same({ specs = 1, active = 1, workers = 1, supervisors = 0 }, sup.count_children(s))
+      assert.is_true(smarm.alive(a))
+    end, { schedulers = 1 })
+  end)
 end)
 
 describe("supervisor start failures", function()
@@ -513,10 +549,56 @@ describe("supervisor start failures", function()
         "spec.children[2].id 1 is used twice")
       fails({ children = { { id = 0 / 0, start = kids.worker } } },
         "spec.children[1].id is NaN, which can name no child")
+      -- an id travels in which_children's answer and in a failed start's exit reason
+      fails({ children = { { id = coroutine.create(print), start = kids.worker } } },
+        "spec.children[1].id is a thread (an id must be data that can be sent)")
+      fails({ children = { { id = "a", start = kids.worker }, { id = { f = print }, start = kids.worker } } },
+        "spec.children[2].id.f is a function (an id must be data that can be sent)")
+      fails({ strategy = "dynamic", children = { { id = coroutine.create(print), start = kids.worker } } },
+        "spec.children[1].id is a thread (an id must be data that can be sent)")
+      local s = assert(sup.start({ children = { { id = { "compound", 1 }, start = kids.ignore } } }))
+      assert.are.same({ "compound", 1 }, sup.which_children(s)[1].id)
+      assert.has_error(function() sup.start_child(s, { id = coroutine.create(print), start = kids.worker }) end,
+        "supervisor.start_child: spec.id is a thread (an id must be data that can be sent)")
+      assert.is_true(sup.stop(s))
       fails({ strategy = "dynamic", children = {} },
         "the dynamic strategy needs exactly one child spec (the template), got 0")
       assert.has_error(function() sup.which_children(42) end,
         "bad argument #1 to 'which_children' (pid or name expected, got number)")
+    end, { schedulers = 1 })
+  end)
+
+  it("raises misuse at the caller's line, naming the function", function()
+    run(function()
+      local function raised(fn)
+        local ok, err = pcall(fn)
+        assert.is_false(ok)
+        return err
+      end
+      local here = "^spec/supervisor_spec%.lua:%d+: "
+      local me = smarm.self()
+      assert.matches(here .. "supervisor%.which_children: calling_self %(a supervisor cannot call itself%)",
+        raised(function() sup.which_children(me) end))
+      assert.matches(here .. "supervisor%.terminate_child: calling_self",
+        raised(function() sup.terminate_child(me, "a") end))
+      assert.matches(here .. "supervisor%.count_children: calling_self",
+        raised(function() sup.count_children(me) end))
+      assert.matches(here .. "supervisor%.start_child: calling_self",
+        raised(function() sup.start_child(me, { id = "a", start = kids.worker }) end))
+      assert.matches(here .. "supervisor%.start: spec%.on must be a scheduler index from 1 to " ..
+        "smarm%.schedulers%(%)", raised(function() sup.start({ on = 9 }) end))
+      assert.matches(here .. "supervisor%.start: spec%.name must be a string of 1 to 255 bytes",
+        raised(function() sup.start({ name = "" }) end))
+      assert.matches(here .. "supervisor%.start: spec%.children%[1%]%.args%[1%] is a thread",
+        raised(function()
+          sup.start({ on = 1, children = { { id = 1, start = kids.worker, args = { coroutine.create(print) } } } })
+        end))
+      local s = assert(sup.start({ strategy = "dynamic", children = { { start = kids.worker } } }))
+      assert.matches(here .. "supervisor%.start_child: extra_args%[1%] is a thread",
+        raised(function() sup.start_child(s, { coroutine.create(print) }) end))
+      assert.matches(here .. "bad argument #3 to 'start_child' %(timeout in seconds expected",
+        raised(function() sup.start_child(s, {}, -1) end))
+      assert.is_true(sup.stop(s))
     end, { schedulers = 1 })
   end)
 end)

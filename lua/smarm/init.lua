@@ -20,6 +20,7 @@ local core = require("smarm.core")
 -- require. One table per VM: each scheduler's VM loads its own copy of this module.
 local plain_require = require
 local loaders = {} -- module name -> pid of the actor whose loader runs
+local waiters = {} -- pid of an actor waiting for a loader -> the name of that loader's module
 
 local function in_actor()
   return core.is_pid(select(2, pcall(core.self)))
@@ -43,11 +44,39 @@ end
 -- After a run every actor is gone, loaders too (only the caller's VM outlives a run).
 core._after_run(function()
   for name in pairs(loaders) do forget_loader(name) end
+  for pid in pairs(waiters) do waiters[pid] = nil end
 end)
+
+-- Whether `me` waiting for the loader of `name` would close a cycle of waits: that loader
+-- waits, directly or through a chain of loaders, for a module whose loader is `me`. Each would
+-- wait for the other for good; in one actor plain require raises for the same cycle. Every
+-- loader and waiter of this VM is an actor of its scheduler, so the walk is local. A waiter
+-- that was killed while it waited leaves its entry behind: a dead actor ends the chain.
+local function closes_cycle(me, name)
+  local seen = {}
+  local who = loaders[name]
+  while who ~= nil and not seen[who] do
+    if who == me then return true end
+    seen[who] = true
+    local wanted = waiters[who]
+    if wanted == nil then return false end
+    if not core.alive(who) then
+      waiters[who] = nil
+      return false
+    end
+    who = loaders[wanted]
+  end
+  return false
+end
 
 local function guarded_require(name)
   local loader = loaders[name]
-  if loader ~= nil and in_actor() and loader ~= core.self() then
+  local me = loader ~= nil and in_actor() and core.self()
+  if me and loader ~= me then
+    if closes_cycle(me, name) then -- plain require's own words for a cycle, at the caller
+      error(string.format("loop or previous error loading module '%s'", name), 2)
+    end
+    waiters[me] = name
     local waited = 0
     while loaders[name] == loader do -- the first loader is parked: wait for it
       if not core.alive(loader) then
@@ -57,6 +86,7 @@ local function guarded_require(name)
       if waited < 100 then core.yield() else core.sleep(0.001) end
       waited = waited + 1
     end
+    waiters[me] = nil
     return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
   if package.loaded[name] ~= nil or not in_actor() then
@@ -81,11 +111,29 @@ function core.exit(...)
   return exit_self(...)
 end
 
+-- _error_text(e) -> the text of an error value as the runtime's crash reports give it
+-- (lsmarm.c, add_traceback): a string or number itself, the result of its __tostring (called
+-- protected: a __tostring that raises or gives no string is said so), else its type.
+function core._error_text(e)
+  local t = type(e)
+  if t == "string" or t == "number" then return tostring(e) end
+  local mt = debug.getmetatable(e)
+  local to_text = type(mt) == "table" and rawget(mt, "__tostring")
+  if not to_text then return "(error object is a " .. t .. " value)" end
+  local ok, text = pcall(to_text, e)
+  if ok and type(text) == "string" then return text end
+  return string.format("(error object is a %s value: its __tostring failed: %s)", t,
+    not ok and type(text) == "string" and text or "it did not give a string")
+end
+local error_text = core._error_text
+
 -- run(fn [, opts]): opts.on_crash = f replaces the printing of crash reports with f(report)
 -- (report = { pid =, name =, reason = }), called in an actor of scheduler 1 in the caller's VM,
--- one report at a time. An error in f is printed, and f goes on with the next report. Each call
--- is an actor of its own, which the reporter waits for: an f that ends its actor (smarm.exit, a
--- kill) ends that call only (when f ran in the reporter itself, every later report was lost).
+-- one report at a time. An error in f is printed as the runtime prints a crash (its text, its
+-- __tostring honoured, and the traceback), and f goes on with the next report. Each call is an
+-- actor of its own, which the reporter waits for: an f that ends its actor (smarm.exit, a kill)
+-- ends that call only (when f ran in the reporter itself, every later report was lost). The
+-- error is printed by that actor itself: in the DOWN it would be a copy, its metatable gone.
 local run = core.run
 function core.run(fn, opts)
   local on_crash = type(opts) == "table" and opts.on_crash
@@ -93,21 +141,23 @@ function core.run(fn, opts)
   if type(on_crash) ~= "function" then
     error("bad argument #2 to 'run' (opts.on_crash must be a function)", 2)
   end
+  local function crash_text(e) -- its traceback ends at on_crash, as an actor's ends at its body
+    local traceback = debug.traceback("", 2):sub(2)
+    traceback = traceback:match("^(.*)\n\t%[C%]: in function 'xpcall'") or traceback
+    return error_text(e) .. "\n" .. traceback
+  end
+  local function report(r)
+    local ok, text = xpcall(on_crash, crash_text, r)
+    if not ok then io.stderr:write("smarm: on_crash: ", text, "\n") end
+  end
   return run(function(...)
     -- (no mailbox bound: opts.max_mailbox would make a burst of crashes kill the reporter)
     core._set_crash_reporter(core.spawn_opt({ max_mailbox = 2 ^ 40 }, function()
       while true do
-        local _, ref = core.spawn_monitor(on_crash, core.receive())
-        local down = core.receive(function(m)
+        local _, ref = core.spawn_monitor(report, core.receive())
+        core.receive(function(m)
           return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
         end)
-        local why = down.reason
-        if type(why) == "table" and why.traceback ~= nil then
-          local e = why.error
-          local text = (type(e) == "string" or type(e) == "number") and tostring(e)
-            or "(error object is a " .. type(e) .. " value)"
-          io.stderr:write("smarm: on_crash: ", text, "\n")
-        end
       end
     end))
     return fn(...)
@@ -187,8 +237,10 @@ local function ask(k, what, pid, keys)
   local no_answer = "smarm." .. what .. ": scheduler " .. k .. " did not answer within "
     .. "opts.request_timeout (it is stuck in C code)"
   local spawned, answerer = pcall(core.spawn_on, k, "smarm._answer")
-  if not spawned then
-    error(tostring(answerer):find("did not answer", 1, true) and no_answer or answerer, 3)
+  if not spawned then -- in the asker's words: "smarm.info: cannot park inside a __gc finalizer"
+    local why = tostring(answerer)
+    error(why:find("did not answer", 1, true) and no_answer
+      or (why:gsub("^smarm%.spawn_on: ", "smarm." .. what .. ": ")), 3)
   end
   local value, err = core.call(answerer, { what = what, pid = pid, keys = keys },
     core._request_timeout())

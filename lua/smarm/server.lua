@@ -68,14 +68,9 @@ local function crashed(e)
   return { error = e, traceback = debug.traceback("", 2):sub(2) }
 end
 
--- The text of an error value, as the runtime's crash report shows it.
-local function error_text(e)
-  local t = type(e)
-  if t == "string" or t == "number" then return tostring(e) end
-  local mt = getmetatable(e)
-  if mt and mt.__tostring then return tostring(e) end
-  return "(error object is a " .. t .. " value)"
-end
+-- The text of an error value, as the runtime's crash report shows it (a __tostring that raises
+-- is said so: the report is still written, and the server ends with the reason it had).
+local error_text = smarm._error_text
 
 -- Why a callback table cannot serve, or nil.
 local function check_module(m)
@@ -248,19 +243,21 @@ function server._enter(boot)
 end
 local enter = server._enter
 
-local function argerror(n, fn, msg)
-  error(string.format("bad argument #%d to '%s' (%s)", n, fn, msg), 3)
+-- Raises "bad argument #n to 'fn' (msg)" at `level` from the caller of argerror (2: the caller
+-- of the public function that calls argerror itself).
+local function argerror(level, n, fn, msg)
+  error(string.format("bad argument #%d to '%s' (%s)", n, fn, msg), level + 1)
 end
 
 local function check_target(to, fn)
   if not is_pid(to) and type(to) ~= "string" then
-    argerror(1, fn, "pid or name expected, got " .. type(to))
+    argerror(3, 1, fn, "pid or name expected, got " .. type(to))
   end
 end
 
 local function check_timeout(timeout, n, fn)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout) then
-    argerror(n, fn, "timeout in seconds expected, got " .. tostring(timeout))
+    argerror(3, n, fn, "timeout in seconds expected, got " .. tostring(timeout))
   end
 end
 
@@ -268,23 +265,23 @@ end
 function server.start(module, args, opts)
   local mt = type(module)
   if mt ~= "table" and mt ~= "string" then
-    argerror(1, "start", "table of callbacks or module name expected, got " .. mt)
+    argerror(2, 1, "start", "table of callbacks or module name expected, got " .. mt)
   end
   if opts == nil then
     opts = {}
   elseif type(opts) ~= "table" then
-    argerror(3, "start", "table expected, got " .. type(opts))
+    argerror(2, 3, "start", "table expected, got " .. type(opts))
   end
   local on, name, link, timeout = opts.on, opts.name, opts.link, opts.timeout
   if mt == "table" then
     local bad = check_module(module)
-    if bad then argerror(1, "start", bad) end
+    if bad then argerror(2, 1, "start", bad) end
   end
   if name ~= nil and type(name) ~= "string" then
-    argerror(3, "start", "opts.name must be a string, got " .. type(name))
+    argerror(2, 3, "start", "opts.name must be a string, got " .. type(name))
   end
   if link ~= nil and type(link) ~= "boolean" then
-    argerror(3, "start", "opts.link must be a boolean, got " .. type(link))
+    argerror(2, 3, "start", "opts.link must be a boolean, got " .. type(link))
   end
   check_timeout(timeout, 3, "start")
 
@@ -297,6 +294,13 @@ function server.start(module, args, opts)
   if not ok then
     if type(pid) == "string" and pid:find("the name '.*' is taken") then
       return nil, string.format("server.start: the name '%s' is taken", name)
+    end
+    -- spawn_opt's words (its options; its argument, the boot table) as start's
+    if type(pid) == "string" then
+      local opt = pid:match("^bad argument #1 to '%?' (%(opts%..*%))$")
+      if opt then error("bad argument #3 to 'start' " .. opt, 2) end
+      pid = pid:gsub("^argument%[1%]%.", "server.start: ")
+        :gsub("^smarm%.spawn_opt: ", "server.start: ")
     end
     error(pid, 2)
   end
@@ -322,24 +326,32 @@ function server.start(module, args, opts)
 end
 
 -- server.call(to, request [, timeout]) -> reply | nil, reason: smarm.call, with calling_self.
+-- smarm.call's errors are raised at the caller, naming server.call ('?' in a protected call).
 function server.call(to, request, timeout)
   local ok, r, why = pcall(call, to, request, timeout)
   if ok then return r, why end
   if r == "smarm.call: an actor cannot call itself" then
     error("server.call: calling_self (a server cannot call itself)", 2)
   end
-  error(r, 0)
+  if type(r) == "string" then
+    r = r:gsub("^bad argument (#%d+) to '%?'", "bad argument %1 to 'call'"):gsub("^smarm%.call: ",
+      "server.call: ")
+  end
+  error(r, 2)
 end
 
 -- server.cast(to, msg): never fails for a dead pid or a name nobody holds (gen_server:cast).
 function server.cast(to, msg)
   check_target(to, "cast")
-  if msg == nil then argerror(2, "cast", "message expected, got nil") end
+  if msg == nil then argerror(2, 2, "cast", "message expected, got nil") end
   if type(to) == "string" then
     to = smarm.whereis(to)
     if to == nil then return end
   end
-  send(to, { smarm = "CAST", msg = msg })
+  local ok, err = pcall(send, to, { smarm = "CAST", msg = msg })
+  if not ok then -- a msg that cannot be sent, named as the caller's: "msg.f is a thread"
+    error(type(err) == "string" and err:gsub("^message%.msg", "server.cast: msg") or err, 2)
+  end
 end
 
 server.reply = reply
@@ -372,7 +384,7 @@ function server._stop(to, reason, timeout, fname, level)
   local sent, err = pcall(send, pid, { smarm = "STOP", reason = reason })
   if not sent then -- a reason that cannot be sent: leave nothing behind
     smarm.demonitor(mref, "flush")
-    error(err, level)
+    error(type(err) == "string" and err:gsub("^message%.reason", fname .. ": reason") or err, level)
   end
   local m = receive(function(d)
     return type(d) == "table" and d.smarm == "DOWN" and d.ref == mref

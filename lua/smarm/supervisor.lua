@@ -21,8 +21,11 @@
 -- * start returns the child's pid; nil, "ignore" (server.start's answer to init's "ignore")
 --   leaves the child not running but kept (Erlang's ignore); nil, reason or a raise is a
 --   failed start with that reason (`{ error =, traceback = }` for a raise); anything else is a
---   failed start with a string reason. The supervisor links to the pid it gets (a no-op when
---   the start already linked it; a dead pid's link gives an EXIT "noproc", a normal child end).
+--   failed start with a string reason. A reason goes into a reply or the supervisor's exit
+--   reason, so one that cannot be sent is replaced as the runtime replaces an exit reason (the
+--   supervisor never dies of its own reply). The supervisor links to the pid it gets (a no-op
+--   when the start already linked it; a dead pid's link gives an EXIT "noproc", a normal child
+--   end).
 -- * Stopping a child (Erlang's shutdown/2): monitor it, unlink it (an EXIT of it already queued
 --   is removed), then "brutal_kill" kills it; a number sends the exit signal "shutdown" and
 --   kills it if its DOWN has not come after that many seconds; "infinity" sends "shutdown" and
@@ -59,7 +62,9 @@
 --   functions move to that scheduler's VM as spawn_on moves a function.
 -- * Outcomes are return values (nil, reason: "not_found", "running", "already_present",
 --   "already_started", "dynamic", "not_dynamic", or a start's reason); misuse (a bad spec,
---   wrong argument types) raises with a message that names the field.
+--   wrong argument types, a request from the supervisor itself) raises at the caller's line
+--   with a message that names the field. A child id must be data an exit reason can carry: it
+--   travels in which_children's answer and in a failed start's { failed_to_start_child = id }.
 local smarm = require("smarm")
 
 local supervisor = {}
@@ -80,6 +85,34 @@ local handoff = setmetatable({}, { __mode = "k" })
 
 local function crashed(e)
   return { error = e, traceback = debug.traceback("", 2):sub(2) }
+end
+
+local function down_of(ref)
+  return function(m) return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref end
+end
+
+-- v as an exit reason carries it: v itself for a string, number or boolean, else a copy, and
+-- for a value that cannot be one (a function, a coroutine, a socket, a table holding one) the
+-- runtime's replacement, "tostring(v) (an exit reason that cannot be sent: <why>)", of only the
+-- error of a crash's { error =, traceback = } (docs/api.md, "Faults"). Asked of the runtime
+-- itself, through an actor that ends with v, so that the rule is the runtime's own.
+local function as_reason(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" then return v end
+  local _, ref = smarm.spawn_monitor(exit, v)
+  return receive(down_of(ref)).reason
+end
+
+-- Why v cannot be a child id (a text that follows the field's name), or nil. An id travels in
+-- replies (which_children) and in the supervisor's exit reason ({ failed_to_start_child = id }),
+-- so it must be data that an exit reason can carry. NaN is checked apart: it travels.
+local function id_problem(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" then return nil end
+  local r = as_reason({ v })
+  if type(r) ~= "string" then return nil end
+  local why = r:match("%(an exit reason that cannot be sent: (.*)%)$") or r
+  return (why:gsub("^reason%[1%]", ""):gsub("^reason ", " "))
 end
 
 local function spec_error(level, where, msg)
@@ -127,6 +160,11 @@ local function child_record(c, level, where, field)
   end
   if c.id ~= c.id then -- NaN: no table holds it as a key, and no id equals it
     spec_error(level + 1, where, field .. ".id is NaN, which can name no child")
+  end
+  local unsendable = c.id ~= nil and id_problem(c.id)
+  if unsendable then
+    spec_error(level + 1, where, field .. ".id" .. unsendable .. " (an id must be data that can " ..
+      "be sent)")
   end
   check_on(c.on, level + 1, where, field)
   return { id = c.id, start = c.start, args = c.args or {}, restart = restart,
@@ -213,13 +251,15 @@ local function call_start(c, extra)
   return f(unpack(all, 1, n))
 end
 
--- Runs a record's start in the supervisor: pid | nil (ignored) | false, reason.
+-- Runs a record's start in the supervisor: pid | nil (ignored) | false, reason. The reason of a
+-- failed start goes into a reply or the supervisor's exit reason: one that cannot be sent is
+-- replaced as an exit reason is.
 local function start_one(st, c, extra)
   local ok, pid, why = xpcall(call_start, crashed, c, extra)
-  if not ok then return false, pid end
+  if not ok then return false, as_reason(pid) end
   if pid == nil then
     if why == "ignore" then return nil end
-    return false, why == nil and "supervisor: start returned nil" or why
+    return false, why == nil and "supervisor: start returned nil" or as_reason(why)
   end
   if not is_pid(pid) then
     return false, string.format("supervisor: child %s's start returned a %s, not a pid",
@@ -234,10 +274,6 @@ end
 local function is_shutdown(reason)
   return reason == "normal" or reason == "shutdown"
     or (type(reason) == "table" and reason.shutdown ~= nil)
-end
-
-local function down_of(ref)
-  return function(m) return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref end
 end
 
 local function exit_of(pid)
@@ -500,6 +536,20 @@ function requests.count_children(st)
   return n
 end
 
+-- Answers a call with the handler's results. A supervisor never dies of its own answer: one that
+-- cannot be sent (the checks of ids and start reasons leave none) becomes nil and why, and a
+-- `from` that is not a call's (a CALL message made by hand) drops it with a line on stderr.
+local function answer(from, ...)
+  local ok, why = pcall(reply, from, { ... })
+  if ok then return end
+  local instead = "supervisor: the answer cannot be sent (" .. tostring(why) .. ")"
+  ok = pcall(reply, from, { nil, instead })
+  if not ok then
+    io.stderr:write("smarm.supervisor: ", tostring(self()), " dropped the answer to a CALL whose ",
+      "from is not a call's\n")
+  end
+end
+
 -- The supervisor's loop: never returns.
 local function supervise(st)
   local by_pid, parent = st.by_pid, st.parent
@@ -517,9 +567,9 @@ local function supervise(st)
       local r = m.request
       local handler = type(r) == "table" and requests[r.op]
       if handler then
-        reply(m.from, { handler(st, r) })
+        answer(m.from, handler(st, r))
       else
-        reply(m.from, { nil, "supervisor: unknown request" })
+        answer(m.from, nil, "supervisor: unknown request")
       end
     elseif kind == "SUP_RETRY" then
       local c = find(st, m.child, "key")
@@ -571,6 +621,13 @@ function supervisor.start(spec)
     if type(pid) == "string" and pid:find("the name '.*' is taken") then
       return nil, string.format("supervisor.start: the name '%s' is taken", checked.name)
     end
+    -- spawn_opt's words (its options; its argument, the boot table) as the spec's
+    if type(pid) == "string" then
+      local opt = pid:match("^bad argument #1 to '%?' %(opts%.(.*)%)$")
+      if opt then error("supervisor.start: spec." .. opt, 2) end
+      pid = pid:gsub("^argument%[1%]%.", "supervisor.start: ")
+        :gsub("^smarm%.spawn_opt: ", "supervisor.start: ")
+    end
     error(pid, 2)
   end
   local m = receive(function(x) return type(x) == "table" and (x.ref == ref or x.ref == mref) end)
@@ -599,11 +656,24 @@ local function check_timeout(timeout, n, fn)
   end
 end
 
--- A request to a running supervisor: its answers, or nil and the call's failure.
-local function request(sup, r, timeout)
-  local answer, why = smarm.call(sup, r, timeout or FOREVER)
-  if answer == nil then return nil, why end
-  return unpack(answer, 1, 2)
+-- A request to a running supervisor from public function `fn`: its answers, or nil and the
+-- call's failure. smarm.call's errors are raised at the caller of fn, in fn's words; fn must not
+-- tail-call this (a tail call would take its level away).
+local function request(sup, r, timeout, fn)
+  local ok, answers, why = pcall(smarm.call, sup, r, timeout or FOREVER)
+  if not ok then
+    if answers == "smarm.call: an actor cannot call itself" then
+      error(string.format("supervisor.%s: calling_self (a supervisor cannot call itself)", fn), 3)
+    end
+    if type(answers) == "string" then -- a request that cannot be sent names the caller's field
+      local own = "supervisor." .. fn .. ": "
+      answers = answers:gsub("^request%.extra", own .. "extra_args"):gsub("^request%.", own)
+        :gsub("^smarm%.call: ", own)
+    end
+    error(answers, 3)
+  end
+  if answers == nil then return nil, why end
+  return unpack(answers, 1, 2)
 end
 
 -- supervisor.start_child(sup, spec_or_extra_args [, timeout]) -> pid | nil, reason.
@@ -614,18 +684,21 @@ function supervisor.start_child(sup, what, timeout)
     error("bad argument #2 to 'start_child' (child spec or list of extra arguments expected, got " ..
       type(what) .. ")", 2)
   end
+  local a, b
   if what.start == nil and what.id == nil then -- the dynamic strategy's extra arguments
-    return request(sup, { op = "start_child", extra = what }, timeout)
+    a, b = request(sup, { op = "start_child", extra = what }, timeout, "start_child")
+    return a, b
   end
   local c = child_record(what, 2, "start_child", "spec")
   if c.id == nil then spec_error(2, "start_child", "spec.id is missing") end
   if type(c.start) ~= "function" then
-    return request(sup, { op = "start_child", spec = c }, timeout)
+    a, b = request(sup, { op = "start_child", spec = c }, timeout, "start_child")
+    return a, b
   end
   local key = smarm.ref()
   handoff[key] = c
-  local a, b = request(sup, { op = "start_child", spec = c, handoff = key }, timeout)
-  handoff[key] = nil
+  a, b = request(sup, { op = "start_child", spec = c, handoff = key }, timeout, "start_child")
+  handoff[key] = nil -- (after a raise, the weak key goes with the ref)
   return a, b
 end
 
@@ -634,7 +707,8 @@ local function by_id(op)
     check_sup(sup, op)
     if id == nil then error(string.format("bad argument #2 to '%s' (child id expected, got nil)", op), 2) end
     check_timeout(timeout, 3, op)
-    return request(sup, { op = op, id = id }, timeout)
+    local a, b = request(sup, { op = op, id = id }, timeout, op)
+    return a, b
   end
 end
 
@@ -645,13 +719,15 @@ supervisor.delete_child = by_id("delete_child")
 function supervisor.which_children(sup, timeout)
   check_sup(sup, "which_children")
   check_timeout(timeout, 2, "which_children")
-  return request(sup, { op = "which_children" }, timeout)
+  local list, why = request(sup, { op = "which_children" }, timeout, "which_children")
+  return list, why
 end
 
 function supervisor.count_children(sup, timeout)
   check_sup(sup, "count_children")
   check_timeout(timeout, 2, "count_children")
-  return request(sup, { op = "count_children" }, timeout)
+  local counts, why = request(sup, { op = "count_children" }, timeout, "count_children")
+  return counts, why
 end
 
 -- supervisor.stop(sup [, reason [, timeout]]) -> true | nil, "noproc" | "timeout" | its reason:
