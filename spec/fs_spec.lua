@@ -385,6 +385,40 @@ describe("a file closed by another actor", function()
   end)
 end)
 
+describe("a write with a time limit whose actor is killed", function()
+  -- Such a write holds a duplicate of the descriptor for all its trips; a kill while it waits
+  -- closes it at once (not at the dead actor's collection): the FIFO's reader sees the end.
+  it("lets the reader see the end at once", function()
+    local dir = tmpdir()
+    local fifo = dir .. "/fifo"
+    posix.mkfifo(fifo)
+    local before = fd_count()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local writer = smarm.spawn(function()
+        local w = assert(smarm.fs.open(fifo, "w"))
+        w:settimeout(HANG)
+        smarm.send(me, "opened")
+        w:write(("x"):rep(256 * 1024)) -- more than a pipe holds: it waits for room
+      end)
+      local g = assert(smarm.fs.open(fifo, "r"))
+      guard.receive("the writer's open")
+      guard.wait(function()
+        local i = smarm.info(writer)
+        return i and i.waiting == "io:file.write"
+      end, "the writer parked")
+      smarm.kill(writer)
+      g:settimeout(HANG) -- a hang guard: the end comes at once, no writer holds the FIFO
+      local got, err = g:read("*a")
+      g:close()
+      return { got = got and #got or err }
+    end)
+    posix.remove_tree(dir)
+    assert.is_true(r.got > 0 and r.got < 256 * 1024, tostring(r.got))
+    assert.are.equal(before, fd_count())
+  end)
+end)
+
 describe("reading files as Lua's io does", function()
   it("reads lines, everything and counts, at the file's position, and seeks", function()
     local dir = tmpdir()

@@ -570,6 +570,10 @@ describe("require while a loader is parked", function()
     os.remove(tmp)
     local base = "smarm_spec_cycle_" .. tmp:match("([^/]*)$"):gsub("%W", "_")
     local a, b = base .. "_a", base .. "_b"
+    finally(function()
+      os.remove(dir .. "/" .. a .. ".lua")
+      os.remove(dir .. "/" .. b .. ".lua")
+    end)
     for _, m in ipairs({ { a, b }, { b, a } }) do
       local fh = assert(io.open(dir .. "/" .. m[1] .. ".lua", "w"))
       -- each loader parks until both have begun, then requires the other module
@@ -613,8 +617,6 @@ return {}
         assert.matches("loop or previous error loading module '" .. base .. "_[ab]'", got[name][2])
       end
     end
-    os.remove(dir .. "/" .. a .. ".lua")
-    os.remove(dir .. "/" .. b .. ".lua")
   end)
 end)
 

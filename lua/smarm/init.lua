@@ -78,15 +78,18 @@ local function guarded_require(name)
     end
     waiters[me] = name
     local waited = 0
-    while loaders[name] == loader do -- the first loader is parked: wait for it
-      if not core.alive(loader) then
-        forget_loader(name)
-        break
+    local ok, err = pcall(function() -- a wait that raises (it cannot park here) leaves no entry
+      while loaders[name] == loader do -- the first loader is parked: wait for it
+        if not core.alive(loader) then
+          forget_loader(name)
+          break
+        end
+        if waited < 100 then core.yield() else core.sleep(0.001) end
+        waited = waited + 1
       end
-      if waited < 100 then core.yield() else core.sleep(0.001) end
-      waited = waited + 1
-    end
+    end)
     waiters[me] = nil
+    if not ok then error(err, 0) end
     return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
   if package.loaded[name] ~= nil or not in_actor() then

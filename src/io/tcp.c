@@ -38,7 +38,9 @@ typedef struct sock {
   struct write *writes; /* libuv's writes in flight, newest first (IOTCP_SEND) */
   /* closed with writes still queued: they go out first (sock_close_after_writes) */
   uv_shutdown_t flush;
-  struct sock *flush_next, **flush_prev; /* on the flushing list while it waits */
+  struct sock *flush_next, **flush_prev; /* on the lingering list while it waits */
+  uint64_t linger_until;                 /* uv_now's ms: then it closes all the same */
+  int flushed, drained;                  /* its writes have gone, the peer's end has come */
   /* a Unix listener bound to a path: the path, unlinked at close if it is still this socket's */
   char *path;
   dev_t dev;
@@ -150,53 +152,6 @@ static void sock_close(sock_t *s)
   uv_close(&s->h.handle, on_closed); /* pending writes end with UV_ECANCELED */
 }
 
-/* Sockets closed while their writes drain (sock_close_after_writes), for close_all. */
-static sock_t *flushing;
-
-static void on_flushed(uv_shutdown_t *req, int status)
-{
-  (void)status; /* written, failed (the peer went), or cancelled by a close: it closes now */
-  sock_t *s = req->data;
-  *s->flush_prev = s->flush_next;
-  if (s->flush_next)
-    s->flush_next->flush_prev = s->flush_prev;
-  if (!uv_is_closing(&s->h.handle))
-    uv_close(&s->h.handle, on_closed);
-}
-
-/* A close asked for (sock:close(), a __gc's, the owner's end). What earlier sends queued still
-** goes out, in order, as a send that timed out was promised ("it still goes out later, all of
-** it"); the socket closes once it has (Erlang's default: the flush happens in the background),
-** after a shutdown of its sending side. A close dropped it before: the peer read a clean end
-** of a stream cut short. Waiting receives and accepts end as closed at once. A socket still
-** flushing when the IO thread stops is closed then (close_all), the rest dropped. */
-static void sock_close_after_writes(sock_t *s)
-{
-  if (s->closing)
-    return;
-  if (s->listener || uv_stream_get_write_queue_size(&s->h.stream) == 0) {
-    sock_close(s);
-    return;
-  }
-  sock_detach(s);
-  for (write_t *w = s->writes; w; w = w->next) /* the senders waiting hear "closed" now */
-    if (w->req) {
-      finish(w->req, IOTCP_CLOSED);
-      w->req = NULL;
-    }
-  uv_read_stop(&s->h.stream);
-  s->flush.data = s;
-  if (uv_shutdown(&s->flush, &s->h.stream, on_flushed) < 0) {
-    uv_close(&s->h.handle, on_closed);
-    return;
-  }
-  s->flush_next = flushing;
-  s->flush_prev = &flushing;
-  if (flushing)
-    flushing->flush_prev = &s->flush_next;
-  flushing = s;
-}
-
 /* A TCP socket, or a Unix one when unix_socket (not bound or connected yet). */
 static sock_t *sock_new(uv_loop_t *loop, int listener, int unix_socket)
 {
@@ -275,6 +230,127 @@ static void read_pause(sock_t *s)
     uv_read_stop(&s->h.stream);
     s->reading = 0;
   }
+}
+
+/* ---- Closing with writes queued ------------------------------------------------------------ */
+
+/* A socket closed while bytes it was asked to send are still queued, whose peer must not see a
+** clean end of a stream cut short: a TCP peer gets a reset instead (SO_LINGER 0: the kernel's
+** own send buffer is dropped too, so only when libuv still holds bytes). */
+static void reset_if_queued(sock_t *s)
+{
+  uv_os_fd_t fd;
+  struct linger hard = {1, 0};
+  if (!is_unix(s) && !s->listener && uv_stream_get_write_queue_size(&s->h.stream) > 0 &&
+      uv_fileno(&s->h.handle, &fd) == 0)
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+}
+
+/* Sockets closed while their writes drain (sock_close_after_writes), and the timer that ends
+** the wait of those that take too long. IO thread only. */
+static sock_t *lingering;
+static uv_timer_t linger_timer;
+static int linger_timer_made;
+
+#define LINGER_LIMIT_MS 10000 /* the longest a close waits for its writes and the peer's end */
+
+static void linger_end(sock_t *s)
+{
+  *s->flush_prev = s->flush_next;
+  if (s->flush_next)
+    s->flush_next->flush_prev = s->flush_prev;
+  s->flush_prev = NULL;
+  if (!uv_is_closing(&s->h.handle))
+    uv_close(&s->h.handle, on_closed); /* a shutdown still waiting ends with UV_ECANCELED */
+}
+
+static void on_linger_tick(uv_timer_t *t)
+{
+  uint64_t now = uv_now(t->loop);
+  for (sock_t *s = lingering, *next; s; s = next) {
+    next = s->flush_next;
+    if (now >= s->linger_until) {
+      if (!s->flushed)
+        reset_if_queued(s); /* its peer did not read what was left: it sees a reset */
+      linger_end(s);
+    }
+  }
+  if (!lingering)
+    uv_timer_stop(t);
+}
+
+static void on_flushed(uv_shutdown_t *req, int status)
+{
+  sock_t *s = req->data;
+  if (!s->flush_prev)
+    return; /* ended already (the limit, or the IO thread's stop) */
+  s->flushed = 1;
+  if (status < 0 || s->drained)
+    linger_end(s); /* written and the peer's end came, or it cannot be written (peer gone) */
+}
+
+/* Reads while it lingers are thrown away: what matters is the peer's end. Closing with bytes
+** unread makes Linux send a reset, and the peer may then lose what it had not read yet. */
+static void on_drain(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+  (void)buf;
+  sock_t *s = st->data;
+  if (n >= 0)
+    return;
+  s->drained = 1;
+  uv_read_stop(st);
+  if (s->flushed)
+    linger_end(s);
+}
+
+/* A close asked for (sock:close(), a __gc's, a socket in a message nobody took). What earlier
+** sends queued still goes out, in order, as a send that timed out was promised ("it still goes
+** out later, all of it"): a close dropped it before, and the peer read a clean end of a stream
+** cut short. The socket lingers (Apache's lingering close): its sending side is shut down after
+** the writes, what the peer sends is read and dropped until its end comes, then it closes; at
+** most LINGER_LIMIT_MS in all, after which one whose bytes have not all gone is reset. Waiting
+** receives and accepts end as closed at once, and sends still waiting are answered "closed"
+** (their bytes go out all the same). */
+static void sock_close_after_writes(sock_t *s)
+{
+  if (s->closing)
+    return;
+  if (s->listener || uv_stream_get_write_queue_size(&s->h.stream) == 0) {
+    sock_close(s);
+    return;
+  }
+  sock_detach(s);
+  for (write_t *w = s->writes; w; w = w->next) /* the senders waiting hear "closed" now */
+    if (w->req) {
+      finish(w->req, IOTCP_CLOSED);
+      w->req = NULL;
+    }
+  uv_loop_t *loop = s->h.handle.loop;
+  if (!linger_timer_made) {
+    if (uv_timer_init(loop, &linger_timer) < 0) {
+      sock_close(s);
+      return;
+    }
+    linger_timer_made = 1;
+  }
+  s->flush.data = s;
+  if (uv_shutdown(&s->flush, &s->h.stream, on_flushed) < 0) {
+    reset_if_queued(s);
+    uv_close(&s->h.handle, on_closed);
+    return;
+  }
+  read_pause(s);
+  s->drained = s->eof || s->rerr;
+  if (!s->drained && uv_read_start(&s->h.stream, on_alloc, on_drain) < 0)
+    s->drained = 1;
+  s->linger_until = uv_now(loop) + LINGER_LIMIT_MS;
+  s->flush_next = lingering;
+  s->flush_prev = &lingering;
+  if (lingering)
+    lingering->flush_prev = &s->flush_next;
+  lingering = s;
+  if (!uv_is_active((uv_handle_t *)&linger_timer))
+    uv_timer_start(&linger_timer, on_linger_tick, 1000, 1000);
 }
 
 /* Meets receive r from the buffer if it can: returns 1 when r is finished (its err set). */
@@ -840,7 +916,12 @@ static void tcp_on_loop(io_req_t *req, void *loop)
     return;
   }
   case IOTCP_CLOSE:
-    sock_close_after_writes(s);
+    if (r->flag) { /* its owner ended abnormally: closed at once, its peer told of a cut */
+      reset_if_queued(s);
+      sock_close(s);
+    } else {
+      sock_close_after_writes(s);
+    }
     finish(r, 0);
     return;
   case IOTCP_UNREAD:
@@ -936,14 +1017,24 @@ static void tcp_cancel(io_req_t *req)
 }
 
 /* The IO thread stops: close every socket (waiting requests end as closed). */
-static void close_one(void *s) { sock_close(s); }
+static void close_one(void *s)
+{
+  reset_if_queued(s); /* the run ends: what is queued is dropped, and the peer sees a cut */
+  sock_close(s);
+}
 static void close_all(void *loop)
 {
   (void)loop;
   sm_io_id_each(&ids, close_one);
-  for (sock_t *s = flushing; s; s = s->flush_next) /* on_flushed leaves the list, later */
-    if (!uv_is_closing(&s->h.handle))
-      uv_close(&s->h.handle, on_closed); /* their shutdowns end with UV_ECANCELED */
+  while (lingering) {
+    if (!lingering->flushed)
+      reset_if_queued(lingering);
+    linger_end(lingering);
+  }
+  if (linger_timer_made) {
+    uv_close((uv_handle_t *)&linger_timer, NULL);
+    linger_timer_made = 0;
+  }
 }
 
 static void register_stop(void) { sm_io_on_stop(close_all); }

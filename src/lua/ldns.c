@@ -13,7 +13,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* getaddrinfo(host [, service [, timeout]]) -> { {addr =, family =, port =}, ... } */
 static int l_getaddrinfo(lua_State *L)
@@ -24,8 +23,9 @@ static int l_getaddrinfo(lua_State *L)
     const char *service = luaL_checkstring(L, 2); /* a number too (a port) */
     /* a port by number: getaddrinfo takes 70000 as 70000 mod 65536 (4464), where the sockets
     ** refuse it */
-    if (number || service[strspn(service, "0123456789")] == '\0') {
-      double p = strtod(service, NULL);
+    char *end;
+    double p = strtod(service, &end); /* " 70000" and "+70000" are numbers to getaddrinfo too */
+    if (number || (end != service && *end == '\0')) {
       luaL_argcheck(L, p >= 0 && p <= 65535 && p == floor(p), 2,
                     "port from 0 to 65535 expected");
     }

@@ -302,27 +302,43 @@ static void unbuffer(lfile_t *f)
 ** duplicate of the descriptor of its own from its first trip on, and makes every trip on it: a
 ** close by another actor meanwhile (or a hand-over of the file) does not cut it short, nor lose
 ** what it has read; it finishes on the duplicate, as one trip does (docs/api.md, file:close).
-** The duplicate is a never-run request's, boxed on the stack: closed by release_fd, or by the
-** box's __gc when the call raises or its actor is killed. */
+** The duplicate is a never-run request's, boxed on the stack: closed by release_fd, by the
+** box's __gc when the call raises, and at once when the actor ends while parked in a trip (the
+** trip's cleanup, `lost`: a killed writer of a FIFO must not keep its reader from the end). */
 typedef struct fd_hold {
-  int box; /* the box's stack index; 0 until held */
-  int fd;
+  int box;     /* the box's stack index; 0 until held */
+  fs_req_t *req;
+  smarm_cleanup_t lost; /* pushed for each trip's park (sm_lsmarm_io_call_with) */
 } fd_hold_t;
 
-/* The descriptor a trip of the call holding h uses: its duplicate, made on the first call. */
+/* The actor ended while parked in a trip: the duplicate closes now; its box owns nothing. */
+static void hold_lost(void *arg)
+{
+  fs_req_t *r = arg;
+  if (r->fd_owned && r->fd >= 0)
+    close(r->fd);
+  r->fd = -1;
+  r->fd_owned = 0;
+}
+
+/* The descriptor a trip of the call holding h uses: its duplicate, made on the first call (f's
+** state is checked then: it may have been closed before). A negative errno when it cannot be
+** made (EMFILE): the call fails as a trip would. */
 static int held_fd(lua_State *L, lfile_t *f, fd_hold_t *h, const char *fname)
 {
   if (h->box)
-    return h->fd;
-  if (f->fd < 0) /* closed or handed over before the call's first trip */
-    check_file(L, strncmp(fname, "file.", 5) == 0 ? fname + 5 : fname);
+    return h->req->fd;
+  if (f->fd < 0)
+    check_file(L, fname);
   fs_req_t *r = new_bare_request(L, FS_CLOSE);
   int err = sm_fs_req_own_fd(r, f->fd);
   if (err)
-    return luaL_error(L, "smarm.fs.%s: %s", fname, strerror(-err));
+    return err; /* the box owns nothing and goes with the stack */
   h->box = lua_gettop(L);
-  h->fd = r->fd;
-  return h->fd;
+  h->req = r;
+  h->lost.fn = hold_lost;
+  h->lost.arg = r;
+  return r->fd;
 }
 
 static void release_fd(lua_State *L, fd_hold_t *h)
@@ -331,12 +347,15 @@ static void release_fd(lua_State *L, fd_hold_t *h)
     sm_lio_unbox(L, h->box);
 }
 
+/* The cleanup for a trip of the call holding h (none before it holds a duplicate). */
+static smarm_cleanup_t *trip_cleanup(fd_hold_t *h) { return h && h->box ? &h->lost : NULL; }
+
 /* Waits on the IO thread until fd (f's, or its duplicate) can be read (for_what FS_WAIT_READ)
 ** or written (FS_WAIT_WRITE), or the deadline (smarm_now_ns) passes: 0, -ETIMEDOUT (nothing was
 ** done to the file) or another error. A regular file has nothing to wait for: 0 at once, and
 ** never asked again. */
-static int wait_ready(lua_State *L, lfile_t *f, int fd, int64_t deadline, int for_what,
-                      const char *fname)
+static int wait_ready(lua_State *L, lfile_t *f, int fd, fd_hold_t *h, int64_t deadline,
+                      int for_what, const char *fname)
 {
   if (f->unpollable)
     return 0;
@@ -364,7 +383,7 @@ static int wait_ready(lua_State *L, lfile_t *f, int fd, int64_t deadline, int fo
     int reads = for_what == FS_WAIT_READ;
     if (reads)
       f->reader = smarm_self();
-    err = sm_lsmarm_io_call(L, &r->base, deadline - now, fname);
+    err = sm_lsmarm_io_call_with(L, &r->base, deadline - now, fname, trip_cleanup(h));
     if (reads)
       f->reader = 0;
   }
@@ -388,11 +407,12 @@ static int64_t deadline_of(const lfile_t *f)
 ** read-ahead, waiting for data until deadline (negative: no limit). Returns the bytes read (0:
 ** the end of the file), or -k after pushing the k values of a failure (nil, "timeout" when the
 ** deadline passed). */
-static long fill(lua_State *L, lfile_t *f, int fd, size_t most, int64_t deadline,
+static long fill(lua_State *L, lfile_t *f, fd_hold_t *h, size_t most, int64_t deadline,
                  const char *fname)
 {
+  int fd = h->req->fd;
   if (deadline >= 0) {
-    int err = wait_ready(L, f, fd, deadline, FS_WAIT_READ, fname);
+    int err = wait_ready(L, f, fd, h, deadline, FS_WAIT_READ, fname);
     if (err)
       return -sm_lio_push_failure(L, err, err == -ETIMEDOUT ? NULL : f->path);
   }
@@ -408,7 +428,7 @@ static long fill(lua_State *L, lfile_t *f, int fd, size_t most, int64_t deadline
   int err = sm_fs_req_own_fd(r, fd);
   if (!err) {
     f->reader = smarm_self();
-    err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, fname);
+    err = sm_lsmarm_io_call_with(L, &r->base, SMARM_FOREVER, fname, trip_cleanup(h));
     f->reader = 0;
   }
   long n = err ? 0 : (long)r->len;
@@ -494,7 +514,7 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
   check_no_reader(L, f, fname);
   int64_t deadline = deadline_of(f);
   size_t scanned = 0; /* LINE: bytes already known to hold no newline */
-  fd_hold_t hold = {0, -1};
+  fd_hold_t hold = {0};
   int k = 1;
   for (;;) {
     size_t avail = f->rlen - f->rstart;
@@ -512,7 +532,9 @@ static int read_pattern(lua_State *L, lfile_t *f, enum pattern how, size_t count
       break;
     }
     size_t most = how == COUNT && count - avail > READ_CHUNK ? count - avail : READ_CHUNK;
-    long n = fill(L, f, held_fd(L, f, &hold, fname), most, deadline, fname);
+    int held = held_fd(L, f, &hold, strncmp(fname, "file.", 5) == 0 ? fname + 5 : fname);
+    long n = held < 0 ? -sm_lio_push_failure(L, held, f->path)
+                      : fill(L, f, &hold, most, deadline, fname);
     if (n < 0) {
       k = (int)-n;
       break;
@@ -645,8 +667,8 @@ static int f_seek(lua_State *L)
 /* One write of len bytes of data through the pool on fd (f's, or its duplicate), at off (-1:
 ** the descriptor's position): 0 with *written set, or -k after pushing the k values of a
 ** failure. */
-static int write_once(lua_State *L, lfile_t *f, int fd, const char *data, size_t len,
-                      lua_Number off, size_t *written)
+static int write_once(lua_State *L, lfile_t *f, int fd, fd_hold_t *h, const char *data,
+                      size_t len, lua_Number off, size_t *written)
 {
   int top = lua_gettop(L);
   fs_req_t *r = new_bare_request(L, FS_WRITE);
@@ -661,7 +683,7 @@ static int write_once(lua_State *L, lfile_t *f, int fd, const char *data, size_t
   sm_lpark_check(L, "file.write");
   int err = sm_fs_req_own_fd(r, fd);
   if (!err)
-    err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "file.write");
+    err = sm_lsmarm_io_call_with(L, &r->base, SMARM_FOREVER, "file.write", trip_cleanup(h));
   *written = err ? 0 : r->len;
   sm_lio_unbox(L, box);
   lua_settop(L, top);
@@ -684,11 +706,11 @@ static int f_write(lua_State *L)
   lua_settop(L, 3);
   int64_t deadline = off < 0 ? deadline_of(f) : -1;
   size_t done = 0;
-  fd_hold_t hold = {0, -1}; /* a write of several trips: each trip on its duplicate */
+  fd_hold_t hold = {0}; /* a write of several trips: each trip on its duplicate */
   int k = 0;
   while (deadline >= 0 && !f->unpollable && done < len) {
     int fd = held_fd(L, f, &hold, "write");
-    int err = wait_ready(L, f, fd, deadline, FS_WAIT_WRITE, "file.write");
+    int err = fd < 0 ? fd : wait_ready(L, f, fd, &hold, deadline, FS_WAIT_WRITE, "file.write");
     if (err == -ETIMEDOUT) {
       lua_pushnil(L);
       lua_pushliteral(L, "timeout");
@@ -703,7 +725,7 @@ static int f_write(lua_State *L)
     if (f->unpollable)
       break; /* a regular file: the rest in one write */
     size_t n = len - done < PIPE_BUF ? len - done : PIPE_BUF, written;
-    int failed = write_once(L, f, fd, data + done, n, -1, &written);
+    int failed = write_once(L, f, fd, &hold, data + done, n, -1, &written);
     if (failed < 0) {
       k = -failed;
       break;
@@ -712,8 +734,8 @@ static int f_write(lua_State *L)
   }
   if (!k && (done < len || len == 0)) {
     size_t written;
-    int failed = write_once(L, f, hold.box ? hold.fd : f->fd, data + done, len - done, off,
-                            &written);
+    int failed = write_once(L, f, hold.box ? hold.req->fd : f->fd, &hold, data + done,
+                            len - done, off, &written);
     if (failed < 0)
       k = -failed;
     done += written;

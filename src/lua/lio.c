@@ -126,6 +126,12 @@ static io_req_t **find_box(lua_State *L, io_req_t *req)
 
 int sm_lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname)
 {
+  return sm_lsmarm_io_call_with(L, req, timeout_ns, fname, NULL);
+}
+
+int sm_lsmarm_io_call_with(lua_State *L, io_req_t *req, int64_t timeout_ns, const char *fname,
+                           smarm_cleanup_t *also)
+{
   lvm_actor_head_t *head = sm_lpark_actor(L, fname);
   sm_lpark_check(L, fname);
   /* The box's reference is sm_io_call's for the call: if the actor ends meanwhile (killed, or
@@ -135,7 +141,11 @@ int sm_lsmarm_io_call(lua_State *L, io_req_t *req, int64_t timeout_ns, const cha
     return luaL_error(L, "smarm.%s: the request is not boxed (a binding bug)", fname);
   *box = NULL;
   head->waiting_for = fname; /* smarm.info: "io:" .. fname */
+  if (also)
+    smarm_cleanup_push(also);
   int rc = sm_io_call_timeout(req, timeout_ns);
+  if (also)
+    smarm_cleanup_pop(also);
   head->waiting_for = NULL;
   *box = req;
   sm_lpark_resumed(L);

@@ -12,6 +12,8 @@
 #ifndef SMARM_LUA_LIO_H
 #define SMARM_LUA_LIO_H
 
+#include "smarm.h"
+
 #include <lauxlib.h>
 #include <lua.h>
 
@@ -38,6 +40,13 @@ char *sm_lio_copy_bytes(lua_State *L, int idx, size_t *len);
 ** binding's parking rules: raises "smarm.<fname>: ..." outside an actor or where parking is
 ** refused; else returns 0 or the error (the call's, else the request's). */
 int sm_lsmarm_io_call(lua_State *L, struct io_req *req, int64_t timeout_ns, const char *fname);
+
+/* The same, with `also` (may be NULL) pushed as a cleanup for the time the actor is parked: it
+** runs if the actor ends there (killed, or stopped at the run's end), after the request's own.
+** Pushed after the checks that may raise and popped before anything else can, so that no raise
+** ever leaves it on the actor's cleanup stack. */
+int sm_lsmarm_io_call_with(lua_State *L, struct io_req *req, int64_t timeout_ns,
+                           const char *fname, smarm_cleanup_t *also);
 
 /* Takes out of the calling actor's saved queue (the messages its selective receives set aside),
 ** oldest first, every one that claim(L, ud) claims: it is called with the message on top, must

@@ -875,27 +875,30 @@ static int m_setactive(lua_State *L)
   return 1;
 }
 
-/* Closing does not wait: the request goes to the IO thread. */
-static void post_close_id(uint64_t id)
+/* Closing does not wait: the request goes to the IO thread. A close lets what earlier sends
+** queued go out first; an abort (the owner ended abnormally) drops it, and a TCP peer then sees a
+** reset rather than a clean end (tcp.c, sock_close_after_writes). */
+static void post_close_id(uint64_t id, int abort)
 {
   tcp_req_t *r = sm_tcp_req_new(IOTCP_CLOSE);
   if (r) {
     r->id = id;
+    r->flag = abort;
     sm_io_post(&r->base);
   }
 }
 
-static void post_close(lsock_t *s)
+static void post_close(lsock_t *s, int abort)
 {
   if (s->state != OPEN || stale(s)) /* a stale id names nothing of a later IO loop, but why ask */
     return;
   s->state = CLOSED;
-  post_close_id(s->id);
+  post_close_id(s->id, abort);
 }
 
-static void sock_drop(const lhandle_t *h) { post_close_id(h->id); }
+static void sock_drop(const lhandle_t *h) { post_close_id(h->id, 0); }
 
-static void sock_close_owned(void *ud) { post_close(ud); }
+static void sock_close_owned(void *ud) { post_close(ud, 1); }
 
 static const lhandle_kind_t sock_kind = {sock_test,        sock_handed_over, sock_push,
                                          sock_drop,        sock_close_owned, sock_before_move,
@@ -919,7 +922,7 @@ static int m_close(lua_State *L)
     call(L, r, 1, SMARM_FOREVER, "close");
     sm_lio_unbox(L, box);
   } else if (s) {
-    post_close(s);
+    post_close(s, 0);
     s->gone_by = smarm_self();
   }
   lua_pushboolean(L, 1); /* closed by another actor: closed as asked */
@@ -930,7 +933,7 @@ static int m_close(lua_State *L)
 static int m_gc(lua_State *L)
 {
   lsock_t *s = lua_touserdata(L, 1);
-  post_close(s);
+  post_close(s, 0);
   free(s->rbuf);
   s->rbuf = NULL;
   return 0;
