@@ -40,6 +40,7 @@ typedef struct sock {
   uv_shutdown_t flush;
   struct sock *flush_next, **flush_prev; /* on the lingering list while it waits */
   uint64_t linger_until;                 /* uv_now's ms: then it closes all the same */
+  size_t linger_queued;                  /* the write queue's size at the last look */
   int flushed, drained;                  /* its writes have gone, the peer's end has come */
   /* a Unix listener bound to a path: the path, unlinked at close if it is still this socket's */
   char *path;
@@ -252,7 +253,8 @@ static sock_t *lingering;
 static uv_timer_t linger_timer;
 static int linger_timer_made;
 
-#define LINGER_LIMIT_MS 10000 /* the longest a close waits for its writes and the peer's end */
+#define LINGER_LIMIT_MS 10000 /* the longest a close waits without progress: for its writes to
+                              ** move, then for the peer's end */
 
 static void linger_end(sock_t *s)
 {
@@ -269,6 +271,11 @@ static void on_linger_tick(uv_timer_t *t)
   uint64_t now = uv_now(t->loop);
   for (sock_t *s = lingering, *next; s; s = next) {
     next = s->flush_next;
+    size_t queued = s->flushed ? 0 : uv_stream_get_write_queue_size(&s->h.stream);
+    if (queued < s->linger_queued) { /* the peer reads: a slow one is not a gone one */
+      s->linger_queued = queued;
+      s->linger_until = now + LINGER_LIMIT_MS;
+    }
     if (now >= s->linger_until) {
       if (!s->flushed)
         reset_if_queued(s); /* its peer did not read what was left: it sees a reset */
@@ -285,6 +292,7 @@ static void on_flushed(uv_shutdown_t *req, int status)
   if (!s->flush_prev)
     return; /* ended already (the limit, or the IO thread's stop) */
   s->flushed = 1;
+  s->linger_until = uv_now(req->handle->loop) + LINGER_LIMIT_MS; /* now for the peer's end */
   if (status < 0 || s->drained)
     linger_end(s); /* written and the peer's end came, or it cannot be written (peer gone) */
 }
@@ -307,8 +315,9 @@ static void on_drain(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 ** sends queued still goes out, in order, as a send that timed out was promised ("it still goes
 ** out later, all of it"): a close dropped it before, and the peer read a clean end of a stream
 ** cut short. The socket lingers (Apache's lingering close): its sending side is shut down after
-** the writes, what the peer sends is read and dropped until its end comes, then it closes; at
-** most LINGER_LIMIT_MS in all, after which one whose bytes have not all gone is reset. Waiting
+** the writes, what the peer sends is read and dropped until its end comes, then it closes; it
+** gives up after LINGER_LIMIT_MS without progress (its queue not shrinking, then no end after
+** the last write), and one whose bytes have not all gone is then reset. Waiting
 ** receives and accepts end as closed at once, and sends still waiting are answered "closed"
 ** (their bytes go out all the same). */
 static void sock_close_after_writes(sock_t *s)
@@ -344,6 +353,7 @@ static void sock_close_after_writes(sock_t *s)
   if (!s->drained && uv_read_start(&s->h.stream, on_alloc, on_drain) < 0)
     s->drained = 1;
   s->linger_until = uv_now(loop) + LINGER_LIMIT_MS;
+  s->linger_queued = uv_stream_get_write_queue_size(&s->h.stream);
   s->flush_next = lingering;
   s->flush_prev = &lingering;
   if (lingering)
