@@ -316,15 +316,17 @@ describe("smarm.fs.open", function()
   end)
 end)
 
+-- Waits until actor pid is parked in `what` ("io:file.read"), as smarm.info says.
+local function parked(pid, what)
+  guard.wait(function()
+    local i = smarm.info(pid)
+    return i and i.waiting == what
+  end, "an actor parked in " .. what)
+end
+
 describe("a file closed by another actor", function()
   -- What a read or write by pattern that takes several trips has done is not lost when another
   -- actor closes the file under it: it finishes on its own duplicate of the descriptor.
-  local function parked(pid, what)
-    guard.wait(function()
-      local i = smarm.info(pid)
-      return i and i.waiting == what
-    end, "an actor parked in " .. what)
-  end
 
   it("lets a read of everything in flight finish", function()
     local dir = tmpdir()
@@ -403,10 +405,7 @@ describe("a write with a time limit whose actor is killed", function()
       end)
       local g = assert(smarm.fs.open(fifo, "r"))
       guard.receive("the writer's open")
-      guard.wait(function()
-        local i = smarm.info(writer)
-        return i and i.waiting == "io:file.write"
-      end, "the writer parked")
+      parked(writer, "io:file.write")
       smarm.kill(writer)
       g:settimeout(HANG) -- a hang guard: the end comes at once, no writer holds the FIFO
       local got, err = g:read("*a")
@@ -799,10 +798,7 @@ describe("reading files as Lua's io does", function()
       local me = smarm.self()
       local f = assert(smarm.fs.open(fifo, "r+")) -- r+: opening does not wait for a writer
       local waiting = smarm.spawn(function() smarm.send(me, { f:read() }) end)
-      guard.wait(function()
-        local i = smarm.info(waiting)
-        return i and i.waiting == "io:file.read"
-      end, "the first reader parked")
+      parked(waiting, "io:file.read") -- the first reader
       local out = {}
       out.second = select(2, pcall(f.read, f))
       out.send = select(2, pcall(smarm.send, me, { file = f }))

@@ -97,6 +97,17 @@ function core._error_text(e)
 end
 local error_text = core._error_text
 
+-- _spawn_failure(err, who) -> option | nil, err: spawn_opt's error, raised in a pcall by a
+-- library function `who` ("server.start") that spawns for its caller, in who's words: the
+-- text after "opts." of a bad option ("on must be ..."), for who to name as its own argument;
+-- else the error with spawn_opt's name and its argument's path given to who.
+function core._spawn_failure(err, who)
+  if type(err) ~= "string" then return nil, err end
+  local option = err:match("^bad argument #1 to '%?' %(opts%.(.*)%)$")
+  if option then return option end
+  return nil, (err:gsub("^argument%[1%]%.", who .. ": "):gsub("^smarm%.spawn_opt: ", who .. ": "))
+end
+
 -- run(fn [, opts]): opts.on_crash = f replaces the printing of crash reports with f(report)
 -- (report = { pid =, name =, reason = }), called in an actor of scheduler 1 in the caller's VM,
 -- one report at a time. An error in f is printed as the runtime prints a crash (its text, its

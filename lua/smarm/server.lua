@@ -295,14 +295,9 @@ function server.start(module, args, opts)
     if type(pid) == "string" and pid:find("the name '.*' is taken") then
       return nil, string.format("server.start: the name '%s' is taken", name)
     end
-    -- spawn_opt's words (its options; its argument, the boot table) as start's
-    if type(pid) == "string" then
-      local opt = pid:match("^bad argument #1 to '%?' (%(opts%..*%))$")
-      if opt then error("bad argument #3 to 'start' " .. opt, 2) end
-      pid = pid:gsub("^argument%[1%]%.", "server.start: ")
-        :gsub("^smarm%.spawn_opt: ", "server.start: ")
-    end
-    error(pid, 2)
+    local option, why = smarm._spawn_failure(pid, "server.start") -- in start's words
+    if option then error("bad argument #3 to 'start' (opts." .. option .. ")", 2) end
+    error(why, 2)
   end
   local function ours(m)
     return type(m) == "table" and (m.ref == ref or m.ref == mref)

@@ -621,14 +621,9 @@ function supervisor.start(spec)
     if type(pid) == "string" and pid:find("the name '.*' is taken") then
       return nil, string.format("supervisor.start: the name '%s' is taken", checked.name)
     end
-    -- spawn_opt's words (its options; its argument, the boot table) as the spec's
-    if type(pid) == "string" then
-      local opt = pid:match("^bad argument #1 to '%?' %(opts%.(.*)%)$")
-      if opt then error("supervisor.start: spec." .. opt, 2) end
-      pid = pid:gsub("^argument%[1%]%.", "supervisor.start: ")
-        :gsub("^smarm%.spawn_opt: ", "supervisor.start: ")
-    end
-    error(pid, 2)
+    local option, why = smarm._spawn_failure(pid, "supervisor.start") -- as the spec's
+    if option then error("supervisor.start: spec." .. option, 2) end
+    error(why, 2)
   end
   local m = receive(function(x) return type(x) == "table" and (x.ref == ref or x.ref == mref) end)
   if m.smarm == "STARTED" then
