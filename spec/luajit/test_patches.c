@@ -16,6 +16,10 @@
 ** stopped by a hook change (as a preemption's arming makes one), is compiled once a recording
 ** goes through, rather than left to the interpreter after the first stop.
 **
+** luajit-stitch-oom.patch: out of memory while a stitched trace is set up (its continuation's IR
+** constants growing the IR buffer) leaves the Lua stack as it was; the checking build asserted
+** "unbalanced stack", a plain one went on with its frames three slots off.
+**
 ** luajit-alloc-populate.patch: a segment mapped as the heap grows has its pages resident before
 ** anything writes them, where the kernel prefaults (MADV_POPULATE_WRITE); not checked where the
 ** build has the system allocator (the sanitizers' builds) or the kernel does not prefault (an
@@ -288,6 +292,109 @@ static int stitch_retried(void)
   return bad;
 }
 
+/* For stitch_oom: a loop whose trace stitches at nothing() (a classic C function), after `nk`
+** number constants in its body that fill the IR buffer's constants to different depths, so that
+** the stitch's own constants grow the buffer at one of them. */
+static void stitch_chunk(char *buf, size_t size, int nk)
+{
+  size_t n = (size_t)snprintf(buf, size, "local nothing = ...\n"
+                                         "jit.opt.start('hotloop=1')\n"
+                                         "return function(rounds)\n"
+                                         "  local s = 0\n"
+                                         "  for i = 1, rounds do\n"
+                                         "    s = s + i");
+  for (int k = 0; k < nk && n < size; k++)
+    n += (size_t)snprintf(buf + n, size - n, " + %d.5", k + 1);
+  if (n < size)
+    snprintf(buf + n, size - n, "\n    nothing()\n    s = s - 1\n  end\n  return s\nend\n");
+}
+
+/* What the chunk's loop returns for `rounds` after `nk` constants: the sum of i + nk/2 + nk^2/2
+** (the constants k + 1.5 for k = 0..nk-1) - 1 per round. */
+static double stitch_sum(int nk, int rounds)
+{
+  double per = 0;
+  for (int k = 0; k < nk; k++)
+    per += k + 1.5;
+  return (double)rounds * (rounds + 1) / 2 + rounds * (per - 1);
+}
+
+/* Runs the loop with the fail_at-th allocation of its first run failing; that run must end with
+** its sum or "not enough memory", and a second run with its sum. Returns the problems seen
+** (a broken stack aborts the checking build instead); *failed tells whether an allocation failed.
+*/
+static int stitch_failing(int nk, long fail_at, int *failed)
+{
+  static char chunk[4096];
+  heap_t *h = calloc(1, sizeof *h);
+  h->fail_at = -1;
+  lua_State *L = lua_newstate(counting_alloc, h);
+  if (!L) {
+    fprintf(stderr, "lua_newstate failed\n");
+    exit(2);
+  }
+  luaL_openlibs(L);
+  stitch_chunk(chunk, sizeof chunk, nk);
+  lua_pushcfunction(L, nothing);
+  if (luaL_loadstring(L, chunk) != 0 || (lua_insert(L, -2), lua_pcall(L, 1, 1, 0)) != 0) {
+    fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    exit(2);
+  }
+  int bad = 0, base = lua_gettop(L);
+  for (int run = 0; run < 2; run++) {
+    lua_pushvalue(L, base);
+    lua_pushinteger(L, 100);
+    h->count = 0;
+    h->fail_at = run == 0 ? fail_at : -1;
+    int rc = lua_pcall(L, 1, 1, 0);
+    if (run == 0)
+      *failed = h->count > fail_at;
+    h->fail_at = -1;
+    if (rc == 0 ? lua_tonumber(L, -1) != stitch_sum(nk, 100)
+                : run == 1 || !lua_isstring(L, -1) ||
+                      strcmp(lua_tostring(L, -1), "not enough memory") != 0) {
+      fprintf(stderr, "stitched trace, %d constant(s), allocation %ld failing: run %d gave %s\n",
+              nk, fail_at, run + 1, lua_tostring(L, -1) ? lua_tostring(L, -1) : "?");
+      bad++;
+    }
+    if (lua_gettop(L) != base + 1) {
+      fprintf(stderr, "stitched trace, %d constant(s), allocation %ld failing: %d value(s) left "
+                      "where 1 was expected\n", nk, fail_at, lua_gettop(L) - base);
+      bad++;
+    }
+    lua_settop(L, base);
+  }
+  lua_close(L);
+  bad += h->wrong_sizes;
+  free(h);
+  return bad;
+}
+
+static int stitch_oom(void)
+{
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  int on = luaL_dostring(L, "return jit.status()") == 0 && lua_toboolean(L, -1);
+  lua_close(L);
+  if (!on) {
+    printf("stitched traces out of memory: not checked (the JIT is off here)\n");
+    return 0;
+  }
+  int bad = 0;
+  for (int nk = 0; nk < 48; nk += 3) {
+    int failed = 1;
+    for (long k = 0; failed && k < 2000; k++)
+      bad += stitch_failing(nk, k, &failed);
+    if (failed) {
+      fprintf(stderr, "stitched trace, %d constant(s): every run met a failing allocation\n", nk);
+      bad++;
+    }
+  }
+  if (!bad)
+    printf("stitched traces out of memory: the stack as it was, every allocation in turn\n");
+  return bad;
+}
+
 /* The pages of [p, p + len) that are not resident (p page-aligned). */
 static long pages_not_resident(char *p, size_t len)
 {
@@ -365,7 +472,7 @@ static int populate(void)
 
 int main(void)
 {
-  int bad = copy_semantics() + populate() + stitch_retried();
+  int bad = copy_semantics() + populate() + stitch_retried() + stitch_oom();
   for (int how = BY_FNEW; how <= BY_COPY; how++) {
     int failed = 1;
     /* every allocation of the call in turn, until one call needs no more than the ones before */
