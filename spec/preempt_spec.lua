@@ -535,16 +535,21 @@ describe("preemption", function()
     for _ = 1, 3000 do lines[#lines + 1] = "x = x + 1" end
     local straight = assert(loadstring("local x = 0\n" .. table.concat(lines, "\n") .. "\nreturn x"))
     -- Runs the chunk `rounds` times, or (nil) until preempted thrice and at least 200 times;
-    -- returns the hook's events and the rounds run.
+    -- returns the hook's events and the rounds run. Both runs go through the same instructions
+    -- each round, whichever stop they wait for (one comparison of a minimum, whose branch goes
+    -- the same way until the last round): a stop written with `and`/`or` took different
+    -- branches in the two runs, a few instructions a round, and over the 1,266 rounds a loaded
+    -- machine needed to see three preemptions that made two events of a count of 1,000.
     local function events(slice, count, rounds)
+      local least_rounds, least_preempted = rounds or 200, rounds and -math.huge or 3
       return smarm.run(function()
-        local n, done, before = 0, 0, smarm.stats().total.preempts
+        local n, done, before, min = 0, 0, smarm.stats().total.preempts, math.min
         debug.sethook(function() n = n + 1 end, "", count)
         repeat
           straight()
           done = done + 1
           local preempted = smarm.stats().total.preempts - before
-        until rounds and done >= rounds or not rounds and done >= 200 and preempted >= 3
+        until min(done - least_rounds, preempted - least_preempted) >= 0
         debug.sethook()
         return n, done
       end, { schedulers = 1, slice = slice })
