@@ -20,6 +20,7 @@ local core = require("smarm.core")
 -- require. One table per VM: each scheduler's VM loads its own copy of this module.
 local plain_require = require
 local loaders = {} -- module name -> pid of the actor whose loader runs
+local waiters = {} -- pid of an actor waiting for a loader -> the name of that loader's module
 
 local function in_actor()
   return core.is_pid(select(2, pcall(core.self)))
@@ -43,11 +44,48 @@ end
 -- After a run every actor is gone, loaders too (only the caller's VM outlives a run).
 core._after_run(function()
   for name in pairs(loaders) do forget_loader(name) end
+  for pid in pairs(waiters) do waiters[pid] = nil end
 end)
+
+-- Whether `me` waiting for the loader of `name` would close a cycle of waits: that loader
+-- waits, directly or through a chain of loaders, for a module whose loader is `me`. Each would
+-- wait for the other for good; in one actor plain require raises for the same cycle. Every
+-- loader and waiter of this VM is an actor of its scheduler, so the walk is local. A waiter
+-- that was killed while it waited leaves its entry behind: a dead actor ends the chain. A chain
+-- that loops without `me` (entries gone stale as loaders came and went) is cut by a bound
+-- rather than by a set of the actors seen, so the walk allocates nothing.
+local function closes_cycle(me, name)
+  local who = loaders[name]
+  for _ = 1, 256 do -- a chain of waits longer than that is none a program makes
+    if who == nil then return false end
+    if who == me then return true end
+    local wanted = waiters[who]
+    if wanted == nil then return false end
+    if not core.alive(who) then
+      waiters[who] = nil
+      return false
+    end
+    who = loaders[wanted]
+  end
+  return false
+end
 
 local function guarded_require(name)
   local loader = loaders[name]
-  if loader ~= nil and in_actor() and loader ~= core.self() then
+  local me = loader ~= nil and in_actor() and core.self()
+  if me and loader ~= me then
+    -- A wait that cannot park (in a __gc finalizer) raises here, before its entry is made (a
+    -- stale entry would make a false cycle later), and before the cycle's check, which must
+    -- see every other waiter's entry (nothing may yield between the check and the entry).
+    -- Once one yield went through, so do the loop's: only a death ends the wait early, and a
+    -- dead waiter's entry ends the chain it is in (closes_cycle).
+    local can, why = pcall(core.yield)
+    if not can then error(why, 0) end
+    if loaders[name] ~= loader then return guarded_require(name) end -- done while we yielded
+    if closes_cycle(me, name) then -- plain require's own words for a cycle, at the caller
+      error(string.format("loop or previous error loading module '%s'", name), 2)
+    end
+    waiters[me] = name
     local waited = 0
     while loaders[name] == loader do -- the first loader is parked: wait for it
       if not core.alive(loader) then
@@ -57,6 +95,7 @@ local function guarded_require(name)
       if waited < 100 then core.yield() else core.sleep(0.001) end
       waited = waited + 1
     end
+    waiters[me] = nil
     return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
   if package.loaded[name] ~= nil or not in_actor() then
