@@ -21,6 +21,7 @@ local core = require("smarm.core")
 local plain_require = require
 local loaders = {} -- module name -> pid of the actor whose loader runs
 local waiters = {} -- pid of an actor waiting for a loader -> the name of that loader's module
+local waiter_count, sweep_at = 0, 64 -- entries in waiters; the count at which dead ones are swept
 
 local function in_actor()
   return core.is_pid(select(2, pcall(core.self)))
@@ -45,7 +46,30 @@ end
 core._after_run(function()
   for name in pairs(loaders) do forget_loader(name) end
   for pid in pairs(waiters) do waiters[pid] = nil end
+  waiter_count, sweep_at = 0, 64
 end)
+
+local function remove_waiter(pid)
+  if waiters[pid] ~= nil then
+    waiters[pid] = nil
+    waiter_count = waiter_count - 1
+  end
+end
+
+-- An actor killed while it waited leaves its entry (no Lua code of it runs again): such entries
+-- are swept when the table has doubled since the last sweep, so a long run that kills waiters
+-- does not grow it for good. Every waiter of this VM is an actor of its scheduler: alive() asks
+-- no one.
+local function add_waiter(pid, name)
+  if waiters[pid] == nil then waiter_count = waiter_count + 1 end
+  waiters[pid] = name
+  if waiter_count >= sweep_at then
+    for other in pairs(waiters) do
+      if not core.alive(other) then remove_waiter(other) end
+    end
+    sweep_at = 2 * waiter_count + 64
+  end
+end
 
 -- Whether `me` waiting for the loader of `name` would close a cycle of waits: that loader
 -- waits, directly or through a chain of loaders, for a module whose loader is `me`. Each would
@@ -62,7 +86,7 @@ local function closes_cycle(me, name)
     local wanted = waiters[who]
     if wanted == nil then return false end
     if not core.alive(who) then
-      waiters[who] = nil
+      remove_waiter(who)
       return false
     end
     who = loaders[wanted]
@@ -70,32 +94,38 @@ local function closes_cycle(me, name)
   return false
 end
 
+-- Waits while `loader` is the loader of `name` (its top level parked), or until it has ended.
+local function wait_for_loader(name, loader)
+  local waited = 0
+  while loaders[name] == loader do
+    if not core.alive(loader) then
+      forget_loader(name)
+      return
+    end
+    if waited < 100 then core.yield() else core.sleep(0.001) end
+    waited = waited + 1
+  end
+end
+
 local function guarded_require(name)
   local loader = loaders[name]
   local me = loader ~= nil and in_actor() and core.self()
   if me and loader ~= me then
-    -- A wait that cannot park (in a __gc finalizer) raises here, before its entry is made (a
-    -- stale entry would make a false cycle later), and before the cycle's check, which must
-    -- see every other waiter's entry (nothing may yield between the check and the entry).
-    -- Once one yield went through, so do the loop's: only a death ends the wait early, and a
-    -- dead waiter's entry ends the chain it is in (closes_cycle).
+    -- A wait that cannot park (in a __gc finalizer) raises here, before the cycle's check,
+    -- which must see every other waiter's entry (nothing may yield between the check and the
+    -- entry).
     local can, why = pcall(core.yield)
     if not can then error(why, 0) end
     if loaders[name] ~= loader then return guarded_require(name) end -- done while we yielded
     if closes_cycle(me, name) then -- plain require's own words for a cycle, at the caller
       error(string.format("loop or previous error loading module '%s'", name), 2)
     end
-    waiters[me] = name
-    local waited = 0
-    while loaders[name] == loader do -- the first loader is parked: wait for it
-      if not core.alive(loader) then
-        forget_loader(name)
-        break
-      end
-      if waited < 100 then core.yield() else core.sleep(0.001) end
-      waited = waited + 1
-    end
-    waiters[me] = nil
+    add_waiter(me, name)
+    local waited, err = pcall(wait_for_loader, name, loader)
+    -- whatever ended the wait: a raise (out of memory for the sleep's timer, a debug hook's
+    -- error) that the caller catches must not leave an entry that makes a false cycle later
+    remove_waiter(me)
+    if not waited then error(err, 0) end
     return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
   if package.loaded[name] ~= nil or not in_actor() then

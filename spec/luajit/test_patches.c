@@ -85,6 +85,24 @@ static void *counting_alloc(void *ud, void *p, size_t osize, size_t nsize)
   return q;
 }
 
+/* After lua_close: the frees told a wrong size, and the blocks never freed (each named on
+** stderr); frees h. */
+static int closed_heap_problems(heap_t *h)
+{
+  int wrong = h->wrong_sizes;
+  for (long i = 0; i < BLOCKS; i++)
+    if (h->p[i]) {
+      fprintf(stderr, "  a block of %zu bytes was never freed\n", h->size[i]);
+      wrong++;
+    }
+  if (h->lost) {
+    fprintf(stderr, "the test's block table is too small\n");
+    exit(2);
+  }
+  free(h);
+  return wrong;
+}
+
 typedef struct {
   char bytes[4096];
   size_t n;
@@ -155,18 +173,7 @@ static int make_closure_failing(int how, long fail_at, int *failed)
   h->fail_at = -1;
   *failed = rc != 0;
   lua_close(L);
-  int wrong = h->wrong_sizes;
-  for (long i = 0; i < BLOCKS; i++)
-    if (h->p[i]) {
-      fprintf(stderr, "  a block of %zu bytes was never freed\n", h->size[i]);
-      wrong++;
-    }
-  if (h->lost) {
-    fprintf(stderr, "the test's block table is too small\n");
-    exit(2);
-  }
-  free(h);
-  return wrong;
+  return closed_heap_problems(h);
 }
 
 /* A copy is a function of its own: the same code, its own upvalues starting at nil; a C
@@ -309,8 +316,8 @@ static void stitch_chunk(char *buf, size_t size, int nk)
     snprintf(buf + n, size - n, "\n    nothing()\n    s = s - 1\n  end\n  return s\nend\n");
 }
 
-/* What the chunk's loop returns for `rounds` after `nk` constants: the sum of i + nk/2 + nk^2/2
-** (the constants k + 1.5 for k = 0..nk-1) - 1 per round. */
+/* What the chunk's loop returns for `rounds` after `nk` constants: the sum over the rounds of
+** i, plus the constants k + 1.5 for k = 0..nk-1 (nk + nk^2/2 in all), less 1. */
 static double stitch_sum(int nk, int rounds)
 {
   double per = 0;
@@ -321,8 +328,8 @@ static double stitch_sum(int nk, int rounds)
 
 /* Runs the loop with the fail_at-th allocation of its first run failing; that run must end with
 ** its sum or "not enough memory", and a second run with its sum. Returns the problems seen
-** (a broken stack aborts the checking build instead); *failed tells whether an allocation failed.
-*/
+** (a broken stack aborts the checking build, and crashes a plain one); *failed tells whether an
+** allocation failed. */
 static int stitch_failing(int nk, long fail_at, int *failed)
 {
   static char chunk[4096];
@@ -365,9 +372,7 @@ static int stitch_failing(int nk, long fail_at, int *failed)
     lua_settop(L, base);
   }
   lua_close(L);
-  bad += h->wrong_sizes;
-  free(h);
-  return bad;
+  return bad + closed_heap_problems(h);
 }
 
 static int stitch_oom(void)
