@@ -546,7 +546,7 @@ describe("supervisor start failures", function()
       fails({ children = { { id = 1, start = kids.worker, shutdown = -1 } } },
         'spec.children[1].shutdown must be seconds, "brutal_kill" or "infinity", got -1')
       fails({ children = { { id = 1, start = kids.worker }, { id = 1, start = kids.worker } } },
-        "spec.children[2].id 1 is used twice")
+        "spec.children[2].id 1 is used twice (spec.children[1] has it)")
       fails({ children = { { id = 0 / 0, start = kids.worker } } },
         "spec.children[1].id is NaN, which can name no child")
       -- an id travels in which_children's answer and in a failed start's exit reason
@@ -599,6 +599,144 @@ describe("supervisor start failures", function()
       assert.matches(here .. "bad argument #3 to 'start_child' %(timeout in seconds expected",
         raised(function() sup.start_child(s, {}, -1) end))
       assert.is_true(sup.stop(s))
+    end, { schedulers = 1 })
+  end)
+end)
+
+-- What an Erlang user expects of the child requests and ids, each found by a bug hunt: the
+-- repros, made specs.
+describe("supervisor, as OTP's", function()
+  -- A restart whose start failed is retried by a message the supervisor sends itself; a
+  -- terminate_child in between left the retry queued, and the child came back (or the retries
+  -- took the supervisor past its intensity). OTP's try_again_restart acts only on a child still
+  -- restarting; restart_child and delete_child answer {error, restarting} meanwhile.
+  it("keeps a child stopped by terminate_child while its restart was being retried", function()
+    run(function()
+      local me, starts, blocked = smarm.self(), 0, false
+      -- Its start works, then fails twice: at once (a retry is queued), then, in the retry,
+      -- after waiting inside the supervisor for "fail", while requests queue up behind it.
+      local function start()
+        starts = starts + 1
+        if starts == 2 then return nil, "backend down" end
+        if starts == 3 then
+          blocked = true
+          smarm.receive(function(m) return m == "fail" end)
+          return nil, "backend down"
+        end
+        return kids.worker(me, "w")
+      end
+      local s = assert(sup.start({ intensity = 10, children = { { id = "w", start = start } } }))
+      smarm.send(started("w"), "crash")
+      guard.wait(function() return blocked end, "the retry's start")
+      -- three requests, queued in this order behind the retry's start
+      for _, op in ipairs({ "restart_child", "delete_child", "terminate_child" }) do
+        smarm.spawn(function() smarm.send(me, { op = op, sup[op](s, "w") }) end)
+        smarm.yield() -- (one scheduler) it runs and parks in its call
+      end
+      smarm.send(s, "fail") -- that retry fails too, and queues the next behind the requests
+      local got = {}
+      for _ = 1, 3 do
+        local m = guard.receive("a request's answer", function(v) return type(v) == "table" and v.op end)
+        got[m.op] = { m[1], m[2] }
+      end
+      assert.are.same({ nil, "restarting" }, got.restart_child)
+      assert.are.same({ nil, "restarting" }, got.delete_child)
+      assert.are.same({ true }, got.terminate_child)
+      assert.is_false(pids(s).w) -- the queued retry found nothing to do: no fourth start
+      assert.are.equal(3, starts)
+      local w2 = assert(sup.restart_child(s, "w")) -- the record is there to start again
+      assert.are.equal(w2, started("w"))
+    end, { schedulers = 1 })
+  end)
+
+  -- stop's default reason was "shutdown": the caller that started the supervisor (linked, as
+  -- start links by default) died of it and stop never returned. OTP's supervisor:stop/1 stops
+  -- it with normal.
+  it("stop from the actor that started it returns, and that actor lives on", function()
+    run(function()
+      local me = smarm.self()
+      local _, ref = smarm.spawn_monitor(function()
+        local s = assert(sup.start({ children = { worker("a") } }))
+        started("a")
+        smarm.send(me, { stopped = sup.stop(s), alive = smarm.alive(s) })
+      end)
+      local m = guard.receive("stop's answer", function(v) return type(v) == "table" and v.stopped ~= nil end)
+      assert.is_true(m.stopped)
+      assert.is_false(m.alive)
+      local d = guard.receive("the caller's end", function(v) return type(v) == "table" and v.ref == ref end)
+      assert.are.equal("normal", d.reason)
+    end, { schedulers = 1 })
+  end)
+
+  -- Ids are copied in every request, so a table id compared with == could never be found, and
+  -- an equal one was taken as new. They compare as data, as OTP compares terms.
+  it("finds a child by a table id with the same contents, and refuses a second one", function()
+    run(function()
+      local s = assert(sup.start({ children = { worker("a", { id = { "worker", 1 } }) } }))
+      local a = started("a")
+      assert.are.same({ nil, "already_started" },
+        { sup.start_child(s, worker("a", { id = { "worker", 1 } })) })
+      local listed = sup.which_children(s)[1].id
+      assert.are.same({ "worker", 1 }, listed)
+      assert.is_true(sup.terminate_child(s, listed))
+      assert.is_false(smarm.alive(a))
+      assert.are.equal(assert(sup.restart_child(s, { "worker", 1 })), started("a"))
+      assert.is_true(sup.terminate_child(s, { "worker", 1 }))
+      assert.is_true(sup.delete_child(s, { "worker", 1 }))
+      assert.are.same({}, sup.which_children(s))
+      local ok, e = pcall(sup.start, { children = { worker("b", { id = { k = { 1 } } }),
+        worker("c", { id = { k = { 1 } } }) } })
+      assert.is_false(ok)
+      assert.matches("spec.children%[2%].id table: 0x%x+ is used twice %(spec.children%[1%] has it%)", e)
+    end, { schedulers = 1 })
+  end)
+
+  -- A temporary child whose start answered "ignore" was kept, and one_for_all / rest_for_one
+  -- started it when a sibling died: "temporary: never restarted". OTP drops it at once.
+  it("drops a temporary child whose start answered ignore, and never starts it again", function()
+    for _, strategy in ipairs({ "one_for_all", "rest_for_one" }) do
+      run(function()
+        local starts = 0
+        local function tmp()
+          starts = starts + 1
+          return nil, "ignore"
+        end
+        local s = assert(sup.start({ strategy = strategy, intensity = 5, children = {
+          worker("w"), { id = "tmp", restart = "temporary", start = tmp } } }))
+        local w = started("w")
+        assert.are.same({ w = w }, pids(s))
+        smarm.send(w, "crash")
+        local w2 = started("w")
+        assert.are.same({ w = w2 }, pids(s))
+        assert.are.equal(1, starts, strategy)
+        assert.are.same({ nil, "ignore" }, { sup.start_child(s, { id = "t2", restart = "temporary", start = tmp }) })
+        assert.are.same({ w = w2 }, pids(s))
+      end, { schedulers = 1 })
+    end
+  end)
+
+  -- start_child encoded the spec whatever the supervisor's scheduler, so a start function
+  -- closing over a value that cannot be sent was refused by start_child (not by start) even
+  -- when it would be the caller's own function.
+  it("start_child hands a supervisor of the caller's scheduler its own start function", function()
+    run(function()
+      local me, co = smarm.self(), coroutine.create(print)
+      local function start() return co and kids.worker(me, "c") end
+      local s = assert(sup.start({ children = {} }))
+      local c = assert(sup.start_child(s, { id = "c", start = start }))
+      assert.are.equal(c, started("c"))
+      local far = assert(sup.start({ on = 2, children = {} }))
+      local ok, e = pcall(sup.start_child, far, { id = "c", start = start })
+      assert.is_false(ok) -- another scheduler's gets a copy, which this function cannot have
+      assert.matches("supervisor.start_child: spec.start%[upvalue 'co'%] is a thread", e)
+    end, { schedulers = 2 })
+  end)
+
+  it("refuses children given as a table that is not a list", function()
+    run(function()
+      local ok, e = pcall(sup.start, { children = { a = worker("a") } })
+      assert.is_false(ok)
+      assert.matches("spec.children must be a list, got a table with no element 1", e)
     end, { schedulers = 1 })
   end)
 end)

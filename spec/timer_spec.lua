@@ -151,6 +151,11 @@ describe("smarm.send_after", function()
       local me = smarm.self()
       assert.has_error(function() smarm.send_after(-1, me, "x") end)
       assert.has_error(function() smarm.send_after(0 / 0, me, "x") end)
+      -- a string that reads as a number is refused, as by every other duration (it fired)
+      local ok_s, err_s = pcall(smarm.send_after, "0.1", me, "x")
+      assert.is_false(ok_s)
+      assert.matches("bad argument #1 to '[%w_?]*' %(non%-negative number of seconds expected, " ..
+        "got string%)", err_s)
       assert.has_error(function() smarm.send_after(0, "nobody-has-this", "x") end,
         "smarm.send_after: no actor is registered as 'nobody-has-this'")
       assert.has_error(function() smarm.send_after(0, me, nil) end)

@@ -19,7 +19,8 @@
 --   does not spawn itself lives, so the start function hands it to spawn_opt / server.start's
 --   opts.on. Children may live on any scheduler; links and monitors work across them.
 -- * start returns the child's pid; nil, "ignore" (server.start's answer to init's "ignore")
---   leaves the child not running but kept (Erlang's ignore); nil, reason or a raise is a
+--   leaves the child not running but kept (Erlang's ignore), except a temporary one, whose
+--   record goes (it could never run again); nil, reason or a raise is a
 --   failed start with that reason (`{ error =, traceback = }` for a raise); anything else is a
 --   failed start with a string reason. A reason goes into a reply or the supervisor's exit
 --   reason, so one that cannot be sent is replaced as the runtime replaces an exit reason (the
@@ -41,7 +42,9 @@
 --   supervisor stops every child (reverse start order) and ends with reason "shutdown". A
 --   restart whose start fails is retried through a message the supervisor sends itself (so
 --   calls in between are answered), as Erlang's try_again_restart; one_for_all and rest_for_one
---   stop the children they had restarted in that round before retrying.
+--   stop the children they had restarted in that round before retrying. Until the retry, the
+--   record is marked restarting: terminate_child clears the mark (the child stays stopped, and
+--   the retry finds nothing to do), restart_child and delete_child answer "restarting".
 -- * one_for_all / rest_for_one: the children stopped because a sibling died are stopped as by
 --   terminate_child: temporary ones are then removed, not restarted (as in Erlang).
 -- * spec.link (default true: Erlang's start_link is how trees are built) links the supervisor
@@ -65,6 +68,8 @@
 --   wrong argument types, a request from the supervisor itself) raises at the caller's line
 --   with a message that names the field. A child id must be data an exit reason can carry: it
 --   travels in which_children's answer and in a failed start's { failed_to_start_child = id }.
+--   Ids are compared as data (same_id): a table id, which every request copies, names the
+--   child whose id has the same contents, as Erlang compares terms.
 local smarm = require("smarm")
 
 local supervisor = {}
@@ -113,6 +118,25 @@ local function id_problem(v)
   if type(r) ~= "string" then return nil end
   local why = r:match("%(an exit reason that cannot be sent: (.*)%)$") or r
   return (why:gsub("^reason%[1%]", ""):gsub("^reason ", " "))
+end
+
+-- Whether child ids a and b are the same data: equal values, or tables with the same keys
+-- holding the same data (keys compared as values: an id's tables arrive as copies, so a table
+-- key can only be matched by contents too, which is not tried). `seen` pairs tables already
+-- being compared, so that an id with a cycle ends.
+local function same_id(a, b, seen)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  seen = seen or {}
+  if seen[a] == b then return true end
+  seen[a] = b
+  for k, v in pairs(a) do
+    if not same_id(v, rawget(b, k), seen) then return false end
+  end
+  for k in pairs(b) do
+    if rawget(a, k) == nil then return false end
+  end
+  return true
 end
 
 local function spec_error(level, where, msg)
@@ -199,23 +223,26 @@ local function check_spec(spec, level)
   end
   check_on(spec.on, level + 1, "start", "spec")
   local children = spec.children == nil and {} or spec.children
-  if type(children) ~= "table" then
-    spec_error(level + 1, "start", "spec.children must be a list, got " .. type(children))
+  if type(children) ~= "table" or (#children == 0 and next(children) ~= nil) then
+    spec_error(level + 1, "start", "spec.children must be a list, got " ..
+      (type(children) == "table" and "a table with no element 1" or type(children)))
   end
   if strategy == "dynamic" and #children ~= 1 then
     spec_error(level + 1, "start", "the dynamic strategy needs exactly one child spec (the " ..
       "template), got " .. #children)
   end
-  local checked, ids = {}, {}
+  local checked = {}
   for i = 1, #children do
     local field = "spec.children[" .. i .. "]"
     local c = child_record(children[i], level + 1, "start", field)
     if strategy ~= "dynamic" then
       if c.id == nil then spec_error(level + 1, "start", field .. ".id is missing") end
-      if ids[c.id] then
-        spec_error(level + 1, "start", field .. ".id " .. tostring(c.id) .. " is used twice")
+      for j = 1, i - 1 do
+        if same_id(checked[j].id, c.id) then
+          spec_error(level + 1, "start", field .. ".id " .. tostring(c.id) ..
+            " is used twice (spec.children[" .. j .. "] has it)")
+        end
       end
-      ids[c.id] = true
     end
     checked[i] = c
   end
@@ -399,7 +426,7 @@ local function restart_from(st, first)
   local list = st.children
   for i = first, #list do
     local c = list[i]
-    if c.pid == nil then
+    if c.pid == nil and c.restart ~= "temporary" then
       local pid = start_one(st, c, c.extra)
       if pid == false then
         for j = i - 1, first, -1 do
@@ -424,7 +451,10 @@ local function restart(st, c)
     stop_from(st, first)
     ok = restart_from(st, first)
   end
-  if not ok then send(self(), { smarm = "SUP_RETRY", child = c.key }) end
+  if not ok then
+    c.restarting = true -- until the retry (or a request that settles the child first)
+    send(self(), { smarm = "SUP_RETRY", child = c.key })
+  end
 end
 
 -- A child ended with reason: restart it (and its siblings) or forget it, per its restart type.
@@ -440,10 +470,15 @@ end
 
 -- The child whose `field` is `value` (its id, or the key a restart retry names).
 local function find(st, value, field)
-  field = field or "id"
   local list = st.children
+  if field then
+    for i = 1, #list do
+      if list[i][field] == value then return list[i] end
+    end
+    return nil
+  end
   for i = 1, #list do
-    if list[i][field] == value then return list[i] end
+    if same_id(list[i].id, value) then return list[i] end
   end
 end
 
@@ -470,14 +505,17 @@ function requests.start_child(st, r)
   end
   if r.extra ~= nil then return nil, "not_dynamic" end
   -- the caller's own spec in this VM (its start function shared, as smarm.spawn shares it),
-  -- the copy that travelled in another
-  local c = r.handoff ~= nil and handoff[r.handoff] or r.spec
+  -- the copy that travelled from another
+  local c = r.spec
+  if r.handoff ~= nil then c = handoff[r.handoff] end
+  if type(c) ~= "table" then return nil, "supervisor: a start_child request without its spec" end
   local old = find(st, c.id)
   if old then return nil, old.pid and "already_started" or "already_present" end
   c = keyed(c)
   local pid, why = start_one(st, c)
   if pid == false then return nil, why end
-  st.children[#st.children + 1] = c -- an ignored start keeps its record (Erlang's {ok, undefined})
+  -- an ignored start keeps its record (Erlang's {ok, undefined}), but a temporary child's
+  if pid ~= nil or c.restart ~= "temporary" then st.children[#st.children + 1] = c end
   if pid == nil then return nil, "ignore" end
   return pid
 end
@@ -493,6 +531,7 @@ function requests.terminate_child(st, r)
   end
   c = find(st, r.id)
   if not c then return nil, "not_found" end
+  c.restarting = nil -- a restart still to be tried is not: the child stays stopped
   if c.pid then stop_child(st, c) end
   if c.restart == "temporary" then remove(st, c) end
   return true
@@ -503,6 +542,7 @@ function requests.restart_child(st, r)
   local c = find(st, r.id)
   if not c then return nil, "not_found" end
   if c.pid then return nil, "running" end
+  if c.restarting then return nil, "restarting" end
   local pid, why = start_one(st, c)
   if pid == false then return nil, why end
   if pid == nil then return nil, "ignore" end
@@ -514,6 +554,7 @@ function requests.delete_child(st, r)
   local c = find(st, r.id)
   if not c then return nil, "not_found" end
   if c.pid then return nil, "running" end
+  if c.restarting then return nil, "restarting" end
   remove(st, c)
   return true
 end
@@ -573,7 +614,10 @@ local function supervise(st)
       end
     elseif kind == "SUP_RETRY" then
       local c = find(st, m.child, "key")
-      if c and c.pid == nil then restart(st, c) end
+      if c and c.restarting then
+        c.restarting = nil
+        restart(st, c)
+      end
     elseif kind == "STOP" then
       shut_down(st, m.reason)
     else
@@ -593,14 +637,15 @@ function supervisor._enter(boot)
   if spec.strategy == "dynamic" then
     st.template = spec.children[1]
   else
-    for i, c in ipairs(spec.children) do
-      st.children[i] = keyed(c)
+    for _, c in ipairs(spec.children) do
+      st.children[#st.children + 1] = keyed(c)
       local pid, why = start_one(st, c)
       if pid == false then
         stop_from(st, 1)
         if boot.linked then unlink(boot.starter) end
         exit({ shutdown = { failed_to_start_child = c.id, reason = why } })
       end
+      if pid == nil and c.restart == "temporary" then st.children[#st.children] = nil end
     end
   end
   if boot.linked then st.parent = boot.starter end
@@ -690,9 +735,18 @@ function supervisor.start_child(sup, what, timeout)
     a, b = request(sup, { op = "start_child", spec = c }, timeout, "start_child")
     return a, b
   end
+  -- A supervisor of this scheduler (this VM) takes the caller's own spec through `handoff`,
+  -- and nothing of it is encoded (an upvalue that cannot be sent is no matter, as for a
+  -- spawn here); one of another scheduler gets a copy. A name is resolved once, here, so that
+  -- the request goes to the actor whose scheduler was looked at.
+  local to = type(sup) == "string" and smarm.whereis(sup) or sup
+  if to == nil or smarm._scheduler_of(to) ~= smarm.scheduler() then
+    a, b = request(to or sup, { op = "start_child", spec = c }, timeout, "start_child")
+    return a, b
+  end
   local key = smarm.ref()
   handoff[key] = c
-  a, b = request(sup, { op = "start_child", spec = c, handoff = key }, timeout, "start_child")
+  a, b = request(to, { op = "start_child", handoff = key }, timeout, "start_child")
   handoff[key] = nil -- (after a raise, the weak key goes with the ref)
   return a, b
 end
@@ -726,11 +780,13 @@ function supervisor.count_children(sup, timeout)
 end
 
 -- supervisor.stop(sup [, reason [, timeout]]) -> true | nil, "noproc" | "timeout" | its reason:
--- stops every child, then the supervisor, and returns once it has ended.
+-- stops every child, then the supervisor, and returns once it has ended. The default reason is
+-- "normal", as Erlang's supervisor:stop/1 (gen:stop): the supervisor's linked parent, which is
+-- usually the caller, lives on.
 function supervisor.stop(sup, reason, timeout)
   check_sup(sup, "stop")
   check_timeout(timeout, 3, "stop")
-  if reason == nil then reason = "shutdown" end
+  if reason == nil then reason = "normal" end
   local ok, why = require("smarm.server")._stop(sup, reason, timeout, "supervisor.stop", 3)
   return ok, why -- not a tail call, so that level 3 is the caller's
 end

@@ -115,17 +115,25 @@ local function tell_watchdog(line)
   f:close()
 end
 
+-- The run's main actor must return: one that died of an exit signal (a linked actor's crash, a
+-- kill) makes smarm.run return nothing, which a spec that asserts inside its body would take
+-- for a pass (a supervisor spec did, while its body never reached its assertions).
+local RETURNED = "guard.run: the body returned"
+
 function guard.run(fn, opts)
   local info = debug.getinfo(2, "Sl")
   local where = (info.short_src .. ":" .. info.currentline):gsub("[^%w%./_:%-]", "_")
   watchdog.runs = watchdog.runs + 1
   tell_watchdog(watchdog.runs .. " " .. where .. "\n")
-  local function finish(ok, ...)
+  local function finish(ok, first, ...)
     tell_watchdog("")
-    if not ok then error((...), 0) end
+    if not ok then error(first, 0) end
+    if first ~= RETURNED then
+      error(where .. ": the run's main actor ended without returning (an exit signal or a kill)", 0)
+    end
     return ...
   end
-  return finish(pcall(smarm.run, fn, opts))
+  return finish(pcall(smarm.run, function(...) return RETURNED, fn(...) end, opts))
 end
 
 return guard

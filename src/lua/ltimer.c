@@ -23,8 +23,7 @@ static int remote(smarm_pid_t pid) { return (int)smarm_pid_sched(pid) != smarm_s
 /* send_after(seconds, to, msg) -> timer */
 static int l_send_after(lua_State *L)
 {
-  lua_Number seconds = luaL_checknumber(L, 1);
-  luaL_argcheck(L, seconds >= 0, 1, "non-negative number of seconds expected");
+  int64_t ns = sm_lpark_check_seconds(L, 1); /* SMARM_FOREVER past 31 years: never fires */
   smarm_pid_t to = sm_lfaults_check_target(L, 2);
   if (!to)
     return luaL_error(L, "smarm.send_after: no actor is registered as '%s'", lua_tostring(L, 2));
@@ -39,7 +38,6 @@ static int l_send_after(lua_State *L)
   }
   codec_moves_t moves;
   smarm_msg_t *m = sm_codec_encode(L, 3, "message", &moves);
-  int64_t ns = sm_lsmarm_timeout_ns(seconds); /* SMARM_FOREVER past 31 years: never fires */
   smarm_timer_t t;
   int rc = smarm_send_after(ns < 0 ? INT64_MAX : ns, to, m, &t);
   if (far)
