@@ -107,6 +107,31 @@ describe("smarm.console", function()
       r, 1, true)
   end)
 
+  -- The evaluator's mailbox is the entries' own: it took any message with a `run` field as an
+  -- entry (a user's { run = job } was run as code, or, not a string, ended the evaluator), and
+  -- one with `console_input` as the client's input. What the session sends carries its key.
+  it("leaves the entries' messages with run or console_input fields to the entries", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local text = attach(path, {
+        "first = smarm.self()",
+        "smarm.send(smarm.self(), { run = 'print(\"hijacked\")' })",
+        "=smarm.receive(5).run",
+        "smarm.send(smarm.self(), { run = 42 })",
+        "=smarm.receive(5).run",
+        "smarm.send(smarm.self(), { console_input = 'not typed' })",
+        "=smarm.receive(5).console_input",
+        "=smarm.self() == first",
+      })
+      console.close()
+      return text
+    end)
+    assert.is_nil(r:find("hijacked\n", 1, true))
+    assert.is_nil(r:find("evaluator ended", 1, true))
+    assert.matches('> > > print("hijacked")\n> > 42\n> > not typed\n> true\n', r, 1, true)
+  end)
+
   it("serves several consoles at once, each with its own globals", function()
     local path = new_path()
     local r = guard.run(function()
@@ -305,6 +330,8 @@ describe("smarm.top", function()
       out.prompt = smarm.process.run(smarm_argv("-s", "1"),
         { stdin = "smarm.top({ count = 1, interval = 0.05, clear = false })\n" })
       out.misuse = select(2, pcall(smarm.top, { interval = -1 }))
+      -- NaN is no positive number: a count of NaN was never reached, and top never returned
+      out.nan_count = select(2, pcall(smarm.top, { count = 0 / 0, interval = 0.01 }))
       out.write = select(2, pcall(smarm.top, { write = 5, count = 1, interval = 0.01 }))
       return out
     end, { schedulers = 2 })
@@ -317,6 +344,9 @@ describe("smarm.top", function()
     assert.are.equal(0, r.prompt.status)
     assert.matches("^smarm top: 1 schedulers", r.prompt.stdout)
     assert.matches("opts.interval must be a positive number", r.misuse, 1, true)
+    assert.matches("opts.count must be a positive number", r.nan_count, 1, true)
+    -- a count alone stops it, and its header says so rather than "Enter stops"
+    assert.matches("between samples (1 screen)\n", r.prompt.stdout, 1, true)
     assert.matches("bad argument #1 to 'top' (opts.write must be a function, got number)",
       r.write, 1, true)
   end)

@@ -78,13 +78,17 @@ local function session_env(emit, read_input, shared_globals)
   return setmetatable(env, { __index = _G, __newindex = shared_globals and _G or nil })
 end
 
--- The evaluator: runs the entries its session sends ({ run = text }), answers { done = its pid }
--- (the pid: an answer of an evaluator interrupted since is told apart and dropped).
-local function evaluator(session, emit, env, chunkname)
+-- The evaluator: runs the entries its session sends ({ run = text, console = key }), answers
+-- { done = its pid } (the pid: an answer of an evaluator interrupted since is told apart and
+-- dropped). Its mailbox is the entries' own (smarm.receive at the prompt), so what the session
+-- sends it carries the session's key, a ref no one else has: a message of the user's with a
+-- `run` field is the user's (it was taken and run as an entry).
+local function evaluator(session, emit, env, chunkname, key)
   local session_ref = smarm.monitor(session) -- a session killed meanwhile leaves no evaluator
   while true do
     local m = smarm.receive(function(m)
-      return type(m) == "table" and (m.run ~= nil or (m.smarm == "DOWN" and m.ref == session_ref))
+      return type(m) == "table" and ((m.console == key and m.run ~= nil)
+        or (m.smarm == "DOWN" and m.ref == session_ref))
     end)
     if m.run == nil then return end
     local f = repl.compile(m.run, chunkname, env)
@@ -114,6 +118,7 @@ local function session(local_emit)
     chunkname = "=stdin"
   end
   local eval_pid, eval_ref
+  local key = smarm.ref() -- on what this session sends its evaluator (see evaluator)
   local input_asked = false -- the running entry asked for a line and has not had it
   -- In the evaluator: a line of the console's input (nil when the client is gone), or
   -- "timeout" after `seconds`.
@@ -122,8 +127,9 @@ local function session(local_emit)
       input_asked = true
       smarm.send(me, { input_wanted = smarm.self() })
     end
-    local m = smarm.receive(function(m) return type(m) == "table" and m.console_input ~= nil end,
-      seconds)
+    local m = smarm.receive(function(m)
+      return type(m) == "table" and m.console == key and m.console_input ~= nil
+    end, seconds)
     if not m then return "timeout" end
     input_asked = false
     return m.console_input or nil
@@ -132,7 +138,7 @@ local function session(local_emit)
   local env = session_env(emit, read_input, client ~= nil)
   local function start_evaluator()
     input_asked = false
-    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, emit, env, chunkname)
+    eval_pid, eval_ref = smarm.spawn_monitor(evaluator, me, emit, env, chunkname, key)
   end
   start_evaluator()
   if conn then
@@ -163,7 +169,7 @@ local function session(local_emit)
     if from and from ~= eval_pid then -- luacheck: ignore 542 (an empty branch, on purpose)
       -- of an evaluator interrupted since: nothing to answer
     elseif line == false then -- the client is gone, or the local prompt's input ended
-      if running and wanted then smarm.send(eval_pid, { console_input = false }) end
+      if running and wanted then smarm.send(eval_pid, { console_input = false, console = key }) end
       if not (client and running) then break end
       ending, wanted = true, false -- (a console's client is gone: its entry ends with it)
     elseif line == INTERRUPT then
@@ -176,7 +182,7 @@ local function session(local_emit)
       prompt("> ")
     elseif line and running then -- input the entry asked for (the client answers frames only)
       wanted = false
-      smarm.send(eval_pid, { console_input = line })
+      smarm.send(eval_pid, { console_input = line, console = key })
     elseif line then
       text = text and (text .. "\n" .. line) or line
       local f, err, more = repl.compile(text, chunkname, env)
@@ -187,11 +193,11 @@ local function session(local_emit)
         out(wire(err .. "\n"), true)
         prompt("> ")
       else
-        smarm.send(eval_pid, { run = text })
+        smarm.send(eval_pid, { run = text, console = key })
         text, running = nil, true
       end
     elseif m.input_wanted and ending then
-      smarm.send(eval_pid, { console_input = false }) -- no more input
+      smarm.send(eval_pid, { console_input = false, console = key }) -- no more input
     elseif m.input_wanted then
       wanted = true
       prompt("")

@@ -28,14 +28,15 @@ local function per_second(now, before, key, dt)
   return ((now[key] or 0) - (before and before[key] or 0)) / dt
 end
 
--- The text of one screen: the change from sample `before` to `now`, at most `rows` actors.
-function top.render(before, now, rows)
+-- The text of one screen: the change from sample `before` to `now`, at most `rows` actors;
+-- `stops` says what ends the table (" (Enter stops)" unless given).
+function top.render(before, now, rows, stops)
   local dt = math.max(now.at - before.at, 1e-9)
   local out = {}
   local function line(...) out[#out + 1] = string.format(...) end
   local total = now.stats.total
-  line("smarm top: %d schedulers, %d actors, %.1f s between samples (Enter stops)",
-    #now.stats, total.live, dt)
+  line("smarm top: %d schedulers, %d actors, %.1f s between samples%s",
+    #now.stats, total.live, dt, stops or " (Enter stops)")
   line("%-5s %5s %5s %7s %10s %11s %9s", "sched", "busy", "runq", "live", "msgs in/s",
     "switches/s", "memory")
   for k, s in ipairs(now.stats) do
@@ -95,7 +96,7 @@ local function check(opts)
   end
   for _, key in ipairs({ "interval", "rows", "count" }) do
     local v = opts[key]
-    if v ~= nil and (type(v) ~= "number" or v <= 0) then
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v <= 0) then -- (NaN: a count never reached)
       error("bad argument #1 to 'top' (opts." .. key .. " must be a positive number)", 3)
     end
   end
@@ -123,12 +124,15 @@ function top.run(opts)
     smarm.sleep(seconds)
     return false
   end
+  -- what ends it, in its header: a count alone does not wait for Enter (a console's wait does)
+  local stops = opts.count and not opts.wait
+    and string.format(" (%g screen%s)", opts.count, opts.count == 1 and "" or "s") or nil
   local before = top.sample()
   local shown = 0
   while true do
     if wait(interval) then return end
     local now = top.sample()
-    show(top.render(before, now, rows))
+    show(top.render(before, now, rows, stops))
     before = now
     shown = shown + 1
     if opts.count and shown >= opts.count then return end
