@@ -101,6 +101,31 @@ describe("smarm.run", function()
     assert.are.equal(1, smarm.run(function() return smarm.scheduler() end, { schedulers = 3 }))
   end)
 
+  -- The numbers of opts were checked as arguments of their own: "bad argument #4 to 'run'
+  -- (number expected, got boolean)" for opts.schedulers, #13 for opts.seed; strings that read as
+  -- numbers passed; and with opts.on_crash a fn that is no function started a runtime and
+  -- failed inside init.lua.
+  it("names the option in its errors, refuses numbers given as strings, and checks fn first", function()
+    local f = function() return "ran" end
+    local cases = {
+      { { schedulers = true }, "opts.schedulers must be an integer from 1 to 1024, got boolean" },
+      { { schedulers = "2" }, "opts.schedulers must be an integer from 1 to 1024, got string" },
+      { { schedulers = 1025 }, "opts.schedulers must be an integer from 1 to 1024" },
+      { { stack_size = "4M" }, "opts.stack_size must be a number of bytes, got string" },
+      { { seed = true }, "opts.seed must be an integer from 1 to 2^53, got boolean" },
+      { { seed = "1" }, "opts.seed must be an integer from 1 to 2^53, got string" },
+    }
+    for _, case in ipairs(cases) do
+      assert.has_error(function() smarm.run(f, case[1]) end,
+        "bad argument #2 to 'run' (" .. case[2] .. ")")
+    end
+    for _, opts in ipairs({ { on_crash = print }, {} }) do
+      local ok, e = pcall(smarm.run, nil, opts)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'run' (function expected, got nil)", e, 1, true)
+    end
+  end)
+
   it("takes opts.keep_freed: a number of bytes, or false, and nothing else", function()
     local function f() return "ran" end
     assert.are.equal("ran", smarm.run(f, { keep_freed = 64 * 1024 * 1024 }))

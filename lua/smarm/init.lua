@@ -186,6 +186,9 @@ end
 -- error is printed by that actor itself: in the DOWN it would be a copy, its metatable gone.
 local run = core.run
 function core.run(fn, opts)
+  if type(fn) ~= "function" then -- (on_crash's run below starts the runtime before it calls fn)
+    error("bad argument #1 to 'run' (function expected, got " .. type(fn) .. ")", 2)
+  end
   local on_crash = type(opts) == "table" and opts.on_crash
   if not on_crash then return run(fn, opts) end
   if type(on_crash) ~= "function" then

@@ -1763,6 +1763,19 @@ static void call_after_run(lua_State *L)
   }
 }
 
+#define SCHED_MAX_TEXT "1024" /* SMARM_SCHED_MAX, in the words of opts.schedulers' error */
+_Static_assert(SMARM_SCHED_MAX == 1024, "SCHED_MAX_TEXT says SMARM_SCHED_MAX");
+
+/* The option on top, opts.<name>, as a number: a number itself, not a string that reads as one.
+** Raises "bad argument #2 to 'run' (opts.<name> must be <what>, got <type>)". */
+static lua_Number run_opt_number(lua_State *L, const char *name, const char *what)
+{
+  if (lua_type(L, -1) != LUA_TNUMBER)
+    luaL_argerror(L, 2, lua_pushfstring(L, "opts.%s must be %s, got %s", name, what,
+                                        luaL_typename(L, -1)));
+  return lua_tonumber(L, -1);
+}
+
 static int l_run(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -1772,14 +1785,14 @@ static int l_run(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "schedulers");
     if (!lua_isnil(L, -1)) {
-      lua_Number n = luaL_checknumber(L, -1);
+      lua_Number n = run_opt_number(L, "schedulers", "an integer from 1 to " SCHED_MAX_TEXT);
       luaL_argcheck(L, n >= 1 && n <= SMARM_SCHED_MAX && n == (lua_Number)(unsigned)n, 2,
-                    "opts.schedulers must be an integer from 1");
+                    "opts.schedulers must be an integer from 1 to " SCHED_MAX_TEXT);
       cfg.schedulers = (unsigned)n;
     }
     lua_getfield(L, 2, "stack_size");
     if (!lua_isnil(L, -1)) {
-      lua_Number n = luaL_checknumber(L, -1);
+      lua_Number n = run_opt_number(L, "stack_size", "a number of bytes");
       /* at least twice the reserve of the checked gsub and sort (lreentry.h): on less, every
       ** call of them would raise */
       luaL_argcheck(L, n >= 2 * LREENTRY_RESERVE && n <= (1 << 30), 2,
@@ -1817,7 +1830,7 @@ static int l_run(lua_State *L)
     }
     lua_getfield(L, 2, "seed");
     if (!lua_isnil(L, -1)) {
-      lua_Number n = luaL_checknumber(L, -1);
+      lua_Number n = run_opt_number(L, "seed", "an integer from 1 to 2^53");
       luaL_argcheck(L, n >= 1 && n <= 9007199254740992.0 && n == (lua_Number)(uint64_t)n, 2,
                     "opts.seed must be an integer from 1 to 2^53");
       luaL_argcheck(L, cfg.schedulers <= 1, 2, "opts.seed needs opts.schedulers = 1");
