@@ -199,6 +199,25 @@ describe("the smarm executable", function()
     assert.are.equal("false\t3\tz\n", out)
   end)
 
+  -- With -n the script's handler was debug.traceback, whose frames end at smarm.run: the main
+  -- actor's (where the crash was) were lost, though smarm.run keeps them (last_traceback).
+  it("shows the main actor's frames for a crash out of smarm.run in plain mode", function()
+    local s = script([[
+      local smarm = require("smarm")
+      local function inner() local t = nil; return t.field end
+      local function middle() return inner() + 1 end
+      smarm.run(function() middle() end, { schedulers = 1 })
+    ]])
+    local out, err, status = sh(exe .. " -n " .. s)
+    os.remove(s)
+    assert.are.equal(1, status)
+    assert.are.equal("", out)
+    assert.matches("attempt to index local 't' %(a nil value%)\nstack traceback:\n", err)
+    assert.matches("in function 'inner'", err, 1, true)
+    assert.matches("in function 'middle'", err, 1, true)
+    assert.matches("in main chunk", err, 1, true) -- and the script's frames after them
+  end)
+
   it("runs the README's quick start (examples/quickstart.lua)", function()
     local out, err, status = sh(exe .. " examples/quickstart.lua")
     assert.are.equal(0, status, err)

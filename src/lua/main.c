@@ -100,6 +100,21 @@ static void usage(FILE *out)
                "a script named test runs as ./test or after --.\n");
 }
 
+/* The message handler of a script run with -n: debug.traceback's, except for the error of a
+** smarm.run that the script did not catch (its main actor's), whose own frames smarm.run kept
+** aside (smarm.last_traceback: the text, then the actor's traceback); they come first, then the
+** script's. Matched by the text, which that traceback starts with. */
+static const char PLAIN_HANDLER[] =
+    "local e = ...\n"
+    "local tb = debug.traceback(e, 2)\n"
+    "local smarm = package.loaded.smarm\n"
+    "local kept = type(e) == 'string' and type(smarm) == 'table' and smarm.last_traceback\n"
+    "  and smarm.last_traceback()\n"
+    "if type(kept) == 'string' and kept:sub(1, #e + 1) == e .. '\\n' then\n"
+    "  return kept .. '\\n' .. (tb:match('\\n(.*)$') or '')\n"
+    "end\n"
+    "return tb\n";
+
 /* Sets the global `arg` like the lua interpreter: arg[0] = script, arg[1..] = the rest. */
 static void set_arg(lua_State *L, char **argv, int argc, int script_at)
 {
@@ -316,10 +331,9 @@ int main(int argc, char **argv)
       return report(L, status);
     int chunk = lua_gettop(L);
     if (plain) {
-      lua_getglobal(L, "debug");
-      lua_getfield(L, -1, "traceback");
+      if (luaL_loadstring(L, PLAIN_HANDLER) != 0)
+        return report(L, 1);
       lua_insert(L, chunk);
-      lua_pop(L, 1);
       lua_getglobal(L, "arg");
       int n = (int)lua_objlen(L, -1);
       for (int k = 1; k <= n; k++)
