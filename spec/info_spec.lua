@@ -219,6 +219,28 @@ describe("smarm.info", function()
   end)
 end)
 
+-- Outside an actor the Lua ones failed deeper down, naming another function at a line of
+-- theirs ("init.lua:278: smarm.scheduler: not inside the runtime", "top.lua:80: smarm.self:
+-- ...", "smarm.unix.connect: ..."): they say what the C functions say.
+describe("inspection outside an actor", function()
+  it("raises in the called function's words, with no position of its own", function()
+    local pid = smarm.run(function() return smarm.self() end, { schedulers = 1 })
+    local calls = { -- (no tail calls: the error's position is the caller's line)
+      processes = function() local r = smarm.processes() return r end,
+      info = function() local r = smarm.info(pid) return r end,
+      top = function() local r = smarm.top({ count = 1 }) return r end,
+      ["console.attach"] = function() local r = smarm.console.attach("/nonexistent/console") return r end,
+      ["console.prompt"] = function() local r = smarm.console.prompt() return r end,
+    }
+    for name, f in pairs(calls) do
+      local ok, e = pcall(f)
+      assert.is_false(ok, name)
+      assert.matches("spec/info_spec.lua:%d+: smarm%." .. name:gsub("%.", "%%.") ..
+        ": not inside an actor %(call it from smarm%.run%)$", e)
+    end
+  end)
+end)
+
 describe("the dump", function()
   local ffi = require("ffi")
   pcall(ffi.cdef, "int dup(int fd); int dup2(int fd, int to); int close(int fd); int raise(int sig);"

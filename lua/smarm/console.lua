@@ -411,6 +411,7 @@ end
 -- opts: interactive (prompts shown), interrupts (Ctrl-C interrupts the entry), read, write,
 -- entries (lines to send instead of reading, ending the session after the last).
 function console.attach(path, opts)
+  smarm._need_actor("console.attach", 2)
   opts = opts or {}
   local conn, err = smarm.unix.connect(path)
   if not conn then return nil, err end
@@ -438,6 +439,7 @@ end
 -- stderr, Ctrl-C (opts.interrupts) interrupting the running entry or the line being typed.
 -- opts as attach's.
 function console.prompt(opts)
+  smarm._need_actor("console.prompt", 2)
   opts = opts or {}
   local me = smarm.self()
   local write = opts.write or function(text) io.stdout:write(text) end

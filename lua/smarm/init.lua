@@ -27,6 +27,16 @@ local function in_actor()
   return core.is_pid(select(2, pcall(core.self)))
 end
 
+-- _need_actor(fname, level): raises "smarm.<fname>: not inside an actor (call it from
+-- smarm.run)" at `level` (as for the caller of the function asking) when not called from an
+-- actor: the words of the C functions, for the Lua ones that would otherwise fail deeper down,
+-- naming another function at a line of their own.
+function core._need_actor(fname, level)
+  if not in_actor() then
+    error("smarm." .. fname .. ": not inside an actor (call it from smarm.run)", level + 1)
+  end
+end
+
 -- What plain require puts in package.loaded[name] while name's loader runs (LuaJIT: a special
 -- number; Lua 5.1: a light userdata), read off a loader of our own rather than assumed.
 local LOADING
@@ -308,6 +318,7 @@ local function ask(k, what, pid, keys)
 end
 
 function core.processes()
+  core._need_actor("processes", 2)
   local all, here = {}, core.scheduler()
   for k = 1, core.schedulers() do
     local some = k == here and local_processes() or ask(k, "processes")
@@ -344,6 +355,7 @@ function core.info(pid, keys)
   if keys ~= nil and type(keys) ~= "string" and type(keys) ~= "table" then
     error("bad argument #2 to 'info' (key or list of keys expected, got " .. type(keys) .. ")", 2)
   end
+  core._need_actor("info", 2)
   local k = core._scheduler_of(pid)
   local t
   -- the keys go along: the owner skips the costly ones nobody asked for (a traceback...)

@@ -115,6 +115,7 @@ end
 -- clear the terminal before each screen (default: when the prompt runs on a terminal).
 function top.run(opts)
   opts = check(opts)
+  smarm._need_actor("top", 2)
   local interval, rows = opts.interval or 1, opts.rows or 15
   local write = opts.write or function(text) io.stdout:write(text); io.stdout:flush() end
   local clear = opts.clear
