@@ -234,6 +234,9 @@ describe("server.start", function()
       local co = coroutine.create(print)
       assert.matches(here .. "bad argument #3 to 'start' %(timeout in seconds expected, got %-1%)",
         raised(function() server.start(M, nil, { timeout = -1 }) end))
+      -- a string that reads as a number is named as a string (it said "got 1")
+      assert.matches(here .. "bad argument #3 to 'start' %(timeout in seconds expected, got string%)",
+        raised(function() server.start(M, nil, { timeout = "1" }) end))
       assert.matches(here .. "bad argument #3 to 'start' %(opts%.on must be a scheduler index",
         raised(function() server.start(M, nil, { on = 9 }) end))
       assert.matches(here .. "bad argument #3 to 'start' %(opts%.name must be a string of 1 to 255 bytes%)",
@@ -253,7 +256,9 @@ describe("server.start", function()
       assert.matches(here .. "bad argument #3 to 'call' %(non%-negative number of seconds expected",
         raised(function() server.call(smarm.self(), "x", -1) end))
       local pid = assert(server.start(M))
-      assert.matches(here .. "request is a thread", raised(function() server.call(pid, co) end))
+      -- a request that cannot be sent names the call, as cast and stop do (it was a bare
+      -- "request is a thread")
+      assert.matches(here .. "server%.call: request is a thread", raised(function() server.call(pid, co) end))
       assert.matches(here .. "server%.cast: msg%[1%] is a thread", raised(function() server.cast(pid, { co }) end))
       assert.matches(here .. "server%.stop: reason is a thread", raised(function() server.stop(pid, co) end))
       assert.is_true(server.stop(pid))

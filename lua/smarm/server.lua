@@ -257,7 +257,8 @@ end
 
 local function check_timeout(timeout, n, fn)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout) then
-    argerror(3, n, fn, "timeout in seconds expected, got " .. tostring(timeout))
+    argerror(3, n, fn, "timeout in seconds expected, got " ..
+      (type(timeout) == "number" and tostring(timeout) or type(timeout))) -- ("1": a string)
   end
 end
 
@@ -330,7 +331,7 @@ function server.call(to, request, timeout)
   end
   if type(r) == "string" then
     r = r:gsub("^bad argument (#%d+) to '%?'", "bad argument %1 to 'call'"):gsub("^smarm%.call: ",
-      "server.call: ")
+      "server.call: "):gsub("^request", "server.call: request") -- (a request that cannot be sent)
   end
   error(r, 2)
 end

@@ -692,7 +692,7 @@ end
 local function check_timeout(timeout, n, fn)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0 or timeout ~= timeout) then
     error(string.format("bad argument #%d to '%s' (timeout in seconds expected, got %s)", n, fn,
-      tostring(timeout)), 3)
+      type(timeout) == "number" and tostring(timeout) or type(timeout)), 3)
   end
 end
 
