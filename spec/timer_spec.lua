@@ -146,6 +146,28 @@ describe("smarm.send_after", function()
     end)
   end)
 
+  -- A timer that came back in a message was a new userdata: == held, but as a table key it
+  -- was another key (refs and pids are interned; an OTP user keys a map by TRef).
+  it("is the same table key when it comes back in a message, here or from another scheduler", function()
+    local got = smarm.run(function()
+      local me = smarm.self()
+      local t = smarm.send_after(60, me, "never read")
+      local by_timer = { [t] = "mine" }
+      local echo = smarm.spawn_on(2, function()
+        local m = smarm.receive()
+        smarm.send(m.me, m)
+      end)
+      smarm.send(echo, { me = me, t = t })
+      local far = smarm.receive(function(m) return type(m) == "table" and m.t end, 60)
+      smarm.send(me, { t = t })
+      local near = smarm.receive(function(m) return type(m) == "table" and m.t end, 60)
+      local out = { far = by_timer[far.t], near = by_timer[near.t], same = rawequal(far.t, t) }
+      smarm.cancel_timer(t)
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ far = "mine", near = "mine", same = true }, got)
+  end)
+
   it("refuses bad arguments", function()
     smarm.run(function()
       local me = smarm.self()

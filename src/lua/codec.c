@@ -1442,7 +1442,7 @@ static int dec_value(dec_t *d, int depth)
     if (tag == T_FROM)
       sm_lsmarm_push_from(L, pid, ref);
     else
-      sm_lsmarm_push_timer(L, pid, ref);
+      sm_lsmarm_push_timer(L, pid, ref, 0);
     return 1;
   }
   case T_CALL: { /* made with cached field names: the hot path of every call's server */

@@ -43,6 +43,10 @@ static lua_Number pid_key(smarm_pid_t pid)
 ** million refs a second for three centuries), and negative, so never a pid's key. */
 static lua_Number ref_key(smarm_ref_t ref) { return -(lua_Number)ref; }
 
+/* A timer's key: minus its ref and a half (its ref is unique in the process, so its target need
+** not be in it), exact while refs stay below 2^52, and never a whole number: never a ref's. */
+static lua_Number timer_key(smarm_ref_t ref) { return -((lua_Number)ref + 0.5); }
+
 /* Whether the full userdata whose payload is at p is `size` bytes and starts with magic. */
 static int payload_is(const void *p, size_t size, uint64_t magic)
 {
@@ -129,10 +133,13 @@ int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
   return p != NULL;
 }
 
-/* Pairs of a pid and a ref, not interned (nothing needs their identity), so making one costs
-** one userdata; their size tells them from a pid or ref, their magic which pair they are:
+/* Pairs of a pid and a ref; their size tells them from a pid or ref, their magic which pair they
+** are:
 **   a call's reply handle (LFROM_MAGIC): the caller and the call's alias, read as .pid and .ref;
-**   a message timer (LTIMER_MAGIC): its target and its ref (smarm_timer_t). */
+**     not interned (nothing needs its identity), so making one costs one userdata;
+**   a message timer (LTIMER_MAGIC): its target and its ref (smarm_timer_t); interned as pids and
+**     refs are (timer_key), so that one that came back in a message is the same table key, as
+**     Erlang's TRef is in a map. */
 typedef struct lpair {
   uint64_t magic;
   smarm_pid_t pid;
@@ -186,9 +193,24 @@ int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
   return 1;
 }
 
-void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref)
+void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref, int fresh)
 {
-  push_pair(L, LTIMER_MAGIC, this_vm()->timer_mt_ref, to, ref);
+  lvm_t *vm = this_vm();
+  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
+  if (!fresh) {
+    lua_pushnumber(L, timer_key(ref));
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) {
+      lua_remove(L, -2);
+      return;
+    }
+    lua_pop(L, 1);
+  }
+  push_pair(L, LTIMER_MAGIC, vm->timer_mt_ref, to, ref);
+  lua_pushnumber(L, timer_key(ref));
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -4);
+  lua_remove(L, -2);
 }
 
 int sm_lsmarm_to_timer(lua_State *L, int idx, smarm_pid_t *to, smarm_ref_t *ref)

@@ -36,9 +36,10 @@ int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *a
 /* The same from a userdata's payload (what the FFI passes for a userdata argument). */
 int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias);
 
-/* A message timer (smarm.send_after): its target and ref, in a userdata that is not interned,
-** printed #Timer<...>, equal by value, sendable. */
-void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref);
+/* A message timer (smarm.send_after): its target and ref, in a userdata interned as pids are (one
+** per timer in a VM: a table key), printed #Timer<...>, equal by value, sendable. `fresh`: a
+** timer just made, which cannot be interned yet (no lookup). */
+void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref, int fresh);
 int sm_lsmarm_to_timer(lua_State *L, int idx, smarm_pid_t *to, smarm_ref_t *ref);
 
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */

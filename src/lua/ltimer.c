@@ -51,7 +51,7 @@ static int l_send_after(lua_State *L)
     return sm_lpark_no_answer(L, "send_after", (int)smarm_pid_sched(to));
   if (rc < 0)
     return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
-  sm_lsmarm_push_timer(L, t.to, t.ref);
+  sm_lsmarm_push_timer(L, t.to, t.ref, 1); /* a new timer: not in the intern table yet */
   return 1;
 }
 
