@@ -216,6 +216,16 @@ describe("the smarm executable", function()
     assert.matches("in function 'inner'", err, 1, true)
     assert.matches("in function 'middle'", err, 1, true)
     assert.matches("in main chunk", err, 1, true) -- and the script's frames after them
+    -- a message of several lines is printed once
+    s = script([[
+      local smarm = require("smarm")
+      smarm.run(function() error("line one\nline two") end, { schedulers = 1 })
+    ]])
+    local _, err2, status2 = sh(exe .. " -n " .. s)
+    os.remove(s)
+    assert.are.equal(1, status2)
+    local _, twos = err2:gsub("line two", "")
+    assert.are.equal(1, twos, err2)
   end)
 
   it("runs the README's quick start (examples/quickstart.lua)", function()

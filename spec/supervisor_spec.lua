@@ -649,6 +649,69 @@ describe("supervisor, as OTP's", function()
     end, { schedulers = 1 })
   end)
 
+  -- The restarting mark outlived a start made another way: rest_for_one's restart of A (whose
+  -- EXIT came while B's restart was failing) started B too, and B's queued retry then stopped
+  -- the healthy B and started it again, one restart more against the intensity (the review's
+  -- repro of the first version of the mark).
+  it("lets a queued retry do nothing once a sibling's restart has started the child", function()
+    run(function()
+      local me, a_pid, b_starts = smarm.self(), nil, 0
+      local function idle() return smarm.spawn(function() smarm.receive(function() return false end) end) end
+      local function start_a() a_pid = idle(); return a_pid end
+      local function start_b()
+        b_starts = b_starts + 1
+        if b_starts == 2 then -- A dies while B's restart runs: its EXIT queues ahead of the retry
+          local ref = smarm.monitor(a_pid)
+          smarm.exit(a_pid, "boom")
+          smarm.receive(function(m) return type(m) == "table" and m.ref == ref end)
+          return nil, "backend down"
+        end
+        smarm.send(me, { b = b_starts })
+        return idle()
+      end
+      local s = assert(sup.start({ strategy = "rest_for_one", intensity = 10,
+        children = { { id = "a", start = start_a }, { id = "b", start = start_b } } }))
+      guard.receive("b's first start", function(m) return type(m) == "table" and m.b == 1 end)
+      smarm.exit(pids(s).b, "crash")
+      guard.receive("b's start by a's restart", function(m) return type(m) == "table" and m.b == 3 end)
+      local list = assert(sup.which_children(s)) -- answered after the queued retry
+      assert.is_truthy(list[2].pid)
+      assert.are.equal(3, b_starts)
+    end, { schedulers = 1 })
+  end)
+
+  it("answers start_child by name, a name nobody holds, and a child spec to a dynamic one", function()
+    run(function()
+      local me = smarm.self()
+      local s = assert(sup.start({ name = "sup_by_name", children = {} }))
+      local c = assert(sup.start_child("sup_by_name", { id = "c", start = function() return kids.worker(me, "c") end }))
+      assert.are.equal(c, started("c"))
+      assert.are.equal(c, pids(s).c)
+      assert.are.same({ nil, "noproc" }, { sup.start_child("nobody_holds_this", worker("x")) })
+      local d = assert(sup.start({ strategy = "dynamic", children = { worker("t") } }))
+      assert.are.same({ nil, "dynamic" }, { sup.start_child(d, worker("y")) })
+      assert.are.same({}, sup.which_children(d))
+    end, { schedulers = 1 })
+  end)
+
+  it("compares ids with cycles, and never runs an id's __eq", function()
+    run(function()
+      local a = {}
+      a.n = a
+      local s = assert(sup.start({ children = { worker("a", { id = a }) } }))
+      started("a")
+      local b1, b2 = {}, {}
+      b1.n, b2.n = b2, b1
+      assert.is_true(sup.terminate_child(s, b1)) -- the same data, unfolded
+      local eq = { __eq = function() error("an id's __eq ran") end }
+      local e1 = setmetatable({ 1 }, eq)
+      assert(sup.start_child(s, worker("e", { id = e1 })))
+      started("e")
+      assert.is_true(sup.terminate_child(s, setmetatable({ 1 }, eq)))
+      assert.are.equal(2, #sup.which_children(s)) -- alive, both records kept
+    end, { schedulers = 1 })
+  end)
+
   -- stop's default reason was "shutdown": the caller that started the supervisor (linked, as
   -- start links by default) died of it and stop never returned. OTP's supervisor:stop/1 stops
   -- it with normal.

@@ -63,7 +63,7 @@
 --   module), so that a start function shares its upvalues with the caller there, as
 --   smarm.spawn's functions do. With spec.on the supervisor and its children's start
 --   functions move to that scheduler's VM as spawn_on moves a function.
--- * Outcomes are return values (nil, reason: "not_found", "running", "already_present",
+-- * Outcomes are return values (nil, reason: "not_found", "running", "restarting", "already_present",
 --   "already_started", "dynamic", "not_dynamic", or a start's reason); misuse (a bad spec,
 --   wrong argument types, a request from the supervisor itself) raises at the caller's line
 --   with a message that names the field. A child id must be data an exit reason can carry: it
@@ -121,15 +121,21 @@ local function id_problem(v)
 end
 
 -- Whether child ids a and b are the same data: equal values, or tables with the same keys
--- holding the same data (keys compared as values: an id's tables arrive as copies, so a table
--- key can only be matched by contents too, which is not tried). `seen` pairs tables already
--- being compared, so that an id with a cycle ends.
+-- holding the same data. Keys are compared as values: an id's tables arrive as copies, so one
+-- whose tables are keys of its tables, or that holds NaN, names no child (docs/api.md). `seen`
+-- holds the pairs of tables being compared, so that ids with cycles end.
 local function same_id(a, b, seen)
-  if a == b then return true end
+  if rawequal(a, b) then return true end -- (no __eq: no code of the user's runs in here)
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   seen = seen or {}
-  if seen[a] == b then return true end
-  seen[a] = b
+  local partners = seen[a]
+  if partners == nil then
+    partners = {}
+    seen[a] = partners
+  elseif partners[b] then
+    return true
+  end
+  partners[b] = true
   for k, v in pairs(a) do
     if not same_id(v, rawget(b, k), seen) then return false end
   end
@@ -137,6 +143,17 @@ local function same_id(a, b, seen)
     if rawget(a, k) == nil then return false end
   end
   return true
+end
+
+-- A copy of table id v, as a message would make it (v is data that can be sent: id_problem).
+local function copy_id(v, copies)
+  if type(v) ~= "table" then return v end
+  copies = copies or {}
+  if copies[v] then return copies[v] end
+  local t = {}
+  copies[v] = t
+  for k, x in pairs(v) do t[copy_id(k, copies)] = copy_id(x, copies) end
+  return t
 end
 
 local function spec_error(level, where, msg)
@@ -231,18 +248,21 @@ local function check_spec(spec, level)
     spec_error(level + 1, "start", "the dynamic strategy needs exactly one child spec (the " ..
       "template), got " .. #children)
   end
-  local checked = {}
+  local checked, plain_ids, table_ids = {}, {}, {} -- (ids seen: one lookup, or tables compared)
   for i = 1, #children do
     local field = "spec.children[" .. i .. "]"
     local c = child_record(children[i], level + 1, "start", field)
     if strategy ~= "dynamic" then
       if c.id == nil then spec_error(level + 1, "start", field .. ".id is missing") end
-      for j = 1, i - 1 do
-        if same_id(checked[j].id, c.id) then
-          spec_error(level + 1, "start", field .. ".id " .. tostring(c.id) ..
-            " is used twice (spec.children[" .. j .. "] has it)")
-        end
+      local before = type(c.id) ~= "table" and plain_ids[c.id]
+      for j = 1, type(c.id) == "table" and #table_ids or 0 do
+        if same_id(checked[table_ids[j]].id, c.id) then before = table_ids[j] end
       end
+      if before then
+        spec_error(level + 1, "start", field .. ".id " .. tostring(c.id) ..
+          " is used twice (spec.children[" .. before .. "] has it)")
+      end
+      if type(c.id) == "table" then table_ids[#table_ids + 1] = i else plain_ids[c.id] = i end
     end
     checked[i] = c
   end
@@ -285,7 +305,10 @@ local function start_one(st, c, extra)
   local ok, pid, why = xpcall(call_start, crashed, c, extra)
   if not ok then return false, as_reason(pid) end
   if pid == nil then
-    if why == "ignore" then return nil end
+    if why == "ignore" then
+      c.restarting = nil -- settled: a retry still queued has nothing to do
+      return nil
+    end
     return false, why == nil and "supervisor: start returned nil" or as_reason(why)
   end
   if not is_pid(pid) then
@@ -294,6 +317,7 @@ local function start_one(st, c, extra)
   end
   link(pid)
   c.pid = pid
+  c.restarting = nil -- started (by a sibling's restart, say): a retry still queued does nothing
   st.by_pid[pid] = c
   return pid
 end
@@ -493,7 +517,7 @@ local requests = {}
 
 function requests.start_child(st, r)
   if st.strategy == "dynamic" then
-    if r.spec ~= nil then return nil, "dynamic" end
+    if r.spec ~= nil or r.handoff ~= nil then return nil, "dynamic" end
     local t = st.template
     local c = keyed({ id = t.id, start = t.start, args = t.args, restart = t.restart,
       shutdown = t.shutdown, on = t.on, type = t.type, extra = r.extra or {} })
@@ -507,7 +531,10 @@ function requests.start_child(st, r)
   -- the caller's own spec in this VM (its start function shared, as smarm.spawn shares it),
   -- the copy that travelled from another
   local c = r.spec
-  if r.handoff ~= nil then c = handoff[r.handoff] end
+  if r.handoff ~= nil then -- taken here, so that a request its caller gave up on still starts it
+    c = handoff[r.handoff]
+    handoff[r.handoff] = nil
+  end
   if type(c) ~= "table" then return nil, "supervisor: a start_child request without its spec" end
   local old = find(st, c.id)
   if old then return nil, old.pid and "already_started" or "already_present" end
@@ -614,7 +641,7 @@ local function supervise(st)
       end
     elseif kind == "SUP_RETRY" then
       local c = find(st, m.child, "key")
-      if c and c.restarting then
+      if c and c.restarting and c.pid == nil then
         c.restarting = nil
         restart(st, c)
       end
@@ -739,15 +766,22 @@ function supervisor.start_child(sup, what, timeout)
   -- and nothing of it is encoded (an upvalue that cannot be sent is no matter, as for a
   -- spawn here); one of another scheduler gets a copy. A name is resolved once, here, so that
   -- the request goes to the actor whose scheduler was looked at.
-  local to = type(sup) == "string" and smarm.whereis(sup) or sup
-  if to == nil or smarm._scheduler_of(to) ~= smarm.scheduler() then
-    a, b = request(to or sup, { op = "start_child", spec = c }, timeout, "start_child")
+  local to = sup
+  if type(sup) == "string" then
+    to = smarm.whereis(sup)
+    if to == nil then return nil, "noproc" end -- (as the request would answer)
+  end
+  if smarm._scheduler_of(to) ~= smarm.scheduler() then
+    a, b = request(to, { op = "start_child", spec = c }, timeout, "start_child")
     return a, b
   end
+  -- The supervisor takes the entry (a request given up on by timeout still starts the child,
+  -- as Erlang's does); one never taken goes with its ref. A table id is copied, as a request
+  -- copies it: the caller may change its own table later.
+  if type(c.id) == "table" then c.id = copy_id(c.id) end
   local key = smarm.ref()
   handoff[key] = c
   a, b = request(to, { op = "start_child", handoff = key }, timeout, "start_child")
-  handoff[key] = nil -- (after a raise, the weak key goes with the ref)
   return a, b
 end
 

@@ -107,11 +107,12 @@ static void usage(FILE *out)
 static const char PLAIN_HANDLER[] =
     "local e = ...\n"
     "local tb = debug.traceback(e, 2)\n"
+    "local text = (type(e) == 'string' or type(e) == 'number') and tostring(e)\n"
     "local smarm = package.loaded.smarm\n"
-    "local kept = type(e) == 'string' and type(smarm) == 'table' and smarm.last_traceback\n"
+    "local kept = text and type(smarm) == 'table' and smarm.last_traceback\n"
     "  and smarm.last_traceback()\n"
-    "if type(kept) == 'string' and kept:sub(1, #e + 1) == e .. '\\n' then\n"
-    "  return kept .. '\\n' .. (tb:match('\\n(.*)$') or '')\n"
+    "if type(kept) == 'string' and kept:sub(1, #text + 1) == text .. '\\n' then\n"
+    "  return kept .. '\\n' .. tb:sub(#text + 2)\n" /* tb is text, a newline, its frames */
     "end\n"
     "return tb\n";
 
