@@ -11,7 +11,9 @@ local function node_starter(smarm, opts)
   return function()
     if not node then return end
     local ran, ok, err = pcall(smarm.node.start, { name = node, cookie = cookie })
-    if not (ran and ok) then error("-N " .. node .. ": " .. tostring(ran and err or ok), 0) end
+    if not (ran and ok) then -- the command line's mistake: its text alone (cli.run)
+      error({ cli_error = "-N " .. node .. ": " .. tostring(ran and err or ok) }, 0)
+    end
   end
 end
 
@@ -28,6 +30,9 @@ function cli.run(smarm, chunk, opts)
   -- smarm.run raises the main actor's own error value; its text and traceback are kept aside
   if not ok and err == nil then error(nil, 0) end -- error() without a value: silent, as lua.c
   if not ok and type(err) == "table" and type(err.usage) == "string" then error(err, 0) end
+  if not ok and type(err) == "table" and type(err.cli_error) == "string" then
+    error(err.cli_error, 0) -- no traceback: nothing of the script ran
+  end
   if not ok then error(smarm.last_traceback() or tostring(err), 0) end
 end
 
@@ -61,7 +66,7 @@ function cli.attach(smarm, path, interactive, entries)
       interactive = interactive, interrupts = interactive, entries = entries,
     })
     if not ok then
-      error("smarm " .. (entries and "top" or "attach") .. ": " .. tostring(err), 0)
+      error((entries and "top" or "attach") .. ": " .. tostring(err), 0) -- "smarm: attach: ..."
     end
   end, { schedulers = 1 })
 end
