@@ -21,7 +21,7 @@ local CDEFS = [[
 
 local function no_answer(fname)
   return "smarm." .. fname .. ": scheduler 2 did not answer within opts.request_timeout (it is " ..
-    "stuck in C code)"
+    "stuck in C code, a __gc finalizer or an actor with no time slice)"
 end
 
 -- Asks scheduler 2 something with f(...) and checks that it times out with fname's error.

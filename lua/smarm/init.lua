@@ -298,7 +298,7 @@ end
 -- another scheduler: the answering actor may be queued behind one stuck in C code.
 local function ask(k, what, pid, keys)
   local no_answer = "smarm." .. what .. ": scheduler " .. k .. " did not answer within "
-    .. "opts.request_timeout (it is stuck in C code)"
+    .. "opts.request_timeout (it is stuck in C code, a __gc finalizer or an actor with no time slice)"
   local spawned, answerer = pcall(core.spawn_on, k, "smarm._answer")
   if not spawned then -- in the asker's words: "smarm.info: cannot park inside a __gc finalizer"
     local why = tostring(answerer)

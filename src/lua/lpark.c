@@ -51,13 +51,17 @@ void sm_lpark_resumed(lua_State *L)
 #endif
 }
 
+/* What keeps a scheduler from answering: whatever holds its thread (a loop preempts itself
+** unless the actor has no time slice; the watchdog's words). */
+#define STUCK_WHY "(it is stuck in C code, a __gc finalizer or an actor with no time slice)"
+
 int sm_lpark_no_answer(lua_State *L, const char *fname, int sched)
 {
   if (sched < 0)
     return luaL_error(L, "smarm.%s: the scheduler asked did not answer within "
-                         "opts.request_timeout (it is stuck in C code)", fname);
-  return luaL_error(L, "smarm.%s: scheduler %d did not answer within opts.request_timeout (it is "
-                       "stuck in C code)", fname, sched + 1);
+                         "opts.request_timeout " STUCK_WHY, fname);
+  return luaL_error(L, "smarm.%s: scheduler %d did not answer within opts.request_timeout "
+                       STUCK_WHY, fname, sched + 1);
 }
 
 int64_t sm_lsmarm_timeout_ns(lua_Number seconds)

@@ -33,7 +33,8 @@ void sm_lpark_resumed(lua_State *L);
 
 /* Raises the error of a request to another scheduler that timed out (-ETIMEDOUT from the core:
 ** it did not answer within opts.request_timeout): "smarm.<fname>: scheduler <sched + 1> did not
-** answer within opts.request_timeout (it is stuck in C code)"; sched < 0: not known. */
+** answer within opts.request_timeout (it is stuck in C code, a __gc finalizer or an actor with
+** no time slice)"; sched < 0: not known. */
 int sm_lpark_no_answer(lua_State *L, const char *fname, int sched);
 
 /* A timeout in seconds as nanoseconds: SMARM_FOREVER for NaN, negative or absurdly long ones. */
