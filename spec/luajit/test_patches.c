@@ -85,6 +85,22 @@ static void *counting_alloc(void *ud, void *p, size_t osize, size_t nsize)
   return q;
 }
 
+/* A state on the counting allocator, no allocation failing yet; its heap in *h. */
+static lua_State *counting_state(heap_t **h)
+{
+  *h = calloc(1, sizeof **h);
+  lua_State *L = NULL;
+  if (*h) {
+    (*h)->fail_at = -1;
+    L = lua_newstate(counting_alloc, *h);
+  }
+  if (!L) {
+    fprintf(stderr, "lua_newstate failed\n");
+    exit(2);
+  }
+  return L;
+}
+
 /* After lua_close: the frees told a wrong size, and the blocks never freed (each named on
 ** stderr); frees h. */
 static int closed_heap_problems(heap_t *h)
@@ -134,13 +150,8 @@ static int copy_global_f(lua_State *L)
 static int make_closure_failing(int how, long fail_at, int *failed)
 {
   int by_load = how == BY_LOAD;
-  heap_t *h = calloc(1, sizeof *h);
-  h->fail_at = -1;
-  lua_State *L = lua_newstate(counting_alloc, h);
-  if (!L) {
-    fprintf(stderr, "lua_newstate failed\n");
-    exit(2);
-  }
+  heap_t *h;
+  lua_State *L = counting_state(&h);
   const char *chunk = "local a, b = 1, 2; return function() return a, b end";
   if (luaL_loadstring(L, chunk) != 0) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
@@ -333,13 +344,8 @@ static double stitch_sum(int nk, int rounds)
 static int stitch_failing(int nk, long fail_at, int *failed)
 {
   static char chunk[4096];
-  heap_t *h = calloc(1, sizeof *h);
-  h->fail_at = -1;
-  lua_State *L = lua_newstate(counting_alloc, h);
-  if (!L) {
-    fprintf(stderr, "lua_newstate failed\n");
-    exit(2);
-  }
+  heap_t *h;
+  lua_State *L = counting_state(&h);
   luaL_openlibs(L);
   stitch_chunk(chunk, sizeof chunk, nk);
   lua_pushcfunction(L, nothing);
