@@ -47,9 +47,14 @@ describe("the smarm executable", function()
     end
     local _, err2, status2 = sh(exe .. " -N nohost -C c " .. code)
     assert.are.equal(1, status2)
-    -- the line alone, as api.md says (a traceback of cli.lua's came with it)
+    -- the line alone, as api.md says (a traceback of cli.lua's came with it), and at the prompt
+    -- too (it said "(error object is a table value)" there)
     assert.are.equal("smarm: -N nohost: smarm.node.start: a node name is 'alive@host', got 'nohost'\n",
       err2)
+    local _, err3, status3 = sh(exe .. " -N nohost -C c </dev/null")
+    assert.are.equal(1, status3)
+    assert.are.equal("smarm: -N nohost: smarm.node.start: a node name is 'alive@host', got 'nohost'\n",
+      err3)
     for _, bad in ipairs({ "-C c -e 1", "-n -N a@b x.lua", "-a /tmp/x -N a@b" }) do
       out, _, status = sh(exe .. " " .. bad)
       assert.are.equal(2, status, bad)
@@ -227,6 +232,18 @@ describe("the smarm executable", function()
     assert.are.equal(1, status2)
     local _, twos = err2:gsub("line two", "")
     assert.are.equal(1, twos, err2)
+    -- a later error of the same text, not smarm.run's, gets its own frames only
+    s = script([[
+      local smarm = require("smarm")
+      local function inner() error("same text", 0) end
+      pcall(smarm.run, function() inner() end, { schedulers = 1 })
+      local function unrelated() error("same text", 0) end
+      unrelated()
+    ]])
+    local _, err3 = sh(exe .. " -n " .. s)
+    os.remove(s)
+    assert.matches("in function 'unrelated'", err3, 1, true)
+    assert.is_nil(err3:find("in function 'inner'", 1, true), err3)
   end)
 
   it("runs the README's quick start (examples/quickstart.lua)", function()

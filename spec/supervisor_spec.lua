@@ -694,6 +694,38 @@ describe("supervisor, as OTP's", function()
     end, { schedulers = 1 })
   end)
 
+  -- Binaries are equal by value, not identity (the first same_id compared them with rawequal).
+  -- A start_child whose caller timed out used to keep its handed-over spec in a weak table: a
+  -- collection before the supervisor took the request dropped it, and the child never started.
+  it("compares binary ids by value, and starts a child whose start_child timed out", function()
+    run(function()
+      local me = smarm.self()
+      local s = assert(sup.start({ children = { worker("a", { id = smarm.binary("x") }) } }))
+      started("a")
+      local ok, e = pcall(sup.start, { children = { worker("b", { id = smarm.binary("y") }),
+        worker("c", { id = smarm.binary("y") }) } })
+      assert.is_false(ok)
+      assert.matches("is used twice", e, 1, true)
+      assert.is_true(sup.terminate_child(s, smarm.binary("x")))
+      local function slow() -- holds the supervisor until "go"
+        smarm.send(me, "holding")
+        smarm.receive(function(m) return m == "go" end)
+        return kids.worker(me, "slow")
+      end
+      local waiter = smarm.spawn(function() sup.start_child(s, { id = "slow", start = slow }) end)
+      guard.receive("the slow start", function(m) return m == "holding" end)
+      assert.are.same({ nil, "timeout" },
+        { sup.start_child(s, { id = "late", start = function() return kids.worker(me, "late") end }, 0.01) })
+      collectgarbage()
+      collectgarbage()
+      smarm.send(s, "go")
+      started("slow")
+      started("late") -- its request was still taken
+      assert.is_truthy(pids(s).late)
+      smarm.exit(waiter, "kill")
+    end, { schedulers = 1 })
+  end)
+
   it("compares ids with cycles, and never runs an id's __eq", function()
     run(function()
       local a = {}

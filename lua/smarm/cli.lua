@@ -11,8 +11,10 @@ local function node_starter(smarm, opts)
   return function()
     if not node then return end
     local ran, ok, err = pcall(smarm.node.start, { name = node, cookie = cookie })
-    if not (ran and ok) then -- the command line's mistake: its text alone (cli.run)
-      error({ cli_error = "-N " .. node .. ": " .. tostring(ran and err or ok) }, 0)
+    if not (ran and ok) then -- the command line's mistake: its text alone (cli.run; the
+      -- prompt's error prints by __tostring)
+      local text = "-N " .. node .. ": " .. tostring(ran and err or ok)
+      error(setmetatable({ cli_error = text }, { __tostring = function() return text end }), 0)
     end
   end
 end

@@ -195,6 +195,7 @@ end
 -- ends that call only (when f ran in the reporter itself, every later report was lost). The
 -- error is printed by that actor itself: in the DOWN it would be a copy, its metatable gone.
 local run = core.run
+core._raw_run = run -- (the -n handler of main.c tells an error smarm.run raised by it)
 function core.run(fn, opts)
   if type(fn) ~= "function" then -- (on_crash's run below starts the runtime before it calls fn)
     error("bad argument #1 to 'run' (function expected, got " .. type(fn) .. ")", 2)

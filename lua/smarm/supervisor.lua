@@ -85,8 +85,12 @@ local TYPES = { worker = true, supervisor = true }
 local FOREVER = math.huge
 
 -- Child specs that hold functions, handed from start_child to a supervisor of the same VM (in
--- another VM the copy in the request is used).
-local handoff = setmetatable({}, { __mode = "k" })
+-- another VM the copy in the request is used): ref -> { spec =, sup = pid }. The supervisor
+-- takes its entry; a caller whose request failed removes it, but not one that timed out (the
+-- request may still be taken, and start the child, as Erlang's does); entries of supervisors
+-- that ended first are dropped at the next handoff. (Not weak: a collection would drop an
+-- entry whose request is still queued.)
+local handoff, handoffs = {}, 0
 
 local function crashed(e)
   return { error = e, traceback = debug.traceback("", 2):sub(2) }
@@ -125,7 +129,10 @@ end
 -- whose tables are keys of its tables, or that holds NaN, names no child (docs/api.md). `seen`
 -- holds the pairs of tables being compared, so that ids with cycles end.
 local function same_id(a, b, seen)
-  if rawequal(a, b) then return true end -- (no __eq: no code of the user's runs in here)
+  if rawequal(a, b) then return true end -- (no __eq of a table: no code of the user's runs here)
+  if type(a) == "userdata" and type(b) == "userdata" then
+    return a == b -- binaries, reply handles: equal by value, by smarm's own __eq
+  end
   if type(a) ~= "table" or type(b) ~= "table" then return false end
   seen = seen or {}
   local partners = seen[a]
@@ -143,17 +150,6 @@ local function same_id(a, b, seen)
     if rawget(a, k) == nil then return false end
   end
   return true
-end
-
--- A copy of table id v, as a message would make it (v is data that can be sent: id_problem).
-local function copy_id(v, copies)
-  if type(v) ~= "table" then return v end
-  copies = copies or {}
-  if copies[v] then return copies[v] end
-  local t = {}
-  copies[v] = t
-  for k, x in pairs(v) do t[copy_id(k, copies)] = copy_id(x, copies) end
-  return t
 end
 
 local function spec_error(level, where, msg)
@@ -254,15 +250,17 @@ local function check_spec(spec, level)
     local c = child_record(children[i], level + 1, "start", field)
     if strategy ~= "dynamic" then
       if c.id == nil then spec_error(level + 1, "start", field .. ".id is missing") end
-      local before = type(c.id) ~= "table" and plain_ids[c.id]
-      for j = 1, type(c.id) == "table" and #table_ids or 0 do
+      -- tables and userdata (binaries: equal by value, not by identity) are compared
+      local compared = type(c.id) == "table" or type(c.id) == "userdata"
+      local before = not compared and plain_ids[c.id]
+      for j = 1, compared and #table_ids or 0 do
         if same_id(checked[table_ids[j]].id, c.id) then before = table_ids[j] end
       end
       if before then
         spec_error(level + 1, "start", field .. ".id " .. tostring(c.id) ..
           " is used twice (spec.children[" .. before .. "] has it)")
       end
-      if type(c.id) == "table" then table_ids[#table_ids + 1] = i else plain_ids[c.id] = i end
+      if compared then table_ids[#table_ids + 1] = i else plain_ids[c.id] = i end
     end
     checked[i] = c
   end
@@ -532,8 +530,9 @@ function requests.start_child(st, r)
   -- the copy that travelled from another
   local c = r.spec
   if r.handoff ~= nil then -- taken here, so that a request its caller gave up on still starts it
-    c = handoff[r.handoff]
+    local entry = handoff[r.handoff]
     handoff[r.handoff] = nil
+    c = entry and entry.spec
   end
   if type(c) ~= "table" then return nil, "supervisor: a start_child request without its spec" end
   local old = find(st, c.id)
@@ -775,13 +774,22 @@ function supervisor.start_child(sup, what, timeout)
     a, b = request(to, { op = "start_child", spec = c }, timeout, "start_child")
     return a, b
   end
-  -- The supervisor takes the entry (a request given up on by timeout still starts the child,
-  -- as Erlang's does); one never taken goes with its ref. A table id is copied, as a request
-  -- copies it: the caller may change its own table later.
-  if type(c.id) == "table" then c.id = copy_id(c.id) end
+  -- A table id is copied, as a request copies it (marks of smarm.tuple and map kept): the
+  -- caller may change its own table later.
+  if type(c.id) == "table" then c.id = as_reason({ c.id })[1] end
+  if to == self() then -- (refused before an entry is made, which nothing would take)
+    error("supervisor.start_child: calling_self (a supervisor cannot call itself)", 2)
+  end
+  handoffs = handoffs + 1
+  if handoffs % 64 == 0 then -- entries of supervisors that ended before taking them
+    for k, entry in pairs(handoff) do
+      if not smarm.alive(entry.sup) then handoff[k] = nil end
+    end
+  end
   local key = smarm.ref()
-  handoff[key] = c
+  handoff[key] = { spec = c, sup = to }
   a, b = request(to, { op = "start_child", handoff = key }, timeout, "start_child")
+  if b ~= "timeout" then handoff[key] = nil end -- (taken already, or never to be)
   return a, b
 end
 

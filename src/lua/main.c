@@ -103,13 +103,15 @@ static void usage(FILE *out)
 /* The message handler of a script run with -n: debug.traceback's, except for the error of a
 ** smarm.run that the script did not catch (its main actor's), whose own frames smarm.run kept
 ** aside (smarm.last_traceback: the text, then the actor's traceback); they come first, then the
-** script's. Matched by the text, which that traceback starts with. */
+** script's. Told by the function that raised it (smarm.run's own, smarm._raw_run) and by the text,
+** which that traceback starts with. */
 static const char PLAIN_HANDLER[] =
     "local e = ...\n"
     "local tb = debug.traceback(e, 2)\n"
     "local text = (type(e) == 'string' or type(e) == 'number') and tostring(e)\n"
     "local smarm = package.loaded.smarm\n"
-    "local kept = text and type(smarm) == 'table' and smarm.last_traceback\n"
+    "local from = debug.getinfo(2, 'f')\n" /* the function that raised it */
+    "local kept = text and type(smarm) == 'table' and from and from.func == smarm._raw_run\n"
     "  and smarm.last_traceback()\n"
     "if type(kept) == 'string' and kept:sub(1, #text + 1) == text .. '\\n' then\n"
     "  return kept .. '\\n' .. tb:sub(#text + 2)\n" /* tb is text, a newline, its frames */
