@@ -88,8 +88,9 @@ local FOREVER = math.huge
 -- another VM the copy in the request is used): ref -> { spec =, sup = pid }. The supervisor
 -- takes its entry; a caller whose request failed removes it, but not one that timed out (the
 -- request may still be taken, and start the child, as Erlang's does); entries of supervisors
--- that ended first are dropped at the next handoff. (Not weak: a collection would drop an
--- entry whose request is still queued.)
+-- that ended first are dropped every 64 handoffs. (Not weak: a collection would drop an
+-- entry whose request is still queued.) An actor that is no supervisor and never answers
+-- keeps the entry of a request to it that timed out.
 local handoff, handoffs = {}, 0
 
 local function crashed(e)
@@ -514,6 +515,11 @@ end
 local requests = {}
 
 function requests.start_child(st, r)
+  local handed -- a spec handed over in this VM: its entry taken first, whatever the answer
+  if r.handoff ~= nil then
+    handed = handoff[r.handoff]
+    handoff[r.handoff] = nil
+  end
   if st.strategy == "dynamic" then
     if r.spec ~= nil or r.handoff ~= nil then return nil, "dynamic" end
     local t = st.template
@@ -529,11 +535,7 @@ function requests.start_child(st, r)
   -- the caller's own spec in this VM (its start function shared, as smarm.spawn shares it),
   -- the copy that travelled from another
   local c = r.spec
-  if r.handoff ~= nil then -- taken here, so that a request its caller gave up on still starts it
-    local entry = handoff[r.handoff]
-    handoff[r.handoff] = nil
-    c = entry and entry.spec
-  end
+  if r.handoff ~= nil then c = handed and handed.spec end -- (a request given up on starts it too)
   if type(c) ~= "table" then return nil, "supervisor: a start_child request without its spec" end
   local old = find(st, c.id)
   if old then return nil, old.pid and "already_started" or "already_present" end
@@ -725,18 +727,19 @@ end
 -- A request to a running supervisor from public function `fn`: its answers, or nil and the
 -- call's failure. smarm.call's errors are raised at the caller of fn, in fn's words; fn must not
 -- tail-call this (a tail call would take its level away).
-local function request(sup, r, timeout, fn)
+local function request(sup, r, timeout, fn, level)
+  level = level or 3 -- the caller of fn, which called this
   local ok, answers, why = pcall(smarm.call, sup, r, timeout or FOREVER)
   if not ok then
     if answers == "smarm.call: an actor cannot call itself" then
-      error(string.format("supervisor.%s: calling_self (a supervisor cannot call itself)", fn), 3)
+      error(string.format("supervisor.%s: calling_self (a supervisor cannot call itself)", fn), level)
     end
     if type(answers) == "string" then -- a request that cannot be sent names the caller's field
       local own = "supervisor." .. fn .. ": "
       answers = answers:gsub("^request%.extra", own .. "extra_args"):gsub("^request%.", own)
         :gsub("^smarm%.call: ", own)
     end
-    error(answers, 3)
+    error(answers, level)
   end
   if answers == nil then return nil, why end
   return unpack(answers, 1, 2)
@@ -788,8 +791,12 @@ function supervisor.start_child(sup, what, timeout)
   end
   local key = smarm.ref()
   handoff[key] = { spec = c, sup = to }
-  a, b = request(to, { op = "start_child", handoff = key }, timeout, "start_child")
-  if b ~= "timeout" then handoff[key] = nil end -- (taken already, or never to be)
+  -- (level 4 through the pcall: the caller of start_child) a raise before the request went
+  -- (parking refused here) leaves no entry either
+  local ok
+  ok, a, b = pcall(request, to, { op = "start_child", handoff = key }, timeout, "start_child", 4)
+  if not ok or b ~= "timeout" then handoff[key] = nil end -- (taken already, or never to be)
+  if not ok then error(a, 0) end
   return a, b
 end
 
