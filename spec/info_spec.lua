@@ -219,6 +219,46 @@ describe("smarm.info", function()
   end)
 end)
 
+-- An actor that parks inside a coroutine it resumed (a receive in a coroutine.wrap generator)
+-- was shown waiting in the resume itself: the traceback of its own coroutine stops there. Go's
+-- goroutine dump shows the frame that blocks; so do info and the dump now, innermost first.
+describe("smarm.info of an actor parked inside a coroutine", function()
+  it("shows the frames where it waits, then the resumer's", function()
+    local got = smarm.run(function()
+      local function wait_for_job() local m = smarm.receive() return m end
+      local gen_pid = smarm.spawn(function()
+        local gen = coroutine.wrap(function() while true do coroutine.yield(wait_for_job()) end end)
+        gen()
+      end)
+      local nested_pid = smarm.spawn(function()
+        local co = coroutine.create(function()
+          local inner = coroutine.wrap(function() smarm.sleep(HANG) end)
+          inner()
+        end)
+        coroutine.resume(co)
+      end)
+      local held_pid = smarm.spawn(function() -- a yielded coroutine it holds is not where it waits
+        local co = coroutine.create(function() coroutine.yield() end)
+        coroutine.resume(co)
+        smarm.receive()
+      end)
+      for _, pid in ipairs({ gen_pid, nested_pid, held_pid }) do
+        guard.wait(function() return smarm.info(pid, "status").status == "waiting" end, "a parked actor")
+      end
+      local out = {}
+      for k, pid in pairs({ gen = gen_pid, nested = nested_pid, held = held_pid }) do
+        out[k] = smarm.info(pid, "traceback").traceback
+        smarm.exit(pid, "kill")
+      end
+      return out
+    end, { schedulers = 1 })
+    assert.matches("in function 'wait_for_job'.*in function 'gen'", got.gen)
+    assert.matches("sleep.*in function 'inner'.*in function 'resume'", got.nested)
+    assert.matches("^stack traceback:\n\t%[C%]: in function 'receive'\n", got.held)
+    assert.is_nil(got.held:find("yield", 1, true))
+  end)
+end)
+
 -- Outside an actor the Lua ones failed deeper down, naming another function at a line of
 -- theirs ("init.lua:278: smarm.scheduler: not inside the runtime", "top.lua:80: smarm.self:
 -- ...", "smarm.unix.connect: ..."): they say what the C functions say.

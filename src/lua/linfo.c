@@ -131,6 +131,31 @@ static int wanted(lua_State *L, const char *key)
   }
 }
 
+/* Pushes the traceback of co, an actor's coroutine that is not running: where it waits, first
+** the frames of the coroutines it resumed and parked inside (a receive in a coroutine.wrap),
+** innermost first, then its own; "(not started)" when it has no frame yet (or, spawned from
+** another scheduler, no coroutine). */
+static void push_parked_traceback(lua_State *L, lua_State *co)
+{
+  lua_Debug ar;
+  if (!co || !lua_getstack(co, 0, &ar)) {
+    lua_pushliteral(L, "stack traceback:\n\t(not started)");
+    return;
+  }
+  lua_State *chain[16]; /* resumed in a chain this long: the rest is cut */
+  int n = 0;
+  for (lua_State *c = co; c && n < 16; c = sm_ljx_resumed(c))
+    chain[n++] = c;
+  luaL_traceback(L, chain[n - 1], NULL, 0);
+  for (int i = n - 2; i >= 0; i--) { /* each resumer's frames after those it resumed */
+    luaL_traceback(L, chain[i], NULL, 0);
+    const char *frames = strchr(lua_tostring(L, -1), '\n'); /* past "stack traceback:" */
+    lua_pushstring(L, frames ? frames : "");
+    lua_remove(L, -2);
+    lua_concat(L, 2);
+  }
+}
+
 /* _local_info(pid [, keys]) -> table | nil: an actor of the caller's scheduler (see docs/api.md,
 ** smarm.info); nil when it is not alive. With keys, the costly parts (traceback, func, the ties)
 ** only if asked for; init.lua keeps the keys asked for. */
@@ -196,13 +221,10 @@ static int l_local_info(lua_State *L)
     set_function(L, head->co, info.scheduled > 0);
   if (!wanted(L, "traceback"))
     return 1;
-  lua_Debug ar;
   if (info.status == SMARM_ACTOR_RUNNING)
     luaL_traceback(L, L, NULL, 2); /* from the caller of smarm.info */
-  else if (head && head->co && lua_getstack(head->co, 0, &ar))
-    luaL_traceback(L, head->co, NULL, 0);
-  else /* spawned, not run yet: no frame (or, spawned from another scheduler, no coroutine) */
-    lua_pushliteral(L, "stack traceback:\n\t(not started)");
+  else
+    push_parked_traceback(L, head ? head->co : NULL);
   lua_setfield(L, -2, "traceback");
   return 1;
 }
@@ -235,12 +257,7 @@ static int l_dump(lua_State *L)
 ** actor. A finalizer cannot be under way: a switch inside one is refused (design rule 3). */
 static int dump_traceback(lua_State *L)
 {
-  lua_State *co = lua_touserdata(L, 1);
-  lua_Debug ar;
-  if (co && lua_getstack(co, 0, &ar))
-    luaL_traceback(L, co, NULL, 0);
-  else
-    lua_pushliteral(L, "stack traceback:\n\t(not started)");
+  push_parked_traceback(L, lua_touserdata(L, 1));
   luaL_gsub(L, lua_tostring(L, -1), "\n", "\n    ");
   fprintf(stderr, "    %s\n", lua_tostring(L, -1));
   return 0;

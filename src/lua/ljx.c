@@ -51,6 +51,7 @@
 #include "lj_trace.h"
 #include "lj_frame.h"
 #include "lj_bc.h"
+#include "lj_ff.h"
 #if LJ_HASFFI
 #include "lj_ctype.h"
 #endif
@@ -260,6 +261,22 @@ int sm_ljx_at_loop_edge(lua_State *L)
   default: /* not LOOP: it stands after a while loop's condition, before the body it admits */
     return 0;
   }
+}
+
+lua_State *sm_ljx_resumed(lua_State *L)
+{
+  if (L->status != LUA_OK || L->base <= tvref(L->stack) + 1 + LJ_FR2)
+    return NULL; /* a yielded or finished coroutine, or no frame of a function */
+  GCfunc *fn = curr_func(L);
+  const TValue *co = NULL;
+  if (fn->c.ffid == FF_coroutine_resume && L->top > L->base)
+    co = L->base; /* resume(co, ...): its first argument */
+  else if (fn->c.ffid == FF_coroutine_wrap_aux && fn->c.nupvalues >= 1)
+    co = &fn->c.upvalue[0]; /* a wrap function holds its coroutine */
+  if (!co || !tvisthread(co))
+    return NULL;
+  lua_State *inner = threadV(co);
+  return inner != L && inner->status == LUA_OK && inner->cframe ? inner : NULL;
 }
 
 int sm_ljx_results_wanted(lua_State *L)

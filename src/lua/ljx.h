@@ -97,6 +97,11 @@ int sm_ljx_at_loop_edge(lua_State *L);
 ** VM's own return does, from the B operand of the CALL the frame returns to. */
 int sm_ljx_results_wanted(lua_State *L);
 
+/* The coroutine that L, suspended in coroutine.resume or in a coroutine.wrap function, is
+** running (and which is parked inside it, for an actor's L that is parked), or NULL: where an
+** actor really waits, for its traceback (linfo.c). L must not be running. */
+lua_State *sm_ljx_resumed(lua_State *L);
+
 /* What a switch from inside a hook must put aside: the hook's HOOK_ACTIVE flag (while set, no
 ** hook runs in the whole VM, so other actors would never be preempted) and the VM state. */
 typedef struct ljx_hook_state {
