@@ -237,16 +237,23 @@ describe("smarm.info of an actor parked inside a coroutine", function()
         end)
         coroutine.resume(co)
       end)
+      -- parked in an xpcall's handler inside the coroutine (whose status is then LUA_ERRERR)
+      local handler_pid = smarm.spawn(function()
+        local gen = coroutine.wrap(function()
+          xpcall(error, function() local m = smarm.receive() return m end, "raised")
+        end)
+        gen()
+      end)
       local held_pid = smarm.spawn(function() -- a yielded coroutine it holds is not where it waits
         local co = coroutine.create(function() coroutine.yield() end)
         coroutine.resume(co)
         smarm.receive()
       end)
-      for _, pid in ipairs({ gen_pid, nested_pid, held_pid }) do
+      for _, pid in ipairs({ gen_pid, nested_pid, handler_pid, held_pid }) do
         guard.wait(function() return smarm.info(pid, "status").status == "waiting" end, "a parked actor")
       end
       local out = {}
-      for k, pid in pairs({ gen = gen_pid, nested = nested_pid, held = held_pid }) do
+      for k, pid in pairs({ gen = gen_pid, nested = nested_pid, handler = handler_pid, held = held_pid }) do
         out[k] = smarm.info(pid, "traceback").traceback
         smarm.exit(pid, "kill")
       end
@@ -254,6 +261,7 @@ describe("smarm.info of an actor parked inside a coroutine", function()
     end, { schedulers = 1 })
     assert.matches("in function 'wait_for_job'.*in function 'gen'", got.gen)
     assert.matches("sleep.*in function 'inner'.*in function 'resume'", got.nested)
+    assert.matches("^stack traceback:\n\t%[C%]: in function 'receive'\n.*xpcall.*in function 'gen'", got.handler)
     assert.matches("^stack traceback:\n\t%[C%]: in function 'receive'\n", got.held)
     assert.is_nil(got.held:find("yield", 1, true))
   end)

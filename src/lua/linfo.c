@@ -142,11 +142,21 @@ static void push_parked_traceback(lua_State *L, lua_State *co)
     lua_pushliteral(L, "stack traceback:\n\t(not started)");
     return;
   }
-  lua_State *chain[16]; /* resumed in a chain this long: the rest is cut */
-  int n = 0;
-  for (lua_State *c = co; c && n < 16; c = sm_ljx_resumed(c))
-    chain[n++] = c;
+  lua_State *chain[16]; /* the outermost 15 and the innermost; a longer chain is cut between */
+  int n = 0, cut = 0;
+  for (lua_State *c = co; c; c = sm_ljx_resumed(c)) {
+    if (n < 16)
+      chain[n++] = c;
+    else {
+      chain[15] = c; /* a VM in a consistent state has no cycle: the walk ends */
+      cut = 1;
+    }
+  }
   luaL_traceback(L, chain[n - 1], NULL, 0);
+  if (cut)
+    lua_pushliteral(L, "\n\t...\t(coroutines that resumed it, left out)");
+  if (cut)
+    lua_concat(L, 2);
   for (int i = n - 2; i >= 0; i--) { /* each resumer's frames after those it resumed */
     luaL_traceback(L, chain[i], NULL, 0);
     const char *frames = strchr(lua_tostring(L, -1), '\n'); /* past "stack traceback:" */

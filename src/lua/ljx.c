@@ -265,8 +265,9 @@ int sm_ljx_at_loop_edge(lua_State *L)
 
 lua_State *sm_ljx_resumed(lua_State *L)
 {
-  if (L->status != LUA_OK || L->base <= tvref(L->stack) + 1 + LJ_FR2)
-    return NULL; /* a yielded or finished coroutine, or no frame of a function */
+  /* (a running coroutine's status is LUA_OK, or LUA_ERRERR inside an xpcall's handler) */
+  if (L->status == LUA_YIELD || !L->cframe || L->base <= tvref(L->stack) + 1 + LJ_FR2)
+    return NULL; /* a yielded, finished or unstarted coroutine, or no frame of a function */
   GCfunc *fn = curr_func(L);
   const TValue *co = NULL;
   if (fn->c.ffid == FF_coroutine_resume && L->top > L->base)
@@ -276,7 +277,8 @@ lua_State *sm_ljx_resumed(lua_State *L)
   if (!co || !tvisthread(co))
     return NULL;
   lua_State *inner = threadV(co);
-  return inner != L && inner->status == LUA_OK && inner->cframe ? inner : NULL;
+  /* on a C stack (cframe): running, not yielded (a yielded, dead or unstarted one has none) */
+  return inner != L && inner->cframe && inner->status != LUA_YIELD ? inner : NULL;
 }
 
 int sm_ljx_results_wanted(lua_State *L)
