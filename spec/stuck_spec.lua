@@ -90,6 +90,37 @@ describe("a request to a scheduler stuck in C", function()
     end, { schedulers = 2, request_timeout = 0.5, watchdog = math.huge })
   end)
 
+  -- smarm.top raised with the first scheduler that did not answer, and showed nothing: the tool
+  -- one reaches for when a scheduler hangs. It shows the rest, and says which one is missing.
+  it("leaves smarm.top the schedulers that answer, naming the one that does not", function()
+    local screen = run(function()
+      local ffi = require("ffi")
+      pcall(ffi.cdef, CDEFS)
+      local fds = ffi.new("int[2]")
+      assert.equals(0, ffi.C.pipe(fds))
+      local rfd, wfd = fds[0], fds[1]
+      local me = smarm.self()
+      guard.started()
+      local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
+        local ffi2 = require("ffi")
+        pcall(ffi2.cdef, CDEFS)
+        smarm.send(me, "blocking")
+        ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
+      end)
+      guard.receive("the hog's start", function(m) return m == "blocking" end)
+      local shown
+      local ok, err = pcall(smarm.top, { count = 1, interval = 0.01, write = function(t) shown = t end })
+      ffi.C.write(wfd, "x", 1) -- (before any assertion: the hog must go whatever happened)
+      guard.ended(hog)
+      ffi.C.close(rfd)
+      ffi.C.close(wfd)
+      return ok and shown or tostring(err)
+    end, { schedulers = 2, request_timeout = 0.5, watchdog = math.huge })
+    assert.matches("smarm top: 2 schedulers", screen, 1, true)
+    assert.matches("scheduler 2 did not answer: its actors are not listed", screen, 1, true)
+    assert.matches("\n<1%.%d+%.%d+> ", screen) -- scheduler 1's actors are listed
+  end)
+
   it("raises on a bad opts.request_timeout", function()
     for _, bad in ipairs({ 0, -1, "1", true, 1e-9, 7200 }) do
       assert.has_error(function() smarm.run(function() end, { request_timeout = bad }) end,

@@ -328,10 +328,11 @@ function core.processes()
   return all
 end
 
--- _actors(keys) -> { info, ... }: smarm.info(pid, keys) of every live actor (with its pid), one
--- request per scheduler rather than one per actor (smarm.top's sample). A snapshot, as
--- processes() is.
-function core._actors(keys)
+-- _actors(keys [, missing]) -> { info, ... }: smarm.info(pid, keys) of every live actor (with
+-- its pid), one request per scheduler rather than one per actor (smarm.top's sample). A
+-- snapshot, as processes() is. With `missing` (a table), a scheduler that does not answer
+-- within opts.request_timeout is left out, its error at missing[k], instead of raising.
+function core._actors(keys, missing)
   local all, here = {}, core.scheduler()
   for k = 1, core.schedulers() do
     local some
@@ -340,6 +341,15 @@ function core._actors(keys)
       for _, p in ipairs(local_processes()) do
         local t = local_info(p, keys)
         if t then some[#some + 1] = t end
+      end
+    elseif missing then
+      local answered, got = pcall(ask, k, "actors", nil, keys)
+      if answered then
+        some = got
+      elseif tostring(got):find("did not answer", 1, true) then
+        some, missing[k] = {}, got
+      else
+        error(got, 0)
       end
     else
       some = ask(k, "actors", nil, keys)

@@ -13,9 +13,9 @@ local KEYS = { "pid", "status", "waiting", "name", "mailbox", "cpu", "scheduled"
 
 -- { [pid] = info } of every live actor, and the stats, now.
 function top.sample()
-  local actors = {}
-  for _, info in ipairs(smarm._actors(KEYS)) do actors[info.pid] = info end
-  return { actors = actors, stats = smarm.stats(), at = smarm.now() }
+  local actors, missing = {}, {} -- (a stuck scheduler's actors are missing; the rest is shown)
+  for _, info in ipairs(smarm._actors(KEYS, missing)) do actors[info.pid] = info end
+  return { actors = actors, missing = missing, stats = smarm.stats(), at = smarm.now() }
 end
 
 local function bytes(n)
@@ -45,6 +45,12 @@ function top.render(before, now, rows, stops)
     local busy = (s.busy_ns - (b and b.busy_ns or 0)) / wall
     line("%-5d %4.0f%% %5d %7d %10.0f %11.0f %9s", k, busy * 100, s.runq, s.live,
       per_second(s, b, "received", dt), per_second(s, b, "switches", dt), bytes(s.memory))
+  end
+  for k = 1, #now.stats do -- (its figures above need no answer: they are read, not asked)
+    if now.missing and now.missing[k] then
+      line("scheduler %d did not answer: its actors are not listed (it is stuck in C code, a "
+        .. "__gc finalizer or an actor with no time slice)", k)
+    end
   end
   local list = {}
   for pid, a in pairs(now.actors) do
