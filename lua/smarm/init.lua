@@ -176,6 +176,36 @@ function core._error_text(e)
 end
 local error_text = core._error_text
 
+-- _same_data(a, b) -> whether a and b are the same data, as Erlang compares terms: a value
+-- that came back in a message is a copy of the one sent. Equal values (raw: no __eq of the
+-- user's runs), userdata equal by smarm's own __eq (binaries, reply handles), or tables with
+-- the same keys holding the same data. Keys are compared as values, so a table whose tables
+-- are keys of its tables, or that holds NaN, equals no copy of itself. `seen` maps a table
+-- being compared to the set of tables it is compared with, so that cycles end. Used by
+-- smarm.supervisor (child ids) and smarm.server (a stop's reason).
+local function same_data(a, b, seen)
+  if rawequal(a, b) then return true end
+  if type(a) == "userdata" and type(b) == "userdata" then return a == b end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  seen = seen or {}
+  local partners = seen[a]
+  if partners == nil then
+    partners = {}
+    seen[a] = partners
+  elseif partners[b] then
+    return true
+  end
+  partners[b] = true
+  for k, v in pairs(a) do
+    if not same_data(v, rawget(b, k), seen) then return false end
+  end
+  for k in pairs(b) do
+    if rawget(a, k) == nil then return false end
+  end
+  return true
+end
+core._same_data = function(a, b) return same_data(a, b) end
+
 -- _spawn_failure(err, who) -> option | nil, err: spawn_opt's error, raised in a pcall by a
 -- library function `who` ("server.start") that spawns for its caller, in who's words: the
 -- text after "opts." of a bad option ("on must be ..."), for who to name as its own argument;

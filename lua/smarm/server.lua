@@ -352,19 +352,6 @@ end
 
 server.reply = reply
 
--- Whether two exit reasons are the same value (a reason comes back as a copy).
-local function same(a, b, depth)
-  if a == b then return true end
-  if type(a) ~= "table" or type(b) ~= "table" or depth > 200 then return false end
-  for k, v in pairs(a) do
-    if not same(v, b[k], depth + 1) then return false end
-  end
-  for k in pairs(b) do
-    if a[k] == nil then return false end
-  end
-  return true
-end
-
 -- Sends the STOP request to `to` (a pid or name; arguments checked) and waits up to `timeout`
 -- for its end: true, or nil and "noproc" | "timeout" | the reason it ended with. Errors name
 -- `fname` and are raised at `level` (the caller of the public function). The STOP protocol is
@@ -389,7 +376,7 @@ function server._stop(to, reason, timeout, fname, level)
     smarm.demonitor(mref, "flush")
     return nil, "timeout"
   end
-  if same(m.reason, reason, 0) then return true end
+  if smarm._same_data(m.reason, reason) then return true end
   return nil, m.reason
 end
 

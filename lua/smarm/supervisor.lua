@@ -125,33 +125,8 @@ local function id_problem(v)
   return (why:gsub("^reason%[1%]", ""):gsub("^reason ", " "))
 end
 
--- Whether child ids a and b are the same data: equal values, or tables with the same keys
--- holding the same data. Keys are compared as values: an id's tables arrive as copies, so one
--- whose tables are keys of its tables, or that holds NaN, names no child (docs/api.md). `seen`
--- holds the pairs of tables being compared, so that ids with cycles end.
-local function same_id(a, b, seen)
-  if rawequal(a, b) then return true end -- (no __eq of a table: no code of the user's runs here)
-  if type(a) == "userdata" and type(b) == "userdata" then
-    return a == b -- binaries, reply handles: equal by value, by smarm's own __eq
-  end
-  if type(a) ~= "table" or type(b) ~= "table" then return false end
-  seen = seen or {}
-  local partners = seen[a]
-  if partners == nil then
-    partners = {}
-    seen[a] = partners
-  elseif partners[b] then
-    return true
-  end
-  partners[b] = true
-  for k, v in pairs(a) do
-    if not same_id(v, rawget(b, k), seen) then return false end
-  end
-  for k in pairs(b) do
-    if rawget(a, k) == nil then return false end
-  end
-  return true
-end
+-- Whether child ids a and b are the same data (an id comes as a copy in every request).
+local same_id = smarm._same_data
 
 local function spec_error(level, where, msg)
   error(string.format("supervisor.%s: %s", where, msg), level + 1)
