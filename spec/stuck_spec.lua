@@ -24,6 +24,38 @@ local function no_answer(fname)
     "stuck in C code, a __gc finalizer or an actor with no time slice)"
 end
 
+-- Holds scheduler 2 (called by the main actor): spawns there an actor that reads from a pipe
+-- only release() writes to, then runs then_() if given. Returns the hog's pid and release,
+-- which lets the hog go (its write from an actor of its own with `from_actor`, so that the
+-- caller can wait in a request meanwhile) and closes the pipe when called with `close`.
+local function hold_scheduler_2(then_)
+  local ffi = require("ffi")
+  pcall(ffi.cdef, CDEFS)
+  local fds = ffi.new("int[2]")
+  assert.equals(0, ffi.C.pipe(fds))
+  local rfd, wfd = fds[0], fds[1]
+  local me = smarm.self()
+  local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
+    local ffi2 = require("ffi")
+    pcall(ffi2.cdef, CDEFS)
+    smarm.send(me, "blocking")
+    ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until release() writes
+    if then_ then then_() end
+  end)
+  guard.receive("the hog's start", function(m) return m == "blocking" end)
+  local function release(how)
+    if how == "from_actor" then
+      smarm.spawn(function() ffi.C.write(wfd, "x", 1) end)
+    elseif how == "close" then
+      ffi.C.close(rfd)
+      ffi.C.close(wfd)
+    else
+      ffi.C.write(wfd, "x", 1)
+    end
+  end
+  return hog, release
+end
+
 -- Asks scheduler 2 something with f(...) and checks that it times out with fname's error.
 local function times_out(fname, f, ...)
   local ok, err = pcall(f, ...)
@@ -34,24 +66,14 @@ end
 describe("a request to a scheduler stuck in C", function()
   it("times out with a clear error, and takes effect when the scheduler gets to it", function()
     run(function()
-      local ffi = require("ffi")
-      pcall(ffi.cdef, CDEFS)
-      local fds = ffi.new("int[2]")
-      assert.equals(0, ffi.C.pipe(fds))
-      local rfd, wfd = fds[0], fds[1]
       local me = smarm.self()
       guard.started()
       local dead, ref = smarm.spawn_opt({ on = 2, monitor = true }, function() end)
       guard.receive("the DOWN of an actor of scheduler 2",
         function(m) return type(m) == "table" and m.ref == ref end)
-      local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
-        local ffi2 = require("ffi")
-        pcall(ffi2.cdef, CDEFS)
-        smarm.send(me, "blocking")
-        ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
+      local hog, release = hold_scheduler_2(function()
         while true do smarm.send(me, { forwarded = smarm.receive() }) end
       end)
-      guard.receive("the hog's start", function(m) return m == "blocking" end)
 
       times_out("alive", smarm.alive, hog)
       -- a spawn without a name does not wait: its pid was set aside ahead (the spawn of `dead`
@@ -69,7 +91,7 @@ describe("a request to a scheduler stuck in C", function()
 
       -- Scheduler 2 is let go only once this actor waits in its next request, so the late
       -- answers arrive while it waits for another one: each must find its token stale.
-      smarm.spawn(function() ffi.C.write(wfd, "x", 1) end)
+      release("from_actor")
       local ok, answer
       repeat ok, answer = pcall(smarm.alive, dead) until ok or not answer:find("did not answer")
       assert.is_true(ok, answer)
@@ -85,8 +107,7 @@ describe("a request to a scheduler stuck in C", function()
       -- the late linked spawn started, and its link told it of a spawner that gave up (noproc)
       guard.wait(function() return smarm.whereis("late_linked") == nil end,
         "the late linked child's end")
-      ffi.C.close(rfd)
-      ffi.C.close(wfd)
+      release("close")
     end, { schedulers = 2, request_timeout = 0.5, watchdog = math.huge })
   end)
 
@@ -94,26 +115,13 @@ describe("a request to a scheduler stuck in C", function()
   -- one reaches for when a scheduler hangs. It shows the rest, and says which one is missing.
   it("leaves smarm.top the schedulers that answer, naming the one that does not", function()
     local screen = run(function()
-      local ffi = require("ffi")
-      pcall(ffi.cdef, CDEFS)
-      local fds = ffi.new("int[2]")
-      assert.equals(0, ffi.C.pipe(fds))
-      local rfd, wfd = fds[0], fds[1]
-      local me = smarm.self()
       guard.started()
-      local hog = smarm.spawn_opt({ on = 2, slice = math.huge }, function()
-        local ffi2 = require("ffi")
-        pcall(ffi2.cdef, CDEFS)
-        smarm.send(me, "blocking")
-        ffi2.C.read(rfd, ffi2.new("char[1]"), 1) -- holds scheduler 2 until the main actor writes
-      end)
-      guard.receive("the hog's start", function(m) return m == "blocking" end)
+      local hog, release = hold_scheduler_2()
       local shown
       local ok, err = pcall(smarm.top, { count = 1, interval = 0.01, write = function(t) shown = t end })
-      ffi.C.write(wfd, "x", 1) -- (before any assertion: the hog must go whatever happened)
+      release() -- (before any assertion: the hog must go whatever happened)
       guard.ended(hog)
-      ffi.C.close(rfd)
-      ffi.C.close(wfd)
+      release("close")
       return ok and shown or tostring(err)
     end, { schedulers = 2, request_timeout = 0.5, watchdog = math.huge })
     assert.matches("smarm top: 2 schedulers", screen, 1, true)
