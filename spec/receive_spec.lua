@@ -76,6 +76,38 @@ describe("receive's arguments", function()
   end)
 end)
 
+describe("a selective receive's timeout", function()
+  -- A sender that never stops sending what the match refuses held receive(match, t) past t
+  -- for as long as it sent: the receive timed out only once the mailbox was empty. Past its
+  -- deadline it looks at what was queued then, and no more. Here the match itself is that
+  -- sender (each message it refuses brings the next), so no speed decides the outcome; it
+  -- gives up after CAP messages, a hang guard that only an unbounded receive reaches.
+  it("ends while refused messages keep coming", function()
+    local CAP = 2000000
+    local r = smarm.run(function()
+      local me, sent = smarm.self(), 0
+      local function refuse_and_send_another(m)
+        if m == "wanted" then return true end
+        if sent < CAP then
+          sent = sent + 1
+          smarm.send(me, sent)
+        end
+        return false
+      end
+      local out = {}
+      for _, timeout in ipairs({ 0, 0.01 }) do
+        smarm.send(me, 0)
+        sent = 0
+        out[#out + 1] = { smarm.receive(refuse_and_send_another, timeout) }
+        out[#out + 1] = sent < CAP
+        while smarm.receive(0) do end
+      end
+      return out
+    end)
+    assert.are.same({ { nil, "timeout" }, true, { nil, "timeout" }, true }, r)
+  end)
+end)
+
 describe("a long backlog", function()
   it("keeps its order through many takes from the middle", function()
     local ok = smarm.run(function()

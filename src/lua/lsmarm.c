@@ -1238,6 +1238,10 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
 {
   int q = push_saved(L, la);
   int64_t deadline = timeout > 0 ? smarm_clock_ns() + timeout : timeout; /* the actors' clock */
+  /* Once no time is left (a timeout of 0, or the deadline passed), only the messages queued at
+  ** that moment are still looked at, then the receive times out: a sender that keeps sending
+  ** messages the match refuses must not hold it past its timeout for good. -1: time is left. */
+  int64_t last_looks = -1;
   for (int i = la->saved_count ? la->saved_first : la->saved_last + 1;; i++) {
     if (i > la->saved_last) { /* all seen: the next message from the mailbox joins the queue */
       int64_t left = timeout;
@@ -1246,8 +1250,17 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
         if (left < 0)
           left = 0;
       }
+      if (left == 0 && last_looks < 0)
+        last_looks = (int64_t)smarm_mailbox_size();
+      if (last_looks == 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "timeout");
+        return 2;
+      }
       if (mailbox_next(L, la, left) == 2)
         return 2;
+      if (last_looks > 0)
+        last_looks--;
       /* Into the saved queue before the match runs, so an error there loses nothing. */
       saved_append(L, la, q);
       lua_pop(L, 1);
