@@ -155,16 +155,27 @@ static int take_spare(enc_t *e, size_t need)
   return 1;
 }
 
+static void fail_at(enc_t *e, int nkeys, const char *rest);
+
+/* The most an encoding's buffer (a userdata) may hold: LuaJIT's limit on a userdata's size. A
+** string alone is not encoded into it (encode_string), and may be up to the block's limit. */
+#define ENC_MAX ((size_t)0x7fffff00)
+
 static void reserve(enc_t *e, size_t n)
 {
   if (e->len + n <= e->cap)
     return;
+  if (n > ENC_MAX - e->len)
+    fail_at(e, 0, " is too big to copy: its encoding passes 2 GiB (a string sent alone may be "
+                  "up to 4 GiB; a smarm.binary is shared, not copied)");
   ensure_slots(e);
   if (e->buf == e->local && take_spare(e, e->len + n))
     return;
   size_t cap = e->cap * 2;
   while (cap < e->len + n)
     cap *= 2;
+  if (cap > ENC_MAX)
+    cap = ENC_MAX;
   unsigned char *nb = lua_newuserdata(e->L, cap);
   memcpy(nb, e->buf, e->len);
   lua_replace(e->L, e->buf_idx); /* in its slot: a table walk keeps its key and value on top */
