@@ -114,11 +114,29 @@ describe("smarm.run", function()
       { { stack_size = "4M" }, "opts.stack_size must be a number of bytes, got string" },
       { { seed = true }, "opts.seed must be an integer from 1 to 2^53, got boolean" },
       { { seed = "1" }, "opts.seed must be an integer from 1 to 2^53, got string" },
+      -- a misspelt option was ignored without a word
+      { { schedulerz = 3 }, "opts.schedulerz is not an option (options: schedulers, " ..
+        "stack_size, slice, watchdog, max_mailbox, request_timeout, clock, dump_signal, " ..
+        "keep_freed, seed, on_crash)" },
+      { { 4 }, "opts has a key that is a number (options: schedulers, " ..
+        "stack_size, slice, watchdog, max_mailbox, request_timeout, clock, dump_signal, " ..
+        "keep_freed, seed, on_crash)" },
     }
     for _, case in ipairs(cases) do
       assert.has_error(function() smarm.run(f, case[1]) end,
         "bad argument #2 to 'run' (" .. case[2] .. ")")
     end
+    -- spawn_opt's too (Erlang's spawn_opt refuses an unknown option): a bound or a monitor
+    -- asked for under a wrong name was not there, and nothing said so
+    smarm.run(function()
+      for _, case in ipairs({ { { max_mailbx = 2 }, "max_mailbx" },
+        { { on = 1, monitr = true }, "monitr" } }) do
+        local opts, key = case[1], case[2]
+        assert.has_error(function() smarm.spawn_opt(opts, function() end) end,
+          "bad argument #1 to 'spawn_opt' (opts." .. key .. " is not an option (options: on, " ..
+          "link, monitor, name, slice, max_mailbox))")
+      end
+    end)
     for _, opts in ipairs({ { on_crash = print }, {} }) do
       local ok, e = pcall(smarm.run, nil, opts)
       assert.is_false(ok)

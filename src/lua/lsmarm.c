@@ -1681,6 +1681,30 @@ static int check_clock(lua_State *L, int arg)
 }
 
 /* opts.max_mailbox at the top of the stack: an integer from 1 (nil: 0, the default). */
+/* Raises when the options table at arg has a key that is not one of `names` (a NULL-ended
+** list, `list` its text): a misspelt option would else be ignored without a word (Erlang's
+** spawn_opt refuses an unknown option with badarg). */
+static void check_option_names(lua_State *L, int arg, const char *const names[],
+                               const char *list)
+{
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *key = lua_tostring(L, -1);
+      int known = 0;
+      for (int i = 0; names[i] && !known; i++)
+        known = strcmp(key, names[i]) == 0;
+      if (!known)
+        luaL_argerror(L, arg, lua_pushfstring(L, "opts.%s is not an option (options: %s)", key,
+                                              list));
+    } else {
+      luaL_argerror(L, arg, lua_pushfstring(L, "opts has a key that is a %s (options: %s)",
+                                            luaL_typename(L, -1), list));
+    }
+  }
+}
+
 static size_t check_max_mailbox(lua_State *L, int arg)
 {
   if (lua_isnil(L, -1))
@@ -1695,7 +1719,10 @@ static size_t check_max_mailbox(lua_State *L, int arg)
 ** slice. */
 static int l_spawn_opt(lua_State *L)
 {
+  static const char *const names[] = {"on", "link", "monitor", "name", "slice", "max_mailbox",
+                                      NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
+  check_option_names(L, 1, names, "on, link, monitor, name, slice, max_mailbox");
   spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0, 0};
   lua_getfield(L, 1, "slice");
   r.slice_ns = check_slice(L, 1, "opts.slice", "never preempted");
@@ -1795,7 +1822,13 @@ static int l_run(lua_State *L)
   smarm_config_t cfg;
   smarm_config_init(&cfg);
   if (!lua_isnoneornil(L, 2)) {
+    static const char *const names[] = {
+      "schedulers", "stack_size", "slice", "watchdog", "max_mailbox", "request_timeout", "clock",
+      "dump_signal", "keep_freed", "seed", "on_crash", NULL};
     luaL_checktype(L, 2, LUA_TTABLE);
+    check_option_names(L, 2, names, "schedulers, stack_size, slice, watchdog, max_mailbox, "
+                                    "request_timeout, clock, dump_signal, keep_freed, seed, "
+                                    "on_crash");
     lua_getfield(L, 2, "schedulers");
     if (!lua_isnil(L, -1)) {
       lua_Number n = run_opt_number(L, "schedulers", "an integer from 1 to " SCHED_MAX_TEXT);
