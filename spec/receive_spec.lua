@@ -70,8 +70,12 @@ describe("receive's arguments", function()
 
   it("rejects a match that is not a function", function()
     smarm.run(function()
-      assert.has_error(function() smarm.receive({}, 1) end)
-      assert.has_error(function() smarm.receive("soon") end)
+      -- (it said "non-negative number of seconds expected", as if no match were taken)
+      for _, bad in ipairs({ { {}, 1 }, { "soon" } }) do
+        assert.has_error(function() smarm.receive(bad[1], bad[2]) end,
+          "bad argument #1 to 'receive' (match function or number of seconds expected, got " ..
+          type(bad[1]) .. ")")
+      end
     end)
   end)
 end)

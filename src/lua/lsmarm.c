@@ -1315,7 +1315,8 @@ static int l_receive(lua_State *L)
       match_idx = lua_isfunction(L, 1) ? 1 : 0;
       timeout_idx = 2;
     } else if (!lua_isnoneornil(L, 1) && lua_type(L, 1) != LUA_TNUMBER) {
-      sm_lpark_check_seconds(L, 1); /* raises: neither a match function nor a timeout */
+      luaL_argerror(L, 1, lua_pushfstring(L, "match function or number of seconds expected, "
+                                             "got %s", luaL_typename(L, 1)));
     }
     if (!lua_isnoneornil(L, timeout_idx)) {
       timeout = sm_lpark_check_seconds(L, timeout_idx);
