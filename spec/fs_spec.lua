@@ -175,6 +175,57 @@ describe("smarm.fs", function()
     assert.are.equal("ENOENT", select(3, guard.run(function() return smarm.fs.readfile(fifo) end)))
   end)
 
+  -- A readfile of a source that never blocks (/dev/zero) was read on after its actor was
+  -- killed, until malloc failed: only an EINTR made it look whether to give up, and a read that
+  -- always has data returns none. Shown in a smarm of its own, with one scheduler so that its
+  -- actors' requests reach libuv's pool in the order they are made: four blocked FIFO opens hold
+  -- the pool's four threads, the reader's request waits behind them and is killed there; the
+  -- blockers are killed, and the reader's work, run for nobody, must read nothing. The bytes the
+  -- process read (/proc/self/io) tell; its data limit keeps a failure small.
+  it("stops reading a source that never blocks once its actor is killed", function()
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local dir = tmpdir()
+    posix.mkfifo(dir .. "/fifo")
+    local script = io.open(dir .. "/child.lua", "w")
+    script:write([=[
+      local smarm = require("smarm")
+      local ffi = require("ffi")
+      local fifo = ...
+      ffi.cdef("struct sm_rlimit { unsigned long cur, max; }; "
+        .. "int setrlimit(int resource, const struct sm_rlimit *rlim);")
+      local function field(file, name)
+        local f = io.open(file)
+        local n = tonumber(f:read("*a"):match(name .. ":%s*(%d+)"))
+        f:close()
+        return n
+      end
+      -- RLIMIT_DATA (2): 256 MiB more than now
+      local data = field("/proc/self/status", "VmData") * 1024 + 256 * 1024 * 1024
+      ffi.C.setrlimit(2, ffi.new("struct sm_rlimit", data, data))
+      local blockers = {}
+      for i = 1, 4 do blockers[i] = smarm.spawn(function() smarm.fs.readfile(fifo) end) end
+      local reader = smarm.spawn(function() smarm.fs.readfile("/dev/zero") end)
+      smarm.yield() -- each has made its request
+      local before = field("/proc/self/io", "rchar")
+      smarm.kill(reader)
+      for i = 1, 4 do smarm.kill(blockers[i]) end
+      -- taken from the pool's queue after the reader's work
+      for _ = 1, 4 do smarm.fs.readfile("/proc/self/stat") end
+      smarm.sleep(0.2)
+      print(field("/proc/self/io", "rchar") - before)
+    ]=])
+    script:close()
+    local r = guard.run(function()
+      return smarm.process.run({ exe, "-s", "1", dir .. "/child.lua", dir .. "/fifo" },
+        { timeout = HANG })
+    end)
+    posix.remove_tree(dir)
+    assert.are.equal("", r.stderr)
+    -- what the process read itself (/proc files), not the megabytes of /dev/zero
+    assert.is_true(tonumber(r.stdout) < 65536, r.stdout)
+  end)
+
   it("raises on misuse", function()
     local e1, e2, e3 = guard.run(function()
       local _, a = pcall(function() smarm.fs.readfile(nil) end)

@@ -41,6 +41,13 @@ static int read_all(fs_req_t *r)
   r->data = malloc(cap);
   int err = r->data ? 0 : -ENOMEM;
   while (!err) {
+    /* On every round, not only after an EINTR: a source that never blocks (/dev/zero, a FIFO
+    ** fed without pause) never returns one, and would be read until malloc failed after its
+    ** actor was killed or the runtime ended (io.h). What was read is nobody's then. */
+    if (sm_io_interrupted()) {
+      err = -EINTR;
+      break;
+    }
     if (r->len == cap) {
       char *more = realloc(r->data, cap * 2);
       if (!more) {
@@ -71,6 +78,14 @@ static int write_fd(int fd, const char *data, size_t len, double offset, size_t 
   int err = 0;
   *done = 0;
   while (*done < len && !err) {
+    /* After a partial write, as after an EINTR: a reader that takes a little at a time (a pipe,
+    ** a terminal) never makes the write fail with EINTR, and would hold the pool thread after
+    ** the actor was killed or the runtime ended. Not before the first round: a write the
+    ** actor made to a regular file is made (io.c). */
+    if (*done > 0 && sm_io_interrupted()) {
+      err = -EINTR;
+      break;
+    }
     ssize_t n = offset >= 0 ? pwrite(fd, data + *done, len - *done, (off_t)offset + (off_t)*done)
                             : write(fd, data + *done, len - *done);
     if (n < 0 && (errno != EINTR || sm_io_interrupted())) /* io.h: give up when stopping */
