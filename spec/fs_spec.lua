@@ -286,6 +286,32 @@ describe("smarm.fs.open", function()
     assert.matches("bad argument #2 to 'open'", r.badflags)
   end)
 
+  -- Linux's pwrite appends on a file opened with O_APPEND, whatever the offset: the write was
+  -- reported as made at the offset, and its bytes landed at the end.
+  it("refuses a write at an offset to a file opened for appending", function()
+    local dir = tmpdir()
+    local r = guard.run(function()
+      local out = {}
+      assert(smarm.fs.writefile(dir .. "/data", "0123456789"))
+      for _, how in ipairs({ "a", "a+" }) do
+        local f = assert(smarm.fs.open(dir .. "/data", how))
+        out[how] = { pcall(function() local n = f:write("AB", 0) return n end) } -- no tail call
+        out[how .. " at the end"] = f:write("!")
+        f:close()
+      end
+      out.all = smarm.fs.readfile(dir .. "/data")
+      return out
+    end)
+    posix.remove_tree(dir)
+    for _, how in ipairs({ "a", "a+" }) do
+      assert.is_false(r[how][1])
+      assert.matches("bad argument #2 to 'write' %(the file is open for appending %(\"a\" or "
+        .. "\"a%+\"%), where a write at an offset would append%)", r[how][2])
+      assert.are.equal(1, r[how .. " at the end"])
+    end
+    assert.are.equal("0123456789!!", r.all) -- nothing written at 0, nor appended
+  end)
+
   -- a FIFO's writer may go on as soon as its reader's close returns (the EPIPE specs rely on it)
   it("closes the descriptor before close returns; a finalizer's close is posted", function()
     local dir = tmpdir()

@@ -701,8 +701,16 @@ static int f_write(lua_State *L)
   if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
     unbuffer(f);
   lua_Number off = -1; /* the file's position */
-  if (!lua_isnoneornil(L, 3))
+  if (!lua_isnoneornil(L, 3)) {
     off = check_offset(L, 3);
+    /* Linux's pwrite on a descriptor opened with O_APPEND appends whatever the offset (pwrite(2),
+    ** BUGS), and would report the write as made where it was asked; Go's WriteAt refuses such a
+    ** file too. The flag is the open file's, so it is read from the descriptor, as it is now. */
+    int fl = fcntl(f->fd, F_GETFL);
+    luaL_argcheck(L, fl < 0 || !(fl & O_APPEND), 3,
+                  "the file is open for appending (\"a\" or \"a+\"), where a write at an offset "
+                  "would append");
+  }
   lua_settop(L, 3);
   int64_t deadline = off < 0 ? deadline_of(f) : -1;
   size_t done = 0;
