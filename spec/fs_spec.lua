@@ -55,6 +55,8 @@ describe("smarm.fs", function()
       out.notempty = { smarm.fs.rmdir(dir .. "/d") }
       out.unlink = { smarm.fs.unlink(dir .. "/nope") }
       out.rename = { smarm.fs.rename(dir .. "/nope", dir .. "/other") }
+      -- the source exists: the destination's folder is what is missing
+      out.rename_to = { smarm.fs.rename(dir .. "/d/f", dir .. "/nodir/f") }
       out.scandir = { smarm.fs.scandir(dir .. "/nope") }
       out.isdir = { smarm.fs.readfile(dir) }
       return out
@@ -68,7 +70,10 @@ describe("smarm.fs", function()
     assert.are.equal("EEXIST", r.exists[3])
     assert.are.equal("ENOTEMPTY", r.notempty[3])
     assert.are.equal("ENOENT", r.unlink[3])
-    assert.are.equal("ENOENT", r.rename[3])
+    assert.are.same({ nil, dir .. "/nope -> " .. dir .. "/other: no such file or directory", "ENOENT" },
+      r.rename)
+    assert.are.same({ nil, dir .. "/d/f -> " .. dir .. "/nodir/f: no such file or directory",
+      "ENOENT" }, r.rename_to)
     assert.are.equal("ENOENT", r.scandir[3])
     assert.are.equal("EISDIR", r.isdir[3])
   end)

@@ -184,13 +184,39 @@ describe("smarm.process.run", function()
     assert.are.equal("smarm ended: 143\ngone\n", r.stdout) -- 128 + SIGTERM
   end)
 
-  it("raises on misuse", function()
-    local e1, e2 = guard.run(function()
-      return select(2, pcall(function() smarm.process.run("ls") end)),
-        select(2, pcall(function() smarm.process.run({ "ls", {} }) end))
+  -- An option's bad type was reported as an argument of its own, numbered by the stack slot
+  -- it was read into ("bad argument #4 to 'run' (string expected, got table)" for opts.cwd),
+  -- and a bad argv entry without the function. The calls are not tail calls: those lose the
+  -- function's name.
+  it("raises on misuse, naming the argument and the option", function()
+    local e = guard.run(function()
+      local process = smarm.process
+      local calls = {
+        function() local r = process.run("ls") return r end,
+        function() local r = process.run({ "ls", {} }) return r end,
+        function() local r = process.spawn({ "ls", true }) return r end,
+        function() local r = process.run({ "echo" }, { cwd = {} }) return r end,
+        function() local r = process.spawn({ "echo" }, { cwd = 5 }) return r end,
+        function() local r = process.run({ "echo" }, { stdin = true }) return r end,
+        function() local r = process.run({ "echo" }, { env = 5 }) return r end,
+        function() local r = process.spawn({ "echo" }, { env = "A=1" }) return r end,
+      }
+      for i = 1, #calls do calls[i] = select(2, pcall(calls[i])) end
+      return calls
     end)
-    assert.matches("bad argument #1 to 'run' %(table expected, got string%)", e1)
-    assert.matches("argv%[2%] is not a string", e2)
+    local want = {
+      "bad argument #1 to 'run' (table expected, got string)",
+      "bad argument #1 to 'run' (argv[2] must be a string, got table)",
+      "bad argument #1 to 'spawn' (argv[2] must be a string, got boolean)",
+      "bad argument #2 to 'run' (opts.cwd must be a string, got table)",
+      "bad argument #2 to 'spawn' (opts.cwd must be a string, got number)",
+      "bad argument #2 to 'run' (opts.stdin must be a string or a binary, got boolean)",
+      "bad argument #2 to 'run' (opts.env must be a table, got number)",
+      "bad argument #2 to 'spawn' (opts.env must be a table, got string)",
+    }
+    for i = 1, #want do
+      assert.matches(want[i], e[i], 1, true)
+    end
   end)
 end)
 

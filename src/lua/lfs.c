@@ -122,9 +122,12 @@ static int simple(lua_State *L, enum fs_op op, const char *fname)
   fs_req_t *r = new_request(L, op);
   int box = lua_gettop(L);
   r->mode = mode;
-  if (op == FS_RENAME)
+  const char *subject = r->path;
+  if (op == FS_RENAME) { /* either path may be what failed (a missing folder of the second) */
     r->path2 = sm_lio_copy_arg(L, 2, NULL);
-  int n = run(L, r, fname, r->path);
+    subject = lua_pushfstring(L, "%s -> %s", r->path, r->path2); /* above the box */
+  }
+  int n = run(L, r, fname, subject);
   if (!n) {
     lua_pushboolean(L, 1);
     n = 1;

@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "io/proc.h"
 #include "lhandle.h"
+#include "lbinary.h"
 #include "lio.h"
 #include "lpark.h"
 #include "lsignal.h"
@@ -30,8 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A NULL-terminated malloc'd copy of the strings of the array at idx (raises on a non-string). */
-static char **string_list(lua_State *L, int idx, const char *what)
+/* A NULL-terminated malloc'd copy of the strings of the array at idx; raises on a non-string
+** or a NUL byte, as bad argument arg (the caller's argument that holds the array). */
+static char **string_list(lua_State *L, int idx, int arg, const char *what)
 {
   size_t n = lua_objlen(L, idx);
   char **v = calloc(n + 1, sizeof *v);
@@ -43,14 +45,18 @@ static char **string_list(lua_State *L, int idx, const char *what)
     const char *s = lua_tolstring(L, -1, &len);
     int nul = s && memchr(s, 0, len) != NULL; /* a C string: a NUL would cut it, silently */
     char *c = s && !nul ? strdup(s) : NULL;
+    const char *type = luaL_typename(L, -1); /* a static string */
     lua_pop(L, 1);
     if (!c) {
       for (size_t j = 0; j < i; j++)
         free(v[j]);
       free(v);
-      luaL_error(L, nul ? "%s[%d] holds a NUL byte"
-                        : s ? "not enough memory" : "%s[%d] is not a string",
-                 what, (int)i + 1);
+      if (s && !nul)
+        luaL_error(L, "not enough memory");
+      luaL_argerror(L, arg,
+                    nul ? lua_pushfstring(L, "%s[%d] holds a NUL byte", what, (int)i + 1)
+                        : lua_pushfstring(L, "%s[%d] must be a string, got %s", what, (int)i + 1,
+                                          type));
     }
     v[i] = c;
   }
@@ -78,20 +84,35 @@ static void check_program_args(lua_State *L)
   lua_settop(L, 2);
 }
 
+/* Raises "bad argument #2 to '<fn>' (opts.<name> must be <what>, got <type>)" for the value on
+** top: the option is a field of argument 2, not an argument of its own. */
+static void opt_error(lua_State *L, const char *name, const char *what)
+{
+  luaL_argerror(L, 2, lua_pushfstring(L, "opts.%s must be %s, got %s", name, what,
+                                      luaL_typename(L, -1)));
+}
+
 /* Fills r's argv from the array at 1 and cwd and env from the options at 2 (raises on bad
 ** types, naming fname). */
 static void read_program(lua_State *L, proc_req_t *r, const char *fname)
 {
   int top = lua_gettop(L);
-  r->argv = string_list(L, 1, "argv");
+  r->argv = string_list(L, 1, 1, "argv");
   if (!lua_istable(L, 2))
     return;
   lua_getfield(L, 2, "cwd");
-  if (!lua_isnil(L, -1))
+  if (!lua_isnil(L, -1)) {
+    size_t len;
+    const char *cwd = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    if (!cwd)
+      opt_error(L, "cwd", "a string");
+    luaL_argcheck(L, !memchr(cwd, 0, len), 2, "opts.cwd: string without NUL bytes expected");
     r->cwd = sm_lio_copy_arg(L, lua_gettop(L), NULL);
+  }
   lua_getfield(L, 2, "env");
   if (!lua_isnil(L, -1)) {
-    luaL_checktype(L, -1, LUA_TTABLE);
+    if (!lua_istable(L, -1))
+      opt_error(L, "env", "a table");
     lua_newtable(L); /* as NAME=value strings */
     int list = lua_gettop(L), n = 0;
     lua_pushnil(L);
@@ -109,7 +130,7 @@ static void read_program(lua_State *L, proc_req_t *r, const char *fname)
       lua_rawseti(L, list, ++n);
       lua_pop(L, 1);
     }
-    r->env = string_list(L, list, "env");
+    r->env = string_list(L, list, 2, "opts.env"); /* strings without NUL bytes (above) */
   }
   lua_settop(L, top);
 }
@@ -150,8 +171,12 @@ static int l_run(lua_State *L)
   int64_t timeout_ns = SMARM_FOREVER;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "stdin");
-    if (!lua_isnil(L, -1))
-      r->input = sm_lio_copy_bytes(L, lua_gettop(L), &r->input_len); /* a string or a binary */
+    if (!lua_isnil(L, -1)) {
+      int t = lua_type(L, -1);
+      if (t != LUA_TSTRING && t != LUA_TNUMBER && !sm_lbinary_test(L, -1))
+        opt_error(L, "stdin", "a string or a binary");
+      r->input = sm_lio_copy_bytes(L, lua_gettop(L), &r->input_len);
+    }
     lua_getfield(L, 2, "timeout");
     if (!lua_isnil(L, -1)) {
       lua_Number t = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
