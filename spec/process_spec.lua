@@ -107,6 +107,28 @@ describe("smarm.process.run", function()
     assert.are.equal(("x"):rep(#out), out)
   end)
 
+  -- A run given up killed its program, but a program that one started kept the output pipes,
+  -- and the IO thread read on what it wrote into buffers nobody would take (`sh -c "yes;
+  -- true"`: a gigabyte a second). The pipes close at the cancel, so such a writer meets EPIPE
+  -- (as in Erlang when a port closes). Here it writes slowly, ignores SIGPIPE, and says when a
+  -- write fails.
+  it("closes the output pipes of a run given up: a program it left meets EPIPE", function()
+    local base = fresh_path()
+    local done = guard.run(function()
+      local caller = smarm.spawn(function()
+        smarm.process.run({ "sh", "-c", [[
+          (trap '' PIPE; echo > "$1.ready"; while echo x; do sleep 0.01; done
+           echo > "$1.done") &
+          exec sleep 60]], "sh", base })
+      end)
+      guard.wait(function() return smarm.fs.stat(base .. ".ready") end, "the writer's start")
+      smarm.kill(caller) -- its request is cancelled: the program killed, the pipes closed
+      return guard.wait(function() return smarm.fs.stat(base .. ".done") end, "the writer's EPIPE")
+    end)
+    for _, suffix in ipairs({ ".ready", ".done" }) do os.remove(base .. suffix) end
+    assert.is_table(done)
+  end)
+
   it("parks only the caller: other actors run while a program runs", function()
     -- the program runs until the main actor, which ticks meanwhile, creates a file after 5 ticks
     local flag = fresh_path()

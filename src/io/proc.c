@@ -344,8 +344,19 @@ static void run_cancel(io_req_t *req)
   ** started may read that pipe on) ends now, cancelled by the close */
   if (k->in.data && !uv_is_closing((uv_handle_t *)&k->in))
     uv_close((uv_handle_t *)&k->in, on_handle_closed);
-  take_output(k, r); /* what it wrote so far; what comes until its pipes close is dropped */
+  take_output(k, r); /* what it wrote so far */
+  /* Its output pipes close now, not when the program has gone: a program it started may hold
+  ** them for good (`sh -c "yes; true"`), and its output, read on into buffers nobody will
+  ** take, grew without end. Such a writer meets EPIPE (SIGPIPE) instead, as in Erlang when a
+  ** port closes. A closed pipe reads no more (uv_close), so the run counts it as ended; the
+  ** process handle closes once the program has exited (maybe_finish, now if it has). */
+  uv_handle_t *pipes[] = {(uv_handle_t *)&k->out, (uv_handle_t *)&k->err};
+  for (size_t i = 0; i < 2; i++)
+    if (!uv_is_closing(pipes[i]))
+      uv_close(pipes[i], on_handle_closed);
+  k->out_done = k->err_done = 1;
   io_finish(req, -ETIMEDOUT);
+  maybe_finish(k);
 }
 
 /* ---- Live programs (spawn) ------------------------------------------------------------------
