@@ -323,7 +323,6 @@ describe("smarm.process.spawn", function()
     assert.are.same({ nil, "timeout" }, r.early)
     assert.are.same({ true }, r.killed)
     assert.are.same({ signal = 15 }, r.w) -- no status: no `status == 0` check mistakes it
-    assert.are.same({ nil, "no such process", "ESRCH" }, r.again)
     assert.are.same({ signal = 9 }, r.nine)
     assert.are.same({}, r.pipes)
   end)
@@ -341,6 +340,32 @@ describe("smarm.process.spawn", function()
     assert.are.same({ line = "started", w = { signal = 15 } }, r)
     guard.run(function()
       guard.wait(function() return not running_sleep(31) end, "the group's end")
+    end)
+  end)
+
+  -- Once the leader had exited, process:kill answered ESRCH and the runtime's end skipped the
+  -- group, so the programs it left ran on. The group is signalled while someone is in it.
+  it("kills a group whose leader has exited, by process:kill and at the runtime's end", function()
+    local r = guard.run(function()
+      local out = {}
+      for i, seconds in ipairs({ 32, 33 }) do
+        local sleep = "sleep " .. own_duration(seconds)
+        local p = smarm.process.spawn({ "sh", "-c", sleep .. " & echo started; exit 0" },
+          { group = true, stdin = "null" })
+        out[i] = { p.stdout:receive("*l"), p:wait() }
+        guard.wait(function() return running_cmdline(sleep .. " ") end, "the group's sleep")
+        if i == 1 then
+          out.kill = { p:kill("SIGKILL") }
+          guard.wait(function() return not running_sleep(seconds) end, "the group's end")
+        end -- the second is left to the runtime's end
+      end
+      return out
+    end)
+    assert.are.same({ "started", { status = 0 } }, r[1])
+    assert.are.same({ "started", { status = 0 } }, r[2])
+    assert.are.same({ true }, r.kill)
+    guard.run(function()
+      guard.wait(function() return not running_sleep(33) end, "the second group's end")
     end)
   end)
 

@@ -47,9 +47,61 @@ static void unlink_running(child_t *c)
   c->prev = c->next = NULL;
 }
 
+/* Process groups (opts.group) whose leader has exited while others of the group ran on: the
+** programs it started, which every kill of the group is promised to reach (process:kill, the
+** runtime's end, a fatal signal). A group is kept from its leader's exit until a kill finds it
+** empty (ESRCH) or the runtime ends.
+** Why kill(-pgid) is safe after the leader's pid was reaped: while any process of the group
+** lives, its pgid is in use, and the kernel gives that number to no new process (nor group), so
+** the signal reaches the leader's group and nobody else. Once the group is empty, a kill says
+** ESRCH and the group is forgotten. The one case left: the group empties unseen, and before the
+** next kill the pids wrap round (pid_max) to that number and its new owner leads a group of its
+** own; kill(pid) of any program already reaped runs the same risk, and a group is never
+** signalled after a kill has found it empty. */
+typedef struct left_group {
+  int pgid;
+  struct left_group *next;
+} left_group_t;
+
+static left_group_t *left_groups;
+
+/* Signals the left group pgid: 0 or a libuv error; UV_ESRCH, and it is forgotten, once empty
+** (or when it was not kept). */
+static int signal_left_group(int pgid, int signum)
+{
+  for (left_group_t **p = &left_groups; *p; p = &(*p)->next) {
+    if ((*p)->pgid != pgid)
+      continue;
+    int rc = uv_kill(-pgid, signum);
+    if (rc == UV_ESRCH) {
+      left_group_t *g = *p;
+      *p = g->next;
+      free(g);
+    }
+    return rc;
+  }
+  return UV_ESRCH;
+}
+
+/* The leader of group pgid has exited: the group is kept while others are in it (out of
+** memory: it is not, and no kill reaches it any more, as before groups were kept). */
+static void keep_left_group(int pgid)
+{
+  if (kill(-pgid, 0) != 0 && errno != EPERM) /* empty (ESRCH); EPERM: someone of it lives */
+    return;
+  left_group_t *g = malloc(sizeof *g);
+  if (!g)
+    return;
+  g->pgid = pgid;
+  g->next = left_groups;
+  left_groups = g;
+}
+
 static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
 {
   child_t *c = p->data;
+  if (c->group)
+    keep_left_group(c->proc.pid); /* before anything else of ours can start a program */
   c->exited = 1;
   c->status = status;
   c->term_signal = term_signal;
@@ -62,15 +114,22 @@ static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
 static int signal_child(child_t *c, int signum)
 {
   if (c->exited)
-    return UV_ESRCH;
+    return c->group ? signal_left_group(c->proc.pid, signum) : UV_ESRCH;
   return c->group ? uv_kill(-c->proc.pid, signum) : uv_process_kill(&c->proc, signum);
 }
 
-/* SIGKILL to every program still running (the runtime's end, a fatal signal). */
+/* SIGKILL to every program still running (the runtime's end, a fatal signal), and to the groups
+** whose leaders have exited; those are forgotten (their programs are not ours to wait for). */
 static void kill_running_programs(void)
 {
   for (child_t *c = all_running; c; c = c->next)
     signal_child(c, SIGKILL);
+  while (left_groups) {
+    left_group_t *g = left_groups;
+    left_groups = g->next;
+    uv_kill(-g->pgid, SIGKILL);
+    free(g);
+  }
 }
 
 /* ---- SIGCHLD under TSan ---------------------------------------------------------------------
