@@ -501,6 +501,45 @@ describe("a write with a time limit whose actor is killed", function()
 end)
 
 describe("reading files as Lua's io does", function()
+  -- A read at the position ran read(2) on a duplicate of the descriptor, which moved the shared
+  -- position in the pool: an actor killed while parked in it dropped its bytes, and the actor
+  -- it shared the file with (spawn's upvalues) read on 64 KiB further. Four blocked FIFO opens
+  -- hold libuv's four pool threads, so the reader's read is still queued when it is killed;
+  -- it runs for nobody once they are freed, and the owner must still get the first line.
+  it("keeps the place of a reader killed while its read of a regular file waited", function()
+    local dir = tmpdir()
+    local lines = {}
+    for i = 1, 20000 do lines[i] = ("line%07d"):format(i) end
+    local r = guard.run(function()
+      assert(smarm.fs.writefile(dir .. "/lines", table.concat(lines, "\n") .. "\n"))
+      posix.mkfifo(dir .. "/fifo")
+      local blockers = {}
+      for i = 1, 4 do
+        blockers[i] = smarm.spawn(function() smarm.fs.readfile(dir .. "/fifo") end)
+      end
+      local f = assert(smarm.fs.open(dir .. "/lines", "r"))
+      local got
+      local reader = smarm.spawn(function() got = f:read("*l") end)
+      guard.wait(function()
+        local info = smarm.info(reader, "waiting")
+        return info and info.waiting == "io:file.read"
+      end, "the reader's park")
+      smarm.kill(reader)
+      for i = 1, 4 do smarm.kill(blockers[i]) end
+      for i = 1, 4 do guard.ended(blockers[i]) end
+      -- the reader's read, queued first, runs now; this only makes it likely to have run before
+      -- the owner's (so that the old fault shows), nothing waits on it
+      smarm.sleep(0.05)
+      local out = { got = got, first = f:read("*l"), second = f:read("*l") }
+      f:close()
+      return out
+    end)
+    posix.remove_tree(dir)
+    assert.is_nil(r.got)
+    assert.are.equal("line0000001", r.first)
+    assert.are.equal("line0000002", r.second)
+  end)
+
   it("reads lines, everything and counts, at the file's position, and seeks", function()
     local dir = tmpdir()
     local r = guard.run(function()

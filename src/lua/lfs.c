@@ -428,6 +428,14 @@ static long fill(lua_State *L, lfile_t *f, fd_hold_t *h, size_t most, int64_t de
     return luaL_error(L, "not enough memory");
   sm_lpark_actor(L, fname); /* raise here, before there is a duplicate to close */
   sm_lpark_check(L, fname);
+  /* A file that can seek is read with pread at the descriptor's position, which moves past the
+  ** bytes only once this actor has them (below). A read(2) moved it in the pool: an actor killed
+  ** while parked here dropped the bytes the position had already passed, and an actor sharing
+  ** the file (spawn's upvalues) read on 64 KiB further, or spliced them onto the killed one's
+  ** read-ahead. Now it reads on where the killed one had got to. A FIFO or terminal (ESPIPE)
+  ** has no position to keep: what the read takes is lost with its actor (docs/api.md). */
+  off_t at = lseek(fd, 0, SEEK_CUR);
+  r->offset = at >= 0 ? (double)at : -1;
   int err = sm_fs_req_own_fd(r, fd);
   if (!err) {
     f->reader = smarm_self();
@@ -435,6 +443,8 @@ static long fill(lua_State *L, lfile_t *f, fd_hold_t *h, size_t most, int64_t de
     f->reader = 0;
   }
   long n = err ? 0 : (long)r->len;
+  if (n > 0 && at >= 0)
+    lseek(fd, at + (off_t)n, SEEK_SET);
   if (n > 0 && f->rstart == f->rlen) { /* nothing held: the request's block becomes the buffer */
     free(f->rbuf);
     f->rbuf = r->data;
