@@ -54,10 +54,10 @@ static void unlink_running(child_t *c)
 ** Why kill(-pgid) is safe after the leader's pid was reaped: while any process of the group
 ** lives, its pgid is in use, and the kernel gives that number to no new process (nor group), so
 ** the signal reaches the leader's group and nobody else. Once the group is empty, a kill says
-** ESRCH and the group is forgotten. The one case left: the group empties unseen, and before the
-** next kill the pids wrap round (pid_max) to that number and its new owner leads a group of its
-** own; kill(pid) of any program already reaped runs the same risk, and a group is never
-** signalled after a kill has found it empty. */
+** ESRCH and the group is forgotten; so it is when the look for lost exits (on_reap_check, every
+** REAP_CHECK_MS while groups are kept) finds it empty. The one case left: the group empties, and
+** within those 100 ms the pids wrap round (pid_max) to that number and its new owner leads a
+** group of its own before a kill comes. */
 typedef struct left_group {
   int pgid;
   struct left_group *next;
@@ -877,7 +877,19 @@ static void close_reap_check(void)
 
 static void on_reap_check(uv_timer_t *t)
 {
-  (void)t;
+  if (left_groups) { /* forget the groups that have emptied (see left_group_t) */
+    for (left_group_t **p = &left_groups; *p;) {
+      left_group_t *g = *p;
+      if (kill(-g->pgid, 0) != 0 && errno == ESRCH) {
+        *p = g->next;
+        free(g);
+      } else {
+        p = &g->next;
+      }
+    }
+    if (!left_groups)
+      update_guards(t->loop); /* the timer stops unless programs run */
+  }
   siginfo_t si;
   si.si_pid = 0; /* a child ended and not reaped? (the usual answer, no, costs one call) */
   if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || !si.si_pid)
@@ -905,14 +917,15 @@ static void start_reap_check(uv_loop_t *loop)
 ** (while programs run). */
 static void update_guards(uv_loop_t *loop)
 {
-  if (all_running && !reap_check_on) /* after the stop began too: the programs it kills */
+  if ((all_running || left_groups) && !reap_check_on) /* after the stop began too: the programs
+                                                          it kills */
     start_reap_check(loop);
   if (sm_io_interrupted()) { /* the IO thread stops (stop_reap_check): no guard may start */
-    if (!all_running) /* the last program killed at the stop has ended */
+    if (!all_running) /* the last program killed at the stop has ended (no group is kept) */
       close_reap_check();
     return;
   }
-  if (!all_running && reap_check_on) {
+  if (!all_running && !left_groups && reap_check_on) {
     uv_timer_stop(&reap_check);
     reap_check_on = 0;
   }
@@ -927,7 +940,9 @@ static void update_guards(uv_loop_t *loop)
 static void stop_reap_check(void *loop)
 {
   (void)loop;
-  if (!reap_check_on) /* else closed once the last program killed has ended (update_guards) */
+  /* else closed once the last program killed has ended (update_guards); kept groups alone
+  ** (the stop forgets them: kill_running_programs) keep it no longer */
+  if (!reap_check_on || !all_running)
     close_reap_check();
 }
 
