@@ -222,13 +222,35 @@ describe("smarm.fs", function()
     ]=])
     script:close()
     local r = guard.run(function()
-      return smarm.process.run({ exe, "-s", "1", dir .. "/child.lua", dir .. "/fifo" },
-        { timeout = HANG })
+      -- ($1: the executable's command line, maybe "qemu-... smarm")
+      return smarm.process.run({ "sh", "-c", '$1 -s 1 "$2" "$3"', "sh", exe, dir .. "/child.lua",
+        dir .. "/fifo" }, { timeout = HANG })
     end)
     posix.remove_tree(dir)
     assert.are.equal("", r.stderr)
     -- what the process read itself (/proc files), not the megabytes of /dev/zero
     assert.is_true(tonumber(r.stdout) < 65536, r.stdout)
+  end)
+
+  -- A standard input that is a socket (what libuv, Node or smarm.process.spawn give a program
+  -- as its pipe: a socketpair's end) cannot be opened through /dev/stdin on Linux (ENXIO): the
+  -- prompt then read it with a plain read that held its whole scheduler.
+  it("opens /dev/stdin (and /dev/fd/N) that is a socket, as a duplicate of the descriptor", function()
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local code = "local smarm = require('smarm'); local f = assert(smarm.fs.open('/dev/stdin', 'r')); "
+      .. "local g = assert(smarm.fs.open('/dev/fd/0', 'r')); "
+      .. "io.write(f:read('*l'), '|', f:read('*a'), '|', tostring(g:read('*a')), '|', "
+      .. "select(3, smarm.fs.open('/dev/fd/999', 'r')), '\\n')"
+    local out = guard.run(function()
+      local p = assert(smarm.process.spawn({ "sh", "-c", '$1 -s 1 -e "$2"', "sh", exe, code }))
+      p.stdin:send("first line\nthe rest\n")
+      p.stdin:close()
+      local text = p.stdout:receive("*a")
+      p:wait()
+      return text
+    end)
+    assert.are.equal("first line|the rest\n||ENOENT\n", out)
   end)
 
   it("raises on misuse", function()

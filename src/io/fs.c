@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
@@ -19,12 +20,42 @@
 
 /* open(2), again after an EINTR unless the work is to give up (sm_io_interrupted): a FIFO's
 ** open blocks, and the interrupt of another work may reach it (io.c). */
+/* The descriptor of this process that path names (/dev/stdin, /dev/stdout, /dev/stderr,
+** /dev/fd/N, /proc/self/fd/N), or -1. */
+static int own_descriptor(const char *path)
+{
+  static const char *const std_names[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(path, std_names[i]) == 0)
+      return i;
+  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
+                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
+                                                               : NULL;
+  if (!n || *n < '0' || *n > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(n, &end, 10);
+  return *end == '\0' && errno == 0 && v <= INT_MAX ? (int)v : -1;
+}
+
 static int open_file(const char *path, int flags, int mode)
 {
   int fd;
   do
     fd = open(path, flags | O_CLOEXEC, mode);
   while (fd < 0 && errno == EINTR && !sm_io_interrupted());
+  if (fd < 0 && errno == ENXIO) {
+    /* A socket (a standard input that a parent made with socketpair, as libuv and Node do, or
+    ** an inetd-style service's) cannot be opened through its /proc link on Linux: the file is
+    ** then a duplicate of the process's own descriptor (sharing its flags, as a socket has no
+    ** position to share). */
+    int own = own_descriptor(path);
+    if (own >= 0)
+      fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
+    else
+      errno = ENXIO;
+  }
   return fd;
 }
 
