@@ -350,4 +350,26 @@ describe("smarm.top", function()
     assert.matches("bad argument #1 to 'top' (opts.write must be a function, got number)",
       r.write, 1, true)
   end)
+
+  -- `smarm top PATH | less` showed the console's escape codes: a console's top clears by default
+  it("smarm top PATH off a terminal writes no screen clearing, and stops at a line", function()
+    local path = new_path()
+    local r = guard.run(function()
+      local console = assert(smarm.console.listen(path))
+      local p = assert(smarm.process.spawn(smarm_argv("top", path), { stderr = "stdout" }))
+      local out = {}
+      repeat -- (guard.run's watchdog ends a wait for a screen that never comes)
+        out[#out + 1] = assert(p.stdout:receive("*l")) .. "\n"
+      until out[#out]:find("smarm top: ", 1, true)
+      p.stdin:send("\n")
+      p.stdin:close()
+      out[#out + 1] = p.stdout:receive("*a")
+      local status = p:wait()
+      console.close()
+      return { text = table.concat(out), status = status.status }
+    end)
+    assert.are.equal(0, r.status)
+    assert.matches("smarm top: %d+ schedulers", r.text)
+    assert.is_nil(r.text:find("\27[", 1, true))
+  end)
 end)

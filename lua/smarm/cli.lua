@@ -74,7 +74,9 @@ function cli.attach(smarm, path, interactive, entries)
 end
 
 function cli.top(smarm, path, interactive)
-  return cli.attach(smarm, path, interactive, { "smarm.top()" })
+  -- a console's smarm.top clears its client's screen: only a terminal has one
+  return cli.attach(smarm, path, interactive,
+    { interactive and "smarm.top()" or "smarm.top({ clear = false })" })
 end
 
 -- `smarm test [busted options]`: busted on this executable's LuaJIT, in plain mode (each spec
