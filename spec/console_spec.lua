@@ -351,6 +351,20 @@ describe("smarm.top", function()
       r.write, 1, true)
   end)
 
+  it("shows no actor above 100% of a core", function()
+    local top = require("smarm.top")
+    local stats = { { wall_ns = 0, busy_ns = 0, runq = 0, live = 1, received = 0, switches = 0,
+      memory = 0 }, total = { live = 1 } }
+    local pid = "<1.1.1>" -- (any key: render shows it with tostring)
+    local function sample(at, cpu)
+      return { at = at, stats = stats, actors = { [pid] = { pid = pid, status = "running",
+        cpu = cpu, scheduled = 0 } } }
+    end
+    -- 1.01 s of CPU time in the 1 s between two samples: read at the scheduler's answer
+    local text = top.render(sample(0, 0), sample(1, 1.01), 5)
+    assert.matches("\n<1%.1%.1>%s+100%.0 ", text)
+  end)
+
   -- `smarm top PATH | less` showed the console's escape codes: a console's top clears by default
   it("smarm top PATH off a terminal writes no screen clearing, and stops at a line", function()
     local path = new_path()

@@ -57,7 +57,9 @@ function top.render(before, now, rows, stops)
     local b = before.actors[pid]
     list[#list + 1] = {
       a = a,
-      cpu = ((a.cpu or 0) - (b and b.cpu or 0)) / dt,
+      -- at most all of one core: an actor's CPU time is read when its scheduler answers, a
+      -- little apart from the sample's time, so a lone spinner showed 101%
+      cpu = math.min(((a.cpu or 0) - (b and b.cpu or 0)) / dt, 1),
       sched = ((a.scheduled or 0) - (b and b.scheduled or 0)) / dt,
     }
   end
