@@ -699,6 +699,10 @@ static void stop_programs(void *loop)
 **   catching it while nobody waits does nothing. It needs no guard. The IO thread's stop puts
 **   SIG_IGN back after closing the handle (libuv's close sets SIG_DFL first: a signal in
 **   between ends the process; libuv offers nothing to close that window).
+** - a caught signal (smarm.signal.catch): latched for the rest of the run, and one that comes
+**   while nobody waits is kept (pending) for the next waiter, who is completed at once;
+**   several such count as one, as a pending Unix signal does. It needs no guard either: its
+**   default action never applies while the run lasts.
 ** The waiters and the guard share one handle, so a signal caught while the guard is on and a
 ** waiter arrives or leaves goes to one of them, never to neither (without a guard, one caught
 ** just before the last waiter leaves goes with the handle's stop: the timeout and the signal
@@ -715,6 +719,8 @@ typedef struct waiters {
   int latched;               /* runs while nobody waits too (above) */
   int disposition_read;      /* ignored is known, for this loop */
   int ignored;               /* the process had SIG_IGN for it before this loop first caught it */
+  int caught;                /* smarm.signal.catch asked for it: latched, arrivals kept */
+  int pending;               /* it came while nobody waited, caught: for the next waiter */
   proc_req_t **list;
   size_t count, cap;
 } waiters_t;
@@ -775,6 +781,10 @@ static void on_signal(uv_signal_t *h, int signum)
 {
   waiters_t *w = &signals[signum];
   size_t n = w->count;
+  if (n == 0 && w->caught) {
+    w->pending = 1;
+    return;
+  }
   if (n == 0) {
     on_unwaited_signal(signum);
     return;
@@ -794,6 +804,19 @@ static void signal_on_loop(io_req_t *req, void *loop)
 {
   proc_req_t *r = (proc_req_t *)req;
   waiters_t *w = &signals[r->signum];
+  if (r->op == IOPROC_CATCH) {
+    w->caught = w->latched = 1;
+    int rc = update_signal(loop, r->signum);
+    if (rc < 0)
+      w->caught = 0;
+    io_finish(req, rc);
+    return;
+  }
+  if (w->pending) { /* it came while nobody waited: this waiter has it */
+    w->pending = 0;
+    io_finish(req, 0);
+    return;
+  }
   if (w->count == w->cap) {
     size_t cap = w->cap ? w->cap * 2 : 4;
     proc_req_t **more = realloc(w->list, cap * sizeof *more);
@@ -850,6 +873,7 @@ static void stop_signals(void *loop)
     w->list = NULL; /* the handle stays as it is: libuv ends its close on the next turn */
     w->count = w->cap = 0;
     w->initialised = w->started = w->latched = w->disposition_read = w->ignored = 0;
+    w->caught = w->pending = 0;
   }
 }
 

@@ -15,7 +15,9 @@
 ** process group, the group) when the runtime ends or a signal ends the process (below).
 **
 ** Waiting for a signal: the first waiter for a signal starts a libuv signal handle for it, the
-** last one to leave stops it (the signal's default action applies again when nobody waits).
+** last one to leave stops it (the signal's default action applies again when nobody waits),
+** unless it was caught (IOPROC_CATCH: kept for the run, an arrival between waits kept for the
+** next waiter).
 ** Every waiter of a signal is completed when it arrives.
 */
 #ifndef SMARM_IO_PROC_H
@@ -29,6 +31,7 @@
 enum proc_op {
   IOPROC_RUN,     /* argv, env, cwd, input -> status, term_signal, out, err */
   IOPROC_SIGNAL,  /* signum (completes when it comes) */
+  IOPROC_CATCH,   /* signum (caught for the rest of the run; completes at once) */
   IOPROC_SPAWN,   /* argv, env, cwd, stdio, group, notify -> new_id, os_pid, stdio_id, stdio_fd */
   IOPROC_WAIT,    /* id -> status, term_signal (completes once it has exited) */
   IOPROC_KILL,    /* id, signum (-ESRCH once it has exited) */

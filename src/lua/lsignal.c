@@ -1,7 +1,8 @@
 /*
 ** smarm.signal: waiting for a signal in Lua actors. The IO thread holds one libuv signal handle
 ** per signal while at least one actor waits for it (src/io/proc.c), so the signal's default
-** action applies again when nobody waits. Only the names below can be waited for.
+** action applies again when nobody waits, unless smarm.signal.catch asked for it to stay caught
+** for the run. Only the names below can be waited for or caught.
 */
 #include "lsignal.h"
 
@@ -56,7 +57,26 @@ static int l_signal_wait(lua_State *L)
   return n;
 }
 
-static const luaL_Reg functions[] = {{"wait", l_signal_wait}, {NULL, NULL}};
+/* catch(name) -> true: name is caught for the rest of the run (src/io/proc.c: a caught signal) */
+static int l_signal_catch(lua_State *L)
+{
+  const char *name = luaL_checkstring(L, 1);
+  int signum = sm_lsignal_number(name, 0);
+  if (!signum)
+    return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
+  lua_settop(L, 1);
+  proc_req_t *r = sm_proc_signal_new();
+  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
+  r->signum = signum;
+  r->op = IOPROC_CATCH;
+  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "signal.catch");
+  int n = err ? sm_lio_push_failure(L, err, NULL) : (lua_pushboolean(L, 1), 1);
+  sm_lio_unbox(L, box);
+  return n;
+}
+
+static const luaL_Reg functions[] = {{"wait", l_signal_wait}, {"catch", l_signal_catch},
+                                     {NULL, NULL}};
 
 void sm_lsignal_register(lua_State *L, int module)
 {
