@@ -292,6 +292,31 @@ describe("smarm.node", function()
     assert.are.equal(0, r.normal)
   end)
 
+  it("links to a pid of this node's earlier run: an exit signal noproc naming it", function()
+    if skip_without_erl() then return end
+    local r = smarm.run(function()
+      assert(smarm.node.start({ name = name("smarmh"), cookie = COOKIE }))
+      -- this node's pid with another creation: what a pid from before a restart looks like
+      local stale = smarm.term.decode(smarm.term.encode(smarm.self()):sub(1, -5) .. "\0\0\0\1")
+      local out = {}
+      smarm.trap_exit(true)
+      smarm.link(stale)
+      local ok, m = pcall(guard.receive, "the EXIT", function(x) return x.smarm == "EXIT" end)
+      out.exit = ok and { m.pid == stale, m.reason } or { m }
+      out.extra = smarm.receive(function(x) return x.smarm == "EXIT" end, 0.2)
+      smarm.trap_exit(false)
+      local _, ref = smarm.spawn_monitor(function() -- one that does not trap exits dies of it
+        smarm.link(stale)
+        smarm.sleep(HANG)
+      end)
+      out.dies = guard.receive("its DOWN", function(x) return x.ref == ref end).reason
+      return out
+    end)
+    assert.are.same({ true, "noproc" }, r.exit)
+    assert.is_nil(r.extra)
+    assert.are.equal("noproc", r.dies)
+  end)
+
   it("starts once, and gives programs it starts none of its sockets", function()
     if skip_without_erl() then return end
     local r = smarm.run(function()

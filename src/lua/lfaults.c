@@ -341,6 +341,17 @@ static int l_link(lua_State *L)
     return luaL_error(L, "smarm.link: no actor is registered as '%s'", lua_tostring(L, 1));
   if (pid == smarm_self())
     return 0; /* Erlang: linking to oneself does nothing */
+  if (pid == NOBODY_PID) { /* a pid of this node's earlier run: an exit signal noproc at once */
+    /* Not smarm_link: its answer would come from NOBODY_PID, a pid no Lua value can show, and
+    ** a trapping caller could not receive its EXIT. Sent as from outside, the notice carries
+    ** the pid's bytes, so the EXIT names the pid as given. No link is recorded (none exists). */
+    const char *bytes;
+    size_t n;
+    sm_lterm_to_blob(L, 1, &bytes, &n);
+    smarm_signal_t sig = {SMARM_SIG_EXIT, NOBODY_PID, smarm_self(), 0, SMARM_EXIT_NOPROC, NULL, 0};
+    int rc = smarm_signal_outside(&sig, bytes, n);
+    return rc < 0 ? raise_errno(L, "link", rc) : 0;
+  }
   int rc = smarm_link(pid);
   sm_dist_alias_unpin(pid);
   if (rc < 0)
