@@ -317,6 +317,41 @@ describe("smarm.node", function()
     assert.are.equal("noproc", r.dies)
   end)
 
+  it("takes another node's registered names only as atoms", function()
+    if skip_without_erl() then return end
+    local nobody = name("nobody")
+    local euro100, euro255 = ("\226\130\172"):rep(100), ("\226\130\172"):rep(255)
+    local r = smarm.run(function()
+      assert(smarm.node.start({ name = name("smarmi"), cookie = COOKIE }))
+      local out = {}
+      for _, fname in ipairs({ "send", "monitor" }) do
+        local f = smarm[fname]
+        out[fname] = {
+          select(2, pcall(f, { "\255", nobody }, 1)),
+          select(2, pcall(f, { ("a"):rep(256), nobody }, 1)),
+          select(2, pcall(f, { "x", "\255@localhost" }, 1)),
+        }
+      end
+      out.send_long = pcall(smarm.send, { euro255, nobody }, 1) -- a legal atom: it goes
+      local ref = smarm.monitor({ euro100, nobody }) -- 300 bytes: fits
+      local down = guard.receive("its DOWN", function(m) return m.ref == ref end)
+      out.down = { down.pid[1] == smarm.atom(euro100), down.reason }
+      out.monitor_long = select(2, pcall(smarm.monitor, { euro255, nobody }))
+      return out
+    end)
+    for _, fname in ipairs({ "send", "monitor" }) do
+      local pre = "smarm." .. fname .. ": bad argument #1 ("
+      assert.are.same({ pre .. "the name of {name, node} is not an atom: not UTF-8)",
+        pre .. "the name of {name, node} is not an atom: more than 255 characters)",
+        pre .. "the node of {name, node} is not an atom: not UTF-8)" }, r[fname])
+    end
+    assert.is_true(r.send_long)
+    assert.are.same({ true, "noconnection" }, r.down)
+    assert.are.equal(("smarm.monitor: bad argument #1 (the name and node of {name, node} have %d "
+      .. "bytes together, more than the 510 a monitor of another node's name takes)")
+      :format(#euro255 + #nobody), r.monitor_long)
+  end)
+
   it("starts once, and gives programs it starts none of its sockets", function()
     if skip_without_erl() then return end
     local r = smarm.run(function()

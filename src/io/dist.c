@@ -110,6 +110,8 @@ void sm_dist_signal(const smarm_signal_t *sig, const char *reason, size_t len)
 #define ALIAS_SLOTS_MAX (1u << SMARM_PID_SLOT_BITS)
 /* NEW_PID: tag, node atom, ID, serial, creation; or {Name, Node} (a monitor by name): two atoms */
 #define PID_BYTES_MAX (2 + 2 * (3 + DIST_NAME_MAX))
+/* {Name, Node}: the tuple's 2 bytes, a name atom's 3 and a node atom's 2 (it has at most 255). */
+_Static_assert(2 + 3 + 2 + DIST_MONITOR_NAME_NODE_MAX <= PID_BYTES_MAX, "a monitor by name fits");
 
 typedef struct alias {
   uint32_t gen;  /* of the remote pid this slot stands for now (or stood for last) */

@@ -32,6 +32,11 @@
 #include <stdint.h>
 
 #define DIST_NAME_MAX 255 /* a node name, alive@host, in bytes */
+/* The most bytes a registered name monitored on another node and that node's name may have
+** together: {Name, Node} is then a remote pid's bytes (sm_dist_alias_pin), kept in a slot of
+** fixed size. Any name of up to 255 bytes fits beside any node name; Erlang's longest atoms
+** (255 characters, up to 1020 bytes) would need every slot twice as big. */
+#define DIST_MONITOR_NAME_NODE_MAX (2 * DIST_NAME_MAX)
 
 /* A packet after its length: this tag, the control term, the message (erts' dist.h); the
 ** control messages' first elements (DOP_*) this node reads and writes. */

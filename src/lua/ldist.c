@@ -35,6 +35,23 @@ static const char *check_node(lua_State *L, int idx, const char *fname)
   return s;
 }
 
+void sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
+{
+  static const char *const parts[] = {"name", "node"};
+  for (int i = 0; i < 2; i++) {
+    lua_rawgeti(L, idx, i + 1);
+    size_t n;
+    const char *s = lua_tolstring(L, -1, &n);
+    const char *fault = n == 0 ? "empty" : sm_lterm_atom_fault(s, n);
+    if (fault)
+      luaL_error(L, "smarm.%s: bad argument #%d (the %s of {name, node} is not an atom: %s)", fname,
+                 idx, parts[i], fault);
+    if (i == 1)
+      check_node(L, -1, fname);
+    lua_pop(L, 1);
+  }
+}
+
 /* Runs the boxed request r (box: its stack slot) for the caller; pushes true, or nil and the
 ** request's error text (or the errno's); returns how many it pushed. */
 static int run_request(lua_State *L, dist_req_t *r, int box, const char *fname)
@@ -210,6 +227,8 @@ int sm_ldist_send(lua_State *L)
     lua_replace(L, 1);
     return 0;
   }
+  if (!to_pid) /* another node's name: both go as atoms */
+    sm_ldist_check_name_node(L, 1, "send");
   /* the control term: {SEND, '', ToPid} or {REG_SEND, From, '', ToName} */
   lua_createtable(L, 4, 1);
   int ctrl = lua_gettop(L);
@@ -225,9 +244,7 @@ int sm_ldist_send(lua_State *L)
     lua_rawseti(L, ctrl, 2);
     lua_rawgeti(L, 1, 1);
     size_t n;
-    const char *to_name = lua_tolstring(L, -1, &n);
-    if (n == 0 || n > 255)
-      return luaL_error(L, "smarm.send: a registered name has 1 to 255 bytes");
+    const char *to_name = lua_tolstring(L, -1, &n); /* an atom: sm_ldist_check_name_node */
     sm_lterm_push_blob(L, LTERM_ATOM, to_name, n);
     lua_rawseti(L, ctrl, 4);
     lua_pop(L, 1);

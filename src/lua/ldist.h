@@ -11,6 +11,11 @@
 ** { name, node } of two strings. */
 int sm_ldist_is_target(lua_State *L, int idx);
 
+/* Raises "smarm.<fname>: bad argument #<idx> (...)" unless the table { name, node } at idx
+** (sm_ldist_is_target) has a name that is an atom (1 to 255 characters of UTF-8) and a node
+** that is a node name (alive@host, an atom of at most DIST_NAME_MAX bytes). */
+void sm_ldist_check_name_node(lua_State *L, int idx, const char *fname);
+
 /* smarm.send(target, msg) for such a target (at 1, the message at 2): returns 1 when the message
 ** went (or was dropped: a pid of another node while this runtime is no node), 0 when the target
 ** is a name of this very node, which then replaces the target at 1 for a local send. Raises on a

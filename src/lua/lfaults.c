@@ -273,6 +273,15 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
       lua_replace(L, idx);
       return sm_lfaults_check_target(L, idx);
     }
+    sm_ldist_check_name_node(L, idx, fname); /* another node's: both go as atoms */
+    lua_rawgeti(L, idx, 1);
+    lua_rawgeti(L, idx, 2);
+    size_t both = lua_objlen(L, -2) + lua_objlen(L, -1);
+    if (both > DIST_MONITOR_NAME_NODE_MAX)
+      luaL_error(L, "smarm.%s: bad argument #%d (the name and node of {name, node} have %d bytes "
+                 "together, more than the %d a monitor of another node's name takes)", fname, idx,
+                 (int)both, DIST_MONITOR_NAME_NODE_MAX);
+    lua_pop(L, 2);
     lua_newtable(L); /* the term {atom name, atom node}, without its version byte */
     lua_rawgeti(L, idx, 1);
     sm_lterm_push_blob(L, LTERM_ATOM, lua_tostring(L, -1), lua_objlen(L, -1));

@@ -817,6 +817,16 @@ static int m_atom_tostring(lua_State *L)
 
 /* ---- The Lua functions --------------------------------------------------------------------- */
 
+const char *sm_lterm_atom_fault(const char *s, size_t n)
+{
+  long chars = utf8_chars((const unsigned char *)s, n);
+  if (chars < 0)
+    return "not UTF-8";
+  if (chars > ATOM_MAX_CHARS)
+    return "more than 255 characters";
+  return NULL;
+}
+
 /* smarm.atom(name) -> the atom (true and false: the booleans) */
 static int l_atom(lua_State *L)
 {
