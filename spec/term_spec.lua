@@ -266,6 +266,20 @@ describe("smarm.term", function()
     end
   end)
 
+  it("decodes integers just beyond 2^53 as opaque integers, not rounded", function()
+    -- term_to_binary(1 bsl 53 + 1), its negation, and 1 bsl 53 + 2: no double holds them
+    for _, case in ipairs({ { "\131\110\7\0\1\0\0\0\0\0\32", "9007199254740993" },
+      { "\131\110\7\1\1\0\0\0\0\0\32", "-9007199254740993" },
+      { "\131\110\7\0\2\0\0\0\0\0\32", "9007199254740994" } }) do
+      local v = T.decode(case[1])
+      assert.are.equal("integer", T.type(v))
+      assert.are.equal(case[2], tostring(v))
+      assert.are.equal(case[1], T.encode(v))
+    end
+    -- 2^53 itself is a number
+    assert.are.equal(2 ^ 53, T.decode("\131\110\7\0\0\0\0\0\0\0\32"))
+  end)
+
   it("keeps atoms, tuples, maps and opaque terms what they are in messages", function()
     local big = T.decode(unhex("836E09000000000000000000" .. "01"))
     local local_copy, report, remote = smarm.run(function()

@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_EXACT 9007199254740992.0 /* 2^53: every integer up to it is a double */
+#define MAX_EXACT (UINT64_C(1) << 53) /* every integer up to 2^53 is a double */
 #define ATOM_MAX_CHARS 255           /* Erlang's limit */
 
 /* Registry keys: the metatables of atoms, opaque terms, tuples and maps, and the intern tables
@@ -489,7 +489,7 @@ static void push_big(tdec_t *d, const unsigned char *at, size_t size)
     uint64_t m = 0;
     for (size_t i = used; i-- > 0;)
       m = m << 8 | digits[i];
-    if ((double)m <= MAX_EXACT) {
+    if (m <= MAX_EXACT) { /* compared as integers: (double)(2^53 + 1) would be 2^53 */
       lua_pushnumber(d->L, sign ? -(lua_Number)m : (lua_Number)m);
       return;
     }
