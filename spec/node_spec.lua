@@ -280,6 +280,10 @@ describe("smarm.node", function()
         out.same[i] = smarm.term.encode(v) == smarm.node._reason_term(v) or smarm.node._reason_term(v)
       end
       out.nan = smarm.node._reason_term({ 0 / 0 })
+      out.bad_n = {} -- a tuple's n that smarm.term.encode refuses: no term either
+      for i, n in ipairs({ 2 ^ 24, -1, 1.5, 0 / 0 }) do
+        out.bad_n[i] = smarm.node._reason_term(smarm.tuple({ n = n, 1 })) == nil
+      end
       local deep = "bottom" -- 150 levels: each level's bytes read once per level above it
       for _ = 1, 150 do deep = { cause = deep, { 1 } } end
       out.deep = smarm.node._reason_term(deep) == smarm.term.encode(deep)
@@ -288,6 +292,7 @@ describe("smarm.node", function()
     end)
     for i = 1, #values do assert.is_true(r.same[i]) end
     assert.is_nil(r.nan)
+    assert.are.same({ true, true, true, true }, r.bad_n)
     assert.is_true(r.deep)
     assert.are.equal(0, r.normal)
   end)

@@ -1948,8 +1948,12 @@ static const unsigned char *etf_table(etf_out_t *x, const unsigned char *p, int 
       double v;
       if (x->end - k >= 12 && k[0] == T_STR && k[1] == 1 && k[2] == 'n' && k[3] == T_NUM) {
         memcpy(&v, k + 4, sizeof v);
-        if (v >= 0 && v <= UINT32_MAX)
-          n = (size_t)v;
+        if (!sm_lterm_tuple_arity_ok(v)) { /* no term, as smarm.term.encode would raise */
+          free(pairs);
+          x->failed = 1;
+          return NULL;
+        }
+        n = (size_t)v;
         goto sized;
       }
     }

@@ -194,6 +194,13 @@ static void enc_fail(tenc_t *e, int nkeys, const char *what)
 
 #define TUPLE_ARITY_MAX 16777215 /* Erlang's limit on a tuple's size */
 
+/* Erlang's tuples hold at most 2^24 - 1 elements: more would only make bytes that no node
+** reads, slowly (a tuple{ n = 1e8 } of nils took 12 s). NaN fails every comparison. */
+int sm_lterm_tuple_arity_ok(double n)
+{
+  return n >= 0 && n <= TUPLE_ARITY_MAX && n == (double)(size_t)n;
+}
+
 /* The buffer grows as a new userdata in its stack slot (an error half-way leaks nothing). */
 static int grow_userdata(etf_buf_t *b, size_t need)
 {
@@ -253,9 +260,7 @@ static void enc_table(tenc_t *e, int t, int depth)
     lua_Number arity = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1)
                                                       : (lua_Number)lua_objlen(L, t);
     lua_pop(L, 1);
-    /* Erlang's tuples hold at most 2^24 - 1 elements: more would only make bytes that no
-    ** node reads, slowly (a tuple{ n = 1e8 } of nils took 12 s) */
-    if (!(arity >= 0 && arity <= TUPLE_ARITY_MAX && arity == (lua_Number)(size_t)arity))
+    if (!sm_lterm_tuple_arity_ok(arity))
       enc_fail(e, e->nkeys - 1, lua_pushfstring(L, "is a tuple of %f elements (Erlang's hold "
                                                    "0 to 16777215)", arity));
     size_t n = (size_t)arity;

@@ -42,6 +42,9 @@ void sm_lterm_encode(lua_State *L, int idx, const char *root);
 /* Pushes the term of those bytes (version byte first), this node's own pids and refs as smarm's;
 ** raises "<what>: ..." on malformed bytes. */
 void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what);
+/* Whether a tuple's n is an arity Erlang has: a whole number from 0 to 16777215 (encode's rule;
+** the codec's reasons follow it too). */
+int sm_lterm_tuple_arity_ok(double n);
 /* Why s[0..n) cannot be an atom's name ("not UTF-8", "more than 255 characters"), or NULL when
 ** it can (Erlang's rule: at most 255 characters of UTF-8). */
 const char *sm_lterm_atom_fault(const char *s, size_t n);
