@@ -120,6 +120,8 @@ describe("smarm.node", function()
       local out = {}
       out.taken = { smarm.node.start({ name = srv, cookie = COOKIE }) }
       assert(smarm.node.start({ name = name("smarmb"), cookie = COOKIE }))
+      -- the node there, dialled by another name for its host: refused, as Erlang refuses it
+      out.misnamed = { smarm.node.connect((srv:gsub("@localhost$", "@127.0.0.1"))) }
       out.connected = { smarm.node.connect(srv) }
       out.nodes = smarm.node.nodes()
       local value = smarm.tuple({ smarm.atom("ok"), { 1, 2.5, "three" }, smarm.map({ a = true }) })
@@ -151,6 +153,8 @@ describe("smarm.node", function()
     end)
     assert.is_nil(r.taken[1])
     assert.are.equal("epmd refused the name " .. srv .. " (taken by another node?)", r.taken[2])
+    assert.are.same({ nil, "cannot connect to " .. srv:gsub("@localhost$", "@127.0.0.1")
+      .. " (the node there is " .. srv .. ")" }, r.misnamed)
     assert.are.same({ true }, r.connected)
     assert.are.same({ srv }, r.nodes)
     assert.is_true(r.echoed)

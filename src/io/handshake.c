@@ -319,12 +319,29 @@ int sm_hs_connect(const char *peer, const hs_self_t *self, int timeout_ms, char 
   }
   n = recv_msg(fd, m, sizeof m, deadline);
   uint32_t theirs;
-  if (n >= 19 && m[0] == 'N') /* flags (8), challenge (4), creation (4), length (2), name */
+  const unsigned char *name;
+  size_t name_len;
+  if (n >= 19 && m[0] == 'N' && 19 + get16(m + 17) <= (size_t)n) {
+    /* flags (8), challenge (4), creation (4), length (2), name */
     theirs = get32(m + 9);
-  else if (n >= 11 && m[0] == 'n') /* version (2), flags (4), challenge (4), name */
+    name = m + 19;
+    name_len = get16(m + 17);
+  } else if (n >= 11 && m[0] == 'n') { /* version (2), flags (4), challenge (4), name */
     theirs = get32(m + 7);
-  else
+    name = m + 11;
+    name_len = (size_t)n - 11;
+  } else {
     goto failed;
+  }
+  /* The node that answered must be the one dialled, as Erlang's dist_util demands: another
+  ** name for it (its host spelt otherwise) would be a second connection to the same node, and
+  ** its pids, which name it as it calls itself, would open a third. */
+  if (name_len != strlen(peer) || memcmp(name, peer, name_len) != 0) {
+    snprintf(error, error_len, "cannot connect to %s (the node there is %.*s)", peer,
+             (int)name_len, (const char *)name);
+    errno = 0;
+    goto failed;
+  }
   uint32_t mine = new_challenge();
   unsigned char reply[21] = {'r'};
   put32(reply + 1, mine);
