@@ -288,6 +288,12 @@ describe("smarm.node", function()
       for i, n in ipairs({ 2 ^ 24, -1, 1.5, 0 / 0 }) do
         out.bad_n[i] = smarm.node._reason_term(smarm.tuple({ n = n, 1 })) == nil
       end
+      -- a map with a key twice (distinct Lua keys of one term), which Erlang refuses: none
+      local t = smarm.tuple
+      out.dup = { smarm.node._reason_term({ [t({ 1 })] = 1, [t({ 1 })] = 2 }) == nil,
+        smarm.node._reason_term({ a = { a = 1, [smarm.binary("a")] = 2 } }) == nil }
+      local distinct = { [t({ 1 })] = 1, [t({ 2 })] = 2, [{ 1 }] = 3, a = 4 }
+      out.distinct = smarm.node._reason_term(distinct) == smarm.term.encode(distinct)
       local deep = "bottom" -- 150 levels: each level's bytes read once per level above it
       for _ = 1, 150 do deep = { cause = deep, { 1 } } end
       out.deep = smarm.node._reason_term(deep) == smarm.term.encode(deep)
@@ -297,6 +303,8 @@ describe("smarm.node", function()
     for i = 1, #values do assert.is_true(r.same[i]) end
     assert.is_nil(r.nan)
     assert.are.same({ true, true, true, true }, r.bad_n)
+    assert.are.same({ true, true }, r.dup)
+    assert.is_true(r.distinct)
     assert.is_true(r.deep)
     assert.are.equal(0, r.normal)
   end)

@@ -212,12 +212,25 @@ describe("smarm.term", function()
       assert.is_false(ok)
       assert.are.equal(c[2], err)
     end
+    -- distinct Lua keys of one term (Erlang refuses a map with a key twice); keys that differ
+    -- as terms (a list and a tuple of the same elements) go
+    local dup_msg = " is a key that another key of its table encodes to as well (an Erlang map "
+      .. "has each key once)"
+    local dup = { [smarm.tuple({ smarm.atom("n"), 1 })] = true, [smarm.tuple({ smarm.atom("n"), 1 })] = 2 }
+    assert.are.equal("smarm.term.encode: value[table]" .. dup_msg, select(2, pcall(T.encode, dup)))
+    local err = select(2, pcall(T.encode, { x = { a = 1, [smarm.binary("a")] = 2 } }))
+    assert(err == "smarm.term.encode: value.x.a" .. dup_msg
+      or err == "smarm.term.encode: value.x[userdata]" .. dup_msg, err)
+    local kept = T.decode(T.encode({ [{ 1 }] = "list", [smarm.tuple({ 1 })] = "tuple", a = 1 }))
+    local kinds = {}
+    for k, v in pairs(kept) do kinds[v] = T.type(k) or type(k) end
+    assert.are.same({ list = "table", tuple = "tuple", [1] = "string" }, kinds)
     local shared = { 1 } -- shared, not cyclic: encoded twice
     same({ { 1 }, { 1 } }, (T.decode(T.encode({ shared, shared }))))
     local deep = {}
     for _ = 1, 300 do deep = { deep } end
     assert.has_error(function() T.encode(deep) end)
-    local err = smarm.run(function() return select(2, pcall(T.encode, { smarm.self() })) end)
+    err = smarm.run(function() return select(2, pcall(T.encode, { smarm.self() })) end)
     assert.are.equal("smarm.term.encode: value[1] is a pid or ref of this runtime, which is not an Erlang node", err)
   end)
 

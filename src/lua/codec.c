@@ -1907,6 +1907,36 @@ static uint64_t etf_index_key(const unsigned char *k, const unsigned char *end, 
   return v >= 1 && v <= (double)limit && v == floor(v) ? (uint64_t)v : 0;
 }
 
+typedef struct etf_key {
+  const unsigned char *p;
+  size_t n;
+} etf_key_t;
+
+static int etf_key_order(const void *a, const void *b)
+{
+  const etf_key_t *x = a, *y = b;
+  if (x->n != y->n)
+    return x->n < y->n ? -1 : 1;
+  return memcmp(x->p, y->p, x->n);
+}
+
+/* Whether two of the count keys written to out (key_at: each one's start and end offsets, each
+** pair followed by its value's) are the same bytes: sorted, so a big map costs n log n. */
+static int etf_keys_repeat(const etf_buf_t *out, const size_t *key_at, size_t count)
+{
+  etf_key_t *keys = malloc((count ? count : 1) * sizeof *keys);
+  if (!keys)
+    return 1; /* cannot tell: no term rather than one Erlang may refuse */
+  for (size_t i = 0; i < count; i++)
+    keys[i] = (etf_key_t){out->b + key_at[2 * i], key_at[2 * i + 1] - key_at[2 * i]};
+  qsort(keys, count, sizeof *keys, etf_key_order);
+  int repeat = 0;
+  for (size_t i = 1; i < count && !repeat; i++)
+    repeat = etf_key_order(&keys[i - 1], &keys[i]) == 0;
+  free(keys);
+  return repeat;
+}
+
 static const unsigned char *etf_table(etf_out_t *x, const unsigned char *p, int depth, int mark)
 {
   if (x->end - p < 9 || (*p != T_TABLE && *p != T_STABLE)) {
@@ -2003,8 +2033,27 @@ sized:;
   } else {
     sm_etf_put_u8(&x->out, ETF_MAP);
     sm_etf_put_u32(&x->out, (uint32_t)count);
-    for (size_t i = 0; i < 2 * count && !x->failed; i++)
-      etf_value(x, pairs[i], depth + 1);
+    /* keys that may be one term (lterm.c, key_may_repeat): their bytes are compared after */
+    int alike = 0;
+    for (size_t i = 0; i < count; i++) {
+      unsigned char tag = *pairs[2 * i];
+      alike |= tag == T_TABLE || tag == T_STABLE || tag == T_TUPLE || tag == T_MAP ||
+               tag == T_BINV;
+    }
+    size_t *key_at = alike ? malloc(2 * count * sizeof *key_at) : NULL;
+    if (alike && !key_at)
+      x->failed = 1;
+    for (size_t i = 0; i < count && !x->failed; i++) {
+      if (key_at)
+        key_at[2 * i] = x->out.len;
+      etf_value(x, pairs[2 * i], depth + 1);
+      if (key_at)
+        key_at[2 * i + 1] = x->out.len;
+      etf_value(x, pairs[2 * i + 1], depth + 1);
+    }
+    if (key_at && !x->failed && !x->out.failed && etf_keys_repeat(&x->out, key_at, count))
+      x->failed = 1; /* Erlang refuses a map with a key twice: no term */
+    free(key_at);
   }
   free(at);
   free(pairs);

@@ -225,6 +225,17 @@ static void enc_number(tenc_t *e, lua_Number n)
 
 static void enc_value(tenc_t *e, int idx, int depth);
 
+/* Whether the key at idx may encode to the same term as another key of its table: a table (two
+** alike), or a userdata that is no atom or opaque term (a binary, the same bytes as a string).
+** Strings, numbers, booleans, atoms and opaque terms are one Lua value per term. */
+static int key_may_repeat(lua_State *L, int idx)
+{
+  int type = lua_type(L, idx);
+  const char *s;
+  size_t n;
+  return type == LUA_TTABLE || (type == LUA_TUSERDATA && !sm_lterm_to_blob(L, idx, &s, &n));
+}
+
 /* The element at key `key` (pushed by the caller) of the table at t, with the key on the path. */
 static void enc_field(tenc_t *e, int t, int depth)
 {
@@ -279,7 +290,7 @@ static void enc_table(tenc_t *e, int t, int depth)
     /* count the pairs; a plain table whose keys are all whole numbers from 1 to the count is
     ** a list (count distinct keys in 1..count are exactly 1..count) */
     size_t count = 0;
-    int list = kind == LTERM_NONE;
+    int list = kind == LTERM_NONE, alike = 0;
     lua_pushnil(L);
     while (lua_next(L, t)) {
       lua_pop(L, 1);
@@ -288,6 +299,7 @@ static void enc_table(tenc_t *e, int t, int depth)
         lua_Number k = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
         list = k >= 1 && k == floor(k);
       }
+      alike = alike || key_may_repeat(L, lua_gettop(L));
     }
     if (list) {
       lua_pushnil(L);
@@ -313,14 +325,36 @@ static void enc_table(tenc_t *e, int t, int depth)
         enc_fail(e, level, "has too many keys for a map");
       sm_etf_put_u8(&e->out, ETF_MAP);
       sm_etf_put_u32(&e->out, (uint32_t)count);
+      /* Distinct Lua keys may be one term (two tables alike, a string and a binary of its
+      ** bytes): Erlang refuses a map with a key twice. Only a map with such a key pays for the
+      ** check, a set of the keys' bytes. */
+      int seen = 0;
+      if (alike) {
+        lua_newtable(L);
+        seen = lua_gettop(L);
+      }
       lua_pushnil(L);
       while (lua_next(L, t)) {
         int key = lua_gettop(L) - 1;
         e->keys[level] = key;
+        size_t at = e->out.len;
         enc_value(e, key, depth + 1);
+        if (seen) {
+          lua_pushlstring(L, (const char *)e->out.b + at, e->out.len - at);
+          lua_pushvalue(L, -1);
+          lua_rawget(L, seen);
+          if (!lua_isnil(L, -1))
+            enc_fail(e, level + 1, "is a key that another key of its table encodes to as well "
+                                   "(an Erlang map has each key once)");
+          lua_pop(L, 1);
+          lua_pushboolean(L, 1);
+          lua_rawset(L, seen);
+        }
         enc_value(e, key + 1, depth + 1);
         lua_pop(L, 1);
       }
+      if (seen)
+        lua_remove(L, seen);
     }
   }
   e->nkeys = level;
