@@ -246,6 +246,16 @@ describe("smarm.node", function()
       smarm.send({ "maker", srv }, smarm.tuple({ A("watch"), ours, smarm.self() }))
       watched = guard.receive("watched", function(m) return m[1] == A("watched") end)
       out.gone = { watched[2], watched[3] }
+      -- Erlang monitors one of ours by name: its DOWN names {Name, Node}, as Erlang's do
+      smarm.spawn_opt({ name = "watched" }, function()
+        smarm.receive()
+        smarm.exit(A("bye"))
+      end)
+      smarm.send({ "maker", srv }, smarm.tuple({ A("watch_name"), A("watched"),
+        A(smarm.node.self()), smarm.self() })) -- it monitors the name, then sends it go
+      watched = guard.receive("watched by name", function(m) return m[1] == A("watched_name") end)
+      out.watched_name = { smarm.term.encode(watched[2]), watched[3] }
+      out.named_object = smarm.term.encode(smarm.tuple({ A("watched"), A(smarm.node.self()) }))
       -- the node dies: our links and monitors of its processes end with noconnection
       v = victim()
       ref = smarm.monitor(v)
@@ -269,6 +279,7 @@ describe("smarm.node", function()
     local reason = smarm.term.encode(smarm.tuple({ A("bye"), 7, "text", { 1, 2 } }))
     assert.are.same({ reason, reason }, r.watched)
     assert.are.same({ A("noproc"), A("noproc") }, r.gone)
+    assert.are.same({ r.named_object, A("bye") }, r.watched_name)
     assert.are.same({ "noconnection", "noconnection" }, r.noconnection)
     assert.is_nil(r.extra)
   end)

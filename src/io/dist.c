@@ -293,6 +293,9 @@ typedef struct tie {
   smarm_ref_t ref;
   char *rref; /* WATCHED: the peer's ref, in the external format without the version byte */
   size_t rref_len;
+  char *name; /* WATCHED by name: the atom the peer named local by (its bytes), which its
+                 MONITOR_P_EXIT must give back: Erlang's DOWN then says {Name, Node} */
+  size_t name_len;
 } tie_t;
 
 typedef struct out {
@@ -384,12 +387,19 @@ static int tie_add(conn_t *c, const tie_t *t)
     c->ties_cap = cap;
   }
   tie_t u = *t;
-  if (t->rref_len && !(u.rref = malloc(t->rref_len)))
+  u.rref = u.name = NULL;
+  if ((t->rref_len && !(u.rref = malloc(t->rref_len))) ||
+      (t->name_len && !(u.name = malloc(t->name_len)))) {
+    free(u.rref);
     return -ENOMEM;
+  }
   if (t->rref_len)
     memcpy(u.rref, t->rref, t->rref_len);
+  if (t->name_len)
+    memcpy(u.name, t->name, t->name_len);
   if (!alias_repin(t->alias)) { /* cannot happen: the caller holds a ref */
     free(u.rref);
+    free(u.name);
     return -EINVAL;
   }
   c->ties[c->nties++] = u;
@@ -401,6 +411,7 @@ static void tie_drop(conn_t *c, size_t i)
   tie_t t = c->ties[i];
   c->ties[i] = c->ties[--c->nties];
   free(t.rref);
+  free(t.name);
   sm_dist_alias_unpin(t.alias);
 }
 
@@ -796,6 +807,8 @@ static void on_signal(dist_req_t *r)
           k.remote = pid;
           k.rref = t->rref;
           k.rref_len = t->rref_len;
+          k.first = t->name; /* by name: the name as the peer gave it, else our pid */
+          k.first_len = t->name_len;
           send_ctrl(c, &k);
         }
         tie_drop(c, i);
@@ -813,7 +826,7 @@ static void on_signal(dist_req_t *r)
     k.remote = pid + 2;
     k.remote_len = sm_etf_skip((const unsigned char *)pid, k.remote_len, 2, 1, &bad) - 2;
   }
-  tie_t t = {TIE_LINK, g->from, g->to, g->ref, NULL, 0};
+  tie_t t = {TIE_LINK, g->from, g->to, g->ref, NULL, 0, NULL, 0};
   /* a link, a monitor or exit/2 connects (as in Erlang); an unlink, a demonitor or our end
   ** needs no connection that is gone: its ties ended with it */
   int connects = g->kind == SMARM_SIG_LINK || g->kind == SMARM_SIG_MONITOR ||
@@ -940,7 +953,9 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
     int to_at = at;
     char name[MAXATOMLEN_UTF8];
     smarm_pid_t local = 0;
+    int by_name = 0;
     if (ei_decode_atom_as(p, &to_at, name, sizeof name, ERLANG_UTF8, NULL, NULL) == 0) {
+      by_name = 1;
       if (op == DIST_OP_MONITOR_P && !(local = smarm_whereis_outside(name)) &&
           strcmp(name, "net_kernel") == 0)
         return; /* answered by this node itself (answer_ping), which never ends while it runs */
@@ -955,7 +970,8 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
     smarm_pid_t alias = sm_dist_alias_pin(from, from_len);
     if (!alias)
       return;
-    tie_t t = {TIE_WATCHED, local, alias, 0, (char *)p + ref_at, (size_t)(n - ref_at)};
+    tie_t t = {TIE_WATCHED, local, alias, 0, (char *)p + ref_at, (size_t)(n - ref_at),
+               by_name ? (char *)p + at : NULL, by_name ? (size_t)(ref_at - at) : 0};
     int tied = 0;
     if (op == DIST_OP_DEMONITOR_P) { /* by its ref: a name may have changed hands since */
       for (size_t i = 0; i < c->nties; i++) {
@@ -1045,7 +1061,7 @@ static void on_control(conn_t *c, const char *p, int at, int n, long op, int ari
   smarm_pid_t alias = sm_dist_alias_pin(from, from_len);
   if (!alias)
     return;
-  tie_t t = {TIE_LINK, local, alias, 0, NULL, 0};
+  tie_t t = {TIE_LINK, local, alias, 0, NULL, 0, NULL, 0};
   ptrdiff_t i = tie_find(c, &t);
   switch (op) {
   case DIST_OP_LINK: {
