@@ -560,8 +560,8 @@ describe("smarm.send / smarm.receive", function()
     end)
     assert.matches("bad argument #1 to 'send' %(pid or name expected, got nil%)", e1)
     assert.matches("bad argument #2 to 'send' %(message expected, got nil%)", e2)
-    assert.matches("bad argument #1 to 'receive' %(non%-negative number of seconds expected, " ..
-      "got string%)", e3)
+    assert.matches("bad argument #1 to 'receive' %(match function or number of seconds " ..
+      "expected, got string%)", e3)
     assert.has_error(function() smarm.send(nil, 1) end)
     local _, none = pcall(smarm.run, function() smarm.send() end)
     assert.matches("bad argument #1 to 'send' %(pid or name expected, got no value%)",
