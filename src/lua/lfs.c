@@ -711,8 +711,6 @@ static int f_write(lua_State *L)
   lfile_t *f = check_file(L, "write");
   size_t len;
   const char *data = sm_lbinary_checkbytes(L, 2, &len); /* a string or a binary */
-  if (!other_reader(f)) /* a read parked on it goes on adding at the descriptor's position */
-    unbuffer(f);
   lua_Number off = -1; /* the file's position */
   if (!lua_isnoneornil(L, 3)) {
     off = check_offset(L, 3);
@@ -723,6 +721,16 @@ static int f_write(lua_State *L)
     luaL_argcheck(L, fl < 0 || !(fl & O_APPEND), 3,
                   "the file is open for appending (\"a\" or \"a+\"), where a write at an offset "
                   "would append");
+  }
+  if (off < 0 && other_reader(f)) {
+    /* A read parked at the position of a file that can seek reads with pread and moves the
+    ** position past its bytes only when it returns (fill): a write at the position meanwhile
+    ** would land inside what it reads, and the read's move would undo the write's. Refused, as
+    ** a seek is. A FIFO or terminal has separate streams: its reader goes on adding. */
+    if (lseek(f->fd, 0, SEEK_CUR) >= 0)
+      check_no_reader(L, f, "write");
+  } else if (!other_reader(f)) { /* (a read parked at the position keeps its read-ahead) */
+    unbuffer(f);
   }
   lua_settop(L, 3);
   int64_t deadline = off < 0 ? deadline_of(f) : -1;
