@@ -175,8 +175,15 @@ describe("smarm.term", function()
     assert.are.equal("atom", T.type(smarm.atom(string.rep("é", 255))))
     assert.has_error(function() smarm.atom(string.rep("a", 256)) end,
       "bad argument #1 to 'atom' (an atom's name has at most 255 characters)")
-    assert.has_error(function() smarm.atom("\255") end,
-      "bad argument #1 to 'atom' (an atom's name must be UTF-8)")
+    -- not well-formed UTF-8, as Erlang reads it: a stray byte; then a surrogate, two overlong
+    -- forms and a code point past U+10FFFF, which only their second byte tells (Erlang's
+    -- binary_to_term refuses them: sent to another node, the connection dropped)
+    for _, bad in ipairs({ "\255", "\237\160\128", "\224\128\128", "\240\128\128\128",
+      "\244\144\128\128" }) do
+      assert.has_error(function() smarm.atom(bad) end,
+        "bad argument #1 to 'atom' (an atom's name must be UTF-8)")
+    end
+    assert.are.equal("atom", T.type(smarm.atom("\237\159\191\244\143\191\191")))
     assert.has_error(function() smarm.atom({}) end)
     assert.has_error(function() smarm.tuple(1) end)
     assert.has_error(function() smarm.map(setmetatable({}, {})) end,
@@ -253,6 +260,7 @@ describe("smarm.term", function()
       { "\131\70\255\240\0\0\0\0\0\0", "bad float at byte 2" },
       { "\131\99" .. ("nan"):rep(10) .. "n", "bad float at byte 2" },
       { "\131\119\2\255\254", "an atom that is not UTF-8 at byte 2" },
+      { "\131\119\3\237\160\128", "an atom that is not UTF-8 at byte 2" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])

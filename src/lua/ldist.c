@@ -42,7 +42,10 @@ void sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
     lua_rawgeti(L, idx, i + 1);
     size_t n;
     const char *s = lua_tolstring(L, -1, &n);
-    const char *fault = n == 0 ? "empty" : sm_lterm_atom_fault(s, n);
+    if (n == 0) /* ('' is an atom, but no process or node is named so) */
+      luaL_error(L, "smarm.%s: bad argument #%d (the %s of {name, node} is empty)", fname, idx,
+                 parts[i]);
+    const char *fault = sm_lterm_atom_fault(s, n);
     if (fault)
       luaL_error(L, "smarm.%s: bad argument #%d (the %s of {name, node} is not an atom: %s)", fname,
                  idx, parts[i], fault);

@@ -166,6 +166,12 @@ static long utf8_chars(const unsigned char *s, size_t n)
     for (size_t k = 1; k <= more; k++)
       if ((s[i + k] & 0xc0) != 0x80)
         return -1;
+    /* as Erlang refuses (binary_to_term is badarg): overlong forms (E0 80..9F, F0 80..8F),
+    ** surrogates (ED A0..BF) and code points past U+10FFFF (F4 90..BF) */
+    unsigned char d = more >= 2 ? s[i + 1] : 0x80; /* (a second byte exists: checked above) */
+    if ((c == 0xe0 && d < 0xa0) || (c == 0xed && d > 0x9f) || (c == 0xf0 && d < 0x90) ||
+        (c == 0xf4 && d > 0x8f))
+      return -1;
     i += more + 1;
   }
   return chars;
