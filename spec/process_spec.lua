@@ -117,8 +117,10 @@ describe("smarm.process.run", function()
     local done = guard.run(function()
       local caller = smarm.spawn(function()
         smarm.process.run({ "sh", "-c", [[
-          (trap '' PIPE; echo > "$1.ready"; while echo x; do sleep 0.01; done
-           echo > "$1.done") &
+          (trap '' PIPE; echo > "$1.ready"; i=0
+           while [ $i -lt 15000 ]; do # (bounded: a shell whose echo ignores EPIPE ends too)
+             echo x || { echo > "$1.done"; exit; }; sleep 0.01; i=$((i+1))
+           done) &
           exec sleep 60]], "sh", base })
       end)
       guard.wait(function() return smarm.fs.stat(base .. ".ready") end, "the writer's start")
@@ -323,6 +325,7 @@ describe("smarm.process.spawn", function()
     assert.are.same({ nil, "timeout" }, r.early)
     assert.are.same({ true }, r.killed)
     assert.are.same({ signal = 15 }, r.w) -- no status: no `status == 0` check mistakes it
+    assert.are.same({ nil, "no such process", "ESRCH" }, r.again) -- (no group: its pid is gone)
     assert.are.same({ signal = 9 }, r.nine)
     assert.are.same({}, r.pipes)
   end)

@@ -108,12 +108,15 @@ static int write_fd(int fd, const char *data, size_t len, double offset, size_t 
 {
   int err = 0;
   *done = 0;
+  struct stat st;
+  int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   while (*done < len && !err) {
     /* After a partial write, as after an EINTR: a reader that takes a little at a time (a pipe,
     ** a terminal) never makes the write fail with EINTR, and would hold the pool thread after
-    ** the actor was killed or the runtime ended. Not before the first round: a write the
-    ** actor made to a regular file is made (io.c). */
-    if (*done > 0 && sm_io_interrupted()) {
+    ** the actor was killed or the runtime ended. Not before the first round, nor on a regular
+    ** file, which Linux writes in parts past 2 GiB: a write the actor made to one is made
+    ** (io.c), whole. */
+    if (*done > 0 && !regular && sm_io_interrupted()) {
       err = -EINTR;
       break;
     }

@@ -64,6 +64,10 @@ typedef struct left_group {
 } left_group_t;
 
 static left_group_t *left_groups;
+/* The runtime's end has sent its SIGKILL to every program and group (stop_programs): a leader
+** reaped after it leaves no group to keep, whose stale pgid a later run's end would signal
+** however much later. Cleared by the next program's start. IO thread only, as the list. */
+static int groups_killed;
 
 /* Signals the left group pgid: 0 or a libuv error; UV_ESRCH, and it is forgotten, once empty
 ** (or when it was not kept). */
@@ -87,6 +91,8 @@ static int signal_left_group(int pgid, int signum)
 ** memory: it is not, and no kill reaches it any more, as before groups were kept). */
 static void keep_left_group(int pgid)
 {
+  if (groups_killed) /* the end's SIGKILL reached it: what is left of it is dying */
+    return;
   if (kill(-pgid, 0) != 0 && errno != EPERM) /* empty (ESRCH); EPERM: someone of it lives */
     return;
   left_group_t *g = malloc(sizeof *g);
@@ -200,6 +206,7 @@ static int start_child(uv_loop_t *loop, child_t *c, proc_req_t *r, uv_stdio_cont
   ** started them after uv_spawn (process_spec's SIGTERM test left its program running so, under
   ** TSan). A guard's handler runs on this loop, after this function, when c is in all_running. */
   starting = 1;
+  groups_killed = 0;
   update_guards(loop);
   int rc = uv_spawn(loop, &c->proc, &o);
   starting = 0;
@@ -665,6 +672,7 @@ static void stop_programs(void *loop)
 {
   (void)loop;
   kill_running_programs();
+  groups_killed = 1;
   for (running_t *k = all_runs; k; k = k->next) {
     proc_req_t *r = k->req;
     if (r) {
