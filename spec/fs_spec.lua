@@ -436,6 +436,19 @@ local function parked(pid, what)
   end, "an actor parked in " .. what)
 end
 
+-- Holds libuv's pool of four (pool_of_four) with four blocked opens of a FIFO made in dir, so
+-- that a request made next waits in the pool's queue; returns what lets them go (kills them
+-- and waits for their ends).
+local function hold_pool(dir)
+  posix.mkfifo(dir .. "/fifo")
+  local blockers = {}
+  for i = 1, 4 do blockers[i] = smarm.spawn(function() smarm.fs.readfile(dir .. "/fifo") end) end
+  return function()
+    for i = 1, 4 do smarm.kill(blockers[i]) end
+    for i = 1, 4 do guard.ended(blockers[i]) end
+  end
+end
+
 describe("a file closed by another actor", function()
   -- What a read or write by pattern that takes several trips has done is not lost when another
   -- actor closes the file under it: it finishes on its own duplicate of the descriptor.
@@ -543,21 +556,13 @@ describe("reading files as Lua's io does", function()
     for i = 1, 20000 do lines[i] = ("line%07d"):format(i) end
     local r = guard.run(function()
       assert(smarm.fs.writefile(dir .. "/lines", table.concat(lines, "\n") .. "\n"))
-      posix.mkfifo(dir .. "/fifo")
-      local blockers = {}
-      for i = 1, 4 do
-        blockers[i] = smarm.spawn(function() smarm.fs.readfile(dir .. "/fifo") end)
-      end
+      local let_go = hold_pool(dir)
       local f = assert(smarm.fs.open(dir .. "/lines", "r"))
       local got
       local reader = smarm.spawn(function() got = f:read("*l") end)
-      guard.wait(function()
-        local info = smarm.info(reader, "waiting")
-        return info and info.waiting == "io:file.read"
-      end, "the reader's park")
+      parked(reader, "io:file.read")
       smarm.kill(reader)
-      for i = 1, 4 do smarm.kill(blockers[i]) end
-      for i = 1, 4 do guard.ended(blockers[i]) end
+      let_go()
       -- the reader's read, queued first, runs now; this only makes it likely to have run before
       -- the owner's (so that the old fault shows), nothing waits on it
       smarm.sleep(0.05)
@@ -581,20 +586,13 @@ describe("reading files as Lua's io does", function()
     local dir = tmpdir()
     local r = guard.run(function()
       assert(smarm.fs.writefile(dir .. "/data", "abcdefgh"))
-      posix.mkfifo(dir .. "/fifo")
-      local blockers = {}
-      for i = 1, 4 do
-        blockers[i] = smarm.spawn(function() smarm.fs.readfile(dir .. "/fifo") end)
-      end
+      local let_go = hold_pool(dir)
       local f = assert(smarm.fs.open(dir .. "/data", "r+"))
       local got
       local reader = smarm.spawn(function() got = f:read(4) end)
-      guard.wait(function()
-        local info = smarm.info(reader, "waiting")
-        return info and info.waiting == "io:file.read"
-      end, "the reader's park")
+      parked(reader, "io:file.read")
       local out = { refused = { pcall(f.write, f, "XY") } }
-      for i = 1, 4 do smarm.kill(blockers[i]) end
+      let_go()
       guard.ended(reader)
       out.got = got
       out.after = f:write("XY") -- at the position: after the 4 bytes read
