@@ -607,10 +607,10 @@ SMARM_API smarm_mark_t smarm_mailbox_mark(void); /* {NULL} outside an actor */
 
 /* smarm_receive_match over the messages after `mark` only. Returns like it; -EINVAL for a NULL
 ** mark or out. A call's wait: a timeout of a second or more is measured on the kernel's coarse
-** clock, which costs less to read: it ends up to two of the kernel's ticks (a few ms) later than
-** asked, and earlier only if the kernel's own timekeeping falls behind by more than that (a
-** guest whose timekeeping CPU the host holds back). Shorter ones, and every other wait, are
-** precise. */
+** clock, which costs less to read: it ends up to two of the kernel's ticks (a few ms) plus 1/64
+** of the timeout later than asked, and earlier only if the kernel's own timekeeping falls behind
+** by more than that (a guest whose timekeeping CPU the host holds back). Shorter ones, and
+** every other wait, are precise. */
 SMARM_API int smarm_receive_after(smarm_mark_t mark, smarm_match_fn match, void *ud,
                                   int64_t timeout_ns, smarm_msg_t **out);
 
