@@ -1681,7 +1681,6 @@ static int check_clock(lua_State *L, int arg)
   return luaL_argerror(L, arg, "opts.clock must be \"real\" or \"virtual\"");
 }
 
-/* opts.max_mailbox at the top of the stack: an integer from 1 (nil: 0, the default). */
 /* Raises when the options table at arg has a key that is not one of `names` (a NULL-ended
 ** list, `list` its text): a misspelt option would else be ignored without a word (Erlang's
 ** spawn_opt refuses an unknown option with badarg). */
@@ -1706,6 +1705,7 @@ static void check_option_names(lua_State *L, int arg, const char *const names[],
   }
 }
 
+/* opts.max_mailbox at the top of the stack: an integer from 1 (nil: 0, the default). */
 static size_t check_max_mailbox(lua_State *L, int arg)
 {
   if (lua_isnil(L, -1))
