@@ -80,10 +80,29 @@ local function shown(name, text)
   end
 end
 
+-- Types text once window name shows the prompt that follows `after` (the last output, or the
+-- entry typed before). A line typed ahead of its prompt is echoed at once by the terminal on
+-- plain lines (no libedit: the emulated build), and its output then follows the prompt on the
+-- same line ("> waiting"), which a slow machine showed; the entries here are typed as a user
+-- types them, at their prompts (the busy loop's case below types ahead on purpose).
+local function type_after(name, after, text)
+  local deadline = os.time() + guard.HANG
+  while true do
+    local s = ("\n" .. screen(name)):gsub("%s+$", "")
+    if s:sub(-2) == "\n>" and s:sub(1, -3):match("[^\n]*$"):find(after, 1, true) then break end
+    if os.time() > deadline then
+      error("tmux window " .. name .. ": no prompt after " .. after .. " within " .. guard.HANG
+        .. " s; it shows:\n" .. s, 2)
+    end
+    posix.sleep(0.05)
+  end
+  type_line(name, text)
+end
+
 -- A `for` over three lines in window name: it runs once whole, the middle lines prompted ">> ".
 -- Each line is typed once the prompt for it shows: a line typed ahead is echoed by the terminal
 -- before the prompt comes (a slow machine showed "print('line ' .. i)>>"), which proves nothing.
-local function check_multi_line(name)
+local function check_multi_line(name, after)
   local prompts = shown(name, ">>")
   local function after_prompt(k)
     local deadline = os.time() + guard.HANG
@@ -95,7 +114,7 @@ local function check_multi_line(name)
       posix.sleep(0.05)
     end
   end
-  type_line(name, "for i = 1, 2 do")
+  type_after(name, after, "for i = 1, 2 do")
   after_prompt(1)
   type_line(name, "print('line ' .. i)")
   after_prompt(2)
@@ -179,13 +198,13 @@ describe("under a terminal", function()
     wait_for("client_a", "\n42\n")
     -- Ctrl-C only once the entry runs: a terminal's SIGINT flushes the input its reader has
     -- not taken yet, the typed entry with it (then nothing is interrupted)
-    type_line("client_a", "print('wait' .. 'ing'); smarm.receive()")
+    type_after("client_a", "42", "print('wait' .. 'ing'); smarm.receive()")
     wait_for("client_a", "\nwaiting\n")
     press("client_a", "C-c")
     wait_for("client_a", "** interrupted; a new evaluator takes over")
-    type_line("client_a", "=smarm.whereis('busy_one') ~= nil")
+    type_after("client_a", "a new evaluator takes over", "=smarm.whereis('busy_one') ~= nil")
     wait_for("client_a", "\ntrue\n")
-    check_multi_line("client_a")
+    check_multi_line("client_a", "true")
     press_at_prompt("client_a", "C-d")
     assert.is_true(gone("client_a"))
     tmux("kill-session -t service_a")
@@ -201,8 +220,8 @@ describe("under a terminal", function()
     wait_for("local_p", ">")
     type_line("local_p", "print('editing', smarm.lineedit.available())")
     local edits = wait_for("local_p", "\nediting%s+[tf]", true):find("editing%s+true") ~= nil
-    type_line("local_p", "x = 40")
-    type_line("local_p", "=x + 2")
+    type_after("local_p", "editing", "x = 40")
+    type_after("local_p", "x = 40", "=x + 2")
     wait_for("local_p", "\n42\n")
     if edits then
       -- "=x10", then the cursor two to the left and "*": "=x*10"
@@ -225,19 +244,19 @@ describe("under a terminal", function()
       local s = wait_for("local_p", "\nkept\n")
       assert.is_nil(s:find("\ndropped\n", 1, true))
     end
-    check_multi_line("local_p")
+    check_multi_line("local_p", edits and "kept" or "42")
     -- Ctrl-C out of a waiting entry (once it runs, as for attach above); the prompt goes on
-    type_line("local_p", "print('wait' .. 'ing'); smarm.receive()")
+    type_after("local_p", "line 2", "print('wait' .. 'ing'); smarm.receive()")
     wait_for("local_p", "\nwaiting\n")
     press("local_p", "C-c")
     wait_for("local_p", "** interrupted; a new evaluator takes over")
-    type_line("local_p", "=x + 1")
+    type_after("local_p", "a new evaluator takes over", "=x + 1")
     wait_for("local_p", edits and "\n6\n" or "\n41\n")
     -- and out of a busy loop, which the preemption switches out so that the prompt hears it
     -- (not under TSan, which runs a signal's handler only at its next interceptor: never in a
     -- pure Lua loop)
     if os.getenv("SMARM_SANITIZER") ~= "tsan" then
-      type_line("local_p", "print('spin' .. 'ning'); while true do end")
+      type_after("local_p", edits and "6" or "41", "print('spin' .. 'ning'); while true do end")
       wait_for("local_p", "\nspinning\n")
       press("local_p", "C-c")
       -- typed ahead, before the new evaluator takes over: on plain lines the terminal echoes
