@@ -130,7 +130,9 @@ describe("smarm.run", function()
     -- asked for under a wrong name was not there, and nothing said so
     smarm.run(function()
       for _, case in ipairs({ { { max_mailbx = 2 }, "max_mailbx" },
-        { { on = 1, monitr = true }, "monitr" } }) do
+        { { on = 1, monitr = true }, "monitr" },
+        -- (an __index that gives an option must not hide a key that is none)
+        { setmetatable({ monitr = true }, { __index = { link = true } }), "monitr" } }) do
         local opts, key = case[1], case[2]
         assert.has_error(function() smarm.spawn_opt(opts, function() end) end,
           "bad argument #1 to 'spawn_opt' (opts." .. key .. " is not an option (options: on, " ..
@@ -589,6 +591,9 @@ describe("parking where it would corrupt LuaJIT", function()
       try(function() return true end, 0.01)
       local ok, a, b = pcall(smarm.receive, 0)
       out[#out + 1] = ok and (tostring(a) .. "," .. tostring(b)) or a
+      -- a selective poll too (with nothing queued it once timed out before its check)
+      ok, a, b = pcall(smarm.receive, function() return true end, 0)
+      out[#out + 1] = ok and (tostring(a) .. "," .. tostring(b)) or a
     end
     local r = smarm.run(function()
       local out = { gc = {}, hook = {}, ffi = {} }
@@ -622,12 +627,13 @@ describe("parking where it would corrupt LuaJIT", function()
     -- in a finalizer, not even a poll: it may run inside a decode, whose block a message taken
     -- there would free; a call to another node's process is refused before it sends (r.remote)
     assert.are.same({ "cannot park inside a __gc finalizer", "cannot park inside a __gc finalizer",
+      "smarm.receive: cannot take a message inside a __gc finalizer",
       "smarm.receive: cannot take a message inside a __gc finalizer" }, r.gc)
     assert.are.equal("smarm.call: cannot take a message inside a __gc finalizer", r.remote)
     assert.are.same({ "cannot park inside a debug hook", "cannot park inside a debug hook",
-      "nil,timeout" }, r.hook)
+      "nil,timeout", "nil,timeout" }, r.hook)
     assert.are.same({ "cannot park inside an FFI callback", "cannot park inside an FFI callback",
-      "nil,timeout" }, r.ffi)
+      "nil,timeout", "nil,timeout" }, r.ffi)
     assert.are.equal("after", r.after)
     assert.are.equal("timeout", r.timeout)
   end)

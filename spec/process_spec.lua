@@ -598,6 +598,16 @@ describe("smarm.signal.wait", function()
     local out, err = with_hup_ignored("-n", script)
     os.remove(script)
     assert.are.equal("timeout\nSIGUSR1\nsmarm ended: 0\n", out, err)
+    -- and a run that caught it (smarm.signal.catch) before any wait: its end left SIGHUP's
+    -- default action in place, since the catch had not read the disposition it started with
+    f = assert(io.open(script, "w"))
+    f:write("local smarm = require('smarm')\n",
+      "smarm.run(function() print(smarm.signal.catch('SIGHUP')) end, { schedulers = 1 })\n",
+      "smarm.run(function() ", USR1, "end, { schedulers = 1 })\n")
+    f:close()
+    out, err = with_hup_ignored("-n", script)
+    os.remove(script)
+    assert.are.equal("true\nSIGUSR1\nsmarm ended: 0\n", out, err)
     assert.is_false(guard.run(function() return running_sleep(302) end))
   end)
 

@@ -813,10 +813,14 @@ static void signal_on_loop(io_req_t *req, void *loop)
   proc_req_t *r = (proc_req_t *)req;
   waiters_t *w = &signals[r->signum];
   if (r->op == IOPROC_CATCH) {
+    ignored_at_start(r->signum); /* read before our handle is in place: its stop restores it */
+    int latched = w->latched;
     w->caught = w->latched = 1;
     int rc = update_signal(loop, r->signum);
-    if (rc < 0)
+    if (rc < 0) {
       w->caught = 0;
+      w->latched = latched;
+    }
     io_finish(req, rc);
     return;
   }

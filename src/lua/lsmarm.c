@@ -1253,6 +1253,7 @@ static int receive_in(lua_State *L, lactor_t *la, int match_idx, int64_t timeout
       if (left == 0 && last_looks < 0)
         last_looks = (int64_t)smarm_mailbox_size();
       if (last_looks == 0) {
+        sm_lpark_check_taking(L, "receive"); /* refused where a poll is (a __gc finalizer) */
         lua_pushnil(L);
         lua_pushliteral(L, "timeout");
         return 2;
@@ -1689,8 +1690,11 @@ static int check_clock(lua_State *L, int arg)
 static void check_option_names(lua_State *L, int arg, const char *const names[],
                                const char *list, size_t known)
 {
-  if (sm_ljx_table_count(L, arg) <= known)
-    return;
+  if (sm_ljx_table_count(L, arg) <= known) {
+    if (!lua_getmetatable(L, arg))
+      return; /* (with an __index, known counts what it gave: the keys are looked at) */
+    lua_pop(L, 1);
+  }
   lua_pushnil(L);
   while (lua_next(L, arg)) {
     lua_pop(L, 1);
