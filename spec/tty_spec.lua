@@ -85,17 +85,25 @@ end
 -- plain lines (no libedit: the emulated build), and its output then follows the prompt on the
 -- same line ("> waiting"), which a slow machine showed; the entries here are typed as a user
 -- types them, at their prompts (the busy loop's case below types ahead on purpose).
-local function type_after(name, after, text)
+-- Waits until window name shows the prompt again (its last line a bare ">"; tmux drops the
+-- space after it), after a line that holds `after` when given. Raises at `level`.
+local function wait_prompt(name, after, level)
   local deadline = os.time() + guard.HANG
   while true do
     local s = ("\n" .. screen(name)):gsub("%s+$", "")
-    if s:sub(-2) == "\n>" and s:sub(1, -3):match("[^\n]*$"):find(after, 1, true) then break end
+    if s:sub(-2) == "\n>" and (not after or s:sub(1, -3):match("[^\n]*$"):find(after, 1, true)) then
+      return
+    end
     if os.time() > deadline then
-      error("tmux window " .. name .. ": no prompt after " .. after .. " within " .. guard.HANG
-        .. " s; it shows:\n" .. s, 2)
+      error("tmux window " .. name .. ": no prompt" .. (after and " after " .. after or "")
+        .. " within " .. guard.HANG .. " s; it shows:\n" .. s, level + 1)
     end
     posix.sleep(0.05)
   end
+end
+
+local function type_after(name, after, text)
+  wait_prompt(name, after, 2)
   type_line(name, text)
 end
 
@@ -129,16 +137,7 @@ end
 -- reads, receives as a NUL byte: the Ctrl-D is lost, as it is for readline's shells (a loaded
 -- machine showed it: the prompt stayed up after the last entry's output).
 local function press_at_prompt(name, key)
-  local deadline = os.time() + guard.HANG
-  while true do
-    local s = ("\n" .. screen(name)):gsub("%s+$", "")
-    if s:sub(-2) == "\n>" then break end
-    if os.time() > deadline then
-      error("tmux window " .. name .. ": no prompt within " .. guard.HANG .. " s; it shows:\n"
-        .. s, 2)
-    end
-    posix.sleep(0.05)
-  end
+  wait_prompt(name, nil, 2)
   press(name, key)
 end
 
@@ -256,7 +255,8 @@ describe("under a terminal", function()
     -- (not under TSan, which runs a signal's handler only at its next interceptor: never in a
     -- pure Lua loop)
     if os.getenv("SMARM_SANITIZER") ~= "tsan" then
-      type_after("local_p", edits and "6" or "41", "print('spin' .. 'ning'); while true do end")
+      type_after("local_p", edits and "6" or "41",
+        "print('spin' .. 'ning'); while true do end")
       wait_for("local_p", "\nspinning\n")
       press("local_p", "C-c")
       -- typed ahead, before the new evaluator takes over: on plain lines the terminal echoes

@@ -34,46 +34,36 @@ int sm_lsignal_number(const char *name, int any)
   return 0;
 }
 
-/* wait(name [, timeout]) -> name | nil, "timeout" */
-static int l_signal_wait(lua_State *L)
+/* wait(name [, timeout]) -> name | nil, "timeout"; with `catching`, catch(name) -> true (name is
+** caught for the rest of the run: src/io/proc.c, a caught signal). One request to the IO thread
+** either way. */
+static int signal_request(lua_State *L, int catching)
 {
   const char *name = luaL_checkstring(L, 1);
   int signum = sm_lsignal_number(name, 0);
   if (!signum)
     return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
-  int64_t timeout_ns = sm_lpark_opt_seconds(L, 2);
+  int64_t timeout_ns = catching ? SMARM_FOREVER : sm_lpark_opt_seconds(L, 2);
   lua_settop(L, 2);
   proc_req_t *r = sm_proc_signal_new();
   int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
   r->signum = signum;
-  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, "signal.wait");
+  if (catching)
+    r->op = IOPROC_CATCH;
+  int err = sm_lsmarm_io_call(L, &r->base, timeout_ns, catching ? "signal.catch" : "signal.wait");
   int n = 1;
-  if (err) {
+  if (err)
     n = sm_lio_push_failure(L, err, NULL);
-  } else {
+  else if (catching)
+    lua_pushboolean(L, 1);
+  else
     lua_pushstring(L, name);
-  }
   sm_lio_unbox(L, box);
   return n;
 }
 
-/* catch(name) -> true: name is caught for the rest of the run (src/io/proc.c: a caught signal) */
-static int l_signal_catch(lua_State *L)
-{
-  const char *name = luaL_checkstring(L, 1);
-  int signum = sm_lsignal_number(name, 0);
-  if (!signum)
-    return luaL_argerror(L, 1, "SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGQUIT expected");
-  lua_settop(L, 1);
-  proc_req_t *r = sm_proc_signal_new();
-  int box = sm_lio_box(L, (io_req_t *)r); /* raises when r is NULL */
-  r->signum = signum;
-  r->op = IOPROC_CATCH;
-  int err = sm_lsmarm_io_call(L, &r->base, SMARM_FOREVER, "signal.catch");
-  int n = err ? sm_lio_push_failure(L, err, NULL) : (lua_pushboolean(L, 1), 1);
-  sm_lio_unbox(L, box);
-  return n;
-}
+static int l_signal_wait(lua_State *L) { return signal_request(L, 0); }
+static int l_signal_catch(lua_State *L) { return signal_request(L, 1); }
 
 static const luaL_Reg functions[] = {{"wait", l_signal_wait}, {"catch", l_signal_catch},
                                      {NULL, NULL}};
