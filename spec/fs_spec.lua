@@ -438,11 +438,14 @@ end
 
 -- Holds libuv's pool of four (pool_of_four) with four blocked opens of a FIFO made in dir, so
 -- that a request made next waits in the pool's queue; returns what lets them go (kills them
--- and waits for their ends).
+-- and waits for their ends). It returns once the four have made their requests: a caller
+-- switched out before its own request (preempted, on a slow machine) then still comes after
+-- them. So every request that must not wait (opening the file to read) is made before it.
 local function hold_pool(dir)
   posix.mkfifo(dir .. "/fifo")
   local blockers = {}
   for i = 1, 4 do blockers[i] = smarm.spawn(function() smarm.fs.readfile(dir .. "/fifo") end) end
+  for i = 1, 4 do parked(blockers[i], "io:fs.readfile") end
   return function()
     for i = 1, 4 do smarm.kill(blockers[i]) end
     for i = 1, 4 do guard.ended(blockers[i]) end
@@ -556,8 +559,8 @@ describe("reading files as Lua's io does", function()
     for i = 1, 20000 do lines[i] = ("line%07d"):format(i) end
     local r = guard.run(function()
       assert(smarm.fs.writefile(dir .. "/lines", table.concat(lines, "\n") .. "\n"))
-      local let_go = hold_pool(dir)
       local f = assert(smarm.fs.open(dir .. "/lines", "r"))
+      local let_go = hold_pool(dir)
       local got
       local reader = smarm.spawn(function() got = f:read("*l") end)
       parked(reader, "io:file.read")
@@ -586,8 +589,8 @@ describe("reading files as Lua's io does", function()
     local dir = tmpdir()
     local r = guard.run(function()
       assert(smarm.fs.writefile(dir .. "/data", "abcdefgh"))
-      local let_go = hold_pool(dir)
       local f = assert(smarm.fs.open(dir .. "/data", "r+"))
+      local let_go = hold_pool(dir)
       local got
       local reader = smarm.spawn(function() got = f:read(4) end)
       parked(reader, "io:file.read")
