@@ -2,6 +2,8 @@
 --   spawn_exit        smarm.spawn of a function that returns at once, and the wait for it
 --                     (the spawner yields until it has run): the baseline
 --   spawn_monitor     smarm.spawn_monitor of the same function and the receive of its DOWN
+--   spawn_opt_monitor the same through smarm.spawn_opt({ monitor = true }, f): what reading the
+--                     options table (and refusing unknown keys) adds to spawn_monitor
 --   pingpong_local    a message round trip, one scheduler (the baseline of call_local)
 --   call_local        smarm.call round trip to a server on the same scheduler
 --   pingpong_remote   a message round trip across two schedulers
@@ -11,8 +13,8 @@
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
-local want = bench.variants(arg, { "spawn_exit", "spawn_monitor", "pingpong_local",
-  "call_local", "call_backlog", "pingpong_remote", "call_remote" })
+local want = bench.variants(arg, { "spawn_exit", "spawn_monitor", "spawn_opt_monitor",
+  "pingpong_local", "call_local", "call_backlog", "pingpong_remote", "call_remote" })
 local opts = bench.measure_knobs("SMARM_FAULTS", 100000, 2000, 5, 100)
 
 local function nothing() end
@@ -57,6 +59,17 @@ variants.spawn_monitor = function()
   end
 end
 
+variants.spawn_opt_monitor = function()
+  local spawn_opt, receive = smarm.spawn_opt, smarm.receive
+  local o = { monitor = true }
+  return function(n)
+    for _ = 1, n do
+      spawn_opt(o, nothing)
+      receive()
+    end
+  end
+end
+
 local function pingpong(where)
   return function()
     local peer = smarm.spawn_on(where, pong, smarm.self())
@@ -87,8 +100,8 @@ variants.pingpong_remote = pingpong(2)
 variants.call_remote = caller(2, 0)
 variants.call_backlog = caller(1, 100000)
 
-local order = { "spawn_exit", "spawn_monitor", "pingpong_local", "call_local", "call_backlog",
-  "pingpong_remote", "call_remote" }
+local order = { "spawn_exit", "spawn_monitor", "spawn_opt_monitor", "pingpong_local", "call_local",
+  "call_backlog", "pingpong_remote", "call_remote" }
 
 for _, name in ipairs(order) do
   if want(name) then

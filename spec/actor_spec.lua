@@ -138,6 +138,11 @@ describe("smarm.run", function()
           "bad argument #1 to 'spawn_opt' (opts." .. key .. " is not an option (options: on, " ..
           "link, monitor, name, slice, max_mailbox))")
       end
+      -- options an __index gives are taken, as the table's own are
+      local pid, ref = smarm.spawn_opt(setmetatable({}, { __index = { monitor = true } }),
+        function() end)
+      assert.is_true(smarm.is_pid(pid))
+      assert.are.equal(pid, smarm.receive(function(m) return m.ref == ref end).pid)
     end)
     for _, opts in ipairs({ { on_crash = print }, {} }) do
       local ok, e = pcall(smarm.run, nil, opts)

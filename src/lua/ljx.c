@@ -364,19 +364,6 @@ void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at)
   *L->top++ = n->val;
 }
 
-size_t sm_ljx_table_count(lua_State *L, int idx)
-{
-  const GCtab *t = (const GCtab *)lua_topointer(L, idx);
-  size_t n = 0;
-  const TValue *arr = tvref(t->array);
-  for (MSize i = 0; i < t->asize; i++)
-    n += !tvisnil(&arr[i]);
-  const Node *node = noderef(t->node);
-  for (MSize i = 0; i <= t->hmask; i++)
-    n += !tvisnil(&node[i].val);
-  return n;
-}
-
 uint64_t sm_ljx_table_print(lua_State *L, int idx)
 {
   const GCtab *t = (const GCtab *)lua_topointer(L, idx);

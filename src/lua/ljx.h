@@ -132,10 +132,6 @@ void sm_ljx_signal_traceback_init(void);
 ** a table that was rehashed may print differently with the same contents. */
 uint64_t sm_ljx_table_print(lua_State *L, int idx);
 
-/* How many entries (non-nil values) the table at idx holds, counted in place: no call into the
-** VM, a look at each of its slots (for the small tables of options it is given). */
-size_t sm_ljx_table_count(lua_State *L, int idx);
-
 /* A table's entries read in place, for the codec's walk (no call into the VM per entry): an entry
 ** whose key and value are each a number, a string or a boolean is described here; any other is
 ** left for the caller to push (sm_ljx_table_push_entry). */

@@ -1682,34 +1682,43 @@ static int check_clock(lua_State *L, int arg)
   return luaL_argerror(L, arg, "opts.clock must be \"real\" or \"virtual\"");
 }
 
-/* Raises when the options table at arg has a key that is not one of `names` (a NULL-ended
-** list, `list` its text): a misspelt option would else be ignored without a word (Erlang's
-** spawn_opt refuses an unknown option with badarg). `known`: how many of names the caller
-** found set in it; when the table holds no more entries than that, all are options, and its
-** keys need no look (a spawn_opt's cost: a walk with lua_next and the compares was 7% of it). */
-static void check_option_names(lua_State *L, int arg, const char *const names[],
-                               const char *list, size_t known)
+/* Pushes opts.<names[i]> for each of the n names, in their order (nil where it is not set), of
+** the options table at arg, and raises for a key that is no option (Erlang's spawn_opt refuses
+** an unknown option with badarg): a misspelt option would else be ignored without a word. A
+** table without a metatable is walked once with lua_next, which finds the options and the
+** strangers together (a lua_getfield per option hashes its name: six of them, and a walk for
+** the strangers, were a fifth of a spawn_opt); one with a metatable is asked for each name, as
+** its __index may give options, and then walked for strangers. */
+static void push_options(lua_State *L, int arg, const char *const names[], int n,
+                         const char *list)
 {
-  if (sm_ljx_table_count(L, arg) <= known) {
-    if (!lua_getmetatable(L, arg))
-      return; /* (with an __index, known counts what it gave: the keys are looked at) */
+  luaL_checkstack(L, n + 3, "options");
+  int base = lua_gettop(L);
+  int ask = lua_getmetatable(L, arg);
+  if (ask)
     lua_pop(L, 1);
+  for (int i = 0; i < n; i++) {
+    if (ask)
+      lua_getfield(L, arg, names[i]);
+    else
+      lua_pushnil(L);
   }
   lua_pushnil(L);
   while (lua_next(L, arg)) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) == LUA_TSTRING) {
-      const char *key = lua_tostring(L, -1);
-      int named = 0;
-      for (int i = 0; names[i] && !named; i++)
-        named = strcmp(key, names[i]) == 0;
-      if (!named)
-        luaL_argerror(L, arg, lua_pushfstring(L, "opts.%s is not an option (options: %s)", key,
-                                              list));
-    } else {
+    if (lua_type(L, -2) != LUA_TSTRING)
       luaL_argerror(L, arg, lua_pushfstring(L, "opts has a key that is a %s (options: %s)",
-                                            luaL_typename(L, -1), list));
-    }
+                                            luaL_typename(L, -2), list));
+    const char *key = lua_tostring(L, -2);
+    int i = n - 1;
+    while (i >= 0 && strcmp(key, names[i]) != 0)
+      i--;
+    if (i < 0)
+      luaL_argerror(L, arg, lua_pushfstring(L, "opts.%s is not an option (options: %s)", key,
+                                            list));
+    if (ask)
+      lua_pop(L, 1);
+    else
+      lua_replace(L, base + 1 + i); /* the value, in its name's place */
   }
 }
 
@@ -1725,44 +1734,40 @@ static size_t check_max_mailbox(lua_State *L, int arg)
 }
 
 /* spawn_opt(opts, fn, ...): opts.on (scheduler or "any"; absent: here), link, monitor, name,
-** slice. */
+** slice, max_mailbox. */
 static int l_spawn_opt(lua_State *L)
 {
-  static const char *const names[] = {"on", "link", "monitor", "name", "slice", "max_mailbox",
-                                      NULL};
+  enum { SLICE, MAX_MAILBOX, ON, LINK, MONITOR, NAME, COUNT };
+  static const char *const names[COUNT] = {"slice", "max_mailbox", "on", "link", "monitor",
+                                           "name"};
   luaL_checktype(L, 1, LUA_TTABLE);
+  int top = lua_gettop(L);
+  push_options(L, 1, names, COUNT, "on, link, monitor, name, slice, max_mailbox");
+  int o = top + 1; /* opts.<names[k]> at o + k */
   spawn_req_t r = {SPAWN_HERE, 0, 0, NULL, 0, 0};
-  lua_getfield(L, 1, "slice");
+  lua_pushvalue(L, o + SLICE);
   r.slice_ns = check_slice(L, 1, "opts.slice", "never preempted");
-  lua_getfield(L, 1, "max_mailbox");
+  lua_pushvalue(L, o + MAX_MAILBOX);
   r.max_mailbox = check_max_mailbox(L, 1);
-  size_t known = (size_t)!lua_isnil(L, -1) + (size_t)!lua_isnil(L, -2); /* options set */
-  lua_pop(L, 2);
-  lua_getfield(L, 1, "on");
-  if (!lua_isnil(L, -1)) {
+  if (!lua_isnil(L, o + ON)) {
     int ok;
-    r.where = where_at(L, lua_gettop(L), &ok);
+    r.where = where_at(L, o + ON, &ok);
     luaL_argcheck(L, ok, 1, "opts.on must be a scheduler index from 1 to smarm.schedulers() or "
                             "\"any\"");
   }
-  lua_getfield(L, 1, "link");
-  r.link = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "monitor");
-  r.monitor = lua_toboolean(L, -1);
-  lua_getfield(L, 1, "name");
+  r.link = lua_toboolean(L, o + LINK);
+  r.monitor = lua_toboolean(L, o + MONITOR);
   char name[SMARM_NAME_MAX + 1]; /* a copy: the string need not outlive the pops below */
-  if (!lua_isnil(L, -1)) {
+  if (!lua_isnil(L, o + NAME)) {
     size_t n;
-    const char *given = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    const char *given = lua_type(L, o + NAME) == LUA_TSTRING ? lua_tolstring(L, o + NAME, &n)
+                                                              : NULL;
     luaL_argcheck(L, given && n >= 1 && n <= SMARM_NAME_MAX && strlen(given) == n, 1,
                   "opts.name must be a string of 1 to 255 bytes");
     memcpy(name, given, n + 1);
     r.name = name;
   }
-  for (int i = -4; i <= -1; i++)
-    known += !lua_isnil(L, i);
-  check_option_names(L, 1, names, "on, link, monitor, name, slice, max_mailbox", known);
-  lua_pop(L, 4);
+  lua_settop(L, top);
   return spawn_lua(L, "spawn_opt", &r, 2);
 }
 
@@ -1836,11 +1841,13 @@ static int l_run(lua_State *L)
   if (!lua_isnoneornil(L, 2)) {
     static const char *const names[] = {
       "schedulers", "stack_size", "slice", "watchdog", "max_mailbox", "request_timeout", "clock",
-      "dump_signal", "keep_freed", "seed", "on_crash", NULL};
+      "dump_signal", "keep_freed", "seed", "on_crash"};
     luaL_checktype(L, 2, LUA_TTABLE);
-    check_option_names(L, 2, names, "schedulers, stack_size, slice, watchdog, max_mailbox, "
-                                    "request_timeout, clock, dump_signal, keep_freed, seed, "
-                                    "on_crash", 0);
+    int top = lua_gettop(L);
+    push_options(L, 2, names, (int)(sizeof names / sizeof *names), "schedulers, stack_size, "
+                 "slice, watchdog, max_mailbox, request_timeout, clock, dump_signal, "
+                 "keep_freed, seed, on_crash");
+    lua_settop(L, top); /* (read again below, one by one with their checks) */
     lua_getfield(L, 2, "schedulers");
     if (!lua_isnil(L, -1)) {
       lua_Number n = run_opt_number(L, "schedulers", "an integer from 1 to " SCHED_MAX_TEXT);
