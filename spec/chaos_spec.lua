@@ -53,8 +53,8 @@ local GAP = 0.025 -- seconds at least between two kills of the store (and of the
 local INTENSITY, PERIOD = 100, 1
 
 -- The chaos actor: a kill every 2-5 ms, in turn one of the store, nine of connection workers,
--- one of the acceptor. c.kills counts every kill, c.store, c.acceptor and c.worker those of
--- each kind; each is counted before the kill is sent.
+-- one of the acceptor, for SECONDS and until each kind has had one. c.kills counts every kill,
+-- c.store, c.acceptor and c.worker those of each kind; each is counted before the kill is sent.
 local function chaos(c, top, me)
   local function child(s, id) -- nil when s does not answer (a check at the end says why)
     for _, ch in ipairs(sup.which_children(s) or {}) do
@@ -63,7 +63,10 @@ local function chaos(c, top, me)
   end
   local deadline = smarm.now() + SECONDS
   local last_store, last_acceptor, i = -math.huge, -math.huge, 0
-  while smarm.now() < deadline do
+  -- SECONDS of chaos, and on past them until each kind has had a kill: a machine slow enough
+  -- to fit fewer than ten turns in SECONDS never reached the store's turn (the end's check
+  -- that every kind was killed then failed)
+  while smarm.now() < deadline or c.store == 0 or c.acceptor == 0 or c.worker == 0 do
     smarm.sleep(0.002 + math.random() * 0.003)
     i = i + 1
     local now, victim, kind = smarm.now(), nil, "worker"
