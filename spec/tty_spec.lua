@@ -162,9 +162,12 @@ local function service_cmd(path)
   local code = table.concat({
     "local smarm = require('smarm')",
     "assert(smarm.console.listen(" .. string.format("%q", path) .. "))",
-    "print('console ' .. 'listening')",
     "smarm.spawn_on(2, function() smarm.register('busy_one', smarm.self()); local x = 0;"
       .. " while true do for _ = 1, 100000 do x = x + 1 end smarm.yield() end end)",
+    -- the name is given on scheduler 2, whose start a slow machine (qemu) can make later than
+    -- a client's entry that looks for it: the service says it listens once the name is there
+    "while not smarm.whereis('busy_one') do smarm.sleep(0.01) end",
+    "print('console ' .. 'listening')",
     "smarm.signal.wait('SIGTERM')",
   }, "; ")
   -- a bound on its life: a spec run killed before its teardown leaves no busy service behind
