@@ -146,6 +146,64 @@ describe("smarm.send_after", function()
     end)
   end)
 
+  -- Erlang's send_after to an atom looks the name up when it fires; smarm's looked it up when
+  -- it was set, so a server restarted under its name (a supervisor's child) never got the tick
+  -- meant for it: the timer went with the old pid. On the virtual clock, which stands still
+  -- while any actor can run, the timer fires only once every actor waits, after the moves here.
+  it("looks a name up when it fires: whoever holds it then gets the message", function()
+    for _, where in ipairs({ 1, 2 }) do
+      local got = smarm.run(function()
+        local me = smarm.self()
+        local function holder(tag) -- holds "ticker", says so, and passes on what it gets
+          return smarm.spawn_opt({ on = where, monitor = true }, function()
+            local s = require("smarm")
+            s.register("ticker", s.self())
+            s.send(me, "holding")
+            while true do s.send(me, { [tag] = s.receive() }) end
+          end)
+        end
+        -- set while nobody holds the name: no error, as Erlang's
+        local t = smarm.send_after(10, "ticker", "tick")
+        local first, ref = holder("first")
+        assert.are.equal("holding", smarm.receive())
+        smarm.kill(first) -- the first holder ends; the timer does not go with it
+        assert.are.equal(ref, smarm.receive().ref)
+        holder("second")
+        assert.are.equal("holding", smarm.receive())
+        local m = smarm.receive()
+        return { m = m, after = smarm.cancel_timer(t) }
+      end, { schedulers = 2, clock = "virtual" })
+      assert.are.same({ m = { second = "tick" }, after = false }, got)
+    end
+  end)
+
+  it("sends nothing when nobody holds the name as it fires, and is cancelled from anywhere", function()
+    local got = smarm.run(function()
+      local me = smarm.self()
+      local out = {}
+      local t = smarm.send_after(1, "nobody-holds-this", "lost")
+      smarm.sleep(2) -- (virtual: at once) it fired, and nobody got it
+      out.nothing = { smarm.receive(0) }
+      out.fired = smarm.cancel_timer(t)
+      -- a timer to a name travels in messages, and another scheduler's actor cancels it
+      smarm.register("me", me)
+      local later = smarm.send_after(3600, "me", "never")
+      smarm.spawn_on(2, function(timer)
+        local s = require("smarm")
+        s.send(me, { left = s.cancel_timer(timer), again = s.cancel_timer(timer) })
+      end, later)
+      out.cancel = smarm.receive()
+      smarm.sleep(7200) -- past its deadline (virtual): nothing comes
+      out.after = { smarm.receive(0) }
+      return out
+    end, { schedulers = 2, clock = "virtual" })
+    assert.are.same({ nil, "timeout" }, got.nothing)
+    assert.is_false(got.fired)
+    assert.are.equal(3600, got.cancel.left) -- (the virtual clock stood still meanwhile)
+    assert.is_false(got.cancel.again)
+    assert.are.same({ nil, "timeout" }, got.after)
+  end)
+
   -- A timer that came back in a message was a new userdata: == held, but as a table key it
   -- was another key (refs and pids are interned; an OTP user keys a map by TRef).
   it("is the same table key when it comes back in a message, here or from another scheduler", function()
@@ -178,8 +236,12 @@ describe("smarm.send_after", function()
       assert.is_false(ok_s)
       assert.matches("bad argument #1 to '[%w_?]*' %(non%-negative number of seconds expected, " ..
         "got string%)", err_s)
-      assert.has_error(function() smarm.send_after(0, "nobody-has-this", "x") end,
-        "smarm.send_after: no actor is registered as 'nobody-has-this'")
+      for _, name in ipairs({ "", ("n"):rep(256), "a\0b" }) do
+        assert.has_error(function() smarm.send_after(0, name, "x") end,
+          "bad argument #2 to 'send_after' (a name is 1 to 255 bytes, without NUL)")
+      end
+      assert.has_error(function() smarm.send_after(0, "a name", nil) end,
+        "bad argument #3 to 'send_after' (message expected, got nil)")
       assert.has_error(function() smarm.send_after(0, me, nil) end)
       local ok, err = pcall(smarm.send_after, 0, me, { f = coroutine.create(print) })
       assert.is_false(ok)

@@ -559,8 +559,11 @@ SMARM_API int smarm_msg_kind(const smarm_msg_t *msg);
 
 /* ---- Message timers (Erlang's send_after and cancel_timer) ---------------------------------
 **
-** A timer sends a message to an actor later. It lives on its target's scheduler and goes with
-** its target: when the target ends, its timers are freed and their messages never sent. */
+** A timer sends a message to an actor later. A timer aimed at a pid lives on its target's
+** scheduler and goes with its target: when the target ends, its timers are freed and their
+** messages never sent. A timer aimed at a name looks the name up when it fires, as Erlang's
+** send_after to an atom does: it lives on its setter's scheduler until it fires, is cancelled
+** or the runtime ends, and sends to whoever holds the name then (nobody: nothing is sent). */
 
 typedef struct smarm_timer {
   smarm_pid_t to;
@@ -577,8 +580,17 @@ typedef struct smarm_timer {
 ** msg is taken, and the timer may still be set when that scheduler gets to it). */
 SMARM_API int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t *out);
 
+/* Sends msg (taken over) to whoever holds `name` (smarm_register) once ns nanoseconds of the
+** actors' clock have passed, the name looked up then; *out names the timer (its `to` is a pid
+** of the caller's scheduler with slot and generation 0, which no actor has). No round trip: the
+** timer lives on the caller's scheduler. The message's sender is the caller. Returns 0;
+** -EINVAL (NULL msg or out, ns < 0, a name that is not 1 to SMARM_NAME_MAX bytes: msg stays the
+** caller's); -ENOMEM (msg freed); -EPERM outside an actor (msg stays the caller's). */
+SMARM_API int smarm_send_after_name(int64_t ns, const char *name, smarm_msg_t *msg,
+                                    smarm_timer_t *out);
+
 /* Cancels a timer: its message is never sent. Returns the nanoseconds it had left (>= 0), or
-** -ENOENT when it has fired already, was cancelled, or its target ended; -ENOMEM; -EPERM
+** -ENOENT when it has fired already, was cancelled, or its target (a pid) ended; -ENOMEM; -EPERM
 ** outside an actor; -ETIMEDOUT (see smarm_send_after). A timer of another scheduler costs one
 ** round trip. */
 SMARM_API int64_t smarm_cancel_timer(smarm_timer_t timer);

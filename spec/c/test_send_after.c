@@ -180,6 +180,50 @@ TEST(many_pending_timers_cancelled_or_left_at_the_end)
   RUN(2, main_many, NULL);
 }
 
+/* Timers aimed at names (smarm_send_after_name): the name is looked up as the timer fires, here
+** or on the other scheduler; nobody holding it then: nothing is sent. A cancel finds it before
+** it fires. Some are left pending at the run's end (freed with their scheduler: ASan and
+** valgrind look). */
+static void main_names(void *arg)
+{
+  (void)arg;
+  smarm_pid_t me = smarm_self(), there;
+  smarm_timer_t tm;
+  /* nobody holds it as it fires: a sleep on this scheduler with a later deadline ends after it */
+  CHECK_EQ(smarm_send_after_name(0, "c-nobody", u64_msg(1), &tm), 0);
+  CHECK_EQ(smarm_pid_sched(tm.to), smarm_pid_sched(me));
+  CHECK_EQ(smarm_pid_gen(tm.to), 0u);
+  expect_nothing_more(me, 0, 10 * MS);
+  CHECK_EQ(smarm_cancel_timer(tm), -ENOENT);
+  /* set before the name is held: whoever holds it at the deadline gets it, here and there */
+  CHECK_EQ(smarm_send_after_name(50 * MS, "c-here", u64_msg(2), &tm), 0);
+  CHECK_EQ(smarm_register("c-here", me), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 2);
+  CHECK_EQ(smarm_spawn_on(1, forwarder, &me, NULL, &there), 0);
+  CHECK_EQ(smarm_register("c-there", there), 0);
+  CHECK_EQ(smarm_send_after_name(0, "c-there", u64_msg(3), &tm), 0);
+  CHECK_EQ(test_recv_u64(WAIT), 3);
+  CHECK_EQ(smarm_cancel_timer(tm), -ENOENT);
+  /* cancelled before it fires: never sent */
+  CHECK_EQ(smarm_send_after_name(3600LL * 1000 * MS, "c-here", u64_msg(4), &tm), 0);
+  CHECK(smarm_cancel_timer(tm) > 0);
+  CHECK_EQ(smarm_cancel_timer(tm), -ENOENT);
+  /* left pending at the end, every other one cancelled first */
+  for (int i = 0; i < 100; i++) {
+    CHECK_EQ(smarm_send_after_name(3600LL * 1000 * MS, i % 3 ? "c-here" : "c-gone",
+                                   u64_msg((uint64_t)i), &tm), 0);
+    if (i % 2)
+      CHECK(smarm_cancel_timer(tm) > 0);
+  }
+  smarm_msg_t *m;
+  CHECK_EQ(smarm_receive(0, &m), -ETIMEDOUT);
+}
+
+TEST(timers_aimed_at_names_look_them_up_as_they_fire)
+{
+  RUN(2, main_names, NULL);
+}
+
 static void main_bad(void *arg)
 {
   (void)arg;
@@ -189,6 +233,14 @@ static void main_bad(void *arg)
   CHECK_EQ(smarm_send_after(0, smarm_self(), NULL, &tm), -EINVAL);
   CHECK_EQ(smarm_send_after(0, 0, m, &tm), -EINVAL);
   CHECK_EQ(smarm_send_after(0, smarm_self(), m, NULL), -EINVAL);
+  char long_name[SMARM_NAME_MAX + 2];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  CHECK_EQ(smarm_send_after_name(0, "", m, &tm), -EINVAL);
+  CHECK_EQ(smarm_send_after_name(0, NULL, m, &tm), -EINVAL);
+  CHECK_EQ(smarm_send_after_name(0, long_name, m, &tm), -EINVAL);
+  CHECK_EQ(smarm_send_after_name(-1, "x", m, &tm), -EINVAL);
+  CHECK_EQ(smarm_send_after_name(0, "x", m, NULL), -EINVAL);
   smarm_msg_free(m); /* still the caller's after -EINVAL */
   tm.to = smarm_self();
   tm.ref = 0;
@@ -201,6 +253,7 @@ TEST(bad_timer_arguments)
   smarm_timer_t tm = {0, 0};
   smarm_msg_t *m = u64_msg(1);
   CHECK_EQ(smarm_send_after(0, 1, m, &tm), -EPERM);
+  CHECK_EQ(smarm_send_after_name(0, "x", m, &tm), -EPERM);
   smarm_msg_free(m);
   CHECK_EQ(smarm_cancel_timer(tm), -EPERM);
 }

@@ -1498,6 +1498,7 @@ void sm_sched_init(sched_t *s, runtime_t *rt, unsigned index)
   sm_timer_heap_init(&s->timers);
   sm_timer_heap_init(&s->vtimers);
   sm_timer_heap_init(&s->msg_timers);
+  s->name_timers = NULL;
   s->table.gen_base = rt->gen_base;
   if (rt->cfg.seed) { /* splitmix64 of the seed: nearby seeds give unrelated draws; never 0 */
     uint64_t z = rt->cfg.seed + 0x9E3779B97F4A7C15ULL;
@@ -1552,7 +1553,8 @@ void sm_sched_destroy_actors(sched_t *s)
   sm_name_cache_destroy(&s->names);
   reftab_destroy(&s->watching);
   reftab_destroy(&s->watchers);
-  sm_timer_heap_destroy(&s->msg_timers); /* emptied with the actors above */
+  sm_msg_timers_destroy(s);
+  sm_timer_heap_destroy(&s->msg_timers); /* emptied with the actors above and the line above */
   reftab_destroy(&s->msg_timer_refs);
   sm_faults_free_spares(s);
   sm_sched_free_reserves(s);

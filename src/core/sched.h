@@ -197,6 +197,7 @@ typedef struct sched {
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
   timer_heap_t msg_timers;     /* send_after.c: message timers by deadline */
   reftab_t msg_timer_refs;     /* and by ref */
+  msg_timer_t *name_timers;    /* send_after.c: those aimed at a name, which no actor holds */
   /* Records kept for reuse (faults.c), up to SM_SPARE_RECORDS each: a spawn_monitor or a call
   ** then costs no malloc. Monitors are linked through `next`. */
   smarm_msg_t *deferred, *deferred_tail; /* intersched.c: items waiting for a push, oldest
@@ -348,6 +349,8 @@ int64_t sm_msg_timer_request(sched_t *s, smarm_msg_t *req);
 void sm_msg_timer_request_free(smarm_msg_t *req);
 void sm_msg_timers_fire(sched_t *s, int64_t now);
 void sm_msg_timers_on_death(sched_t *s, actor_t *a);
+/* At the scheduler's end: frees its timers aimed at names (their messages never sent). */
+void sm_msg_timers_destroy(sched_t *s);
 
 /* Pushes m (owned by the runtime from now on) onto target's inbox, counting any wake syscall;
 ** the deferred items for target go first, in the same chain (intersched.c). */

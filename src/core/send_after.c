@@ -12,7 +12,16 @@
 ** smarm_send_after returns, and any cancel that follows (from any actor: it learned the timer
 ** afterwards) is answered after it: a cancelled timer's message is never delivered, and a cancel
 ** that finds nothing means the message was sent (or its target is gone).
+**
+** A timer aimed at a name (smarm_send_after_name, Erlang's send_after to an atom) is tied to no
+** actor: it lives on its setter's scheduler, in the same heap and table and in that scheduler's
+** name_timers list, until it fires, is cancelled or the runtime ends. It looks the name up as it
+** fires (the scheduler's cache of the names, names.h) and sends to whoever holds it then, as a
+** send would: a local delivery, or a push to the holder's scheduler; nobody: nothing is sent. Its
+** smarm_timer_t names the setter's scheduler by a pid of slot 0 and generation 0 (name_timer_to),
+** which no actor has, so a cancel goes there and finds it by its ref.
 */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include "faults.h"
 #include "runtime.h"
 #include "sched.h"
@@ -24,10 +33,23 @@
 struct msg_timer {
   deadline_t at;        /* in s->msg_timers */
   reftab_node_t node;   /* key: the timer's ref, in s->msg_timer_refs */
-  actor_t *target;
+  actor_t *target;      /* NULL for a timer aimed at a name */
+  char *name;           /* that name (owned), else NULL */
   smarm_msg_t *msg;
-  msg_timer_t *prev, *next; /* the target's list */
+  msg_timer_t *prev, *next; /* the target's list, or the scheduler's name_timers */
 };
+
+/* The `to` of the timers aimed at names on s: a pid of s with slot 0 and generation 0, which no
+** actor has (generations start at 1). */
+static smarm_pid_t name_timer_to(const sched_t *s)
+{
+  return (smarm_pid_t)s->index << (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS);
+}
+
+static msg_timer_t **list_of(sched_t *s, msg_timer_t *t)
+{
+  return t->target ? &t->target->msg_timers : &s->name_timers;
+}
 
 /* The payload of MSG_TIMER_SET and MSG_TIMER_CANCEL: the answer first, as every request's. */
 typedef struct timer_request {
@@ -54,12 +76,35 @@ static smarm_msg_t *unlink_timer(sched_t *s, msg_timer_t *t)
   if (t->prev)
     t->prev->next = t->next;
   else
-    t->target->msg_timers = t->next;
+    *list_of(s, t) = t->next;
   if (t->next)
     t->next->prev = t->prev;
   smarm_msg_t *m = t->msg;
+  free(t->name);
   free(t);
   return m;
+}
+
+/* Puts t (deadline, ref, target or name, message set) in s's heap and table and at the head of
+** its list: 0, or -ENOMEM (t is in none of them: the caller frees it). A deadline past the end
+** of time never fires: such a timer is kept for cancel and its target's end only. */
+static int add_timer(sched_t *s, msg_timer_t *t)
+{
+  t->at.index = -1;
+  if (t->at.deadline != INT64_MAX && sm_timer_add(&s->msg_timers, &t->at) < 0)
+    return -ENOMEM;
+  if (reftab_insert(&s->msg_timer_refs, &t->node) < 0) {
+    if (t->at.index >= 0)
+      sm_timer_remove(&s->msg_timers, &t->at);
+    return -ENOMEM;
+  }
+  msg_timer_t **list = list_of(s, t);
+  t->prev = NULL;
+  t->next = *list;
+  if (*list)
+    (*list)->prev = t;
+  *list = t;
+  return 0;
 }
 
 /* A timer for `to` (of this scheduler) holding msg: 0, or -ENOMEM (msg stays the caller's). A
@@ -76,26 +121,14 @@ static int set_here(sched_t *s, smarm_pid_t to, smarm_msg_t *msg, int64_t deadli
   if (!t)
     return -ENOMEM;
   t->at.deadline = deadline;
-  t->at.index = -1;
   t->node.key = ref;
   t->target = a;
+  t->name = NULL;
   t->msg = msg;
-  /* a deadline past the end of time never fires: kept for cancel and its target's end only */
-  if (deadline != INT64_MAX && sm_timer_add(&s->msg_timers, &t->at) < 0) {
+  if (add_timer(s, t) < 0) {
     free(t);
     return -ENOMEM;
   }
-  if (reftab_insert(&s->msg_timer_refs, &t->node) < 0) {
-    if (t->at.index >= 0)
-      sm_timer_remove(&s->msg_timers, &t->at);
-    free(t);
-    return -ENOMEM;
-  }
-  t->prev = NULL;
-  t->next = a->msg_timers;
-  if (a->msg_timers)
-    a->msg_timers->prev = t;
-  a->msg_timers = t;
   msg->kind = MSG_USER;
   msg->to = to;
   return 0;
@@ -105,7 +138,7 @@ static int set_here(sched_t *s, smarm_pid_t to, smarm_msg_t *msg, int64_t deadli
 static int64_t cancel_here(sched_t *s, smarm_pid_t to, smarm_ref_t ref)
 {
   msg_timer_t *t = find(s, ref);
-  if (!t || t->target->pid != to)
+  if (!t || (t->target ? t->target->pid : name_timer_to(s)) != to)
     return -ENOENT;
   int64_t left = t->at.deadline == INT64_MAX ? INT64_MAX : t->at.deadline - smarm_clock_ns();
   sm_msg_release(unlink_timer(s, t));
@@ -156,6 +189,41 @@ int smarm_send_after(int64_t ns, smarm_pid_t to, smarm_msg_t *msg, smarm_timer_t
   return rc;
 }
 
+int smarm_send_after_name(int64_t ns, const char *name, smarm_msg_t *msg, smarm_timer_t *out)
+{
+  sched_t *s;
+  actor_t *self = sched_self(&s);
+  if (!self)
+    return -EPERM;
+  if (!msg || !out || ns < 0 || !sm_names_valid(name))
+    return -EINVAL;
+  int64_t deadline = sm_sched_actor_deadline(s, ns); /* the actors' clock (vclock.h) */
+  msg_timer_t *t = malloc(sizeof *t);
+  char *copy = strdup(name);
+  if (!t || !copy) {
+    free(t);
+    free(copy);
+    sm_msg_release(msg);
+    return -ENOMEM;
+  }
+  t->at.deadline = deadline < 0 ? INT64_MAX : deadline; /* past the end of time: never */
+  t->node.key = smarm_make_ref();
+  t->target = NULL;
+  t->name = copy;
+  t->msg = msg;
+  if (add_timer(s, t) < 0) {
+    free(copy);
+    free(t);
+    sm_msg_release(msg);
+    return -ENOMEM;
+  }
+  msg->kind = MSG_USER;
+  msg->from = self->pid;
+  out->to = name_timer_to(s);
+  out->ref = t->node.key;
+  return 0;
+}
+
 int64_t smarm_cancel_timer(smarm_timer_t timer)
 {
   sched_t *s;
@@ -198,14 +266,43 @@ void sm_msg_timer_request_free(smarm_msg_t *req)
     sm_msg_release(r->msg);
 }
 
+/* A due timer aimed at a name: sent to whoever holds the name now, as smarm_send would (its
+** holder's scheduler, if another, takes it from its inbox); nobody holds it: nothing is sent. */
+static void fire_at_name(sched_t *s, msg_timer_t *t)
+{
+  smarm_pid_t to = sm_names_lookup(s, t->name);
+  smarm_msg_t *m = unlink_timer(s, t);
+  unsigned k = smarm_pid_sched(to);
+  actor_t *a = NULL;
+  if (!to || k >= s->rt->nsched || (k == s->index && !(a = sm_sched_lookup(s, to)))) {
+    sm_msg_release(m);
+    return;
+  }
+  m->to = to;
+  stat_add(&s->stats.sent, 1);
+  if (a)
+    sm_sched_deliver(s, a, m);
+  else
+    sm_sched_push_remote(s, &s->rt->scheds[k], m);
+}
+
 void sm_msg_timers_fire(sched_t *s, int64_t now)
 {
   deadline_t *d;
   while ((d = timer_first(&s->msg_timers)) && d->deadline <= now) {
     msg_timer_t *t = of_deadline(d);
-    actor_t *a = t->target;
-    sm_sched_deliver(s, a, unlink_timer(s, t));
+    actor_t *a = t->target; /* read before unlink_timer frees t */
+    if (a)
+      sm_sched_deliver(s, a, unlink_timer(s, t));
+    else
+      fire_at_name(s, t);
   }
+}
+
+void sm_msg_timers_destroy(sched_t *s)
+{
+  while (s->name_timers)
+    sm_msg_release(unlink_timer(s, s->name_timers));
 }
 
 void sm_msg_timers_on_death(sched_t *s, actor_t *a)

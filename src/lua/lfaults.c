@@ -210,7 +210,7 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 
 /* ---- Targets: pids or names ---------------------------------------------------------------- */
 
-static const char *check_name(lua_State *L, int idx)
+const char *sm_lfaults_check_name(lua_State *L, int idx)
 {
   size_t n;
   if (lua_type(L, idx) != LUA_TSTRING) /* not lua_tolstring's number to string: 5 is no name */
@@ -227,7 +227,7 @@ smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
   if (sm_lsmarm_to_pid(L, idx, &pid))
     return pid;
   if (lua_type(L, idx) == LUA_TSTRING)
-    return smarm_whereis(check_name(L, idx));
+    return smarm_whereis(sm_lfaults_check_name(L, idx));
   const char *node;
   size_t n;
   if (sm_lterm_pid_node(L, idx, &node, &n))
@@ -481,7 +481,7 @@ static int l_demonitor(lua_State *L)
 
 static int l_register(lua_State *L)
 {
-  const char *name = check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1);
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 2, &pid))
     return luaL_argerror(L, 2, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 2)));
@@ -513,7 +513,7 @@ static int l_register(lua_State *L)
 
 static int l_unregister(lua_State *L)
 {
-  const char *name = check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1);
   sm_lpark_actor(L, "unregister");
   int rc = smarm_unregister(name);
   if (rc == -ENOENT)
@@ -525,7 +525,7 @@ static int l_unregister(lua_State *L)
 
 static int l_whereis(lua_State *L)
 {
-  const char *name = check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1);
   sm_lpark_actor(L, "whereis");
   smarm_pid_t pid = smarm_whereis(name);
   if (pid)

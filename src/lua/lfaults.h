@@ -33,6 +33,8 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m);
 /* The pid the argument at idx names: a pid, or a registered name (0 if nobody holds it). Raises
 ** "bad argument" for anything else. */
 smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx);
+/* The name at idx: a string of 1 to 255 bytes without NUL, else raises (bad argument). */
+const char *sm_lfaults_check_name(lua_State *L, int idx);
 
 /* Makes / releases vm's ref to the reason encoder (a run's start and end, like lpid's). */
 struct lvm;

@@ -2,7 +2,8 @@
 ** Message timers in Lua (see ltimer.h and smarm.h, "Message timers"). A timer is a userdata of
 ** its target and ref (lpid.h), which travels in messages, so any actor may cancel it. Setting or
 ** cancelling a timer of another scheduler's actor parks the caller for one round trip: both pass
-** the parking checks first.
+** the parking checks first. A timer aimed at a name lives on the caller's scheduler (its target
+** a pid of that scheduler with slot and generation 0) and looks the name up as it fires.
 */
 #include "ltimer.h"
 
@@ -20,15 +21,36 @@
 
 static int remote(smarm_pid_t pid) { return (int)smarm_pid_sched(pid) != smarm_sched_index(); }
 
+/* send_after(seconds, name, msg): a timer of this scheduler that looks the name up as it fires
+** (smarm_send_after_name), so no round trip and no parking. */
+static int send_after_name(lua_State *L, int64_t ns)
+{
+  const char *name = sm_lfaults_check_name(L, 2);
+  sm_lpark_actor(L, "send_after");
+  codec_moves_t moves;
+  smarm_msg_t *m = sm_codec_encode(L, 3, "message", &moves);
+  smarm_timer_t t;
+  int rc = smarm_send_after_name(ns < 0 ? INT64_MAX : ns, name, m, &t);
+  if (rc == -EINVAL || rc == -EPERM) { /* not taken: the sockets and files stay the caller's */
+    sm_codec_abandon(L, m, &moves);
+    return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
+  }
+  sm_codec_commit(&moves); /* taken: a timer's message owns its sockets and files */
+  if (rc < 0)
+    return luaL_error(L, "smarm.send_after: %s", strerror(-rc));
+  sm_lsmarm_push_timer(L, t.to, t.ref, 1); /* a new timer: not in the intern table yet */
+  return 1;
+}
+
 /* send_after(seconds, to, msg) -> timer */
 static int l_send_after(lua_State *L)
 {
   int64_t ns = sm_lpark_check_seconds(L, 1); /* SMARM_FOREVER past 31 years: never fires */
-  smarm_pid_t to = sm_lfaults_check_target(L, 2);
-  if (!to)
-    return luaL_error(L, "smarm.send_after: no actor is registered as '%s'", lua_tostring(L, 2));
   if (lua_isnoneornil(L, 3))
     return luaL_argerror(L, 3, "message expected, got nil");
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return send_after_name(L, ns);
+  smarm_pid_t to = sm_lfaults_check_target(L, 2);
   sm_lpark_actor(L, "send_after");
   int far = remote(to);
   if (far) {
