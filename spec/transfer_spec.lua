@@ -503,6 +503,85 @@ describe("closures that travel, in corners", function()
   end)
 end)
 
+-- A function a module holds travels by name only when it is one the module had when require
+-- returned it and the field still holds it at the send: the receiver's own require(module).field
+-- is then the same code. Any other (a script's function put into a module's table, before or
+-- after the first send; one the field no longer holds) travels as a copy. Each test asks a
+-- server on scheduler 1 (the sender's VM) and on scheduler 2 to call what it is sent.
+describe("functions a module holds", function()
+  local NAME = "smarm_rebind_module" -- spec/fixtures: own() and other() of its own
+
+  -- before(mod) runs before anything is sent in the run; body(mod, ask) then asks the servers.
+  local function run_case(before, body)
+    package.loaded[NAME] = nil
+    local r = guard.run(function()
+      local me = smarm.self()
+      local mod = require(NAME)
+      before(mod)
+      local servers = {}
+      for k = 1, 2 do
+        servers[k] = smarm.spawn_on(k, function()
+          while true do
+            local ok, m = pcall(smarm.receive, HANG) -- a name that does not resolve raises here
+            if ok and m == "stop" then return end
+            local called, v
+            if ok then called, v = pcall(m[1]) end
+            smarm.send(me, ok and (called and v or "raised: " .. tostring(v))
+              or "not decoded: " .. tostring(m))
+          end
+        end)
+      end
+      local function ask(k, f)
+        smarm.send(servers[k], { f })
+        return guard.receive("scheduler " .. k .. "'s answer")
+      end
+      local out = body(mod, ask)
+      for k = 1, 2 do smarm.send(servers[k], "stop") end
+      return out
+    end, { schedulers = 2 })
+    package.loaded[NAME] = nil
+    return r
+  end
+
+  it("sends a script's function put into a module before the first send as itself", function()
+    local r = run_case(function(mod)
+      mod.added = function() return "added" end
+      mod.own = function() return "script's own" end
+    end, function(mod, ask)
+      return { ask(2, mod.added), ask(2, mod.own), ask(1, mod.own), ask(2, mod.other) }
+    end)
+    assert.are.same({ "added", "script's own", "script's own", "other" }, r)
+  end)
+
+  it("sends a script's function put into a module after the first send as itself", function()
+    local r = run_case(function() end, function(mod, ask)
+      local first = ask(2, mod.own)
+      mod.added = function() return "added" end
+      mod.own = function() return "script's own" end
+      return { first, ask(2, mod.added), ask(2, mod.own), ask(1, mod.own) }
+    end)
+    assert.are.same({ "own", "added", "script's own", "script's own" }, r)
+  end)
+
+  it("sends a reassigned field's old and new functions each as itself", function()
+    local r = run_case(function() end, function(mod, ask)
+      local first = ask(2, mod.own)
+      local old = mod.own
+      mod.own = function() return "replacement" end
+      local out = { first, ask(2, mod.own), ask(2, old), ask(1, old), ask(1, mod.own) }
+      package.loaded.smarm_spec_rebind_other = {} -- package.loaded changes (another module)
+      for _, k in ipairs({ 2, 1 }) do
+        out[#out + 1] = ask(k, mod.own)
+        out[#out + 1] = ask(k, old)
+      end
+      package.loaded.smarm_spec_rebind_other = nil
+      return out
+    end)
+    assert.are.same({ "own", "replacement", "own", "own", "replacement",
+      "replacement", "own", "replacement", "own" }, r)
+  end)
+end)
+
 describe("require while a loader is parked", function()
   it("gives the module to every requirer, loading it once", function()
     local same, loads = guard.run(function()

@@ -10,6 +10,7 @@ if package.preload["smarm.core"] == nil then
   if refusal then error(refusal, 0) end
 end
 
+local modname = ... -- "smarm", as require loads this file
 local core = require("smarm.core")
 
 -- require that is safe when a module's loader parks (design rule 5). Plain require marks a
@@ -19,6 +20,7 @@ local core = require("smarm.core")
 -- loader instead, and both get the module. Outside actors and without parking it is plain
 -- require. One table per VM: each scheduler's VM loads its own copy of this module.
 local plain_require = require
+local loaded = core._loaded
 local loaders = {} -- module name -> pid of the actor whose loader runs
 local waiters = {} -- pid of an actor waiting for a loader -> the name of that loader's module
 local waiter_count, sweep_at = 0, 64 -- entries in waiters; the count at which dead ones are swept
@@ -138,14 +140,15 @@ local function guarded_require(name)
     if not waited then error(err, 0) end
     return guarded_require(name) -- loaded, failed, loading by another actor, or ours to load
   end
-  if package.loaded[name] ~= nil or not in_actor() then
-    return plain_require(name)
-  end
+  -- A module loaded here is recorded as require returns it (core._loaded): the functions it
+  -- holds then are the ones a message may send by name (docs/api.md, "Functions in messages").
+  if package.loaded[name] ~= nil then return plain_require(name) end
+  if not in_actor() then return loaded(name, plain_require(name)) end
   loaders[name] = core.self()
   local ok, result = pcall(plain_require, name)
   loaders[name] = nil
   if not ok then error(result, 0) end
-  return result
+  return loaded(name, result)
 end
 
 _G.require = guarded_require -- luacheck: ignore (the point is to replace the global)
@@ -424,5 +427,11 @@ setmetatable(core, {
     return m
   end,
 })
+
+-- The module as require returns it, the functions above included (smarm.require, smarm.exit,
+-- ...): those a message may send by name. smarm.core's loader recorded the modules loaded
+-- before it (its tables smarm.fs, smarm.tcp, ... among them).
+core._loaded("smarm.core", core)
+if type(modname) == "string" then core._loaded(modname, core) end
 
 return core

@@ -435,7 +435,7 @@ static int enc_named(enc_t *e, int idx, int tables)
 {
   lua_State *L = e->L;
   ensure_slots(e);
-  luaL_checkstack(L, 4, "message");
+  luaL_checkstack(L, 6, "message");
   if (lua_isnil(L, e->names_idx)) {
     luaL_checkstack(L, 12, "message");
     sm_lrebind_push_names(L);

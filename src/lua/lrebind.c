@@ -1,8 +1,9 @@
 /*
 ** Values found again by name in another VM (see lrebind.h). What a fresh VM has (its globals and
-** its package.loaded) is learnt once per process from a throwaway state; each VM keeps its own
-** index of package.loaded in its registry, rebuilt when a fingerprint of package.loaded and of
-** the run's paths changes.
+** its package.loaded) is learnt once per process from a throwaway state; each VM records what
+** each module held when require returned it, and keeps an index of package.loaded in its
+** registry made from those records, rebuilt when a fingerprint of package.loaded changes, a
+** module is recorded, or a run starts.
 */
 #define _GNU_SOURCE
 #include "lrebind.h"
@@ -78,6 +79,110 @@ static const char standard_key;
 static const char index_key;
 /* registry[&replaced_key] = { original function -> { "module", "field" } } (sm_lrebind_replaced) */
 static const char replaced_key;
+/* registry[&loaded_key] = { name -> { module, fields } }: each module as require returned it
+** (sm_lrebind_loaded), with fields = { field -> function or userdata } as the module held them
+** then (none for a module that is not a table). Keyed by name, not by module: a module that is
+** unloaded and required again replaces its record, and the old one is not kept alive. */
+static const char loaded_key;
+
+/* Drops the VM's index: the next message that needs it makes it anew. */
+static void drop_index(lua_State *L)
+{
+  lua_pushlightuserdata(L, (void *)&index_key);
+  lua_pushnil(L);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+/* records[name] = { module, fields } for the name and module at stack slots `name` and `mod`,
+** with the records table at `records`. Leaves the stack as it found it. */
+static void record(lua_State *L, int records, int name, int mod)
+{
+  lua_createtable(L, 2, 0);
+  lua_pushvalue(L, mod);
+  lua_rawseti(L, -2, 1);
+  if (lua_istable(L, mod)) {
+    lua_newtable(L);
+    int fields = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, mod) != 0) { /* raw: no metamethod runs */
+      int t = lua_type(L, -1);
+      if (lua_type(L, -2) == LUA_TSTRING && (t == LUA_TFUNCTION || t == LUA_TUSERDATA)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, fields);
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    lua_rawseti(L, -2, 2);
+  }
+  lua_pushvalue(L, name);
+  lua_insert(L, -2);
+  lua_rawset(L, records);
+}
+
+void sm_lrebind_loaded(lua_State *L, int name, int mod)
+{
+  name = name < 0 ? lua_gettop(L) + name + 1 : name;
+  mod = mod < 0 ? lua_gettop(L) + mod + 1 : mod;
+  lvm_push_registry_table(L, &loaded_key, NULL);
+  record(L, lua_gettop(L), name, mod);
+  lua_pop(L, 1);
+  drop_index(L);
+}
+
+void sm_lrebind_loaded_all(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getfield(L, -1, "loaded");
+  lua_remove(L, -2);
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  int loaded = lua_gettop(L);
+  lvm_push_registry_table(L, &loaded_key, NULL);
+  int records = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, loaded) != 0) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      lua_pushvalue(L, -2);
+      lua_rawget(L, records);
+      int same = 0;
+      if (lua_istable(L, -1)) {
+        lua_rawgeti(L, -1, 1);
+        same = lua_rawequal(L, -1, -3);
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+      if (!same)
+        record(L, records, lua_gettop(L) - 1, lua_gettop(L));
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+  drop_index(L);
+}
+
+/* smarm._loaded(name, module) -> module: what the require smarm installs calls when it has
+** loaded a module (sm_lrebind_loaded). */
+static int l_loaded(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  lua_settop(L, 2);
+  sm_lrebind_loaded(L, 1, 2);
+  return 1;
+}
+
+void sm_lrebind_register(lua_State *L, int module)
+{
+  lua_pushcfunction(L, l_loaded);
+  lua_setfield(L, module, "_loaded");
+}
 
 void sm_lrebind_replaced(lua_State *L, const char *module, const char *field)
 {
@@ -105,9 +210,7 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
   /* The index judged requirability by the last run's paths: drop it. (A fingerprint of the
   ** paths table's address cannot tell: the new table may take the address of the one the index
   ** was built under, a few runs back.) */
-  lua_pushlightuserdata(L, (void *)&index_key);
-  lua_pushnil(L);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  drop_index(L);
 }
 
 void sm_lrebind_learn_standard(lua_State *L)
@@ -152,7 +255,9 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 /* ---- The VM's index ------------------------------------------------------------------------ */
 
 /* registry[&index_key] = { [1] = fingerprint, [2] = names }, names (weak keys) mapping each value
-** known by name to "module" (a module) or { "module", "field" } (a field of one). */
+** known by name to "module" (a module), { "module", "field", module } (a field of one: the module
+** table, so that a lookup checks that the field holds the value still) or { "module", "field" }
+** (a standard global, module "", and a library function smarm replaced: taken as they are). */
 
 /* A fingerprint of what the index depends on within a run: the contents of package.loaded (read
 ** by sm_ljx_table_print, not walked through the API). A run's start drops the index
@@ -309,6 +414,12 @@ static void build(lua_State *L, int package, int names)
     }
   }
   lua_pop(L, 1);
+  /* the modules' fields: of a module as require returned it, the functions and userdata it held
+  ** then (a function a script puts into it later is its own: it travels); of one that no
+  ** require returned, or that a script put into package.loaded since, only the C functions and
+  ** userdata (which cannot travel otherwise and are no script's closures) */
+  lvm_push_registry_table(L, &loaded_key, NULL);
+  int records = lua_gettop(L);
   lua_pushnil(L);
   while (lua_next(L, ok) != 0) {
     int mod = lua_gettop(L), modname = mod - 1;
@@ -316,27 +427,43 @@ static void build(lua_State *L, int package, int names)
       lua_pop(L, 1);
       continue;
     }
+    int fields = mod, any_lua = 0;
+    lua_pushvalue(L, modname);
+    lua_rawget(L, records);
+    if (lua_istable(L, -1)) {
+      lua_rawgeti(L, -1, 1);
+      if (lua_rawequal(L, -1, mod)) {
+        lua_rawgeti(L, -2, 2);
+        if (lua_istable(L, -1)) {
+          fields = lua_gettop(L);
+          any_lua = 1;
+        }
+      }
+    }
     lua_pushnil(L);
-    while (lua_next(L, mod) != 0) {
+    while (lua_next(L, fields) != 0) {
       int t = lua_type(L, -1);
-      if (lua_type(L, -2) == LUA_TSTRING && (t == LUA_TFUNCTION || t == LUA_TUSERDATA)) {
+      if (lua_type(L, -2) == LUA_TSTRING &&
+          ((t == LUA_TFUNCTION && (any_lua || lua_iscfunction(L, -1))) || t == LUA_TUSERDATA)) {
         lua_pushvalue(L, -1);
         lua_rawget(L, names);
         int known = !lua_isnil(L, -1);
         lua_pop(L, 1);
         if (!known) {
           lua_pushvalue(L, -1);
-          lua_createtable(L, 2, 0);
+          lua_createtable(L, 3, 0);
           lua_pushvalue(L, modname);
           lua_rawseti(L, -2, 1);
           lua_pushvalue(L, -4); /* the field's name */
           lua_rawseti(L, -2, 2);
-          lua_rawset(L, names); /* names[value] = { "module", "field" } */
+          lua_pushvalue(L, mod);
+          lua_rawseti(L, -2, 3);
+          lua_rawset(L, names); /* names[value] = { "module", "field", module } */
         }
       }
       lua_pop(L, 1);
     }
-    lua_pop(L, 1);
+    lua_settop(L, mod - 1);
   }
   lua_settop(L, loaded - 1);
 }
@@ -387,11 +514,26 @@ enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables)
   int t = lua_type(L, idx);
   if (!(t == LUA_TFUNCTION || t == LUA_TUSERDATA || (tables && t == LUA_TTABLE)))
     return LREBIND_NONE;
+  if (idx < 0 && idx > LUA_REGISTRYINDEX)
+    idx = lua_gettop(L) + idx + 1;
   lua_pushvalue(L, idx);
   lua_rawget(L, names);
   if (lua_isstring(L, -1))
     return LREBIND_MODULE;
   if (lua_istable(L, -1) && t != LUA_TTABLE) {
+    lua_rawgeti(L, -1, 3);
+    if (lua_istable(L, -1)) { /* a module's field: only while the field holds the value */
+      lua_rawgeti(L, -2, 2);
+      lua_rawget(L, -2);
+      int holds = lua_rawequal(L, -1, idx);
+      lua_pop(L, 2);
+      if (!holds) {
+        lua_pop(L, 1);
+        return LREBIND_NONE;
+      }
+    } else {
+      lua_pop(L, 1);
+    }
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
     lua_remove(L, -3);

@@ -10,10 +10,16 @@
 ** later package.path or package.preload); of the globals only the standard C functions (a
 ** script's own global function, or its replacement of a standard one, travels by value).
 **
+** A module's function or userdata is named only if the module held it when require returned
+** the module (sm_lrebind_loaded; for the modules loaded before smarm: when smarm.core was
+** opened) and the field holds it still at the lookup: the receiver's require(module).field is
+** then the same code. A function a script puts into a module's table, whenever it does, and one
+** a field no longer holds, travel by value (a C function, or a userdata, cannot: it is named
+** while a field holds it, in a module no require returned, else the send fails naming it).
+**
 ** The lookup goes through a per-VM index (value -> module, field), rebuilt when package.loaded
-** changes or a new run starts (sm_lrebind_push_names). A field put into a
-** module after the index was built is found once package.loaded changes again; until then such
-** a function travels by value, which works for functions and fails, naming it, for the rest.
+** changes, a module is recorded or a new run starts (sm_lrebind_push_names); each lookup of a
+** module's field reads that field once more.
 */
 #ifndef SMARM_LUA_LREBIND_H
 #define SMARM_LUA_LREBIND_H
@@ -45,6 +51,17 @@ void sm_lrebind_replaced(lua_State *L, const char *module, const char *field);
 ** opens smarm.core, so every VM's require finds them. */
 void sm_lrebind_submodules(lua_State *L, int module);
 
+/* When require has returned the module at stack slot `mod` for the name at slot `name`: records
+** the functions and userdata the module holds now as its own (a table's string keys, read raw),
+** the ones a message may name. Replaces the name's record. */
+void sm_lrebind_loaded(lua_State *L, int name, int mod);
+/* At the end of luaopen of smarm.core: records each module of package.loaded that is not
+** recorded as the value it has, as sm_lrebind_loaded does (the modules loaded before smarm). */
+void sm_lrebind_loaded_all(lua_State *L);
+/* Puts smarm._loaded(name, module) -> module, sm_lrebind_loaded for Lua (the require that
+** lua/smarm/init.lua installs calls it), into the module table at idx. */
+void sm_lrebind_register(lua_State *L, int module);
+
 /* At a run's start, in each of its VMs: the package.path and cpath every VM of the run started
 ** with (a module is named only if those find it: a script's own later path is not the others'). */
 void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);
@@ -56,8 +73,9 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);
 void sm_lrebind_push_names(lua_State *L);
 
 /* How the value at idx is known by name in every VM, with the table of names at stack slot
-** `names`; pushes the names (see lrebind_kind). Tables are looked up as modules only when
-** `tables` is set (a function's upvalue: a data table in a message is data). */
+** `names`; pushes the names (see lrebind_kind). A module's field counts only while the field
+** holds the value. Tables are looked up as modules only when `tables` is set (a function's
+** upvalue: a data table in a message is data). */
 enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables);
 
 #endif

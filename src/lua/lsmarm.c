@@ -2059,6 +2059,8 @@ int luaopen_smarm_core(lua_State *L)
   sm_lreentry_wrap(L);
   lua_pushliteral(L, SMARM_VERSION);
   lua_setfield(L, -2, "version");
+  sm_lrebind_register(L, module);
   sm_lrebind_submodules(L, module);
+  sm_lrebind_loaded_all(L); /* the modules loaded before smarm, as they are now */
   return 1;
 }
