@@ -22,7 +22,8 @@
 **                          has made no callback, so none can be running).
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
 **                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
-**                          bytes and length.
+**                          bytes and length; and a string key's chain of nodes (Node.key,
+**                          next), looked up as lj_tab_getstr does (sm_ljx_field_is).
 **   Node.val, GCtab.gclist, GCheader.marked, global_State.gc.grayagain   written by
 **                          sm_ljx_table_set_slot: a value stored by node, and the backward
 **                          write barrier lua_rawset would run (lj_gc_barrierback's steps).
@@ -51,6 +52,7 @@
 #include "lj_trace.h"
 #include "lj_frame.h"
 #include "lj_bc.h"
+#include "lj_tab.h"
 #include "lj_ff.h"
 #if LJ_HASFFI
 #include "lj_ctype.h"
@@ -362,6 +364,34 @@ void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at)
   luaL_checkstack(L, 2, "message");
   *L->top++ = n->key; /* what lua_pushvalue does (copyTV without its check), room made above */
   *L->top++ = n->val;
+}
+
+/* The TValue at stack slot idx of the running C function (lua_State.base; a negative idx from
+** lua_State.top), as index2adr finds it; no pseudo-index. */
+static const TValue *stack_slot(lua_State *L, int idx)
+{
+  return idx > 0 ? L->base + (idx - 1) : L->top + idx;
+}
+
+int sm_ljx_field_is(lua_State *L, int rec, int value)
+{
+  const TValue *r = stack_slot(L, rec);
+  if (!tvistab(r))
+    return -1;
+  const GCtab *rt = &gcval(r)->tab;
+  if (rt->asize <= 3)
+    return -1;
+  const TValue *tv = &tvref(rt->array)[3], *key = &tvref(rt->array)[2];
+  if (!tvistab(tv) || !tvisstr(key))
+    return -1;
+  const GCtab *t = &gcval(tv)->tab;
+  const TValue *v = stack_slot(L, value);
+  const Node *n = hashstr(t, &gcval(key)->str);
+  do { /* lj_tab_getstr's walk: a string key is one object, so its TValue's bits compare */
+    if (n->key.u64 == key->u64)
+      return n->val.u64 == v->u64;
+  } while ((n = nextnode(n)));
+  return 0;
 }
 
 uint64_t sm_ljx_table_print(lua_State *L, int idx)

@@ -131,6 +131,10 @@ void sm_ljx_signal_traceback_init(void);
 ** unchanged (lrebind.c rebuilds its index when package.loaded's changes). Order-dependent, so
 ** a table that was rehashed may print differently with the same contents. */
 uint64_t sm_ljx_table_print(lua_State *L, int idx);
+/* For the table at stack slot `rec` (lrebind.c's index entry { "module", "field", module }):
+** whether rec[3][rec[2]] is the value at stack slot `value`, read raw without calling into the
+** VM: 1 or 0, or -1 when rec[3] is not a table or rec[2] not a string (nothing to check). */
+int sm_ljx_field_is(lua_State *L, int rec, int value);
 
 /* A table's entries read in place, for the codec's walk (no call into the VM per entry): an entry
 ** whose key and value are each a number, a string or a boolean is described here; any other is

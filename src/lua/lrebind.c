@@ -521,18 +521,9 @@ enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables)
   if (lua_isstring(L, -1))
     return LREBIND_MODULE;
   if (lua_istable(L, -1) && t != LUA_TTABLE) {
-    lua_rawgeti(L, -1, 3);
-    if (lua_istable(L, -1)) { /* a module's field: only while the field holds the value */
-      lua_rawgeti(L, -2, 2);
-      lua_rawget(L, -2);
-      int holds = lua_rawequal(L, -1, idx);
-      lua_pop(L, 2);
-      if (!holds) {
-        lua_pop(L, 1);
-        return LREBIND_NONE;
-      }
-    } else {
+    if (sm_ljx_field_is(L, -1, idx) == 0) { /* a module's field: only while it holds the value */
       lua_pop(L, 1);
+      return LREBIND_NONE;
     }
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
