@@ -351,6 +351,41 @@ describe("smarm.node", function()
     assert.are.equal("noproc", r.dies)
   end)
 
+  -- A pid term of this node carries any 32 bits as its ID and serial; the decoder made a smarm
+  -- pid of each, whose intern key (lpid.c, pid_key: the bits as a double, with 1 added to the
+  -- scheduler field) is NaN for the fields 2046 and 4094 ("table index is NaN" out of decode),
+  -- negative past 2046 (the keys of refs and timers), and 4095 is the field of another node's
+  -- process (smarm.h, SMARM_PID_SCHED_REMOTE); a monitor of the field 1024 got no DOWN. No
+  -- runtime gives out such a pid: it names nobody.
+  it("decodes a pid of this node with a scheduler field no runtime has as naming nobody", function()
+    if skip_without_erl() then return end
+    local fields = { 2046, 4094, 1024, 2047, 3122, 4095 }
+    local r = smarm.run(function()
+      assert(smarm.node.start({ name = name("smarmk"), cookie = COOKIE }))
+      local me = smarm.term.encode(smarm.self()) -- NEW_PID_EXT: node, ID, serial, creation
+      local out = {}
+      for _, field in ipairs(fields) do
+        -- the serial is the pid's high 32 bits: the scheduler field's 12, then the slot's 20
+        local bytes = me:sub(1, -9) .. string.char(math.floor(field / 16), field % 16 * 16, 0, 0)
+          .. me:sub(-4)
+        local ok, pid = pcall(smarm.term.decode, bytes)
+        if not ok then -- (the first of them, before any monitor that would wait for good)
+          out[#out + 1] = pid
+          break
+        else
+          local ref = smarm.monitor(pid)
+          local down = guard.receive("its DOWN", function(m) return m.ref == ref end)
+          out[#out + 1] = { smarm.term.encode(pid) == bytes, pid ~= smarm.self(), down.reason,
+            down.pid == pid }
+        end
+      end
+      return out
+    end)
+    for i in ipairs(fields) do
+      assert.are.same({ true, true, "noproc", true }, r[i], "field " .. fields[i])
+    end
+  end)
+
   it("takes another node's registered names only as atoms", function()
     if skip_without_erl() then return end
     local nobody = name("nobody")

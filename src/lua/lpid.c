@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -27,11 +28,19 @@ typedef struct lpid {
 } lpid_t;
 
 /* The intern table's key for a pid: its 64 bits read as a double, with 1 added to the scheduler
-** field (the exponent). Schedulers are fewer than SMARM_SCHED_MAX = 1024, so the exponent is 1 to
-** 1024: a normal, finite, positive number, never NaN, zero or denormal, and different pids give
-** different numbers. A number key costs no allocation, unlike an 8-byte string. */
+** field (the sign and exponent). Schedulers are fewer than SMARM_SCHED_MAX = 1024, so the
+** exponent is 1 to 1024: a normal, finite, positive number, never NaN, zero or denormal, and
+** different pids give different numbers. A number key costs no allocation, unlike an 8-byte
+** string. The field has 12 bits, and past 1023 the key would break: 2046 and 4094 make NaN (no
+** table key), 2047 to 4093 negative numbers (a ref's or timer's key), 4095 (SMARM_PID_SCHED_REMOTE,
+** another node's process) a denormal. No Lua value holds such a pid: the runtime makes none
+** below SMARM_SCHED_MAX into one (another node's processes are opaque terms, lterm.h), and the
+** decoder of terms leaves a pid of this node with such a field opaque (lterm.c, push_own). */
 static lua_Number pid_key(smarm_pid_t pid)
 {
+#ifdef SMARM_DEBUG
+  assert(smarm_pid_sched(pid) < SMARM_SCHED_MAX);
+#endif
   union {
     uint64_t u;
     double d;

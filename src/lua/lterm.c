@@ -563,7 +563,12 @@ static int push_own(tdec_t *d, const unsigned char *at)
     if (sm_etf_be32(q + 8) != creation)
       return 0;
     smarm_pid_t pid = (uint64_t)sm_etf_be32(q + 4) << 32 | sm_etf_be32(q);
-    if (smarm_pid_gen(pid) == 0)
+    /* A pid this node never gave out (its numbers are any 32 bits of the term): generation 0, or
+    ** a scheduler field no runtime has (SMARM_PID_SCHED_REMOTE among them, which would name
+    ** whatever other node's process holds that alias). Left opaque, it names nobody, as a pid
+    ** of this node's earlier run does; as a smarm pid its key would break the intern table
+    ** (lpid.c, pid_key: NaN, or a ref's key). */
+    if (smarm_pid_gen(pid) == 0 || smarm_pid_sched(pid) >= SMARM_SCHED_MAX)
       return 0;
     sm_lsmarm_push_pid(d->L, pid);
   } else { /* creation, then three numbers: the low and high halves, 0 */
