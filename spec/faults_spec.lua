@@ -389,7 +389,8 @@ describe("registered names", function()
         function() smarm.whereis(5) end, function() smarm.unregister(5) end }) do
         local ok, err = pcall(call)
         assert.is_false(ok)
-        assert.matches("bad argument #1 to '%a+' %(name expected, got number%)", err)
+        assert.matches("^spec/faults_spec%.lua:%d+: smarm%.%a+: bad argument #1 %(name expected, "
+          .. "got number%)$", err)
       end
       assert.are.same({}, smarm.registered())
       assert.has_error(function() smarm.monitor(42) end)
@@ -410,6 +411,55 @@ describe("registered names", function()
           .. "smarm%.schedulers%(%) or \"any\"%)$", err)
       end
     end, { schedulers = 2 })
+  end)
+end)
+
+-- Each function that takes a target names itself in a bad target's error, at its caller's line
+-- (no position in a protected call of the function itself), however it is called: the error
+-- said "bad argument #1 to '?'" when pcall called it, and the name of the function the
+-- Lua side called (smarm.monitor, at a line of init.lua) for smarm.call.
+describe("a bad target", function()
+  it("raises naming the function the user called, at the user's line", function()
+    local args = { -- each function's arguments, with target t
+      send = function(t) return t, 1 end,
+      call = function(t) return t, 1, 0 end,
+      alive = function(t) return t end,
+      link = function(t) return t end,
+      unlink = function(t) return t end,
+      monitor = function(t) return t end,
+      exit = function(t) return t, "x" end,
+      kill = function(t) return t end,
+      send_after = function(t) return 1, t, 1 end,
+      whereis = function(t) return t end,
+      register = function(t) return t, smarm.self() end,
+      unregister = function(t) return t end,
+    }
+    local names = { whereis = true, register = true, unregister = true } -- take names only
+    local bads = { { {}, "table" }, { true, "boolean" }, { print, "function" }, { nil, "nil" },
+      { "", false }, { "a\0b", false }, { ("n"):rep(256), false } }
+    local r = smarm.run(function()
+      local out = {}
+      for fname, f in pairs(args) do
+        for i, bad in ipairs(bads) do
+          -- from a Lua function (a line of this file), and by pcall itself (no line)
+          local _, here = pcall(function() local v = smarm[fname](f(bad[1])); return v end)
+          local _, bare = pcall(smarm[fname], f(bad[1]))
+          out[#out + 1] = { fname = fname, i = i, here = here, bare = bare }
+        end
+      end
+      return out
+    end)
+    assert.are.equal(12 * #bads, #r)
+    for _, e in ipairs(r) do
+      local n = e.fname == "send_after" and 2 or 1
+      local t = bads[e.i][2]
+      local why = not t and "a name is 1 to 255 bytes, without NUL"
+        or (names[e.fname] and "name" or "pid or name") .. " expected, got " .. t
+      local text = ("smarm.%s: bad argument #%d (%s)"):format(e.fname, n, why)
+      assert.are.equal(text, e.bare)
+      assert.matches("^spec/faults_spec%.lua:%d+: ", e.here)
+      assert.are.equal(text, e.here:gsub("^spec/faults_spec%.lua:%d+: ", ""), e.fname)
+    end
   end)
 end)
 
@@ -634,13 +684,16 @@ describe("smarm.call and smarm.reply", function()
     end)
   end)
 
+  -- A tuple whose first element is no pid (as another node's {Pid, Tag} has) was refused by
+  -- the send that answers such a from, in send's words; the others named '?' in a pcall.
   it("refuses a reply to something that is not a call's from", function()
     smarm.run(function()
       local me = smarm.self()
-      for _, bad in ipairs({ { pid = me, ref = smarm.ref() }, me, smarm.ref(), "from", 1 }) do
+      for _, bad in ipairs({ { pid = me, ref = smarm.ref() }, me, smarm.ref(), "from", 1,
+        smarm.tuple({ 1, 2 }), smarm.tuple({ "name", smarm.ref() }) }) do
         local ok, err = pcall(smarm.reply, bad, 1)
         assert.is_false(ok)
-        assert.matches("a call's `from` expected", err)
+        assert.are.equal("smarm.reply: bad argument #1 (a call's `from` expected)", err)
       end
     end)
   end)

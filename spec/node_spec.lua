@@ -73,6 +73,60 @@ describe("smarm.node", function()
       or "this smarm was built without erl_interface (Debian: erlang-dev)", r.connect[2])
   end)
 
+  -- smarm.call's {name, node} was checked by the monitor init.lua places: its errors named
+  -- smarm.monitor, at a line of init.lua. Checked before whether this runtime is a node.
+  it("refuses a bad {name, node} in the words of the function the user called", function()
+    local pid = "\131\88\119\3x@y\0\0\0\9\0\0\0\0\0\0\0\1" -- another node's
+    local bads = {
+      { { "bad\255", "n@h" }, "the name of {name, node} is not an atom: not UTF-8" },
+      { { "", "n@h" }, "the name of {name, node} is empty" },
+      { { "x", "nohost" }, "the node of {name, node} is no node name (alive@host): 'nohost'" },
+      { { "x", "\255@h" }, "the node of {name, node} is not an atom: not UTF-8" },
+      { { {}, "n@h" }, "pid or name expected, got table" },
+      { { "x", "n@h" }, false }, -- well formed: this runtime is no node
+      { pid, false },
+    }
+    local calls = {
+      ["smarm.send"] = function(t) local v = smarm.send(t, 1); return v end,
+      ["smarm.call"] = function(t) local v = smarm.call(t, 1); return v end,
+      ["smarm.monitor"] = function(t) local v = smarm.monitor(t); return v end,
+      ["server.call"] = function(t) local v = server.call(t, 1); return v end,
+    }
+    local r = smarm.run(function()
+      local out = {}
+      for fname, f in pairs(calls) do
+        out[fname] = {}
+        for i, bad in ipairs(bads) do
+          local t = bad[1] == pid and smarm.term.decode(pid) or bad[1]
+          local ok, err = pcall(f, t)
+          out[fname][i] = ok or err
+        end
+      end
+      return out
+    end)
+    for fname, errors in pairs(r) do
+      for i, bad in ipairs(bads) do
+        local want
+        if bad[2] and fname == "server.call" then
+          want = "bad argument #1 to 'call' (" .. bad[2] .. ")" -- server's own words
+        elseif bad[2] then
+          want = fname .. ": bad argument #1 (" .. bad[2] .. ")"
+        elseif bad[1] == pid and fname == "smarm.send" then
+          want = true -- dropped, as to a dead actor
+        else
+          want = fname .. ": this runtime is not a node (smarm.node.start)"
+        end
+        local got = errors[i]
+        if type(got) == "string" then
+          local at_caller -- the caller's line, not one of init.lua
+          got, at_caller = got:gsub("^spec/node_spec%.lua:%d+: ", "")
+          assert.are.equal(1, at_caller, fname .. " " .. i .. ": " .. errors[i])
+        end
+        assert.are.equal(want, got, fname .. " " .. i)
+      end
+    end
+  end)
+
   it("is called by Erlang by name and by pid, terms and order kept", function()
     if skip_without_erl() then return end
     local me = name("smarma")

@@ -220,6 +220,32 @@ describe("server.start", function()
     end)
   end)
 
+  -- A name of no 1 to 255 bytes was refused by the smarm.whereis of cast and stop, at a line of
+  -- server.lua naming 'whereis'.
+  it("refuses a bad target in the words of the function the user called", function()
+    local fns = {
+      call = function(t) local v = server.call(t, "x", 0); return v end,
+      cast = function(t) local v = server.cast(t, "x"); return v end,
+      stop = function(t) local v = server.stop(t); return v end,
+    }
+    local bads = { { {}, "pid or name expected, got table" },
+      { true, "pid or name expected, got boolean" }, { print, "pid or name expected, got function" },
+      { nil, "pid or name expected, got nil" }, { "", "a name is 1 to 255 bytes, without NUL" },
+      { ("n"):rep(256), "a name is 1 to 255 bytes, without NUL" } }
+    local r = run(function()
+      local out = {}
+      for fname, f in pairs(fns) do
+        for i, bad in ipairs(bads) do out[#out + 1] = { fname, i, select(2, pcall(f, bad[1])) } end
+      end
+      return out
+    end)
+    assert.are.equal(3 * #bads, #r)
+    for _, e in ipairs(r) do
+      assert.are.equal(("spec/server_spec.lua:%d: bad argument #1 to '%s' (%s)"):format(
+        tonumber(e[3]:match("^spec/server_spec%.lua:(%d+): ")) or -1, e[1], bads[e[2]][2]), e[3])
+    end
+  end)
+
   -- They used to be positioned inside server.lua (a check helper one level too deep), or named
   -- '?' (smarm.call's and spawn_opt's errors passed on from a protected call).
   it("raises misuse at the caller's line, naming the function", function()

@@ -568,6 +568,35 @@ describe("supervisor start failures", function()
     end, { schedulers = 1 })
   end)
 
+  -- A name of no 1 to 255 bytes was refused by smarm.call in its words: "bad argument #1 to '?'".
+  it("refuses a bad supervisor target in the words of the function the user called", function()
+    local fns = {
+      start_child = function(t) local v = sup.start_child(t, {}); return v end,
+      terminate_child = function(t) local v = sup.terminate_child(t, "a"); return v end,
+      restart_child = function(t) local v = sup.restart_child(t, "a"); return v end,
+      delete_child = function(t) local v = sup.delete_child(t, "a"); return v end,
+      which_children = function(t) local v = sup.which_children(t); return v end,
+      count_children = function(t) local v = sup.count_children(t); return v end,
+      stop = function(t) local v = sup.stop(t); return v end,
+    }
+    local bads = { { {}, "pid or name expected, got table" },
+      { true, "pid or name expected, got boolean" }, { print, "pid or name expected, got function" },
+      { nil, "pid or name expected, got nil" }, { "", "a name is 1 to 255 bytes, without NUL" },
+      { ("n"):rep(256), "a name is 1 to 255 bytes, without NUL" } }
+    local r = run(function()
+      local out = {}
+      for fname, f in pairs(fns) do
+        for i, bad in ipairs(bads) do out[#out + 1] = { fname, i, select(2, pcall(f, bad[1])) } end
+      end
+      return out
+    end)
+    assert.are.equal(7 * #bads, #r)
+    for _, e in ipairs(r) do
+      assert.are.equal(("spec/supervisor_spec.lua:%d: bad argument #1 to '%s' (%s)"):format(
+        tonumber(e[3]:match("^spec/supervisor_spec%.lua:(%d+): ")) or -1, e[1], bads[e[2]][2]), e[3])
+    end
+  end)
+
   it("raises misuse at the caller's line, naming the function", function()
     run(function()
       local function raised(fn)

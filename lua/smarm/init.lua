@@ -279,17 +279,33 @@ end
 
 -- A call to a process of another node speaks gen_server's protocol (docs/api.md, "smarm.node"):
 -- {'$gen_call', {Self, Ref}, Request} goes, and the answer is the message {Ref, Reply}. smarm.call
--- (C) hands such targets here; a target of this node's own name is a local call. (smarm.reply
--- answers a `from` that is such a {Pid, Tag} tuple in C.)
+-- (C) hands such targets here, checked (a target of this node's own name it calls itself).
+-- (smarm.reply answers a `from` that is such a {Pid, Tag} tuple in C.)
 local term_type, tuple = core.term.type, core.tuple
 local GEN_CALL = core.atom("$gen_call")
-local call = core.call
+
+-- Raises an error of the monitor or send below in smarm.call's words, at the caller of
+-- smarm.call (level 4: this function, the remote call, smarm.call in C, its caller): "smarm.monitor:
+-- this runtime is not a node" at a line of this file named neither the function nor the place.
+local function as_call_error(err)
+  if type(err) == "string" then
+    err = err:gsub("^smarm%.monitor: ", "smarm.call: "):gsub("^smarm%.send: ", "smarm.call: ")
+      :gsub("^message%[3%]", "request")
+  end
+  error(err, 4)
+end
+
 core._set_remote_call(function(to, request, timeout)
-  if type(to) == "table" and to[2] == core.node.self() then return call(to[1], request, timeout) end
   -- gen_server's way: the monitor's ref is the call's tag, and its DOWN ends the wait
-  local ref = core.monitor(to)
+  local monitored, ref = pcall(core.monitor, to)
+  if not monitored then as_call_error(ref) end
   -- n = 3: a nil request is the atom nil, not a missing element (a 2-tuple is no call)
-  core.send(to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request, n = 3 }))
+  local sent, err = pcall(core.send, to, tuple({ GEN_CALL, tuple({ core.self(), ref }), request,
+    n = 3 }))
+  if not sent then
+    core.demonitor(ref, "flush")
+    as_call_error(err)
+  end
   local answer = core.receive(function(m)
     return term_type(m) == "tuple" and m[1] == ref
       or type(m) == "table" and m.smarm == "DOWN" and m.ref == ref

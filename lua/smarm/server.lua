@@ -249,10 +249,10 @@ local function argerror(level, n, fn, msg)
   error(string.format("bad argument #%d to '%s' (%s)", n, fn, msg), level + 1)
 end
 
+-- (a name too: one of 256 bytes would raise at smarm.whereis, in its words)
 local function check_target(to, fn)
-  if not is_pid(to) and type(to) ~= "string" then
-    argerror(3, 1, fn, "pid or name expected, got " .. type(to))
-  end
+  local bad = not is_pid(to) and smarm._target_fault(to)
+  if bad then argerror(3, 1, fn, bad) end
 end
 
 local function check_timeout(timeout, n, fn)
@@ -330,8 +330,10 @@ function server.call(to, request, timeout)
     error("server.call: calling_self (a server cannot call itself)", 2)
   end
   if type(r) == "string" then
-    r = r:gsub("^bad argument (#%d+) to '%?'", "bad argument %1 to 'call'"):gsub("^smarm%.call: ",
-      "server.call: "):gsub("^request", "server.call: request") -- (a request that cannot be sent)
+    r = r:gsub("^bad argument (#%d+) to '%?'", "bad argument %1 to 'call'")
+      :gsub("^smarm%.call: bad argument (#%d+) %(", "bad argument %1 to 'call' (")
+      :gsub("^smarm%.call: ", "server.call: ")
+      :gsub("^request", "server.call: request") -- (a request that cannot be sent)
   end
   error(r, 2)
 end

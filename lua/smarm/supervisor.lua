@@ -686,10 +686,10 @@ function supervisor.start(spec)
   return nil, reason
 end
 
+-- (a name too: one of 256 bytes would raise at smarm.whereis or smarm.call, in their words)
 local function check_sup(sup, fn)
-  if not is_pid(sup) and type(sup) ~= "string" then
-    error(string.format("bad argument #1 to '%s' (pid or name expected, got %s)", fn, type(sup)), 3)
-  end
+  local bad = not is_pid(sup) and smarm._target_fault(sup)
+  if bad then error(string.format("bad argument #1 to '%s' (%s)", fn, bad), 3) end
 end
 
 local function check_timeout(timeout, n, fn)
@@ -712,6 +712,7 @@ local function request(sup, r, timeout, fn, level)
     if type(answers) == "string" then -- a request that cannot be sent names the caller's field
       local own = "supervisor." .. fn .. ": "
       answers = answers:gsub("^request%.extra", own .. "extra_args"):gsub("^request%.", own)
+        :gsub("^smarm%.call: bad argument (#%d+) %(", "bad argument %1 to '" .. fn .. "' (")
         :gsub("^smarm%.call: ", own)
     end
     error(answers, level)

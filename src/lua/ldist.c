@@ -35,24 +35,35 @@ static const char *check_node(lua_State *L, int idx, const char *fname)
   return s;
 }
 
-void sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
+int sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
 {
   static const char *const parts[] = {"name", "node"};
+  const char *self_name;
+  size_t n, self_len;
+  uint32_t creation;
+  lua_rawgeti(L, idx, 2);
+  const char *node = lua_tolstring(L, -1, &n);
+  int here = sm_dist_identity(&self_name, &self_len, &creation) && n == self_len &&
+             memcmp(node, self_name, n) == 0;
+  lua_pop(L, 1);
+  if (here) /* its name is a name of this node, not an atom: the caller checks it as one */
+    return 1;
   for (int i = 0; i < 2; i++) {
     lua_rawgeti(L, idx, i + 1);
-    size_t n;
     const char *s = lua_tolstring(L, -1, &n);
     if (n == 0) /* ('' is an atom, but no process or node is named so) */
-      luaL_error(L, "smarm.%s: bad argument #%d (the %s of {name, node} is empty)", fname, idx,
-                 parts[i]);
+      sm_lfaults_argerror(L, fname, idx,
+                          lua_pushfstring(L, "the %s of {name, node} is empty", parts[i]));
     const char *fault = sm_lterm_atom_fault(s, n);
     if (fault)
-      luaL_error(L, "smarm.%s: bad argument #%d (the %s of {name, node} is not an atom: %s)", fname,
-                 idx, parts[i], fault);
-    if (i == 1)
-      check_node(L, -1, fname);
+      sm_lfaults_argerror(L, fname, idx, lua_pushfstring(L, "the %s of {name, node} is not an "
+                                                            "atom: %s", parts[i], fault));
+    if (i == 1 && (n > DIST_NAME_MAX || !strchr(s, '@') || strlen(s) != n))
+      sm_lfaults_argerror(L, fname, idx, lua_pushfstring(L, "the node of {name, node} is no "
+                                                            "node name (alive@host): '%s'", s));
     lua_pop(L, 1);
   }
+  return 0;
 }
 
 /* Runs the boxed request r (box: its stack slot) for the caller; pushes true, or nil and the
@@ -215,9 +226,13 @@ int sm_ldist_send(lua_State *L)
   lua_settop(L, 2);
   int to_pid = sm_lterm_pid_node(L, 1, &node, &node_len);
   if (!to_pid) { /* { name, node } */
-    lua_rawgeti(L, 1, 2);
-    node = check_node(L, -1, "send");
-    node_len = strlen(node);
+    if (sm_ldist_check_name_node(L, 1, "send")) {
+      lua_rawgeti(L, 1, 1); /* { name, this node }: a local send by name */
+      lua_replace(L, 1);
+      return 0;
+    }
+    lua_rawgeti(L, 1, 2); /* another node's name: both go as atoms */
+    node = lua_tolstring(L, -1, &node_len);
     lua_pop(L, 1); /* the table at 1 keeps it */
   }
   if (!sm_dist_identity(&self_name, &self_len, &creation)) {
@@ -225,13 +240,6 @@ int sm_ldist_send(lua_State *L)
       return 1;
     return luaL_error(L, "smarm.send: this runtime is not a node (smarm.node.start)");
   }
-  if (!to_pid && node_len == self_len && memcmp(node, self_name, node_len) == 0) {
-    lua_rawgeti(L, 1, 1); /* { name, this node }: a local send by name */
-    lua_replace(L, 1);
-    return 0;
-  }
-  if (!to_pid) /* another node's name: both go as atoms */
-    sm_ldist_check_name_node(L, 1, "send");
   /* the control term: {SEND, '', ToPid} or {REG_SEND, From, '', ToName} */
   lua_createtable(L, 4, 1);
   int ctrl = lua_gettop(L);

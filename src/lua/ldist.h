@@ -11,10 +11,12 @@
 ** { name, node } of two strings. */
 int sm_ldist_is_target(lua_State *L, int idx);
 
-/* Raises "smarm.<fname>: bad argument #<idx> (...)" unless the table { name, node } at idx
-** (sm_ldist_is_target) has a name that is an atom (1 to 255 characters of UTF-8) and a node
-** that is a node name (alive@host, an atom of at most DIST_NAME_MAX bytes). */
-void sm_ldist_check_name_node(lua_State *L, int idx, const char *fname);
+/* Checks the table { name, node } at idx (sm_ldist_is_target), the argument idx of the user's
+** function fname: returns 1 when its node is this node's own name (its name is then a name of
+** this node, which the caller checks as such); else raises "smarm.<fname>: bad argument #<idx>
+** (...)" unless its name is an atom (1 to 255 characters of UTF-8) and its node a node name
+** (alive@host, an atom of at most DIST_NAME_MAX bytes), and returns 0. */
+int sm_ldist_check_name_node(lua_State *L, int idx, const char *fname);
 
 /* smarm.send(target, msg) for such a target (at 1, the message at 2): returns 1 when the message
 ** went (or was dropped: a pid of another node while this runtime is no node), 0 when the target

@@ -210,37 +210,75 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 
 /* ---- Targets: pids or names ---------------------------------------------------------------- */
 
-const char *sm_lfaults_check_name(lua_State *L, int idx)
+int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why)
+{
+  return luaL_error(L, "smarm.%s: bad argument #%d (%s)", fname, idx, why);
+}
+
+/* Why the value at idx is no registered name (1 to 255 bytes, no NUL), or NULL. */
+static const char *name_fault(lua_State *L, int idx)
 {
   size_t n;
   if (lua_type(L, idx) != LUA_TSTRING) /* not lua_tolstring's number to string: 5 is no name */
-    luaL_argerror(L, idx, lua_pushfstring(L, "name expected, got %s", luaL_typename(L, idx)));
+    return lua_pushfstring(L, "name expected, got %s", luaL_typename(L, idx));
   const char *name = lua_tolstring(L, idx, &n);
-  luaL_argcheck(L, n >= 1 && n <= SMARM_NAME_MAX && strlen(name) == n, idx,
-                "a name is 1 to 255 bytes, without NUL");
-  return name;
+  if (n < 1 || n > SMARM_NAME_MAX || strlen(name) != n)
+    return "a name is 1 to 255 bytes, without NUL";
+  return NULL;
 }
 
-smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx)
+const char *sm_lfaults_check_name(lua_State *L, int idx, const char *fname)
+{
+  const char *fault = name_fault(L, idx);
+  if (fault)
+    sm_lfaults_argerror(L, fname, idx, fault);
+  return lua_tostring(L, idx);
+}
+
+/* Why the value at idx names no actor of this node (it is no pid of this node and no name), or
+** NULL. */
+static const char *target_fault(lua_State *L, int idx)
+{
+  smarm_pid_t pid;
+  if (sm_lsmarm_to_pid(L, idx, &pid))
+    return NULL;
+  if (lua_type(L, idx) == LUA_TSTRING)
+    return name_fault(L, idx);
+  const char *node;
+  size_t n;
+  if (sm_lterm_pid_node(L, idx, &node, &n))
+    return "a pid of another node (not here: send, call, link, monitor, exit and kill take one)";
+  return lua_pushfstring(L, "pid or name expected, got %s", luaL_typename(L, idx));
+}
+
+smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx, const char *fname)
 {
   smarm_pid_t pid;
   if (sm_lsmarm_to_pid(L, idx, &pid))
     return pid;
-  if (lua_type(L, idx) == LUA_TSTRING)
-    return smarm_whereis(sm_lfaults_check_name(L, idx));
-  const char *node;
-  size_t n;
-  if (sm_lterm_pid_node(L, idx, &node, &n))
-    return luaL_argerror(L, idx, "a pid of another node (not here: send, call, link, monitor, "
-                                 "exit and kill take one)");
-  return luaL_argerror(L, idx, lua_pushfstring(L, "pid or name expected, got %s",
-                                               luaL_typename(L, idx)));
+  const char *fault = target_fault(L, idx);
+  if (fault)
+    sm_lfaults_argerror(L, fname, idx, fault);
+  return smarm_whereis(lua_tostring(L, idx));
+}
+
+/* _target_fault(v) -> why v names no actor of this node | nil: for the Lua modules that take
+** a target (smarm.server, smarm.supervisor), which word the errors as their own. */
+static int l_target_fault(lua_State *L)
+{
+  lua_settop(L, 1);
+  const char *fault = target_fault(L, 1);
+  if (fault)
+    lua_pushstring(L, fault);
+  else
+    lua_pushnil(L);
+  return 1;
 }
 
 /* A target that must exist: a pid, or a name somebody holds (Erlang's badarg otherwise). */
 static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
 {
-  smarm_pid_t pid = sm_lfaults_check_target(L, idx);
+  smarm_pid_t pid = sm_lfaults_check_target(L, idx, fname);
   if (!pid)
     luaL_error(L, "smarm.%s: no actor is registered as '%s'", fname, lua_tostring(L, idx));
   return pid;
@@ -262,18 +300,12 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
   smarm_pid_t pinned;
   int by_name = by_name_ok && lua_istable(L, idx) && sm_ldist_is_target(L, idx);
   if (by_name) { /* { name, node }: a monitor by name, Erlang's {Name, Node} */
-    lua_rawgeti(L, idx, 2);
-    const char *self_name;
-    uint32_t creation;
-    int here = sm_dist_identity(&self_name, &n, &creation) && strcmp(lua_tostring(L, -1),
-                                                                       self_name) == 0;
-    lua_pop(L, 1);
-    if (here) { /* this node: the name here */
+    if (sm_ldist_check_name_node(L, idx, fname)) { /* this node: the name here */
       lua_rawgeti(L, idx, 1);
       lua_replace(L, idx);
-      return sm_lfaults_check_target(L, idx);
+      return sm_lfaults_check_target(L, idx, fname);
     }
-    sm_ldist_check_name_node(L, idx, fname); /* another node's: both go as atoms */
+    /* another node's: both are atoms */
     lua_rawgeti(L, idx, 1);
     lua_rawgeti(L, idx, 2);
     size_t both = lua_objlen(L, -2) + lua_objlen(L, -1);
@@ -316,7 +348,7 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
       luaL_error(L, "smarm.%s: not enough memory", fname);
     return pinned;
   }
-  return must_live ? check_live_target(L, idx, fname) : sm_lfaults_check_target(L, idx);
+  return must_live ? check_live_target(L, idx, fname) : sm_lfaults_check_target(L, idx, fname);
 }
 
 static int raise_errno(lua_State *L, const char *fname, int rc)
@@ -481,10 +513,11 @@ static int l_demonitor(lua_State *L)
 
 static int l_register(lua_State *L)
 {
-  const char *name = sm_lfaults_check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1, "register");
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 2, &pid))
-    return luaL_argerror(L, 2, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 2)));
+    return sm_lfaults_argerror(L, "register", 2,
+                               lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 2)));
   sm_lpark_actor(L, "register");
   int remote = (int)smarm_pid_sched(pid) != smarm_sched_index();
   if (remote)
@@ -513,7 +546,7 @@ static int l_register(lua_State *L)
 
 static int l_unregister(lua_State *L)
 {
-  const char *name = sm_lfaults_check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1, "unregister");
   sm_lpark_actor(L, "unregister");
   int rc = smarm_unregister(name);
   if (rc == -ENOENT)
@@ -525,7 +558,7 @@ static int l_unregister(lua_State *L)
 
 static int l_whereis(lua_State *L)
 {
-  const char *name = sm_lfaults_check_name(L, 1);
+  const char *name = sm_lfaults_check_name(L, 1, "whereis");
   sm_lpark_actor(L, "whereis");
   smarm_pid_t pid = smarm_whereis(name);
   if (pid)
@@ -567,6 +600,7 @@ static const luaL_Reg functions[] = {
   {"unregister", l_unregister},
   {"whereis", l_whereis},
   {"registered", l_registered},
+  {"_target_fault", l_target_fault},
   {NULL, NULL},
 };
 

@@ -30,11 +30,17 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
 /* Pushes the table of a notice (smarm_msg_kind EXIT or DOWN); the message stays the caller's. */
 void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m);
 
-/* The pid the argument at idx names: a pid, or a registered name (0 if nobody holds it). Raises
-** "bad argument" for anything else. */
-smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx);
-/* The name at idx: a string of 1 to 255 bytes without NUL, else raises (bad argument). */
-const char *sm_lfaults_check_name(lua_State *L, int idx);
+/* Raises "smarm.<fname>: bad argument #<idx> (<why>)", the words of an argument's error in the
+** functions that take a target (and whatever luaL_argerror would name: a wrapper or a protected
+** call leaves it '?' or another function's name). fname is the function the user called. */
+int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why);
+
+/* The pid the argument at idx of fname names: a pid, or a registered name (0 if nobody holds
+** it). Raises sm_lfaults_argerror's "bad argument" for anything else. */
+smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx, const char *fname);
+/* The name at idx of fname: a string of 1 to 255 bytes without NUL, else raises
+** sm_lfaults_argerror's "bad argument". */
+const char *sm_lfaults_check_name(lua_State *L, int idx, const char *fname);
 
 /* Makes / releases vm's ref to the reason encoder (a run's start and end, like lpid's). */
 struct lvm;

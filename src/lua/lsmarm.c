@@ -771,7 +771,7 @@ static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 1, &pid))
-    pid = sm_lfaults_check_target(L, 1);
+    pid = sm_lfaults_check_target(L, 1, "alive");
   self_or_raise(L, "alive");
   if (!pid) {
     lua_pushboolean(L, 0);
@@ -814,7 +814,7 @@ static int l_send(lua_State *L)
       if (sm_ldist_send(L))
         return 0; /* else a name of this node, now at 1 */
     }
-    if (!(to = sm_lfaults_check_target(L, 1)))
+    if (!(to = sm_lfaults_check_target(L, 1, "send")))
       return luaL_error(L, "smarm.send: no actor is registered as '%s'", lua_tostring(L, 1));
   }
   if (lua_isnoneornil(L, 2))
@@ -1058,9 +1058,14 @@ static int l_call(lua_State *L)
   luaL_checkany(L, 2);
   smarm_pid_t to;
   if (!sm_lsmarm_to_pid(L, 1, &to)) { /* a pid is tested once: the hot path */
-    if (lua_type(L, 1) != LUA_TSTRING && sm_ldist_is_target(L, 1)) {
+    if (lua_type(L, 1) == LUA_TTABLE && sm_ldist_is_target(L, 1) &&
+        sm_ldist_check_name_node(L, 1, "call")) {
+      lua_rawgeti(L, 1, 1); /* { name, this node }: a call by name here */
+      lua_replace(L, 1);
+    } else if (lua_type(L, 1) != LUA_TSTRING && sm_ldist_is_target(L, 1)) {
       /* another node's process: gen_server's protocol, in Lua; refused where it could not
-      ** take its answer, before it monitors or sends anything */
+      ** take its answer, before it monitors or sends anything. A table's name and node are
+      ** checked above, in call's words. */
       sm_lpark_check_taking(L, "call");
       if (!(lua_type(L, 3) == LUA_TNUMBER && lua_tonumber(L, 3) == 0))
         sm_lpark_check(L, "call");
@@ -1071,7 +1076,7 @@ static int l_call(lua_State *L)
       lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
       return lua_gettop(L);
     }
-    to = sm_lfaults_check_target(L, 1);
+    to = sm_lfaults_check_target(L, 1, "call");
   }
   int64_t timeout = 5000000000LL; /* Erlang's default, 5 s */
   if (!lua_isnoneornil(L, 3)) {
@@ -1155,7 +1160,14 @@ static int l_reply(lua_State *L)
   smarm_ref_t ref;
   if (!sm_lsmarm_to_from(L, 1, &pid, &ref)) {
     if (!lua_istable(L, 1) || sm_lterm_table_kind(L, 1) != LTERM_TUPLE)
-      return luaL_argerror(L, 1, "a call's `from` expected");
+      return sm_lfaults_argerror(L, "reply", 1, "a call's `from` expected");
+    lua_rawgeti(L, 1, 1); /* {Pid, Tag}: a pid, else send would name itself for a bad target */
+    const char *node;
+    size_t n;
+    int is_pid = sm_lsmarm_to_pid(L, -1, &pid) || sm_lterm_pid_node(L, -1, &node, &n);
+    lua_pop(L, 1);
+    if (!is_pid)
+      return sm_lfaults_argerror(L, "reply", 1, "a call's `from` expected");
     /* a call from another node: from is gen_server's {Pid, Tag}, answered {Tag, Value} */
     luaL_checkany(L, 2);
     lua_settop(L, 2);

@@ -25,7 +25,7 @@ static int remote(smarm_pid_t pid) { return (int)smarm_pid_sched(pid) != smarm_s
 ** (smarm_send_after_name), so no round trip and no parking. */
 static int send_after_name(lua_State *L, int64_t ns)
 {
-  const char *name = sm_lfaults_check_name(L, 2);
+  const char *name = sm_lfaults_check_name(L, 2, "send_after");
   sm_lpark_actor(L, "send_after");
   codec_moves_t moves;
   smarm_msg_t *m = sm_codec_encode(L, 3, "message", &moves);
@@ -50,7 +50,7 @@ static int l_send_after(lua_State *L)
     return luaL_argerror(L, 3, "message expected, got nil");
   if (lua_type(L, 2) == LUA_TSTRING)
     return send_after_name(L, ns);
-  smarm_pid_t to = sm_lfaults_check_target(L, 2);
+  smarm_pid_t to = sm_lfaults_check_target(L, 2, "send_after");
   sm_lpark_actor(L, "send_after");
   int far = remote(to);
   if (far) {
