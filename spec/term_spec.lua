@@ -130,6 +130,9 @@ describe("smarm.term", function()
     assert.are.equal("#Term<improper list>", tostring(v[4]))
     -- a ref with no numbers (Erlang never makes one) still prints
     assert.are.equal("#Ref<a>", tostring(T.decode("\131\90\0\0\119\1a\0\0\0\0")))
+    -- a pid's numbers are unsigned 32 bits (they printed as negative numbers past 2^31)
+    assert.are.equal("#Pid<a@h.4294967280.2147483648>", tostring(T.decode(
+      "\131\88\119\3a@h\255\255\255\240\128\0\0\0\0\0\0\1")))
     assert.are.equal("bitstring", T.type(v[5]))
     assert.are.equal("integer", T.type(v[6]))
     assert.are.equal("1180591620717411303424", tostring(v[6]))

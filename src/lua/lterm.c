@@ -811,9 +811,11 @@ static int m_opaque_tostring(lua_State *L)
     return 1;
   case ETF_PID: case ETF_NEW_PID: {
     const unsigned char *q = read_atom(L, p, p + 1, end, &node, &nn, &latin1);
+    char numbers[32]; /* Erlang's ID and Serial are unsigned 32 bits (pushfstring has no %u) */
+    snprintf(numbers, sizeof numbers, "%u.%u", (unsigned)sm_etf_be32(q),
+             (unsigned)sm_etf_be32(q + 4));
     lua_pushlstring(L, node, nn);
-    lua_pushfstring(L, "#Pid<%s.%d.%d>", lua_tostring(L, -1), (int)sm_etf_be32(q),
-                    (int)sm_etf_be32(q + 4));
+    lua_pushfstring(L, "#Pid<%s.%s>", lua_tostring(L, -1), numbers);
     return 1;
   }
   case ETF_NEW_REFERENCE: case ETF_NEWER_REFERENCE: { /* its first five numbers at most */
