@@ -429,14 +429,17 @@ describe("smarm.node", function()
         else
           local ref = smarm.monitor(pid)
           local down = guard.receive("its DOWN", function(m) return m.ref == ref end)
+          -- alive says false, as Erlang's is_process_alive of a dead local pid (it raised "a pid
+          -- of another node")
+          local alive = { pcall(smarm.alive, pid) }
           out[#out + 1] = { smarm.term.encode(pid) == bytes, pid ~= smarm.self(), down.reason,
-            down.pid == pid }
+            down.pid == pid, alive[1], alive[2] }
         end
       end
       return out
     end)
     for i in ipairs(fields) do
-      assert.are.same({ true, true, "noproc", true }, r[i], "field " .. fields[i])
+      assert.are.same({ true, true, "noproc", true, true, false }, r[i], "field " .. fields[i])
     end
   end)
 

@@ -284,6 +284,15 @@ static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
   return pid;
 }
 
+int sm_lfaults_own_stale_pid(lua_State *L, int idx)
+{
+  const char *node, *self_name;
+  size_t n, self_len;
+  return sm_lterm_pid_node(L, idx, &node, &n) &&
+         sm_dist_identity(&self_name, &self_len, &(uint32_t){0}) && n == self_len &&
+         memcmp(node, self_name, n) == 0;
+}
+
 /* A pid that names nobody: no runtime has a scheduler of that index (a pid of this node's
 ** earlier run, which no actor holds now). */
 #define NOBODY_PID ((smarm_pid_t)(SMARM_PID_SCHED_REMOTE - 1) << \
@@ -335,14 +344,11 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
                      : "this runtime is not a node (smarm.node.start)");
     return pinned;
   }
+  if (sm_lfaults_own_stale_pid(L, idx))
+    return by_name_ok ? 0 : NOBODY_PID; /* dead: noproc */
   if (sm_lterm_pid_node(L, idx, &node, &n)) {
-    const char *self_name;
-    size_t self_len;
-    uint32_t creation;
-    if (!sm_dist_identity(&self_name, &self_len, &creation))
+    if (!sm_dist_identity(&node, &n, &(uint32_t){0}))
       luaL_error(L, "smarm.%s: this runtime is not a node (smarm.node.start)", fname);
-    if (n == self_len && memcmp(node, self_name, n) == 0)
-      return by_name_ok ? 0 : NOBODY_PID; /* a pid of this node's earlier run: dead, noproc */
     sm_lterm_to_blob(L, idx, &bytes, &n);
     if (!(pinned = sm_dist_alias_pin(bytes, n)))
       luaL_error(L, "smarm.%s: not enough memory", fname);

@@ -38,6 +38,10 @@ int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *wh
 /* The pid the argument at idx of fname names: a pid, or a registered name (0 if nobody holds
 ** it). Raises sm_lfaults_argerror's "bad argument" for anything else. */
 smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx, const char *fname);
+/* Whether the value at idx is a pid term of this node (this runtime is one) that names nobody:
+** a pid of this node's earlier run, or numbers no runtime gives out (a live one decodes as a
+** pid, lterm.c). */
+int sm_lfaults_own_stale_pid(lua_State *L, int idx);
 /* The name at idx of fname: a string of 1 to 255 bytes without NUL, else raises
 ** sm_lfaults_argerror's "bad argument". */
 const char *sm_lfaults_check_name(lua_State *L, int idx, const char *fname);

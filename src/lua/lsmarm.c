@@ -766,12 +766,13 @@ static int l_stats(lua_State *L)
 
 /* alive(pid or name): a pid of the caller's scheduler is answered from its table at once;
 ** another scheduler's is asked of that scheduler, which parks the caller for one round trip. A
-** name is its holder's pid, and false when nobody holds it. */
+** name is its holder's pid, and false when nobody holds it; so is a pid term of this node that
+** names nobody (an earlier run's). Another node's pid raises, as Erlang's is_process_alive. */
 static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 1, &pid))
-    pid = sm_lfaults_check_target(L, 1, "alive");
+    pid = sm_lfaults_own_stale_pid(L, 1) ? 0 : sm_lfaults_check_target(L, 1, "alive");
   self_or_raise(L, "alive");
   if (!pid) {
     lua_pushboolean(L, 0);
