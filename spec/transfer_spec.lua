@@ -543,6 +543,55 @@ describe("functions a module holds", function()
     return r
   end
 
+  -- A function that several modules hold (string.rep, and a module's `rep = string.rep`) was
+  -- indexed under whichever of them came first in package.loaded's order; once that module let
+  -- go of it (before the index was built, or after), string.rep could not be sent at all (the
+  -- receiver could not resolve the module's field). Eight such modules at each step: one of
+  -- them comes before `string` unless the hash order is one in nine.
+  it("names a function by another module that holds it once the first one lets go", function()
+    local tmp = os.tmpname()
+    local dir = tmp:match("^(.*)/[^/]*$")
+    os.remove(tmp)
+    local base = "smarm_spec_holder_" -- fixed names: one hash order, whichever it is
+    local files = {}
+    for i = 1, 16 do
+      files[i] = dir .. "/" .. base .. i .. ".lua"
+      local fh = assert(io.open(files[i], "w"))
+      fh:write("return { rep = string.rep, format = string.format }\n")
+      fh:close()
+    end
+    local saved = package.path
+    package.path = dir .. "/?.lua;" .. package.path -- the run's: every VM finds them
+    local r = guard.run(function()
+      local me = smarm.self()
+      local echo = smarm.spawn_on(2, function()
+        while true do
+          local ok, m = pcall(smarm.receive) -- (a name that does not resolve raises here)
+          smarm.send(me, ok and (m.f == string.rep and m.g == string.format) or tostring(m))
+        end
+      end)
+      local out = {}
+      for i = 1, 8 do require(base .. i).rep, require(base .. i).format = nil, nil end
+      out[1] = { pcall(smarm.send, echo, { f = string.rep, g = string.format }) }
+      out[2] = out[1][1] and guard.receive("the first answer")
+      -- and after the index was built with modules that hold them (the first send above)
+      for i = 9, 16 do require(base .. i) end
+      out[3] = { pcall(smarm.send, echo, { f = string.rep, g = string.format }) }
+      out[4] = out[3][1] and guard.receive("the second answer")
+      for i = 9, 16 do require(base .. i).rep, require(base .. i).format = nil, nil end
+      out[5] = { pcall(smarm.send, echo, { f = string.rep, g = string.format }) }
+      out[6] = out[5][1] and guard.receive("the third answer")
+      smarm.kill(echo)
+      return out
+    end, { schedulers = 2 })
+    package.path = saved
+    for i = 1, 16 do
+      os.remove(files[i])
+      package.loaded[base .. i] = nil
+    end
+    assert.are.same({ { true }, true, { true }, true, { true }, true }, r)
+  end)
+
   it("sends a script's function put into a module before the first send as itself", function()
     local r = run_case(function(mod)
       mod.added = function() return "added" end
