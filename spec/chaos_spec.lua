@@ -66,8 +66,9 @@ local function chaos(c, top, me)
   -- SECONDS of chaos, and on past them until each kind has had a kill: a machine slow enough
   -- to fit fewer than ten turns in SECONDS never reached the store's turn (the end's check
   -- that every kind was killed then failed); not for good: a kind that cannot be killed (its
-  -- child never found) still ends in that check's failure, not in the watchdog's
-  local last_chance = deadline + 120
+  -- child never found) still ends in that check's failure, not in the main actor's wait for
+  -- the chaos's end (guard.HANG, 120 s from about when the chaos began)
+  local last_chance = deadline + 60
   while smarm.now() < deadline
     or ((c.store == 0 or c.acceptor == 0 or c.worker == 0) and smarm.now() < last_chance) do
     smarm.sleep(0.002 + math.random() * 0.003)

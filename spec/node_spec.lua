@@ -443,6 +443,26 @@ describe("smarm.node", function()
     end
   end)
 
+  -- A ref term of this node carries any 64 bits; the decoder made a smarm ref of each, whose
+  -- intern key (lpid.c, ref_key: minus the number, as a double) is exact only below 2^53: two
+  -- such refs above it decoded as one value.
+  it("decodes a ref of this node that it never made as an opaque ref", function()
+    if skip_without_erl() then return end
+    local r = smarm.run(function()
+      assert(smarm.node.start({ name = name("smarml"), cookie = COOKIE }))
+      local me = smarm.term.encode(smarm.ref()) -- NEWER_REFERENCE: node, creation, 3 numbers
+      local function ref_of(low, high)
+        return me:sub(1, -13) .. string.char(0, 0, 0, low, math.floor(high / 2 ^ 24),
+          math.floor(high / 2 ^ 16) % 256, math.floor(high / 256) % 256, high % 256, 0, 0, 0, 0)
+      end
+      local a, b = ref_of(0, 2 ^ 21), ref_of(1, 2 ^ 21) -- 2^53 and 2^53 + 1
+      local ra, rb = smarm.term.decode(a), smarm.term.decode(b)
+      return { ra ~= rb, smarm.term.encode(ra) == a, smarm.term.encode(rb) == b,
+        smarm.term.decode(me) ~= ra }
+    end)
+    assert.are.same({ true, true, true, true }, r)
+  end)
+
   it("takes another node's registered names only as atoms", function()
     if skip_without_erl() then return end
     local nobody = name("nobody")

@@ -172,8 +172,9 @@ describe("smarm.process.run", function()
     assert.is_true(os.time() - t0 < 25) -- killed: not waited for (29.5 s)
     -- no process left running this sleep (read from /proc without a fork: see posix.lua). The
     -- runtime sends SIGKILL and does not wait: a loaded machine may run the program's exit a
-    -- little later, so the count is taken again until none is left, up to 20 s (the program's
-    -- own end, at 29.5 s, is later than that)
+    -- little later, so the count is taken again until none is left, for up to 10 s from the
+    -- run's end and never past 28 s from the program's start (its own end is at 29.5 s)
+    local until_t = os.time() + 10
     local function left()
       local n = 0
       for _, name in ipairs(posix.list("/proc")) do
@@ -186,7 +187,7 @@ describe("smarm.process.run", function()
       return n
     end
     local n = left()
-    while n > 0 and os.time() - t0 < 20 do
+    while n > 0 and os.time() < until_t and os.time() - t0 < 28 do
       posix.sleep(0.05)
       n = left()
     end

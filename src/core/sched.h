@@ -197,7 +197,7 @@ typedef struct sched {
   reftab_t watching, watchers; /* monitors by ref (monitor_t) */
   timer_heap_t msg_timers;     /* send_after.c: message timers by deadline */
   reftab_t msg_timer_refs;     /* and by ref */
-  msg_timer_t *name_timers;    /* send_after.c: those aimed at a name, which no actor holds */
+  msg_timer_t *name_timers;    /* send_after.c: those aimed at a name (tied to no actor) */
   /* Records kept for reuse (faults.c), up to SM_SPARE_RECORDS each: a spawn_monitor or a call
   ** then costs no malloc. Monitors are linked through `next`. */
   smarm_msg_t *deferred, *deferred_tail; /* intersched.c: items waiting for a push, oldest

@@ -278,8 +278,7 @@ static void fire_at_name(sched_t *s, msg_timer_t *t)
     sm_msg_release(m);
     return;
   }
-  m->to = to;
-  stat_add(&s->stats.sent, 1);
+  m->to = to; /* (not counted as sent, as a timer aimed at a pid is not: its actor sent it) */
   if (a)
     sm_sched_deliver(s, a, m);
   else

@@ -574,7 +574,12 @@ static int push_own(tdec_t *d, const unsigned char *at)
   } else { /* creation, then three numbers: the low and high halves, 0 */
     if (sm_etf_be32(q) != creation || sm_etf_be32(q + 12) != 0)
       return 0;
-    sm_lsmarm_push_ref(d->L, (uint64_t)sm_etf_be32(q + 8) << 32 | sm_etf_be32(q + 4));
+    smarm_ref_t ref = (uint64_t)sm_etf_be32(q + 8) << 32 | sm_etf_be32(q + 4);
+    /* Refs count up from 1 and stay below 2^53 (lpid.c, ref_key: exact only there): any other
+    ** is none this node made, and as a smarm ref two of them would share an intern key. */
+    if (ref == 0 || ref >= (UINT64_C(1) << 53))
+      return 0;
+    sm_lsmarm_push_ref(d->L, ref);
   }
   return 1;
 }
