@@ -131,6 +131,8 @@ describe("smarm.run", function()
     smarm.run(function()
       for _, case in ipairs({ { { max_mailbx = 2 }, "max_mailbx" },
         { { on = 1, monitr = true }, "monitr" },
+        -- (a key is its bytes: a zero byte in it made it the option it began with)
+        { { ["link\0oops"] = true }, "link\\0oops" }, { { ["monitor\0"] = true }, "monitor\\0" },
         -- (an __index that gives an option must not hide a key that is none)
         { setmetatable({ monitr = true }, { __index = { link = true } }), "monitr" } }) do
         local opts, key = case[1], case[2]

@@ -170,6 +170,13 @@ describe("smarm.info", function()
         "bad argument #1 to 'info' (pid expected, got string)")
       assert.has_error(function() smarm.info(smarm.self(), 5) end,
         "bad argument #2 to 'info' (key or list of keys expected, got number)")
+      -- another node's pid (a pid term of "a@h"): said in info's words, at the caller's line
+      -- (it raised "bad argument #1 to '_scheduler_of'" at a line of init.lua)
+      local far = smarm.term.decode("\131\88\119\3a@h\0\0\0\1\0\0\0\0\0\0\0\1")
+      local ok, err = pcall(function() local v = smarm.info(far); return v end)
+      assert.is_false(ok)
+      assert.matches("^spec/info_spec%.lua:%d+: smarm%.info: bad argument #1 %(a pid of another " ..
+        "node", err)
       -- another scheduler is asked by a spawn there, which a finalizer cannot make: said in
       -- the asker's own words
       local there = smarm.spawn_on(2, function() smarm.receive() end)

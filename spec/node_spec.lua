@@ -432,14 +432,20 @@ describe("smarm.node", function()
           -- alive says false, as Erlang's is_process_alive of a dead local pid (it raised "a pid
           -- of another node")
           local alive = { pcall(smarm.alive, pid) }
+          -- info has nothing to say, and a timer for it sends nothing (both raised "a pid of
+          -- another node", at a line of init.lua for info)
+          local info = { pcall(smarm.info, pid) }
+          local timer = { pcall(smarm.send_after, 0, pid, "x") }
           out[#out + 1] = { smarm.term.encode(pid) == bytes, pid ~= smarm.self(), down.reason,
-            down.pid == pid, alive[1], alive[2] }
+            down.pid == pid, alive[1], alive[2], info[1], info[2], timer[1],
+            timer[1] and smarm.cancel_timer(timer[2]) }
         end
       end
       return out
     end)
     for i in ipairs(fields) do
-      assert.are.same({ true, true, "noproc", true, true, false }, r[i], "field " .. fields[i])
+      assert.are.same({ true, true, "noproc", true, true, false, true, nil, true, false }, r[i],
+        "field " .. fields[i])
     end
   end)
 

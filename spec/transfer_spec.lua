@@ -612,6 +612,24 @@ describe("functions a module holds", function()
     assert.are.same({ "own", "added", "script's own", "script's own" }, r)
   end)
 
+  -- A send while the field was cleared dropped the function from the index for the rest of
+  -- the run: restored (a test's stub reverted), it still went as a copy, and private(), whose
+  -- coroutine cannot travel, could not be sent at all.
+  it("sends a field's function by name again once the field holds it again", function()
+    local r = run_case(function() end, function(mod, ask)
+      local f = mod.private
+      local out = { ask(2, f) }
+      mod.private = function() return "stub" end
+      out[2] = select(2, pcall(ask, 2, f))
+      mod.private = f
+      out[3] = ask(2, f)
+      return out
+    end)
+    assert.are.equal("suspended", r[1])
+    assert.matches("is a thread", r[2])
+    assert.are.equal("suspended", r[3])
+  end)
+
   it("sends a reassigned field's old and new functions each as itself", function()
     local r = run_case(function() end, function(mod, ask)
       local first = ask(2, mod.own)

@@ -416,7 +416,11 @@ function core.info(pid, keys)
     error("bad argument #2 to 'info' (key or list of keys expected, got " .. type(keys) .. ")", 2)
   end
   core._need_actor("info", 2)
-  local k = core._scheduler_of(pid)
+  local k = core._scheduler_of(pid) -- nil: no scheduler of this run has it (nil too)
+  if k == false then
+    error("smarm.info: bad argument #1 (a pid of another node (not here: send, call, link, " ..
+      "monitor, exit and kill take one))", 2)
+  end
   local t
   -- the keys go along: the owner skips the costly ones nobody asked for (a traceback...)
   if k == core.scheduler() then

@@ -210,6 +210,20 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 
 /* ---- Targets: pids or names ---------------------------------------------------------------- */
 
+/* A pid that names nobody: no runtime has a scheduler of that index (a pid of this node's
+** earlier run, which no actor holds now). */
+#define NOBODY_PID ((smarm_pid_t)(SMARM_PID_SCHED_REMOTE - 1) << \
+                    (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) | 1)
+
+int sm_lfaults_own_stale_pid(lua_State *L, int idx)
+{
+  const char *node, *self_name;
+  size_t n, self_len;
+  return sm_lterm_pid_node(L, idx, &node, &n) &&
+         sm_dist_identity(&self_name, &self_len, &(uint32_t){0}) && n == self_len &&
+         memcmp(node, self_name, n) == 0;
+}
+
 int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why)
 {
   return luaL_error(L, "smarm.%s: bad argument #%d (%s)", fname, idx, why);
@@ -256,6 +270,8 @@ smarm_pid_t sm_lfaults_check_target(lua_State *L, int idx, const char *fname)
   smarm_pid_t pid;
   if (sm_lsmarm_to_pid(L, idx, &pid))
     return pid;
+  if (sm_lfaults_own_stale_pid(L, idx))
+    return NOBODY_PID; /* dead: alive says false, a timer for it sends nothing */
   const char *fault = target_fault(L, idx);
   if (fault)
     sm_lfaults_argerror(L, fname, idx, fault);
@@ -284,19 +300,6 @@ static smarm_pid_t check_live_target(lua_State *L, int idx, const char *fname)
   return pid;
 }
 
-int sm_lfaults_own_stale_pid(lua_State *L, int idx)
-{
-  const char *node, *self_name;
-  size_t n, self_len;
-  return sm_lterm_pid_node(L, idx, &node, &n) &&
-         sm_dist_identity(&self_name, &self_len, &(uint32_t){0}) && n == self_len &&
-         memcmp(node, self_name, n) == 0;
-}
-
-/* A pid that names nobody: no runtime has a scheduler of that index (a pid of this node's
-** earlier run, which no actor holds now). */
-#define NOBODY_PID ((smarm_pid_t)(SMARM_PID_SCHED_REMOTE - 1) << \
-                    (SMARM_PID_SLOT_BITS + SMARM_PID_GEN_BITS) | 1)
 
 /* A target of a link, monitor or exit signal: also a pid of another node, as its remote pid,
 ** pinned (the caller unpins it once the core holds it: sm_dist_alias_unpin, which a pid of ours

@@ -5,8 +5,10 @@
 */
 #include "linfo.h"
 
+#include "lfaults.h"
 #include "lpark.h"
 #include "lpid.h"
+#include "lterm.h"
 #include "lvm.h"
 
 #include <errno.h>
@@ -239,13 +241,23 @@ static int l_local_info(lua_State *L)
   return 1;
 }
 
-/* _scheduler_of(pid) -> k (1-based) | nil: the scheduler that owns pid, nil when none of this run
-** does (a pid of an earlier run with more schedulers). */
+/* _scheduler_of(pid) -> k (1-based) | nil | false: the scheduler that owns pid, nil when none of
+** this run does (a pid of an earlier run with more schedulers, or a pid term of this node that
+** names nobody), false for another node's pid. */
 static int l_scheduler_of(lua_State *L)
 {
   smarm_pid_t pid;
-  if (!sm_lsmarm_to_pid(L, 1, &pid))
+  if (!sm_lsmarm_to_pid(L, 1, &pid)) {
+    if (sm_lfaults_own_stale_pid(L, 1))
+      return 0;
+    const char *node;
+    size_t n;
+    if (sm_lterm_pid_node(L, 1, &node, &n)) {
+      lua_pushboolean(L, 0);
+      return 1;
+    }
     return luaL_argerror(L, 1, lua_pushfstring(L, "pid expected, got %s", luaL_typename(L, 1)));
+  }
   unsigned k = smarm_pid_sched(pid);
   if (k >= smarm_sched_count())
     return 0;

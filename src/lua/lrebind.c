@@ -443,31 +443,42 @@ static void build(lua_State *L, int package, int names)
     lua_pushnil(L);
     while (lua_next(L, fields) != 0) {
       int t = lua_type(L, -1);
-      int holds = 1;
-      if (fields != mod) { /* a snapshot: only what the module holds still (else another module
-                           ** that holds it, `string` for a string.rep a module dropped, names it) */
-        lua_pushvalue(L, -2);
-        lua_rawget(L, mod);
-        holds = lua_rawequal(L, -1, -2);
-        lua_pop(L, 1);
-      }
-      if (holds && lua_type(L, -2) == LUA_TSTRING &&
+      if (lua_type(L, -2) == LUA_TSTRING &&
           ((t == LUA_TFUNCTION && (any_lua || lua_iscfunction(L, -1))) || t == LUA_TUSERDATA)) {
-        lua_pushvalue(L, -1);
+        /* names[value] = { "module", "field", module, next }: a field that held the value; the
+        ** lookup names it while the field holds it still, else tries `next`, another field that
+        ** held it (string.rep and a module's rep = string.rep): whether the value travels by
+        ** name is decided at each send, never by the order in which modules were walked */
+        lua_createtable(L, 4, 0);
+        lua_pushvalue(L, modname);
+        lua_rawseti(L, -2, 1);
+        lua_pushvalue(L, -3); /* the field's name */
+        lua_rawseti(L, -2, 2);
+        lua_pushvalue(L, mod);
+        lua_rawseti(L, -2, 3);
+        int entry = lua_gettop(L);
+        lua_pushvalue(L, -2);
         lua_rawget(L, names);
-        int known = !lua_isnil(L, -1);
-        lua_pop(L, 1);
-        if (!known) {
-          lua_pushvalue(L, -1);
-          lua_createtable(L, 3, 0);
-          lua_pushvalue(L, modname);
-          lua_rawseti(L, -2, 1);
-          lua_pushvalue(L, -4); /* the field's name */
-          lua_rawseti(L, -2, 2);
-          lua_pushvalue(L, mod);
-          lua_rawseti(L, -2, 3);
-          lua_rawset(L, names); /* names[value] = { "module", "field", module } */
+        if (lua_isnil(L, -1)) {
+          lua_pop(L, 1);
+          lua_pushvalue(L, -2);
+          lua_pushvalue(L, entry);
+          lua_rawset(L, names);
+        } else if (lua_istable(L, -1) && lua_objlen(L, -1) >= 3) { /* another field's: after it */
+          for (;;) {
+            lua_rawgeti(L, -1, 4);
+            if (!lua_istable(L, -1))
+              break;
+            lua_remove(L, -2);
+          }
+          lua_pop(L, 1);
+          lua_pushvalue(L, entry);
+          lua_rawseti(L, -2, 4);
+          lua_pop(L, 1);
+        } else { /* a standard global's or a replaced function's name: it stays */
+          lua_pop(L, 1);
         }
+        lua_pop(L, 1); /* the entry */
       }
       lua_pop(L, 1);
     }
@@ -517,24 +528,6 @@ void sm_lrebind_push_names(lua_State *L)
   lua_settop(L, ix);
 }
 
-/* Fills the index `names` again, in place (its holders keep it): a module's field that it
-** named no longer holds its value, which another module may hold still. */
-static void rebuild(lua_State *L, int names)
-{
-  luaL_checkstack(L, LUA_MINSTACK, "the module index"); /* (met deep in an encoding) */
-  lua_pushnil(L);
-  while (lua_next(L, names) != 0) {
-    lua_pop(L, 1);
-    lua_pushvalue(L, -1);
-    lua_pushnil(L);
-    lua_rawset(L, names); /* (clearing a field met is allowed during a traversal) */
-  }
-  lua_getglobal(L, "package");
-  if (lua_istable(L, -1))
-    build(L, lua_gettop(L), names);
-  lua_pop(L, 1);
-}
-
 enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables)
 {
   int t = lua_type(L, idx);
@@ -542,23 +535,16 @@ enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables)
     return LREBIND_NONE;
   if (idx < 0 && idx > LUA_REGISTRYINDEX)
     idx = lua_gettop(L) + idx + 1;
-  if (names < 0 && names > LUA_REGISTRYINDEX)
-    names = lua_gettop(L) + names + 1;
-  int rebuilt = 0;
-again:
   lua_pushvalue(L, idx);
   lua_rawget(L, names);
   if (lua_isstring(L, -1))
     return LREBIND_MODULE;
+  while (lua_istable(L, -1) && t != LUA_TTABLE &&
+         sm_ljx_field_is(L, -1, idx) == 0) { /* a module's field: only while it holds the value */
+    lua_rawgeti(L, -1, 4); /* else the next field that held it */
+    lua_remove(L, -2);
+  }
   if (lua_istable(L, -1) && t != LUA_TTABLE) {
-    if (sm_ljx_field_is(L, -1, idx) == 0) { /* a module's field: only while it holds the value */
-      lua_pop(L, 1);
-      if (rebuilt) /* (a rebuild indexes only fields that hold their values: once is enough) */
-        return LREBIND_NONE;
-      rebuild(L, names);
-      rebuilt = 1;
-      goto again;
-    }
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
     lua_remove(L, -3);

@@ -772,7 +772,7 @@ static int l_alive(lua_State *L)
 {
   smarm_pid_t pid;
   if (!sm_lsmarm_to_pid(L, 1, &pid))
-    pid = sm_lfaults_own_stale_pid(L, 1) ? 0 : sm_lfaults_check_target(L, 1, "alive");
+    pid = sm_lfaults_check_target(L, 1, "alive");
   self_or_raise(L, "alive");
   if (!pid) {
     lua_pushboolean(L, 0);
@@ -1721,13 +1721,24 @@ static void push_options(lua_State *L, int arg, const char *const names[], int n
     if (lua_type(L, -2) != LUA_TSTRING)
       luaL_argerror(L, arg, lua_pushfstring(L, "opts has a key that is a %s (options: %s)",
                                             luaL_typename(L, -2), list));
-    const char *key = lua_tostring(L, -2);
-    int i = n - 1;
-    while (i >= 0 && strcmp(key, names[i]) != 0)
+    size_t len;
+    const char *key = lua_tolstring(L, -2, &len);
+    int i = n - 1; /* (by length too: "link\0x" is no option) */
+    while (i >= 0 && !(strlen(names[i]) == len && memcmp(key, names[i], len) == 0))
       i--;
-    if (i < 0)
-      luaL_argerror(L, arg, lua_pushfstring(L, "opts.%s is not an option (options: %s)", key,
-                                            list));
+    if (i < 0) { /* the key as written in Lua: a zero byte as \0 (the message is a C string) */
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (size_t k = 0; k < len; k++) {
+        if (key[k])
+          luaL_addchar(&b, key[k]);
+        else
+          luaL_addlstring(&b, "\\0", 2);
+      }
+      luaL_pushresult(&b);
+      luaL_argerror(L, arg, lua_pushfstring(L, "opts.%s is not an option (options: %s)",
+                                            lua_tostring(L, -1), list));
+    }
     if (ask)
       lua_pop(L, 1);
     else
