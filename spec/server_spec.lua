@@ -228,22 +228,9 @@ describe("server.start", function()
       cast = function(t) local v = server.cast(t, "x"); return v end,
       stop = function(t) local v = server.stop(t); return v end,
     }
-    local bads = { { {}, "pid or name expected, got table" },
-      { true, "pid or name expected, got boolean" }, { print, "pid or name expected, got function" },
-      { nil, "pid or name expected, got nil" }, { "", "a name is 1 to 255 bytes, without NUL" },
-      { ("n"):rep(256), "a name is 1 to 255 bytes, without NUL" } }
-    local r = run(function()
-      local out = {}
-      for fname, f in pairs(fns) do
-        for i, bad in ipairs(bads) do out[#out + 1] = { fname, i, select(2, pcall(f, bad[1])) } end
-      end
-      return out
-    end)
-    assert.are.equal(3 * #bads, #r)
-    for _, e in ipairs(r) do
-      assert.are.equal(("spec/server_spec.lua:%d: bad argument #1 to '%s' (%s)"):format(
-        tonumber(e[3]:match("^spec/server_spec%.lua:(%d+): ")) or -1, e[1], bads[e[2]][2]), e[3])
-    end
+    local bad_targets = dofile("spec/support/bad_targets.lua")
+    local r = run(function() return bad_targets.collect(fns) end)
+    bad_targets.check(assert, r, "spec/server_spec.lua", 3)
   end)
 
   -- They used to be positioned inside server.lua (a check helper one level too deep), or named

@@ -579,22 +579,9 @@ describe("supervisor start failures", function()
       count_children = function(t) local v = sup.count_children(t); return v end,
       stop = function(t) local v = sup.stop(t); return v end,
     }
-    local bads = { { {}, "pid or name expected, got table" },
-      { true, "pid or name expected, got boolean" }, { print, "pid or name expected, got function" },
-      { nil, "pid or name expected, got nil" }, { "", "a name is 1 to 255 bytes, without NUL" },
-      { ("n"):rep(256), "a name is 1 to 255 bytes, without NUL" } }
-    local r = run(function()
-      local out = {}
-      for fname, f in pairs(fns) do
-        for i, bad in ipairs(bads) do out[#out + 1] = { fname, i, select(2, pcall(f, bad[1])) } end
-      end
-      return out
-    end)
-    assert.are.equal(7 * #bads, #r)
-    for _, e in ipairs(r) do
-      assert.are.equal(("spec/supervisor_spec.lua:%d: bad argument #1 to '%s' (%s)"):format(
-        tonumber(e[3]:match("^spec/supervisor_spec%.lua:(%d+): ")) or -1, e[1], bads[e[2]][2]), e[3])
-    end
+    local bad_targets = dofile("spec/support/bad_targets.lua")
+    local r = run(function() return bad_targets.collect(fns) end)
+    bad_targets.check(assert, r, "spec/supervisor_spec.lua", 7)
   end)
 
   it("raises misuse at the caller's line, naming the function", function()

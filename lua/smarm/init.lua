@@ -285,8 +285,9 @@ local term_type, tuple = core.term.type, core.tuple
 local GEN_CALL = core.atom("$gen_call")
 
 -- Raises an error of the monitor or send below in smarm.call's words, at the caller of
--- smarm.call (level 4: this function, the remote call, smarm.call in C, its caller): "smarm.monitor:
--- this runtime is not a node" at a line of this file named neither the function nor the place.
+-- smarm.call (level 4: this function, the remote call, smarm.call in C, its caller):
+-- "smarm.monitor: this runtime is not a node" at a line of this file named neither the function
+-- nor the place.
 local function as_call_error(err)
   if type(err) == "string" then
     err = err:gsub("^smarm%.monitor: ", "smarm.call: "):gsub("^smarm%.send: ", "smarm.call: ")
@@ -417,10 +418,7 @@ function core.info(pid, keys)
   end
   core._need_actor("info", 2)
   local k = core._scheduler_of(pid) -- nil: no scheduler of this run has it (nil too)
-  if k == false then
-    error("smarm.info: bad argument #1 (a pid of another node (not here: send, call, link, " ..
-      "monitor, exit and kill take one))", 2)
-  end
+  if k == false then error("smarm.info: bad argument #1 (" .. core._target_fault(pid) .. ")", 2) end
   local t
   -- the keys go along: the owner skips the costly ones nobody asked for (a traceback...)
   if k == core.scheduler() then

@@ -24,12 +24,26 @@
 #include <string.h>
 
 
+/* Whether the n bytes at s are a node name that fits (alive@host, no zero byte). */
+static int node_name_ok(const char *s, size_t n)
+{
+  return n > 0 && n <= DIST_NAME_MAX && strchr(s, '@') && strlen(s) == n;
+}
+
+int sm_ldist_is_self(const char *node, size_t n)
+{
+  const char *self;
+  size_t self_len;
+  return sm_dist_identity(&self, &self_len, &(uint32_t){0}) && n == self_len &&
+         memcmp(node, self, n) == 0;
+}
+
 /* Raises unless the string at idx is a node name that fits. */
 static const char *check_node(lua_State *L, int idx, const char *fname)
 {
   size_t n;
   const char *s = lua_tolstring(L, idx, &n);
-  if (!s || n == 0 || n > DIST_NAME_MAX || !strchr(s, '@') || strlen(s) != n)
+  if (!s || !node_name_ok(s, n))
     luaL_error(L, "smarm.%s: a node name is 'alive@host', got %s", fname,
                s ? lua_pushfstring(L, "'%s'", s) : luaL_typename(L, idx));
   return s;
@@ -38,13 +52,10 @@ static const char *check_node(lua_State *L, int idx, const char *fname)
 int sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
 {
   static const char *const parts[] = {"name", "node"};
-  const char *self_name;
-  size_t n, self_len;
-  uint32_t creation;
+  size_t n;
   lua_rawgeti(L, idx, 2);
   const char *node = lua_tolstring(L, -1, &n);
-  int here = sm_dist_identity(&self_name, &self_len, &creation) && n == self_len &&
-             memcmp(node, self_name, n) == 0;
+  int here = sm_ldist_is_self(node, n);
   lua_pop(L, 1);
   if (here) /* its name is a name of this node, not an atom: the caller checks it as one */
     return 1;
@@ -58,7 +69,7 @@ int sm_ldist_check_name_node(lua_State *L, int idx, const char *fname)
     if (fault)
       sm_lfaults_argerror(L, fname, idx, lua_pushfstring(L, "the %s of {name, node} is not an "
                                                             "atom: %s", parts[i], fault));
-    if (i == 1 && (n > DIST_NAME_MAX || !strchr(s, '@') || strlen(s) != n))
+    if (i == 1 && !node_name_ok(s, n))
       sm_lfaults_argerror(L, fname, idx, lua_pushfstring(L, "the node of {name, node} is no "
                                                             "node name (alive@host): '%s'", s));
     lua_pop(L, 1);

@@ -7,6 +7,9 @@
 
 #include <lua.h>
 
+/* Whether the n bytes at node are this runtime's node name (false while it is no node). */
+int sm_ldist_is_self(const char *node, size_t n);
+
 /* Whether the value at idx names a process of a node: a pid of another node, or a table
 ** { name, node } of two strings. */
 int sm_ldist_is_target(lua_State *L, int idx);

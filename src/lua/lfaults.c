@@ -217,11 +217,9 @@ void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m)
 
 int sm_lfaults_own_stale_pid(lua_State *L, int idx)
 {
-  const char *node, *self_name;
-  size_t n, self_len;
-  return sm_lterm_pid_node(L, idx, &node, &n) &&
-         sm_dist_identity(&self_name, &self_len, &(uint32_t){0}) && n == self_len &&
-         memcmp(node, self_name, n) == 0;
+  const char *node;
+  size_t n;
+  return sm_lterm_pid_node(L, idx, &node, &n) && sm_ldist_is_self(node, n);
 }
 
 int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why)
