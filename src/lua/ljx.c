@@ -33,6 +33,8 @@
 **                          lj_debug_line, proto_chunkname: no allocation), only in the C state
 **                          (vmstate LJ_VMST_C: the interpreter stored L->base before the call).
 **   lua_State.base, top    a classic C function's arguments, read in place (sm_ljx_args_nil).
+**   TValue.u64             a value's bits, read from the top of the stack and written into a
+**                          new stack slot (sm_ljx_top_bits, sm_ljx_push_bits).
 */
 #define _DEFAULT_SOURCE /* mincore */
 #include "ljx.h"
@@ -182,6 +184,18 @@ void sm_ljx_set_hook_left(lua_State *L, int left)
 }
 
 void sm_ljx_hook_add_line(lua_State *L) { G(L)->hookmask |= LUA_MASKLINE; }
+
+_Static_assert(sizeof(TValue) == sizeof(uint64_t), "a TValue is not 64 bits");
+
+uint64_t sm_ljx_top_bits(lua_State *L) { return (L->top - 1)->u64; }
+
+/* A stack slot needs no write barrier: the collector traverses a thread's stack again in its
+** atomic phase. */
+void sm_ljx_push_bits(lua_State *L, uint64_t bits)
+{
+  lua_pushnil(L);
+  (L->top - 1)->u64 = bits;
+}
 
 int sm_ljx_is_current(lua_State *L) { return gcref(G(L)->cur_L) == obj2gco(L); }
 

@@ -173,6 +173,12 @@ void sm_ljx_table_set_scalar(lua_State *L, int t_idx, uint32_t slot, int type, d
 void sm_ljx_table_set_slot(lua_State *L, int t_idx, uint32_t slot);
 
 
+/* A value as the VM stores it (its TValue's 64 bits), read from the top of L's stack, and
+** pushed again from them: no table is looked up. Only for a GC object that something else keeps
+** alive (the registry) for as long as its bits are pushed: they are no reference of their own. */
+uint64_t sm_ljx_top_bits(lua_State *L);
+void sm_ljx_push_bits(lua_State *L, uint64_t bits);
+
 /* Whether the VM's current state is L (design rule 4's invariant, checked by sm_lpark_resumed in
 ** the checking builds). */
 int sm_ljx_is_current(lua_State *L);

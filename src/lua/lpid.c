@@ -86,11 +86,11 @@ int sm_lpid_payload_pid(const void *p, smarm_pid_t *out)
 
 /* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. A
 ** fresh value (a ref just made) cannot be in the table yet: no lookup. */
-static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, int mt_ref,
+static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, uint64_t mt,
                        int fresh)
 {
   lvm_t *vm = this_vm();
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
+  sm_ljx_push_bits(L, vm->intern);
   if (!fresh) {
     lua_pushnumber(L, key);
     lua_rawget(L, -2);
@@ -103,7 +103,7 @@ static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key,
   lpid_t *p = lua_newuserdata(L, sizeof *p);
   p->magic = magic;
   p->pid = v;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, mt_ref);
+  sm_ljx_push_bits(L, mt);
   lua_setmetatable(L, -2);
   lua_pushnumber(L, key);
   lua_pushvalue(L, -2);
@@ -113,7 +113,7 @@ static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key,
 
 void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid)
 {
-  push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt_ref, 0);
+  push_ident(L, LPID_MAGIC, pid, pid_key(pid), this_vm()->pid_mt, 0);
 }
 
 int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
@@ -126,12 +126,12 @@ int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out)
 
 void sm_lsmarm_push_ref(lua_State *L, smarm_ref_t ref)
 {
-  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref, 0);
+  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt, 0);
 }
 
 void sm_lsmarm_push_new_ref(lua_State *L, smarm_ref_t ref)
 {
-  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt_ref, 1);
+  push_ident(L, LREF_MAGIC, ref, ref_key(ref), this_vm()->ref_mt, 1);
 }
 
 int sm_lsmarm_to_ref(lua_State *L, int idx, smarm_ref_t *out)
@@ -163,13 +163,13 @@ static lpair_t *test_pair(lua_State *L, int idx, uint64_t magic)
   return payload_is(f, sizeof *f, magic) ? f : NULL;
 }
 
-static void push_pair(lua_State *L, uint64_t magic, int mt_ref, smarm_pid_t pid, smarm_ref_t ref)
+static void push_pair(lua_State *L, uint64_t magic, uint64_t mt, smarm_pid_t pid, smarm_ref_t ref)
 {
   lpair_t *f = lua_newuserdata(L, sizeof *f);
   f->magic = magic;
   f->pid = pid;
   f->ref = ref;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, mt_ref);
+  sm_ljx_push_bits(L, mt);
   lua_setmetatable(L, -2);
 }
 
@@ -185,7 +185,7 @@ static int to_pair(lua_State *L, int idx, uint64_t magic, smarm_pid_t *pid, smar
 
 void sm_lsmarm_push_from(lua_State *L, smarm_pid_t caller, smarm_ref_t alias)
 {
-  push_pair(L, LFROM_MAGIC, this_vm()->from_mt_ref, caller, alias);
+  push_pair(L, LFROM_MAGIC, this_vm()->from_mt, caller, alias);
 }
 
 int sm_lsmarm_to_from(lua_State *L, int idx, smarm_pid_t *caller, smarm_ref_t *alias)
@@ -205,7 +205,7 @@ int sm_lpid_payload_from(const void *p, smarm_pid_t *caller, smarm_ref_t *alias)
 void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref, int fresh)
 {
   lvm_t *vm = this_vm();
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->intern_ref);
+  sm_ljx_push_bits(L, vm->intern);
   if (!fresh) {
     lua_pushnumber(L, timer_key(ref));
     lua_rawget(L, -2);
@@ -215,7 +215,7 @@ void sm_lsmarm_push_timer(lua_State *L, smarm_pid_t to, smarm_ref_t ref, int fre
     }
     lua_pop(L, 1);
   }
-  push_pair(L, LTIMER_MAGIC, vm->timer_mt_ref, to, ref);
+  push_pair(L, LTIMER_MAGIC, vm->timer_mt, to, ref);
   lua_pushnumber(L, timer_key(ref));
   lua_pushvalue(L, -2);
   lua_rawset(L, -4);
@@ -338,23 +338,12 @@ void sm_lpid_open(lua_State *L)
 
 void sm_lpid_cache_refs(lvm_t *vm)
 {
-  lvm_push_registry(vm->L, &pid_intern_key);
-  vm->intern_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  lvm_push_registry(vm->L, &pid_mt_key);
-  vm->pid_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  lvm_push_registry(vm->L, &ref_mt_key);
-  vm->ref_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  lvm_push_registry(vm->L, &from_mt_key);
-  vm->from_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  lvm_push_registry(vm->L, &timer_mt_key);
-  vm->timer_mt_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-}
-
-void sm_lpid_release_refs(lvm_t *vm)
-{
-  lvm_unref(vm->L, vm->intern_ref);
-  lvm_unref(vm->L, vm->pid_mt_ref);
-  lvm_unref(vm->L, vm->ref_mt_ref);
-  lvm_unref(vm->L, vm->from_mt_ref);
-  lvm_unref(vm->L, vm->timer_mt_ref);
+  static const void *const keys[] = {&pid_intern_key, &pid_mt_key, &ref_mt_key, &from_mt_key,
+                                     &timer_mt_key};
+  uint64_t *const bits[] = {&vm->intern, &vm->pid_mt, &vm->ref_mt, &vm->from_mt, &vm->timer_mt};
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    lvm_push_registry(vm->L, keys[i]);
+    *bits[i] = sm_ljx_top_bits(vm->L);
+    lua_pop(vm->L, 1);
+  }
 }

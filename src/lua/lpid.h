@@ -45,8 +45,8 @@ int sm_lsmarm_to_timer(lua_State *L, int idx, smarm_pid_t *to, smarm_ref_t *ref)
 /* Makes the pids' metatable and intern table in L's VM, once per VM (module load). */
 void sm_lpid_open(lua_State *L);
 
-/* Makes / releases vm's refs to them (a run's start and end on the scheduler's thread). */
+/* Reads what pushes them into vm (a run's start, on the scheduler's thread): the registry keeps
+** them for the VM's life, so nothing is let go at the run's end. */
 void sm_lpid_cache_refs(lvm_t *vm);
-void sm_lpid_release_refs(lvm_t *vm);
 
 #endif

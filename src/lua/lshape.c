@@ -198,6 +198,7 @@ void sm_lshape_fixed_init(lvm_t *vm)
       vm->fixed_slot[k][i] = (uint32_t)sm_ljx_table_key_slot(L, -2, -1); /* it holds them */
       lua_pop(L, 1);
     }
+    vm->fixed_bits[k] = sm_ljx_top_bits(L);
     vm->fixed_ref[k] = luaL_ref(L, LUA_REGISTRYINDEX);
   }
 }
@@ -210,7 +211,7 @@ void sm_lshape_fixed_release(lvm_t *vm)
 
 void sm_lshape_push_fixed(lua_State *L, const lvm_t *vm, enum lvm_fixed k)
 {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->fixed_ref[k]);
+  sm_ljx_push_bits(L, vm->fixed_bits[k]);
   lua_createtable(L, 0, (int)fixed_shapes[k].n + 1);
   if (sm_ljx_table_copy_hash(L, -1, -2) != 0) /* the same shape: cannot be */
     luaL_error(L, "smarm: a fixed shape's template does not fit its copy");

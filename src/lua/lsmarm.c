@@ -89,7 +89,7 @@
 #include <unistd.h>
 
 /* Registry keys: the addresses of these (lightuserdata keys cost no string hashing). */
-static const char traceback_key, after_run_key, last_traceback_key;
+static const char traceback_key, remote_entry_key, after_run_key, last_traceback_key;
 
 /* ---- Per-actor state ------------------------------------------------------------------------ */
 
@@ -149,14 +149,16 @@ static void vm_cache_refs(lvm_t *vm)
 {
   for (int k = 0; k < LVM_STRS; k++) {
     lua_pushstring(vm->L, lvm_str_text[k]);
+    vm->str_bits[k] = sm_ljx_top_bits(vm->L);
     vm->str_ref[k] = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   }
   sm_lpid_cache_refs(vm);
   sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
-  vm->traceback_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
-  lua_pushcfunction(vm->L, remote_entry);
-  vm->remote_entry_ref = luaL_ref(vm->L, LUA_REGISTRYINDEX);
+  vm->traceback = sm_ljx_top_bits(vm->L);
+  lvm_push_registry(vm->L, &remote_entry_key);
+  vm->remote_entry = sm_ljx_top_bits(vm->L);
+  lua_pop(vm->L, 2);
   sm_lfast_cache_refs(vm);
   sm_lshape_fixed_init(vm); /* after the strings, which it takes */
 }
@@ -309,7 +311,7 @@ static void lactor_main(void *arg)
   }
   smarm_actor_set_data(la);
   sm_lpark_resumed(co);
-  lua_rawgeti(co, LUA_REGISTRYINDEX, this_vm()->traceback_ref);
+  sm_ljx_push_bits(co, this_vm()->traceback);
   lua_insert(co, 1);
   int status = lua_pcall(co, la->nargs, LUA_MULTRET, 1);
   /* The actor's end is a switch too (design rule 2): an error that unwound it without another
@@ -577,12 +579,9 @@ static void on_sched_stop(unsigned k, void *ud)
   else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
-    sm_lpid_release_refs(vm); /* (each ref as far as vm_prepare got: lvm_unref) */
-    sm_lfaults_release_refs(vm);
+    sm_lfaults_release_refs(vm); /* (each ref as far as vm_prepare got: lvm_unref) */
     for (int i = 0; i < LVM_STRS; i++)
       lvm_unref(vm->L, vm->str_ref[i]);
-    lvm_unref(vm->L, vm->traceback_ref);
-    lvm_unref(vm->L, vm->remote_entry_ref);
     sm_lshape_fixed_release(vm);
   }
   vm->L = NULL;
@@ -1424,7 +1423,7 @@ typedef struct remote_start {
 static void start_remote(lua_State *L, remote_start_t *r)
 {
   lactor_init(r->la, L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, this_vm()->remote_entry_ref);
+  sm_ljx_push_bits(L, this_vm()->remote_entry);
   lua_xmove(L, r->la->head.co, 1);
   r->la->pending = r->block; /* remote_entry takes it from there */
 }
@@ -2058,6 +2057,8 @@ int luaopen_smarm_core(lua_State *L)
   sm_lpid_open(L);
   lua_pushcfunction(L, add_traceback); /* one handler for every actor's protected call */
   lvm_set_registry_once(L, &traceback_key);
+  lua_pushcfunction(L, remote_entry);
+  lvm_set_registry_once(L, &remote_entry_key);
   lua_newtable(L);
   luaL_register(L, NULL, functions);
   int module = lua_gettop(L);

@@ -5,7 +5,9 @@
 ** atomic but the memory it tells others (lvm_t.memory); the core keeps the pointer as the scheduler's data (smarm_sched_data).
 **
 ** The refs are integer registry refs in the VM's own registry, made once per run and VM
-** (lightuserdata keys find the values once; the hot paths use the refs).
+** (lightuserdata keys find the values once). The hottest values are pushed from their bits
+** (sm_ljx_push_bits) instead: a registry ref's lookup walked a hash chain that a spawn's other
+** work had pushed out of the cache (docs/perf.md, "Hot values without a lookup").
 */
 #ifndef SMARM_LUA_LVM_H
 #define SMARM_LUA_LVM_H
@@ -48,16 +50,18 @@ typedef struct lvm {
   int spare_count;
   lua_State *spare_co[LVM_SPARE_COS]; /* each with an empty stack, anchored by spare_ref */
   int spare_ref[LVM_SPARE_COS];
-  int intern_ref, pid_mt_ref, ref_mt_ref; /* lpid.c: the intern table, pids' and refs' metatables */
-  int from_mt_ref;            /* lpid.c: the metatable of calls' reply handles */
-  int timer_mt_ref;           /* lpid.c: the metatable of message timers */
-  int str_ref[LVM_STRS];      /* lvm_push_str */
-  int traceback_ref;          /* lsmarm.c: the message handler of actors' protected calls */
-  int remote_entry_ref;       /* lsmarm.c: the C function that starts a spawn_on's actor */
+  /* lpid.c, as sm_ljx_push_bits pushes them (the registry keeps them for the VM's life): the
+  ** intern table, the metatables of pids, refs, calls' reply handles and message timers */
+  uint64_t intern, pid_mt, ref_mt, from_mt, timer_mt;
+  int str_ref[LVM_STRS];       /* lvm_push_str: what keeps the strings... */
+  uint64_t str_bits[LVM_STRS]; /* ...and what pushes them */
+  uint64_t traceback;         /* lsmarm.c: the message handler of actors' protected calls, */
+  uint64_t remote_entry;      /* and the C function that starts a spawn_on's actor (bits) */
   int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
-  int fixed_ref[LVM_FIXEDS];   /* lshape.c: the templates of the fixed shapes */
+  int fixed_ref[LVM_FIXEDS];   /* lshape.c: the templates of the fixed shapes, kept by these */
+  uint64_t fixed_bits[LVM_FIXEDS]; /* and pushed from these */
   uint32_t fixed_slot[LVM_FIXEDS][LVM_FIXED_KEYS]; /* their keys' nodes, in sm_lshape_fixed's
                                                    ** order */
   int *receive_more;           /* lfast.c: the FFI receive's hint (NULL: not registered) */
@@ -112,7 +116,7 @@ static inline void lvm_unref(lua_State *L, int ref)
 /* Pushes one of the cached strings. */
 static inline void lvm_push_str(lua_State *L, const lvm_t *vm, enum lvm_str k)
 {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, vm->str_ref[k]);
+  sm_ljx_push_bits(L, vm->str_bits[k]);
 }
 
 /* Pushes registry[key] (a lightuserdata key: the address of a static of the caller's). */
