@@ -378,7 +378,7 @@ describe("smarm.spawn and pids", function()
       there_after = false, gc_local = true, gc_ok = false, gc_err = r.gc_err, bad_ok = false,
       bad_err = r.bad_err }, r)
     assert.matches("cannot park inside a __gc finalizer", r.gc_err)
-    assert.matches("^spec/actor_spec%.lua:%d+: smarm%.alive: bad argument #1 %(pid or name "
+    assert.matches("^spec/actor_spec%.lua:%d+: bad argument #1 to 'alive' %(pid or name "
       .. "expected, got number%)$", r.bad_err)
     local ok, err = pcall(smarm.alive, smarm.run(function() return smarm.self() end))
     assert.is_false(ok)

@@ -389,7 +389,7 @@ describe("registered names", function()
         function() smarm.whereis(5) end, function() smarm.unregister(5) end }) do
         local ok, err = pcall(call)
         assert.is_false(ok)
-        assert.matches("^spec/faults_spec%.lua:%d+: smarm%.%a+: bad argument #1 %(name expected, "
+        assert.matches("^spec/faults_spec%.lua:%d+: bad argument #1 to '%a+' %(name expected, "
           .. "got number%)$", err)
       end
       assert.are.same({}, smarm.registered())
@@ -455,7 +455,7 @@ describe("a bad target", function()
       local t = bads[e.i][2]
       local why = not t and "a name is 1 to 255 bytes, without NUL"
         or (names[e.fname] and "name" or "pid or name") .. " expected, got " .. t
-      local text = ("smarm.%s: bad argument #%d (%s)"):format(e.fname, n, why)
+      local text = ("bad argument #%d to '%s' (%s)"):format(n, e.fname, why)
       assert.are.equal(text, e.bare)
       assert.matches("^spec/faults_spec%.lua:%d+: ", e.here)
       assert.are.equal(text, e.here:gsub("^spec/faults_spec%.lua:%d+: ", ""), e.fname)
@@ -693,7 +693,7 @@ describe("smarm.call and smarm.reply", function()
         smarm.tuple({ 1, 2 }), smarm.tuple({ "name", smarm.ref() }) }) do
         local ok, err = pcall(smarm.reply, bad, 1)
         assert.is_false(ok)
-        assert.are.equal("smarm.reply: bad argument #1 (a call's `from` expected)", err)
+        assert.are.equal("bad argument #1 to 'reply' (a call's `from` expected)", err)
       end
     end)
   end)

@@ -175,7 +175,7 @@ describe("smarm.info", function()
       local far = smarm.term.decode("\131\88\119\3a@h\0\0\0\1\0\0\0\0\0\0\0\1")
       local ok, err = pcall(function() local v = smarm.info(far); return v end)
       assert.is_false(ok)
-      assert.matches("^spec/info_spec%.lua:%d+: smarm%.info: bad argument #1 %(a pid of another " ..
+      assert.matches("^spec/info_spec%.lua:%d+: bad argument #1 to 'info' %(a pid of another " ..
         "node", err)
       -- another scheduler is asked by a spawn there, which a finalizer cannot make: said in
       -- the asker's own words

@@ -558,14 +558,14 @@ describe("smarm.send / smarm.receive", function()
       local _, c = pcall(function() smarm.receive("soon") end)
       return a, b, c
     end)
-    assert.matches("^spec/message_spec%.lua:%d+: smarm%.send: bad argument #1 %(pid or name "
+    assert.matches("^spec/message_spec%.lua:%d+: bad argument #1 to 'send' %(pid or name "
       .. "expected, got nil%)$", e1)
     assert.matches("bad argument #2 to 'send' %(message expected, got nil%)", e2)
     assert.matches("bad argument #1 to 'receive' %(match function or number of seconds " ..
       "expected, got string%)", e3)
     assert.has_error(function() smarm.send(nil, 1) end)
     local _, none = pcall(smarm.run, function() smarm.send() end)
-    assert.matches("smarm%.send: bad argument #1 %(pid or name expected, got no value%)",
+    assert.matches("bad argument #1 to 'send' %(pid or name expected, got no value%)",
       tostring(none))
     assert.has_error(function() smarm.receive() end)
   end)

@@ -107,10 +107,8 @@ describe("smarm.node", function()
     for fname, errors in pairs(r) do
       for i, bad in ipairs(bads) do
         local want
-        if bad[2] and fname == "server.call" then
-          want = "bad argument #1 to 'call' (" .. bad[2] .. ")" -- server's own words
-        elseif bad[2] then
-          want = fname .. ": bad argument #1 (" .. bad[2] .. ")"
+        if bad[2] then -- server.call's own words are smarm.call's
+          want = "bad argument #1 to '" .. fname:match("%a+$") .. "' (" .. bad[2] .. ")"
         elseif bad[1] == pid and fname == "smarm.send" then
           want = true -- dropped, as to a dead actor
         else
@@ -492,14 +490,14 @@ describe("smarm.node", function()
       return out
     end)
     for _, fname in ipairs({ "send", "monitor" }) do
-      local pre = "smarm." .. fname .. ": bad argument #1 ("
+      local pre = "bad argument #1 to '" .. fname .. "' ("
       assert.are.same({ pre .. "the name of {name, node} is not an atom: not UTF-8)",
         pre .. "the name of {name, node} is not an atom: more than 255 characters)",
         pre .. "the node of {name, node} is not an atom: not UTF-8)" }, r[fname])
     end
     assert.is_true(r.send_long)
     assert.are.same({ true, "noconnection" }, r.down)
-    assert.are.equal(("smarm.monitor: bad argument #1 (the name and node of {name, node} have %d "
+    assert.are.equal(("bad argument #1 to 'monitor' (the name and node of {name, node} have %d "
       .. "bytes together, more than the 510 a monitor of another node's name takes)")
       :format(#euro255 + #nobody), r.monitor_long)
   end)

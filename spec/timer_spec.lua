@@ -238,7 +238,7 @@ describe("smarm.send_after", function()
         "got string%)", err_s)
       for _, name in ipairs({ "", ("n"):rep(256), "a\0b" }) do
         assert.has_error(function() smarm.send_after(0, name, "x") end,
-          "smarm.send_after: bad argument #2 (a name is 1 to 255 bytes, without NUL)")
+          "bad argument #2 to 'send_after' (a name is 1 to 255 bytes, without NUL)")
       end
       assert.has_error(function() smarm.send_after(0, "a name", nil) end,
         "bad argument #3 to 'send_after' (message expected, got nil)")

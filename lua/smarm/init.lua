@@ -418,7 +418,7 @@ function core.info(pid, keys)
   end
   core._need_actor("info", 2)
   local k = core._scheduler_of(pid) -- nil: no scheduler of this run has it (nil too)
-  if k == false then error("smarm.info: bad argument #1 (" .. core._target_fault(pid) .. ")", 2) end
+  if k == false then error("bad argument #1 to 'info' (" .. core._target_fault(pid) .. ")", 2) end
   local t
   -- the keys go along: the owner skips the costly ones nobody asked for (a traceback...)
   if k == core.scheduler() then

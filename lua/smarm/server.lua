@@ -331,7 +331,6 @@ function server.call(to, request, timeout)
   end
   if type(r) == "string" then
     r = r:gsub("^bad argument (#%d+) to '%?'", "bad argument %1 to 'call'")
-      :gsub("^smarm%.call: bad argument (#%d+) %(", "bad argument %1 to 'call' (")
       :gsub("^smarm%.call: ", "server.call: ")
       :gsub("^request", "server.call: request") -- (a request that cannot be sent)
   end

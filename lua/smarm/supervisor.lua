@@ -712,7 +712,7 @@ local function request(sup, r, timeout, fn, level)
     if type(answers) == "string" then -- a request that cannot be sent names the caller's field
       local own = "supervisor." .. fn .. ": "
       answers = answers:gsub("^request%.extra", own .. "extra_args"):gsub("^request%.", own)
-        :gsub("^smarm%.call: bad argument (#%d+) %(", "bad argument %1 to '" .. fn .. "' (")
+        :gsub("^bad argument (#%d+) to 'call' %(", "bad argument %1 to '" .. fn .. "' (")
         :gsub("^smarm%.call: ", own)
     end
     error(answers, level)

@@ -16,7 +16,7 @@ int sm_ldist_is_target(lua_State *L, int idx);
 
 /* Checks the table { name, node } at idx (sm_ldist_is_target), the argument idx of the user's
 ** function fname: returns 1 when its node is this node's own name (its name is then a name of
-** this node, which the caller checks as such); else raises "smarm.<fname>: bad argument #<idx>
+** this node, which the caller checks as such); else raises "bad argument #<idx> to '<fname>'
 ** (...)" unless its name is an atom (1 to 255 characters of UTF-8) and its node a node name
 ** (alive@host, an atom of at most DIST_NAME_MAX bytes), and returns 0. */
 int sm_ldist_check_name_node(lua_State *L, int idx, const char *fname);

@@ -224,7 +224,7 @@ int sm_lfaults_own_stale_pid(lua_State *L, int idx)
 
 int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why)
 {
-  return luaL_error(L, "smarm.%s: bad argument #%d (%s)", fname, idx, why);
+  return luaL_error(L, "bad argument #%d to '%s' (%s)", idx, fname, why);
 }
 
 /* Why the value at idx is no registered name (1 to 255 bytes, no NUL), or NULL. */
@@ -320,8 +320,8 @@ static smarm_pid_t tie_target(lua_State *L, int idx, const char *fname, int must
     lua_rawgeti(L, idx, 2);
     size_t both = lua_objlen(L, -2) + lua_objlen(L, -1);
     if (both > DIST_MONITOR_NAME_NODE_MAX)
-      luaL_error(L, "smarm.%s: bad argument #%d (the name and node of {name, node} have %d bytes "
-                 "together, more than the %d a monitor of another node's name takes)", fname, idx,
+      luaL_error(L, "bad argument #%d to '%s' (the name and node of {name, node} have %d bytes "
+                 "together, more than the %d a monitor of another node's name takes)", idx, fname,
                  (int)both, DIST_MONITOR_NAME_NODE_MAX);
     lua_pop(L, 2);
     lua_newtable(L); /* the term {atom name, atom node}, without its version byte */

@@ -30,9 +30,9 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
 /* Pushes the table of a notice (smarm_msg_kind EXIT or DOWN); the message stays the caller's. */
 void sm_lfaults_push_notice(lua_State *L, smarm_msg_t *m);
 
-/* Raises "smarm.<fname>: bad argument #<idx> (<why>)", the words of an argument's error in the
-** functions that take a target (and whatever luaL_argerror would name: a wrapper or a protected
-** call leaves it '?' or another function's name). fname is the function the user called. */
+/* Raises "bad argument #<idx> to '<fname>' (<why>)" at the caller's line, as luaL_argerror words
+** it, but with the function the user called, fname, however it was called (luaL_argerror names
+** it from the call site: '?' in a protected call, a wrapper's name through one). */
 int sm_lfaults_argerror(lua_State *L, const char *fname, int idx, const char *why);
 
 /* The pid the argument at idx of fname names: a pid, or a registered name (0 if nobody holds
