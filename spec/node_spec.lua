@@ -487,6 +487,7 @@ describe("smarm.node", function()
       local down = guard.receive("its DOWN", function(m) return m.ref == ref end)
       out.down = { down.pid[1] == smarm.atom(euro100), down.reason }
       out.monitor_long = select(2, pcall(smarm.monitor, { euro255, nobody }))
+      out.call_long = select(2, pcall(smarm.call, { euro255, nobody }, 1)) -- its monitor's words
       return out
     end)
     for _, fname in ipairs({ "send", "monitor" }) do
@@ -497,9 +498,11 @@ describe("smarm.node", function()
     end
     assert.is_true(r.send_long)
     assert.are.same({ true, "noconnection" }, r.down)
-    assert.are.equal(("bad argument #1 to 'monitor' (the name and node of {name, node} have %d "
-      .. "bytes together, more than the 510 a monitor of another node's name takes)")
-      :format(#euro255 + #nobody), r.monitor_long)
+    for _, fname in ipairs({ "monitor", "call" }) do
+      assert.are.equal(("bad argument #1 to '%s' (the name and node of {name, node} have %d "
+        .. "bytes together, more than the 510 a monitor of another node's name takes)")
+        :format(fname, #euro255 + #nobody), r[fname .. "_long"])
+    end
   end)
 
   it("starts once, and gives programs it starts none of its sockets", function()

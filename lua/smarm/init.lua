@@ -287,10 +287,11 @@ local GEN_CALL = core.atom("$gen_call")
 -- Raises an error of the monitor or send below in smarm.call's words, at the caller of
 -- smarm.call (level 4: this function, the remote call, smarm.call in C, its caller):
 -- "smarm.monitor: this runtime is not a node" at a line of this file named neither the function
--- nor the place.
+-- nor the place. The target is argument 1 of all three.
 local function as_call_error(err)
   if type(err) == "string" then
     err = err:gsub("^smarm%.monitor: ", "smarm.call: "):gsub("^smarm%.send: ", "smarm.call: ")
+      :gsub("^bad argument #1 to '%a+'", "bad argument #1 to 'call'")
       :gsub("^message%[3%]", "request")
   end
   error(err, 4)

@@ -175,7 +175,9 @@ void sm_ljx_table_set_slot(lua_State *L, int t_idx, uint32_t slot);
 
 /* A value as the VM stores it (its TValue's 64 bits), read from the top of L's stack, and
 ** pushed again from them: no table is looked up. Only for a GC object that something else keeps
-** alive (the registry) for as long as its bits are pushed: they are no reference of their own. */
+** alive (the registry) for as long as its bits are pushed: they are no reference of their own
+** (code that clears the binding's registry entries through the debug library frees what they
+** name, as it would break any C library's state). */
 uint64_t sm_ljx_top_bits(lua_State *L);
 void sm_ljx_push_bits(lua_State *L, uint64_t bits);
 

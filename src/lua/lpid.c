@@ -84,7 +84,7 @@ int sm_lpid_payload_pid(const void *p, smarm_pid_t *out)
   return 1;
 }
 
-/* Pushes the interned userdata of (magic, v), made with the metatable at registry[mt_ref]. A
+/* Pushes the interned userdata of (magic, v), made with the metatable whose bits are mt. A
 ** fresh value (a ref just made) cannot be in the table yet: no lookup. */
 static void push_ident(lua_State *L, uint64_t magic, uint64_t v, lua_Number key, uint64_t mt,
                        int fresh)
@@ -336,7 +336,7 @@ void sm_lpid_open(lua_State *L)
   lvm_set_registry_once(L, &pid_intern_key);
 }
 
-void sm_lpid_cache_refs(lvm_t *vm)
+void sm_lpid_cache_bits(lvm_t *vm)
 {
   static const void *const keys[] = {&pid_intern_key, &pid_mt_key, &ref_mt_key, &from_mt_key,
                                      &timer_mt_key};

@@ -13,7 +13,7 @@
 #include <lua.h>
 
 /* Push the interned pid value of this VM / read one (returns 0 if idx is not a pid). Only from
-** a scheduler's thread whose VM has its refs (sm_lpid_cache_refs). */
+** a scheduler's thread whose VM has its bits (sm_lpid_cache_bits). */
 void sm_lsmarm_push_pid(lua_State *L, smarm_pid_t pid);
 int sm_lsmarm_to_pid(lua_State *L, int idx, smarm_pid_t *out);
 /* The same from a userdata's payload (p: what the FFI passes for a userdata argument). */
@@ -47,6 +47,6 @@ void sm_lpid_open(lua_State *L);
 
 /* Reads what pushes them into vm (a run's start, on the scheduler's thread): the registry keeps
 ** them for the VM's life, so nothing is let go at the run's end. */
-void sm_lpid_cache_refs(lvm_t *vm);
+void sm_lpid_cache_bits(lvm_t *vm);
 
 #endif

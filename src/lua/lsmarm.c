@@ -143,8 +143,8 @@ const char *const lvm_str_text[LVM_STRS] = {
 
 static int remote_entry(lua_State *L);
 
-/* Makes the integer refs the hot paths read, in vm's own registry (the lightuserdata keys are
-** only for finding the values once, per VM), and the cached strings. */
+/* Reads the bits the hot paths push (lvm.h) and makes the integer refs of what no lightuserdata
+** key anchors for the VM's life (the cached strings, made here). */
 static void vm_cache_refs(lvm_t *vm)
 {
   for (int k = 0; k < LVM_STRS; k++) {
@@ -152,7 +152,7 @@ static void vm_cache_refs(lvm_t *vm)
     vm->str_bits[k] = sm_ljx_top_bits(vm->L);
     vm->str_ref[k] = luaL_ref(vm->L, LUA_REGISTRYINDEX);
   }
-  sm_lpid_cache_refs(vm);
+  sm_lpid_cache_bits(vm);
   sm_lfaults_cache_refs(vm);
   lvm_push_registry(vm->L, &traceback_key);
   vm->traceback = sm_ljx_top_bits(vm->L);

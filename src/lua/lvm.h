@@ -7,7 +7,10 @@
 ** The refs are integer registry refs in the VM's own registry, made once per run and VM
 ** (lightuserdata keys find the values once). The hottest values are pushed from their bits
 ** (sm_ljx_push_bits) instead: a registry ref's lookup walked a hash chain that a spawn's other
-** work had pushed out of the cache (docs/perf.md, "Hot values without a lookup").
+** work had pushed out of the cache (docs/perf.md, "Hot values without a lookup"). Bits are read
+** at each run's start and live as long as what anchors them: a lightuserdata key of the registry
+** for the VM's life (the intern table, the metatables, the message handler, the remote entry),
+** or a ref of this run, let go at its end (the strings, the fixed templates).
 */
 #ifndef SMARM_LUA_LVM_H
 #define SMARM_LUA_LVM_H
@@ -55,9 +58,9 @@ typedef struct lvm {
   uint64_t intern, pid_mt, ref_mt, from_mt, timer_mt;
   int str_ref[LVM_STRS];       /* lvm_push_str: what keeps the strings... */
   uint64_t str_bits[LVM_STRS]; /* ...and what pushes them */
-  uint64_t traceback;         /* lsmarm.c: the message handler of actors' protected calls, */
-  uint64_t remote_entry;      /* and the C function that starts a spawn_on's actor (bits) */
-  int encode_reason_ref;      /* lfaults.c: the protected encoder of exit reasons */
+  uint64_t traceback;          /* lsmarm.c: the message handler of actors' protected calls, */
+  uint64_t remote_entry;       /* and the C function that starts a spawn_on's actor (bits) */
+  int encode_reason_ref;       /* lfaults.c: the protected encoder of exit reasons */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
   int fixed_ref[LVM_FIXEDS];   /* lshape.c: the templates of the fixed shapes, kept by these */
