@@ -459,6 +459,47 @@ describe("smarm.send / smarm.receive", function()
     end
   end)
 
+  -- A key set's template is found by a hash of each key's length and last 8 bytes, and taken
+  -- only when every key is the same: sets that differ in one byte anywhere in a key (of 12 or
+  -- 20 bytes), or in one key's length (0 to 20), must each arrive as they were sent.
+  it("never takes a record's key set for another that differs in one byte", function()
+    local function near(set, pos, long)
+      local r = {}
+      for len = 0, 20 do r[("k"):rep(len)] = len end
+      local key = ("k"):rep(long and 20 or 12)
+      r[key] = nil
+      r[key:sub(1, pos - 1) .. string.char(64 + set) .. key:sub(pos + 1)] = -set
+      return r
+    end
+    local function same(a, b)
+      for k, v in pairs(a) do if b[k] ~= v then return false end end
+      for k in pairs(b) do if a[k] == nil then return false end end
+      return true
+    end
+    local ok, why = smarm.run(function()
+      local me = smarm.self()
+      smarm.spawn_on(2, function()
+        for _, long in ipairs({ false, true }) do
+          for pos = 1, long and 20 or 12 do
+            for set = 1, 3 do smarm.send(me, near(set, pos, long)) end
+            smarm.send(me, near(1, pos, long))
+          end
+        end
+      end)
+      for _, long in ipairs({ false, true }) do
+        for pos = 1, long and 20 or 12 do
+          for _, set in ipairs({ 1, 2, 3, 1 }) do
+            if not same(near(set, pos, long), smarm.receive()) then
+              return false, ("set %d, byte %d of %d"):format(set, pos, long and 20 or 12)
+            end
+          end
+        end
+      end
+      return true
+    end, { schedulers = 2 })
+    assert.is_true(ok, why)
+  end)
+
   it("keeps records whole while the collector runs at every step", function()
     local ok, why = smarm.run(function()
       local me = smarm.self()

@@ -1154,6 +1154,25 @@ static int dec_value(dec_t *d, int depth);
 #define SHAPE_MIN 8
 #define SHAPE_MAX 256
 
+/* Up to the last 8 bytes of the key at q (len bytes, in a block that ends at end) as one word:
+** the value a memcpy of them into a zeroed word gives, read in one load where the block allows.
+** That memcpy (a zeroing store, then stores of 4, 2 and 1 bytes, then the word's load) cost a
+** failed store-to-load forwarding per key: half of dec_record's samples for a record of 100 keys
+** of 6 and 7 bytes (docs/perf.md, "Records' keys read in one load"). */
+static inline uint64_t key_tail(const unsigned char *q, size_t len, const unsigned char *end)
+{
+  uint64_t w = 0;
+  if (len >= 8) {
+    memcpy(&w, q + len - 8, 8);
+  } else if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && end - q >= 8) {
+    memcpy(&w, q, 8); /* the key's bytes and what follows it in the block, masked off */
+    w &= (UINT64_C(1) << (8 * len)) - 1;
+  } else {
+    memcpy(&w, q, len);
+  }
+  return w;
+}
+
 /* After TABLE and its sizes: 1 with the table pushed (registered when stable) and d->p past its
 ** END; 0 with nothing read or pushed when it is not such a record (or its set cannot take the
 ** template's way): the caller decodes it as any table. Out of line: its arrays are on the C
@@ -1173,10 +1192,8 @@ static __attribute__((noinline)) int dec_record(dec_t *d, uint32_t nhash, int st
       return 0;
     keys[i] = q;
     lens[i] = (size_t)len;
-    uint64_t tail = 0;
-    memcpy(&tail, q + len - (len < 8 ? len : 8), len < 8 ? len : 8);
     h = (h ^ len) * UINT64_C(1099511628211);
-    h = (h ^ tail) * UINT64_C(1099511628211);
+    h = (h ^ key_tail(q, (size_t)len, end)) * UINT64_C(1099511628211);
     q += len;
     if (q >= end)
       return 0;

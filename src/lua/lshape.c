@@ -46,6 +46,28 @@ struct lshape_cache {
   shape_t e[LSHAPE_SLOTS];
 };
 
+/* Whether a and b hold the same n bytes: inline for the short keys of records (a call of
+** memcmp per key was 5% of a receiver of 100-field records), a few overlapping word compares. */
+static inline int same_bytes(const unsigned char *a, const unsigned char *b, size_t n)
+{
+  if (n > 16)
+    return memcmp(a, b, n) == 0;
+  if (n >= 8) {
+    uint64_t a0, b0, a1, b1;
+    memcpy(&a0, a, 8), memcpy(&b0, b, 8), memcpy(&a1, a + n - 8, 8), memcpy(&b1, b + n - 8, 8);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  if (n >= 4) {
+    uint32_t a0, b0, a1, b1;
+    memcpy(&a0, a, 4), memcpy(&b0, b, 4), memcpy(&a1, a + n - 4, 4), memcpy(&b1, b + n - 4, 4);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i])
+      return 0;
+  return 1;
+}
+
 static int blob_matches(const shape_t *e, const unsigned char *const *keys, const size_t *lens,
                         uint32_t n)
 {
@@ -56,7 +78,7 @@ static int blob_matches(const shape_t *e, const unsigned char *const *keys, cons
       return 0;
     memcpy(&len, b, sizeof len);
     b += sizeof len;
-    if (len != lens[i] || (size_t)(end - b) < len || memcmp(b, keys[i], len) != 0)
+    if (len != lens[i] || (size_t)(end - b) < len || !same_bytes(b, keys[i], len))
       return 0;
     b += len;
   }
