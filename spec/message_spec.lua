@@ -403,6 +403,12 @@ describe("smarm.send / smarm.receive", function()
     end
   end)
 
+  local function same(a, b) -- the same keys, each with the same value
+    for k, v in pairs(a) do if b[k] ~= v then return false end end
+    for k in pairs(b) do if a[k] == nil then return false end end
+    return true
+  end
+
   -- Records (8 to 256 string keys, plain values) decode from a template of their key set
   -- (src/lua/lshape.c); others as any table. Each must arrive whole and equal.
   it("carries records of one key set again and again, and of many sets, whole", function()
@@ -413,11 +419,6 @@ describe("smarm.send / smarm.receive", function()
         r["f" .. k] = v == 0 and k + i or v == 1 and ("s" .. k .. ":" .. i) or (i % 2 == 0)
       end
       return r
-    end
-    local function same(a, b)
-      for k, v in pairs(a) do if b[k] ~= v then return false end end
-      for k in pairs(b) do if a[k] == nil then return false end end
-      return true
     end
     for _, on in ipairs({ 1, 2 }) do
       local ok, why = smarm.run(function()
@@ -470,11 +471,6 @@ describe("smarm.send / smarm.receive", function()
       r[key] = nil
       r[key:sub(1, pos - 1) .. string.char(64 + set) .. key:sub(pos + 1)] = -set
       return r
-    end
-    local function same(a, b)
-      for k, v in pairs(a) do if b[k] ~= v then return false end end
-      for k in pairs(b) do if a[k] == nil then return false end end
-      return true
     end
     local ok, why = smarm.run(function()
       local me = smarm.self()
