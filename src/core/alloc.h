@@ -6,7 +6,8 @@
 ** malloc() and calloc() unless a test armed failures with sm_alloc_fail(): then the next
 ** `count` calls at one of the armed sites return NULL, as malloc does when memory is out. That
 ** is how spec/c/test_oom.c reaches the out-of-memory paths (a saved stack that cannot be saved,
-** a runtime that stops with nothing left to allocate) without exhausting the machine. Unarmed,
+** a new actor that finds no stack slot, a runtime that stops with nothing left to allocate)
+** without exhausting the machine. Unarmed,
 ** the seam costs one relaxed load of a word nobody writes.
 **
 ** Any thread: the counters are atomics (a test arms them from an actor or from the thread that
@@ -26,7 +27,9 @@ enum sm_alloc_site {
   SM_ALLOC_MSG = 1u << 0,        /* message blocks (message.c: sends, signals, control items) */
   SM_ALLOC_STACK_SAVE = 1u << 1, /* a parked actor's stack copied out of a shared slot */
   SM_ALLOC_FAULTS = 1u << 2,     /* fault records: an actor's state, monitors, reasons */
-  SM_ALLOC_ALL = (1u << 3) - 1,
+  SM_ALLOC_STACK_SLOT = 1u << 3, /* a stack slot's record or a stack size's (stack.c), made as
+                                    an actor first runs */
+  SM_ALLOC_ALL = (1u << 4) - 1,
 };
 
 /* Test seam: the next `count` allocations at any of `sites` (a mask of sm_alloc_site) fail;

@@ -46,7 +46,7 @@ static stack_class_t *class_for(stack_pool_t *pool, size_t size)
   for (c = pool->classes; c; c = c->next)
     if (c->size == size)
       return c;
-  c = calloc(1, sizeof *c);
+  c = sm_calloc(SM_ALLOC_STACK_SLOT, 1, sizeof *c);
   if (!c)
     return NULL;
   c->size = size;
@@ -129,7 +129,7 @@ static stack_slot_t *slot_map(stack_pool_t *pool, stack_class_t *c)
       return NULL;
     c->all = all;
   }
-  slot_with_id_t *s = calloc(1, sizeof *s);
+  slot_with_id_t *s = sm_calloc(SM_ALLOC_STACK_SLOT, 1, sizeof *s);
   if (!s)
     return NULL;
   size_t len = pool->guard + c->size + STACK_COLOR_SPAN;
@@ -289,6 +289,17 @@ stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size)
     }
   }
   slot->bound++;
+  return slot;
+}
+
+stack_slot_t *sm_stack_bind_free(stack_pool_t *pool, size_t size)
+{
+  stack_class_t *c = pool->classes;
+  while (c && c->size != size)
+    c = c->next;
+  stack_slot_t *slot = c ? take_free(c) : NULL;
+  if (slot)
+    slot->bound++;
   return slot;
 }
 

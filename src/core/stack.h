@@ -118,8 +118,13 @@ size_t sm_stack_round_size(const stack_pool_t *pool, size_t size);
 ** room if need be); else a free slot of a larger size; else a bound slot of that size or larger,
 ** shared; else, with no such slot,
 ** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
-** for want of a stack of its size). NULL only when mapping fails (-ENOMEM). */
+** for want of a stack of its size). NULL only when mapping fails or a record cannot be allocated
+** (-ENOMEM). */
 stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size);
+
+/* sm_stack_bind's first choice only: a free slot of exactly `size` (no system call, no
+** allocation), or NULL. */
+stack_slot_t *sm_stack_bind_free(stack_pool_t *pool, size_t size);
 
 /* The actor bound to slot is gone (it must not be the occupant any more). */
 void sm_stack_unbind(stack_pool_t *pool, stack_slot_t *slot);
