@@ -212,7 +212,10 @@ typedef struct smarm_spawn_opts {
 ** it since it last gave way (docs/design.md, the run queue: bounded so that nobody starves). opts
 ** may be NULL. *pid_out (may be NULL) receives its pid. The actor ends when fn
 ** returns or it calls smarm_exit(). Returns 0, -EPERM outside an actor, -EINVAL (NULL fn, stack
-** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). */
+** size over 1 GiB), -ENOMEM, or -EAGAIN (16M actors alive on this scheduler). Its C stack is
+** found when it first runs, not here: an actor for which none can be had then (memory or
+** address space out) ends with SMARM_EXIT_NOMEM before fn runs, its links and monitors told and
+** opts->data given to on_actor_stopped. */
 SMARM_API int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
                           smarm_pid_t *pid_out);
 
@@ -733,7 +736,8 @@ typedef struct smarm_actor_info {
   size_t mailbox;       /* messages waiting for it, those its binding set aside included */
   const char *name;     /* its registered name, or NULL: valid until the caller parks */
   void *data;           /* its smarm_actor_data() */
-  size_t stack_size;    /* bytes of C stack it was given (rounded to pages) */
+  size_t stack_size;    /* bytes of C stack it was given (rounded to pages); before it first
+                           runs, the size it asked for (it may get a larger one) */
   size_t stack_used;    /* bytes of it in use: from its top down to where it parked or was
                            switched out (the caller: to this call); 0 before it first runs */
   uint64_t scheduled;   /* times it was switched in */

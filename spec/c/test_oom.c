@@ -243,4 +243,62 @@ TEST(a_spawn_that_finds_no_memory_there_is_heard_as_a_death)
   CHECK_EQ(smarm_run(&cfg, main_spawn_fails_there, NULL), 0);
 }
 
+/* A new actor is bound to a stack slot when it first runs, not when it is spawned: a spawn that
+** would find no memory for a slot succeeds, and the actor, finding none when its turn comes
+** either, ends with reason NOMEM before any of its code runs: its monitor is told and its name
+** freed as for any death, and its data goes to on_actor_stopped. Once memory is back the same
+** size gets its slot. (Before, the spawn itself failed with -ENOMEM.) */
+#define UNSHARED_STACK (1024 * 1024) /* larger than every slot there: none to share */
+
+static _Atomic int ran_anyway;
+
+static void must_not_run(void *arg)
+{
+  (void)arg;
+  atomic_store(&ran_anyway, 1);
+}
+
+static void main_first_bind_fails(void *arg)
+{
+  (void)arg;
+  smarm_pid_t self = smarm_self(), pid = 0;
+  smarm_ref_t ref = 0;
+  smarm_msg_t *block = smarm_msg_new(16);
+  CHECK(block != NULL);
+  smarm_spawn_opts_t opts = {
+      .stack_size = UNSHARED_STACK, .monitor = &ref, .name = "unbound", .data = block};
+  sm_alloc_fail(SM_ALLOC_STACK_SLOT, UINT32_MAX);
+  int rc = smarm_spawn(must_not_run, NULL, &opts, &pid);
+  CHECK_EQ(rc, 0);
+  if (rc < 0) { /* no actor, no DOWN to wait for */
+    sm_alloc_fail(0, 0);
+    smarm_msg_free(block);
+    return;
+  }
+  CHECK_EQ(smarm_whereis("unbound"), pid);
+  CHECK_EQ(expect_down(pid, ref), SMARM_EXIT_NOMEM);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(smarm_alive(pid), 0);
+  CHECK_EQ(smarm_whereis("unbound"), 0);
+  CHECK_EQ(atomic_load(&ran_anyway), 0);
+  CHECK_EQ(atomic_load(&blocks_stopped), 1);
+
+  opts = (smarm_spawn_opts_t){.stack_size = UNSHARED_STACK, .monitor = &ref};
+  CHECK_EQ(smarm_spawn(report_then_wait, (void *)(uintptr_t)self, &opts, &pid), 0);
+  CHECK_EQ(test_recv_u64(TEST_HANG_GUARD_NS), (int64_t)pid);
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0);
+  CHECK_EQ(expect_down(pid, ref), SMARM_EXIT_KILLED);
+}
+
+TEST(a_new_actor_that_finds_no_stack_slot_ends_with_nomem_unrun)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.on_actor_stopped = free_stopped_block;
+  atomic_store(&blocks_stopped, 0);
+  atomic_store(&ran_anyway, 0);
+  CHECK_EQ(smarm_run(&cfg, main_first_bind_fails, NULL), 0);
+}
+
 TEST_MAIN()

@@ -145,7 +145,7 @@ static void main_short(void *arg)
     CHECK_EQ(smarm_spawn(noop, NULL, NULL, NULL), 0);
     smarm_yield();
   }
-  for (int i = 0; i < 100; i++) /* these need stacks of their own at once */
+  for (int i = 0; i < 100; i++) /* queued together (each takes a stack as it first runs) */
     CHECK_EQ(smarm_spawn(noop, NULL, NULL, NULL), 0);
   smarm_yield();
   CHECK_EQ(test_send_u64(smarm_self(), 5), 0);
@@ -530,7 +530,7 @@ static void main_stats(void *arg)
   CHECK_EQ(smarm_stats_read(-1, &st), 0);
   CHECK_EQ(st.spawned, 2);
   CHECK_EQ(st.live, 2);
-  CHECK(st.stacks >= 2);
+  CHECK(st.stacks >= 1); /* the ponger's comes when it first runs, which it need not have yet */
   for (uint64_t i = 1; i <= PINGS; i++) {
     CHECK_EQ(test_send_u64(pid, i), 0);
     CHECK_EQ(test_recv_u64(LONG_WAIT), (int64_t)i);
@@ -538,6 +538,7 @@ static void main_stats(void *arg)
   CHECK_EQ(smarm_stats_read(0, &st0), 0);
   CHECK_EQ(smarm_stats_read(1, &st1), 0);
   CHECK_EQ(smarm_stats_read(-1, &st), 0);
+  CHECK(st.stacks >= 2); /* both ran */
   CHECK(st0.remote_sent >= PINGS);
   CHECK(st1.remote_sent >= PINGS);
   CHECK(st1.switches > 0);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fenv.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,6 +78,107 @@ static void main_reuse(void *arg)
 
 TEST(stacks_are_reused) { RUN(1, main_reuse, NULL); }
 TEST(stacks_are_reused_remote) { RUN(2, main_reuse, NULL); }
+
+/* ---- a slot from the first run on ---- */
+
+#define FAN_OUT 64
+
+/* A fan-out holds slots only for the actors that have started: queued, never run, the children
+** hold none (smarm_actor_info tells the size they will get, and no use of it); run one after
+** another, each ending before the next starts, they take turns on two slots (an ended actor's
+** slot is free once the next one runs). Before, every spawn bound a slot: 65 of them here. */
+static void main_fan_out(void *arg)
+{
+  (void)arg;
+  smarm_stats_t st;
+  smarm_actor_info_t mine, info;
+  smarm_pid_t kids[FAN_OUT];
+  CHECK_EQ(smarm_actor_info(smarm_self(), &mine), 0);
+  for (int i = 0; i < FAN_OUT; i++)
+    CHECK_EQ(smarm_spawn(noop, NULL, NULL, &kids[i]), 0);
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.stacks, 1); /* the main actor's */
+  CHECK_EQ(smarm_actor_info(kids[FAN_OUT - 1], &info), 0);
+  CHECK_EQ(info.stack_size, mine.stack_size);
+  CHECK_EQ(info.stack_used, 0);
+  smarm_yield(); /* new actors go first: they all run and end before this one runs again */
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.live, 1);
+  CHECK(st.stacks <= 3);
+}
+
+TEST(queued_actors_that_never_ran_hold_no_stack) { RUN(1, main_fan_out, NULL); }
+
+/* Killed before it ever ran, an actor takes no slot while it waits for its turn, and still ends
+** the usual way when its turn comes (on a slot it is bound to then): its monitor hears KILLED. */
+static void main_kill_unstarted(void *arg)
+{
+  (void)arg;
+  smarm_stats_t st;
+  smarm_pid_t kids[FAN_OUT];
+  smarm_ref_t refs[FAN_OUT];
+  for (int i = 0; i < FAN_OUT; i++) {
+    smarm_spawn_opts_t opts = {.monitor = &refs[i]};
+    CHECK_EQ(smarm_spawn(noop, NULL, &opts, &kids[i]), 0);
+  }
+  for (int i = 0; i < FAN_OUT; i++)
+    CHECK_EQ(smarm_exit_signal(kids[i], SMARM_EXIT_KILL, NULL, 0), 0);
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.stacks, 1);
+  CHECK_EQ(st.live, FAN_OUT + 1);
+  int killed = 0;
+  for (int n = 0; n < FAN_OUT; n++) {
+    smarm_msg_t *m = NULL;
+    CHECK_EQ(smarm_receive(LONG_WAIT, &m), 0);
+    if (!m)
+      break;
+    CHECK_EQ(smarm_msg_kind(m), SMARM_MSG_DOWN);
+    const smarm_notice_t *down = smarm_msg_data(m);
+    for (int i = 0; i < FAN_OUT; i++)
+      if (down->pid == kids[i] && down->ref == refs[i] && down->reason == SMARM_EXIT_KILLED)
+        killed++;
+    smarm_msg_free(m);
+  }
+  CHECK_EQ(killed, FAN_OUT);
+  CHECK_EQ(smarm_stats_read(0, &st), 0);
+  CHECK_EQ(st.live, 1);
+  CHECK(st.stacks <= 3);
+  for (int i = 0; i < FAN_OUT; i++)
+    CHECK_EQ(smarm_alive(kids[i]), 0);
+}
+
+TEST(an_actor_killed_before_it_ran_ends_as_usual) { RUN(1, main_kill_unstarted, NULL); }
+
+/* The run ends with actors queued that never ran (the main actor returns at once): they go with
+** it, their data to on_actor_stopped, nothing left behind (the sanitizers' leak check). */
+static _Atomic int stopped_unrun;
+
+static void count_stopped(void *data, void *ud)
+{
+  (void)ud;
+  free(data);
+  atomic_fetch_add(&stopped_unrun, 1);
+}
+
+static void main_leave_unrun(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < FAN_OUT; i++) {
+    smarm_spawn_opts_t opts = {.data = malloc(16)};
+    CHECK_EQ(smarm_spawn(noop, NULL, &opts, NULL), 0);
+  }
+}
+
+TEST(a_run_that_ends_with_actors_never_run_frees_them)
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  cfg.on_actor_stopped = count_stopped;
+  atomic_store(&stopped_unrun, 0);
+  CHECK_EQ(smarm_run(&cfg, main_leave_unrun, NULL), 0);
+  CHECK_EQ(atomic_load(&stopped_unrun), FAN_OUT);
+}
 
 /* ---- sizes ---- */
 

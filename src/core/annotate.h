@@ -9,7 +9,8 @@
 **  - ASan: __sanitizer_start_switch_fiber(save, target_bottom, target_size) before, and
 **    __sanitizer_finish_switch_fiber(save, ...) after. A side that will never be resumed passes a
 **    NULL save so its fake stack is released.
-**  - TSan: one fiber object per actor, created at spawn, destroyed after its last switch;
+**  - TSan: one fiber object per actor, created as the actor is bound to its
+**    stack slot (its first run: sched.c bind_first_slot), destroyed after its last switch;
 **    __tsan_switch_to_fiber(target, 0) right before the switch (flag 0: the switch synchronises,
 **    which is true, since both sides run on one thread).
 */

@@ -48,7 +48,7 @@ static int local_actor(smarm_pid_t pid, sched_t **s_out, actor_t **out)
 /* Bytes of a's stack in use: its top down to its saved stack pointer (or the caller's frame). */
 static size_t stack_used(const sched_t *s, const actor_t *a)
 {
-  if (a->state == ACTOR_NEW || (a->state == ACTOR_RUNNABLE && !a->scheduled))
+  if (!a->slot || a->state == ACTOR_NEW || (a->state == ACTOR_RUNNABLE && !a->scheduled))
     return 0;
   if (a->saved)
     return a->saved_len;
@@ -65,7 +65,7 @@ static void fill_info(sched_t *s, actor_t *a, smarm_actor_info_t *out)
   out->mailbox = a->mailbox.count + a->held;
   out->name = sm_names_held(s, a);
   out->data = a->data;
-  out->stack_size = a->slot->size;
+  out->stack_size = a->slot ? a->slot->size : a->stack_size; /* not started: the size asked */
   out->stack_used = stack_used(s, a);
   out->scheduled = a->scheduled;
   out->cpu_ns = a->cpu_ns;

@@ -19,6 +19,8 @@
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
 **    very stack we would be copying from).
+**  - An actor that never ran has no slot (slot NULL): it is bound to one right before its first
+**    switch (bind_first_slot), so actors queued and not started yet hold no stack.
 **  - A dead actor's stack cannot be released while we run on it: exit leaves it in s->zombie and
 **    whoever runs next releases it right after the switch (sched_bury).
 */
@@ -542,6 +544,7 @@ static inline void sched_poll(sched_t *s)
 /* ---- Switching ----------------------------------------------------------------------------- */
 
 static void actor_entry(void *p);
+static void end_unstarted(sched_t *s, actor_t *a);
 
 /* Builds a's first frame at the top of its slot. The slot may carry ASan redzones of frames of
 ** an earlier actor that never returned (exit and shutdown discard frames): clear them. */
@@ -636,6 +639,30 @@ static int make_resident(sched_t *s, actor_t *a, int discard)
   return 0;
 }
 
+/* Binds a, which never ran (slot NULL), to a slot of the size its spawn asked for, and makes its
+** TSan fiber; builds its first frame there when nobody's bytes are in the slot, else
+** make_resident will, on the scheduler stack, once the occupant's bytes are saved. `anywhere`
+** 0: only a free slot of that size (sm_stack_bind_free), what an actor that goes on may bind on
+** its stack (no mmap, mprotect or malloc deepening the stack of an actor that gives way to park
+** or yield: under ASan they reached the first line of its top page, which its end then reads
+** the deep ring for); 1: any (sm_stack_bind), on the scheduler stack or the stack of an actor
+** that is ending. Returns 0, or -ENOMEM (no slot to be had that way): then nothing changed. */
+static int bind_first_slot(sched_t *s, actor_t *a, int anywhere)
+{
+  SMARM_ASSERT(!a->slot && !a->saved);
+  stack_slot_t *slot = anywhere ? sm_stack_bind(&s->stacks, a->stack_size)
+                                : sm_stack_bind_free(&s->stacks, a->stack_size);
+  if (!slot)
+    return -ENOMEM;
+  a->slot = slot;
+  a->saved_len = 0;
+  fiber_create(&a->fiber, slot->lo, stack_depth(slot));
+  atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
+  if (!slot->occupant)
+    build_first_frame(a);
+  return 0;
+}
+
 /* `next` cannot run: its slot's occupant could not be saved, memory being out. That occupant
 ** dies alone, with reason SMARM_EXIT_NOMEM (its links and monitors are told as for any death),
 ** and on its own stack as a killed actor does: it is woken to die if parked, and queued ahead of
@@ -658,9 +685,17 @@ static inline __attribute__((always_inline)) void sched_leave(sched_t *s, actor_
     self->state = ACTOR_RUNNING;
     return;
   }
-  if (next && SMARM_UNLIKELY(next->slot->occupant != next)) {
-    s->handoff = next;
-    next = NULL;
+  if (next && SMARM_UNLIKELY(!next->slot || next->slot->occupant != next)) {
+    /* Not started: bound here (the common case: no detour), to a free slot of its size, or,
+    ** when self is ending, to any: self's slot is free only once the next one runs, and if the
+    ** scheduler stack bound it, in a chain of actors that each end as the next starts every
+    ** start would take that detour. A shared slot (whose occupant may be this very stack) and
+    ** a failed bind are the scheduler stack's. */
+    if (next->slot || bind_first_slot(s, next, s->zombie == self) < 0 ||
+        next->slot->occupant != next) {
+      s->handoff = next;
+      next = NULL;
+    }
   }
   sched_switch(s, self, next);
 }
@@ -706,7 +741,7 @@ static int trim_parked_stacks(sched_t *s, int64_t now, const deadline_t *t)
       return pending;
     }
     actor_t *a = s->table.entries[i].actor;
-    if (!a || a->slot->occupant != a)
+    if (!a || !a->slot || a->slot->occupant != a)
       continue;
     switch (a->state) {
     case ACTOR_WAIT_MSG:
@@ -976,6 +1011,10 @@ void sm_sched_loop(sched_t *s)
     else
       next = runq_pop(s);
     if (next) {
+      if (SMARM_UNLIKELY(!next->slot) && SMARM_UNLIKELY(bind_first_slot(s, next, 1) < 0)) {
+        end_unstarted(s, next);
+        continue;
+      }
       if (SMARM_UNLIKELY(make_resident(s, next, 0) < 0)) {
         occupant_cannot_be_saved(s, next);
         continue;
@@ -999,14 +1038,10 @@ static void run_cleanups(actor_t *a)
   }
 }
 
-/* Ends a, the running actor, with that reason: tells its links and monitors, frees its mailbox,
-** retires its pid and leaves its stack for the next actor to release. */
-static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+/* What every end of an actor does once its own code is done: frees its mailbox, retires its pid
+** and name, tells its links and monitors, and stops the run if it was the main actor. */
+static void actor_ends(sched_t *s, actor_t *a, int code, const void *data, size_t size)
 {
-  a->state = ACTOR_DEAD;
-  if (a->timer.index >= 0)
-    sm_timer_remove(&s->timers, &a->timer);
-  run_cleanups(a);
   mailbox_clear(&a->mailbox);
   sm_msg_timers_on_death(s, a); /* their messages would find it gone */
   table_free(&s->table, smarm_pid_slot(a->pid));
@@ -1019,6 +1054,17 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
     sm_runtime_request_stop(s->rt);
     s->stopping = 1;
   }
+}
+
+/* Ends a, the running actor, with that reason: tells its links and monitors, frees its mailbox,
+** retires its pid and leaves its stack for the next actor to release. */
+static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *data, size_t size)
+{
+  a->state = ACTOR_DEAD;
+  if (a->timer.index >= 0)
+    sm_timer_remove(&s->timers, &a->timer);
+  run_cleanups(a);
+  actor_ends(s, a, code, data, size);
   /* A decision point like any other: a chain of actors that each spawn the next and end would
   ** otherwise never look at the inbox (a stop request) or the timers. */
   sched_poll(s);
@@ -1037,6 +1083,23 @@ static _Noreturn void exit_as_set(sched_t *s, actor_t *a)
   if (f && f->reason_set)
     actor_exit(s, a, f->exit_code, f->exit_data, f->exit_size); /* freed with a->faults */
   actor_exit(s, a, SMARM_EXIT_NORMAL, NULL, 0);
+}
+
+/* a never ran, and no slot could be bound for it (memory is out): it ends here, on the scheduler
+** stack, with SMARM_EXIT_NOMEM, none of its function run, a kill it had pending included (its
+** reason is dropped). Its links and monitors are told as for any death and its data goes to
+** on_actor_stopped as for an actor the run's end stops; it has no stack, fiber, timer or
+** cleanups, so its record goes at once. */
+static void end_unstarted(sched_t *s, actor_t *a)
+{
+  SMARM_ASSERT(!a->slot && !s->current && a->timer.index < 0 && !a->cleanups);
+  a->state = ACTOR_DEAD;
+  if (a->data && s->rt->cfg.on_actor_stopped) {
+    s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
+    a->data = NULL;
+  }
+  actor_ends(s, a, SMARM_EXIT_NOMEM, NULL, 0);
+  sm_store_free(&s->store, a, RECORD_BYTES);
 }
 
 static void actor_entry(void *p)
@@ -1095,12 +1158,9 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
     return -EINVAL;
   }
   actor_t *a = sm_store_alloc(&s->store, 0, RECORD_BYTES);
-  if (!a)
-    goto nomem;
-  stack_slot_t *slot = sm_stack_bind(&s->stacks, size);
-  if (!slot) {
-    sm_store_free(&s->store, a, RECORD_BYTES);
-    goto nomem;
+  if (!a) {
+    table_free(&s->table, index);
+    return -ENOMEM;
   }
   a->sched = s;
   a->state = ACTOR_NEW;
@@ -1113,9 +1173,9 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
   a->timed_out = 0;
   a->timer.index = -1;
   mailbox_init(&a->mailbox);
-  a->slot = slot;
+  a->slot = NULL; /* bound when it first runs (bind_first_slot) */
   a->saved = NULL;
-  a->saved_len = 0;
+  a->stack_size = (uint32_t)size;
   a->fn = fn;
   a->arg = arg;
   a->data = data;
@@ -1135,8 +1195,6 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
                 : !ties || !ties->slice_ns ? s->rt->cfg.slice_ns
                 : ties->slice_ns < 0    ? INT64_MAX
                                         : ties->slice_ns;
-  fiber_create(&a->fiber, slot->lo, stack_depth(slot));
-  atomic_store_explicit(&s->stats.stacks, s->stacks.mapped, memory_order_relaxed);
   s->table.entries[index].actor = a;
   rc = ties && ties->name ? sm_names_register_local(s, a, ties->name) : 0;
   if (rc == 0 && ties && ties->parent && spawn_tie(s, a, ties) < 0) {
@@ -1146,23 +1204,16 @@ static int spawn_at(sched_t *s, uint32_t index, smarm_actor_fn fn, void *arg, si
   if (rc < 0) {
     sm_faults_destroy(s, a);
     s->table.entries[index].actor = NULL;
-    fiber_destroy(&a->fiber);
-    sm_stack_unbind(&s->stacks, slot);
     sm_store_free(&s->store, a, RECORD_BYTES);
     table_free(&s->table, index);
     return rc;
   }
-  if (!slot->occupant) /* nobody's bytes there: build the first frame in place */
-    build_first_frame(a);
   runq_push_ahead(s, a);
   stat_add(&s->stats.spawned, 1);
   stat_add(&s->stats.live, 1);
   if (pid_out)
     *pid_out = a->pid;
   return 0;
-nomem:
-  table_free(&s->table, index);
-  return -ENOMEM;
 }
 
 int sm_sched_spawn_local(sched_t *s, smarm_actor_fn fn, void *arg, size_t stack_size, void *data,
@@ -1522,7 +1573,7 @@ void sm_sched_destroy_actors(sched_t *s)
   ** cleanups have run (the first pass, or an earlier one of this), so whose bytes can go. */
   for (uint32_t i = 0; i < s->table.used; i++) {
     actor_t *a = s->table.entries[i].actor;
-    if (a && a->cleanups && a->slot->occupant == a)
+    if (a && a->cleanups && a->slot->occupant == a) /* cleanups: it ran, so it has a slot */
       run_cleanups(a);
   }
   for (uint32_t i = 0; i < s->table.used; i++) {
@@ -1541,11 +1592,13 @@ void sm_sched_destroy_actors(sched_t *s)
     sm_faults_destroy(s, a);
     sm_msg_timers_on_death(s, a);
     mailbox_clear(&a->mailbox);
-    sm_stack_drop_saved(&s->store, a->saved, a->saved_len);
-    if (a->slot->occupant == a)
-      a->slot->occupant = NULL;
-    sm_stack_unbind(&s->stacks, a->slot);
-    fiber_destroy(&a->fiber);
+    if (a->slot) { /* else it never ran: no stack, no fiber */
+      sm_stack_drop_saved(&s->store, a->saved, a->saved_len);
+      if (a->slot->occupant == a)
+        a->slot->occupant = NULL;
+      sm_stack_unbind(&s->stacks, a->slot);
+      fiber_destroy(&a->fiber);
+    }
     sm_store_free(&s->store, a, RECORD_BYTES);
     s->table.entries[i].actor = NULL;
   }

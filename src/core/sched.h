@@ -89,9 +89,13 @@ typedef struct actor {
   uint32_t queued_seq;        /* its scheduler's queued_seq when it was last queued */
   deadline_t timer;
   mailbox_t mailbox;
-  stack_slot_t *slot;         /* where this actor's stack lives, always */
+  stack_slot_t *slot;         /* where this actor's stack lives from its first run on; NULL
+                                 before (sched.c bind_first_slot) */
   void *saved;                /* the stack's used bytes while evicted from the slot, else NULL */
-  uint32_t saved_len;         /* their length (a stack is at most STACK_MAX_BYTES) */
+  union {
+    uint32_t saved_len;       /* their length (a stack is at most STACK_MAX_BYTES) */
+    uint32_t stack_size;      /* before the first run (slot NULL): the size to bind, rounded */
+  };
   uint32_t held;              /* messages its binding keeps aside (smarm_mailbox_set_held) */
   smarm_actor_fn fn;
   void *arg;

@@ -7,9 +7,10 @@
 ** instead of one each per slot; each slot's stack is opened (made writable) by its own
 ** mprotect. A slot given up to make room for another size leaves its place reserved (PROT_NONE,
 ** its memory given back) for the next slot of its size. Every actor is bound to one
-** slot for its whole life and its stack always lives at that slot's addresses (C frames hold
-** pointers into themselves, so a stack can never move). While there are fewer actors than the
-** scheduler's budget of slots, each actor has a slot of its own and nothing is ever copied.
+** slot from its first run (not its spawn: sched.c bind_first_slot) to its end and its stack
+** always lives at that slot's addresses (C frames hold pointers into themselves, so a stack can
+** never move). While there are fewer actors than the scheduler's budget of slots, each actor
+** has a slot of its own and nothing is ever copied.
 ** Beyond the budget (one guard costs two kernel mappings, and vm.max_map_count must also cover
 ** the program), new actors are bound to slots that already have actors, round robin: only one
 ** of them, the occupant, has its bytes in the slot; the others keep the used part of their stack
@@ -113,11 +114,11 @@ void sm_stack_pool_destroy(stack_pool_t *pool);
 /* Rounds a requested stack size to what the pool hands out; 0 if out of range. */
 size_t sm_stack_round_size(const stack_pool_t *pool, size_t size);
 
-/* Binds a new actor to a slot of at least `size` bytes (already rounded): a free slot of that
-** size; else a new one while the budget allows (giving up a free slot of another size to make
-** room if need be); else a free slot of a larger size; else a bound slot of that size or larger,
-** shared; else, with no such slot,
-** a new one beyond the budget (the budget bounds kernel mappings, but a spawn should not fail
+/* Binds an actor about to run for the first time to a slot of at least `size` bytes (already
+** rounded): a free slot of that size; else a new one while the budget allows (giving up a free
+** slot of another size to make room if need be); else a free slot of a larger size; else a
+** bound slot of that size or larger, shared; else, with no such slot, a new one beyond the
+** budget (the budget bounds kernel mappings, but an actor should not die
 ** for want of a stack of its size). NULL only when mapping fails or a record cannot be allocated
 ** (-ENOMEM). */
 stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size);
