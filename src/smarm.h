@@ -102,8 +102,10 @@ typedef struct smarm_config {
   void (*on_sched_tick)(unsigned sched, void *userdata);
   /* Called on the owning scheduler's thread for each actor that has a non-NULL
   ** smarm_actor_data and ends without its function returning: stopped by shutdown (before
-  ** on_sched_stop), or ended by an exit signal or a kill (smarm_dying_reason then says why):
-  ** the place to release what the data holds. Its C frames are already discarded. */
+  ** on_sched_stop), ended by an exit signal or a kill (smarm_dying_reason then says why), or
+  ** ended before its first run for want of a stack slot (on the scheduler's stack, mid-run;
+  ** smarm_dying_reason says -1): the place to release what the data holds. Its C frames are
+  ** already discarded. */
   void (*on_actor_stopped)(void *actor_data, void *userdata);
   /* Time slices (docs/design.md, "Preemption"). slice_ns: how long an actor may run without
   ** parking or yielding before it is asked to give way, in its thread's CPU time (time the thread
@@ -460,7 +462,8 @@ enum smarm_exit_code {
   SMARM_EXIT_MAILBOX_OVERFLOW, /* its mailbox passed its max_mailbox (smarm_spawn_opts_t) */
   SMARM_EXIT_NOMEM,      /* memory ran out where only its death could follow: its parked stack
                             could not be saved to let another actor run on the slot they share
-                            (docs/design.md, "Stacks"), or a link or monitor could not be
+                            (docs/design.md, "Stacks"), no stack slot could be had for its first
+                            run (none of its function ran), or a link or monitor could not be
                             recorded (the asker's exit signal or DOWN carries it) */
   SMARM_EXIT_NOCONNECTION, /* the link or monitor was to a process of another node whose
                               connection ended (or could not be made) */

@@ -301,4 +301,44 @@ TEST(a_new_actor_that_finds_no_stack_slot_ends_with_nomem_unrun)
   CHECK_EQ(smarm_run(&cfg, main_first_bind_fails, NULL), 0);
 }
 
+/* Killed while queued, then no slot for it at its turn: it dies of the kill, as it would have
+** with a stack (the review of the change found NOMEM reported instead). */
+static void main_killed_before_a_failed_bind(void *arg)
+{
+  (void)arg;
+  smarm_pid_t pid = 0;
+  smarm_ref_t ref = 0;
+  smarm_spawn_opts_t opts = {.stack_size = UNSHARED_STACK, .monitor = &ref};
+  sm_alloc_fail(SM_ALLOC_STACK_SLOT, UINT32_MAX);
+  CHECK_EQ(smarm_spawn(must_not_run, NULL, &opts, &pid), 0);
+  CHECK_EQ(smarm_exit_signal(pid, SMARM_EXIT_KILL, NULL, 0), 0); /* before its first turn */
+  CHECK_EQ(expect_down(pid, ref), SMARM_EXIT_KILLED);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(atomic_load(&ran_anyway), 0);
+}
+
+TEST(a_new_actor_killed_before_a_failed_bind_dies_of_the_kill)
+{
+  atomic_store(&ran_anyway, 0);
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = 1;
+  CHECK_EQ(smarm_run(&cfg, main_killed_before_a_failed_bind, NULL), 0);
+}
+
+/* The main actor is bound to its slot at its first turn too: a run whose main actor finds no
+** memory for one ends at once and says -ENOMEM, as when its spawn failed, its function never
+** run (the review of the change found that it returned 0). */
+TEST(a_main_actor_that_finds_no_stack_slot_fails_the_run)
+{
+  atomic_store(&ran_anyway, 0);
+  sm_alloc_fail(SM_ALLOC_STACK_SLOT, UINT32_MAX);
+  int rc = smarm_run(NULL, must_not_run, NULL);
+  sm_alloc_fail(0, 0);
+  CHECK_EQ(rc, -ENOMEM);
+  CHECK_EQ(atomic_load(&ran_anyway), 0);
+  CHECK_EQ(smarm_run(NULL, must_not_run, NULL), 0); /* memory back: it runs */
+  CHECK_EQ(atomic_load(&ran_anyway), 1);
+}
+
 TEST_MAIN()

@@ -267,6 +267,8 @@ int smarm_run(const smarm_config_t *cfg, smarm_actor_fn main_fn, void *arg)
   }
   run_scheduler(s0, &ts);
   thread_leave(s0, &ts);
+  if (rc == 0 && rt->main_unstarted) /* its function never ran: as a spawn that failed */
+    rc = -ENOMEM;
   for (unsigned k = 1; k < started; k++)
     pthread_join(threads[k], NULL);
   /* No scheduler pushes any more; foreign threads may still be in smarm_stop() (see

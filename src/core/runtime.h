@@ -19,6 +19,8 @@ typedef struct runtime {
   sched_t *scheds;            /* nsched of them, each 128-byte aligned */
   smarm_config_t cfg;
   smarm_pid_t main_pid;       /* written by scheduler 0 before it runs any actor */
+  int main_unstarted;         /* scheduler 0's: its main actor ended before it ran, no stack to be
+                              ** had (sched.c end_unstarted): smarm_run returns -ENOMEM */
   _Atomic int stop_requested; /* first smarm_stop() wins and sends the stop items */
   _Atomic int dump_asked;     /* smarm_dump (any thread, a signal handler): the ticker sends it on */
   smarm_msg_t **stop_items;   /* one MSG_STOP per scheduler, made at start so that stopping

@@ -19,8 +19,10 @@
 **  - A running actor is always the occupant of its stack slot. We switch straight to an actor
 **    only if it already is; otherwise the scheduler stack copies it in first (the slot may be the
 **    very stack we would be copying from).
-**  - An actor that never ran has no slot (slot NULL): it is bound to one right before its first
-**    switch (bind_first_slot), so actors queued and not started yet hold no stack.
+**  - A new actor has no slot (slot NULL) until it is bound to one right before its first switch
+**    (bind_first_slot), so actors queued and not started yet hold no stack. slot NULL means it
+**    never ran; not the converse (a bound one put back in the queue, or handed off, may not
+**    have run yet).
 **  - A dead actor's stack cannot be released while we run on it: exit leaves it in s->zombie and
 **    whoever runs next releases it right after the switch (sched_bury).
 */
@@ -1086,19 +1088,27 @@ static _Noreturn void exit_as_set(sched_t *s, actor_t *a)
 }
 
 /* a never ran, and no slot could be bound for it (memory is out): it ends here, on the scheduler
-** stack, with SMARM_EXIT_NOMEM, none of its function run, a kill it had pending included (its
-** reason is dropped). Its links and monitors are told as for any death and its data goes to
-** on_actor_stopped as for an actor the run's end stops; it has no stack, fiber, timer or
-** cleanups, so its record goes at once. */
+** stack, none of its function run, with SMARM_EXIT_NOMEM, or with the reason of a kill it had
+** pending (the death it was queued for: its fault record holds the reason until the notices are
+** made, as in sm_sched_die_pending). Its links and monitors are told as for any death and its
+** data goes to on_actor_stopped as for an actor the run's end stops (no dying reason: it has no
+** stack to ask from); it has no stack, fiber, timer or cleanups, so its record goes at once. A
+** main actor that ends so makes smarm_run return -ENOMEM, as a failed spawn of it did. */
 static void end_unstarted(sched_t *s, actor_t *a)
 {
   SMARM_ASSERT(!a->slot && !s->current && a->timer.index < 0 && !a->cleanups);
   a->state = ACTOR_DEAD;
+  const actor_faults_t *f = a->exit_pending ? a->faults : NULL;
+  if (!f && s->index == 0 && a->pid == s->rt->main_pid) /* main_pid is scheduler 0's */
+    s->rt->main_unstarted = 1;
   if (a->data && s->rt->cfg.on_actor_stopped) {
     s->rt->cfg.on_actor_stopped(a->data, s->rt->cfg.userdata);
     a->data = NULL;
   }
-  actor_ends(s, a, SMARM_EXIT_NOMEM, NULL, 0);
+  if (f)
+    actor_ends(s, a, f->exit_code, f->exit_data, f->exit_size);
+  else
+    actor_ends(s, a, SMARM_EXIT_NOMEM, NULL, 0);
   sm_store_free(&s->store, a, RECORD_BYTES);
 }
 

@@ -90,7 +90,7 @@ typedef struct actor {
   deadline_t timer;
   mailbox_t mailbox;
   stack_slot_t *slot;         /* where this actor's stack lives from its first run on; NULL
-                                 before (sched.c bind_first_slot) */
+                                 until bound (sched.c bind_first_slot): it never ran */
   void *saved;                /* the stack's used bytes while evicted from the slot, else NULL */
   union {
     uint32_t saved_len;       /* their length (a stack is at most STACK_MAX_BYTES) */
