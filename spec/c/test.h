@@ -92,6 +92,17 @@ static inline int test_run_virtual(unsigned nsched, smarm_actor_fn fn, void *arg
   cfg.clock = SMARM_CLOCK_VIRTUAL;
   return smarm_run(&cfg, fn, arg);
 }
+/* Runs fn(arg) as the main actor of a runtime of nsched schedulers whose on_actor_stopped is
+** on_stopped; returns smarm_run's result. */
+static inline int test_run_stopped(unsigned nsched, smarm_actor_fn fn, void *arg,
+                                   void (*on_stopped)(void *, void *))
+{
+  smarm_config_t cfg;
+  smarm_config_init(&cfg);
+  cfg.schedulers = nsched;
+  cfg.on_actor_stopped = on_stopped;
+  return smarm_run(&cfg, fn, arg);
+}
 /* For tests of the IO thread (they include io/io.h). */
 #define RUN_IO(nsched_, fn_, arg_)                                                            \
   RUN_HOOKED(nsched_, fn_, arg_, sm_io_sched_thread_enter, sm_io_sched_thread_leave)

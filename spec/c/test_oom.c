@@ -235,12 +235,8 @@ static void free_stopped_block(void *data, void *ud)
 
 TEST(a_spawn_that_finds_no_memory_there_is_heard_as_a_death)
 {
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = 2;
-  cfg.on_actor_stopped = free_stopped_block;
   atomic_store(&blocks_stopped, 0);
-  CHECK_EQ(smarm_run(&cfg, main_spawn_fails_there, NULL), 0);
+  CHECK_EQ(test_run_stopped(2, main_spawn_fails_there, NULL, free_stopped_block), 0);
 }
 
 /* A new actor is bound to a stack slot when it first runs, not when it is spawned: a spawn that
@@ -292,13 +288,9 @@ static void main_first_bind_fails(void *arg)
 
 TEST(a_new_actor_that_finds_no_stack_slot_ends_with_nomem_unrun)
 {
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = 1;
-  cfg.on_actor_stopped = free_stopped_block;
   atomic_store(&blocks_stopped, 0);
   atomic_store(&ran_anyway, 0);
-  CHECK_EQ(smarm_run(&cfg, main_first_bind_fails, NULL), 0);
+  CHECK_EQ(test_run_stopped(1, main_first_bind_fails, NULL, free_stopped_block), 0);
 }
 
 /* Killed while queued, then no slot for it at its turn: it dies of the kill, as it would have
@@ -320,10 +312,7 @@ static void main_killed_before_a_failed_bind(void *arg)
 TEST(a_new_actor_killed_before_a_failed_bind_dies_of_the_kill)
 {
   atomic_store(&ran_anyway, 0);
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = 1;
-  CHECK_EQ(smarm_run(&cfg, main_killed_before_a_failed_bind, NULL), 0);
+  RUN(1, main_killed_before_a_failed_bind, NULL);
 }
 
 /* The main actor is bound to its slot at its first turn too: a run whose main actor finds no

@@ -171,12 +171,8 @@ static void main_leave_unrun(void *arg)
 
 TEST(a_run_that_ends_with_actors_never_run_frees_them)
 {
-  smarm_config_t cfg;
-  smarm_config_init(&cfg);
-  cfg.schedulers = 1;
-  cfg.on_actor_stopped = count_stopped;
   atomic_store(&stopped_unrun, 0);
-  CHECK_EQ(smarm_run(&cfg, main_leave_unrun, NULL), 0);
+  CHECK_EQ(test_run_stopped(1, main_leave_unrun, NULL, count_stopped), 0);
   CHECK_EQ(atomic_load(&stopped_unrun), FAN_OUT);
 }
 
