@@ -326,3 +326,144 @@ describe("smarm.binary", function()
     assert.is_true(r[1])
   end)
 end)
+
+describe("long strings in messages", function()
+  -- A string of 16 KiB or more that an actor's VM sends a second time (soon enough: it
+  -- remembers the last few) travels as a block of its bytes that the VM keeps for it, as a
+  -- binary's, and is not copied again (docs/api.md, "smarm.send"). Receivers get strings.
+  local LONG = 16384
+
+  local text = dofile("spec/support/text.lua")
+
+  -- Whether m is the string s (a string, not a binary, with the same bytes), or what it is.
+  local function same(m, s)
+    if type(m) ~= "string" then return false, type(m) end
+    return m == s, #m
+  end
+
+  it("arrive as strings byte for byte however often they travel, and by every way", function()
+    local r = guard.run(function()
+      local me = smarm.self()
+      local function echo()
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          smarm.send(me, m)
+        end
+      end
+      local echo_near, echo_far = smarm.spawn(echo), smarm.spawn_on(2, echo)
+      local server = smarm.spawn_on(2, function()
+        local last
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          last = m.request == "again" and last or m.request -- replies its own string again
+          smarm.reply(m.from, last)
+        end
+      end)
+      local bad = {}
+      local function check(what, m, s)
+        local ok, detail = same(m, s)
+        if not ok then bad[#bad + 1] = what .. ": " .. tostring(detail) end
+      end
+      for seed, n in ipairs({ LONG - 1, LONG, LONG + 1, 65536 + 7, 1048576 + 3 }) do
+        local s = text(n, seed)
+        for round = 1, 3 do
+          local tag = n .. " round " .. round
+          smarm.send(echo_near, s)
+          check("here " .. tag, guard.receive("the near echo"), s)
+          smarm.send(echo_far, s)
+          check("there " .. tag, guard.receive("the far echo"), s)
+          smarm.send(echo_far, { s, s, x = s, n = n }) -- twice in one message, and as a value
+          local t = guard.receive("the far echo of a table")
+          check("in a table " .. tag, t[1], s)
+          check("twice in a table " .. tag, t[2], s)
+          check("as a field " .. tag, t.x, s)
+          check("called " .. tag, smarm.call(server, round == 1 and s or "again"), s)
+          smarm.spawn_on(2, function(v) smarm.send(me, { v = v }) end, s)
+          check("spawned with " .. tag, guard.receive("a spawned child's argument").v, s)
+          smarm.send_after(0, me, { later = s })
+          check("after " .. tag, guard.receive("a message timer").later, s)
+        end
+      end
+      -- More long strings than the VM remembers, each sent twice, in one message and alone.
+      local many = {}
+      for i = 1, 20 do many[i] = text(LONG + i, 100 + i) end
+      for _ = 1, 2 do
+        smarm.send(echo_far, many)
+        local got = guard.receive("the far echo of many")
+        for i = 1, 20 do check("many " .. i, got[i], many[i]) end
+        for i = 1, 20 do
+          smarm.send(echo_far, many[i])
+          check("many alone " .. i, guard.receive("the far echo of one of many"), many[i])
+        end
+      end
+      for _, p in ipairs({ echo_near, echo_far, server }) do smarm.send(p, "stop") end
+      return bad
+    end, { schedulers = 2 })
+    assert.are.same({}, r)
+  end)
+
+  it("are shared from their second send, and their blocks go when nothing holds them", function()
+    local r = guard.run(function()
+      local before, before_bytes = collect_everywhere()
+      local me = smarm.self()
+      local sink = smarm.spawn_on(2, function()
+        while true do
+          local m = smarm.receive()
+          if m == "stop" then return end
+          smarm.send(me, "got")
+        end
+      end)
+      local s, key = text(65536, 7), text(LONG, 8)
+      smarm.send(sink, s)
+      guard.receive("the sink", function(m) return m == "got" end)
+      local first = smarm.stats().binaries - before
+      smarm.send(sink, s)
+      guard.receive("the sink", function(m) return m == "got" end)
+      local second = smarm.stats().binaries - before
+      smarm.send(sink, { s, [key] = 1 }) -- in a table, as a value and as a key
+      smarm.send(sink, { s, [key] = 1 })
+      guard.receive("the sink", function(m) return m == "got" end)
+      guard.receive("the sink", function(m) return m == "got" end)
+      local third = smarm.stats().binaries - before
+      -- Dropped unread: to an actor gone, left in a mailbox at its end, on a timer cancelled.
+      local gone = smarm.spawn_on(2, function() end)
+      guard.ended(gone)
+      smarm.send(gone, s)
+      local ender = smarm.spawn_on(2, function() smarm.receive(function(m) return m == "end" end) end)
+      smarm.send(ender, { s })
+      smarm.send(ender, "end")
+      guard.ended(ender)
+      smarm.cancel_timer(smarm.send_after(3600, sink, s))
+      smarm.send(sink, "stop")
+      guard.ended(sink)
+      s, key = nil, nil -- luacheck: ignore (the sender's holds on blocks go with the strings)
+      local after, after_bytes = collect_everywhere()
+      return { first = first, second = second, third = third, left = after - before,
+        left_bytes = after_bytes - before_bytes }
+    end, { schedulers = 2 })
+    assert.are.equal(0, r.first) -- copied
+    assert.are.equal(1, r.second) -- shared: one block, the sender's
+    assert.are.equal(2, r.third) -- and the key's
+    assert.are.equal(0, r.left)
+    assert.are.equal(0, r.left_bytes)
+  end)
+
+  it("stay plain data in exit reasons", function()
+    local r = guard.run(function()
+      local s = text(LONG * 2, 3)
+      local reasons = {}
+      for i = 1, 3 do -- the same string each time: an exit reason is never a shared block
+        local pid, ref = smarm.spawn_monitor(function() smarm.exit(s) end)
+        local down = guard.receive("a DOWN", function(m)
+          return type(m) == "table" and m.smarm == "DOWN" and m.ref == ref
+        end)
+        reasons[i] = same(down.reason, s) and "same" or tostring(pid)
+      end
+      return reasons
+    end)
+    assert.are.same({ "same", "same", "same" }, r)
+  end)
+end)
+

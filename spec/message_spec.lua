@@ -196,13 +196,7 @@ describe("smarm.send / smarm.receive", function()
   -- to 1 MiB and odd alignments, every byte different from its neighbours, must arrive in
   -- place. (A copy with streaming stores was tried on this path: docs/perf.md.)
   it("carries big strings to another scheduler byte for byte, by send and by reply", function()
-    local function text(n, seed)
-      local parts = {}
-      for i = 1, math.ceil(n / 4) do
-        parts[i] = string.char((i + seed) % 256, (i * 7) % 256, (i * 13 + seed) % 256, i % 251)
-      end
-      return table.concat(parts):sub(1, n)
-    end
+    local text = dofile("spec/support/text.lua")
     local sizes = { 16383, 16384, 16385, 16384 + 15, 16384 + 63, 16384 + 64 + 17, 65536 + 7,
       1048576 + 3 }
     local ok, why = smarm.run(function()

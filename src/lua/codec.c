@@ -60,6 +60,17 @@ enum tag {
 /* Binaries that have stack slots at the decoder before it puts them in a table. */
 #define BINS_FAST 16
 
+/* Long strings. A string of CODEC_SHARED_STRING bytes or more travels in the binaries' list
+** (T_BIN), as the sending VM's binary of its bytes (sm_lbinary_push_of_string), its entry marked
+** LISTED_STRING (a low bit that malloc's alignment leaves free); the receiver makes its string of
+** the block's bytes and releases the entry's reference. A string sent again while the sending
+** VM still has its binary is not copied again at the sender, and a block read by another
+** scheduler is read from memory its sender wrote once: a copy per message into a new block
+** crossed between the cores twice (written by the sender over lines the receiver had read,
+** then read), and each such block was freed on the receiver's thread into the sender's arena.
+** Plain data (exit reasons) keeps them in place (T_STR). */
+#define LISTED_STRING 1
+
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
 ** 4-byte descriptor. */
 #define HANDLE_BYTES 23
@@ -97,6 +108,7 @@ typedef struct enc {
   int keys[CODEC_MAX_DEPTH + 1];
   unsigned char key_is_upvalue[CODEC_MAX_DEPTH + 1]; /* keys[i] is an upvalue's name */
   uint32_t nbins;       /* binaries met (their userdata: at bins_idx) */
+  uint32_t nstrings;    /* of them, long strings' */
   codec_moves_t *moves; /* the handles met, in list order */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
@@ -355,6 +367,12 @@ static size_t write_scalar(unsigned char *out, const ljx_scalar_t *v)
   }
 }
 
+/* Whether v, read in place, is a long string the encoder may share (enc_value). */
+static int shareable(const enc_t *e, const ljx_scalar_t *v)
+{
+  return v->type == LUA_TSTRING && v->len >= CODEC_SHARED_STRING && !e->data_only;
+}
+
 static void enc_table(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
@@ -374,13 +392,14 @@ static void enc_table(enc_t *e, int idx, int depth)
   luaL_checkstack(L, 6, "message too deep");
   int level = e->nkeys++;
   /* The entries read in place: those of numbers, strings and booleans written at once, the
-  ** others pushed and encoded as values (ljx.h: nothing here changes the table). */
+  ** others (and long strings) pushed and encoded as values (ljx.h: nothing here changes the
+  ** table). */
   const void *t = lua_topointer(L, idx);
   uint32_t at = 0;
   ljx_scalar_t ks, vs;
   int scalars;
   while ((scalars = sm_ljx_table_next(t, &at, &ks, &vs)) != 0) {
-    if (scalars > 0) {
+    if (scalars > 0 && !shareable(e, &ks) && !shareable(e, &vs)) {
       size_t need = scalar_size(&ks) + scalar_size(&vs);
       if (e->len + need > e->cap) { /* growing may collect: read the entry again after */
         reserve(e, need);
@@ -580,30 +599,43 @@ static void enc_function(enc_t *e, int idx, int depth)
   e->nkeys = level;
 }
 
-/* The binary at idx: in the list (its reference taken once the block is made; until then its
-** userdata is kept in the table at bins_idx), or its bytes in plain data. */
-static void enc_binary(enc_t *e, int idx, const sm_binary_t *bin)
+/* The binary at idx into the list (with as_string, the binary on top, of the bytes of the string
+** at idx; popped): its reference is taken once the block is made; until then its userdata is
+** kept in the table at bins_idx, at [-i] a true for a string's. */
+static void enc_listed(enc_t *e, int idx, int as_string)
 {
   lua_State *L = e->L;
+  if (e->nbins >= INT32_MAX - 1)
+    luaL_error(L, "%s holds too many binaries", e->root && *e->root ? e->root : "message");
+  ensure_slots(e);
+  luaL_checkstack(L, 3, "message");
+  if (lua_isnil(L, e->bins_idx)) {
+    lua_createtable(L, 4, 0);
+    lua_replace(L, e->bins_idx);
+  }
+  if (as_string) { /* the string's binary is on top (sm_lbinary_push_shared) */
+    lua_pushboolean(L, 1);
+    lua_rawseti(L, e->bins_idx, -(int)e->nbins - 1);
+    e->nstrings++;
+  } else {
+    lua_pushvalue(L, idx);
+  }
+  lua_rawseti(L, e->bins_idx, (int)e->nbins + 1);
+  put_byte(e, T_BIN);
+  put_varint(e, e->nbins);
+  e->nbins++;
+}
+
+/* The binary at idx: in the list, or its bytes in plain data. */
+static void enc_binary(enc_t *e, int idx, const sm_binary_t *bin)
+{
   if (e->data_only) {
     put_byte(e, T_BINV);
     put_varint(e, bin->len);
     put_bytes(e, bin->bytes, bin->len);
     return;
   }
-  if (e->nbins >= INT32_MAX - 1)
-    luaL_error(L, "%s holds too many binaries", e->root && *e->root ? e->root : "message");
-  ensure_slots(e);
-  luaL_checkstack(L, 2, "message");
-  if (lua_isnil(L, e->bins_idx)) {
-    lua_createtable(L, 4, 0);
-    lua_replace(L, e->bins_idx);
-  }
-  lua_pushvalue(L, idx);
-  lua_rawseti(L, e->bins_idx, (int)e->nbins + 1);
-  put_byte(e, T_BIN);
-  put_varint(e, e->nbins);
-  e->nbins++;
+  enc_listed(e, idx, 0);
 }
 
 static void enc_value(enc_t *e, int idx, int depth)
@@ -625,6 +657,14 @@ static void enc_value(enc_t *e, int idx, int depth)
   case LUA_TSTRING: {
     size_t n;
     const char *s = lua_tolstring(L, idx, &n);
+    if (n >= CODEC_SHARED_STRING && !e->data_only) {
+      ensure_slots(e); /* before anything is pushed above a table's walk */
+      luaL_checkstack(L, 3, "message");
+      if (sm_lbinary_push_shared(L, idx)) {
+        enc_listed(e, idx, 1);
+        return;
+      }
+    }
     put_byte(e, T_STR);
     put_varint(e, n);
     put_bytes(e, s, n);
@@ -795,8 +835,11 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
   moves->n = 0;
   e.moves = moves;
   idx = abs_index(L, idx);
-  if (!call && !nvalues && lua_type(L, idx) == LUA_TSTRING)
-    return encode_string(L, idx, tail);
+  if (!call && !nvalues && lua_type(L, idx) == LUA_TSTRING) {
+    if (data_only || lua_objlen(L, idx) < CODEC_SHARED_STRING || !sm_lbinary_push_shared(L, idx))
+      return encode_string(L, idx, tail);
+    lua_pop(L, 1); /* shared: enc_value finds it again (nothing collects before) */
+  }
   e.L = L;
   luaL_checkstack(L, 8, "message");
   e.buf = e.local;
@@ -808,7 +851,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
   e.root = root;
   e.buf_idx = e.seen_idx = e.cells_idx = e.names_idx = e.bins_idx = 0;
   e.ncells = 0;
-  e.nbins = 0;
+  e.nbins = e.nstrings = 0;
   e.data_only = data_only;
   if (call)
     enc_call(&e, idx, call->caller);
@@ -856,7 +899,13 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
       sm_binary_t *b = sm_lbinary_test(L, -1);
       lua_pop(L, 1);
       sm_binary_retain(b);
-      memcpy(out, &b, sizeof b);
+      uintptr_t entry = (uintptr_t)b;
+      if (e.nstrings) {
+        lua_rawgeti(L, e.bins_idx, -(int)i - 1);
+        entry |= (uintptr_t)lua_toboolean(L, -1) * LISTED_STRING;
+        lua_pop(L, 1);
+      }
+      memcpy(out, &entry, sizeof entry);
     }
     smarm_msg_set_owning(m, 1);
   }
@@ -997,10 +1046,10 @@ void sm_codec_drop(smarm_msg_t *msg)
   const unsigned char *list;
   int64_t nbins = n >= 0 ? read_bins(&p, end, &list) : 0;
   for (int64_t i = 0; i < nbins; i++) { /* a zeroed entry: a decode's userdata took it */
-    sm_binary_t *b;
-    memcpy(&b, list + i * (int64_t)sizeof b, sizeof b);
-    if (b)
-      sm_binary_release(b);
+    uintptr_t entry;
+    memcpy(&entry, list + i * (int64_t)sizeof entry, sizeof entry);
+    if (entry)
+      sm_binary_release((sm_binary_t *)(entry & ~(uintptr_t)LISTED_STRING));
   }
 }
 
@@ -1613,11 +1662,19 @@ static void decode_range(lua_State *L, unsigned char *p, size_t n, unsigned char
   d.bins_idx = lua_gettop(L) + !d.bins_in_table;
   for (int64_t i = 0; i < d.nbins; i++) {
     unsigned char *slot = (unsigned char *)bin_list + i * (int64_t)sizeof(sm_binary_t *);
-    sm_binary_t *b;
-    memcpy(&b, slot, sizeof b);
-    if (!b) /* taken by an earlier decode of this block */
+    uintptr_t entry;
+    memcpy(&entry, slot, sizeof entry);
+    if (!entry) /* taken by an earlier decode of this block */
       malformed(&d);
-    sm_lbinary_push_taken(L, slot);
+    if (entry & LISTED_STRING) { /* a long string: its bytes made this VM's string, then the
+                                    entry's reference goes (the block keeps it until then) */
+      sm_binary_t *b = (sm_binary_t *)(entry & ~(uintptr_t)LISTED_STRING);
+      lua_pushlstring(L, b->bytes, b->len);
+      memset(slot, 0, sizeof entry);
+      sm_binary_release(b);
+    } else {
+      sm_lbinary_push_taken(L, slot);
+    }
     if (d.bins_in_table)
       lua_rawseti(L, -2, (int)i + 1);
   }

@@ -17,6 +17,9 @@
 /* Registry keys: the addresses of these (the VM's metatable of binaries, and its intern table:
 ** a block's address as a number -> the VM's userdata of it, weak values). */
 static const char binary_mt_key, binary_intern_key;
+/* And the VM's binaries of long strings sent again (sm_lbinary_push_shared): string -> userdata,
+** weak values. */
+static const char string_blocks_key;
 
 #define LBINARY_MAGIC UINT64_C(0x736d61726d62696e) /* "smarmbin" */
 
@@ -138,6 +141,47 @@ void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
   u->b = b;
   u->held = 1;
   charge_and_intern(L, u);
+}
+
+int sm_lbinary_sent_again(const char *s)
+{
+  lvm_t *vm = this_vm();
+  uint32_t id = sm_ljx_string_id(s);
+  for (unsigned i = 0; i < LVM_SENT; i++)
+    if (vm->sent[i] == s && vm->sent_id[i] == id)
+      return 1;
+  unsigned k = vm->sent_next++ % LVM_SENT;
+  vm->sent[k] = s;
+  vm->sent_id[k] = id;
+  return 0;
+}
+
+int sm_lbinary_push_shared(lua_State *L, int idx)
+{
+  lvm_t *vm = this_vm();
+  if (!vm)
+    return 0;
+  idx = idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n); /* the string at idx keeps its bytes */
+  lvm_push_registry_table(L, &string_blocks_key, "v");
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  if (sm_lbinary_test(L, -1)) {
+    lua_remove(L, -2);
+    return 1;
+  }
+  lua_pop(L, 1);
+  if (!sm_lbinary_sent_again(s)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  sm_lbinary_push_copy(L, s, n);
+  lua_pushvalue(L, idx);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -4);
+  lua_remove(L, -2);
+  return 1;
 }
 
 const char *sm_lbinary_checkbytes(lua_State *L, int idx, size_t *len)

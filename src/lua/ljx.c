@@ -24,6 +24,8 @@
 **                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
 **                          bytes and length; and a string key's chain of nodes (Node.key,
 **                          next), looked up as lj_tab_getstr does (sm_ljx_field_is).
+**   GCstr.sid              read, to tell a string from one made later at its address
+**                          (sm_ljx_string_id).
 **   Node.val, GCtab.gclist, GCheader.marked, global_State.gc.grayagain   written by
 **                          sm_ljx_table_set_slot: a value stored by node, and the backward
 **                          write barrier lua_rawset would run (lj_gc_barrierback's steps).
@@ -672,4 +674,9 @@ void sm_ljx_table_set_slot(lua_State *L, int t_idx, uint32_t slot)
     setgcref(g->gc.grayagain, o);
   }
   L->top--;
+}
+
+uint32_t sm_ljx_string_id(const char *bytes)
+{
+  return (uint32_t)((const GCstr *)bytes - 1)->sid;
 }

@@ -28,6 +28,7 @@
 /* Coroutines of actors that ended cleanly, kept for new actors of the same VM: a spawn then costs
 ** no lua_newthread, no registry slot and no garbage. */
 #define LVM_SPARE_COS 256
+#define LVM_SENT 8 /* long strings an encode met last, remembered (lbinary.c) */
 
 /* Strings the hot paths push (field names of notices and calls, the reasons with a code): each
 ** anchored by a registry ref, so pushing one costs no hashing. The first four are the reasons of
@@ -67,6 +68,11 @@ typedef struct lvm {
   uint64_t fixed_bits[LVM_FIXEDS]; /* and pushed from these */
   uint32_t fixed_slot[LVM_FIXEDS][LVM_FIXED_KEYS]; /* their keys' nodes, in sm_lshape_fixed's
                                                    ** order */
+  const char *sent[LVM_SENT];  /* lbinary.c: the bytes of the last long strings an encode met
+                               ** here, copied, kept round-robin, */
+  uint32_t sent_id[LVM_SENT];  /* and their ids (sm_ljx_string_id): a hint, as a string made
+                               ** later at one's address may have the same */
+  unsigned sent_next;
   int *receive_more;           /* lfast.c: the FFI receive's hint (NULL: not registered) */
   const void *receive_fn;      /* lfast.c: its Lua function, where preemption never switches */
   volatile sig_atomic_t no_arm; /* lpreempt.c: debug.sethook runs; its signal handler keeps off */
