@@ -60,15 +60,15 @@ enum tag {
 /* Binaries that have stack slots at the decoder before it puts them in a table. */
 #define BINS_FAST 16
 
-/* Long strings. A string of CODEC_SHARED_STRING bytes or more travels in the binaries' list
-** (T_BIN), as the sending VM's binary of its bytes (sm_lbinary_push_of_string), its entry marked
-** LISTED_STRING (a low bit that malloc's alignment leaves free); the receiver makes its string of
-** the block's bytes and releases the entry's reference. A string sent again while the sending
-** VM still has its binary is not copied again at the sender, and a block read by another
-** scheduler is read from memory its sender wrote once: a copy per message into a new block
-** crossed between the cores twice (written by the sender over lines the receiver had read,
-** then read), and each such block was freed on the receiver's thread into the sender's arena.
-** Plain data (exit reasons) keeps them in place (T_STR). */
+/* Long strings. A string of CODEC_SHARED_STRING bytes or more that the sending VM has a binary
+** of, or makes one of as it meets the string again (sm_lbinary_push_shared), travels in the
+** binaries' list (T_BIN), once per message however often it occurs there (the bins table maps
+** it to its index), its entry marked LISTED_STRING (a low bit that malloc's alignment leaves
+** free); the receiver makes its string of the block's bytes and releases the entry's reference.
+** Such a string is not copied again at the sender, and a block read by another scheduler is
+** read from memory its sender wrote once: a copy per message into a new block crossed between
+** the cores twice (written by the sender over lines the receiver had read, then read). A string
+** met for the first time is copied (T_STR), as is every string of plain data (exit reasons). */
 #define LISTED_STRING 1
 
 /* A handle in the list: codec flags, kind index, the kind's bits, 8-byte id, 8-byte timeout,
@@ -601,7 +601,8 @@ static void enc_function(enc_t *e, int idx, int depth)
 
 /* The binary at idx into the list (with as_string, the binary on top, of the bytes of the string
 ** at idx; popped): its reference is taken once the block is made; until then its userdata is
-** kept in the table at bins_idx, at [-i] a true for a string's. */
+** kept in the table at bins_idx, at [i] (from 1), with a true at [-i] and i - 1 at [the string]
+** for a string's. */
 static void enc_listed(enc_t *e, int idx, int as_string)
 {
   lua_State *L = e->L;
@@ -616,6 +617,9 @@ static void enc_listed(enc_t *e, int idx, int as_string)
   if (as_string) { /* the string's binary is on top (sm_lbinary_push_shared) */
     lua_pushboolean(L, 1);
     lua_rawseti(L, e->bins_idx, -(int)e->nbins - 1);
+    lua_pushvalue(L, idx);
+    lua_pushnumber(L, e->nbins);
+    lua_rawset(L, e->bins_idx);
     e->nstrings++;
   } else {
     lua_pushvalue(L, idx);
@@ -659,7 +663,18 @@ static void enc_value(enc_t *e, int idx, int depth)
     const char *s = lua_tolstring(L, idx, &n);
     if (n >= CODEC_SHARED_STRING && !e->data_only) {
       ensure_slots(e); /* before anything is pushed above a table's walk */
-      luaL_checkstack(L, 3, "message");
+      luaL_checkstack(L, 4, "message");
+      if (e->nstrings) { /* listed in this message already: its entry again */
+        lua_pushvalue(L, idx);
+        lua_rawget(L, e->bins_idx);
+        if (lua_type(L, -1) == LUA_TNUMBER) {
+          put_byte(e, T_BIN);
+          put_varint(e, (uint64_t)lua_tonumber(L, -1));
+          lua_pop(L, 1);
+          return;
+        }
+        lua_pop(L, 1);
+      }
       if (sm_lbinary_push_shared(L, idx)) {
         enc_listed(e, idx, 1);
         return;

@@ -43,8 +43,8 @@
 ** when the caller commits the moves after a successful send. */
 #define CODEC_MAX_HANDLES 16
 
-/* Strings of this many bytes or more travel as blocks of their bytes that the sender's VM keeps
-** for them, not copied into each message (codec.c, "Long strings"). */
+/* Strings of this many bytes or more, sent again, travel as blocks of their bytes that the
+** sender's VM keeps for them, not copied into each message (codec.c, "Long strings"). */
 #define CODEC_SHARED_STRING 16384
 
 typedef struct codec_moves {

@@ -143,7 +143,9 @@ void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n)
   charge_and_intern(L, u);
 }
 
-int sm_lbinary_sent_again(const char *s)
+/* Whether the string whose bytes are at s is one that sm_lbinary_push_shared remembers; if not,
+** it is remembered from now on. */
+static int sent_again(const char *s)
 {
   lvm_t *vm = this_vm();
   uint32_t id = sm_ljx_string_id(s);
@@ -172,7 +174,7 @@ int sm_lbinary_push_shared(lua_State *L, int idx)
     return 1;
   }
   lua_pop(L, 1);
-  if (!sm_lbinary_sent_again(s)) {
+  if (!sent_again(s)) {
     lua_pop(L, 1);
     return 0;
   }

@@ -19,13 +19,12 @@
 ** and reply handles through), and check its size and magic (lpid.c) before they read it; the
 ** block is the one the codec makes of the value (sm_codec_number_block, sm_codec_string_block).
 ** What the classic functions do around the encode (moving sockets, binaries) concerns no number
-** or short string: a long one (CODEC_SHARED_STRING) sent before travels as a binary's block,
-** which only the classic function can make (lbinary.h, sm_lbinary_sent_again).
+** or short string: a long one (CODEC_SHARED_STRING) goes to the classic function, which looks
+** up its block (codec.c, "Long strings"; a copy of 16 KiB costs more than the call).
 */
 #include "lfast.h"
 
 #include "codec.h"
-#include "lbinary.h"
 #include "lpid.h"
 #include "lvm.h"
 #include "smarm.h"
@@ -70,7 +69,7 @@ static int send_number(const void *p, double n)
 static int send_string(const void *p, const char *s, size_t len)
 {
   smarm_pid_t to;
-  return may_send(p, &to) && (len < CODEC_SHARED_STRING || !sm_lbinary_sent_again(s))
+  return len < CODEC_SHARED_STRING && may_send(p, &to)
            ? send_block(to, sm_codec_string_block(s, len, 0))
            : 1;
 }
@@ -104,8 +103,7 @@ static int reply_string(const void *p, const char *s, size_t len)
 {
   smarm_pid_t caller;
   smarm_ref_t alias;
-  return may_reply(p, &caller, &alias) &&
-             (len < CODEC_SHARED_STRING || !sm_lbinary_sent_again(s))
+  return len < CODEC_SHARED_STRING && may_reply(p, &caller, &alias)
            ? reply_block(caller, alias, sm_codec_string_block(s, len, sizeof alias))
            : 1;
 }

@@ -151,13 +151,14 @@ typedef struct ljx_scalar {
 ** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
 ** the entry. Empty slots are skipped. The table must not be changed while it is walked; a change
 ** made meanwhile (a finalizer's) may skip or repeat entries but reads nothing out of bounds. */
-/* The id LuaJIT gave the string whose bytes are at `bytes` (as lua_tolstring or the FFI gives
-** them) when it made it: a string made later at the same address has another (until the 32-bit
-** count wraps, or, with LuaJIT's LUAJIT_SECURITY_STRID, most likely). No Lua state. */
-uint32_t sm_ljx_string_id(const char *bytes);
 int sm_ljx_table_next(const void *t, uint32_t *at, ljx_scalar_t *key, ljx_scalar_t *value);
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
 void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
+
+/* The id LuaJIT gave the string whose bytes are at `bytes` (as lua_tolstring gives them) when
+** it made it: a string made later at the same address has another (until the 32-bit count
+** wraps, or, with LuaJIT's LUAJIT_SECURITY_STRID, most likely). */
+uint32_t sm_ljx_string_id(const char *bytes);
 
 /* Makes the table at dst, new and empty, with no array part and a hash part of the same size as
 ** the table at src's, hold src's entries, as LuaJIT's own table copy does (its nodes copied

@@ -68,8 +68,8 @@ typedef struct lvm {
   uint64_t fixed_bits[LVM_FIXEDS]; /* and pushed from these */
   uint32_t fixed_slot[LVM_FIXEDS][LVM_FIXED_KEYS]; /* their keys' nodes, in sm_lshape_fixed's
                                                    ** order */
-  const char *sent[LVM_SENT];  /* lbinary.c: the bytes of the last long strings an encode met
-                               ** here, copied, kept round-robin, */
+  const char *sent[LVM_SENT];  /* lbinary.c: the bytes of the last long strings an encode
+                               ** copied here, kept round-robin, */
   uint32_t sent_id[LVM_SENT];  /* and their ids (sm_ljx_string_id): a hint, as a string made
                                ** later at one's address may have the same */
   unsigned sent_next;
