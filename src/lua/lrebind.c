@@ -262,9 +262,14 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 /* A fingerprint of what the index depends on within a run: the contents of package.loaded (read
 ** by sm_ljx_table_print, not walked through the API). A run's start drops the index
 ** (sm_lrebind_set_paths). Leaves the stack as it found it. */
-static lua_Number fingerprint(lua_State *L, int package)
+static lua_Number fingerprint(lua_State *L, int package, const lvm_t *vm)
 {
-  lua_getfield(L, package, "loaded");
+  if (vm) { /* a cached key: no string to intern */
+    lvm_push_str(L, vm, LVM_STR_LOADED);
+    lua_gettable(L, package);
+  } else {
+    lua_getfield(L, package, "loaded");
+  }
   uint64_t h = sm_ljx_table_print(L, -1);
   lua_pop(L, 1);
   return (lua_Number)(h >> 11); /* 53 bits: exact in a double */
@@ -492,9 +497,15 @@ void sm_lrebind_push_names(lua_State *L)
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   int ix = lua_gettop(L);
-  lua_getglobal(L, "package");
+  const lvm_t *vm = this_vm(); /* NULL outside a scheduler: the names of the keys then */
+  if (vm) {
+    lvm_push_str(L, vm, LVM_STR_PACKAGE);
+    lua_gettable(L, LUA_GLOBALSINDEX);
+  } else {
+    lua_getglobal(L, "package");
+  }
   int package = lua_gettop(L);
-  lua_Number fp = lua_istable(L, package) ? fingerprint(L, package) : -1;
+  lua_Number fp = lua_istable(L, package) ? fingerprint(L, package, vm) : -1;
   if (lua_istable(L, ix)) {
     lua_rawgeti(L, ix, 1);
     int same = lua_tonumber(L, -1) == fp;

@@ -138,7 +138,7 @@ const char *const lvm_str_text[LVM_STRS] = {
   [LVM_STR_SMARM] = "smarm", [LVM_STR_CALL] = "CALL",
   [LVM_STR_DOWN] = "DOWN", [LVM_STR_EXIT] = "EXIT", [LVM_STR_FROM] = "from",
   [LVM_STR_REQUEST] = "request", [LVM_STR_PID] = "pid", [LVM_STR_REF] = "ref",
-  [LVM_STR_REASON] = "reason",
+  [LVM_STR_REASON] = "reason", [LVM_STR_PACKAGE] = "package", [LVM_STR_LOADED] = "loaded",
 };
 
 static int remote_entry(lua_State *L);
