@@ -18,18 +18,6 @@
 ** 64-byte lines in pairs, so 64 is not enough to stop false sharing. */
 #define SMARM_CACHE_PAD 128
 
-/* In a loop that waits for a word another thread writes: the CPU's spin-wait hint (x86's PAUSE,
-** aarch64's YIELD), which spaces the loads out, so that the writer's store does not wait for
-** the line that the spinner keeps pulling back, and frees the core's other hardware thread. */
-static inline void smarm_spin_hint(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 #define SMARM_CHECK(cond, what)                                                                \
   do {                                                                                         \
     if (SMARM_UNLIKELY(!(cond))) {                                                             \

@@ -889,7 +889,6 @@ static inline __attribute__((always_inline)) void idle_wait(sched_t *s, int64_t 
   for (unsigned i = 1; now < spin_end; i++) {
     if (inbox_maybe_nonempty(&s->inbox))
       return;
-    smarm_spin_hint();
     if ((i & 63) == 0) {
       int64_t before = now;
       now = smarm_now_ns();

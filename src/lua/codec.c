@@ -621,8 +621,10 @@ static void enc_function(enc_t *e, int idx, int depth)
 static void enc_listed(enc_t *e, int idx, int as_string)
 {
   lua_State *L = e->L;
-  if (e->nbins >= INT32_MAX - 1)
-    luaL_error(L, "%s holds too many binaries", *root_of(e) ? root_of(e) : "message");
+  if (e->nbins >= INT32_MAX - 1) {
+    const char *root = root_of(e);
+    luaL_error(L, "%s holds too many binaries", *root ? root : "message");
+  }
   ensure_slots(e);
   luaL_checkstack(L, 3, "message");
   if (lua_isnil(L, e->bins_idx)) {

@@ -60,9 +60,10 @@ typedef struct codec_moves {
 ** it: after sending the block, sm_codec_commit(moves); if it is not sent, sm_codec_abandon(block).
 ** */
 smarm_msg_t *sm_codec_encode(lua_State *L, int idx, const char *root, codec_moves_t *moves);
-/* The block sm_codec_encode_tail makes of a number, or of a string of n bytes at s (fewer than
-** CODEC_SHARED_STRING), with `tail` spare bytes after it; NULL when memory is out. No Lua state:
-** the FFI sends (lfast.c) call them. */
+/* The block sm_codec_encode_tail makes of a number, or of a string of n bytes at s copied (the
+** FFI sends pass only strings under CODEC_SHARED_STRING: codec.c, "Long strings"), with `tail`
+** spare bytes after it; NULL when memory is out. No Lua state: the FFI sends (lfast.c) call
+** them. */
 smarm_msg_t *sm_codec_number_block(double n, size_t tail);
 smarm_msg_t *sm_codec_string_block(const char *s, size_t n, size_t tail);
 /* The same, for plain data only: a function anywhere, or a userdata that only its name would

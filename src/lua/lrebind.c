@@ -497,7 +497,7 @@ void sm_lrebind_push_names(lua_State *L)
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   int ix = lua_gettop(L);
-  const lvm_t *vm = this_vm(); /* NULL outside a scheduler: the names of the keys then */
+  const lvm_t *vm = this_vm(); /* NULL before a scheduler's VM is ready: keys by C string */
   if (vm) {
     lvm_push_str(L, vm, LVM_STR_PACKAGE);
     lua_gettable(L, LUA_GLOBALSINDEX);
