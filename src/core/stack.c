@@ -40,12 +40,21 @@ size_t sm_stack_round_size(const stack_pool_t *pool, size_t size)
   return (size + pool->page - 1) & ~(pool->page - 1);
 }
 
+/* The pool's class of slots of `size` bytes, or NULL if it has none. */
+static stack_class_t *class_of(const stack_pool_t *pool, size_t size)
+{
+  stack_class_t *c = pool->classes;
+  while (c && c->size != size)
+    c = c->next;
+  return c;
+}
+
+/* The same, made if need be; NULL when memory is out. */
 static stack_class_t *class_for(stack_pool_t *pool, size_t size)
 {
-  stack_class_t *c;
-  for (c = pool->classes; c; c = c->next)
-    if (c->size == size)
-      return c;
+  stack_class_t *c = class_of(pool, size);
+  if (c)
+    return c;
   c = sm_calloc(SM_ALLOC_STACK_SLOT, 1, sizeof *c);
   if (!c)
     return NULL;
@@ -294,9 +303,7 @@ stack_slot_t *sm_stack_bind(stack_pool_t *pool, size_t size)
 
 stack_slot_t *sm_stack_bind_free(stack_pool_t *pool, size_t size)
 {
-  stack_class_t *c = pool->classes;
-  while (c && c->size != size)
-    c = c->next;
+  stack_class_t *c = class_of(pool, size);
   stack_slot_t *slot = c ? take_free(c) : NULL;
   if (slot)
     slot->bound++;

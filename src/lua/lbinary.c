@@ -160,10 +160,6 @@ static int sent_again(const char *s)
 
 int sm_lbinary_push_shared(lua_State *L, int idx)
 {
-  lvm_t *vm = this_vm();
-  if (!vm)
-    return 0;
-  idx = idx > 0 || idx <= LUA_REGISTRYINDEX ? idx : lua_gettop(L) + idx + 1;
   size_t n;
   const char *s = lua_tolstring(L, idx, &n); /* the string at idx keeps its bytes */
   lvm_push_registry_table(L, &string_blocks_key, "v");

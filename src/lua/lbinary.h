@@ -51,14 +51,15 @@ void sm_lbinary_push_taken(lua_State *L, unsigned char *slot);
 /* Pushes a new binary of the n bytes at s (a block of its own). Raises for memory. */
 void sm_lbinary_push_copy(lua_State *L, const char *s, size_t n);
 
-/* For the codec's long strings (codec.c, "Long strings"), from an actor. When the VM has a binary
-** of the bytes of the string at idx, or the string is one of the last LVM_SENT long strings that
-** this was asked of in the VM and found no binary for (by address and string id: a hint), pushes
-** that binary (made now if need be, and kept for the string until the VM's collector finds its
-** userdata used by nothing else, at the end of the cycle under way: a table with weak values)
-** and returns 1; else remembers the string, pushes nothing and returns 0. So a string sent once
-** is copied as before, and one sent again is shared from then on (with a block made again after
-** each collection cycle while the string is remembered). Raises for memory. */
+/* For the codec's long strings (codec.c, "Long strings"), from an actor; idx is absolute (the
+** codec's are). When the VM has a binary of the bytes of the string at idx, or the string is one
+** of the last LVM_SENT long strings that this was asked of in the VM and found no binary for (by
+** address and string id: a hint), pushes that binary (made now if need be, and kept for the
+** string until the VM's collector finds its userdata used by nothing else, at the end of the
+** cycle under way: a table with weak values) and returns 1; else remembers the string, pushes
+** nothing and returns 0. So a string sent once is copied as before, and one sent again is shared
+** from then on (with a block made again after each collection cycle while the string is
+** remembered). Raises for memory. */
 int sm_lbinary_push_shared(lua_State *L, int idx);
 
 /* The bytes of the string (or number, as luaL_checklstring takes one) or binary at idx, and

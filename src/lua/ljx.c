@@ -412,9 +412,9 @@ int sm_ljx_field_is(lua_State *L, int rec, int value)
 
 /* Four FNV-1a-like lanes over a table's words, each step a bijection of its lane for a given
 ** word, so that one word changed always changes the print (lrebind.c keeps 53 of its bits:
-** there, all but a 2^-53 chance). Four lanes rather than one chain:
-** each step waits for a multiply, and a spawn_on looks at package.loaded's print (lrebind.c),
-** where one chain took 16% of the spawner's time. */
+** there, all but a 2^-53 chance). Four lanes rather than one chain: each step waits for a
+** multiply, and a spawn_on looks at package.loaded's print (lrebind.c), where one chain took
+** 16% of the spawner's time. */
 #define PRINT_PRIME 1099511628211u
 
 uint64_t sm_ljx_table_print(lua_State *L, int idx)

@@ -264,12 +264,8 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 ** (sm_lrebind_set_paths). Leaves the stack as it found it. */
 static lua_Number fingerprint(lua_State *L, int package, const lvm_t *vm)
 {
-  if (vm) { /* a cached key: no string to intern */
-    lvm_push_str(L, vm, LVM_STR_LOADED);
-    lua_gettable(L, package);
-  } else {
-    lua_getfield(L, package, "loaded");
-  }
+  lvm_push_str(L, vm, LVM_STR_LOADED); /* a cached key: no C string interned per spawn */
+  lua_gettable(L, package);
   uint64_t h = sm_ljx_table_print(L, -1);
   lua_pop(L, 1);
   return (lua_Number)(h >> 11); /* 53 bits: exact in a double */
@@ -497,13 +493,9 @@ void sm_lrebind_push_names(lua_State *L)
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
   int ix = lua_gettop(L);
-  const lvm_t *vm = this_vm(); /* NULL before a scheduler's VM is ready: keys by C string */
-  if (vm) {
-    lvm_push_str(L, vm, LVM_STR_PACKAGE);
-    lua_gettable(L, LUA_GLOBALSINDEX);
-  } else {
-    lua_getglobal(L, "package");
-  }
+  const lvm_t *vm = this_vm(); /* its callers encode or copy in an actor (lvm.h) */
+  lvm_push_str(L, vm, LVM_STR_PACKAGE);
+  lua_gettable(L, LUA_GLOBALSINDEX);
   int package = lua_gettop(L);
   lua_Number fp = lua_istable(L, package) ? fingerprint(L, package, vm) : -1;
   if (lua_istable(L, ix)) {

@@ -69,7 +69,7 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);
 /* Pushes the VM's table of names (value -> "module" | { "module", "field" }, module "" for a
 ** standard global), rebuilt first if package.loaded changed or a run started (checking costs a
 ** read of package.loaded's slots, not a walk through the API). Push it once for a series of
-** lookups (one message). */
+** lookups (one message). From an actor: it looks with the VM's cached keys (lvm.h). */
 void sm_lrebind_push_names(lua_State *L);
 
 /* How the value at idx is known by name in every VM, with the table of names at stack slot
