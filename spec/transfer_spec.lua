@@ -647,6 +647,23 @@ describe("functions a module holds", function()
     assert.are.same({ "own", "replacement", "own", "own", "replacement",
       "replacement", "own", "replacement", "own" }, r)
   end)
+
+  -- Whether a module is loaded is read from package.loaded at each send (the index of names is
+  -- made again when it changes): a module it lets go of is no longer known by name, and one put
+  -- back is known again, with no require in between.
+  it("names a module's functions only while package.loaded holds the module", function()
+    local r = run_case(function() end, function(mod, ask)
+      local out = { ask(2, mod.private) } -- by name: its coroutine stays behind
+      package.loaded[NAME] = nil
+      out[2] = select(2, pcall(ask, 2, mod.private)) -- a copy: cannot take the coroutine
+      package.loaded[NAME] = mod
+      out[3] = ask(2, mod.private)
+      return out
+    end)
+    assert.are.equal("suspended", r[1])
+    assert.matches("is a thread", r[2])
+    assert.are.equal("suspended", r[3])
+  end)
 end)
 
 describe("require while a loader is parked", function()

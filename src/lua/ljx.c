@@ -20,7 +20,7 @@
 **                          actor's own count hook (sm_ljx_hook_add_line).
 **   global_State.ctype_state -> CTState.cb.topid   callback slots ever handed out (0: the FFI
 **                          has made no callback, so none can be running).
-**   GCtab.array/asize, GCtab.node/hmask   read, for a table's fingerprint (sm_ljx_table_print)
+**   GCtab.array/asize, GCtab.node/hmask   read, for a table's snapshot (sm_ljx_table_snap, _same)
 **                          and the codec's walk of a table (sm_ljx_table_next); GCstr's
 **                          bytes and length; and a string key's chain of nodes (Node.key,
 **                          next), looked up as lj_tab_getstr does (sm_ljx_field_is).
@@ -410,42 +410,67 @@ int sm_ljx_field_is(lua_State *L, int rec, int value)
   return 0;
 }
 
-/* Four FNV-1a-like lanes over a table's words, each step a bijection of its lane for a given
-** word, so that one word changed always changes the print (lrebind.c keeps 53 of its bits:
-** there, all but a 2^-53 chance). Four lanes rather than one chain: each step waits for a
-** multiply, and a spawn_on looks at package.loaded's print (lrebind.c), where one chain took
-** 16% of the spawner's time. */
-#define PRINT_PRIME 1099511628211u
+/* A table's snapshot: a copy of its slots, compared byte for byte. Exact (a hash of them, four
+** lanes of multiplies, was the spawner's largest cost in a loop of spawn_on, which looks at
+** package.loaded each time: lrebind.c), and memcmp runs at the memory's speed. */
+/* What a snapshot records before the slots' bytes: where the slots lie and how many there are.
+** A table that moved its slots or changed its size differs here already. */
+typedef struct snap_head {
+  const void *t, *array, *node;
+  uint32_t asize, hmask;
+} snap_head_t;
 
-uint64_t sm_ljx_table_print(lua_State *L, int idx)
+static snap_head_t snap_head_of(lua_State *L, int idx)
 {
+  snap_head_t h = {0};
+  if (!lua_istable(L, idx))
+    return h;
   const GCtab *t = (const GCtab *)lua_topointer(L, idx);
-  uint64_t h0 = 1469598103934665603u, h1 = h0 + 1, h2 = h0 + 2, h3 = h0 + 3;
-  if (!t || !lua_istable(L, idx))
-    return h0;
-  const TValue *arr = tvref(t->array);
-  MSize n = t->asize, i = 0;
-  for (; i + 2 <= n; i += 2) {
-    h0 = (h0 ^ arr[i].u64) * PRINT_PRIME;
-    h1 = (h1 ^ arr[i + 1].u64) * PRINT_PRIME;
-  }
-  if (i < n)
-    h0 = (h0 ^ arr[i].u64) * PRINT_PRIME;
+  h.t = t;
+  h.array = tvref(t->array);
+  h.node = noderef(t->node);
+  h.asize = t->asize;
+  h.hmask = t->hmask;
+  return h;
+}
+
+static size_t snap_slots(const snap_head_t *h, size_t *array_bytes)
+{
+  *array_bytes = h->t ? (size_t)h->asize * sizeof(TValue) : 0;
+  return *array_bytes + (h->t ? ((size_t)h->hmask + 1) * sizeof(Node) : 0);
+}
+
+size_t sm_ljx_table_snap_size(lua_State *L, int idx)
+{
+  snap_head_t h = snap_head_of(L, idx);
+  size_t array_bytes;
+  return sizeof h + snap_slots(&h, &array_bytes);
+}
+
+void sm_ljx_table_snap(lua_State *L, int idx, void *out)
+{
+  snap_head_t h = snap_head_of(L, idx);
+  size_t array_bytes, n = snap_slots(&h, &array_bytes);
+  memcpy(out, &h, sizeof h);
+  if (array_bytes) /* (an empty array part may have no address) */
+    memcpy((char *)out + sizeof h, h.array, array_bytes);
+  if (n > array_bytes)
+    memcpy((char *)out + sizeof h + array_bytes, h.node, n - array_bytes);
+}
+
+int sm_ljx_table_same(lua_State *L, int idx, const void *snap, size_t size)
+{
+  snap_head_t h = snap_head_of(L, idx);
+  size_t array_bytes, n = snap_slots(&h, &array_bytes);
   /* Every node, free ones too (a free node's key is a dead one's or nil: a change made there
-  ** changes the print as well, which costs a rebuild at most). hmask + 1 is a power of two. */
-  const Node *node = noderef(t->node);
-  n = t->hmask + 1;
-  for (i = 0; i + 2 <= n; i += 2) {
-    h0 = (h0 ^ node[i].key.u64) * PRINT_PRIME;
-    h1 = (h1 ^ node[i].val.u64) * PRINT_PRIME;
-    h2 = (h2 ^ node[i + 1].key.u64) * PRINT_PRIME;
-    h3 = (h3 ^ node[i + 1].val.u64) * PRINT_PRIME;
-  }
-  if (i < n) {
-    h2 = (h2 ^ node[i].key.u64) * PRINT_PRIME;
-    h3 = (h3 ^ node[i].val.u64) * PRINT_PRIME;
-  }
-  return h0 ^ (h1 << 16 | h1 >> 48) ^ (h2 << 32 | h2 >> 32) ^ (h3 << 48 | h3 >> 16);
+  ** tells as well, which costs a rebuild at most). */
+  const snap_head_t *was = snap;
+  if (!snap || size != sizeof h + n || was->t != h.t || was->array != h.array ||
+      was->node != h.node || was->asize != h.asize || was->hmask != h.hmask)
+    return 0;
+  const char *bytes = (const char *)(was + 1);
+  return (!array_bytes || memcmp(bytes, h.array, array_bytes) == 0) &&
+         (n == array_bytes || memcmp(bytes + array_bytes, h.node, n - array_bytes) == 0);
 }
 
 /* ---- A traceback from a signal handler ------------------------------------------------------ */

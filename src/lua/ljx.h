@@ -126,11 +126,15 @@ size_t sm_ljx_signal_traceback(lua_State *L, char *buf, size_t cap, int frames);
 ** checks memory by). */
 void sm_ljx_signal_traceback_init(void);
 
-/* A hash of what the table at idx holds (its keys and values as the VM stores them: references
-** for objects, bits for numbers), without calling into the VM: equal while the table is
-** unchanged (lrebind.c rebuilds its index when package.loaded's changes). Order-dependent, so
-** a table that was rehashed may print differently with the same contents. */
-uint64_t sm_ljx_table_print(lua_State *L, int idx);
+/* A snapshot of the table at idx (or of "not a table"): where its slots lie, their count and their
+** bytes (keys and values as the VM stores them: references for objects, bits for numbers), read
+** without calling into the VM. sm_ljx_table_snap writes sm_ljx_table_snap_size(L, idx) bytes to
+** out; sm_ljx_table_same says 1 while the table at idx is the one snapped and unchanged, else 0
+** (lrebind.c rebuilds its index when package.loaded changes). A table rehashed with the same
+** contents differs. */
+size_t sm_ljx_table_snap_size(lua_State *L, int idx);
+void sm_ljx_table_snap(lua_State *L, int idx, void *out);
+int sm_ljx_table_same(lua_State *L, int idx, const void *snap, size_t size);
 /* For the table at stack slot `rec` (lrebind.c's index entry { "module", "field", module }):
 ** whether rec[3][rec[2]] is the value at stack slot `value`, read raw without calling into the
 ** VM: 1 or 0, or -1 when rec[3] is not a table or rec[2] not a string (nothing to check). */

@@ -2,7 +2,7 @@
 ** Values found again by name in another VM (see lrebind.h). What a fresh VM has (its globals and
 ** its package.loaded) is learnt once per process from a throwaway state; each VM records what
 ** each module held when require returned it, and keeps an index of package.loaded in its
-** registry made from those records, rebuilt when a fingerprint of package.loaded changes, a
+** registry made from those records, rebuilt when package.loaded changes (its snapshot), a
 ** module is recorded, or a run starts.
 */
 #define _GNU_SOURCE
@@ -207,7 +207,7 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
   lua_pushlightuserdata(L, (void *)&paths_key);
   lua_insert(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
-  /* The index judged requirability by the last run's paths: drop it. (A fingerprint of the
+  /* The index judged requirability by the last run's paths: drop it. (A snapshot of the
   ** paths table's address cannot tell: the new table may take the address of the one the index
   ** was built under, a few runs back.) */
   drop_index(L);
@@ -254,21 +254,23 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 
 /* ---- The VM's index ------------------------------------------------------------------------ */
 
-/* registry[&index_key] = { [1] = fingerprint, [2] = names }, names (weak keys) mapping each value
+/* registry[&index_key] = { [1] = snapshot, [2] = names }, names (weak keys) mapping each value
 ** known by name to "module" (a module), { "module", "field", module } (a field of one: the module
 ** table, so that a lookup checks that the field holds the value still) or { "module", "field" }
-** (a standard global, module "", and a library function smarm replaced: taken as they are). */
+** (a standard global, module "", and a library function smarm replaced: taken as they are).
+** The snapshot (a userdata, sm_ljx_table_snap) is of what the index depends on within a run:
+** package.loaded, its slots byte for byte. A run's start drops the index
+** (sm_lrebind_set_paths). */
 
-/* A fingerprint of what the index depends on within a run: the contents of package.loaded (read
-** by sm_ljx_table_print, not walked through the API). A run's start drops the index
-** (sm_lrebind_set_paths). Leaves the stack as it found it. */
-static lua_Number fingerprint(lua_State *L, int package, const lvm_t *vm)
+/* Pushes package.loaded, or nil when there is no package table. */
+static void push_loaded(lua_State *L, int package, const lvm_t *vm)
 {
+  if (!lua_istable(L, package)) {
+    lua_pushnil(L);
+    return;
+  }
   lvm_push_str(L, vm, LVM_STR_LOADED); /* a cached key: no C string interned per spawn */
   lua_gettable(L, package);
-  uint64_t h = sm_ljx_table_print(L, -1);
-  lua_pop(L, 1);
-  return (lua_Number)(h >> 11); /* 53 bits: exact in a double */
 }
 
 /* package.searchpath(name, path) finds a file. */
@@ -497,10 +499,11 @@ void sm_lrebind_push_names(lua_State *L)
   lvm_push_str(L, vm, LVM_STR_PACKAGE);
   lua_gettable(L, LUA_GLOBALSINDEX);
   int package = lua_gettop(L);
-  lua_Number fp = lua_istable(L, package) ? fingerprint(L, package, vm) : -1;
+  push_loaded(L, package, vm);
+  int loaded = lua_gettop(L);
   if (lua_istable(L, ix)) {
     lua_rawgeti(L, ix, 1);
-    int same = lua_tonumber(L, -1) == fp;
+    int same = sm_ljx_table_same(L, loaded, lua_touserdata(L, -1), lua_objlen(L, -1));
     lua_pop(L, 1);
     if (same) {
       lua_rawgeti(L, ix, 2);
@@ -512,7 +515,7 @@ void sm_lrebind_push_names(lua_State *L)
   pthread_once(&fresh_once, fresh_learn);
   lua_createtable(L, 2, 0);
   lua_replace(L, ix);
-  lua_pushnumber(L, fp);
+  sm_ljx_table_snap(L, loaded, lua_newuserdata(L, sm_ljx_table_snap_size(L, loaded)));
   lua_rawseti(L, ix, 1);
   lua_newtable(L); /* weak keys: the index must not keep replaced modules alive */
   int names = lua_gettop(L);
