@@ -24,21 +24,19 @@ typedef struct spawn_ties { /* struct tag declared in sched.h */
   smarm_pid_t spawner; /* who asked for it (smarm_actor_info); 0: not an actor */
 } spawn_ties_t;
 
-/* The ties that opts ask for, with a new ref for a monitor. */
-static inline spawn_ties_t spawn_ties_of(const actor_t *self, const smarm_spawn_opts_t *opts)
+/* Writes into *t the ties that opts ask for, with a new ref for a monitor: field by field, where
+** they are to stay (a spawn_on writes them into the block that travels: intersched.c). */
+static inline void spawn_ties_fill(spawn_ties_t *t, const actor_t *self,
+                                   const smarm_spawn_opts_t *opts)
 {
-  spawn_ties_t t = {0, 0, 0, NULL, 0, 0, self ? self->pid : 0};
-  if (opts && (opts->link || opts->monitor)) {
-    t.parent = self->pid;
-    t.link = opts->link != 0;
-    t.monitor = opts->monitor ? smarm_make_ref() : 0;
-  }
-  if (opts) {
-    t.name = opts->name;
-    t.slice_ns = opts->slice_ns;
-    t.max_mailbox = opts->max_mailbox;
-  }
-  return t;
+  int tied = opts && (opts->link || opts->monitor);
+  t->parent = tied ? self->pid : 0;
+  t->link = tied && opts->link != 0;
+  t->monitor = tied && opts->monitor ? smarm_make_ref() : 0;
+  t->name = opts ? opts->name : NULL;
+  t->slice_ns = opts ? opts->slice_ns : 0;
+  t->max_mailbox = opts ? opts->max_mailbox : 0;
+  t->spawner = self ? self->pid : 0;
 }
 
 /* a->faults, made on first need; NULL when out of memory. */

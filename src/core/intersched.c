@@ -523,46 +523,62 @@ static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
     sched = (int)pick_any(s, 1);
   if (sched < 0 || (unsigned)sched >= s->rt->nsched)
     return -EINVAL;
-  spawn_ties_t ties = spawn_ties_of(self, opts);
+  smarm_ref_t monitor;
   int64_t answer;
   if ((unsigned)sched == s->index) {
+    spawn_ties_t ties;
+    spawn_ties_fill(&ties, self, opts);
     smarm_pid_t pid = 0;
     int rc = sm_sched_spawn_local(s, fn, arg, stack_size, opts ? opts->data : NULL, &ties, &pid);
     answer = rc < 0 ? rc : (int64_t)pid;
+    monitor = ties.monitor;
   } else {
-    size_t name_len = ties.name ? strlen(ties.name) + 1 : 0;
-    spawn_request_t req = {0, fn, arg, stack_size, opts ? opts->data : NULL, ties, 0, 0, 0};
-    if (!name_len)
-      req.reserved = reserved_pid(s, (unsigned)sched);
-    if (!req.reserved && SMARM_UNLIKELY(dying)) { /* it would ask: it dies */
-      if (req.data && s->rt->cfg.on_actor_stopped) /* as for a spawn that failed */
-        s->rt->cfg.on_actor_stopped(req.data, s->rt->cfg.userdata);
+    const char *name = opts ? opts->name : NULL;
+    size_t name_len = name ? strlen(name) + 1 : 0;
+    void *data = opts ? opts->data : NULL;
+    smarm_pid_t reserved = name_len ? 0 : reserved_pid(s, (unsigned)sched);
+    if (!reserved && SMARM_UNLIKELY(dying)) { /* it would ask: it dies */
+      if (data && s->rt->cfg.on_actor_stopped) /* as for a spawn that failed */
+        s->rt->cfg.on_actor_stopped(data, s->rt->cfg.userdata);
       sm_sched_die_before_asking(s, self);
     }
-    smarm_msg_t *m = req.reserved && block ? block : sm_msg_new(MSG_SPAWN, sizeof req + name_len);
-    if (!m || (req.reserved && ties.parent && sm_faults_tie_parent(s, self, req.reserved,
-                                                                   &ties) < 0)) {
-      if (req.reserved) /* unused */
-        s->reserves[sched]->pids[s->reserves[sched]->count++] = req.reserved;
+    smarm_msg_t *m =
+      reserved && block ? block : sm_msg_new(MSG_SPAWN, sizeof(spawn_request_t) + name_len);
+    /* The request is written where it travels, field by field. One made on the stack and then
+    ** copied was read back in wider loads than the stores that made it, which the CPU cannot
+    ** forward: each waited for every older store to reach the cache, the block's among them,
+    ** whose lines the target had read (a tenth of the spawner's time in `spawn_on.lua there`,
+    ** docs/perf.md). */
+    spawn_request_t *req = !m ? NULL : m == block ? carried_request(block)
+                                                  : (spawn_request_t *)m->data;
+    if (req)
+      spawn_ties_fill(&req->ties, self, opts);
+    if (!m || (reserved && req->ties.parent &&
+               sm_faults_tie_parent(s, self, reserved, &req->ties) < 0)) {
+      if (reserved) /* unused */
+        s->reserves[sched]->pids[s->reserves[sched]->count++] = reserved;
       if (m && m != block)
         sm_msg_release(m);
       return -ENOMEM;
     }
-    req.coming = req.reserved && any;
-    if (m == block) {
-      req.kind = block->kind;
-      *carried_request(block) = req;
+    monitor = req->ties.monitor;
+    req->answer = 0;
+    req->fn = fn;
+    req->arg = arg;
+    req->stack_size = stack_size;
+    req->data = data;
+    req->reserved = reserved;
+    req->coming = reserved && any;
+    req->kind = m == block ? block->kind : 0;
+    if (m == block)
       block->kind = MSG_SPAWN_CARRIED;
-    } else {
-      if (name_len) /* the request's ties.name points here */
-        memcpy(m->data + sizeof req, ties.name, name_len);
-      memcpy(m->data, &req, sizeof req);
-    }
-    if (req.reserved) {
-      if (req.coming)
+    else if (name_len) /* the request's ties.name points here */
+      memcpy(req + 1, name, name_len);
+    if (reserved) {
+      if (req->coming) /* (read before the push: the block is the target's after it) */
         atomic_fetch_add_explicit(&s->rt->scheds[sched].spawns_coming, 1, memory_order_relaxed);
       sm_sched_push_remote(s, &s->rt->scheds[sched], m);
-      answer = (int64_t)req.reserved;
+      answer = (int64_t)reserved;
     } else {
       answer = sm_sched_ask(s, self, (unsigned)sched, m);
     }
@@ -571,8 +587,8 @@ static int spawn_on(int sched, smarm_actor_fn fn, void *arg, smarm_msg_t *block,
     return (int)answer;
   if (pid_out)
     *pid_out = (smarm_pid_t)answer;
-  if (ties.monitor)
-    *opts->monitor = ties.monitor;
+  if (monitor)
+    *opts->monitor = monitor;
   return 0;
 }
 

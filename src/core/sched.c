@@ -1538,7 +1538,8 @@ int smarm_spawn(smarm_actor_fn fn, void *arg, const smarm_spawn_opts_t *opts,
     return -EPERM;
   if (opts && opts->name && !sm_names_valid(opts->name))
     return -EINVAL;
-  spawn_ties_t ties = spawn_ties_of(self, opts);
+  spawn_ties_t ties;
+  spawn_ties_fill(&ties, self, opts);
   int rc = sm_sched_spawn_local(s, fn, arg, opts ? opts->stack_size : 0, opts ? opts->data : NULL,
                                 &ties, pid_out);
   if (rc == 0 && ties.monitor)
