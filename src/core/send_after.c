@@ -272,17 +272,9 @@ static void fire_at_name(sched_t *s, msg_timer_t *t)
 {
   smarm_pid_t to = sm_names_lookup(s, t->name);
   smarm_msg_t *m = unlink_timer(s, t);
-  unsigned k = smarm_pid_sched(to);
-  actor_t *a = NULL;
-  if (!to || k >= s->rt->nsched || (k == s->index && !(a = sm_sched_lookup(s, to)))) {
-    sm_msg_release(m);
-    return;
-  }
   m->to = to; /* (not counted as sent, as a timer aimed at a pid is not: its actor sent it) */
-  if (a)
-    sm_sched_deliver(s, a, m);
-  else
-    sm_sched_push_remote(s, &s->rt->scheds[k], m);
+  if (!to || smarm_pid_sched(to) >= s->rt->nsched || sm_sched_route(s, m) < 0)
+    sm_msg_release(m);
 }
 
 void sm_msg_timers_fire(sched_t *s, int64_t now)

@@ -29,19 +29,26 @@ static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
   msg->kind = kind;
   msg->from = self->pid;
   msg->to = to;
-  if (k != s->index) {
+  int rc = sm_sched_route(s, msg);
+  if (rc == 0)
     stat_add(&s->stats.sent, 1);
-    sm_sched_push_remote(s, &s->rt->scheds[k], msg);
+  return rc;
+}
+
+int sm_sched_route(sched_t *s, smarm_msg_t *m)
+{
+  unsigned k = smarm_pid_sched(m->to);
+  if (k != s->index) {
+    sm_sched_push_remote(s, &s->rt->scheds[k], m);
     return 0;
   }
-  actor_t *a = sm_sched_lookup(s, to);
+  actor_t *a = sm_sched_lookup(s, m->to);
   if (!a)
     return -ESRCH;
-  stat_add(&s->stats.sent, 1);
-  if (kind == MSG_USER)
-    sm_sched_deliver(s, a, msg);
+  if (m->kind == MSG_USER)
+    sm_sched_deliver(s, a, m);
   else
-    sm_faults_deliver(s, msg); /* a reply: delivered only to a live alias */
+    sm_faults_deliver(s, m); /* a reply: delivered only to a live alias */
   return 0;
 }
 
