@@ -14,28 +14,9 @@
 #include <errno.h>
 #include <stdint.h>
 
-/* Sends msg as `kind` (MSG_USER, or SIG_REPLY which the receiver's scheduler may drop). */
-static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
-{
-  sched_t *s = sm_sched_tls;
-  actor_t *self = s ? s->current : NULL;
-  if (!self)
-    return -EPERM;
-  if (!msg || smarm_pid_gen(to) == 0)
-    return -EINVAL;
-  unsigned k = smarm_pid_sched(to);
-  if (k >= s->rt->nsched)
-    return -ESRCH; /* an earlier runtime's pid, say: dead here */
-  msg->kind = kind;
-  msg->from = self->pid;
-  msg->to = to;
-  int rc = sm_sched_route(s, msg);
-  if (rc == 0)
-    stat_add(&s->stats.sent, 1);
-  return rc;
-}
-
-int sm_sched_route(sched_t *s, smarm_msg_t *m)
+/* sm_sched_route (sched.h), inlined into the sends: as a call it cost `pingpong.lua local` and
+** `ring.lua local` 7-9% (123.6 against 113.9 ns, 92.4 against 86.3). */
+static inline int route(sched_t *s, smarm_msg_t *m)
 {
   unsigned k = smarm_pid_sched(m->to);
   if (k != s->index) {
@@ -51,6 +32,29 @@ int sm_sched_route(sched_t *s, smarm_msg_t *m)
     sm_faults_deliver(s, m); /* a reply: delivered only to a live alias */
   return 0;
 }
+
+/* Sends msg as `kind` (MSG_USER, or SIG_REPLY which the receiver's scheduler may drop). */
+static int send_as(smarm_pid_t to, smarm_msg_t *msg, uint16_t kind)
+{
+  sched_t *s = sm_sched_tls;
+  actor_t *self = s ? s->current : NULL;
+  if (!self)
+    return -EPERM;
+  if (!msg || smarm_pid_gen(to) == 0)
+    return -EINVAL;
+  unsigned k = smarm_pid_sched(to);
+  if (k >= s->rt->nsched)
+    return -ESRCH; /* an earlier runtime's pid, say: dead here */
+  msg->kind = kind;
+  msg->from = self->pid;
+  msg->to = to;
+  int rc = route(s, msg);
+  if (rc == 0)
+    stat_add(&s->stats.sent, 1);
+  return rc;
+}
+
+int sm_sched_route(sched_t *s, smarm_msg_t *m) { return route(s, m); }
 
 int smarm_send(smarm_pid_t to, smarm_msg_t *msg) { return send_as(to, msg, MSG_USER); }
 
