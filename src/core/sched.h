@@ -315,8 +315,8 @@ void sm_sched_wake(sched_t *s, actor_t *a);              /* parked -> runnable *
 void sm_sched_deliver(sched_t *s, actor_t *a, smarm_msg_t *m);
 /* Sends m (its kind and `to` set; `to` of a scheduler of the runtime) as smarm_send does: onto
 ** the inbox of to's scheduler when that is another, else to the actor here (a MSG_USER into its
-** mailbox, a signal to faults.c). 0, or -ESRCH when the actor here is gone: the caller keeps m.
-** (send_receive.c) */
+** mailbox, a signal to faults.c), but not counted as sent. 0, or -ESRCH when the actor here is
+** gone: the caller keeps m. (send_receive.c) */
 int sm_sched_route(sched_t *s, smarm_msg_t *m);
 /* The deadline timeout_ns from now on the real clock; -1 for none (a negative timeout, or one
 ** past the end of time). For the waits that stay on real time: smarm_await (IO), requests to
