@@ -2,6 +2,7 @@
 local smarm = require("smarm")
 local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG -- seconds: receive limits below only guard against a hang
+local shell = dofile("spec/support/shell.lua")
 
 package.path = "spec/fixtures/?.lua;" .. package.path
 
@@ -663,6 +664,51 @@ describe("functions a module holds", function()
     assert.are.equal("suspended", r[1])
     assert.matches("is a thread", r[2])
     assert.are.equal("suspended", r[3])
+  end)
+
+  -- The index's snapshot of package.loaded was sized, its userdata made, then written: the
+  -- allocation may run a GC step and with it finalizers, and one that stored into
+  -- package.loaded could resize it in between, so that the snapshot was written past its end
+  -- (a heap overflow under ASan; a segfault in a release build). Every send here finds
+  -- package.loaded changed and makes the index again, while garbage whose finalizers resize it
+  -- piles up. In a process of its own: a small package.loaded makes the index quickly, so that
+  -- many of the finalizers run in that allocation (busted's takes longer than the whole run).
+  it("makes its index while finalizers resize package.loaded", function()
+    if not os.getenv("SMARM_EXE") then
+      return pending("SMARM_EXE is not set (./dev.sh test sets it)")
+    end
+    local text = [[
+      local smarm = require("smarm")
+      local PREFIX = "finalized_"
+      local loaded, added = package.loaded, 0
+      local function churn() -- a finalizer: package.loaded rehashed to another size
+        for k in pairs(loaded) do
+          if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then loaded[k] = nil end
+        end
+        for _ = 1, 1 + added % 200 do
+          added = added + 1
+          loaded[PREFIX .. added] = true
+        end
+      end
+      collectgarbage("setpause", 10)
+      collectgarbage("setstepmul", 1000)
+      local me = smarm.self()
+      local function g() end
+      for i = 1, 2000 do
+        for _ = 1, 4 do getmetatable(newproxy(true)).__gc = churn end
+        smarm.send(me, { g, i })
+        assert(smarm.receive(HANG)[2] == i)
+      end
+      print(added > 0)
+    ]]
+    local name = os.tmpname() .. ".lua"
+    local f = assert(io.open(name, "w"))
+    f:write((text:gsub("HANG", tostring(HANG))))
+    f:close()
+    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
+    os.remove(name)
+    assert.are.equal(0, status, err)
+    assert.are.equal("true\n", out) -- the finalizers ran
   end)
 end)
 

@@ -447,15 +447,18 @@ size_t sm_ljx_table_snap_size(lua_State *L, int idx)
   return sizeof h + snap_slots(&h, &array_bytes);
 }
 
-void sm_ljx_table_snap(lua_State *L, int idx, void *out)
+int sm_ljx_table_snap(lua_State *L, int idx, void *out, size_t size)
 {
   snap_head_t h = snap_head_of(L, idx);
   size_t array_bytes, n = snap_slots(&h, &array_bytes);
+  if (size != sizeof h + n) /* resized since its size was read (ljx.h) */
+    return 0;
   memcpy(out, &h, sizeof h);
   if (array_bytes) /* (an empty array part may have no address) */
     memcpy((char *)out + sizeof h, h.array, array_bytes);
   if (n > array_bytes)
     memcpy((char *)out + sizeof h + array_bytes, h.node, n - array_bytes);
+  return 1;
 }
 
 int sm_ljx_table_same(lua_State *L, int idx, const void *snap, size_t size)

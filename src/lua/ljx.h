@@ -128,12 +128,14 @@ void sm_ljx_signal_traceback_init(void);
 
 /* A snapshot of the table at idx (or of "not a table"): where its slots lie, their count and their
 ** bytes (keys and values as the VM stores them: references for objects, bits for numbers), read
-** without calling into the VM. sm_ljx_table_snap writes sm_ljx_table_snap_size(L, idx) bytes to
-** out; sm_ljx_table_same says 1 while the table at idx is the one snapped and unchanged, else 0
-** (lrebind.c rebuilds its index when package.loaded changes). A table rehashed with the same
-** contents differs. */
+** without calling into the VM. sm_ljx_table_snap writes it to out, `size` bytes, and returns 1
+** when size is still sm_ljx_table_snap_size(L, idx); else 0, writing nothing: an allocation made
+** between the two may run a finalizer (__gc, ffi.gc), and one that stores into the table may
+** resize it. sm_ljx_table_same says 1 while the table at idx is the one snapped and unchanged,
+** else 0 (lrebind.c rebuilds its index when package.loaded changes). A table rehashed with the
+** same contents differs. */
 size_t sm_ljx_table_snap_size(lua_State *L, int idx);
-void sm_ljx_table_snap(lua_State *L, int idx, void *out);
+int sm_ljx_table_snap(lua_State *L, int idx, void *out, size_t size);
 int sm_ljx_table_same(lua_State *L, int idx, const void *snap, size_t size);
 /* For the table at stack slot `rec` (lrebind.c's index entry { "module", "field", module }):
 ** whether rec[3][rec[2]] is the value at stack slot `value`, read raw without calling into the

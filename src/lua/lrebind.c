@@ -259,7 +259,8 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 ** table, so that a lookup checks that the field holds the value still) or { "module", "field" }
 ** (a standard global, module "", and a library function smarm replaced: taken as they are).
 ** The snapshot (a userdata, sm_ljx_table_snap) is of what the index depends on within a run:
-** package.loaded, its slots byte for byte. A run's start drops the index
+** package.loaded, its slots byte for byte; nil where a finalizer resized package.loaded while
+** it was made (the next look makes the index again). A run's start drops the index
 ** (sm_lrebind_set_paths). */
 
 /* Pushes package.loaded, or nil when there is no package table. */
@@ -515,7 +516,11 @@ void sm_lrebind_push_names(lua_State *L)
   pthread_once(&fresh_once, fresh_learn);
   lua_createtable(L, 2, 0);
   lua_replace(L, ix);
-  sm_ljx_table_snap(L, loaded, lua_newuserdata(L, sm_ljx_table_snap_size(L, loaded)));
+  size_t size = sm_ljx_table_snap_size(L, loaded);
+  if (!sm_ljx_table_snap(L, loaded, lua_newuserdata(L, size), size)) {
+    lua_pop(L, 1); /* a finalizer resized package.loaded: no snapshot, the next look rebuilds */
+    lua_pushnil(L);
+  }
   lua_rawseti(L, ix, 1);
   lua_newtable(L); /* weak keys: the index must not keep replaced modules alive */
   int names = lua_gettop(L);
