@@ -81,9 +81,9 @@ void sm_sched_push_remote(sched_t *s, sched_t *target, smarm_msg_t *m)
     if (!oldest)
       oldest = m;
   }
+  stat_add(&s->stats.remote_sent, 1); /* before the push, which publishes it (send_receive.c) */
   if (sm_inbox_push_chain(&target->inbox, m, oldest))
     stat_add(&s->stats.wakes, 1);
-  stat_add(&s->stats.remote_sent, 1);
 }
 
 void sm_sched_flush_deferred(sched_t *s)
