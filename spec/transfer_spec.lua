@@ -613,22 +613,30 @@ describe("functions a module holds", function()
     assert.are.same({ "own", "added", "script's own", "script's own" }, r)
   end)
 
-  -- A send while the field was cleared dropped the function from the index for the rest of
-  -- the run: restored (a test's stub reverted), it still went as a copy, and private(), whose
-  -- coroutine cannot travel, could not be sent at all.
-  it("sends a field's function by name again once the field holds it again", function()
+  -- Sends mod.private (whose coroutine cannot travel: only its name can) to scheduler 2 before
+  -- change(mod), after it, and after undo(mod), and checks that it went by name, as a copy
+  -- (which fails), and by name again.
+  local function private_by_name_around(change, undo)
     local r = run_case(function() end, function(mod, ask)
       local f = mod.private
       local out = { ask(2, f) }
-      mod.private = function() return "stub" end
+      change(mod)
       out[2] = select(2, pcall(ask, 2, f))
-      mod.private = f
+      undo(mod, f)
       out[3] = ask(2, f)
       return out
     end)
     assert.are.equal("suspended", r[1])
     assert.matches("is a thread", r[2])
     assert.are.equal("suspended", r[3])
+  end
+
+  -- A send while the field was cleared dropped the function from the index for the rest of
+  -- the run: restored (a test's stub reverted), it still went as a copy, and private(), whose
+  -- coroutine cannot travel, could not be sent at all.
+  it("sends a field's function by name again once the field holds it again", function()
+    private_by_name_around(function(mod) mod.private = function() return "stub" end end,
+      function(mod, f) mod.private = f end)
   end)
 
   it("sends a reassigned field's old and new functions each as itself", function()
@@ -653,17 +661,8 @@ describe("functions a module holds", function()
   -- made again when it changes): a module it lets go of is no longer known by name, and one put
   -- back is known again, with no require in between.
   it("names a module's functions only while package.loaded holds the module", function()
-    local r = run_case(function() end, function(mod, ask)
-      local out = { ask(2, mod.private) } -- by name: its coroutine stays behind
-      package.loaded[NAME] = nil
-      out[2] = select(2, pcall(ask, 2, mod.private)) -- a copy: cannot take the coroutine
-      package.loaded[NAME] = mod
-      out[3] = ask(2, mod.private)
-      return out
-    end)
-    assert.are.equal("suspended", r[1])
-    assert.matches("is a thread", r[2])
-    assert.are.equal("suspended", r[3])
+    private_by_name_around(function() package.loaded[NAME] = nil end,
+      function(mod) package.loaded[NAME] = mod end)
   end)
 
   -- The index's snapshot of package.loaded was sized, its userdata made, then written: the
