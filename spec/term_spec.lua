@@ -231,6 +231,19 @@ describe("smarm.term", function()
     local err = select(2, pcall(T.encode, { x = { a = 1, [smarm.binary("a")] = 2 } }))
     assert(err == "smarm.term.encode: value.x.a" .. dup_msg
       or err == "smarm.term.encode: value.x[userdata]" .. dup_msg, err)
+    -- keys that are maps with the same pairs set in different orders are one Erlang term: maps
+    -- inside a key are written in one order (of their keys' bytes), so they encode alike
+    local first, second = { z = { m = 1, n = 2 } }, { z = { n = 2 } }
+    second.z.m = 1
+    for i = 1, 20 do first["k" .. i] = i end
+    for i = 20, 1, -1 do second["k" .. i] = i end
+    assert.are.equal("smarm.term.encode: value[table]" .. dup_msg,
+      select(2, pcall(T.encode, { [first] = 1, [second] = 2 })))
+    local back = T.decode(T.encode({ [first] = "first" }))
+    local key, value = next(back)
+    assert.are.equal("first", value)
+    assert.are.equal("map", T.type(key))
+    same(first, key)
     local kept = T.decode(T.encode({ [{ 1 }] = "list", [smarm.tuple({ 1 })] = "tuple", a = 1 }))
     local kinds = {}
     for k, v in pairs(kept) do kinds[v] = T.type(k) or type(k) end
