@@ -361,6 +361,14 @@ describe("smarm.node", function()
       local t = smarm.tuple
       out.dup = { smarm.node._reason_term({ [t({ 1 })] = 1, [t({ 1 })] = 2 }) == nil,
         smarm.node._reason_term({ a = { a = 1, [smarm.binary("a")] = 2 } }) == nil }
+      -- keys that are maps with the same pairs set in different orders are one term too (maps
+      -- inside a key go in the order of their keys' bytes), and go as smarm.term.encode's bytes
+      local first, second = { z = { m = 1, n = 2 } }, { z = { n = 2 } }
+      second.z.m = 1
+      for i = 1, 20 do first["k" .. i] = i end
+      for i = 20, 1, -1 do second["k" .. i] = i end
+      out.dup[3] = smarm.node._reason_term({ [first] = 1, [second] = 2 }) == nil
+      out.sorted = smarm.node._reason_term({ [first] = 1 }) == smarm.term.encode({ [first] = 1 })
       local distinct = { [t({ 1 })] = 1, [t({ 2 })] = 2, [{ 1 }] = 3, a = 4 }
       out.distinct = smarm.node._reason_term(distinct) == smarm.term.encode(distinct)
       local deep = "bottom" -- 150 levels: each level's bytes read once per level above it
@@ -372,7 +380,8 @@ describe("smarm.node", function()
     for i = 1, #values do assert.is_true(r.same[i]) end
     assert.is_nil(r.nan)
     assert.are.same({ true, true, true, true }, r.bad_n)
-    assert.are.same({ true, true }, r.dup)
+    assert.are.same({ true, true, true }, r.dup)
+    assert.is_true(r.sorted)
     assert.is_true(r.distinct)
     assert.is_true(r.deep)
     assert.are.equal(0, r.normal)

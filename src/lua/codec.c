@@ -1930,6 +1930,7 @@ typedef struct etf_out {
   const unsigned char *start, *end;
   etf_buf_t out;  /* malloc'd (grow_malloc) */
   int failed;
+  int in_key; /* > 0 while a table that is a map's key is written (etf_sort_pairs) */
 } etf_out_t;
 
 static int grow_malloc(etf_buf_t *b, size_t need)
@@ -2021,6 +2022,41 @@ static int etf_key_order(const void *a, const void *b)
   if (x->n != y->n)
     return x->n < y->n ? -1 : 1;
   return memcmp(x->p, y->p, x->n);
+}
+
+/* A map's pair written to out: its bytes [at, end), its key's the first key_n of them. */
+typedef struct etf_pair {
+  const unsigned char *p; /* out's bytes at `at`: set once every pair is written */
+  size_t at, key_n, end;
+} etf_pair_t;
+
+/* The order of the keys' bytes, as lterm.c's key_order (the same bytes as smarm.term.encode). */
+static int etf_pair_order(const void *a, const void *b)
+{
+  const etf_pair_t *x = a, *y = b;
+  int c = memcmp(x->p, y->p, x->key_n < y->key_n ? x->key_n : y->key_n);
+  return c ? c : (x->key_n > y->key_n) - (x->key_n < y->key_n);
+}
+
+/* Puts the n pairs just written (contiguous, from pair[0].at to pair[n - 1].end) in the order
+** of their keys' bytes, as lterm.c's sort_pairs: inside a map's key every map is written so,
+** and two keys that are maps with the same pairs set in different orders are one term. */
+static int etf_sort_pairs(etf_buf_t *out, etf_pair_t *pair, size_t n)
+{
+  size_t from = pair[0].at, len = pair[n - 1].end - from;
+  unsigned char *sorted = malloc(len ? len : 1), *q = sorted;
+  if (!sorted)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    pair[i].p = out->b + pair[i].at;
+  qsort(pair, n, sizeof *pair, etf_pair_order);
+  for (size_t i = 0; i < n; i++) {
+    memcpy(q, pair[i].p, pair[i].end - pair[i].at);
+    q += pair[i].end - pair[i].at;
+  }
+  memcpy(out->b + from, sorted, len);
+  free(sorted);
+  return 1;
 }
 
 /* Whether two of the count keys written to out (key_at: each one's start and end offsets, each
@@ -2144,18 +2180,31 @@ sized:;
                tag == T_BINV;
     }
     size_t *key_at = alike ? malloc(2 * count * sizeof *key_at) : NULL;
-    if (alike && !key_at)
+    etf_pair_t *pair = x->in_key && count > 1 ? malloc(count * sizeof *pair) : NULL;
+    if ((alike && !key_at) || (x->in_key && count > 1 && !pair))
       x->failed = 1;
     for (size_t i = 0; i < count && !x->failed; i++) {
-      if (key_at)
-        key_at[2 * i] = x->out.len;
+      size_t pos = x->out.len;
+      unsigned char tag = *pairs[2 * i];
+      int table_key = tag == T_TABLE || tag == T_STABLE || tag == T_TUPLE || tag == T_MAP;
+      x->in_key += table_key;
       etf_value(x, pairs[2 * i], depth + 1);
-      if (key_at)
+      x->in_key -= table_key;
+      if (key_at) {
+        key_at[2 * i] = pos;
         key_at[2 * i + 1] = x->out.len;
+      }
+      if (pair)
+        pair[i] = (etf_pair_t){NULL, pos, x->out.len - pos, 0};
       etf_value(x, pairs[2 * i + 1], depth + 1);
+      if (pair)
+        pair[i].end = x->out.len;
     }
+    if (pair && !x->failed && !x->out.failed && !etf_sort_pairs(&x->out, pair, count))
+      x->failed = 1;
     if (key_at && !x->failed && !x->out.failed && etf_keys_repeat(&x->out, key_at, count))
       x->failed = 1; /* Erlang refuses a map with a key twice: no term */
+    free(pair);
     free(key_at);
   }
   free(at);
@@ -2223,7 +2272,7 @@ static const unsigned char *etf_value(etf_out_t *x, const unsigned char *p, int 
 
 unsigned char *sm_codec_data_to_etf(const void *p, size_t n, size_t *len)
 {
-  etf_out_t x = {p, (const unsigned char *)p + n, {NULL, 0, 0, 0, grow_malloc, NULL}, 0};
+  etf_out_t x = {p, (const unsigned char *)p + n, {NULL, 0, 0, 0, grow_malloc, NULL}, 0, 0};
   sm_etf_put_u8(&x.out, ETF_VERSION);
   const unsigned char *end = etf_value(&x, p, 0);
   if (x.failed || x.out.failed || end != x.end) {
