@@ -1930,7 +1930,7 @@ typedef struct etf_out {
   const unsigned char *start, *end;
   etf_buf_t out;  /* malloc'd (grow_malloc) */
   int failed;
-  int in_key; /* > 0 while a table that is a map's key is written (etf_sort_pairs) */
+  int in_key; /* > 0 while a table that is a map's key is written (sm_etf_sort_pairs) */
 } etf_out_t;
 
 static int grow_malloc(etf_buf_t *b, size_t need)
@@ -2022,41 +2022,6 @@ static int etf_key_order(const void *a, const void *b)
   if (x->n != y->n)
     return x->n < y->n ? -1 : 1;
   return memcmp(x->p, y->p, x->n);
-}
-
-/* A map's pair written to out: its bytes [at, end), its key's the first key_n of them. */
-typedef struct etf_pair {
-  const unsigned char *p; /* out's bytes at `at`: set once every pair is written */
-  size_t at, key_n, end;
-} etf_pair_t;
-
-/* The order of the keys' bytes, as lterm.c's key_order (the same bytes as smarm.term.encode). */
-static int etf_pair_order(const void *a, const void *b)
-{
-  const etf_pair_t *x = a, *y = b;
-  int c = memcmp(x->p, y->p, x->key_n < y->key_n ? x->key_n : y->key_n);
-  return c ? c : (x->key_n > y->key_n) - (x->key_n < y->key_n);
-}
-
-/* Puts the n pairs just written (contiguous, from pair[0].at to pair[n - 1].end) in the order
-** of their keys' bytes, as lterm.c's sort_pairs: inside a map's key every map is written so,
-** and two keys that are maps with the same pairs set in different orders are one term. */
-static int etf_sort_pairs(etf_buf_t *out, etf_pair_t *pair, size_t n)
-{
-  size_t from = pair[0].at, len = pair[n - 1].end - from;
-  unsigned char *sorted = malloc(len ? len : 1), *q = sorted;
-  if (!sorted)
-    return 0;
-  for (size_t i = 0; i < n; i++)
-    pair[i].p = out->b + pair[i].at;
-  qsort(pair, n, sizeof *pair, etf_pair_order);
-  for (size_t i = 0; i < n; i++) {
-    memcpy(q, pair[i].p, pair[i].end - pair[i].at);
-    q += pair[i].end - pair[i].at;
-  }
-  memcpy(out->b + from, sorted, len);
-  free(sorted);
-  return 1;
 }
 
 /* Whether two of the count keys written to out (key_at: each one's start and end offsets, each
@@ -2195,12 +2160,12 @@ sized:;
         key_at[2 * i + 1] = x->out.len;
       }
       if (pair)
-        pair[i] = (etf_pair_t){NULL, pos, x->out.len - pos, 0};
+        pair[i] = (etf_pair_t){pos, x->out.len, 0, NULL};
       etf_value(x, pairs[2 * i + 1], depth + 1);
       if (pair)
         pair[i].end = x->out.len;
     }
-    if (pair && !x->failed && !x->out.failed && !etf_sort_pairs(&x->out, pair, count))
+    if (pair && !x->failed && !x->out.failed && sm_etf_sort_pairs(&x->out, pair, count) < 0)
       x->failed = 1;
     if (key_at && !x->failed && !x->out.failed && etf_keys_repeat(&x->out, key_at, count))
       x->failed = 1; /* Erlang refuses a map with a key twice: no term */

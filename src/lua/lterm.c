@@ -25,7 +25,6 @@
 ** Decoding trusts nothing: every length is checked against the bytes left, nesting is bounded
 ** (ETF_MAX_DEPTH), and a size hint never asks for more slots than the bytes could fill.
 */
-#define _GNU_SOURCE /* qsort_r */
 #include "lterm.h"
 
 #include "io/dist.h"
@@ -188,7 +187,7 @@ typedef struct tenc {
   etf_buf_t out;     /* its bytes: that userdata's (grow_userdata) */
   int nkeys;         /* tables entered: keys[0..nkeys-1] are the stack slots of their keys */
   int keys[ETF_MAX_DEPTH + 1];
-  int in_key;        /* > 0 while a table that is a map's key is encoded (sort_pairs) */
+  int in_key;        /* > 0 while a table that is a map's key is encoded (sm_etf_sort_pairs) */
 } tenc_t;
 
 static void enc_fail(tenc_t *e, int nkeys, const char *what)
@@ -254,38 +253,6 @@ static void enc_field(tenc_t *e, int t, int depth)
   lua_rawget(L, t);
   enc_value(e, lua_gettop(L), depth + 1);
   lua_pop(L, 2);
-}
-
-/* A map's pair in the output: its bytes [at, end), its key's [at, key_end). */
-typedef struct pair_span {
-  size_t at, key_end, end;
-} pair_span_t;
-
-static int key_order(const void *a, const void *b, void *bytes)
-{
-  const pair_span_t *x = a, *y = b;
-  size_t nx = x->key_end - x->at, ny = y->key_end - y->at;
-  int c = memcmp((unsigned char *)bytes + x->at, (unsigned char *)bytes + y->at,
-                 nx < ny ? nx : ny);
-  return c ? c : (nx > ny) - (nx < ny);
-}
-
-/* Puts the n pairs just written (contiguous, from span[0].at to span[n - 1].end) in the order
-** of their keys' bytes. Inside a map's key, every map is written so: two keys that are maps with
-** the same pairs, set in different orders, then encode alike, and the check for a key twice
-** sees them (Erlang compares maps by their pairs, and refuses a map with a key twice). */
-static void sort_pairs(tenc_t *e, pair_span_t *span, size_t n)
-{
-  lua_State *L = e->L;
-  size_t from = span[0].at, len = span[n - 1].end - from;
-  qsort_r(span, n, sizeof *span, key_order, e->out.b);
-  unsigned char *sorted = lua_newuserdata(L, len), *p = sorted;
-  for (size_t i = 0; i < n; i++) {
-    memcpy(p, e->out.b + span[i].at, span[i].end - span[i].at);
-    p += span[i].end - span[i].at;
-  }
-  memcpy(e->out.b + from, sorted, len);
-  lua_pop(L, 1);
 }
 
 static void enc_table(tenc_t *e, int t, int depth)
@@ -369,7 +336,7 @@ static void enc_table(tenc_t *e, int t, int depth)
       ** bytes): Erlang refuses a map with a key twice. Only a map with such a key pays for the
       ** check, a set of the keys' bytes. */
       int seen = 0, spans = 0;
-      pair_span_t *span = NULL;
+      etf_pair_t *span = NULL;
       size_t i = 0;
       if (e->in_key && count > 1) {
         span = lua_newuserdata(L, count * sizeof *span);
@@ -388,10 +355,8 @@ static void enc_table(tenc_t *e, int t, int depth)
         e->in_key += table_key;
         enc_value(e, key, depth + 1);
         e->in_key -= table_key;
-        if (span && i < count) {
-          span[i].at = at;
-          span[i].key_end = e->out.len;
-        }
+        if (span && i < count) /* inside a key, its maps' pairs go in one order (etf.h) */
+          span[i] = (etf_pair_t){at, e->out.len, 0, NULL};
         if (seen) {
           lua_pushlstring(L, (const char *)e->out.b + at, e->out.len - at);
           lua_pushvalue(L, -1);
@@ -409,8 +374,8 @@ static void enc_table(tenc_t *e, int t, int depth)
         i++;
         lua_pop(L, 1);
       }
-      if (span && i == count)
-        sort_pairs(e, span, count);
+      if (span && i == count && sm_etf_sort_pairs(&e->out, span, count) < 0)
+        luaL_error(L, "not enough memory");
       if (seen)
         lua_remove(L, seen);
       if (spans)

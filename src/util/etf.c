@@ -4,6 +4,7 @@
 #include "etf.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t fail(etf_error_t *err, enum etf_fault fault, size_t at)
@@ -266,4 +267,32 @@ void sm_etf_put_local_ref(etf_buf_t *buf, const char *node, size_t len, uint64_t
   sm_etf_put(buf, b, ref_head(b));
   sm_etf_put_atom(buf, node, len);
   sm_etf_put(buf, b, ref_tail(b, ref, creation));
+}
+
+static int key_order(const void *a, const void *b)
+{
+  const etf_pair_t *x = a, *y = b;
+  size_t nx = x->key_end - x->at, ny = y->key_end - y->at;
+  int c = memcmp(x->p, y->p, nx < ny ? nx : ny);
+  return c ? c : (nx > ny) - (nx < ny);
+}
+
+int sm_etf_sort_pairs(etf_buf_t *buf, etf_pair_t *pair, size_t n)
+{
+  if (n < 2)
+    return 0;
+  size_t from = pair[0].at, len = pair[n - 1].end - from;
+  unsigned char *sorted = malloc(len), *q = sorted;
+  if (!sorted)
+    return -1;
+  for (size_t i = 0; i < n; i++) /* the buffer is written: its bytes stay where they are now */
+    pair[i].p = buf->b + pair[i].at;
+  qsort(pair, n, sizeof *pair, key_order);
+  for (size_t i = 0; i < n; i++) {
+    memcpy(q, pair[i].p, pair[i].end - pair[i].at);
+    q += pair[i].end - pair[i].at;
+  }
+  memcpy(buf->b + from, sorted, len);
+  free(sorted);
+  return 0;
 }

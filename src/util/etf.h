@@ -73,6 +73,21 @@ void sm_etf_put_local_pid(etf_buf_t *buf, const char *node, size_t len, uint64_t
 void sm_etf_put_local_ref(etf_buf_t *buf, const char *node, size_t len, uint64_t ref,
                           uint32_t creation);
 
+/* A map's pair written into a buffer: its bytes [at, end), its key's [at, key_end); `p` is
+** sm_etf_sort_pairs' own. */
+typedef struct etf_pair {
+  size_t at, key_end, end;
+  const unsigned char *p;
+} etf_pair_t;
+
+/* Puts the n pairs written one after another into buf (from pair[0].at to pair[n - 1].end) in
+** the order of their keys' bytes, a key that begins another first, and `pair` in that order too.
+** Every map inside a map's key is written so, by smarm.term.encode (lterm.c) and by the reasons
+** that go to Erlang (codec.c): two keys that are maps with the same pairs set in different orders
+** are then the same bytes, as they are one term to Erlang, which refuses a map with a key twice.
+** Returns 0, or -1 when memory is out (buf unchanged). */
+int sm_etf_sort_pairs(etf_buf_t *buf, etf_pair_t *pair, size_t n);
+
 static inline uint32_t sm_etf_be32(const unsigned char *p)
 {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
