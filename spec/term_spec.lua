@@ -248,7 +248,7 @@ describe("smarm.term", function()
       for i = 20, 1, -1 do second["k" .. try .. "_" .. i] = i end
       if order(first) ~= order(second) then break end
     end
-    assert.are_not.equal(order(first), order(second))
+    assert(order(first) ~= order(second), "100 tries gave the two keys one order")
     assert.are.equal("smarm.term.encode: value[table]" .. dup_msg,
       select(2, pcall(T.encode, { [first] = 1, [second] = 2 })))
     local back = T.decode(T.encode({ [first] = "first" }))
