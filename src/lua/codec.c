@@ -2011,36 +2011,6 @@ static uint64_t etf_index_key(const unsigned char *k, const unsigned char *end, 
   return v >= 1 && v <= (double)limit && v == floor(v) ? (uint64_t)v : 0;
 }
 
-typedef struct etf_key {
-  const unsigned char *p;
-  size_t n;
-} etf_key_t;
-
-static int etf_key_order(const void *a, const void *b)
-{
-  const etf_key_t *x = a, *y = b;
-  if (x->n != y->n)
-    return x->n < y->n ? -1 : 1;
-  return memcmp(x->p, y->p, x->n);
-}
-
-/* Whether two of the count keys written to out (key_at: each one's start and end offsets, each
-** pair followed by its value's) are the same bytes: sorted, so a big map costs n log n. */
-static int etf_keys_repeat(const etf_buf_t *out, const size_t *key_at, size_t count)
-{
-  etf_key_t *keys = malloc((count ? count : 1) * sizeof *keys);
-  if (!keys)
-    return 1; /* cannot tell: no term rather than one Erlang may refuse */
-  for (size_t i = 0; i < count; i++)
-    keys[i] = (etf_key_t){out->b + key_at[2 * i], key_at[2 * i + 1] - key_at[2 * i]};
-  qsort(keys, count, sizeof *keys, etf_key_order);
-  int repeat = 0;
-  for (size_t i = 1; i < count && !repeat; i++)
-    repeat = etf_key_order(&keys[i - 1], &keys[i]) == 0;
-  free(keys);
-  return repeat;
-}
-
 static const unsigned char *etf_table(etf_out_t *x, const unsigned char *p, int depth, int mark)
 {
   if (x->end - p < 9 || (*p != T_TABLE && *p != T_STABLE)) {
@@ -2144,9 +2114,11 @@ sized:;
       alike |= tag == T_TABLE || tag == T_STABLE || tag == T_TUPLE || tag == T_MAP ||
                tag == T_BINV;
     }
-    size_t *key_at = alike ? malloc(2 * count * sizeof *key_at) : NULL;
-    etf_pair_t *pair = x->in_key && count > 1 ? malloc(count * sizeof *pair) : NULL;
-    if ((alike && !key_at) || (x->in_key && count > 1 && !pair))
+    /* the pairs' places, for the check of a key twice and for the order of a map inside a
+    ** key (util/etf.h), both by the keys' bytes */
+    int order = x->in_key && count > 1;
+    etf_pair_t *pair = alike || order ? malloc(count * sizeof *pair) : NULL;
+    if ((alike || order) && !pair)
       x->failed = 1;
     for (size_t i = 0; i < count && !x->failed; i++) {
       size_t pos = x->out.len;
@@ -2155,22 +2127,17 @@ sized:;
       x->in_key += table_key;
       etf_value(x, pairs[2 * i], depth + 1);
       x->in_key -= table_key;
-      if (key_at) {
-        key_at[2 * i] = pos;
-        key_at[2 * i + 1] = x->out.len;
-      }
       if (pair)
         pair[i] = (etf_pair_t){pos, x->out.len, 0, NULL};
       etf_value(x, pairs[2 * i + 1], depth + 1);
       if (pair)
         pair[i].end = x->out.len;
     }
-    if (pair && !x->failed && !x->out.failed && sm_etf_sort_pairs(&x->out, pair, count) < 0)
-      x->failed = 1;
-    if (key_at && !x->failed && !x->out.failed && etf_keys_repeat(&x->out, key_at, count))
+    if (alike && !x->failed && !x->out.failed && sm_etf_order_pairs(&x->out, pair, count))
       x->failed = 1; /* Erlang refuses a map with a key twice: no term */
+    if (order && !x->failed && !x->out.failed && sm_etf_sort_pairs(&x->out, pair, count) < 0)
+      x->failed = 1;
     free(pair);
-    free(key_at);
   }
   free(at);
   free(pairs);

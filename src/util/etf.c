@@ -277,6 +277,17 @@ static int key_order(const void *a, const void *b)
   return c ? c : (nx > ny) - (nx < ny);
 }
 
+int sm_etf_order_pairs(const etf_buf_t *buf, etf_pair_t *pair, size_t n)
+{
+  for (size_t i = 0; i < n; i++) /* the buffer is written: its bytes stay where they are now */
+    pair[i].p = buf->b + pair[i].at;
+  qsort(pair, n, sizeof *pair, key_order);
+  for (size_t i = 1; i < n; i++)
+    if (key_order(&pair[i - 1], &pair[i]) == 0)
+      return 1;
+  return 0;
+}
+
 int sm_etf_sort_pairs(etf_buf_t *buf, etf_pair_t *pair, size_t n)
 {
   if (n < 2)
@@ -285,9 +296,7 @@ int sm_etf_sort_pairs(etf_buf_t *buf, etf_pair_t *pair, size_t n)
   unsigned char *sorted = malloc(len), *q = sorted;
   if (!sorted)
     return -1;
-  for (size_t i = 0; i < n; i++) /* the buffer is written: its bytes stay where they are now */
-    pair[i].p = buf->b + pair[i].at;
-  qsort(pair, n, sizeof *pair, key_order);
+  sm_etf_order_pairs(buf, pair, n);
   for (size_t i = 0; i < n; i++) {
     memcpy(q, pair[i].p, pair[i].end - pair[i].at);
     q += pair[i].end - pair[i].at;

@@ -80,12 +80,16 @@ typedef struct etf_pair {
   const unsigned char *p;
 } etf_pair_t;
 
+/* Orders `pair` (not the bytes) by its keys' bytes in buf, a key that begins another first, and
+** says whether two keys are the same bytes (1) or not (0): Erlang refuses a map with a key twice.
+*/
+int sm_etf_order_pairs(const etf_buf_t *buf, etf_pair_t *pair, size_t n);
 /* Puts the n pairs written one after another into buf (from pair[0].at to pair[n - 1].end) in
-** the order of their keys' bytes, a key that begins another first, and `pair` in that order too.
-** Every map inside a map's key is written so, by smarm.term.encode (lterm.c) and by the reasons
-** that go to Erlang (codec.c): two keys that are maps with the same pairs set in different orders
-** are then the same bytes, as they are one term to Erlang, which refuses a map with a key twice.
-** Returns 0, or -1 when memory is out (buf unchanged). */
+** that order, and `pair` too (its offsets are then the pairs' old places). Every map inside a
+** map's key is written so, by smarm.term.encode (lterm.c) and by the reasons that go to Erlang
+** (codec.c): two keys that are maps with the same pairs set in different orders are then the
+** same bytes, as they are one term to Erlang. Returns 0, or -1 when memory is out (buf
+** unchanged). */
 int sm_etf_sort_pairs(etf_buf_t *buf, etf_pair_t *pair, size_t n);
 
 static inline uint32_t sm_etf_be32(const unsigned char *p)
