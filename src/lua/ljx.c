@@ -410,11 +410,9 @@ int sm_ljx_field_is(lua_State *L, int rec, int value)
   return 0;
 }
 
-/* A table's snapshot: a copy of its slots, compared byte for byte. Exact (a hash of them, four
-** lanes of multiplies, was the spawner's largest cost in a loop of spawn_on, which looks at
-** package.loaded each time: lrebind.c), and memcmp runs at the memory's speed. */
-/* What a snapshot records before the slots' bytes: where the slots lie and how many there are.
-** A table that moved its slots or changed its size differs here already. */
+/* A table's snapshot: a copy of its slots, compared byte for byte (exact, where a hash of them
+** left a 2^-53 chance, at about its cost: docs/perf.md). First where the slots lie and how many
+** there are, so that a table that moved its slots or changed its size differs there already. */
 typedef struct snap_head {
   const void *t, *array, *node;
   uint32_t asize, hmask;

@@ -207,8 +207,8 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath)
   lua_pushlightuserdata(L, (void *)&paths_key);
   lua_insert(L, -2);
   lua_rawset(L, LUA_REGISTRYINDEX);
-  /* The index judged requirability by the last run's paths: drop it. (A snapshot of the
-  ** paths table's address cannot tell: the new table may take the address of the one the index
+  /* The index judged requirability by the last run's paths: drop it. (The paths table's
+  ** address cannot tell: the new table may take the address of the one the index
   ** was built under, a few runs back.) */
   drop_index(L);
 }
@@ -358,16 +358,11 @@ static int requirable(lua_State *L, int package, const char *name)
   return found;
 }
 
-/* Fills names (at stack slot `names`) from package.loaded: modules first, so that a module that
-** is also a field of another (string, _G.string) is found as itself. */
-static void build(lua_State *L, int package, int names)
+/* Fills names (at stack slot `names`) from package.loaded (at `loaded`, a table): modules first,
+** so that a module that is also a field of another (string, _G.string) is found as itself. */
+static void build(lua_State *L, int package, int loaded, int names)
 {
-  lua_getfield(L, package, "loaded");
-  int loaded = lua_gettop(L);
-  if (!lua_istable(L, loaded)) {
-    lua_pop(L, 1);
-    return;
-  }
+  int top = lua_gettop(L);
   lua_newtable(L); /* the requirable modules' names -> their tables (for the second pass) */
   int ok = lua_gettop(L);
   lua_pushnil(L);
@@ -488,7 +483,7 @@ static void build(lua_State *L, int package, int names)
     }
     lua_settop(L, mod - 1);
   }
-  lua_settop(L, loaded - 1);
+  lua_settop(L, top);
 }
 
 void sm_lrebind_push_names(lua_State *L)
@@ -528,8 +523,8 @@ void sm_lrebind_push_names(lua_State *L)
   lua_pushliteral(L, "k");
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, names);
-  if (lua_istable(L, package)) /* else no package library: nothing is known by name */
-    build(L, package, names);
+  if (lua_istable(L, loaded)) /* else no package library: nothing is known by name */
+    build(L, package, loaded, names);
   lua_pushvalue(L, names);
   lua_rawseti(L, ix, 2);
   lua_pushlightuserdata(L, (void *)&index_key);
