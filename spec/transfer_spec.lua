@@ -665,18 +665,28 @@ describe("functions a module holds", function()
       function(mod) package.loaded[NAME] = mod end)
   end)
 
-  -- The index's snapshot of package.loaded was sized, its userdata made, then written: the
-  -- allocation may run a GC step and with it finalizers, and one that stored into
-  -- package.loaded could resize it in between, so that the snapshot was written past its end
-  -- (a heap overflow under ASan; a segfault in a release build). Every send here finds
-  -- package.loaded changed and makes the index again, while garbage whose finalizers resize it
-  -- piles up. In a process of its own: a small package.loaded makes the index quickly, so that
-  -- many of the finalizers run in that allocation (busted's takes longer than the whole run).
-  it("makes its index while finalizers resize package.loaded", function()
+  -- Runs `text` (a script that ends printing "true" once its finalizers or hooks have run) in a
+  -- process of its own, by the executable: a small package.loaded makes the index quickly, so
+  -- that the changes below land while it is made (busted's takes longer than the whole run).
+  local function run_script(text)
     if not os.getenv("SMARM_EXE") then
       return pending("SMARM_EXE is not set (./dev.sh test sets it)")
     end
-    local text = [[
+    local name = os.tmpname() .. ".lua"
+    local f = assert(io.open(name, "w"))
+    f:write((text:gsub("HANG", tostring(HANG))))
+    f:close()
+    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
+    os.remove(name)
+    assert.are.equal(0, status, err)
+    assert.are.equal("true\n", out)
+  end
+
+  -- Every send of a function here finds package.loaded changed and makes the index again, while
+  -- garbage piles up whose finalizers take away every key of package.loaded named PREFIX.. and
+  -- add others, until it grows to another size. VALUE: what those keys hold.
+  local function churned_loaded(value)
+    return ([[
       local smarm = require("smarm")
       local PREFIX = "finalized_"
       local loaded, added = package.loaded, 0
@@ -684,9 +694,9 @@ describe("functions a module holds", function()
         for k in pairs(loaded) do
           if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then loaded[k] = nil end
         end
-        for _ = 1, 1 + added % 200 do
+        for _ = 1, 1 + added %% 200 do
           added = added + 1
-          loaded[PREFIX .. added] = true
+          loaded[PREFIX .. added] = %s
         end
       end
       collectgarbage("setpause", 10)
@@ -699,15 +709,83 @@ describe("functions a module holds", function()
         assert(smarm.receive(HANG)[2] == i)
       end
       print(added > 0)
-    ]]
-    local name = os.tmpname() .. ".lua"
-    local f = assert(io.open(name, "w"))
-    f:write((text:gsub("HANG", tostring(HANG))))
-    f:close()
-    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
-    os.remove(name)
-    assert.are.equal(0, status, err)
-    assert.are.equal("true\n", out) -- the finalizers ran
+    ]]):format(value)
+  end
+
+  -- The index's snapshot of package.loaded was sized, its userdata made, then written: the
+  -- allocation may run a GC step and with it finalizers, and one that stored into
+  -- package.loaded could resize it in between, so that the snapshot was written past its end
+  -- (a heap overflow under ASan; a segfault in a release build).
+  it("makes its index while finalizers resize package.loaded", function()
+    run_script(churned_loaded("true"))
+  end)
+
+  -- The walk of package.loaded asked smarm.core for a submodule through its __index (a Lua
+  -- function: smarm.console and smarm.top load lazily), whose trace exits drive a GC cycle's
+  -- end even with the collector held, and a finalizer took the key the walk stood on: the send
+  -- raised "invalid key to 'next'" (modules that are tables are the keys it looks up).
+  it("makes its index while finalizers take away the module it stands on", function()
+    run_script(churned_loaded("{}"))
+  end)
+
+  -- The walk of package.loaded called package.searchpath for each module, and a script's own
+  -- searchpath (a Lua function) may change package.loaded: it is walked in a copy.
+  it("makes its index while package.searchpath changes package.loaded", function()
+    run_script([[
+      local smarm = require("smarm")
+      local loaded, searchpath, n = package.loaded, package.searchpath, 0
+      for i = 1, 50 do loaded["walked_" .. i] = {} end
+      package.searchpath = function(name, path) -- every key the walk may stand on goes
+        for k in pairs(loaded) do
+          if type(k) == "string" and k:match("^walked_") then loaded[k] = nil end
+        end
+        for _ = 1, 64 do
+          n = n + 1
+          loaded["walked_" .. n] = {}
+        end
+        return searchpath(name, path)
+      end
+      local me = smarm.self()
+      local function g() end
+      for i = 1, 20 do
+        smarm.send(me, { g, i })
+        assert(smarm.receive(HANG)[2] == i)
+      end
+      package.searchpath = searchpath
+      print(n > 0)
+    ]])
+  end)
+
+  -- The index walks each module's fields while it allocates, and an allocation's GC step may
+  -- run finalizers: one that emptied the module being walked and grew it made the next step of
+  -- the walk raise "invalid key to 'next'". The collector is held while the index is made.
+  it("makes its index while finalizers change a module it walks", function()
+    run_script([[
+      local smarm = require("smarm")
+      local m, added = {}, 0
+      for i = 1, 100 do m["u" .. i] = newproxy() end
+      package.loaded.bit = m -- a module every VM has: its userdata are named by the index
+      local churn
+      function churn() -- a finalizer: the module loses its fields and grows
+        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
+        for k in pairs(m) do m[k] = nil end
+        for _ = 1, 200 do
+          added = added + 1
+          m["u" .. added] = newproxy()
+        end
+      end
+      collectgarbage("setpause", 10)
+      collectgarbage("setstepmul", 1000)
+      getmetatable(newproxy(true)).__gc = churn
+      local me = smarm.self()
+      local function g() end
+      for i = 1, 300 do
+        package.loaded.churn_round = i -- package.loaded changes: each send makes the index
+        smarm.send(me, { g, i })
+        assert(smarm.receive(HANG)[2] == i)
+      end
+      print(added > 0)
+    ]])
   end)
 end)
 

@@ -6,6 +6,7 @@
 #include "linfo.h"
 
 #include "lfaults.h"
+#include "ljx.h"
 #include "lpark.h"
 #include "lpid.h"
 #include "lterm.h"
@@ -294,10 +295,10 @@ void sm_linfo_on_dump(const smarm_actor_info_t *actor, void *userdata)
     return;
   lua_State *L = vm->L;
   int top = lua_gettop(L);
-  lua_gc(L, LUA_GCSTOP, 0);
+  uint64_t threshold = sm_ljx_gc_hold(L);
   if (lua_cpcall(L, dump_traceback, head ? head->co : NULL) != 0)
     fprintf(stderr, "    (no traceback: %s)\n", lua_tostring(L, -1));
-  lua_gc(L, LUA_GCRESTART, 0);
+  sm_ljx_gc_release(L, threshold);
   lua_settop(L, top);
 }
 

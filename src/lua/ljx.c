@@ -34,6 +34,9 @@
 **                          traceback from a signal handler (lj_debug_frame, lj_debug_framepc,
 **                          lj_debug_line, proto_chunkname: no allocation), only in the C state
 **                          (vmstate LJ_VMST_C: the interpreter stored L->base before the call).
+**   global_State.gc.total, gc.threshold   read and written: bytes charged and discharged
+**                          (sm_ljx_gc_charge), and the collector held by a threshold it
+**                          never reaches (sm_ljx_gc_hold), the old one given back after.
 **   lua_State.base, top    a classic C function's arguments, read in place (sm_ljx_args_nil).
 **   TValue.u64             a value's bits, read from the top of the stack and written into a
 **                          new stack slot (sm_ljx_top_bits, sm_ljx_push_bits).
@@ -175,6 +178,16 @@ void sm_ljx_gc_discharge(lua_State *L, size_t n)
   global_State *g = G(L);
   g->gc.total = g->gc.total > (GCSize)n ? g->gc.total - (GCSize)n : 0;
 }
+
+uint64_t sm_ljx_gc_hold(lua_State *L)
+{
+  global_State *g = G(L);
+  uint64_t threshold = (uint64_t)g->gc.threshold;
+  g->gc.threshold = LJ_MAX_MEM;
+  return threshold;
+}
+
+void sm_ljx_gc_release(lua_State *L, uint64_t threshold) { G(L)->gc.threshold = (GCSize)threshold; }
 
 int sm_ljx_hook_left(lua_State *L) { return (int)G(L)->hookcount; }
 

@@ -59,6 +59,11 @@ size_t sm_ljx_gc_total(lua_State *L);
 ** __gc too). */
 void sm_ljx_gc_charge(lua_State *L, size_t n);
 void sm_ljx_gc_discharge(lua_State *L, size_t n);
+/* Holds the VM's collector: no step runs (so no finalizer) until sm_ljx_gc_release gives back
+** the threshold hold returned, as it was (lua_gc's stop and restart would lose it, and restart a
+** collector the script had stopped). */
+uint64_t sm_ljx_gc_hold(lua_State *L);
+void sm_ljx_gc_release(lua_State *L, uint64_t threshold);
 
 /* Whether a __gc finalizer is running (of this VM: the actor's own code or not). */
 int sm_ljx_in_finalizer(lua_State *L);

@@ -85,6 +85,22 @@ static const char replaced_key;
 ** unloaded and required again replaces its record, and the old one is not kept alive. */
 static const char loaded_key;
 
+/* Calls fn with the nargs values on the top as its arguments, leaving nresults, with the
+** collector held (sm_ljx_gc_hold): no GC step runs meanwhile, so no finalizer. fn walks tables a
+** finalizer may change, package.loaded above all, while it allocates: a finalizer that removed
+** the key a lua_next walk stands on and grew the table made the next lua_next raise "invalid
+** key to 'next'", out of a send. Errors (out of memory) pass on, the collector given back. */
+static void call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults)
+{
+  uint64_t threshold = sm_ljx_gc_hold(L);
+  lua_pushcfunction(L, fn);
+  lua_insert(L, -nargs - 1);
+  int rc = lua_pcall(L, nargs, nresults, 0);
+  sm_ljx_gc_release(L, threshold);
+  if (rc != 0)
+    lua_error(L);
+}
+
 /* Drops the VM's index: the next message that needs it makes it anew. */
 static void drop_index(lua_State *L)
 {
@@ -121,30 +137,26 @@ static void record(lua_State *L, int records, int name, int mod)
   lua_rawset(L, records);
 }
 
-void sm_lrebind_loaded(lua_State *L, int name, int mod)
+/* (name, module): records it (call_held: record walks the module) */
+static int record_held(lua_State *L)
 {
-  name = name < 0 ? lua_gettop(L) + name + 1 : name;
-  mod = mod < 0 ? lua_gettop(L) + mod + 1 : mod;
   lvm_push_registry_table(L, &loaded_key, NULL);
-  record(L, lua_gettop(L), name, mod);
-  lua_pop(L, 1);
+  record(L, 3, 1, 2);
   drop_index(L);
+  return 0;
 }
 
-void sm_lrebind_loaded_all(lua_State *L)
+void sm_lrebind_loaded(lua_State *L, int name, int mod)
 {
-  lua_getglobal(L, "package");
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_getfield(L, -1, "loaded");
-  lua_remove(L, -2);
-  if (!lua_istable(L, -1)) {
-    lua_pop(L, 1);
-    return;
-  }
-  int loaded = lua_gettop(L);
+  lua_pushvalue(L, name);
+  lua_pushvalue(L, mod < 0 ? mod - 1 : mod);
+  call_held(L, record_held, 2, 0);
+}
+
+/* (package.loaded): records what it holds (call_held) */
+static int record_all_held(lua_State *L)
+{
+  int loaded = 1;
   lvm_push_registry_table(L, &loaded_key, NULL);
   int records = lua_gettop(L);
   lua_pushnil(L);
@@ -164,8 +176,20 @@ void sm_lrebind_loaded_all(lua_State *L)
     }
     lua_pop(L, 1);
   }
-  lua_pop(L, 2);
   drop_index(L);
+  return 0;
+}
+
+void sm_lrebind_loaded_all(lua_State *L)
+{
+  int top = lua_gettop(L);
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "loaded");
+    if (lua_istable(L, -1))
+      call_held(L, record_all_held, 1, 0);
+  }
+  lua_settop(L, top);
 }
 
 /* smarm._loaded(name, module) -> module: what the require smarm installs calls when it has
@@ -319,8 +343,9 @@ static int is_submodule(lua_State *L, int package, const char *name)
   lua_getfield(L, package, "loaded");
   lua_getfield(L, -1, "smarm.core");
   int yes = 0;
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, name + 6);
+  if (lua_istable(L, -1)) { /* raw: smarm.core's __index is Lua (smarm.console, .top) */
+    lua_pushstring(L, name + 6);
+    lua_rawget(L, -2);
     lua_getfield(L, -3, name);
     yes = lua_istable(L, -1) && lua_rawequal(L, -1, -2);
     lua_pop(L, 2);
@@ -363,10 +388,34 @@ static int requirable(lua_State *L, int package, const char *name)
 static void build(lua_State *L, int package, int loaded, int names)
 {
   int top = lua_gettop(L);
-  lua_newtable(L); /* the requirable modules' names -> their tables (for the second pass) */
-  int ok = lua_gettop(L);
+  /* package.loaded's pairs, copied before any is looked at: requirable calls package.searchpath,
+  ** which a script may have made a Lua function that changes package.loaded (a lua_next walk
+  ** whose key is gone raises "invalid key to 'next'"). The copy is made in room made first, so
+  ** that copying allocates nothing. */
+  int n = 0;
   lua_pushnil(L);
   while (lua_next(L, loaded) != 0) {
+    n++;
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, 2 * n, 0);
+  int pairs = lua_gettop(L), i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, loaded) != 0) {
+    if (i == 2 * n) { /* (cannot happen: nothing ran in between) */
+      lua_pop(L, 2);
+      break;
+    }
+    lua_rawseti(L, pairs, i + 2);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, pairs, i + 1);
+    i += 2;
+  }
+  lua_newtable(L); /* the requirable modules' names -> their tables (for the second pass) */
+  int ok = lua_gettop(L);
+  for (int k = 1; k < i; k += 2) {
+    lua_rawgeti(L, pairs, k);
+    lua_rawgeti(L, pairs, k + 1);
     int t = lua_type(L, -1);
     if (lua_type(L, -2) == LUA_TSTRING &&
         (t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
@@ -380,7 +429,7 @@ static void build(lua_State *L, int package, int loaded, int names)
         lua_rawset(L, ok);
       }
     }
-    lua_pop(L, 1);
+    lua_pop(L, 2);
   }
   /* the standard globals by identity, as { "", name }: the receiver takes its own (a script's
   ** own global functions, and a standard one it replaced, are not named: they travel) */
@@ -486,6 +535,35 @@ static void build(lua_State *L, int package, int loaded, int names)
   lua_settop(L, top);
 }
 
+/* (package, package.loaded) -> names: makes the VM's index anew (call_held: nothing changes
+** package.loaded between its snapshot and the walks) */
+static int make_index(lua_State *L)
+{
+  int package = 1, loaded = 2;
+  lua_createtable(L, 2, 0);
+  int ix = lua_gettop(L);
+  size_t size = sm_ljx_table_snap_size(L, loaded);
+  if (!sm_ljx_table_snap(L, loaded, lua_newuserdata(L, size), size)) {
+    lua_pop(L, 1); /* (cannot happen while the collector is held; the next look rebuilds) */
+    lua_pushnil(L);
+  }
+  lua_rawseti(L, ix, 1);
+  lua_newtable(L); /* weak keys: the index must not keep replaced modules alive */
+  int names = lua_gettop(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, names);
+  if (lua_istable(L, loaded)) /* else no package library: nothing is known by name */
+    build(L, package, loaded, names);
+  lua_pushvalue(L, names);
+  lua_rawseti(L, ix, 2);
+  lua_pushlightuserdata(L, (void *)&index_key);
+  lua_pushvalue(L, ix);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
 void sm_lrebind_push_names(lua_State *L)
 {
   lua_pushlightuserdata(L, (void *)&index_key);
@@ -509,27 +587,8 @@ void sm_lrebind_push_names(lua_State *L)
     }
   }
   pthread_once(&fresh_once, fresh_learn);
-  lua_createtable(L, 2, 0);
-  lua_replace(L, ix);
-  size_t size = sm_ljx_table_snap_size(L, loaded);
-  if (!sm_ljx_table_snap(L, loaded, lua_newuserdata(L, size), size)) {
-    lua_pop(L, 1); /* a finalizer resized package.loaded: no snapshot, the next look rebuilds */
-    lua_pushnil(L);
-  }
-  lua_rawseti(L, ix, 1);
-  lua_newtable(L); /* weak keys: the index must not keep replaced modules alive */
-  int names = lua_gettop(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, names);
-  if (lua_istable(L, loaded)) /* else no package library: nothing is known by name */
-    build(L, package, loaded, names);
-  lua_pushvalue(L, names);
-  lua_rawseti(L, ix, 2);
-  lua_pushlightuserdata(L, (void *)&index_key);
-  lua_pushvalue(L, ix);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_settop(L, loaded);
+  call_held(L, make_index, 2, 1);
   lua_replace(L, ix);
   lua_settop(L, ix);
 }
