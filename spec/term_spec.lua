@@ -6,6 +6,7 @@ local smarm = require("smarm")
 local T = smarm.term
 
 local guard = dofile("spec/support/guard.lua")
+local shell = dofile("spec/support/shell.lua")
 
 local function unhex(h) return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end)) end
 local function hex(s) return (s:gsub(".", function(c) return string.format("%02X", c:byte()) end)) end
@@ -313,6 +314,47 @@ describe("smarm.term", function()
       local ok, err = pcall(T.decode, table.concat(b))
       assert(ok or err:match("^smarm.term.decode: "), err)
     end
+  end)
+
+  it("refuses a term too deep for the actor's C stack, not crashing the process", function()
+    -- 199 nested tuples (400 bytes, within the 200 levels) took 1 KiB of C stack a level: they
+    -- reached the guard page of a 128 KiB stack (-S 128K), aborting the process, and of the
+    -- default 256 KiB under ASan; and a decode from where little stack is left (inside nested
+    -- gsub callbacks, which stop with 64 KiB left) overflowed with far fewer levels. Now each
+    -- container checks the room left, and the error names the decoder.
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local name = os.tmpname() .. ".lua"
+    local f = assert(io.open(name, "w"))
+    f:write([[
+      local T = require("smarm").term
+      local deep = "\131" .. ("\104\1"):rep(199) .. "\106"
+      local ok, err = pcall(T.decode, deep)
+      print(ok or err)
+      local innermost = true
+      local function f() -- to the last gsub callback: less than 72 KiB of stack left
+        local ok2, err2 = pcall(string.gsub, "x", "x", f)
+        if not ok2 and innermost then
+          innermost = false
+          print(select(2, pcall(T.decode, deep)))
+        end
+        if not ok2 then error(err2, 0) end
+        return err2
+      end
+      pcall(f)
+      print(T.decode("\131\104\1\104\1\97\7")[1][1])
+    ]])
+    f:close()
+    local out, err, status = shell.run("sh -c '$1 -s 1 -S 128K \"$2\"' sh \"$SMARM_EXE\" " .. name)
+    os.remove(name)
+    assert.are.equal(0, status, err)
+    local too_deep = "smarm.term.decode: term nested too deeply for the actor's C stack at byte %d+"
+    local lines = {}
+    for line in out:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.are.equal(3, #lines, out)
+    assert(lines[1] == "true" or lines[1]:match("^" .. too_deep .. "$"), lines[1])
+    assert.matches("^" .. too_deep .. "$", lines[2])
+    assert.are.equal("7", lines[3])
   end)
 
   it("decodes integers just beyond 2^53 as opaque integers, not rounded", function()

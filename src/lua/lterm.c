@@ -23,7 +23,9 @@
 ** naming the path; so do this runtime's own pids and refs, until it is a node.
 **
 ** Decoding trusts nothing: every length is checked against the bytes left, nesting is bounded
-** (ETF_MAX_DEPTH), and a size hint never asks for more slots than the bytes could fill.
+** (ETF_MAX_DEPTH, and the C stack left: each container checks it before its elements, as the
+** checked gsub does, see lreentry.h), and a size hint never asks for more slots than the bytes
+** could fill.
 */
 #include "lterm.h"
 
@@ -31,7 +33,9 @@
 #include "lbinary.h"
 #include "lpath.h"
 #include "lpid.h"
+#include "lreentry.h"
 #include "lvm.h"
+#include "smarm.h"
 #include "util/etf.h"
 
 #include <lauxlib.h>
@@ -604,6 +608,58 @@ static int push_own(tdec_t *d, const unsigned char *at)
   return 1;
 }
 
+/* The decoder's cases that need buffers of their own, out of line: every level of a nested term
+** has a frame of dec_term on the C stack, and their buffers in it made that frame 1 KiB. */
+
+/* The atom at `at` (any of its encodings), as push_atom pushes it. */
+static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *at, int nil_ok)
+{
+  const char *s;
+  size_t n;
+  int latin1;
+  d->p = read_atom(d->L, d->start, at, d->end, &s, &n, &latin1);
+  if (latin1) { /* Latin-1 to UTF-8: what Erlang calls the same atom */
+    char utf8[2 * 255 * 2];
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 2 <= sizeof utf8; i++) {
+      unsigned char c = (unsigned char)s[i];
+      if (c < 0x80) {
+        utf8[o++] = (char)c;
+      } else {
+        utf8[o++] = (char)(0xc0 | c >> 6);
+        utf8[o++] = (char)(0x80 | (c & 0x3f));
+      }
+    }
+    push_atom(d->L, utf8, o, nil_ok);
+  } else {
+    if (utf8_chars((const unsigned char *)s, n) < 0) /* smarm.atom refuses such a name too */
+      bad(d->L, d->start, at, "an atom that is not UTF-8");
+    push_atom(d->L, s, n, nil_ok);
+  }
+}
+
+/* The float at `at` in the old format: "%.20e" in 31 bytes. */
+static __attribute__((noinline)) void dec_old_float(tdec_t *d, const unsigned char *at)
+{
+  char text[32];
+  memcpy(text, need(d, 31), 31);
+  text[31] = '\0';
+  char *stop;
+  double v = strtod(text, &stop);
+  if (stop == text || !isfinite(v))
+    bad(d->L, d->start, at, "bad float");
+  lua_pushnumber(d->L, v);
+}
+
+/* Before the elements of the container at `at`: they nest a level deeper on the C stack, which
+** must keep its reserve (lreentry.h) for what a level calls (an opaque term's walk, ETF_MAX_DEPTH
+** levels at most; an allocation's collection step) and for an error's unwinding. */
+static void enter_container(tdec_t *d, const unsigned char *at)
+{
+  if (smarm_stack_headroom() < LREENTRY_RESERVE)
+    bad(d->L, d->start, at, "term nested too deeply for the actor's C stack");
+}
+
 static void dec_term(tdec_t *d, int depth, int nil_ok)
 {
   lua_State *L = d->L;
@@ -630,48 +686,18 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     lua_pushnumber(L, v.f);
     return;
   }
-  case ETF_FLOAT: { /* the old format: "%.20e" in 31 bytes */
-    char text[32];
-    memcpy(text, need(d, 31), 31);
-    text[31] = '\0';
-    char *stop;
-    double v = strtod(text, &stop);
-    if (stop == text || !isfinite(v))
-      bad(L, d->start, at, "bad float");
-    lua_pushnumber(L, v);
+  case ETF_FLOAT:
+    dec_old_float(d, at);
     return;
-  }
   case ETF_SMALL_BIG:
     push_big(d, at, *need(d, 1));
     return;
   case ETF_LARGE_BIG:
     push_big(d, at, sm_etf_be32(need(d, 4)));
     return;
-  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8: {
-    const char *s;
-    size_t n;
-    int latin1;
-    d->p = read_atom(L, d->start, at, d->end, &s, &n, &latin1);
-    if (latin1) { /* Latin-1 to UTF-8: what Erlang calls the same atom */
-      char utf8[2 * 255 * 2];
-      size_t o = 0;
-      for (size_t i = 0; i < n && o + 2 <= sizeof utf8; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x80) {
-          utf8[o++] = (char)c;
-        } else {
-          utf8[o++] = (char)(0xc0 | c >> 6);
-          utf8[o++] = (char)(0x80 | (c & 0x3f));
-        }
-      }
-      push_atom(L, utf8, o, nil_ok);
-    } else {
-      if (utf8_chars((const unsigned char *)s, n) < 0) /* smarm.atom refuses such a name too */
-        bad(L, d->start, at, "an atom that is not UTF-8");
-      push_atom(L, s, n, nil_ok);
-    }
+  case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8:
+    dec_atom(d, at, nil_ok);
     return;
-  }
   case ETF_BINARY: {
     size_t n = sm_etf_be32(need(d, 4));
     lua_pushlstring(L, (const char *)need(d, n), n);
@@ -693,6 +719,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     return;
   case ETF_LIST: {
     uint32_t n = sm_etf_be32(need(d, 4));
+    enter_container(d, at);
     /* each element takes a byte at least: a bad count cannot ask for more slots */
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 0);
     for (uint32_t i = 0; i < n; i++) {
@@ -710,6 +737,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
     uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : sm_etf_be32(need(d, 4));
+    enter_container(d, at);
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);
     int holes = 0;
@@ -730,6 +758,7 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
   }
   case ETF_MAP: {
     uint32_t n = sm_etf_be32(need(d, 4));
+    enter_container(d, at);
     lua_createtable(L, 0, n <= (size_t)(d->end - d->p) / 2 ? (int)n : 0);
     sm_lterm_mark_table(L, -1, LTERM_MAP);
     for (uint32_t i = 0; i < n; i++) {
