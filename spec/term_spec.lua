@@ -290,12 +290,18 @@ describe("smarm.term", function()
       { "\131\99" .. ("nan"):rep(10) .. "n", "bad float at byte 2" },
       { "\131\119\2\255\254", "an atom that is not UTF-8 at byte 2" },
       { "\131\119\3\237\160\128", "an atom that is not UTF-8 at byte 2" },
+      -- a fun M:F/A whose M or F is no atom (Erlang refuses it) decoded, and then tostring of
+      -- it raised "smarm.term.decode: not an atom"
+      { "\131\113\97\1\119\1f\97\2", "not an atom at byte 3" },
+      { "\131\113\119\1m\108\0\0\0\0\106\97\2", "not an atom at byte 6" },
+      { "\131\108\0\0\0\1\97\1\113\119\1m\97\1\97\2", "not an atom at byte 13" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])
       assert.is_false(ok)
       assert.are.equal("smarm.term.decode: " .. c[2], err)
     end
+    assert.are.equal("#Fun<m:f/2>", tostring(T.decode("\131\113\119\1m\119\1f\97\2")))
     assert.has_error(function() T.decode("\131\97\1", 5) end,
       "bad argument #2 to 'decode' (position out of the string)")
     -- a stream of terms, one after the other

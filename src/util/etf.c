@@ -105,11 +105,18 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
                   : (*p == ETF_NEW_REFERENCE ? 1 : 4) + 4 * ((size_t)p[1] << 8 | p[2]);
     return n - q < rest ? fail(err, ETF_FAULT_TRUNCATED, at) : q + rest;
   }
-  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: case ETF_EXPORT: {
-    size_t hdr = *p == ETF_EXPORT ? 0 : *p == ETF_SMALL_TUPLE ? 1 : 4;
+  case ETF_EXPORT: { /* fun M:F/A: two atoms (erts refuses anything else), then the arity */
+    size_t q = at + 1;
+    for (int i = 0; i < 2; i++)
+      if (!(q = sm_etf_atom(b, n, q, &s, &len, &latin1, err)))
+        return 0;
+    return sm_etf_skip(b, n, q, depth + 1, err);
+  }
+  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: {
+    size_t hdr = *p == ETF_SMALL_TUPLE ? 1 : 4;
     if (left < hdr)
       return fail(err, ETF_FAULT_TRUNCATED, at);
-    uint64_t count = *p == ETF_EXPORT ? 3 : hdr == 1 ? p[1] : sm_etf_be32(p + 1);
+    uint64_t count = hdr == 1 ? p[1] : sm_etf_be32(p + 1);
     if (*p == ETF_MAP)
       count *= 2;
     if (*p == ETF_LIST)
