@@ -295,6 +295,12 @@ describe("smarm.term", function()
       { "\131\113\97\1\119\1f\97\2", "not an atom at byte 3" },
       { "\131\113\119\1m\108\0\0\0\0\106\97\2", "not an atom at byte 6" },
       { "\131\108\0\0\0\1\97\1\113\119\1m\97\1\97\2", "not an atom at byte 13" },
+      -- atoms have at most 255 characters (binary_to_term refuses more): 600 Latin-1 ones
+      -- arrived cut to 510, and 256 UTF-8 ones made an atom smarm.atom refuses
+      { "\131\100\2\88" .. ("\233"):rep(600), "an atom of more than 255 characters at byte 2" },
+      { "\131\118\1\0" .. ("a"):rep(256), "an atom of more than 255 characters at byte 2" },
+      { "\131\104\1\118\2\0" .. ("\195\169"):rep(256),
+        "an atom of more than 255 characters at byte 4" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])
@@ -302,6 +308,8 @@ describe("smarm.term", function()
       assert.are.equal("smarm.term.decode: " .. c[2], err)
     end
     assert.are.equal("#Fun<m:f/2>", tostring(T.decode("\131\113\119\1m\119\1f\97\2")))
+    assert.are.equal(smarm.atom(("é"):rep(255)), T.decode("\131\100\0\255" .. ("\233"):rep(255)))
+    assert.are.equal(smarm.atom(("é"):rep(255)), T.decode("\131\118\1\254" .. ("é"):rep(255)))
     assert.has_error(function() T.decode("\131\97\1", 5) end,
       "bad argument #2 to 'decode' (position out of the string)")
     -- a stream of terms, one after the other

@@ -618,10 +618,13 @@ static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *a
   size_t n;
   int latin1;
   d->p = read_atom(d->L, d->start, at, d->end, &s, &n, &latin1);
+  long chars = latin1 ? (long)n : utf8_chars((const unsigned char *)s, n);
+  if (chars > ATOM_MAX_CHARS) /* binary_to_term refuses it; smarm.atom too */
+    bad(d->L, d->start, at, "an atom of more than 255 characters");
   if (latin1) { /* Latin-1 to UTF-8: what Erlang calls the same atom */
-    char utf8[2 * 255 * 2];
+    char utf8[2 * ATOM_MAX_CHARS];
     size_t o = 0;
-    for (size_t i = 0; i < n && o + 2 <= sizeof utf8; i++) {
+    for (size_t i = 0; i < n; i++) {
       unsigned char c = (unsigned char)s[i];
       if (c < 0x80) {
         utf8[o++] = (char)c;
@@ -632,7 +635,7 @@ static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *a
     }
     push_atom(d->L, utf8, o, nil_ok);
   } else {
-    if (utf8_chars((const unsigned char *)s, n) < 0) /* smarm.atom refuses such a name too */
+    if (chars < 0) /* smarm.atom refuses such a name too */
       bad(d->L, d->start, at, "an atom that is not UTF-8");
     push_atom(d->L, s, n, nil_ok);
   }
