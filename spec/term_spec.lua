@@ -301,6 +301,12 @@ describe("smarm.term", function()
       { "\131\118\1\0" .. ("a"):rep(256), "an atom of more than 255 characters at byte 2" },
       { "\131\104\1\118\2\0" .. ("\195\169"):rep(256),
         "an atom of more than 255 characters at byte 4" },
+      -- a bitstring's last byte holds 1 to 8 bits, none only when it has no bytes (erts
+      -- refuses the rest): 200 bits in one byte printed as #Bits<200>
+      { "\131\77\0\0\0\1\200\0", "bad bit count of a bitstring at byte 2" },
+      { "\131\77\0\0\0\1\0\255", "bad bit count of a bitstring at byte 2" },
+      { "\131\77\0\0\0\0\1", "bad bit count of a bitstring at byte 2" },
+      { "\131\108\0\0\0\0\77\0\0\0\2\9\0\0", "bad bit count of a bitstring at byte 7" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(T.decode, c[1])
@@ -308,6 +314,7 @@ describe("smarm.term", function()
       assert.are.equal("smarm.term.decode: " .. c[2], err)
     end
     assert.are.equal("#Fun<m:f/2>", tostring(T.decode("\131\113\119\1m\119\1f\97\2")))
+    assert.are.equal("#Bits<11>", tostring(T.decode("\131\77\0\0\0\2\3\0\224")))
     assert.are.equal(smarm.atom(("é"):rep(255)), T.decode("\131\100\0\255" .. ("\233"):rep(255)))
     assert.are.equal(smarm.atom(("é"):rep(255)), T.decode("\131\118\1\254" .. ("é"):rep(255)))
     assert.has_error(function() T.decode("\131\97\1", 5) end,

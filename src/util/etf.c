@@ -23,6 +23,7 @@ const char *sm_etf_fault_text(enum etf_fault fault)
   case ETF_FAULT_COMPRESSED: return "a compressed term (not supported)";
   case ETF_FAULT_CACHE_REF: return "an atom cache reference";
   case ETF_FAULT_NOT_ATOM: return "not an atom";
+  case ETF_FAULT_BAD_BITS: return "bad bit count of a bitstring";
   default: return "malformed term";
   }
 }
@@ -87,6 +88,9 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
         if (!(q = sm_etf_skip(b, end, q, depth + 1, err)))
           return 0;
       return q == end ? end : fail(err, ETF_FAULT_TRUNCATED, at);
+    } else if (*p == ETF_BIT_BINARY && left > hdr && ((p[5] == 0) != (size == 0) || p[5] > 8)) {
+      /* the bits of its last byte that count: 1 to 8, 0 only with no bytes (erts' rule) */
+      return fail(err, ETF_FAULT_BAD_BITS, at);
     } else {
       fixed = hdr + size + (*p == ETF_SMALL_BIG || *p == ETF_LARGE_BIG || *p == ETF_BIT_BINARY);
     }

@@ -29,7 +29,7 @@ enum etf_tag {
 /* Why a walk stopped: sm_etf_fault_text names it for people. */
 enum etf_fault {
   ETF_FAULT_NONE, ETF_FAULT_TRUNCATED, ETF_FAULT_UNKNOWN_TAG, ETF_FAULT_TOO_DEEP,
-  ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM
+  ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM, ETF_FAULT_BAD_BITS
 };
 
 typedef struct etf_error {
@@ -41,8 +41,8 @@ typedef struct etf_error {
 const char *sm_etf_fault_text(enum etf_fault fault);
 
 /* The offset just past the term at b[at] within b[0..n), at `depth` levels of nesting already;
-** 0 on a malformed term (a length past n, an unknown tag, deeper than ETF_MAX_DEPTH), with *err
-** saying why and where. */
+** 0 on a malformed term (a length past n, an unknown tag, deeper than ETF_MAX_DEPTH, what erts
+** refuses in a fun's names or a bitstring's bit count), with *err saying why and where. */
 size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_error_t *err);
 
 /* The atom at b[at] (any of its four encodings): its name in *s, *len (Latin-1 or UTF-8, as
