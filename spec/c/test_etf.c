@@ -55,6 +55,35 @@ TEST(lengths_that_claim_more_than_there_is_fail)
   CHECK_EQ(err.fault, ETF_FAULT_CACHE_REF);
 }
 
+/* What erts' binary_to_term refuses, though every length holds: a fun M:F/A whose M or F is not
+** an atom (its __tostring read them as atoms), a bitstring whose last byte has no bits or more
+** than 8 (it printed as #Bits<200>, and went back to Erlang that way). */
+TEST(what_erts_refuses_fails)
+{
+  static const unsigned char export_int[] = {113, 97, 1, 119, 1, 'f', 97, 2};
+  static const unsigned char export_list[] = {113, 119, 1, 'm', 106, 97, 2};
+  static const unsigned char export_ok[] = {113, 119, 1, 'm', 119, 1, 'f', 97, 2};
+  static const unsigned char bits_200[] = {77, 0, 0, 0, 1, 200, 0};
+  static const unsigned char bits_0[] = {77, 0, 0, 0, 1, 0, 0};
+  static const unsigned char bits_empty[] = {77, 0, 0, 0, 0, 1};
+  static const unsigned char bits_ok[] = {77, 0, 0, 0, 1, 8, 0};
+  etf_error_t err;
+  CHECK_EQ(sm_etf_skip(export_int, sizeof export_int, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_NOT_ATOM);
+  CHECK_EQ(err.at, 1);
+  CHECK_EQ(sm_etf_skip(export_list, sizeof export_list, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_NOT_ATOM);
+  CHECK_EQ(err.at, 4);
+  CHECK_EQ(sm_etf_skip(export_ok, sizeof export_ok, 0, 0, &err), sizeof export_ok);
+  CHECK_EQ(sm_etf_skip(bits_200, sizeof bits_200, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_BAD_BITS);
+  CHECK_EQ(sm_etf_skip(bits_0, sizeof bits_0, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_BAD_BITS);
+  CHECK_EQ(sm_etf_skip(bits_empty, sizeof bits_empty, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_BAD_BITS);
+  CHECK_EQ(sm_etf_skip(bits_ok, sizeof bits_ok, 0, 0, &err), sizeof bits_ok);
+}
+
 /* Random bytes after each tag, in a buffer of exactly their size (ASan sees one byte past it):
 ** the walk ends within the bytes or fails. */
 TEST(random_bytes_never_lead_it_past_the_end)
