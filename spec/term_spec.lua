@@ -424,6 +424,49 @@ describe("smarm.term", function()
       assert.are.equal("map", T.type(m[2]))
     end
   end)
+
+  -- A map is walked while its keys and values are encoded, which allocates, and an allocation's
+  -- GC step may run finalizers: one that took the key the walk stood on and grew the map made
+  -- the encode raise "invalid key to 'next'", and one that added or took keys wrote other pairs
+  -- than the count before them (a term that decodes as something else, or not at all). The
+  -- finalizers here take the map's keys named f.. and add others; the keys k.. stay throughout.
+  -- In a process of its own, by the executable: the GC settings below make it likely.
+  it("encodes a map while finalizers change it", function()
+    if not os.getenv("SMARM_EXE") then
+      return pending("SMARM_EXE is not set (./dev.sh test sets it)")
+    end
+    local name = os.tmpname() .. ".lua"
+    local f = assert(io.open(name, "w"))
+    f:write([[
+      local T = require("smarm").term
+      local m, added = {}, 0
+      for i = 1, 64 do m["k" .. i] = { i } end -- tables: each allocates as it is encoded
+      local churn
+      function churn() -- a finalizer: the keys f.. go, others come, until the map grows
+        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
+        for k in pairs(m) do
+          if k:sub(1, 1) == "f" then m[k] = nil end
+        end
+        for _ = 1, 1 + added % 100 do
+          added = added + 1
+          m["f" .. added] = { 0 }
+        end
+      end
+      collectgarbage("setpause", 10)
+      collectgarbage("setstepmul", 1000)
+      getmetatable(newproxy(true)).__gc = churn
+      for _ = 1, 1000 do
+        local back = T.decode(T.encode(m))
+        for i = 1, 64 do assert(back["k" .. i][1] == i, "k" .. i) end
+      end
+      print(added > 0)
+    ]])
+    f:close()
+    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
+    os.remove(name)
+    assert.are.equal(0, status, err)
+    assert.are.equal("true\n", out) -- the finalizers ran
+  end)
 end)
 
 describe("smarm.term with Erlang", function()

@@ -189,6 +189,17 @@ uint64_t sm_ljx_gc_hold(lua_State *L)
 
 void sm_ljx_gc_release(lua_State *L, uint64_t threshold) { G(L)->gc.threshold = (GCSize)threshold; }
 
+void sm_ljx_call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults)
+{
+  uint64_t threshold = sm_ljx_gc_hold(L);
+  lua_pushcfunction(L, fn);
+  lua_insert(L, -nargs - 1);
+  int rc = lua_pcall(L, nargs, nresults, 0);
+  sm_ljx_gc_release(L, threshold);
+  if (rc != 0)
+    lua_error(L);
+}
+
 int sm_ljx_hook_left(lua_State *L) { return (int)G(L)->hookcount; }
 
 void sm_ljx_set_hook_left(lua_State *L, int left)

@@ -31,6 +31,7 @@
 
 #include "io/dist.h"
 #include "lbinary.h"
+#include "ljx.h"
 #include "lpath.h"
 #include "lpid.h"
 #include "lreentry.h"
@@ -469,7 +470,7 @@ static void enc_value(tenc_t *e, int idx, int depth)
 }
 
 /* Pushes the external format of the value at idx (with the version byte) as a string. */
-static void push_encoded(lua_State *L, int idx, const char *root)
+static void encode_value(lua_State *L, int idx, const char *root)
 {
   tenc_t *e = lua_newuserdata(L, sizeof *e); /* the state, off the C stack: it is large */
   int state = lua_gettop(L);
@@ -487,6 +488,31 @@ static void push_encoded(lua_State *L, int idx, const char *root)
   lua_pushlstring(L, (const char *)e->out.b, e->out.len);
   lua_replace(L, state);
   lua_settop(L, state);
+}
+
+/* (value, root): encode_value under sm_ljx_call_held */
+static int encode_held(lua_State *L)
+{
+  encode_value(L, 1, lua_touserdata(L, 2));
+  return 1;
+}
+
+/* encode_value with the collector held over a table: a map is walked with lua_next while its
+** keys and values are encoded, which allocates (the buffer, the set of tables being visited), and
+** an allocation's GC step may run a finalizer that changes the map. One that took the key the
+** walk stood on and grew the map made the next lua_next raise "invalid key to 'next'"; one that
+** added or took keys made the map's pairs other than the count written before them (a term that
+** decodes as something else, or not at all). Nothing here runs Lua code. A big value's garbage
+** (the buffer outgrown, the visiting set) waits for the collector until the encoding is done. */
+static void push_encoded(lua_State *L, int idx, const char *root)
+{
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    encode_value(L, idx, root);
+    return;
+  }
+  lua_pushvalue(L, idx);
+  lua_pushlightuserdata(L, (void *)root);
+  sm_ljx_call_held(L, encode_held, 2, 1);
 }
 
 /* ---- Decoding ------------------------------------------------------------------------------ */
