@@ -52,6 +52,45 @@ describe("smarm.process.run", function()
     assert.are.equal(9 + 3000000, #r.stdout)
   end)
 
+  -- opts.env was walked with lua_next while its NAME=value strings were made, and making one
+  -- may run a GC step and with it finalizers: one that took the name the walk stood on and grew
+  -- env made run raise "invalid key to 'next'". The finalizers here take env's names F.. and
+  -- add others. In a smarm of its own: the GC settings below make it likely.
+  it("reads opts.env while finalizers change it", function()
+    local exe = os.getenv("SMARM_EXE")
+    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
+    local code = [[
+      local smarm = require("smarm")
+      local env, added = {}, 0
+      for i = 1, 64 do env["K" .. i] = "v" end
+      local churn
+      function churn() -- a finalizer: the names F.. go, others come, until env grows
+        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
+        for k in pairs(env) do
+          if k:sub(1, 1) == "F" then env[k] = nil end
+        end
+        for _ = 1, 1 + added % 100 do
+          added = added + 1
+          env["F" .. added] = "w"
+        end
+      end
+      collectgarbage("setpause", 10)
+      collectgarbage("setstepmul", 1000)
+      getmetatable(newproxy(true)).__gc = churn
+      for _ = 1, 200 do
+        local r, err = smarm.process.run({ "sh", "-c", 'test "$K64" = v' }, { env = env })
+        assert(r and r.status == 0, err)
+      end
+      print(added > 0)
+    ]]
+    local r = guard.run(function()
+      return smarm.process.run({ "sh", "-c", '$1 -s 1 -e "$2"', "sh", exe, code },
+        { timeout = 5 * HANG })
+    end)
+    assert.are.equal("true\n", r.stdout, r.stderr)
+    assert.are.equal(0, r.status, r.stderr)
+  end)
+
   it("reports a program that cannot start, one killed by a signal, and a timeout", function()
     local r = guard.run(function()
       return { missing = { smarm.process.run({ "/no/such/program" }) },

@@ -19,6 +19,7 @@
 #include "lhandle.h"
 #include "lbinary.h"
 #include "lio.h"
+#include "ljx.h"
 #include "lpark.h"
 #include "lsignal.h"
 #include "ltcp.h"
@@ -92,6 +93,33 @@ static void opt_error(lua_State *L, const char *name, const char *what)
                                       luaL_typename(L, -1)));
 }
 
+/* (env, fname) -> opts.env's pairs as NAME=value strings, in a list; raises naming fname for a
+** pair that is not a name and a string. Under sm_ljx_call_held: each string made may run a GC
+** step, and a finalizer that took the name the lua_next walk stood on and grew env made the next
+** lua_next raise "invalid key to 'next'" out of smarm.process.run. */
+static int env_strings(lua_State *L)
+{
+  const char *fname = lua_touserdata(L, 2);
+  lua_newtable(L);
+  int list = lua_gettop(L), n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1) != 0) {
+    size_t nlen, vlen;
+    const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nlen) : NULL;
+    const char *value = lua_isstring(L, -1) ? lua_tolstring(L, -1, &vlen) : NULL;
+    if (!name || !value)
+      luaL_error(L, "smarm.process.%s: opts.env must map names to strings", fname);
+    if (memchr(name, 0, nlen) || memchr(name, '=', nlen) || memchr(value, 0, vlen))
+      luaL_error(L, "smarm.process.%s: opts.env's names and values hold no NUL byte, and its "
+                    "names no '='",
+                 fname);
+    lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+    lua_rawseti(L, list, ++n);
+    lua_pop(L, 1);
+  }
+  return 1;
+}
+
 /* Fills r's argv from the array at 1 and cwd and env from the options at 2 (raises on bad
 ** types, naming fname). */
 static void read_program(lua_State *L, proc_req_t *r, const char *fname)
@@ -113,24 +141,9 @@ static void read_program(lua_State *L, proc_req_t *r, const char *fname)
   if (!lua_isnil(L, -1)) {
     if (!lua_istable(L, -1))
       opt_error(L, "env", "a table");
-    lua_newtable(L); /* as NAME=value strings */
-    int list = lua_gettop(L), n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, list - 1) != 0) {
-      size_t nlen, vlen;
-      const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &nlen) : NULL;
-      const char *value = lua_isstring(L, -1) ? lua_tolstring(L, -1, &vlen) : NULL;
-      if (!name || !value)
-        luaL_error(L, "smarm.process.%s: opts.env must map names to strings", fname);
-      if (memchr(name, 0, nlen) || memchr(name, '=', nlen) || memchr(value, 0, vlen))
-        luaL_error(L, "smarm.process.%s: opts.env's names and values hold no NUL byte, and its "
-                      "names no '='",
-                   fname);
-      lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
-      lua_rawseti(L, list, ++n);
-      lua_pop(L, 1);
-    }
-    r->env = string_list(L, list, 2, "opts.env"); /* strings without NUL bytes (above) */
+    lua_pushlightuserdata(L, (void *)fname);
+    sm_ljx_call_held(L, env_strings, 2, 1);
+    r->env = string_list(L, lua_gettop(L), 2, "opts.env"); /* no NUL bytes (env_strings) */
   }
   lua_settop(L, top);
 }
