@@ -191,9 +191,9 @@ void sm_ljx_gc_release(lua_State *L, uint64_t threshold) { G(L)->gc.threshold = 
 
 void sm_ljx_call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults)
 {
-  uint64_t threshold = sm_ljx_gc_hold(L);
-  lua_pushcfunction(L, fn);
+  lua_pushcfunction(L, fn); /* (before the hold: it may raise, out of memory) */
   lua_insert(L, -nargs - 1);
+  uint64_t threshold = sm_ljx_gc_hold(L);
   int rc = lua_pcall(L, nargs, nresults, 0);
   sm_ljx_gc_release(L, threshold);
   if (rc != 0)
