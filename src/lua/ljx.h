@@ -168,7 +168,8 @@ typedef struct ljx_scalar {
 ** the stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
 ** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
 ** the entry. Empty slots are skipped. The table must not be changed while it is walked; a change
-** made meanwhile (a finalizer's) may skip or repeat entries but reads nothing out of bounds. */
+** made meanwhile (a finalizer's) may skip or repeat entries but reads nothing out of bounds (the
+** codec holds the collector over a walk that may run a GC step: its may_collect). */
 int sm_ljx_table_next(const void *t, uint32_t *at, ljx_scalar_t *key, ljx_scalar_t *value);
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
 void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
