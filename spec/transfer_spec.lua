@@ -756,6 +756,39 @@ describe("functions a module holds", function()
     ]])
   end)
 
+  -- The names were looked up when the encoder first met a function, in the middle of the walk
+  -- of the table holding it, and remaking them calls package.searchpath: a script's (a Lua
+  -- function) that changed that table moved its entries, and the walk skipped some (a key the
+  -- table held throughout went missing at the receiver). Such a message is encoded again with
+  -- the names looked up before anything is walked.
+  it("keeps every key of a table that package.searchpath changes while it is sent", function()
+    run_script([[
+      local smarm = require("smarm")
+      local searchpath, m, n = package.searchpath, {}, 0
+      for i = 1, 64 do m["k" .. i] = i end
+      m.g = function() end
+      package.searchpath = function(name, path) -- the keys f.. go, others come
+        for k in pairs(m) do
+          if k:sub(1, 1) == "f" then m[k] = nil end
+        end
+        for _ = 1, 1 + n % 100 do
+          n = n + 1
+          m["f" .. n] = n
+        end
+        return searchpath(name, path)
+      end
+      local me = smarm.self()
+      for i = 1, 100 do
+        package.loaded.churn_round = i -- package.loaded changes: each send makes the index
+        smarm.send(me, m)
+        local back = smarm.receive(HANG)
+        for j = 1, 64 do assert(back["k" .. j] == j, "k" .. j) end
+      end
+      package.searchpath = searchpath
+      print(n > 0)
+    ]])
+  end)
+
   -- The index walks each module's fields while it allocates, and an allocation's GC step may
   -- run finalizers: one that emptied the module being walked and grew it made the next step of
   -- the walk raise "invalid key to 'next'". The collector is held while the index is made.
