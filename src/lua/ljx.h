@@ -67,9 +67,9 @@ void sm_ljx_gc_release(lua_State *L, uint64_t threshold);
 /* Calls fn with the nargs values on the top as its arguments, leaving nresults, with the
 ** collector held: for a C walk of a table a script can reach (lua_next, sm_ljx_table_next) while
 ** it allocates, whose GC step could run a finalizer that changes the table under the walk (the
-** next lua_next raises "invalid key to 'next'"; entries are skipped or repeated). No Lua code may
-** run in fn: a trace exit drives a cycle's end, finalizers too, whatever the threshold. Errors
-** pass on, the collector given back. (lrebind.c's call_held, for the other modules.) */
+** next lua_next raises "invalid key to 'next'"; entries are skipped or repeated). Lua code that
+** fn runs is not covered (a trace exit drives a cycle's end, finalizers too, whatever the
+** threshold): none may run during such a walk. Errors pass on, the collector given back. */
 void sm_ljx_call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults);
 
 /* Whether a __gc finalizer is running (of this VM: the actor's own code or not). */

@@ -85,22 +85,6 @@ static const char replaced_key;
 ** unloaded and required again replaces its record, and the old one is not kept alive. */
 static const char loaded_key;
 
-/* Calls fn with the nargs values on the top as its arguments, leaving nresults, with the
-** collector held (sm_ljx_gc_hold): no GC step runs meanwhile, so no finalizer. fn walks tables a
-** finalizer may change, package.loaded above all, while it allocates: a finalizer that removed
-** the key a lua_next walk stands on and grew the table made the next lua_next raise "invalid
-** key to 'next'", out of a send. Errors (out of memory) pass on, the collector given back. */
-static void call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults)
-{
-  uint64_t threshold = sm_ljx_gc_hold(L);
-  lua_pushcfunction(L, fn);
-  lua_insert(L, -nargs - 1);
-  int rc = lua_pcall(L, nargs, nresults, 0);
-  sm_ljx_gc_release(L, threshold);
-  if (rc != 0)
-    lua_error(L);
-}
-
 /* Drops the VM's index: the next message that needs it makes it anew. */
 static void drop_index(lua_State *L)
 {
@@ -137,7 +121,7 @@ static void record(lua_State *L, int records, int name, int mod)
   lua_rawset(L, records);
 }
 
-/* (name, module): records it (call_held: record walks the module) */
+/* (name, module): records it (sm_ljx_call_held: record walks the module) */
 static int record_held(lua_State *L)
 {
   lvm_push_registry_table(L, &loaded_key, NULL);
@@ -150,10 +134,10 @@ void sm_lrebind_loaded(lua_State *L, int name, int mod)
 {
   lua_pushvalue(L, name);
   lua_pushvalue(L, mod < 0 ? mod - 1 : mod);
-  call_held(L, record_held, 2, 0);
+  sm_ljx_call_held(L, record_held, 2, 0);
 }
 
-/* (package.loaded): records what it holds (call_held) */
+/* (package.loaded): records what it holds (sm_ljx_call_held) */
 static int record_all_held(lua_State *L)
 {
   int loaded = 1;
@@ -187,7 +171,7 @@ void sm_lrebind_loaded_all(lua_State *L)
   if (lua_istable(L, -1)) {
     lua_getfield(L, -1, "loaded");
     if (lua_istable(L, -1))
-      call_held(L, record_all_held, 1, 0);
+      sm_ljx_call_held(L, record_all_held, 1, 0);
   }
   lua_settop(L, top);
 }
@@ -535,8 +519,8 @@ static void build(lua_State *L, int package, int loaded, int names)
   lua_settop(L, top);
 }
 
-/* (package, package.loaded) -> names: makes the VM's index anew (call_held: nothing changes
-** package.loaded between its snapshot and the walks) */
+/* (package, package.loaded) -> names: makes the VM's index anew (under sm_ljx_call_held: nothing
+** changes package.loaded between its snapshot and the walks) */
 static int make_index(lua_State *L)
 {
   int package = 1, loaded = 2;
@@ -588,7 +572,7 @@ void sm_lrebind_push_names(lua_State *L)
   }
   pthread_once(&fresh_once, fresh_learn);
   lua_settop(L, loaded);
-  call_held(L, make_index, 2, 1);
+  sm_ljx_call_held(L, make_index, 2, 1);
   lua_replace(L, ix);
   lua_settop(L, ix);
 }
