@@ -113,25 +113,23 @@ typedef struct enc {
   uint32_t nbins;       /* binaries met (their userdata: at bins_idx) */
   uint32_t nstrings;    /* of them, long strings' */
   codec_moves_t *moves; /* the handles met, in list order */
-  int walks;            /* tables being walked (enc_table) */
   int held;             /* this encode runs with the collector held (encode_held) */
-  int restart;          /* to be done again held: may_collect, or the names needed in a walk */
-  int names_wanted;     /* the names were needed (enc_named) */
+  int restart;          /* a table moved under its walk: to be done again, held (table_moved) */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
-/* Called before the encoder does what may run a GC step: an allocation, a string pushed, the
-** VM's names looked up (sm_lrebind_push_names, which may call a package.searchpath of the
-** script's). A step may run a __gc finalizer, and one that changes a table being walked
-** (sm_ljx_table_next reads its slots in place) makes the walk skip or repeat entries: a key the
-** table held throughout went missing from the message. So an encode that is not held and comes
-** here during a walk stops (each walk ends at its next entry) and is done again with the
-** collector held (encode_held). Most messages never come here: a few tables and scalars are
-** encoded in buffers on the C stack and need no Lua allocation. */
-static void may_collect(enc_t *e)
+/* A table's entries moved while enc_table walked it (sm_ljx_table_next): an allocation of the
+** encoder ran a GC step, and a __gc finalizer grew the table or added a key that displaced
+** others, so that the walk would skip or repeat entries (a key the table held throughout went
+** missing from the message). The encode stops (each walk ends at its next entry) and is done
+** again with the collector held (encode_held), where no finalizer runs. Nothing is paid until a
+** table moves: most messages allocate nothing on the Lua heap. */
+static void table_moved(enc_t *e)
 {
-  if (e->walks && !e->held)
-    e->restart = 1;
+  if (e->held) /* nothing runs there that could move it (the names are looked up first) */
+    luaL_error(e->L, "%s: a table changed while it was encoded", e->root && *e->root ? e->root
+                                                                                   : "message");
+  e->restart = 1;
 }
 
 static int abs_index(lua_State *L, int idx)
@@ -209,7 +207,6 @@ static void reserve(enc_t *e, size_t n)
     cap *= 2;
   if (cap > ENC_MAX)
     cap = ENC_MAX;
-  may_collect(e);
   unsigned char *nb = lua_newuserdata(e->L, cap);
   memcpy(nb, e->buf, e->len);
   lua_replace(e->L, e->buf_idx); /* in its slot: a table walk keeps its key and value on top */
@@ -342,7 +339,6 @@ static void seen_add(enc_t *e, int idx)
     e->seen_at[e->ntables] = e->len;
   } else {
     if (lua_isnil(e->L, e->seen_idx)) {
-      may_collect(e);
       lua_newtable(e->L);
       lua_replace(e->L, e->seen_idx);
     }
@@ -430,10 +426,14 @@ static void enc_table(enc_t *e, int idx, int depth)
   ** table). */
   const void *t = lua_topointer(L, idx);
   uint32_t at = 0;
+  ljx_layout_t layout;
   ljx_scalar_t ks, vs;
   int scalars;
-  e->walks++;
-  while (!e->restart && (scalars = sm_ljx_table_next(t, &at, &ks, &vs)) != 0) {
+  while (!e->restart && (scalars = sm_ljx_table_next(t, &at, &layout, &ks, &vs)) != 0) {
+    if (scalars == LJX_TABLE_MOVED) {
+      table_moved(e);
+      break;
+    }
     if (scalars > 0 && !shareable(e, &ks) && !shareable(e, &vs)) {
       size_t need = scalar_size(&ks) + scalar_size(&vs);
       if (e->len + need > e->cap) { /* growing may collect: read the entry again after */
@@ -477,7 +477,6 @@ static void enc_table(enc_t *e, int idx, int depth)
     enc_value(e, value, depth + 1);
     lua_pop(L, 2);
   }
-  e->walks--;
   e->nkeys = level;
   put_byte(e, T_END);
   memcpy(e->buf + sizes_at, &narray, 4);
@@ -492,15 +491,6 @@ static int enc_named(enc_t *e, int idx, int tables)
   ensure_slots(e);
   luaL_checkstack(L, 6, "message");
   if (lua_isnil(L, e->names_idx)) {
-    /* sm_lrebind_push_names may remake the names, calling package.searchpath, which a script
-    ** may have made a Lua function: one that changes a table being walked (a trace exit of its
-    ** code may also run finalizers, even with the collector held). In a walk the encode is done
-    ** again, held, with the names looked up before anything is walked. */
-    e->names_wanted = 1;
-    if (e->walks)
-      e->restart = 1;
-    if (e->restart)
-      return 0;
     luaL_checkstack(L, 12, "message");
     sm_lrebind_push_names(L);
     lua_replace(L, e->names_idx);
@@ -541,7 +531,6 @@ static int64_t cell_seen(enc_t *e, const void *id, uint64_t here)
     e->cell_at[e->ncells] = here;
   } else {
     if (lua_isnil(L, e->cells_idx)) {
-      may_collect(e);
       lua_newtable(L);
       lua_replace(L, e->cells_idx);
     }
@@ -599,9 +588,6 @@ static void enc_function(enc_t *e, int idx, int depth)
 {
   lua_State *L = e->L;
   if (put_back_ref(e, idx, T_SFUNC))
-    return;
-  may_collect(e); /* its bytecode dumped, its upvalues' names pushed */
-  if (e->restart) /* (or enc_named stopped short: the names are not looked up yet) */
     return;
   if (lua_iscfunction(L, idx))
     fail_as(e, idx, "a C function that no loaded module holds");
@@ -663,7 +649,6 @@ static void enc_listed(enc_t *e, int idx, int as_string)
   ensure_slots(e);
   luaL_checkstack(L, 3, "message");
   if (lua_isnil(L, e->bins_idx)) {
-    may_collect(e);
     lua_createtable(L, 4, 0);
     lua_replace(L, e->bins_idx);
   }
@@ -728,7 +713,6 @@ static void enc_value(enc_t *e, int idx, int depth)
         }
         lua_pop(L, 1);
       }
-      may_collect(e); /* (it may make the binary) */
       if (sm_lbinary_push_shared(L, idx)) {
         enc_listed(e, idx, 1);
         return;
@@ -802,8 +786,6 @@ static void enc_value(enc_t *e, int idx, int depth)
       return;
     }
     if (!e->data_only && enc_named(e, idx, 0)) /* io.stdout: the receiver's own */
-      return;
-    if (e->restart) /* (enc_named stopped short) */
       return;
     break;
   }
@@ -892,9 +874,9 @@ static int ready_moves(lua_State *L, codec_moves_t *moves)
   return changed;
 }
 
-/* An encode done again with the collector held (may_collect): its arguments, and its result. */
+/* An encode done again with the collector held (table_moved): its arguments, and its result. */
 typedef struct held_encode {
-  int nvalues, data_only, readied, names_first;
+  int nvalues, data_only, readied;
   const char *root;
   codec_moves_t *moves;
   size_t tail;
@@ -919,12 +901,12 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
                            codec_moves_t *moves, size_t tail, const codec_call_t *call,
                            int data_only, int readied)
 {
-  held_encode_t a = {nvalues, data_only, readied, 0, root, moves, tail, call, NULL};
+  held_encode_t a = {nvalues, data_only, readied, root, moves, tail, call, NULL};
   return encode_pass(L, idx, &a, 0);
 }
 
 /* One encode of what `a` says (held: with the collector held, in encode_held): done again held
-** when one not held stopped to be (may_collect). */
+** when one not held found a table moved under its walk (table_moved). */
 static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, int held)
 {
   int nvalues = a->nvalues, data_only = a->data_only, readied = a->readied;
@@ -956,8 +938,9 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
   e.ncells = 0;
   e.nbins = e.nstrings = 0;
   e.data_only = data_only;
-  e.walks = e.restart = e.names_wanted = 0;
-  if (a->names_first) {
+  e.restart = 0;
+  if (held && !data_only) { /* remaking the names may call a script's package.searchpath, whose
+                            ** Lua code is not held (ljx.h): looked up before any walk */
     ensure_slots(&e);
     luaL_checkstack(L, 12, "message");
     sm_lrebind_push_names(L);
@@ -969,13 +952,10 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
     enc_values(&e, idx, nvalues);
   else
     enc_value(&e, idx, 0);
-  if (e.restart) { /* stopped short (may_collect): again, with the collector held */
+  if (e.restart) { /* stopped short (table_moved): again, with the collector held */
     give_back_buffer(&e); /* (restart comes in a walk: the slots are there) */
     lua_pop(L, ENC_SLOTS);
     held_encode_t again = *a;
-    again.names_first = e.names_wanted;
-    if (held)
-      return encode_pass(L, idx, &again, 1);
     int n = nvalues ? nvalues : 1;
     luaL_checkstack(L, n + 2, "message");
     for (int i = 0; i < n; i++)
@@ -992,7 +972,6 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
                     "actor uses it)", root && *root ? root : "message");
     held_encode_t again = *a;
     again.readied = readied + 1;
-    again.names_first = 0;
     return encode_pass(L, idx, &again, held);
   }
   int nh = moves->n;

@@ -164,13 +164,23 @@ typedef struct ljx_scalar {
   size_t len;
 } ljx_scalar_t;
 
+/* Where a walked table's entries lie (sm_ljx_table_next keeps it): its parts and the top of its
+** free nodes, which a new key that displaces another moves. */
+typedef struct ljx_layout {
+  const void *array, *node, *freetop;
+  uint32_t asize, hmask;
+} ljx_layout_t;
+#define LJX_TABLE_MOVED (-2)
 /* The entry at or after *at (0 to begin) of the table t (lua_topointer of it, while it is on
 ** the stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
 ** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
-** the entry. Empty slots are skipped. The table must not be changed while it is walked; a change
-** made meanwhile (a finalizer's) may skip or repeat entries but reads nothing out of bounds (the
-** codec holds the collector over a walk that may run a GC step: its may_collect). */
-int sm_ljx_table_next(const void *t, uint32_t *at, ljx_scalar_t *key, ljx_scalar_t *value);
+** the entry. Empty slots are skipped. *layout is the walk's: written when *at is 0, compared
+** after. A table changed meanwhile (a finalizer's doing, run by a GC step of the walker's
+** allocations) keeps every entry where it was, or gives LJX_TABLE_MOVED: it was grown, rehashed,
+** or a new key displaced an entry, so that the walk would skip or repeat some (the codec then
+** encodes again with the collector held). Nothing is read out of bounds either way. */
+int sm_ljx_table_next(const void *t, uint32_t *at, ljx_layout_t *layout, ljx_scalar_t *key,
+                      ljx_scalar_t *value);
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
 void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
 
