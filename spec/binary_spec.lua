@@ -216,8 +216,8 @@ describe("smarm.binary", function()
     -- there drops the message's last hold on the binary, and aggressive collection settings
     -- finish it off before the block is made, unless the encoder keeps it (it did not at
     -- first: a freed block arrived, #m[1] read as 1.97e18). The binary is a function's first
-    -- upvalue, functions the others: a table's walk is done with the collector held once the
-    -- encoder allocates in it (message_spec), but a function's upvalues are no walk.
+    -- upvalue, functions the others: a function's upvalues are no table walk, which the
+    -- encoder does again with the collector held when a finalizer moves the table's entries.
     local r = guard.run(function()
       local b = smarm.binary(("z"):rep(100000))
       local fns = {}

@@ -402,10 +402,9 @@ describe("smarm.send / smarm.receive", function()
 
   it("refuses sends from finalizers that run once an actor has ended", function()
     -- the crash reason is encoded after the actor's data is gone; finalizers that run then are
-    -- outside any actor, whatever they send. A big table is encoded with the collector held (no
-    -- finalizer may change it under the walk), so this one ends in a function, which a reason
-    -- cannot hold: what the held encode left to collect is collected as the reason's
-    -- description is made, in the same place, and the finalizers run there.
+    -- outside any actor, whatever they send. This one ends in a function, which a reason
+    -- cannot hold: the finalizers run as the reason is encoded or as its description is made,
+    -- both in that place.
     local arrived = smarm.run(function()
       local me = smarm.self()
       smarm.spawn(function()

@@ -874,9 +874,30 @@ static int ready_moves(lua_State *L, codec_moves_t *moves)
   return changed;
 }
 
+/* A handle that changed while it was readied (ready_moves) makes the encode go again, once. */
+static void readied_again(lua_State *L, const char *root, int readied)
+{
+  if (readied >= 2)
+    luaL_error(L, "%s: a socket in it changed again while it was readied to travel (another "
+                  "actor uses it)", root && *root ? root : "message");
+}
+
+/* Frees msg, an encode's block that is not to be sent: its handles stay the sender's (marked
+** taken, so that the drop hook, which releases its binaries, leaves them). */
+static void discard(smarm_msg_t *msg, const codec_moves_t *moves)
+{
+  if (msg && moves && moves->n) {
+    unsigned char *list = smarm_msg_data(msg);
+    for (int i = 0; i < moves->n; i++)
+      list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
+  }
+  smarm_msg_free(msg);
+}
+
 /* An encode done again with the collector held (table_moved): its arguments, and its result. */
 typedef struct held_encode {
   int nvalues, data_only, readied;
+  int names_at; /* in the held call: the stack slot of the VM's names, looked up before (0: none) */
   const char *root;
   codec_moves_t *moves;
   size_t tail;
@@ -886,11 +907,14 @@ typedef struct held_encode {
 
 static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, int held);
 
-/* (the value or values, the held_encode_t): encode_pass, under sm_ljx_call_held */
+/* (the value or values, [the VM's names,] the held_encode_t): encode_pass, under
+** sm_ljx_call_held */
 static int encode_held(lua_State *L)
 {
   held_encode_t *a = lua_touserdata(L, lua_gettop(L));
   lua_pop(L, 1);
+  int n = a->nvalues ? a->nvalues : 1;
+  a->names_at = lua_gettop(L) > n ? n + 1 : 0;
   a->m = encode_pass(L, 1, a, 1);
   return 0;
 }
@@ -901,7 +925,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
                            codec_moves_t *moves, size_t tail, const codec_call_t *call,
                            int data_only, int readied)
 {
-  held_encode_t a = {nvalues, data_only, readied, root, moves, tail, call, NULL};
+  held_encode_t a = {nvalues, data_only, readied, 0, root, moves, tail, call, NULL};
   return encode_pass(L, idx, &a, 0);
 }
 
@@ -939,11 +963,9 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
   e.nbins = e.nstrings = 0;
   e.data_only = data_only;
   e.restart = 0;
-  if (held && !data_only) { /* remaking the names may call a script's package.searchpath, whose
-                            ** Lua code is not held (ljx.h): looked up before any walk */
+  if (a->names_at) { /* (held) */
     ensure_slots(&e);
-    luaL_checkstack(L, 12, "message");
-    sm_lrebind_push_names(L);
+    lua_pushvalue(L, a->names_at);
     lua_replace(L, e.names_idx);
   }
   if (call)
@@ -955,24 +977,35 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
   if (e.restart) { /* stopped short (table_moved): again, with the collector held */
     give_back_buffer(&e); /* (restart comes in a walk: the slots are there) */
     lua_pop(L, ENC_SLOTS);
+    /* Nothing that runs Lua code or parks goes into the hold, which is the VM's, not this
+    ** actor's (ljx.h): the names are looked up before it (remaking them may call a script's
+    ** package.searchpath), the handles readied after it (readying one may wait for the IO
+    ** thread), and if one changed, the encode is done again. */
     held_encode_t again = *a;
     int n = nvalues ? nvalues : 1;
-    luaL_checkstack(L, n + 2, "message");
+    luaL_checkstack(L, n + 14, "message");
     for (int i = 0; i < n; i++)
       lua_pushvalue(L, idx + i);
+    if (!data_only)
+      sm_lrebind_push_names(L);
     lua_pushlightuserdata(L, &again);
-    sm_ljx_call_held(L, encode_held, n + 1, 0);
-    return again.m;
+    sm_ljx_call_held(L, encode_held, n + 1 + !data_only, 0);
+    if (data_only || !ready_moves(L, moves))
+      return again.m;
+    discard(again.m, moves);
+    readied_again(L, root, readied);
+    again = *a;
+    again.readied = readied + 1;
+    return encode_pass(L, idx, &again, 0);
   }
-  if (!data_only && ready_moves(L, moves)) { /* a handle was readied: encode it as it is now */
+  if (!held && !data_only && ready_moves(L, moves)) { /* a handle was readied: encode it as it
+                                                       ** is now */
     if (e.buf_idx)
       lua_pop(L, ENC_SLOTS);
-    if (readied >= 2)
-      luaL_error(L, "%s: a socket in it changed again while it was readied to travel (another "
-                    "actor uses it)", root && *root ? root : "message");
+    readied_again(L, root, readied);
     held_encode_t again = *a;
     again.readied = readied + 1;
-    return encode_pass(L, idx, &again, held);
+    return encode_pass(L, idx, &again, 0);
   }
   int nh = moves->n;
   size_t head = nh ? 2 + (size_t)nh * HANDLE_BYTES : 0;
@@ -1092,13 +1125,7 @@ void sm_codec_commit(codec_moves_t *moves)
 
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves)
 {
-  if (msg && moves && moves->n) { /* its handles stay the sender's: the drop hook (which
-                                     releases its binaries) leaves entries marked taken */
-    unsigned char *list = smarm_msg_data(msg);
-    for (int i = 0; i < moves->n; i++)
-      list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
-  }
-  smarm_msg_free(msg);
+  discard(msg, moves);
   for (int i = 0; moves && i < moves->n; i++) {
     const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
     if (k->kept)

@@ -67,9 +67,12 @@ void sm_ljx_gc_release(lua_State *L, uint64_t threshold);
 /* Calls fn with the nargs values on the top as its arguments, leaving nresults, with the
 ** collector held: for a C walk of a table a script can reach (lua_next, sm_ljx_table_next) while
 ** it allocates, whose GC step could run a finalizer that changes the table under the walk (the
-** next lua_next raises "invalid key to 'next'"; entries are skipped or repeated). Lua code that
-** fn runs is not covered (a trace exit drives a cycle's end, finalizers too, whatever the
-** threshold): none may run during such a walk. Errors pass on, the collector given back. */
+** next lua_next raises "invalid key to 'next'"; entries are skipped or repeated). fn must run
+** no Lua code and never park or yield: the hold is the VM's, which every actor of the scheduler
+** shares, not the caller's (a switch would leave the others uncollected, and holds released out
+** of order, or one whose actor is killed where it parked, would leave the VM so for good); and
+** Lua code is not covered anyway (a trace exit drives a cycle's end, finalizers too, whatever
+** the threshold). Errors pass on, the collector given back. */
 void sm_ljx_call_held(lua_State *L, lua_CFunction fn, int nargs, int nresults);
 
 /* Whether a __gc finalizer is running (of this VM: the actor's own code or not). */
@@ -175,10 +178,12 @@ typedef struct ljx_layout {
 ** the stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
 ** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
 ** the entry. Empty slots are skipped. *layout is the walk's: written when *at is 0, compared
-** after. A table changed meanwhile (a finalizer's doing, run by a GC step of the walker's
-** allocations) keeps every entry where it was, or gives LJX_TABLE_MOVED: it was grown, rehashed,
-** or a new key displaced an entry, so that the walk would skip or repeat some (the codec then
-** encodes again with the collector held). Nothing is read out of bounds either way. */
+** after. A table that a finalizer (run by a GC step of the walker's allocations) grew, rehashed
+** or gave a key that displaced an entry gives LJX_TABLE_MOVED, where the walk would skip or
+** repeat entries (the codec then encodes again with the collector held); deleting keys and
+** changing values move nothing. Not seen: a table.clear and refill in another order, or two
+** rehashes whose parts land where the first ones were. Nothing is read out of bounds either
+** way. */
 int sm_ljx_table_next(const void *t, uint32_t *at, ljx_layout_t *layout, ljx_scalar_t *key,
                       ljx_scalar_t *value);
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */

@@ -367,15 +367,15 @@ static int requirable(lua_State *L, int package, const char *name)
   return found;
 }
 
-/* Fills names (at stack slot `names`) from package.loaded (at `loaded`, a table): modules first,
-** so that a module that is also a field of another (string, _G.string) is found as itself. */
-static void build(lua_State *L, int package, int loaded, int names)
+/* Puts into names (at stack slot `names`) the modules of package.loaded (at `loaded`, a table)
+** that every VM can require, names[module] = "name", and pushes a table of those that are tables,
+** name -> module, for build_fields. Not held (sm_ljx_call_held): requirable calls
+** package.searchpath, which a script may have made a Lua function, which may park or be
+** preempted, and may change package.loaded (a lua_next walk whose key is gone raises "invalid key
+** to 'next'"). So package.loaded's pairs are copied before any is looked at, into room made
+** first, so that copying allocates nothing (no GC step, no finalizer). */
+static void build_modules(lua_State *L, int package, int loaded, int names)
 {
-  int top = lua_gettop(L);
-  /* package.loaded's pairs, copied before any is looked at: requirable calls package.searchpath,
-  ** which a script may have made a Lua function that changes package.loaded (a lua_next walk
-  ** whose key is gone raises "invalid key to 'next'"). The copy is made in room made first, so
-  ** that copying allocates nothing. */
   int n = 0;
   lua_pushnil(L);
   while (lua_next(L, loaded) != 0) {
@@ -386,7 +386,8 @@ static void build(lua_State *L, int package, int loaded, int names)
   int pairs = lua_gettop(L), i = 0;
   lua_pushnil(L);
   while (lua_next(L, loaded) != 0) {
-    if (i == 2 * n) { /* (cannot happen: nothing ran in between) */
+    if (i == 2 * n) { /* keys a finalizer added as the room was made: left out (the snapshot,
+                       ** made before, differs, and the next look makes the index again) */
       lua_pop(L, 2);
       break;
     }
@@ -415,6 +416,16 @@ static void build(lua_State *L, int package, int loaded, int names)
     }
     lua_pop(L, 2);
   }
+  lua_remove(L, pairs);
+}
+
+/* (names, the modules build_modules found): the rest of the index, under sm_ljx_call_held, since
+** it walks the modules' tables while it allocates; nothing here runs Lua code. Modules are named
+** first (build_modules), so that a module that is also a field of another (string, _G.string)
+** is found as itself. */
+static int build_fields(lua_State *L)
+{
+  int names = 1, ok = 2, top = lua_gettop(L);
   /* the standard globals by identity, as { "", name }: the receiver takes its own (a script's
   ** own global functions, and a standard one it replaced, are not named: they travel) */
   lua_pushlightuserdata(L, (void *)&standard_key);
@@ -517,18 +528,21 @@ static void build(lua_State *L, int package, int loaded, int names)
     lua_settop(L, mod - 1);
   }
   lua_settop(L, top);
+  return 0;
 }
 
-/* (package, package.loaded) -> names: makes the VM's index anew (under sm_ljx_call_held: nothing
-** changes package.loaded between its snapshot and the walks) */
-static int make_index(lua_State *L)
+/* Makes the VM's index anew from package (at `package`) and package.loaded (at `loaded`),
+** { snapshot of package.loaded, names }, into the registry, and pushes its names. Only build_fields is held:
+** the rest may run a script's Lua code (package.searchpath), and the hold is the VM's, not the
+** actor's (ljx.h). A change to package.loaded meanwhile leaves the snapshot unlike it: the next
+** look makes the index again. */
+static void make_index(lua_State *L, int package, int loaded)
 {
-  int package = 1, loaded = 2;
   lua_createtable(L, 2, 0);
   int ix = lua_gettop(L);
   size_t size = sm_ljx_table_snap_size(L, loaded);
   if (!sm_ljx_table_snap(L, loaded, lua_newuserdata(L, size), size)) {
-    lua_pop(L, 1); /* (cannot happen while the collector is held; the next look rebuilds) */
+    lua_pop(L, 1); /* a finalizer resized package.loaded: no snapshot, the next look rebuilds */
     lua_pushnil(L);
   }
   lua_rawseti(L, ix, 1);
@@ -538,14 +552,17 @@ static int make_index(lua_State *L)
   lua_pushliteral(L, "k");
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, names);
-  if (lua_istable(L, loaded)) /* else no package library: nothing is known by name */
-    build(L, package, loaded, names);
+  if (lua_istable(L, loaded)) { /* else no package library: nothing is known by name */
+    build_modules(L, package, loaded, names);
+    lua_pushvalue(L, names);
+    lua_insert(L, -2);
+    sm_ljx_call_held(L, build_fields, 2, 0);
+  }
   lua_pushvalue(L, names);
   lua_rawseti(L, ix, 2);
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_pushvalue(L, ix);
   lua_rawset(L, LUA_REGISTRYINDEX);
-  return 1;
 }
 
 void sm_lrebind_push_names(lua_State *L)
@@ -571,8 +588,7 @@ void sm_lrebind_push_names(lua_State *L)
     }
   }
   pthread_once(&fresh_once, fresh_learn);
-  lua_settop(L, loaded);
-  sm_ljx_call_held(L, make_index, 2, 1);
+  make_index(L, package, loaded);
   lua_replace(L, ix);
   lua_settop(L, ix);
 }
