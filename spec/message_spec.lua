@@ -669,6 +669,57 @@ describe("smarm.send / smarm.receive", function()
     assert.are.equal("true\n", out) -- the finalizers ran
   end)
 
+  -- A message whose table a finalizer grows while it is walked is encoded again with the
+  -- collector held, and its block made there; its sockets are readied for travel after the hold
+  -- (readying may park). A socket active for another actor makes that raise: the block, with a
+  -- reference to each binary in it, was lost (one binary per send here).
+  it("loses no block when a socket refuses to travel after a table moved under the encode",
+    function()
+      if not os.getenv("SMARM_EXE") then
+        return pending("SMARM_EXE is not set (./dev.sh test sets it)")
+      end
+      local name = os.tmpname() .. ".lua"
+      local f = assert(io.open(name, "w"))
+      f:write((([[
+        local smarm = require("smarm")
+        local me = smarm.self()
+        local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+        local _, port = server:getsockname()
+        smarm.spawn(function() local _ = server:accept(); smarm.receive() end)
+        local c = assert(smarm.tcp.connect("127.0.0.1", port))
+        smarm.spawn(function()
+          assert(c:setactive(true))
+          smarm.send(me, "armed")
+          smarm.receive()
+        end)
+        assert(smarm.receive(HANG) == "armed")
+        local m, fin = {}, 0
+        for i = 1, 64 do m["k" .. i] = ("y"):rep(4000) .. i end -- past the spare: it grows
+        local function grow() -- a finalizer: keys that displace entries, or a rehash
+          fin = fin + 1
+          for j = 1, 40 do m["g" .. fin .. "_" .. j] = j end
+        end
+        local base, refused = smarm.stats().binaries, 0
+        for _ = 1, 20 do
+          for k in pairs(m) do if k:sub(1, 1) == "g" then m[k] = nil end end
+          for _ = 1, 200 do getmetatable(newproxy(true)).__gc = grow end
+          local f0 = fin
+          while fin == f0 do collectgarbage("step", 0) end -- the collector is finalizing now
+          local ok, err = pcall(smarm.send, me, { smarm.binary(("z"):rep(1000)), m, c })
+          assert(not ok and err:find("active for another actor", 1, true), err)
+          refused = refused + 1
+        end
+        for _ = 1, 3 do collectgarbage() end
+        print(refused == 20 and smarm.stats().binaries - base == 0)
+        os.exit(0)
+      ]]):gsub("HANG", tostring(guard.HANG))))
+      f:close()
+      local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
+      os.remove(name)
+      assert.are.equal(0, status, err)
+      assert.are.equal("true\n", out)
+    end)
+
   it("rejects bad arguments", function()
     local e1, e2, e3 = smarm.run(function()
       local _, a = pcall(function() smarm.send(nil, 1) end)

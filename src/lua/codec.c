@@ -882,16 +882,45 @@ static void readied_again(lua_State *L, const char *root, int readied)
                   "actor uses it)", root && *root ? root : "message");
 }
 
-/* Frees msg, an encode's block that is not to be sent: its handles stay the sender's (marked
-** taken, so that the drop hook, which releases its binaries, leaves them). */
-static void discard(smarm_msg_t *msg, const codec_moves_t *moves)
+/* Frees msg, an encode's block that is not to be sent, with nh handles listed: they stay the
+** sender's (marked taken, so that the drop hook, which releases its binaries, leaves them). */
+static void discard(smarm_msg_t *msg, int nh)
 {
-  if (msg && moves && moves->n) {
+  if (msg && nh) {
     unsigned char *list = smarm_msg_data(msg);
-    for (int i = 0; i < moves->n; i++)
+    for (int i = 0; i < nh; i++)
       list[2 + i * HANDLE_BYTES] |= HANDLE_TAKEN;
   }
   smarm_msg_free(msg);
+}
+
+/* A block made by a held encode while its handles are readied (ready_moves may raise, or park
+** and be killed there): a userdata whose finalizer discards the block if nobody took it. */
+typedef struct held_block {
+  smarm_msg_t *m;
+  int nh;
+} held_block_t;
+
+static int held_block_gc(lua_State *L)
+{
+  held_block_t *g = lua_touserdata(L, 1);
+  smarm_msg_t *m = g->m;
+  g->m = NULL;
+  discard(m, g->nh);
+  return 0;
+}
+
+static held_block_t *push_held_block(lua_State *L)
+{
+  held_block_t *g = lua_newuserdata(L, sizeof *g);
+  g->m = NULL;
+  g->nh = 0;
+  if (luaL_newmetatable(L, "smarm.held_block")) {
+    lua_pushcfunction(L, held_block_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return g;
 }
 
 /* An encode done again with the collector held (table_moved): its arguments, and its result. */
@@ -983,16 +1012,22 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
     ** thread), and if one changed, the encode is done again. */
     held_encode_t again = *a;
     int n = nvalues ? nvalues : 1;
-    luaL_checkstack(L, n + 14, "message");
+    luaL_checkstack(L, n + 20, "message");
+    held_block_t *g = push_held_block(L);
     for (int i = 0; i < n; i++)
       lua_pushvalue(L, idx + i);
     if (!data_only)
       sm_lrebind_push_names(L);
     lua_pushlightuserdata(L, &again);
     sm_ljx_call_held(L, encode_held, n + 1 + !data_only, 0);
-    if (data_only || !ready_moves(L, moves))
+    g->m = again.m;
+    g->nh = moves->n;
+    int changed = !data_only && ready_moves(L, moves);
+    g->m = NULL;
+    lua_pop(L, 1);
+    if (!changed)
       return again.m;
-    discard(again.m, moves);
+    discard(again.m, moves->n);
     readied_again(L, root, readied);
     again = *a;
     again.readied = readied + 1;
@@ -1125,7 +1160,7 @@ void sm_codec_commit(codec_moves_t *moves)
 
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves)
 {
-  discard(msg, moves);
+  discard(msg, moves ? moves->n : 0);
   for (int i = 0; moves && i < moves->n; i++) {
     const lhandle_kind_t *k = sm_lhandle_kind(moves->kind[i]);
     if (k->kept)
