@@ -684,8 +684,9 @@ describe("functions a module holds", function()
 
   -- Every send of a function here finds package.loaded changed and makes the index again, while
   -- garbage piles up whose finalizers take away every key of package.loaded named PREFIX.. and
-  -- add others, until it grows to another size. VALUE: what those keys hold.
-  local function churned_loaded(value)
+  -- add others, until it grows to another size. VALUE: what those keys hold; ROUNDS: sends (each
+  -- finds package.loaded changed, and modules that are tables each cost a package.searchpath).
+  local function churned_loaded(value, rounds)
     return ([[
       local smarm = require("smarm")
       local PREFIX = "finalized_"
@@ -703,13 +704,13 @@ describe("functions a module holds", function()
       collectgarbage("setstepmul", 1000)
       local me = smarm.self()
       local function g() end
-      for i = 1, 2000 do
+      for i = 1, %d do
         for _ = 1, 4 do getmetatable(newproxy(true)).__gc = churn end
         smarm.send(me, { g, i })
         assert(smarm.receive(HANG)[2] == i)
       end
       print(added > 0)
-    ]]):format(value)
+    ]]):format(value, rounds)
   end
 
   -- The index's snapshot of package.loaded was sized, its userdata made, then written: the
@@ -717,7 +718,7 @@ describe("functions a module holds", function()
   -- package.loaded could resize it in between, so that the snapshot was written past its end
   -- (a heap overflow under ASan; a segfault in a release build).
   it("makes its index while finalizers resize package.loaded", function()
-    run_script(churned_loaded("true"))
+    run_script(churned_loaded("true", 2000))
   end)
 
   -- The walk of package.loaded asked smarm.core for a submodule through its __index (a Lua
@@ -725,7 +726,7 @@ describe("functions a module holds", function()
   -- end even with the collector held, and a finalizer took the key the walk stood on: the send
   -- raised "invalid key to 'next'" (modules that are tables are the keys it looks up).
   it("makes its index while finalizers take away the module it stands on", function()
-    run_script(churned_loaded("{}"))
+    run_script(churned_loaded("{}", 300))
   end)
 
   -- The walk of package.loaded called package.searchpath for each module, and a script's own
