@@ -295,6 +295,9 @@ describe("smarm.term", function()
       { "\131\113\97\1\119\1f\97\2", "not an atom at byte 3" },
       { "\131\113\119\1m\108\0\0\0\0\106\97\2", "not an atom at byte 6" },
       { "\131\108\0\0\0\1\97\1\113\119\1m\97\1\97\2", "not an atom at byte 13" },
+      -- and its arity a small integer of at least 0: fun m:f/-1 printed, and went back so
+      { "\131\113\119\1m\119\1f\98\255\255\255\255", "bad arity of a fun at byte 9" },
+      { "\131\113\119\1m\119\1f\106", "bad arity of a fun at byte 9" },
       -- atoms have at most 255 characters (binary_to_term refuses more): 600 Latin-1 ones
       -- arrived cut to 510, and 256 UTF-8 ones made an atom smarm.atom refuses
       { "\131\100\2\88" .. ("\233"):rep(600), "an atom of more than 255 characters at byte 2" },

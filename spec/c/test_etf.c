@@ -63,6 +63,10 @@ TEST(what_erts_refuses_fails)
   static const unsigned char export_int[] = {113, 97, 1, 119, 1, 'f', 97, 2};
   static const unsigned char export_list[] = {113, 119, 1, 'm', 106, 97, 2};
   static const unsigned char export_ok[] = {113, 119, 1, 'm', 119, 1, 'f', 97, 2};
+  static const unsigned char export_list_arity[] = {113, 119, 1, 'm', 119, 1, 'f', 106};
+  static const unsigned char export_minus_1[] = {113, 119, 1, 'm', 119, 1, 'f', 98, 255, 255,
+                                                 255, 255};
+  static const unsigned char export_int_ok[] = {113, 119, 1, 'm', 119, 1, 'f', 98, 0, 0, 0, 3};
   static const unsigned char bits_200[] = {77, 0, 0, 0, 1, 200, 0};
   static const unsigned char bits_0[] = {77, 0, 0, 0, 1, 0, 0};
   static const unsigned char bits_empty[] = {77, 0, 0, 0, 0, 1};
@@ -75,6 +79,12 @@ TEST(what_erts_refuses_fails)
   CHECK_EQ(err.fault, ETF_FAULT_NOT_ATOM);
   CHECK_EQ(err.at, 4);
   CHECK_EQ(sm_etf_skip(export_ok, sizeof export_ok, 0, 0, &err), sizeof export_ok);
+  CHECK_EQ(sm_etf_skip(export_list_arity, sizeof export_list_arity, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_BAD_ARITY);
+  CHECK_EQ(err.at, 7);
+  CHECK_EQ(sm_etf_skip(export_minus_1, sizeof export_minus_1, 0, 0, &err), 0);
+  CHECK_EQ(err.fault, ETF_FAULT_BAD_ARITY);
+  CHECK_EQ(sm_etf_skip(export_int_ok, sizeof export_int_ok, 0, 0, &err), sizeof export_int_ok);
   CHECK_EQ(sm_etf_skip(bits_200, sizeof bits_200, 0, 0, &err), 0);
   CHECK_EQ(err.fault, ETF_FAULT_BAD_BITS);
   CHECK_EQ(sm_etf_skip(bits_0, sizeof bits_0, 0, 0, &err), 0);

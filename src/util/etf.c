@@ -24,6 +24,7 @@ const char *sm_etf_fault_text(enum etf_fault fault)
   case ETF_FAULT_CACHE_REF: return "an atom cache reference";
   case ETF_FAULT_NOT_ATOM: return "not an atom";
   case ETF_FAULT_BAD_BITS: return "bad bit count of a bitstring";
+  case ETF_FAULT_BAD_ARITY: return "bad arity of a fun";
   default: return "malformed term";
   }
 }
@@ -109,11 +110,15 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
                   : (*p == ETF_NEW_REFERENCE ? 1 : 4) + 4 * ((size_t)p[1] << 8 | p[2]);
     return n - q < rest ? fail(err, ETF_FAULT_TRUNCATED, at) : q + rest;
   }
-  case ETF_EXPORT: { /* fun M:F/A: two atoms (erts refuses anything else), then the arity */
+  case ETF_EXPORT: { /* fun M:F/A: two atoms (erts refuses anything else), then the arity, which
+                     ** erts takes only as a small integer of at least 0 (it writes a byte) */
     size_t q = at + 1;
     for (int i = 0; i < 2; i++)
       if (!(q = sm_etf_atom(b, n, q, &s, &len, &latin1, err)))
         return 0;
+    if (q < n && b[q] != ETF_SMALL_INTEGER &&
+        (b[q] != ETF_INTEGER || (n - q > 4 && (sm_etf_be32(b + q + 1) & 0x80000000u))))
+      return fail(err, ETF_FAULT_BAD_ARITY, q);
     return sm_etf_skip(b, n, q, depth + 1, err);
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: case ETF_LIST: case ETF_MAP: {

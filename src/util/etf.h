@@ -29,7 +29,8 @@ enum etf_tag {
 /* Why a walk stopped: sm_etf_fault_text names it for people. */
 enum etf_fault {
   ETF_FAULT_NONE, ETF_FAULT_TRUNCATED, ETF_FAULT_UNKNOWN_TAG, ETF_FAULT_TOO_DEEP,
-  ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM, ETF_FAULT_BAD_BITS
+  ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM, ETF_FAULT_BAD_BITS,
+  ETF_FAULT_BAD_ARITY
 };
 
 typedef struct etf_error {
