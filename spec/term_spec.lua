@@ -6,7 +6,7 @@ local smarm = require("smarm")
 local T = smarm.term
 
 local guard = dofile("spec/support/guard.lua")
-local shell = dofile("spec/support/shell.lua")
+local script = dofile("spec/support/script.lua")
 
 local function unhex(h) return (h:gsub("..", function(x) return string.char(tonumber(x, 16)) end)) end
 local function hex(s) return (s:gsub(".", function(c) return string.format("%02X", c:byte()) end)) end
@@ -346,11 +346,7 @@ describe("smarm.term", function()
     -- default 256 KiB under ASan; and a decode from where little stack is left (inside nested
     -- gsub callbacks, which stop with 64 KiB left) overflowed with far fewer levels. Now each
     -- container checks the room left, and the error names the decoder.
-    local exe = os.getenv("SMARM_EXE")
-    if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
-    local name = os.tmpname() .. ".lua"
-    local f = assert(io.open(name, "w"))
-    f:write([[
+    local out, err, status = script.run([[
       local T = require("smarm").term
       local deep = "\131" .. ("\104\1"):rep(199) .. "\106"
       local ok, err = pcall(T.decode, deep)
@@ -367,10 +363,8 @@ describe("smarm.term", function()
       end
       pcall(f)
       print(T.decode("\131\104\1\104\1\97\7")[1][1])
-    ]])
-    f:close()
-    local out, err, status = shell.run("sh -c '$1 -s 1 -S 128K \"$2\"' sh \"$SMARM_EXE\" " .. name)
-    os.remove(name)
+    ]], "-s 1 -S 128K")
+    if not out then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
     assert.are.equal(0, status, err)
     local too_deep = "smarm.term.decode: term nested too deeply for the actor's C stack at byte %d+"
     local lines = {}
@@ -435,12 +429,7 @@ describe("smarm.term", function()
   -- finalizers here take the map's keys named f.. and add others; the keys k.. stay throughout.
   -- In a process of its own, by the executable: the GC settings below make it likely.
   it("encodes a map while finalizers change it", function()
-    if not os.getenv("SMARM_EXE") then
-      return pending("SMARM_EXE is not set (./dev.sh test sets it)")
-    end
-    local name = os.tmpname() .. ".lua"
-    local f = assert(io.open(name, "w"))
-    f:write([[
+    local out, err, status = script.run([[
       local T = require("smarm").term
       local m, added = {}, 0
       for i = 1, 64 do m["k" .. i] = { i } end -- tables: each allocates as it is encoded
@@ -464,9 +453,7 @@ describe("smarm.term", function()
       end
       print(added > 0)
     ]])
-    f:close()
-    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
-    os.remove(name)
+    if not out then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
     assert.are.equal(0, status, err)
     assert.are.equal("true\n", out) -- the finalizers ran
   end)

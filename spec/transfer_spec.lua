@@ -2,7 +2,7 @@
 local smarm = require("smarm")
 local guard = dofile("spec/support/guard.lua")
 local HANG = guard.HANG -- seconds: receive limits below only guard against a hang
-local shell = dofile("spec/support/shell.lua")
+local script = dofile("spec/support/script.lua")
 
 package.path = "spec/fixtures/?.lua;" .. package.path
 
@@ -669,15 +669,8 @@ describe("functions a module holds", function()
   -- process of its own, by the executable: a small package.loaded makes the index quickly, so
   -- that the changes below land while it is made (busted's takes longer than the whole run).
   local function run_script(text)
-    if not os.getenv("SMARM_EXE") then
-      return pending("SMARM_EXE is not set (./dev.sh test sets it)")
-    end
-    local name = os.tmpname() .. ".lua"
-    local f = assert(io.open(name, "w"))
-    f:write((text:gsub("HANG", tostring(HANG))))
-    f:close()
-    local out, err, status = shell.run("sh -c '$1 " .. name .. "' sh \"$SMARM_EXE\"")
-    os.remove(name)
+    local out, err, status = script.run(text)
+    if not out then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
     assert.are.equal(0, status, err)
     assert.are.equal("true\n", out)
   end
