@@ -115,6 +115,7 @@ typedef struct enc {
   codec_moves_t *moves; /* the handles met, in list order */
   int held;             /* this encode runs with the collector held (encode_held) */
   int restart;          /* a table moved under its walk: to be done again, held (table_moved) */
+  int walks;            /* tables being walked (enc_table) */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
@@ -429,6 +430,7 @@ static void enc_table(enc_t *e, int idx, int depth)
   ljx_layout_t layout;
   ljx_scalar_t ks, vs;
   int scalars;
+  e->walks++;
   while (!e->restart && (scalars = sm_ljx_table_next(t, &at, &layout, &ks, &vs)) != 0) {
     if (scalars == LJX_TABLE_MOVED) {
       table_moved(e);
@@ -477,6 +479,7 @@ static void enc_table(enc_t *e, int idx, int depth)
     enc_value(e, value, depth + 1);
     lua_pop(L, 2);
   }
+  e->walks--;
   e->nkeys = level;
   put_byte(e, T_END);
   memcpy(e->buf + sizes_at, &narray, 4);
@@ -491,6 +494,12 @@ static int enc_named(enc_t *e, int idx, int tables)
   ensure_slots(e);
   luaL_checkstack(L, 6, "message");
   if (lua_isnil(L, e->names_idx)) {
+    if (e->walks && !e->held) { /* remaking the names may run a script's package.searchpath,
+      ** Lua code that may change the table being walked in ways its layout does not show (CI
+      ** saw a key lost): the encode is done again, held, the names looked up before it */
+      e->restart = 1;
+      return 1; /* (nothing written: the encode is done again) */
+    }
     luaL_checkstack(L, 12, "message");
     sm_lrebind_push_names(L);
     lua_replace(L, e->names_idx);
@@ -991,7 +1000,7 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
   e.ncells = 0;
   e.nbins = e.nstrings = 0;
   e.data_only = data_only;
-  e.restart = 0;
+  e.restart = e.walks = 0;
   if (a->names_at) { /* (held) */
     ensure_slots(&e);
     lua_pushvalue(L, a->names_at);
