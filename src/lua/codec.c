@@ -494,14 +494,16 @@ static int enc_named(enc_t *e, int idx, int tables)
   ensure_slots(e);
   luaL_checkstack(L, 6, "message");
   if (lua_isnil(L, e->names_idx)) {
-    if (e->walks && !e->held) { /* remaking the names may run a script's package.searchpath,
-      ** Lua code that may change the table being walked in ways its layout does not show (CI
-      ** saw a key lost): the encode is done again, held, the names looked up before it */
+    luaL_checkstack(L, 12, "message");
+    if (!e->walks || e->held) {
+      sm_lrebind_push_names(L);
+    } else if (!sm_lrebind_push_names_made(L)) { /* remaking the names may run a script's
+      ** package.searchpath, Lua code that may change the table being walked in ways its
+      ** layout does not show (CI saw a key lost): the encode is done again, held, the names
+      ** looked up before it. The index made last runs nothing and is taken in the walk. */
       e->restart = 1;
       return 1; /* (nothing written: the encode is done again) */
     }
-    luaL_checkstack(L, 12, "message");
-    sm_lrebind_push_names(L);
     lua_replace(L, e->names_idx);
   }
   enum lrebind_kind k = sm_lrebind_find(L, e->names_idx, idx, tables);

@@ -565,32 +565,47 @@ static void make_index(lua_State *L, int package, int loaded)
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
-void sm_lrebind_push_names(lua_State *L)
+int sm_lrebind_push_names_made(lua_State *L)
 {
+  int top = lua_gettop(L);
+  const lvm_t *vm = this_vm(); /* its callers encode or copy in an actor (lvm.h) */
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_rawget(L, LUA_REGISTRYINDEX);
-  int ix = lua_gettop(L);
-  const lvm_t *vm = this_vm(); /* its callers encode or copy in an actor (lvm.h) */
+  int ix = top + 1;
   lvm_push_str(L, vm, LVM_STR_PACKAGE);
-  lua_gettable(L, LUA_GLOBALSINDEX);
-  int package = lua_gettop(L);
-  push_loaded(L, package, vm);
-  int loaded = lua_gettop(L);
+  lua_rawget(L, LUA_GLOBALSINDEX);
   if (lua_istable(L, ix)) {
+    if (lua_istable(L, -1)) {
+      lvm_push_str(L, vm, LVM_STR_LOADED);
+      lua_rawget(L, -2);
+    } else {
+      lua_pushnil(L); /* no package library: the snapshot says "not a table" */
+    }
     lua_rawgeti(L, ix, 1);
-    int same = sm_ljx_table_same(L, loaded, lua_touserdata(L, -1), lua_objlen(L, -1));
-    lua_pop(L, 1);
-    if (same) {
+    if (sm_ljx_table_same(L, -2, lua_touserdata(L, -1), lua_objlen(L, -1))) {
       lua_rawgeti(L, ix, 2);
       lua_replace(L, ix);
       lua_settop(L, ix);
-      return;
+      return 1;
     }
   }
+  lua_settop(L, top);
+  return 0;
+}
+
+void sm_lrebind_push_names(lua_State *L)
+{
+  if (sm_lrebind_push_names_made(L))
+    return;
+  const lvm_t *vm = this_vm();
+  lvm_push_str(L, vm, LVM_STR_PACKAGE);
+  lua_gettable(L, LUA_GLOBALSINDEX); /* (a script's _G may say where its package library is) */
+  int package = lua_gettop(L);
+  push_loaded(L, package, vm);
   pthread_once(&fresh_once, fresh_learn);
-  make_index(L, package, loaded);
-  lua_replace(L, ix);
-  lua_settop(L, ix);
+  make_index(L, package, package + 1);
+  lua_replace(L, package);
+  lua_settop(L, package);
 }
 
 enum lrebind_kind sm_lrebind_find(lua_State *L, int names, int idx, int tables)

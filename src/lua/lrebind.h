@@ -72,6 +72,11 @@ void sm_lrebind_set_paths(lua_State *L, const char *path, const char *cpath);
 ** lookups (one message). From an actor: it looks with the VM's cached keys (lvm.h). */
 void sm_lrebind_push_names(lua_State *L);
 
+/* The same when the index made last still holds (package and package.loaded read raw): runs
+** no Lua code and allocates nothing, so an encode may call it inside a table walk. Returns 0,
+** pushing nothing, when a rebuild is due. */
+int sm_lrebind_push_names_made(lua_State *L);
+
 /* How the value at idx is known by name in every VM, with the table of names at stack slot
 ** `names`; pushes the names (see lrebind_kind). A module's field counts only while the field
 ** holds the value. Tables are looked up as modules only when `tables` is set (a function's
