@@ -129,6 +129,49 @@ describe("a request to a scheduler stuck in C", function()
     assert.matches("\n<1%.%d+%.%d+> ", screen) -- scheduler 1's actors are listed
   end)
 
+  -- An actor of spawn_on is its transfer block until it starts (lvm.h): stopped before that,
+  -- the block goes with it, and so do the sockets in its arguments; asked about, it has no
+  -- state to read yet. What follows is pushed to scheduler 2 while it is held, and taken there
+  -- in push order when it is let go: the spawns, the kill and the message before any new actor
+  -- runs, and the asker before the actor it asks about (siblings run in the order made).
+  it("closes the socket of an actor spawned there that is killed before it starts", function()
+    local r = run(function()
+      local me = smarm.self()
+      guard.started()
+      guard.ended(smarm.spawn_on(2, function() end), "a first actor of scheduler 2") -- (pids set aside)
+      local server = assert(smarm.tcp.listen("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      local client = assert(smarm.tcp.connect("127.0.0.1", port))
+      local conn = assert(server:accept())
+      local hog, release = hold_scheduler_2()
+      local killed, ref = smarm.spawn_opt({ on = 2, monitor = true }, function(c)
+        c:send("ran\n")
+      end, conn)
+      smarm.kill(killed)
+      local asker = smarm.spawn_on(2, function(owner)
+        local pid = smarm.receive()
+        smarm.send(owner, { info = smarm.info(pid, { "status", "func", "traceback", "scheduled" }) })
+      end, me)
+      local asked = smarm.spawn_on(2, function() end)
+      smarm.send(asker, asked)
+      release()
+      local out = { down = guard.receive("the killed actor's DOWN",
+        function(m) return type(m) == "table" and m.ref == ref end).reason }
+      local line, e = client:receive()
+      out.peer = { line, e }
+      out.info = guard.receive("the asker's answer", function(m) return type(m) == "table" and m.info end).info
+      guard.ended(hog)
+      release("close")
+      client:close()
+      server:close()
+      return out
+    end, { schedulers = 2, watchdog = math.huge })
+    assert.are.equal("killed", r.down)
+    assert.are.same({ nil, "closed" }, r.peer)
+    assert.are.same({ status = "runnable", traceback = "stack traceback:\n\t(not started)", scheduled = 0 },
+      r.info)
+  end)
+
   it("raises on a bad opts.request_timeout", function()
     for _, bad in ipairs({ 0, -1, "1", true, 1e-9, 7200 }) do
       assert.has_error(function() smarm.run(function() end, { request_timeout = bad }) end,

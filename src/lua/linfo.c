@@ -186,7 +186,7 @@ static int l_local_info(lua_State *L)
     return luaL_error(L, "smarm.info: the actor is not this scheduler's");
   /* Every actor of a Lua run is the binding's: its data begins with its head (lvm.h). A remote
   ** spawn not yet started has no coroutine, hence no traceback or function yet. */
-  const lvm_actor_head_t *head = info.data;
+  const lvm_actor_head_t *head = lvm_head_of_data(info.data);
   lua_createtable(L, 0, 20);
   lua_pushvalue(L, 1);
   lua_setfield(L, -2, "pid");
@@ -290,7 +290,7 @@ void sm_linfo_on_dump(const smarm_actor_info_t *actor, void *userdata)
 {
   (void)userdata;
   lvm_t *vm = smarm_sched_data();
-  const lvm_actor_head_t *head = actor->data;
+  const lvm_actor_head_t *head = lvm_head_of_data(actor->data);
   if (!vm || !vm->L)
     return;
   lua_State *L = vm->L;

@@ -106,8 +106,7 @@ typedef struct lactor {
   int io_held;   /* IO events (codec.h) decoded and not yet handed to the actor by a receive */
   int16_t nargs; /* values waiting on co's stack above the function (a call's arguments: fewer
                     than LUAI_MAXCSTACK) */
-  uint8_t is_main : 1;  /* also: from malloc, not from its scheduler's store (lactor_alloc) */
-  uint8_t in_block : 1; /* a spawn_on's shell, inside its own pending block (shell_of) */
+  uint8_t is_main : 1; /* also: from malloc, not from its scheduler's store (lactor_alloc) */
 } lactor_t;
 _Static_assert(sizeof(lactor_t) <= 72, "one per Lua actor, an 80-byte block: its size shows");
 
@@ -230,10 +229,6 @@ static void lactor_release(lactor_t *la) /* its memory, lactor_alloc's */
 
 static void lactor_free(lactor_t *la, enum co_fate fate)
 {
-  if (la->in_block) { /* a shell: its block is all there is of it (and holds it) */
-    smarm_msg_free(la->pending);
-    return;
-  }
   smarm_msg_free(la->pending);
   lvm_t *vm = this_vm();
   if (vm) {
@@ -396,11 +391,11 @@ static int crash_spread_protected(lua_State *L)
 ** had it raised itself: a crash is reported once, by the last actor of the chain that nobody
 ** watches. The main actor makes smarm.run raise the crash's error instead. Protected: the
 ** decode may run out of memory (the report is then lost, as any report is then). */
-static void crash_spread(lua_State *L, lactor_t *la)
+static void crash_spread(lua_State *L, int is_main)
 {
-  crash_spread_job_t job = {NULL, 0, la->is_main};
+  crash_spread_job_t job = {NULL, 0, is_main};
   if (smarm_dying_reason(&job.data, &job.size) != SMARM_EXIT_VALUE ||
-      (!la->is_main && smarm_is_watched()) || (la->is_main && current_run->main_done))
+      (!is_main && smarm_is_watched()) || (is_main && current_run->main_done))
     return;
   int top = lua_gettop(L);
   lua_cpcall(L, crash_spread_protected, &job);
@@ -411,10 +406,17 @@ static void crash_spread(lua_State *L, lactor_t *la)
 static void on_actor_stopped(void *data, void *ud)
 {
   (void)ud;
-  lactor_t *la = data;
   lvm_t *vm = this_vm();
+  smarm_msg_t *block = lvm_block_of_data(data);
+  if (block) { /* spawn_on's, stopped before it started: the block is all there is of it */
+    if (vm && vm->L)
+      crash_spread(vm->L, 0);
+    smarm_msg_free(block); /* (the sockets and files in its arguments close) */
+    return;
+  }
+  lactor_t *la = data;
   if (vm && vm->L)
-    crash_spread(vm->L, la);
+    crash_spread(vm->L, la->is_main);
   if (vm && vm->L)
     sm_lhandle_end_owner(vm->L, la, !la->is_main);
   lactor_free(la, la->is_main ? CO_KEEP : CO_RELEASE);
@@ -1352,18 +1354,10 @@ static int l_receive(lua_State *L)
 
 /* ---- spawn_on: moving a function to another VM (ltransfer.h) ----------------------------- */
 
-/* A spawn_on's block: the transfer, then room for the shell (a lactor_t, aligned) that stands
-** for the actor until it starts: an actor stopped before that frees the block through it
-** (on_actor_stopped), and nothing else is allocated for it on the spawner's side. Then the
-** core's room, where the spawn request travels (smarm_spawn_on_block). */
-#define SHELL_TAIL (sizeof(lactor_t) + _Alignof(lactor_t) - 1)
-#define SPAWN_TAIL (SHELL_TAIL + SMARM_SPAWN_ROOM)
-
-static lactor_t *shell_of(smarm_msg_t *block)
-{
-  uintptr_t at = (uintptr_t)smarm_msg_data(block) + smarm_msg_size(block) - SPAWN_TAIL;
-  return (lactor_t *)((at + _Alignof(lactor_t) - 1) & ~(uintptr_t)(_Alignof(lactor_t) - 1));
-}
+/* A spawn_on's block: the transfer, then the core's room, where the spawn request travels
+** (smarm_spawn_on_block). Until the actor starts, the block stands for it (its data:
+** lvm_data_of_block), so nothing else is allocated for it on the spawner's side. */
+#define SPAWN_TAIL SMARM_SPAWN_ROOM
 
 /* Runs in the new actor's coroutine, right as it starts (nothing parks before): decodes the
 ** transfer block, the actor's pending block (start_remote put it there: freed with the actor
@@ -1399,7 +1393,6 @@ static void lactor_init(lactor_t *la, lua_State *owner)
   la->head.hook_ref = la->head.hook_mask = la->head.hook_count = la->head.hook_left = 0;
   la->head.waiting_for = NULL;
   la->nargs = 0;
-  la->in_block = 0;
   la->savedref = LUA_NOREF;
   la->saved_first = 1;
   la->saved_last = 0;
@@ -1442,7 +1435,7 @@ static void remote_actor_main(void *arg)
   lvm_t *vm = this_vm();
   if (!vm || !vm->L) { /* its making ran out of memory (on_sched_start) */
     smarm_actor_set_data(NULL);
-    smarm_msg_free(arg); /* the shell's block: its sockets close */
+    smarm_msg_free(arg); /* its block: the sockets in its arguments close */
     smarm_exit_reason(SMARM_EXIT_NOMEM, NULL, 0);
     return;
   }
@@ -1454,7 +1447,7 @@ static void remote_actor_main(void *arg)
     return;
   }
   *la = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = arg};
-  smarm_actor_set_data(la); /* in place of the shell, which goes with the block */
+  smarm_actor_set_data(la); /* in place of the block, which remote_entry frees */
   remote_start_t r = {la, arg};
   if (vm->spare_count > 0) { /* nothing raises there (start_remote): no protected call, which
                               ** allocates a C function of its own in LuaJIT */
@@ -1599,23 +1592,18 @@ static int spawn_lua(lua_State *L, const char *fname, const spawn_req_t *r, int 
     smarm_yield();          /* sockets and files in the arguments, which its death closes */
   codec_moves_t moves;
   smarm_msg_t *block = sm_codec_encode_transfer(L, fn_idx, nargs + 1, &moves, SPAWN_TAIL);
-  /* The actor's state travels with the spawn as a shell inside the block, so that an actor
-  ** stopped before it ever runs frees the block (on_actor_stopped); remote_actor_main gives the
-  ** actor its own. */
-  lactor_t *shell = shell_of(block);
-  *shell = (lactor_t){.coref = LUA_NOREF, .savedref = LUA_NOREF, .pending = block,
-                      .in_block = 1};
-  opts.data = shell;
+  /* The block stands for the actor until it starts, so that one stopped before it ever runs
+  ** frees it (on_actor_stopped); remote_actor_main gives the actor its state. */
+  opts.data = lvm_data_of_block(block);
   rc = smarm_spawn_on_block(r->where, remote_actor_main, block, &opts, &pid);
   sm_lpark_resumed(L);
-  if (rc == -ETIMEDOUT) { /* the spawn may still happen: the shell and the block are the core's,
+  if (rc == -ETIMEDOUT) { /* the spawn may still happen: the block is the core's,
                           ** and the block carries the sockets in the arguments (smarm.h) */
     sm_codec_commit(&moves);
     return sm_lpark_no_answer(L, fname, r->where);
   }
   if (rc < 0) {
-    sm_codec_abandon(L, block, &moves); /* the shell with it; any sockets in the arguments stay
-                                        ** the caller's */
+    sm_codec_abandon(L, block, &moves); /* any sockets in the arguments stay the caller's */
   } else {
     sm_codec_commit(&moves);
   }

@@ -105,6 +105,31 @@ typedef struct lvm_actor_head {
                               ("tcp.receive": smarm.info says "io:tcp.receive"); else NULL */
 } lvm_actor_head_t;
 
+/* A Lua actor's smarm_actor_data() until it starts, when spawn_on made it: its transfer block
+** (the function and arguments, with the core's spawn request) with the low bit set, which blocks
+** (16-byte aligned) never have. The block is all there is of the actor until then: no head, no
+** coroutine; on_actor_stopped frees it. Its lines are the only ones that cross to the other
+** scheduler (a state written into the block beside them made two more: docs/perf.md). */
+#define LVM_DATA_BLOCK ((uintptr_t)1)
+
+static inline void *lvm_data_of_block(smarm_msg_t *block)
+{
+  return (void *)((uintptr_t)block | LVM_DATA_BLOCK);
+}
+
+/* The block of data that lvm_data_of_block made, else NULL. */
+static inline smarm_msg_t *lvm_block_of_data(const void *data)
+{
+  return (uintptr_t)data & LVM_DATA_BLOCK ? (smarm_msg_t *)((uintptr_t)data & ~LVM_DATA_BLOCK)
+                                          : NULL;
+}
+
+/* The head of a Lua actor's data, NULL for one not started (or none). */
+static inline const lvm_actor_head_t *lvm_head_of_data(const void *data)
+{
+  return lvm_block_of_data(data) ? NULL : data;
+}
+
 /* The calling scheduler's VM. Every caller runs in an actor (its scheduler started and made the
 ** VM's refs first), so it always has one. */
 static inline lvm_t *this_vm(void) { return smarm_sched_data(); }
