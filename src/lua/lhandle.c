@@ -7,6 +7,7 @@
 */
 #include "lhandle.h"
 
+#include "lvm.h"
 #include "smarm.h"
 
 #include <pthread.h>
@@ -89,6 +90,9 @@ void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
   if (idx < 0)
     idx = lua_gettop(L) + idx + 1;
   push_made(L, &owners_key, NULL);
+  lvm_t *vm = this_vm();
+  if (vm)
+    vm->owners = sm_ljx_top_bits(L); /* (the registry keeps it for the VM's life) */
   lua_pushnumber(L, owner_key(owner));
   lua_rawget(L, -2);
   if (lua_isnil(L, -1)) { /* the first handle this actor owns: its set */
@@ -108,11 +112,21 @@ void sm_lhandle_own(lua_State *L, int idx, const lhandle_kind_t *kind)
 
 /* Only reads, lua_next and a store over an existing key (number keys and the registry's own
 ** light userdata keys, which the VM knows already): nothing here allocates or raises, so it runs
-** unprotected at an actor's end (also for the many actors that own nothing). */
+** unprotected at an actor's end (also for the many actors that own nothing: in a VM where no
+** actor ever owned a handle, after one look per run, a test of vm->owners). */
 void sm_lhandle_end_owner(lua_State *L, void *owner, int close)
 {
+  lvm_t *vm = this_vm();
+  if (vm && vm->owners == LVM_NO_OWNERS)
+    return;
   int top = lua_gettop(L);
-  push_registry(L, &owners_key);
+  if (vm && vm->owners) {
+    sm_ljx_push_bits(L, vm->owners);
+  } else {
+    push_registry(L, &owners_key);
+    if (vm)
+      vm->owners = lua_isnil(L, -1) ? LVM_NO_OWNERS : sm_ljx_top_bits(L);
+  }
   if (lua_isnil(L, -1)) {
     lua_settop(L, top);
     return;

@@ -63,6 +63,9 @@ typedef struct lvm {
   uint64_t traceback;          /* lsmarm.c: the message handler of actors' protected calls, */
   uint64_t remote_entry;       /* and the C function that starts a spawn_on's actor (bits) */
   int encode_reason_ref;       /* lfaults.c: the protected encoder of exit reasons */
+  uint64_t owners;             /* lhandle.c: its owners table once looked up in this run, as
+                               ** sm_ljx_top_bits gives it; LVM_NO_OWNERS: looked up, none made
+                               ** yet; 0: not looked up */
   struct lshape_cache *shapes; /* lshape.c: the decoder's templates of key sets (NULL: none) */
   int shapes_ref;              /* lshape.c: their tables (0: none yet; never a registry ref) */
   int fixed_ref[LVM_FIXEDS];   /* lshape.c: the templates of the fixed shapes, kept by these */
@@ -104,6 +107,8 @@ typedef struct lvm_actor_head {
   const char *waiting_for; /* while parked in smarm.call: "call"; in an IO call: its name
                               ("tcp.receive": smarm.info says "io:tcp.receive"); else NULL */
 } lvm_actor_head_t;
+
+#define LVM_NO_OWNERS ((uint64_t)1) /* (no object's bits) */
 
 /* A Lua actor's smarm_actor_data() until it starts, when spawn_on made it: its transfer block
 ** (the function and arguments, with the core's spawn request) with the low bit set, which blocks
