@@ -305,6 +305,46 @@ describe("closures that travel", function()
       local_count = 0 }, r)
   end)
 
+  -- The decoder keeps a template per distinct function (256, then it starts over) and the one
+  -- it decoded last at hand: every closure must be its own function's, on this scheduler and on
+  -- another, through a start over and back, and in turns.
+  it("decodes each of many distinct functions as itself, again after the templates start over", function()
+    local wrong = smarm.run(function()
+      local me = smarm.self()
+      local fs = {}
+      for i = 1, 300 do fs[i] = load("return function() return " .. i .. " end")() end
+      local echo = smarm.spawn_on(2, function()
+        while true do
+          local m = smarm.receive()
+          smarm.send(m[1], m[2])
+        end
+      end)
+      local out = {}
+      local function check(i, f)
+        if f() ~= i then out[#out + 1] = i .. " gave " .. tostring(f()) end
+      end
+      for _ = 1, 2 do
+        for i = 1, 300 do
+          smarm.send(me, fs[i])
+          smarm.send(me, fs[i])
+          check(i, smarm.receive())
+          check(i, smarm.receive())
+          smarm.send(echo, { me, fs[i] })
+          check(i, smarm.receive())
+        end
+        for i = 1, 100 do
+          local k = i % 2 == 0 and 1 or 299
+          smarm.send(me, fs[k])
+          check(k, smarm.receive())
+        end
+        collectgarbage()
+      end
+      smarm.exit(echo, "kill")
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({}, wrong)
+  end)
+
   it("keeps one function one function, and its upvalues' sharing, within a transfer", function()
     local r = guard.run(function()
       local me = smarm.self()

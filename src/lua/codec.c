@@ -1481,6 +1481,17 @@ static __attribute__((noinline)) int dec_record(dec_t *d, uint32_t nhash, int st
 static const char templates_key;
 #define TEMPLATES 256
 
+/* Replaces the template on top of the stack with a new closure of its function, upvalues nil,
+** in the decoding actor's environment (a template's is that of the actor that loaded it: the
+** closure takes the decoding actor's own, as a load per decode gave it). */
+static void copy_template(lua_State *L)
+{
+  luaJIT_copyclosure(L, -1);
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  lua_setfenv(L, -2);
+  lua_remove(L, -2);
+}
+
 /* Replaces the bytecode (a string) on top of the stack with a new closure of its function,
 ** upvalues nil. */
 static void closure_of_code(lua_State *L)
@@ -1504,6 +1515,9 @@ static void closure_of_code(lua_State *L)
     lua_Number count = lua_tonumber(L, -1);
     lua_pop(L, 1);
     if (count >= TEMPLATES) { /* start over: a VM's working set of functions is small */
+      lvm_t *vm = this_vm();
+      if (vm) /* (the template and its key may go now) */
+        vm->last_template = 0;
       lua_createtable(L, 1, 8);
       lua_pushlightuserdata(L, (void *)&templates_key);
       lua_pushvalue(L, -2);
@@ -1517,13 +1531,14 @@ static void closure_of_code(lua_State *L)
     lua_pushvalue(L, -2);
     lua_rawset(L, cache);
   }
-  luaJIT_copyclosure(L, -1);
-  /* the template's environment is that of the actor that loaded it: the closure takes the
-  ** decoding actor's own (what a load per decode gave it) */
-  lua_pushvalue(L, LUA_GLOBALSINDEX);
-  lua_setfenv(L, -2);
+  lvm_t *vm = this_vm();
+  if (vm) {
+    vm->last_template = sm_ljx_top_bits(L);
+    vm->last_code = lua_tolstring(L, -2, &vm->last_code_len);
+  }
   lua_replace(L, cache);
   lua_settop(L, cache);
+  copy_template(L);
 }
 
 /* Pushes a new closure of the function whose bytecode is [code, code + n), upvalues nil. No Lua
@@ -1531,6 +1546,12 @@ static void closure_of_code(lua_State *L)
 ** being decoded; message_spec checks it), nor in a finalizer that may (they cannot take one). */
 static void new_closure(dec_t *d, const char *code, size_t n)
 {
+  const lvm_t *vm = this_vm();
+  if (vm && vm->last_template && n == vm->last_code_len && memcmp(code, vm->last_code, n) == 0) {
+    sm_ljx_push_bits(d->L, vm->last_template);
+    copy_template(d->L);
+    return;
+  }
   lua_pushlstring(d->L, code, n);
   closure_of_code(d->L);
 }

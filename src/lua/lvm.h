@@ -63,6 +63,12 @@ typedef struct lvm {
   uint64_t traceback;          /* lsmarm.c: the message handler of actors' protected calls, */
   uint64_t remote_entry;       /* and the C function that starts a spawn_on's actor (bits) */
   int encode_reason_ref;       /* lfaults.c: the protected encoder of exit reasons */
+  /* codec.c: the function decoded last, as its template's bits and its bytecode (the key that
+  ** keeps the template in the templates table; template 0: none): a spawn_on of the same
+  ** function compares bytes instead of interning them and looking the template up. */
+  uint64_t last_template;
+  const char *last_code;
+  size_t last_code_len;
   uint64_t owners;             /* lhandle.c: its owners table once looked up in this run, as
                                ** sm_ljx_top_bits gives it; LVM_NO_OWNERS: looked up, none made
                                ** yet; 0: not looked up */
