@@ -85,12 +85,26 @@ static const char replaced_key;
 ** unloaded and required again replaces its record, and the old one is not kept alive. */
 static const char loaded_key;
 
+/* The calling scheduler's VM state if L is of that VM, else NULL. The index is made and dropped
+** by that scheduler's actors, and dropped at a run's start, where the state is new. */
+static lvm_t *vm_of(lua_State *L)
+{
+  lvm_t *vm = this_vm();
+  return vm && vm->L &&
+             lua_topointer(vm->L, LUA_REGISTRYINDEX) == lua_topointer(L, LUA_REGISTRYINDEX)
+           ? vm
+           : NULL;
+}
+
 /* Drops the VM's index: the next message that needs it makes it anew. */
 static void drop_index(lua_State *L)
 {
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_pushnil(L);
   lua_rawset(L, LUA_REGISTRYINDEX);
+  lvm_t *vm = vm_of(L);
+  if (vm)
+    vm->index_names = 0;
 }
 
 /* records[name] = { module, fields } for the name and module at stack slots `name` and `mod`,
@@ -262,7 +276,8 @@ int sm_lrebind_push_standard(lua_State *L, const char *name)
 
 /* ---- The VM's index ------------------------------------------------------------------------ */
 
-/* registry[&index_key] = { [1] = snapshot, [2] = names }, names (weak keys) mapping each value
+/* registry[&index_key] = { [1] = snapshot, [2] = names } (and the VM's state, lvm_t, has the
+** snapshot and names at hand while the registry keeps them), names (weak keys) mapping each value
 ** known by name to "module" (a module), { "module", "field", module } (a field of one: the module
 ** table, so that a lookup checks that the field holds the value still) or { "module", "field" }
 ** (a standard global, module "", and a library function smarm replaced: taken as they are).
@@ -563,34 +578,37 @@ static void make_index(lua_State *L, int package, int loaded)
   lua_pushlightuserdata(L, (void *)&index_key);
   lua_pushvalue(L, ix);
   lua_rawset(L, LUA_REGISTRYINDEX);
+  lvm_t *vm = vm_of(L);
+  if (vm) { /* (what the registry keeps now) */
+    lua_rawgeti(L, ix, 1);
+    vm->index_snap = lua_touserdata(L, -1);
+    vm->index_snap_size = lua_objlen(L, -1);
+    lua_pop(L, 1);
+    lua_pushvalue(L, names);
+    vm->index_names = sm_ljx_top_bits(L);
+    lua_pop(L, 1);
+  }
 }
 
 int sm_lrebind_push_names_made(lua_State *L)
 {
-  int top = lua_gettop(L);
   const lvm_t *vm = this_vm(); /* its callers encode or copy in an actor (lvm.h) */
-  lua_pushlightuserdata(L, (void *)&index_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  int ix = top + 1;
+  if (!vm->index_names)
+    return 0;
+  int top = lua_gettop(L);
   lvm_push_str(L, vm, LVM_STR_PACKAGE);
   lua_rawget(L, LUA_GLOBALSINDEX);
-  if (lua_istable(L, ix)) {
-    if (lua_istable(L, -1)) {
-      lvm_push_str(L, vm, LVM_STR_LOADED);
-      lua_rawget(L, -2);
-    } else {
-      lua_pushnil(L); /* no package library: the snapshot says "not a table" */
-    }
-    lua_rawgeti(L, ix, 1);
-    if (sm_ljx_table_same(L, -2, lua_touserdata(L, -1), lua_objlen(L, -1))) {
-      lua_rawgeti(L, ix, 2);
-      lua_replace(L, ix);
-      lua_settop(L, ix);
-      return 1;
-    }
+  if (lua_istable(L, -1)) {
+    lvm_push_str(L, vm, LVM_STR_LOADED);
+    lua_rawget(L, -2);
+  } else {
+    lua_pushnil(L); /* no package library: the snapshot says "not a table" */
   }
+  int same = sm_ljx_table_same(L, -1, vm->index_snap, vm->index_snap_size);
   lua_settop(L, top);
-  return 0;
+  if (same)
+    sm_ljx_push_bits(L, vm->index_names);
+  return same;
 }
 
 void sm_lrebind_push_names(lua_State *L)

@@ -69,6 +69,12 @@ typedef struct lvm {
   uint64_t last_template;
   const char *last_code;
   size_t last_code_len;
+  /* lrebind.c: the VM's index of names as it was last made in this run, which the registry
+  ** keeps: its snapshot of package.loaded (NULL: none) and that one's size, and its names
+  ** table's bits (0: no index); forgotten when the index is dropped (lrebind.c, vm_of) */
+  const void *index_snap;
+  size_t index_snap_size;
+  uint64_t index_names;
   uint64_t owners;             /* lhandle.c: its owners table once looked up in this run, as
                                ** sm_ljx_top_bits gives it; LVM_NO_OWNERS: looked up, none made
                                ** yet; 0: not looked up */
