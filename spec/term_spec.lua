@@ -284,6 +284,9 @@ describe("smarm.term", function()
       { "\131" .. string.rep("\104\1", 300) .. "\106", "term nested too deeply at byte 402" },
       { "\131\110\1\2\1", "bad sign of a big integer at byte 2" },
       { "\131\82\0", "an atom cache reference at byte 2" },
+      -- a tuple has at most 16777215 elements (erts' MAX_ARITY), which encode refuses to exceed
+      { "\131\105\1\0\0\0", "a tuple of more than 16777215 elements at byte 2" },
+      { "\131\105\0\255\255\255", "truncated term at byte 7" },
       -- no Erlang float is NaN or infinite (a NaN map key was Lua's "table index is NaN")
       { "\131\116\0\0\0\1\70\127\248\0\0\0\0\0\0\97\1", "bad float at byte 7" },
       { "\131\70\255\240\0\0\0\0\0\0", "bad float at byte 2" },

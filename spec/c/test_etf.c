@@ -94,6 +94,25 @@ TEST(what_erts_refuses_fails)
   CHECK_EQ(sm_etf_skip(bits_ok, sizeof bits_ok, 0, 0, &err), sizeof bits_ok);
 }
 
+/* A tuple holds at most 16777215 elements (erts' MAX_ARITY): smarm.term.encode refuses more, and
+** the walk refused none, so a packet could carry a term that a receiver's decode then took and
+** could not send back. It fails at the tuple's tag, before its elements. */
+TEST(a_tuple_past_erlangs_limit_fails)
+{
+  size_t count = 16777216, n = 5 + count;
+  unsigned char *b = malloc(n);
+  CHECK(b != NULL);
+  memset(b, ETF_NIL, n);
+  memcpy(b, (const unsigned char[]){ETF_LARGE_TUPLE, 1, 0, 0, 0}, 5);
+  etf_error_t err = {0, 0};
+  CHECK_EQ(sm_etf_skip(b, n, 0, 0, &err), 0);
+  CHECK(strcmp(sm_etf_fault_text(err.fault), "a tuple of more than 16777215 elements") == 0);
+  CHECK_EQ(err.at, 0);
+  memcpy(b, (const unsigned char[]){ETF_LARGE_TUPLE, 0, 255, 255, 255}, 5); /* one fewer: whole */
+  CHECK_EQ(sm_etf_skip(b, n - 1, 0, 0, &err), n - 1);
+  free(b);
+}
+
 /* Random bytes after each tag, in a buffer of exactly their size (ASan sees one byte past it):
 ** the walk ends within the bytes or fails. */
 TEST(random_bytes_never_lead_it_past_the_end)

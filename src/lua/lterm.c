@@ -204,13 +204,11 @@ static void enc_fail(tenc_t *e, int nkeys, const char *what)
   luaL_error(e->L, "%s%s %s", e->root, path, what);
 }
 
-#define TUPLE_ARITY_MAX 16777215 /* Erlang's limit on a tuple's size */
-
 /* Erlang's tuples hold at most 2^24 - 1 elements: more would only make bytes that no node
 ** reads, slowly (a tuple{ n = 1e8 } of nils took 12 s). NaN fails every comparison. */
 int sm_lterm_tuple_arity_ok(double n)
 {
-  return n >= 0 && n <= TUPLE_ARITY_MAX && n == (double)(size_t)n;
+  return n >= 0 && n <= ETF_TUPLE_ARITY_MAX && n == (double)(size_t)n;
 }
 
 /* The buffer grows as a new userdata in its stack slot (an error half-way leaks nothing). */
@@ -766,6 +764,8 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
     uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : sm_etf_be32(need(d, 4));
+    if (n > ETF_TUPLE_ARITY_MAX) /* smarm.term.encode refuses it, and erts' make_tuple */
+      bad(L, d->start, at, sm_etf_fault_text(ETF_FAULT_TUPLE_TOO_BIG));
     enter_container(d, at);
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);

@@ -25,6 +25,7 @@ const char *sm_etf_fault_text(enum etf_fault fault)
   case ETF_FAULT_NOT_ATOM: return "not an atom";
   case ETF_FAULT_BAD_BITS: return "bad bit count of a bitstring";
   case ETF_FAULT_BAD_ARITY: return "bad arity of a fun";
+  case ETF_FAULT_TUPLE_TOO_BIG: return "a tuple of more than 16777215 elements";
   default: return "malformed term";
   }
 }
@@ -126,6 +127,8 @@ size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_e
     if (left < hdr)
       return fail(err, ETF_FAULT_TRUNCATED, at);
     uint64_t count = hdr == 1 ? p[1] : sm_etf_be32(p + 1);
+    if (*p == ETF_LARGE_TUPLE && count > ETF_TUPLE_ARITY_MAX) /* smarm.term.encode refuses it */
+      return fail(err, ETF_FAULT_TUPLE_TOO_BIG, at);
     if (*p == ETF_MAP)
       count *= 2;
     if (*p == ETF_LIST)

@@ -25,12 +25,13 @@ enum etf_tag {
 };
 
 #define ETF_MAX_DEPTH 200 /* nesting, as the Lua layer's encoder and decoder allow */
+#define ETF_TUPLE_ARITY_MAX 16777215 /* erts' MAX_ARITY (erl_vm.h): the most elements of a tuple */
 
 /* Why a walk stopped: sm_etf_fault_text names it for people. */
 enum etf_fault {
   ETF_FAULT_NONE, ETF_FAULT_TRUNCATED, ETF_FAULT_UNKNOWN_TAG, ETF_FAULT_TOO_DEEP,
   ETF_FAULT_COMPRESSED, ETF_FAULT_CACHE_REF, ETF_FAULT_NOT_ATOM, ETF_FAULT_BAD_BITS,
-  ETF_FAULT_BAD_ARITY
+  ETF_FAULT_BAD_ARITY, ETF_FAULT_TUPLE_TOO_BIG
 };
 
 typedef struct etf_error {
@@ -43,7 +44,8 @@ const char *sm_etf_fault_text(enum etf_fault fault);
 
 /* The offset just past the term at b[at] within b[0..n), at `depth` levels of nesting already;
 ** 0 on a malformed term (a length past n, an unknown tag, deeper than ETF_MAX_DEPTH, what erts
-** refuses in a fun's names or a bitstring's bit count), with *err saying why and where. */
+** refuses in a fun's names or a bitstring's bit count, a tuple of more than ETF_TUPLE_ARITY_MAX
+** elements), with *err saying why and where. */
 size_t sm_etf_skip(const unsigned char *b, size_t n, size_t at, int depth, etf_error_t *err);
 
 /* The atom at b[at] (any of its four encodings): its name in *s, *len (Latin-1 or UTF-8, as
