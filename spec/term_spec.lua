@@ -392,6 +392,112 @@ describe("smarm.term", function()
     assert.are.equal(2 ^ 53, T.decode("\131\110\7\0\0\0\0\0\0\0\32"))
   end)
 
+  -- What a decode leaves allocated in bytes (garbage too: the collector is stopped meanwhile),
+  -- and the value.
+  local function decode_allocating(s)
+    collectgarbage("collect")
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    local v = T.decode(s)
+    local bytes = (collectgarbage("count") - before) * 1024
+    collectgarbage("restart")
+    return v, bytes
+  end
+
+  it("decodes nested opaque lists and maps in memory and time linear in their size", function()
+    -- [[[... [Binary | 7] ...| 7] | 7] | 7], 150 levels around a binary of 20,000 bytes: each
+    -- level decoded its elements, found its improper tail only then, and made itself an opaque
+    -- term, a copy of its bytes, walked again: the binary was copied and walked 150 times (6 MB
+    -- of garbage for 21 KB), where an adversary picks the shape. Now a pass that meets an
+    -- improper list starts again knowing where every opaque list or map is, and decodes each
+    -- byte once more at most: what it leaves is a few copies of the term, whatever its shape.
+    local binary = "\109\0\0\78\32" .. ("x"):rep(20000)
+    local function nest(open, inner, close, levels)
+      for _ = 1, levels do inner = open .. inner .. close end
+      return "\131" .. inner
+    end
+    -- #{1 => a, 1.0 => b, k => Inner}, a map Lua cannot hold (see the next case), the same way
+    local a_b = "\97\1\119\1a\70\63\240\0\0\0\0\0\0\119\1b"
+    local shapes = {
+      nest("\108\0\0\0\1", binary, "\97\7", 150),
+      nest("\116\0\0\0\3" .. a_b .. "\119\1k", binary, "", 150),
+      nest("\108\0\0\0\1\116\0\0\0\3" .. a_b .. "\119\1k", binary, "\97\7", 75),
+      -- [[1 | [[1 | ...]]]]: proper lists, each the tail of an improper one
+      nest("\108\0\0\0\1\108\0\0\0\1\97\1", binary, "\106", 75),
+    }
+    for i, s in ipairs(shapes) do
+      local v, bytes = decode_allocating(s)
+      assert(bytes < 8 * #s, ("shape %d: %d bytes left by a decode of %d"):format(i, bytes, #s))
+      assert.are.equal(s, T.encode(v))
+    end
+    assert.are.equal("list", T.type(T.decode(shapes[1])))
+    assert.are.equal("map", T.type(T.decode(shapes[2])))
+    assert.are.equal("list", T.type(T.decode(shapes[3])))
+    local proper = T.decode(shapes[4])
+    assert.are.equal("table", type(proper))
+    assert.are.equal("list", T.type(proper[1]))
+    -- proper lists and maps around opaque ones decode as tables, the opaque ones in their places,
+    -- before and after the first improper list met: [[1 | 2], [[3 | 4]], #{k => [5 | 6]}, [7]]
+    local mixed = "\131\108\0\0\0\4" .. "\108\0\0\0\1\97\1\97\2" ..
+      "\108\0\0\0\1\108\0\0\0\1\97\3\97\4\106" ..
+      "\116\0\0\0\1\119\1k\108\0\0\0\1\97\5\97\6" .. "\108\0\0\0\1\97\7\106" .. "\106"
+    local m = T.decode(mixed)
+    assert.are.equal("#Term<improper list>", tostring(m[1]))
+    assert.are.equal("list", T.type(m[2][1]))
+    assert.are.equal("list", T.type(m[3][smarm.atom("k")]))
+    assert.are.same({ 7 }, m[4])
+    assert.are.equal(4, #m)
+    assert.are.equal(mixed, T.encode(m))
+    -- an improper list at the top, with a stream of terms after it
+    local s = "\131\108\0\0\0\1\97\1\97\2\131\97\3"
+    local first, at = T.decode(s)
+    assert.are.equal("list", T.type(first))
+    assert.are.equal(11, at)
+    assert.are.equal(3, (T.decode(s, at)))
+  end)
+
+  it("keeps a map opaque whose distinct keys are one Lua key, and refuses a key twice", function()
+    -- #{1 => a, 1.0 => b} is two keys to Erlang and one number to Lua: the second pair took
+    -- the first one's place, silently. Now the map stays opaque, as every other term Lua cannot
+    -- hold, and goes back as the same bytes.
+    local int_float = "\131\116\0\0\0\2\97\1\119\1a\70\63\240\0\0\0\0\0\0\119\1b"
+    local v = T.decode(int_float)
+    assert.are.equal("userdata", type(v))
+    assert.are.equal("map", T.type(v))
+    assert.are.equal("#Term<map>", tostring(v))
+    assert.are.equal(int_float, T.encode(v))
+    assert.are.equal(v, T.decode(int_float)) -- interned, as opaque terms are
+    -- 0.0 and -0.0 (two keys since OTP 27), 2 and 2.0 as a big integer and an old-style float
+    local zeros = "\131\116\0\0\0\2\70" .. ("\0"):rep(8) .. "\97\1\70\128" .. ("\0"):rep(7) ..
+      "\97\2"
+    assert.are.equal("map", T.type(T.decode(zeros)))
+    local old_float = "\131\116\0\0\0\2\110\1\0\2\97\1\99" ..
+      ("2.00000000000000000000e+00"):gsub("$", ("\0"):rep(5)) .. "\97\2"
+    assert.are.equal(31, #("2.00000000000000000000e+00" .. ("\0"):rep(5)))
+    assert.are.equal("map", T.type(T.decode(old_float)))
+    -- only that map: the tuple around it, and a map of distinct numbers, decode as tables
+    local t = T.decode("\131\104\3" .. int_float:sub(2) .. "\97\5" ..
+      "\116\0\0\0\2\97\1\97\1\70\64\0\0\0\0\0\0\0\97\2")
+    assert.are.equal("tuple", T.type(t))
+    assert.are.equal(v, t[1])
+    assert.are.same({ 1, 2 }, { t[3][1], t[3][2] })
+    -- one number twice: binary_to_term refuses such a map (badarg), and so does the decoder
+    for _, c in ipairs({
+      { "\131\116\0\0\0\2\97\1\97\1\98\0\0\0\1\97\2", 11 }, -- 1, then 1 as a 32-bit integer
+      { "\131\116\0\0\0\2\70\64\0\0\0\0\0\0\0\97\1\70\64\0\0\0\0\0\0\0\97\2", 18 },
+    }) do
+      local ok, err = pcall(T.decode, c[1])
+      assert.is_false(ok)
+      assert.are.equal(("smarm.term.decode: a map with a key twice at byte %d"):format(c[2]), err)
+    end
+    -- keys that Lua keeps apart: a binary, the list of its bytes, the atom of that name
+    local three = T.decode("\131\116\0\0\0\3\109\0\0\0\2ab\97\1\107\0\2ab\97\2\119\2ab\97\3")
+    local n = 0
+    for _ in pairs(three) do n = n + 1 end
+    assert.are.equal(3, n)
+    assert.are.same({ 1, 3 }, { three.ab, three[smarm.atom("ab")] })
+  end)
+
   it("keeps atoms, tuples, maps and opaque terms what they are in messages", function()
     local big = T.decode(unhex("836E09000000000000000000" .. "01"))
     local local_copy, report, remote = smarm.run(function()

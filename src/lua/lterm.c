@@ -18,7 +18,8 @@
 **                      <-- lists (strings, which are lists of bytes, too)
 **   smarm.map(t)       <-> map (a map is marked, so #{} and #{1 => a} stay maps)
 **   opaque terms       <-> pids, refs and ports (of Erlang nodes), funs, big integers, bit
-**                          strings and improper lists: the same bytes go back
+**                          strings, improper lists, and maps with two keys that are one Lua key
+**                          (1 and 1.0, 0.0 and -0.0): the same bytes go back
 ** Cycles, functions, coroutines, other userdata, NaN and infinities have no term and raise,
 ** naming the path; so do this runtime's own pids and refs, until it is a node.
 **
@@ -26,6 +27,14 @@
 ** (ETF_MAX_DEPTH, and the C stack left: each container checks it before its elements, as the
 ** checked gsub does, see lreentry.h), and a size hint never asks for more slots than the bytes
 ** could fill.
+**
+** Decoding is linear in the bytes, whatever their shape. An improper list or a map whose keys
+** collide in Lua shows what it is only at its end or at a later key, and then it and its elements
+** are one opaque term: decoding its elements first, then walking and copying it whole, cost each
+** level of such terms nested in one another a pass over all of them (200 levels: 200 passes). So
+** the first pass hopes that there are none and gives up at the first one; a scan then lists every
+** such list and map that no other holds (each byte walked once), and a last pass decodes, taking
+** each listed one as it stands. A term without any pays nothing more.
 */
 #include "lterm.h"
 
@@ -88,13 +97,9 @@ static const unsigned char *skip_term(lua_State *L, const unsigned char *start,
                                       const unsigned char *p, const unsigned char *end,
                                       int depth);
 
-void sm_lterm_push_blob(lua_State *L, enum lterm_kind kind, const char *s, size_t n)
+/* sm_lterm_push_blob, for bytes already walked. */
+static void intern_blob(lua_State *L, enum lterm_kind kind, const char *s, size_t n)
 {
-  if (kind == LTERM_OPAQUE) { /* one whole term, of a kind that stays opaque */
-    const unsigned char *p = (const unsigned char *)s;
-    if (n == 0 || skip_term(L, p, p, p + n, 0) != p + n)
-      luaL_error(L, "smarm: malformed opaque term");
-  }
   lvm_push_registry_table(L, kind == LTERM_ATOM ? &atoms_key : &opaques_key, "v");
   lua_pushlstring(L, s, n);
   lua_pushvalue(L, -1);
@@ -116,6 +121,16 @@ void sm_lterm_push_blob(lua_State *L, enum lterm_kind kind, const char *s, size_
   lua_rawset(L, -5);
   lua_replace(L, -3);
   lua_pop(L, 1);
+}
+
+void sm_lterm_push_blob(lua_State *L, enum lterm_kind kind, const char *s, size_t n)
+{
+  if (kind == LTERM_OPAQUE) { /* one whole term, of a kind that stays opaque */
+    const unsigned char *p = (const unsigned char *)s;
+    if (n == 0 || skip_term(L, p, p, p + n, 0) != p + n)
+      luaL_error(L, "smarm: malformed opaque term");
+  }
+  intern_blob(L, kind, s, n);
 }
 
 enum lterm_kind sm_lterm_table_kind(lua_State *L, int idx)
@@ -547,9 +562,19 @@ static const unsigned char *skip_term(lua_State *L, const unsigned char *start,
   return start + at;
 }
 
+/* A list or a map that decodes as an opaque term: its bytes [at, end). */
+typedef struct span {
+  const unsigned char *at, *end;
+} span_t;
+
 typedef struct tdec {
   lua_State *L;
   const unsigned char *start, *p, *end;
+  lua_Number number; /* the last number that dec_leaf met */
+  int known;         /* the last pass: the scan listed the opaque lists and maps in spans */
+  int spans_idx;     /* the stack slot of the userdata that holds spans (0: none yet) */
+  span_t *spans;     /* in the order of their bytes, none inside another */
+  size_t nspans, cap, next; /* next: the first that the last pass has not reached */
 } tdec_t;
 
 static const unsigned char *need(tdec_t *d, size_t n)
@@ -561,15 +586,25 @@ static const unsigned char *need(tdec_t *d, size_t n)
   return at;
 }
 
-/* Pushes the opaque term that starts at `at` and ends at d->p. */
+/* Pushes the opaque term that starts at `at` and ends at d->p (walked: it is whole). */
 static void push_opaque_here(tdec_t *d, const unsigned char *at)
 {
-  sm_lterm_push_blob(d->L, LTERM_OPAQUE, (const char *)at, (size_t)(d->p - at));
+  intern_blob(d->L, LTERM_OPAQUE, (const char *)at, (size_t)(d->p - at));
 }
 
-/* Pushes the big integer at `at` (tag, size, sign, digits) as a number if it is within 2^53,
-** else as an opaque term. */
-static void push_big(tdec_t *d, const unsigned char *at, size_t size)
+/* What kind of Lua number a term is (0: none). Two terms that decode as the same number are
+** one Erlang term only if they are of one kind: 1 and 1.0 are two map keys, and so are 0.0
+** and -0.0 (since OTP 27), but not 1 as a small integer and 1 as a big one. */
+enum { NOT_NUMBER, INTEGER_NUMBER, FLOAT_NUMBER, NEGATIVE_FLOAT_NUMBER };
+
+static int float_kind(lua_Number v)
+{
+  return signbit(v) ? NEGATIVE_FLOAT_NUMBER : FLOAT_NUMBER;
+}
+
+/* The big integer at `at` (tag, size, sign, digits): INTEGER_NUMBER with its value in
+** d->number if it is within 2^53, else NOT_NUMBER, pushed as an opaque term when `push`. */
+static int dec_big(tdec_t *d, const unsigned char *at, size_t size, int push)
 {
   unsigned sign = *need(d, 1);
   const unsigned char *digits = need(d, size);
@@ -583,11 +618,13 @@ static void push_big(tdec_t *d, const unsigned char *at, size_t size)
     for (size_t i = used; i-- > 0;)
       m = m << 8 | digits[i];
     if (m <= MAX_EXACT) { /* compared as integers: (double)(2^53 + 1) would be 2^53 */
-      lua_pushnumber(d->L, sign ? -(lua_Number)m : (lua_Number)m);
-      return;
+      d->number = sign ? -(lua_Number)m : (lua_Number)m;
+      return INTEGER_NUMBER;
     }
   }
-  push_opaque_here(d, at);
+  if (push)
+    push_opaque_here(d, at);
+  return NOT_NUMBER;
 }
 
 /* If the pid or ref at `at` (whole, ending at d->p) is one of this node's, pushes the smarm pid
@@ -635,8 +672,10 @@ static int push_own(tdec_t *d, const unsigned char *at)
 /* The decoder's cases that need buffers of their own, out of line: every level of a nested term
 ** has a frame of dec_term on the C stack, and their buffers in it made that frame 1 KiB. */
 
-/* The atom at `at` (any of its encodings), as push_atom pushes it. */
-static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *at, int nil_ok)
+/* The atom at `at` (any of its encodings), checked, and pushed as push_atom pushes it when
+** `push`. */
+static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *at, int nil_ok,
+                                               int push)
 {
   const char *s;
   size_t n;
@@ -645,6 +684,10 @@ static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *a
   long chars = latin1 ? (long)n : utf8_chars((const unsigned char *)s, n);
   if (chars > ATOM_MAX_CHARS) /* binary_to_term refuses it; smarm.atom too */
     bad(d->L, d->start, at, "an atom of more than 255 characters");
+  if (!latin1 && chars < 0) /* smarm.atom refuses such a name too */
+    bad(d->L, d->start, at, "an atom that is not UTF-8");
+  if (!push)
+    return;
   if (latin1) { /* Latin-1 to UTF-8: what Erlang calls the same atom */
     char utf8[2 * ATOM_MAX_CHARS];
     size_t o = 0;
@@ -659,14 +702,12 @@ static __attribute__((noinline)) void dec_atom(tdec_t *d, const unsigned char *a
     }
     push_atom(d->L, utf8, o, nil_ok);
   } else {
-    if (chars < 0) /* smarm.atom refuses such a name too */
-      bad(d->L, d->start, at, "an atom that is not UTF-8");
     push_atom(d->L, s, n, nil_ok);
   }
 }
 
 /* The float at `at` in the old format: "%.20e" in 31 bytes. */
-static __attribute__((noinline)) void dec_old_float(tdec_t *d, const unsigned char *at)
+static __attribute__((noinline)) lua_Number dec_old_float(tdec_t *d, const unsigned char *at)
 {
   char text[32];
   memcpy(text, need(d, 31), 31);
@@ -675,7 +716,7 @@ static __attribute__((noinline)) void dec_old_float(tdec_t *d, const unsigned ch
   double v = strtod(text, &stop);
   if (stop == text || !isfinite(v))
     bad(d->L, d->start, at, "bad float");
-  lua_pushnumber(d->L, v);
+  return v;
 }
 
 /* Before the elements of the container at `at`: they nest a level deeper on the C stack, which
@@ -687,21 +728,31 @@ static void enter_container(tdec_t *d, const unsigned char *at)
     bad(d->L, d->start, at, "term nested too deeply for the actor's C stack");
 }
 
-static void dec_term(tdec_t *d, int depth, int nil_ok)
+/* The count of the tuple at `at` whose tag d->p has passed (Erlang's limit checked). */
+static uint32_t tuple_arity(tdec_t *d, const unsigned char *at, unsigned char tag)
+{
+  uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : sm_etf_be32(need(d, 4));
+  if (n > ETF_TUPLE_ARITY_MAX) /* smarm.term.encode refuses it, and erts' make_tuple */
+    bad(d->L, d->start, at, sm_etf_fault_text(ETF_FAULT_TUPLE_TOO_BIG));
+  return n;
+}
+
+/* The term at `at`, whose tag d->p has passed, of any kind but a list, a tuple or a map: checked,
+** d->p moved past it, and pushed when `push`. Returns its kind of number if it decodes as a
+** number (the value in d->number), else NOT_NUMBER. Both walks use it (dec_term, scan_term), so
+** they check the same. */
+static inline __attribute__((always_inline)) int dec_leaf(tdec_t *d, const unsigned char *at,
+                                              unsigned char tag, int depth, int nil_ok, int push)
 {
   lua_State *L = d->L;
-  if (depth >= ETF_MAX_DEPTH)
-    bad(L, d->start, d->p, "term nested too deeply");
-  luaL_checkstack(L, 6, "term too deep");
-  const unsigned char *at = d->p;
-  unsigned char tag = *need(d, 1);
+  int kind = INTEGER_NUMBER;
   switch (tag) {
   case ETF_SMALL_INTEGER:
-    lua_pushnumber(L, *need(d, 1));
-    return;
+    d->number = *need(d, 1);
+    break;
   case ETF_INTEGER:
-    lua_pushnumber(L, (int32_t)sm_etf_be32(need(d, 4)));
-    return;
+    d->number = (int32_t)sm_etf_be32(need(d, 4));
+    break;
   case ETF_NEW_FLOAT: {
     const unsigned char *b = need(d, 8);
     union {
@@ -710,68 +761,200 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
     } v = {(uint64_t)sm_etf_be32(b) << 32 | sm_etf_be32(b + 4)};
     if (!isfinite(v.f)) /* no Erlang float is NaN or infinite (binary_to_term refuses them) */
       bad(L, d->start, at, "bad float");
-    lua_pushnumber(L, v.f);
-    return;
+    d->number = v.f;
+    kind = float_kind(v.f);
+    break;
   }
   case ETF_FLOAT:
-    dec_old_float(d, at);
-    return;
+    d->number = dec_old_float(d, at);
+    kind = float_kind(d->number);
+    break;
   case ETF_SMALL_BIG:
-    push_big(d, at, *need(d, 1));
-    return;
+    kind = dec_big(d, at, *need(d, 1), push);
+    break;
   case ETF_LARGE_BIG:
-    push_big(d, at, sm_etf_be32(need(d, 4)));
-    return;
+    kind = dec_big(d, at, sm_etf_be32(need(d, 4)), push);
+    break;
   case ETF_ATOM: case ETF_SMALL_ATOM: case ETF_ATOM_UTF8: case ETF_SMALL_ATOM_UTF8:
-    dec_atom(d, at, nil_ok);
-    return;
+    dec_atom(d, at, nil_ok, push);
+    return NOT_NUMBER;
   case ETF_BINARY: {
     size_t n = sm_etf_be32(need(d, 4));
-    lua_pushlstring(L, (const char *)need(d, n), n);
-    return;
+    const char *s = (const char *)need(d, n);
+    if (push)
+      lua_pushlstring(L, s, n);
+    return NOT_NUMBER;
   }
   case ETF_STRING: { /* a list of bytes */
     const unsigned char *b = need(d, 2);
     size_t n = (size_t)b[0] << 8 | b[1];
     const unsigned char *s = need(d, n);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-      lua_pushnumber(L, s[i]);
-      lua_rawseti(L, -2, (int)i + 1);
+    if (push) {
+      lua_createtable(L, (int)n, 0);
+      for (size_t i = 0; i < n; i++) {
+        lua_pushnumber(L, s[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+      }
     }
-    return;
+    return NOT_NUMBER;
   }
   case ETF_NIL:
-    lua_createtable(L, 0, 0);
-    return;
+    if (push)
+      lua_createtable(L, 0, 0);
+    return NOT_NUMBER;
+  default: /* pids, refs, ports, funs, bit strings: opaque, but this node's own pids and refs */
+    d->p = skip_term(L, d->start, at, d->end, depth);
+    if (push && !push_own(d, at))
+      push_opaque_here(d, at);
+    return NOT_NUMBER;
+  }
+  if (push && kind != NOT_NUMBER)
+    lua_pushnumber(L, d->number);
+  return kind;
+}
+
+/* Lists the list or map at `at` (ending at d->p) as opaque, in place of the ones inside it,
+** which were listed from index `inside` on. */
+static void add_span(tdec_t *d, const unsigned char *at, size_t inside)
+{
+  d->nspans = inside;
+  if (d->nspans == d->cap) { /* a new userdata in the slot: an error half-way leaks nothing */
+    size_t cap = d->cap ? 2 * d->cap : 16;
+    span_t *spans = lua_newuserdata(d->L, cap * sizeof *spans);
+    if (d->nspans)
+      memcpy(spans, d->spans, d->nspans * sizeof *spans);
+    lua_replace(d->L, d->spans_idx);
+    d->spans = spans;
+    d->cap = cap;
+  }
+  d->spans[d->nspans++] = (span_t){at, d->p};
+}
+
+/* The scan: walks the term at d->p as dec_term decodes it, with the same checks, building
+** nothing, and lists in d->spans every list or map that decodes as an opaque term (an improper
+** list; a map with two keys that are one Lua number) and that no other one holds. Returns what
+** dec_leaf returns (NOT_NUMBER for a container). */
+static int scan_term(tdec_t *d, int depth)
+{
+  lua_State *L = d->L;
+  if (depth >= ETF_MAX_DEPTH)
+    bad(L, d->start, d->p, "term nested too deeply");
+  luaL_checkstack(L, 6, "term too deep");
+  const unsigned char *at = d->p;
+  unsigned char tag = *need(d, 1);
+  switch (tag) {
   case ETF_LIST: {
+    uint32_t n = sm_etf_be32(need(d, 4));
+    enter_container(d, at);
+    size_t inside = d->nspans;
+    for (uint32_t i = 0; i < n; i++)
+      scan_term(d, depth + 1);
+    if (d->p < d->end && *d->p == ETF_NIL) {
+      d->p++;
+      return NOT_NUMBER;
+    }
+    scan_term(d, depth + 1); /* the tail */
+    add_span(d, at, inside);
+    return NOT_NUMBER;
+  }
+  case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
+    uint32_t n = tuple_arity(d, at, tag);
+    enter_container(d, at);
+    for (uint32_t i = 0; i < n; i++)
+      scan_term(d, depth + 1);
+    return NOT_NUMBER;
+  }
+  case ETF_MAP: {
+    uint32_t n = sm_etf_be32(need(d, 4));
+    enter_container(d, at);
+    size_t inside = d->nspans;
+    int numbers = 0, opaque = 0; /* numbers: the slot of { [key] = its kind of number } */
+    for (uint32_t i = 0; i < n; i++) {
+      int kind = scan_term(d, depth + 1);
+      if (kind != NOT_NUMBER && !opaque) {
+        if (!numbers) {
+          lua_newtable(L);
+          numbers = lua_gettop(L);
+        }
+        lua_pushnumber(L, d->number);
+        lua_rawget(L, numbers);
+        int was = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (was) { /* one kind: one term twice, which the last pass refuses if it decodes it */
+          opaque = was != kind;
+        } else {
+          lua_pushnumber(L, d->number);
+          lua_pushinteger(L, kind);
+          lua_rawset(L, numbers);
+        }
+      }
+      scan_term(d, depth + 1);
+    }
+    if (numbers)
+      lua_remove(L, numbers);
+    if (opaque)
+      add_span(d, at, inside);
+    return NOT_NUMBER;
+  }
+  default:
+    return dec_leaf(d, at, tag, depth, 0, 0);
+  }
+}
+
+/* In the last pass: if the list or map at `at` is one that the scan listed, pushes it as an
+** opaque term, moves d->p past it and returns 1. */
+static int at_span(tdec_t *d, const unsigned char *at)
+{
+  while (d->next < d->nspans && d->spans[d->next].at < at)
+    d->next++;
+  if (d->next == d->nspans || d->spans[d->next].at != at)
+    return 0;
+  d->p = d->spans[d->next++].end;
+  push_opaque_here(d, at);
+  return 1;
+}
+
+/* Decodes the term at d->p and pushes it; returns 0. In the first pass, returns 1 instead at an
+** improper list, or at a map with a key that another one is in Lua, with no more than its own
+** value pushed (decode starts again). */
+static int dec_term(tdec_t *d, int depth, int nil_ok)
+{
+  lua_State *L = d->L;
+  if (depth >= ETF_MAX_DEPTH)
+    bad(L, d->start, d->p, "term nested too deeply");
+  luaL_checkstack(L, 6, "term too deep");
+  const unsigned char *at = d->p;
+  unsigned char tag = *need(d, 1);
+  switch (tag) {
+  case ETF_LIST: {
+    if (d->known && at_span(d, at))
+      return 0;
     uint32_t n = sm_etf_be32(need(d, 4));
     enter_container(d, at);
     /* each element takes a byte at least: a bad count cannot ask for more slots */
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 0);
     for (uint32_t i = 0; i < n; i++) {
-      dec_term(d, depth + 1, 0);
+      if (dec_term(d, depth + 1, 0))
+        return 1;
       lua_rawseti(L, -2, (int)i + 1);
     }
     if (d->p < d->end && *d->p == ETF_NIL) {
       d->p++;
-      return;
+      return 0;
     }
-    d->p = skip_term(L, d->start, d->p, d->end, depth + 1); /* an improper list */
-    lua_pop(L, 1);
-    push_opaque_here(d, at);
-    return;
+    if (d->known) /* never: the scan listed every improper list that the last pass meets */
+      bad(L, d->start, at, "malformed term");
+    return 1;
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
-    uint32_t n = tag == ETF_SMALL_TUPLE ? *need(d, 1) : sm_etf_be32(need(d, 4));
-    if (n > ETF_TUPLE_ARITY_MAX) /* smarm.term.encode refuses it, and erts' make_tuple */
-      bad(L, d->start, at, sm_etf_fault_text(ETF_FAULT_TUPLE_TOO_BIG));
+    uint32_t n = tuple_arity(d, at, tag);
     enter_container(d, at);
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);
     int holes = 0;
     for (uint32_t i = 0; i < n; i++) {
-      dec_term(d, depth + 1, 1);
+      if (dec_term(d, depth + 1, 1))
+        return 1;
       if (lua_isnil(L, -1)) {
         holes = 1;
         lua_pop(L, 1);
@@ -783,26 +966,64 @@ static void dec_term(tdec_t *d, int depth, int nil_ok)
       lua_pushnumber(L, n);
       lua_setfield(L, -2, "n");
     }
-    return;
+    return 0;
   }
   case ETF_MAP: {
+    if (d->known && at_span(d, at))
+      return 0;
     uint32_t n = sm_etf_be32(need(d, 4));
     enter_container(d, at);
     lua_createtable(L, 0, n <= (size_t)(d->end - d->p) / 2 ? (int)n : 0);
     sm_lterm_mark_table(L, -1, LTERM_MAP);
     for (uint32_t i = 0; i < n; i++) {
-      dec_term(d, depth + 1, 0);
-      dec_term(d, depth + 1, 0);
+      const unsigned char *key = d->p;
+      if (dec_term(d, depth + 1, 0))
+        return 1;
+      /* Only numbers are one Lua key for two terms (1 and 1.0). Any other Lua key is one term:
+      ** atoms, binaries and opaque terms are interned by their bytes, every table is new. A key
+      ** that Erlang has twice is no map to it (binary_to_term refuses it, no node sends one): as
+      ** a number it is refused, any other keeps its last value, as checking every key would
+      ** slow the decoding of maps by a third. */
+      if (lua_type(L, -1) == LUA_TNUMBER) {
+        lua_pushvalue(L, -1);
+        lua_rawget(L, -3);
+        if (!lua_isnil(L, -1)) { /* (no value is nil: the atom nil is smarm.atom("nil") here) */
+          if (!d->known) /* two numbers may be two keys: the scan tells */
+            return 1;
+          bad(L, d->start, key, "a map with a key twice"); /* numbers of two kinds were listed */
+        }
+        lua_pop(L, 1);
+      }
+      if (dec_term(d, depth + 1, 0))
+        return 1;
       lua_rawset(L, -3);
     }
-    return;
+    return 0;
   }
-  default: /* pids, refs, ports, funs, bit strings: opaque, but this node's own pids and refs */
-    d->p = skip_term(L, d->start, at, d->end, depth);
-    if (!push_own(d, at))
-      push_opaque_here(d, at);
-    return;
+  default:
+    dec_leaf(d, at, tag, depth, nil_ok, 1);
+    return 0;
   }
+}
+
+/* Decodes the term at d->p (past the version byte) and pushes it: the first pass, and if it gives
+** up, the scan and the last pass (see the top of this file). */
+static void decode_term(tdec_t *d)
+{
+  lua_State *L = d->L;
+  int top = lua_gettop(L);
+  const unsigned char *from = d->p;
+  if (!dec_term(d, 0, 1))
+    return;
+  lua_settop(L, top);
+  lua_pushnil(L); /* the spans' slot */
+  d->spans_idx = top + 1;
+  d->p = from;
+  scan_term(d, 0);
+  d->p = from;
+  d->known = 1;
+  dec_term(d, 0, 1);
+  lua_remove(L, d->spans_idx);
 }
 
 void sm_lterm_encode(lua_State *L, int idx, const char *root)
@@ -814,11 +1035,11 @@ void sm_lterm_encode(lua_State *L, int idx, const char *root)
 void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what)
 {
   const unsigned char *s = p;
-  tdec_t d = {L, s, s, s + n};
+  tdec_t d = {L, s, s, s + n, 0, 0, 0, NULL, 0, 0, 0};
   if (n == 0 || *s != ETF_VERSION)
     luaL_error(L, "%s: no version byte (131)", what);
   d.p++;
-  dec_term(&d, 0, 1);
+  decode_term(&d);
 }
 
 int sm_lterm_pid_node(lua_State *L, int idx, const char **node, size_t *n)
@@ -842,6 +1063,7 @@ static const char *opaque_type(const blob_t *b)
   case ETF_NEW_FUN: case ETF_EXPORT: return "fun";
   case ETF_SMALL_BIG: case ETF_LARGE_BIG: return "integer";
   case ETF_BIT_BINARY: return "bitstring";
+  case ETF_MAP: return "map"; /* with two keys that are one Lua key */
   default: return "list"; /* improper */
   }
 }
@@ -938,7 +1160,8 @@ static int m_opaque_tostring(lua_State *L)
     return 1;
   }
   default:
-    lua_pushfstring(L, "#Term<%s>", p[0] == ETF_NEW_FUN ? "fun" : "improper list");
+    lua_pushfstring(L, "#Term<%s>", p[0] == ETF_NEW_FUN ? "fun"
+                                    : p[0] == ETF_MAP ? "map" : "improper list");
     return 1;
   }
 }
@@ -1007,11 +1230,11 @@ static int l_decode(lua_State *L)
   lua_Integer pos = luaL_optinteger(L, 2, 1);
   if (pos < 1 || (size_t)pos > n + 1)
     return luaL_argerror(L, 2, "position out of the string");
-  tdec_t d = {L, s, s + pos - 1, s + n};
+  tdec_t d = {L, s, s + pos - 1, s + n, 0, 0, 0, NULL, 0, 0, 0};
   if (d.p >= d.end || *d.p != ETF_VERSION)
     bad(L, d.start, d.p, "no version byte (131)");
   d.p++;
-  dec_term(&d, 0, 1);
+  decode_term(&d);
   lua_pushinteger(L, (lua_Integer)(d.p - s) + 1);
   return 2;
 }
