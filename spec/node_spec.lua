@@ -397,6 +397,50 @@ describe("smarm.node", function()
     assert.are.equal(0, r.normal)
   end)
 
+  -- The node's packet check walks a reason from another node, but the decoder in the receiving
+  -- VM may still refuse it (here: too little C stack left for its nesting) or run out of
+  -- memory. It raised out of the receive that took the DOWN (or EXIT, or a call's DOWN), which
+  -- was lost; now the reason is { smarm = "bad_term", reason = <why> }, as a message from a node
+  -- that cannot be decoded is.
+  it("gives a DOWN whose reason it cannot decode the reason bad_term, not an error", function()
+    if skip_without_erl() then return end
+    local srv = name("srvb")
+    local A = smarm.atom
+    local r = smarm.run(function()
+      local proc = start_server("srvb")
+      assert(smarm.node.start({ name = name("smarmb"), cookie = COOKIE }))
+      smarm.send({ "maker", srv }, smarm.tuple({ A("victim"), smarm.self() }))
+      local v = guard.receive("a victim", function(m) return m[1] == A("victim") end)[2]
+      local reason = 1 -- 190 tuples deep: within the 200 levels that a packet may nest
+      for _ = 1, 190 do reason = smarm.tuple({ reason }) end
+      local ref = smarm.monitor(v)
+      -- here: the encoder does not check the C stack left (ASan's frames overflowed it below)
+      smarm.send(v, smarm.tuple({ A("exit"), reason }))
+      -- f runs in the innermost of nested gsub callbacks, which stop with 64 KiB of C stack left
+      -- (docs/api.md, "C stack"): the rest of a level of them is too little for 190 levels of
+      -- decoding, which keep those 64 KiB too. The DOWN waits undecoded until it is taken there.
+      local function deepest(f)
+        local result
+        if not pcall(string.gsub, "x", "x", function() result = { deepest(f) } end) then
+          return f()
+        end
+        return unpack(result)
+      end
+      local ok, down = deepest(function()
+        return pcall(smarm.receive, function(m) return m.smarm == "DOWN" and m.ref == ref end,
+          HANG)
+      end)
+      proc:kill("SIGKILL")
+      proc:wait(HANG)
+      return { ok, ok and down.reason or down, ok and down.pid == v }
+    end)
+    assert(r[1], r[2])
+    assert.are.equal("bad_term", r[2].smarm)
+    local too_deep = "term nested too deeply for the actor's C stack at byte %d+"
+    assert.matches("^smarm.term.decode: " .. too_deep .. "$", r[2].reason)
+    assert.is_true(r[3])
+  end)
+
   it("links to a pid of this node's earlier run: an exit signal noproc naming it", function()
     if skip_without_erl() then return end
     local r = smarm.run(function()

@@ -24,7 +24,8 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block);
 ** (never raises); NULL when out of memory. */
 smarm_msg_t *sm_lfaults_encode_report(lua_State *L, int idx, const char *name);
 
-/* Pushes a reason's Lua value (raises only when out of memory). */
+/* Pushes a reason's Lua value (raises only when out of memory). A reason from another node that
+** the decoder refuses, or runs out of memory on, is { smarm = "bad_term", reason = <why> }. */
 void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size);
 
 /* Pushes the table of a notice (smarm_msg_kind EXIT or DOWN); the message stays the caller's. */
