@@ -344,7 +344,7 @@ describe("smarm.term", function()
   end)
 
   it("refuses a term too deep for the actor's C stack, not crashing the process", function()
-    -- 199 nested tuples (400 bytes, within the 200 levels) took 1 KiB of C stack a level: they
+    -- (The encoder, below, too: its walk had no such check.) 199 nested tuples (400 bytes, within the 200 levels) took 1 KiB of C stack a level: they
     -- reached the guard page of a 128 KiB stack (-S 128K), aborting the process, and of the
     -- default 256 KiB under ASan; and a decode from where little stack is left (inside nested
     -- gsub callbacks, which stop with 64 KiB left) overflowed with far fewer levels. Now each
@@ -360,6 +360,9 @@ describe("smarm.term", function()
         if not ok2 and innermost then
           innermost = false
           print(select(2, pcall(T.decode, deep)))
+          local nested = {} -- and its encoding, whose walk took as much stack a level
+          for _ = 1, 190 do nested = { nested } end
+          print(select(2, pcall(T.encode, nested)))
         end
         if not ok2 then error(err2, 0) end
         return err2
@@ -372,10 +375,12 @@ describe("smarm.term", function()
     local too_deep = "smarm.term.decode: term nested too deeply for the actor's C stack at byte %d+"
     local lines = {}
     for line in out:gmatch("[^\n]+") do lines[#lines + 1] = line end
-    assert.are.equal(3, #lines, out)
+    assert.are.equal(4, #lines, out)
     assert(lines[1] == "true" or lines[1]:match("^" .. too_deep .. "$"), lines[1])
     assert.matches("^" .. too_deep .. "$", lines[2])
-    assert.are.equal("7", lines[3])
+    assert.matches("^smarm%.term%.encode: value[%[%]1]* is nested too deeply for the actor's C "
+      .. "stack$", lines[3])
+    assert.are.equal("7", lines[4])
   end)
 
   it("decodes integers just beyond 2^53 as opaque integers, not rounded", function()

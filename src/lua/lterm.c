@@ -278,6 +278,11 @@ static void enc_table(tenc_t *e, int t, int depth)
   lua_State *L = e->L;
   if (depth >= ETF_MAX_DEPTH)
     enc_fail(e, e->nkeys, "is nested too deeply");
+  /* its elements nest a level deeper on the C stack, which keeps its reserve, as the decoder's
+  ** containers do (enter_container): a deep value encoded where little is left (inside nested
+  ** callbacks) reached the guard page, which aborts the process */
+  if (smarm_stack_headroom() < LREENTRY_RESERVE)
+    enc_fail(e, e->nkeys, "is nested too deeply for the actor's C stack");
   luaL_checkstack(L, 8, "term too deep");
   lua_pushvalue(L, t);
   lua_rawget(L, e->visiting_idx);
