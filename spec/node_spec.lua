@@ -414,7 +414,7 @@ describe("smarm.node", function()
       local reason = 1 -- 190 tuples deep: within the 200 levels that a packet may nest
       for _ = 1, 190 do reason = smarm.tuple({ reason }) end
       local ref = smarm.monitor(v)
-      -- here: the encoder does not check the C stack left (ASan's frames overflowed it below)
+      -- here: below, the encoder would refuse it (it keeps the same reserve of C stack)
       smarm.send(v, smarm.tuple({ A("exit"), reason }))
       -- f runs in the innermost of nested gsub callbacks, which stop with 64 KiB of C stack left
       -- (docs/api.md, "C stack"): the rest of a level of them is too little for 190 levels of
@@ -430,10 +430,20 @@ describe("smarm.node", function()
         return pcall(smarm.receive, function(m) return m.smarm == "DOWN" and m.ref == ref end,
           HANG)
       end)
+      -- A monitor by name, { Name, Node }, whose DOWN (noproc) names it: a flat tuple, which
+      -- decodes there (its one level within the reserve); the decode raised there, unprotected.
+      local by_name = smarm.monitor({ "nobody", srv })
+      local ok2, down2 = deepest(function()
+        return pcall(smarm.receive, function(m) return m.smarm == "DOWN" and m.ref == by_name end,
+          HANG)
+      end)
       proc:kill("SIGKILL")
       proc:wait(HANG)
-      return { ok, ok and down.reason or down, ok and down.pid == v }
+      return { ok, ok and down.reason or down, ok and down.pid == v, ok2,
+        ok2 and { down2.pid[1], down2.pid[2], down2.reason } or down2 }
     end)
+    assert(r[4], r[5])
+    assert.are.same({ A("nobody"), A(srv), "noproc" }, r[5])
     assert(r[1], r[2])
     assert.are.equal("bad_term", r[2].smarm)
     local too_deep = "term nested too deeply for the actor's C stack at byte %d+"

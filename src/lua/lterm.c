@@ -278,10 +278,10 @@ static void enc_table(tenc_t *e, int t, int depth)
   lua_State *L = e->L;
   if (depth >= ETF_MAX_DEPTH)
     enc_fail(e, e->nkeys, "is nested too deeply");
-  /* its elements nest a level deeper on the C stack, which keeps its reserve, as the decoder's
-  ** containers do (enter_container): a deep value encoded where little is left (inside nested
-  ** callbacks) reached the guard page, which aborts the process */
-  if (smarm_stack_headroom() < LREENTRY_RESERVE)
+  /* its elements nest a level deeper on the C stack, which keeps its reserve below the outermost
+  ** table, as the decoder's containers do (enter_container): a deep value encoded where little
+  ** is left (inside nested callbacks) reached the guard page, which aborts the process */
+  if (depth > 0 && smarm_stack_headroom() < LREENTRY_RESERVE)
     enc_fail(e, e->nkeys, "is nested too deeply for the actor's C stack");
   luaL_checkstack(L, 8, "term too deep");
   lua_pushvalue(L, t);
@@ -724,12 +724,14 @@ static __attribute__((noinline)) lua_Number dec_old_float(tdec_t *d, const unsig
   return v;
 }
 
-/* Before the elements of the container at `at`: they nest a level deeper on the C stack, which
-** must keep its reserve (lreentry.h) for what a level calls (an opaque term's walk, ETF_MAX_DEPTH
-** levels at most; an allocation's collection step) and for an error's unwinding. */
-static void enter_container(tdec_t *d, const unsigned char *at)
+/* Before the elements of the container at `at`, `depth` levels down: they nest a level deeper on
+** the C stack, which must keep its reserve (lreentry.h) for what a level calls (an opaque term's
+** walk, ETF_MAX_DEPTH levels at most; an allocation's collection step) and for an error's
+** unwinding. The outermost container's elements are decoded within the reserve (a level takes
+** little of it): a flat term, as a DOWN's {Name, Node}, decodes wherever a call may be made. */
+static void enter_container(tdec_t *d, const unsigned char *at, int depth)
 {
-  if (smarm_stack_headroom() < LREENTRY_RESERVE)
+  if (depth > 0 && smarm_stack_headroom() < LREENTRY_RESERVE)
     bad(d->L, d->start, at, "term nested too deeply for the actor's C stack");
 }
 
@@ -850,7 +852,7 @@ static int scan_term(tdec_t *d, int depth)
   switch (tag) {
   case ETF_LIST: {
     uint32_t n = sm_etf_be32(need(d, 4));
-    enter_container(d, at);
+    enter_container(d, at, depth);
     size_t inside = d->nspans;
     for (uint32_t i = 0; i < n; i++)
       scan_term(d, depth + 1);
@@ -864,19 +866,21 @@ static int scan_term(tdec_t *d, int depth)
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
     uint32_t n = tuple_arity(d, at, tag);
-    enter_container(d, at);
+    enter_container(d, at, depth);
     for (uint32_t i = 0; i < n; i++)
       scan_term(d, depth + 1);
     return NOT_NUMBER;
   }
   case ETF_MAP: {
     uint32_t n = sm_etf_be32(need(d, 4));
-    enter_container(d, at);
+    enter_container(d, at, depth);
     size_t inside = d->nspans;
-    int numbers = 0, opaque = 0; /* numbers: the slot of { [key] = its kind of number } */
+    int numbers = 0, opaque = 0; /* numbers: the slot of { [key] = its kinds of number met,
+                                    ** a bit each } */
     for (uint32_t i = 0; i < n; i++) {
+      const unsigned char *key = d->p;
       int kind = scan_term(d, depth + 1);
-      if (kind != NOT_NUMBER && !opaque) {
+      if (kind != NOT_NUMBER) {
         if (!numbers) {
           lua_newtable(L);
           numbers = lua_gettop(L);
@@ -885,13 +889,12 @@ static int scan_term(tdec_t *d, int depth)
         lua_rawget(L, numbers);
         int was = (int)lua_tointeger(L, -1);
         lua_pop(L, 1);
-        if (was) { /* one kind: one term twice, which the last pass refuses if it decodes it */
-          opaque = was != kind;
-        } else {
-          lua_pushnumber(L, d->number);
-          lua_pushinteger(L, kind);
-          lua_rawset(L, numbers);
-        }
+        if (was & 1 << kind) /* one term twice: refused here too, inside an opaque term */
+          bad(L, d->start, key, "a map with a key twice");
+        opaque |= was != 0; /* two kinds of one number: two keys to Erlang, one to Lua */
+        lua_pushnumber(L, d->number);
+        lua_pushinteger(L, was | 1 << kind);
+        lua_rawset(L, numbers);
       }
       scan_term(d, depth + 1);
     }
@@ -935,7 +938,7 @@ static int dec_term(tdec_t *d, int depth, int nil_ok)
     if (d->known && at_span(d, at))
       return 0;
     uint32_t n = sm_etf_be32(need(d, 4));
-    enter_container(d, at);
+    enter_container(d, at, depth);
     /* each element takes a byte at least: a bad count cannot ask for more slots */
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 0);
     for (uint32_t i = 0; i < n; i++) {
@@ -953,7 +956,7 @@ static int dec_term(tdec_t *d, int depth, int nil_ok)
   }
   case ETF_SMALL_TUPLE: case ETF_LARGE_TUPLE: {
     uint32_t n = tuple_arity(d, at, tag);
-    enter_container(d, at);
+    enter_container(d, at, depth);
     lua_createtable(L, n <= (size_t)(d->end - d->p) ? (int)n : 0, 1);
     sm_lterm_mark_table(L, -1, LTERM_TUPLE);
     int holes = 0;
@@ -977,7 +980,7 @@ static int dec_term(tdec_t *d, int depth, int nil_ok)
     if (d->known && at_span(d, at))
       return 0;
     uint32_t n = sm_etf_be32(need(d, 4));
-    enter_container(d, at);
+    enter_container(d, at, depth);
     lua_createtable(L, 0, n <= (size_t)(d->end - d->p) / 2 ? (int)n : 0);
     sm_lterm_mark_table(L, -1, LTERM_MAP);
     for (uint32_t i = 0; i < n; i++) {
