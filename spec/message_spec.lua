@@ -632,22 +632,9 @@ describe("smarm.send / smarm.receive", function()
   it("keeps every key of a table that finalizers change while it is sent", function()
     local out, err, status = script.run([[
       local smarm = require("smarm")
-      local m, added = {}, 0
+      local m = {}
       for i = 1, 64 do m["k" .. i] = { i, ("x"):rep(4000) } end -- past the spare: it grows
-      local churn
-      function churn() -- a finalizer: the keys f.. go, others come, until the table grows
-        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
-        for k in pairs(m) do
-          if k:sub(1, 1) == "f" then m[k] = nil end
-        end
-        for _ = 1, 1 + added % 100 do
-          added = added + 1
-          m["f" .. added] = { 0 }
-        end
-      end
-      collectgarbage("setpause", 10)
-      collectgarbage("setstepmul", 1000)
-      getmetatable(newproxy(true)).__gc = churn
+    ]] .. script.churn("m", "f", "{ 0 }") .. [[
       local me = smarm.self()
       for _ = 1, 300 do
         smarm.send(me, m)

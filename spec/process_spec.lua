@@ -2,6 +2,7 @@
 local smarm = require("smarm")
 local guard = dofile("spec/support/guard.lua")
 local posix = dofile("spec/support/posix.lua")
+local script = dofile("spec/support/script.lua")
 local HANG = guard.HANG -- seconds: limits that only guard against a hang (spec/support/guard.lua)
 
 -- A duration for `sleep` that names this process's programs alone: the cases below look for
@@ -61,22 +62,9 @@ describe("smarm.process.run", function()
     if not exe then return pending("SMARM_EXE is not set (./dev.sh test sets it)") end
     local code = [[
       local smarm = require("smarm")
-      local env, added = {}, 0
+      local env = {}
       for i = 1, 64 do env["K" .. i] = "v" end
-      local churn
-      function churn() -- a finalizer: the names F.. go, others come, until env grows
-        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
-        for k in pairs(env) do
-          if k:sub(1, 1) == "F" then env[k] = nil end
-        end
-        for _ = 1, 1 + added % 100 do
-          added = added + 1
-          env["F" .. added] = "w"
-        end
-      end
-      collectgarbage("setpause", 10)
-      collectgarbage("setstepmul", 1000)
-      getmetatable(newproxy(true)).__gc = churn
+    ]] .. script.churn("env", "F", '"w"') .. [[
       for _ = 1, 200 do
         local r, err = smarm.process.run({ "sh", "-c", 'test "$K64" = v' }, { env = env })
         assert(r and r.status == 0, err)
@@ -640,24 +628,24 @@ describe("smarm.signal.wait", function()
       .. "' }, { stdin = 'null', stdout = 'null' }); "
       .. "print(select(2, smarm.signal.wait('SIGHUP', 0.001))); " .. USR1
       .. "print(p:wait(0) == nil and 'running')"))
-    local script = fresh_path()
-    local f = assert(io.open(script, "w"))
+    local path = fresh_path()
+    local f = assert(io.open(path, "w"))
     f:write("local smarm = require('smarm')\n",
       "smarm.run(function() print(select(2, smarm.signal.wait('SIGHUP', 0.001))) end, { schedulers = 1 })\n",
       "smarm.run(function() ", USR1, "end, { schedulers = 1 })\n")
     f:close()
-    local out, err = with_hup_ignored("-n", script)
-    os.remove(script)
+    local out, err = with_hup_ignored("-n", path)
+    os.remove(path)
     assert.are.equal("timeout\nSIGUSR1\nsmarm ended: 0\n", out, err)
     -- and a run that caught it (smarm.signal.catch) before any wait: its end left SIGHUP's
     -- default action in place, since the catch had not read the disposition it started with
-    f = assert(io.open(script, "w"))
+    f = assert(io.open(path, "w"))
     f:write("local smarm = require('smarm')\n",
       "smarm.run(function() print(smarm.signal.catch('SIGHUP')) end, { schedulers = 1 })\n",
       "smarm.run(function() ", USR1, "end, { schedulers = 1 })\n")
     f:close()
-    out, err = with_hup_ignored("-n", script)
-    os.remove(script)
+    out, err = with_hup_ignored("-n", path)
+    os.remove(path)
     assert.are.equal("true\nSIGUSR1\nsmarm ended: 0\n", out, err)
     assert.is_false(guard.run(function() return running_sleep(302) end))
   end)

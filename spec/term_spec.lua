@@ -554,22 +554,9 @@ describe("smarm.term", function()
   it("encodes a map while finalizers change it", function()
     local out, err, status = script.run([[
       local T = require("smarm").term
-      local m, added = {}, 0
+      local m = {}
       for i = 1, 64 do m["k" .. i] = { i } end -- tables: each allocates as it is encoded
-      local churn
-      function churn() -- a finalizer: the keys f.. go, others come, until the map grows
-        getmetatable(newproxy(true)).__gc = churn -- another for the next cycle
-        for k in pairs(m) do
-          if k:sub(1, 1) == "f" then m[k] = nil end
-        end
-        for _ = 1, 1 + added % 100 do
-          added = added + 1
-          m["f" .. added] = { 0 }
-        end
-      end
-      collectgarbage("setpause", 10)
-      collectgarbage("setstepmul", 1000)
-      getmetatable(newproxy(true)).__gc = churn
+    ]] .. script.churn("m", "f", "{ 0 }") .. [[
       for _ = 1, 1000 do
         local back = T.decode(T.encode(m))
         for i = 1, 64 do assert(back["k" .. i][1] == i, "k" .. i) end

@@ -301,43 +301,23 @@ int sm_ldist_send(lua_State *L)
   return 1;
 }
 
-typedef struct bytes {
-  const unsigned char *p;
-  size_t n;
-} bytes_t;
-
-static int decode_protected(lua_State *L)
-{
-  const bytes_t *b = lua_touserdata(L, 1);
-  sm_lterm_decode(L, b->p, b->n, "smarm.term.decode");
-  return 1;
-}
-
 /* An incoming message: its external format after the event's header. The IO thread has walked
 ** it whole (util/etf.h), so what can still fail here is rare (a float Erlang would not write,
 ** memory): the receiver then gets { smarm = "bad_term", reason = <why> } rather than an error
 ** out of its receive. */
 static void decode_event(lua_State *L, const unsigned char *p, size_t n)
 {
-  bytes_t b = {p + sizeof(io_event_t), n - sizeof(io_event_t)};
+  const unsigned char *b = p + sizeof(io_event_t);
+  size_t bn = n - sizeof(io_event_t);
   if (((const io_event_t *)p)->kind == IO_EV_CLOSED) { /* a monitored node's connection ended */
     lua_createtable(L, 0, 2);
     lua_pushliteral(L, "nodedown");
     lua_setfield(L, -2, "smarm");
-    lua_pushlstring(L, (const char *)b.p, b.n);
+    lua_pushlstring(L, (const char *)b, bn);
     lua_setfield(L, -2, "node");
     return;
   }
-  lua_pushcfunction(L, decode_protected);
-  lua_pushlightuserdata(L, &b);
-  if (lua_pcall(L, 1, 1, 0) == 0)
-    return;
-  lua_createtable(L, 0, 2);
-  lua_pushliteral(L, "bad_term");
-  lua_setfield(L, -2, "smarm");
-  lua_pushvalue(L, -2);
-  lua_setfield(L, -2, "reason");
-  lua_remove(L, -2);
+  sm_lterm_decode_or_bad(L, b, bn, "smarm.term.decode");
 }
 
 static const codec_event_fns_t event_fns = {decode_event, NULL};

@@ -158,39 +158,6 @@ int sm_lfaults_encode_reason(lua_State *L, int idx, smarm_msg_t **block)
   return SMARM_EXIT_VALUE;
 }
 
-typedef struct term_bytes {
-  const void *p;
-  size_t n;
-} term_bytes_t;
-
-static int decode_term_reason(lua_State *L)
-{
-  const term_bytes_t *b = lua_touserdata(L, 1);
-  sm_lterm_decode(L, b->p, b->n, "an exit reason from another node");
-  return 1;
-}
-
-/* Pushes a reason from another node (SMARM_EXIT_TERM). The node's packet check walked its bytes
-** (util/etf.h), but the decoder may still refuse them (its C stack check: a DOWN taken where
-** little of the actor's stack is left) or run out of memory. Raised out of a receive, that lost
-** the notice, and its reason: the reason is then { smarm = "bad_term", reason = <why> }, as a
-** message from a node that cannot be decoded arrives (ldist.c). Only the memory for that table,
-** or for the protected call, may still be missing: then this raises. */
-static void push_term_reason(lua_State *L, const void *data, size_t size)
-{
-  term_bytes_t b = {data, size};
-  lua_pushcfunction(L, decode_term_reason);
-  lua_pushlightuserdata(L, &b);
-  if (lua_pcall(L, 1, 1, 0) == 0)
-    return;
-  lua_createtable(L, 0, 2);
-  lua_pushliteral(L, "bad_term");
-  lua_setfield(L, -2, "smarm");
-  lua_pushvalue(L, -2);
-  lua_setfield(L, -2, "reason");
-  lua_remove(L, -2);
-}
-
 void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t size)
 {
   if (code >= 0 && code < NCODES)
@@ -203,8 +170,10 @@ void sm_lfaults_push_reason(lua_State *L, int code, const void *data, size_t siz
     lua_pushliteral(L, "noconnection");
   else if (code == SMARM_EXIT_VALUE && size)
     sm_codec_decode_bytes(L, data, size);
-  else if (code == SMARM_EXIT_TERM && size)
-    push_term_reason(L, data, size);
+  else if (code == SMARM_EXIT_TERM && size) /* the node's packet check walked its bytes, but the
+    ** decoder may still refuse them (its C stack check: a DOWN taken where little of the actor's
+    ** stack is left): raised out of a receive, that lost the notice */
+    sm_lterm_decode_or_bad(L, data, size, "an exit reason from another node");
   else
     lua_pushnil(L);
 }

@@ -837,6 +837,16 @@ static void add_span(tdec_t *d, const unsigned char *at, size_t inside)
   d->spans[d->nspans++] = (span_t){at, d->p};
 }
 
+/* The tag of the term at d->p, `depth` levels down, read (d->p past it); both walks start
+** each term here. */
+static unsigned char term_tag(tdec_t *d, int depth)
+{
+  if (depth >= ETF_MAX_DEPTH)
+    bad(d->L, d->start, d->p, "term nested too deeply");
+  luaL_checkstack(d->L, 6, "term too deep");
+  return *need(d, 1);
+}
+
 /* The scan: walks the term at d->p as dec_term decodes it, with the same checks, building
 ** nothing, and lists in d->spans every list or map that decodes as an opaque term (an improper
 ** list; a map with two keys that are one Lua number) and that no other one holds. Returns what
@@ -844,11 +854,8 @@ static void add_span(tdec_t *d, const unsigned char *at, size_t inside)
 static int scan_term(tdec_t *d, int depth)
 {
   lua_State *L = d->L;
-  if (depth >= ETF_MAX_DEPTH)
-    bad(L, d->start, d->p, "term nested too deeply");
-  luaL_checkstack(L, 6, "term too deep");
   const unsigned char *at = d->p;
-  unsigned char tag = *need(d, 1);
+  unsigned char tag = term_tag(d, depth);
   switch (tag) {
   case ETF_LIST: {
     uint32_t n = sm_etf_be32(need(d, 4));
@@ -928,11 +935,8 @@ static int at_span(tdec_t *d, const unsigned char *at)
 static int dec_term(tdec_t *d, int depth, int nil_ok)
 {
   lua_State *L = d->L;
-  if (depth >= ETF_MAX_DEPTH)
-    bad(L, d->start, d->p, "term nested too deeply");
-  luaL_checkstack(L, 6, "term too deep");
   const unsigned char *at = d->p;
-  unsigned char tag = *need(d, 1);
+  unsigned char tag = term_tag(d, depth);
   switch (tag) {
   case ETF_LIST: {
     if (d->known && at_span(d, at))
@@ -1048,6 +1052,34 @@ void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what)
     luaL_error(L, "%s: no version byte (131)", what);
   d.p++;
   decode_term(&d);
+}
+
+typedef struct term_bytes {
+  const void *p;
+  size_t n;
+  const char *what;
+} term_bytes_t;
+
+static int decode_protected(lua_State *L)
+{
+  const term_bytes_t *b = lua_touserdata(L, 1);
+  sm_lterm_decode(L, b->p, b->n, b->what);
+  return 1;
+}
+
+void sm_lterm_decode_or_bad(lua_State *L, const void *p, size_t n, const char *what)
+{
+  term_bytes_t b = {p, n, what};
+  lua_pushcfunction(L, decode_protected);
+  lua_pushlightuserdata(L, &b);
+  if (lua_pcall(L, 1, 1, 0) == 0)
+    return;
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "bad_term");
+  lua_setfield(L, -2, "smarm");
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, "reason");
+  lua_remove(L, -2);
 }
 
 int sm_lterm_pid_node(lua_State *L, int idx, const char **node, size_t *n)

@@ -42,6 +42,11 @@ void sm_lterm_encode(lua_State *L, int idx, const char *root);
 /* Pushes the term of those bytes (version byte first), this node's own pids and refs as smarm's;
 ** raises "<what>: ..." on malformed bytes. */
 void sm_lterm_decode(lua_State *L, const void *p, size_t n, const char *what);
+/* The same for bytes from another node that arrive in a receive, which must not raise for them:
+** a term the decoder refuses (a float Erlang would not write, too little C stack left for its
+** nesting, memory) is pushed as { smarm = "bad_term", reason = <why> }. Raises only when there
+** is no memory for that table or the protected call. */
+void sm_lterm_decode_or_bad(lua_State *L, const void *p, size_t n, const char *what);
 /* Whether a tuple's n is an arity Erlang has: a whole number from 0 to 16777215 (encode's rule;
 ** the codec's reasons follow it too). */
 int sm_lterm_tuple_arity_ok(double n);
