@@ -7,8 +7,9 @@
 --   any      smarm.spawn_on("any", f)
 --   spread   one million actors that wait in receive, spawned with spawn_on(i % 2 + 1, f): the
 --            time per spawn of the whole loop (then each gets one message and ends)
--- Knobs: SMARM_SPAWN_ON_ROUNDS, _WARMUP, _RUNS, _BATCH; SMARM_SPAWN_ON_SPREAD (actors of
--- `spread`). Run: smarm -n bench/spawn_on.lua [variant...]
+-- Each line also has busy1_ns and busy2_ns (below). Knobs: SMARM_SPAWN_ON_ROUNDS, _WARMUP,
+-- _RUNS, _BATCH; SMARM_SPAWN_ON_SPREAD (actors of `spread`).
+-- Run: smarm -n bench/spawn_on.lua [variant...]
 local smarm = require("smarm")
 local bench = require("smarm.bench")
 
@@ -27,18 +28,26 @@ local spawners = {
   any = function(f) return smarm.spawn_on("any", f) end,
 }
 
+-- busy1_ns / busy2_ns: each scheduler's busy time (smarm.stats) per spawn, warm-ups included:
+-- where the time goes when one side waits for the other (the p50 is the spawner's view).
 for _, name in ipairs({ "spawn", "here", "there", "any" }) do
   if want(name) then
     smarm.run(function()
       local spawn, yield = spawners[name], smarm.yield
       local f = function() end
+      local spawned, s0 = 0, nil
       local loop = function(n)
+        s0 = s0 or smarm.stats() -- (from the first spawn: not the harness's calibration)
         for _ = 1, n do spawn(f) end
+        spawned = spawned + n
         yield()
       end
       opts.label = "spawn_on " .. name
       local r = bench.measure(loop, opts)
-      bench.report({ scenario = "spawn_on", variant = name, schedulers = 2 }, r)
+      local s1 = smarm.stats()
+      bench.report({ scenario = "spawn_on", variant = name, schedulers = 2,
+        busy1_ns = (s1[1].busy_ns - s0[1].busy_ns) / spawned,
+        busy2_ns = (s1[2].busy_ns - s0[2].busy_ns) / spawned }, r)
     end, run_opts)
   end
 end

@@ -451,6 +451,90 @@ describe("closures that travel", function()
   end)
 end)
 
+-- A spawn_on of a function alone with no upvalues keeps its encoded transfer for the same
+-- function again (codec.c, keep_transfer). The children below report by the registered name
+-- only: an upvalue or an argument to reach the spawner would keep them from being kept.
+describe("a spawn of one function again", function()
+  -- A kept transfer served once the function became a module's (a later index of names) sent
+  -- its bytecode where the module's field should go by name.
+  it("goes by name once a module holds the function, and as a copy once none does", function()
+    local r = guard.run(function()
+      smarm.register("spawn_kept", smarm.self())
+      local fn = function() require("smarm").send("spawn_kept", "a copy") end
+      local out = {}
+      local function spawn_there(times)
+        for _ = 1, times do
+          smarm.spawn_on(2, fn)
+          out[#out + 1] = guard.receive("the child's report")
+        end
+      end
+      spawn_there(3)
+      rawset(_G, "smarm_spawn_kept", fn)
+      require("smarm_spawn_kept")
+      rawset(_G, "smarm_spawn_kept", nil)
+      spawn_there(2)
+      package.loaded.smarm_spawn_kept = nil
+      spawn_there(2)
+      return out
+    end, { schedulers = 2 })
+    package.loaded.smarm_spawn_kept = nil
+    assert.are.same({ "a copy", "a copy", "a copy", "the module's own", "the module's own",
+      "a copy", "a copy" }, r)
+  end)
+
+  -- A function whose upvalues hold numbers, booleans and modules is kept too: a spawn after one
+  -- of them changed must send what it holds now.
+  it("sends a kept function's upvalues as they are at each spawn", function()
+    local r = guard.run(function()
+      smarm.register("spawn_kept", smarm.self())
+      local n, flag = 1, true
+      local fn = function() smarm.send("spawn_kept", { n = n, flag = flag }) end
+      local out = {}
+      local function spawn_there(times)
+        for _ = 1, times do
+          smarm.spawn_on(2, fn)
+          local got = guard.receive("the child's report")
+          out[#out + 1] = tostring(got.n) .. " " .. tostring(got.flag)
+        end
+      end
+      spawn_there(3)
+      n = 2
+      spawn_there(2)
+      flag = false
+      spawn_there(2)
+      n = "two" -- (a string: not kept)
+      spawn_there(2)
+      n = nil
+      spawn_there(2)
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ "1 true", "1 true", "1 true", "2 true", "2 true", "2 false", "2 false",
+      "two false", "two false", "nil false", "nil false" }, r)
+  end)
+
+  -- Each function is spawned twice (the second keeps it) and dropped: a kept function that was
+  -- not kept alive could be collected and a new one made at its address, then served the old
+  -- one's bytes.
+  it("spawns each of many functions made and dropped in turn as itself", function()
+    local wrong = guard.run(function()
+      smarm.register("spawn_kept", smarm.self())
+      local out = {}
+      for i = 1, 100 do
+        local fn = load("require('smarm').send('spawn_kept', " .. i .. ")")
+        for _ = 1, 2 do
+          smarm.spawn_on(2, fn)
+          local got = guard.receive("the child's report")
+          if got ~= i then out[#out + 1] = i .. " gave " .. tostring(got) end
+        end
+        fn = nil -- luacheck: ignore (dropped before the collection)
+        collectgarbage()
+      end
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({}, wrong)
+  end)
+end)
+
 describe("closures that travel, in corners", function()
   it("decodes a function whose module's top level receives while it loads", function()
     local r = guard.run(function()

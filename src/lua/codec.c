@@ -1119,10 +1119,112 @@ smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec
   return encode(L, idx, 0, root, moves, tail, NULL, 0, 0);
 }
 
+/* A spawn of one function again and again (a worker spawned in a loop, a supervisor's child)
+** encodes the same bytes each time when no arguments come with it, it is not known by name, and
+** its upvalues hold what encodes the same while they hold it: nil, booleans, numbers, and
+** modules (`local smarm = require("smarm")`), which go by their names. Its bytecode never
+** changes, and a function or module can become known by name, or a module stop being one, only
+** in a later index of names (lrebind.h). So the VM keeps the last such transfer (lvm_t.spawn_fn)
+** and copies its bytes while the index it was made under holds and each upvalue holds what it
+** held: a spawn then reads package.loaded's slots and its upvalues instead of walking the
+** function, looking names and its bytecode up and growing a buffer (half of the spawner's busy
+** time in `spawn_on.lua there`). The function is kept in a registry slot made when the run
+** starts (sm_codec_vm_start), so that keeping another never allocates (nothing raises with the
+** block made), and no function made later at its address is taken for it; a module an upvalue
+** held stays in package.loaded while its index holds. */
+static const char spawn_fn_key;
+
+void sm_codec_vm_start(lvm_t *vm)
+{
+  lua_pushlightuserdata(vm->L, (void *)&spawn_fn_key);
+  lua_pushboolean(vm->L, 0);
+  lua_rawset(vm->L, LUA_REGISTRYINDEX);
+}
+
+void sm_codec_vm_stop(lvm_t *vm)
+{
+  if (vm->L && vm->spawn_fn) /* a VM that lives on lets the function go (its slot is there) */
+    sm_codec_vm_start(vm);
+  free(vm->spawn_bytes);
+  vm->spawn_bytes = NULL;
+  vm->spawn_fn = NULL;
+}
+
+/* Whether the upvalues of the function at fn hold what they held when its transfer was kept. */
+static int kept_upvalues_hold(lua_State *L, const lvm_t *vm, int fn)
+{
+  for (int i = 0; i < vm->spawn_nups; i++) {
+    lua_getupvalue(L, fn, i + 1);
+    uint64_t bits = sm_ljx_top_bits(L);
+    lua_pop(L, 1);
+    if (bits != vm->spawn_up[i])
+      return 0;
+  }
+  return 1;
+}
+
+/* The function alone at fn, encoded into m (tail bytes after): kept when the encode before met
+** it too (a closure made anew for each spawn would be kept in vain), and when nothing that made
+** its bytes can change while its index holds and its upvalues hold the same (the top). */
+static void keep_transfer(lua_State *L, lvm_t *vm, int fn, smarm_msg_t *m, size_t tail)
+{
+  const void *f = lua_topointer(L, fn);
+  if (vm->spawn_seen != f) {
+    vm->spawn_seen = f;
+    return;
+  }
+  size_t len = smarm_msg_size(m) - tail;
+  const unsigned char *data = smarm_msg_data(m);
+  uint64_t gen = sm_lrebind_index_current(L); /* (the encode made the index if it had to) */
+  if (len == 0 || data[0] != T_VALUES || !gen || sm_lrebind_names_have(L, fn))
+    return; /* (handles or binaries come first) */
+  uint64_t up[LVM_SPAWN_UPS];
+  int nups = 0;
+  for (; lua_getupvalue(L, fn, nups + 1); nups++) {
+    int t = lua_type(L, -1);
+    int same = nups < LVM_SPAWN_UPS &&
+               (t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER ||
+                ((t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
+                 sm_lrebind_names_module(L, -1)));
+    if (same)
+      up[nups] = sm_ljx_top_bits(L);
+    lua_pop(L, 1);
+    if (!same)
+      return;
+  }
+  unsigned char *bytes = realloc(vm->spawn_bytes, len);
+  if (!bytes)
+    return; /* (the old bytes stay, for the function kept before) */
+  memcpy(bytes, data, len);
+  vm->spawn_bytes = bytes;
+  lua_pushlightuserdata(L, (void *)&spawn_fn_key);
+  lua_pushvalue(L, fn);
+  lua_rawset(L, LUA_REGISTRYINDEX); /* the slot is there: nothing allocates */
+  vm->spawn_fn = f;
+  vm->spawn_gen = gen;
+  vm->spawn_len = len;
+  vm->spawn_nups = nups;
+  memcpy(vm->spawn_up, up, (size_t)nups * sizeof up[0]);
+}
+
 smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
                                       size_t tail)
 {
-  return encode(L, first, n, "", moves, tail, NULL, 0, 0);
+  lvm_t *vm = this_vm();
+  int alone = n == 1 && vm && lua_type(L, first) == LUA_TFUNCTION && !lua_iscfunction(L, first);
+  if (alone && vm->spawn_fn == lua_topointer(L, first) &&
+      sm_lrebind_index_current(L) == vm->spawn_gen && kept_upvalues_hold(L, vm, first)) {
+    moves->n = 0;
+    smarm_msg_t *m = smarm_msg_new(vm->spawn_len + tail);
+    if (!m)
+      luaL_error(L, "not enough memory");
+    memcpy(smarm_msg_data(m), vm->spawn_bytes, vm->spawn_len);
+    return m;
+  }
+  smarm_msg_t *m = encode(L, first, n, "", moves, tail, NULL, 0, 0);
+  if (alone && moves->n == 0)
+    keep_transfer(L, vm, abs_index(L, first), m, tail);
+  return m;
 }
 
 smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *call,

@@ -88,6 +88,11 @@ smarm_msg_t *sm_codec_encode_call(lua_State *L, int idx, const codec_call_t *cal
 ** name them `function...` and `argument[i]...`. `tail` spare bytes at the end, as above. */
 smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
                                       size_t tail);
+/* The VM's kept transfer (codec.c, lvm_t.spawn_fn): its registry slot made at a run's start in
+** each VM, and let go at its end (the bytes freed; a VM that lives on lets the function go). */
+struct lvm;
+void sm_codec_vm_start(struct lvm *vm);
+void sm_codec_vm_stop(struct lvm *vm);
 void sm_codec_commit(codec_moves_t *moves); /* the sender's handles are handed over */
 /* Frees an unsent block; the handles (moves, or NULL when there are none) stay the sender's. */
 void sm_codec_abandon(lua_State *L, smarm_msg_t *msg, codec_moves_t *moves);

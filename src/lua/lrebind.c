@@ -587,10 +587,11 @@ static void make_index(lua_State *L, int package, int loaded)
     lua_pushvalue(L, names);
     vm->index_names = sm_ljx_top_bits(L);
     lua_pop(L, 1);
+    vm->index_gen++;
   }
 }
 
-int sm_lrebind_push_names_made(lua_State *L)
+uint64_t sm_lrebind_index_current(lua_State *L)
 {
   const lvm_t *vm = this_vm(); /* its callers encode or copy in an actor (lvm.h) */
   if (!vm->index_names)
@@ -606,9 +607,37 @@ int sm_lrebind_push_names_made(lua_State *L)
   }
   int same = sm_ljx_table_same(L, -1, vm->index_snap, vm->index_snap_size);
   lua_settop(L, top);
-  if (same)
-    sm_ljx_push_bits(L, vm->index_names);
-  return same;
+  return same ? vm->index_gen : 0;
+}
+
+int sm_lrebind_push_names_made(lua_State *L)
+{
+  if (!sm_lrebind_index_current(L))
+    return 0;
+  sm_ljx_push_bits(L, this_vm()->index_names);
+  return 1;
+}
+
+int sm_lrebind_names_module(lua_State *L, int idx)
+{
+  idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
+  sm_ljx_push_bits(L, this_vm()->index_names);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  int module = lua_type(L, -1) == LUA_TSTRING;
+  lua_pop(L, 2);
+  return module;
+}
+
+int sm_lrebind_names_have(lua_State *L, int idx)
+{
+  idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
+  sm_ljx_push_bits(L, this_vm()->index_names);
+  lua_pushvalue(L, idx);
+  lua_rawget(L, -2);
+  int have = !lua_isnil(L, -1);
+  lua_pop(L, 2);
+  return have;
 }
 
 void sm_lrebind_push_names(lua_State *L)

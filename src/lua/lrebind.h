@@ -26,6 +26,8 @@
 
 #include <lua.h>
 
+#include <stdint.h>
+
 enum lrebind_kind {
   LREBIND_NONE,   /* not known by name: pushes nothing */
   LREBIND_MODULE, /* pushes the module's name */
@@ -76,6 +78,21 @@ void sm_lrebind_push_names(lua_State *L);
 ** no Lua code and allocates nothing, so an encode may call it inside a table walk. Returns 0,
 ** pushing nothing, when a rebuild is due. */
 int sm_lrebind_push_names_made(lua_State *L);
+
+/* The generation of the VM's index (lvm_t.index_gen: a new one each time an index is made) when
+** the index made last still holds, else 0; pushes nothing, runs no Lua code, allocates nothing.
+** Whatever was learnt of the index under one generation holds while that generation is current:
+** an index never changes once made. */
+uint64_t sm_lrebind_index_current(lua_State *L);
+
+/* Whether the value at idx is a key of the VM's index, which the caller has just seen current
+** (sm_lrebind_index_current): known by some name there, whether or not its field still holds it.
+** A value that is not can become one only in a later index. */
+int sm_lrebind_names_have(lua_State *L, int idx);
+
+/* Whether the value at idx is a module in the VM's index, which the caller has just seen current:
+** it goes by its name (lrebind_kind LREBIND_MODULE) while that index holds. */
+int sm_lrebind_names_module(lua_State *L, int idx);
 
 /* How the value at idx is known by name in every VM, with the table of names at stack slot
 ** `names`; pushes the names (see lrebind_kind). A module's field counts only while the field

@@ -160,6 +160,7 @@ static void vm_cache_refs(lvm_t *vm)
   lua_pop(vm->L, 2);
   sm_lfast_cache_refs(vm);
   sm_lshape_fixed_init(vm); /* after the strings, which it takes */
+  sm_codec_vm_start(vm);
 }
 
 /* Message handler for an actor's protected call: the error becomes the table of its exit reason,
@@ -576,9 +577,13 @@ static void on_sched_stop(unsigned k, void *ud)
   lrun_t *run = ud;
   lvm_t *vm = &run->vms[k];
   sm_lshape_release(vm, vm->L && !vm->owned);
-  if (vm->owned && vm->L)
+  if (vm->owned && vm->L) {
     lua_close(vm->L);
-  else if (vm->L) { /* the caller's VM lives on: let go of what this run anchored in it */
+    vm->L = NULL;
+  }
+  sm_codec_vm_stop(vm);
+  if (vm->L) {
+    /* the caller's VM lives on: let go of what this run anchored in it */
     while (vm->spare_count > 0)
       luaL_unref(vm->L, LUA_REGISTRYINDEX, vm->spare_ref[--vm->spare_count]);
     sm_lfaults_release_refs(vm); /* (each ref as far as vm_prepare got: lvm_unref) */
