@@ -51,6 +51,11 @@ __attribute__((tls_model("initial-exec"))) _Thread_local sched_t *sm_sched_tls;
 ** cost more than the yield. */
 #define TIMER_CHECK_TICKS 64
 
+/* An actor's end looks at the inbox only every EXIT_LOOK_EVERY-th time while at least
+** EXIT_LOOK_BACKLOG actors are runnable (actor_exit). */
+#define EXIT_LOOK_BACKLOG 64
+#define EXIT_LOOK_EVERY 16
+
 int64_t smarm_now_ns(void)
 {
   struct timespec ts;
@@ -522,10 +527,12 @@ static deadline_t *earlier(deadline_t *a, deadline_t *b)
   return !a ? b : !b ? a : a->deadline <= b->deadline ? a : b;
 }
 
-/* The scheduler's decision points call this: cheap unless there is something to do. */
-static inline void sched_poll(sched_t *s)
+/* A decision point's look at the inbox (when `look`) and, every TIMER_CHECK_TICKS of them or when
+** the ticker asks, at the timers and the rest of a busy scheduler's upkeep: cheap unless there
+** is something to do. The decision points call sched_poll (looking); an actor's end may not. */
+static inline void sched_poll_inbox(sched_t *s, int look)
 {
-  if (inbox_maybe_nonempty(&s->inbox))
+  if (look && inbox_maybe_nonempty(&s->inbox))
     sm_sched_take_inbox(s);
   if (SMARM_UNLIKELY(++s->ticks >= TIMER_CHECK_TICKS) ||
       SMARM_UNLIKELY(atomic_load_explicit(&s->look_at_clock, memory_order_relaxed))) {
@@ -542,6 +549,8 @@ static inline void sched_poll(sched_t *s)
                        ** or yield with nothing else to run, and never pass its loop) */
   }
 }
+
+static inline void sched_poll(sched_t *s) { sched_poll_inbox(s, 1); }
 
 /* ---- Switching ----------------------------------------------------------------------------- */
 
@@ -1068,8 +1077,16 @@ static _Noreturn void actor_exit(sched_t *s, actor_t *a, int code, const void *d
   run_cleanups(a);
   actor_ends(s, a, code, data, size);
   /* A decision point like any other: a chain of actors that each spawn the next and end would
-  ** otherwise never look at the inbox (a stop request) or the timers. */
-  sched_poll(s);
+  ** otherwise never look at the inbox (a stop request) or the timers. While a backlog waits
+  ** here (EXIT_LOOK_BACKLOG actors runnable), only every EXIT_LOOK_EVERY-th end looks at the
+  ** inbox: in a storm of spawns from another scheduler each look found the one spawn pushed
+  ** since the last, and read the inbox head the spawner had just written, a line moved between
+  ** the cores per spawn both ways (docs/perf.md, "Fewer looks at the inbox"). What waits there
+  ** is taken ends later, behind work that was queued first anyway; the timers are looked at as
+  ** before. */
+  sched_poll_inbox(s, atomic_load_explicit(&s->stats.runq, memory_order_relaxed) <
+                          EXIT_LOOK_BACKLOG ||
+                        ++s->exit_looks % EXIT_LOOK_EVERY == 0);
   s->zombie = a;
   sched_leave(s, a);
   SMARM_CHECK(0, "a dead actor was resumed");

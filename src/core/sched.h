@@ -179,6 +179,7 @@ typedef struct sched {
   actor_t *zombie;            /* exited actor whose stack is released after the next switch */
   actor_t *handoff;           /* actor the scheduler stack must make resident and run next */
   uint32_t ticks;             /* yields since timers were last checked */
+  uint32_t exit_looks;        /* actor ends while a backlog waited (sched.c, actor_exit) */
   int slice_timed;            /* the slice timer is armed for the running slice (preempt.c) */
   uint32_t outside_waits;     /* actors parked in smarm_await, not yet run again (vclock.c) */
   int64_t last_head_ns;       /* when a timer wake-up last went to the head (fire_timers) */
