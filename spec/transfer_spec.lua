@@ -512,6 +512,41 @@ describe("a spawn of one function again", function()
       "two false", "two false", "nil false", "nil false" }, r)
   end)
 
+  -- Arguments that encode on their own (nil, booleans, numbers, pids, short strings) ride after
+  -- a kept function's bytes: each spawn must carry its own.
+  it("sends each spawn's own arguments after a kept function", function()
+    local r = guard.run(function()
+      smarm.register("spawn_kept", smarm.self())
+      local fn = function(...)
+        smarm.send("spawn_kept", { n = select("#", ...), ... })
+      end
+      local long = ("x"):rep(100000) -- (travels shared: not an argument a kept function takes)
+      local cases = {
+        { n = 3, 1, "one", true }, { n = 3, 2, "two", false }, { n = 3, 3, nil, smarm.self() },
+        { n = 0 }, { n = 4, 4.5, "" }, { n = 2, long, 5 }, { n = 1, { 6 } },
+        { n = 3, -0.0, 1 / 0, "seven" },
+      }
+      local out = {}
+      for _, args in ipairs(cases) do
+        local n = args.n
+        for _ = 1, 2 do
+          smarm.spawn_on(2, fn, unpack(args, 1, n))
+          local got = guard.receive("the child's report")
+          local same = got.n == n
+          for i = 1, n do
+            local a, b = args[i], got[i]
+            if type(a) == "table" then a, b = a[1], b and b[1] end
+            if a ~= b and not (smarm.is_pid(a) and tostring(a) == tostring(b)) then same = false end
+          end
+          out[#out + 1] = same
+        end
+      end
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ true, true, true, true, true, true, true, true, true, true, true, true,
+      true, true, true, true }, r)
+  end)
+
   -- Each function is spawned twice (the second keeps it) and dropped: a kept function that was
   -- not kept alive could be collected and a new one made at its address, then served the old
   -- one's bytes.

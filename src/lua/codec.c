@@ -116,6 +116,7 @@ typedef struct enc {
   int held;             /* this encode runs with the collector held (encode_held) */
   int restart;          /* a table moved under its walk: to be done again, held (table_moved) */
   int walks;            /* tables being walked (enc_table) */
+  size_t first_end;     /* a transfer: where its first value's encoding ends in buf */
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
@@ -863,6 +864,8 @@ static void enc_values(enc_t *e, int idx, int n)
   for (int i = 0; i < n && !e->restart; i++) {
     e->root_arg = i; /* (not formatted per spawn: 7% of a spawn_on with one argument) */
     enc_value(e, idx + i, 0);
+    if (i == 0)
+      e->first_end = e->len;
   }
   e->root = "";
   e->root_arg = 0;
@@ -943,6 +946,7 @@ typedef struct held_encode {
   size_t tail;
   const codec_call_t *call;
   smarm_msg_t *m;
+  size_t *first_end; /* a transfer's: where its first value's encoding ends (NULL: not asked) */
 } held_encode_t;
 
 static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, int held);
@@ -965,7 +969,7 @@ static smarm_msg_t *encode(lua_State *L, int idx, int nvalues, const char *root,
                            codec_moves_t *moves, size_t tail, const codec_call_t *call,
                            int data_only, int readied)
 {
-  held_encode_t a = {nvalues, data_only, readied, 0, root, moves, tail, call, NULL};
+  held_encode_t a = {nvalues, data_only, readied, 0, root, moves, tail, call, NULL, NULL};
   return encode_pass(L, idx, &a, 0);
 }
 
@@ -1003,6 +1007,7 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
   e.nbins = e.nstrings = 0;
   e.data_only = data_only;
   e.restart = e.walks = 0;
+  e.first_end = 0;
   if (a->names_at) { /* (held) */
     ensure_slots(&e);
     lua_pushvalue(L, a->names_at);
@@ -1096,6 +1101,8 @@ static smarm_msg_t *encode_pass(lua_State *L, int idx, const held_encode_t *a, i
     smarm_msg_set_owning(m, 1);
   }
   memcpy(out, e.buf, e.len);
+  if (a->first_end)
+    *a->first_end = e.first_end;
   if (e.buf_idx) {
     give_back_buffer(&e);
     lua_pop(L, ENC_SLOTS);
@@ -1120,13 +1127,14 @@ smarm_msg_t *sm_codec_encode_tail(lua_State *L, int idx, const char *root, codec
 }
 
 /* A spawn of one function again and again (a worker spawned in a loop, a supervisor's child)
-** encodes the same bytes each time when no arguments come with it, it is not known by name, and
-** its upvalues hold what encodes the same while they hold it: nil, booleans, numbers, and
-** modules (`local smarm = require("smarm")`), which go by their names. Its bytecode never
-** changes, and a function or module can become known by name, or a module stop being one, only
-** in a later index of names (lrebind.h). So the VM keeps the last such transfer (lvm_t.spawn_fn)
-** and copies its bytes while the index it was made under holds and each upvalue holds what it
-** held: a spawn then reads package.loaded's slots and its upvalues instead of walking the
+** encodes the same function bytes each time when it is not known by name and its upvalues hold
+** what encodes the same while they hold it: nil, booleans, numbers, and modules (`local smarm =
+** require("smarm")`), which go by their names. Its bytecode never changes, and a function or
+** module can become known by name, or a module stop being one, only in a later index of names
+** (lrebind.h). So the VM keeps the last such function's bytes (lvm_t.spawn_fn) and copies them
+** while the index they were made under holds and each upvalue holds what it held, with arguments
+** that encode on their own (plain_args: nil, booleans, numbers, pids, short strings) written
+** after them: a spawn then reads package.loaded's slots and its upvalues instead of walking the
 ** function, looking names and its bytecode up and growing a buffer (half of the spawner's busy
 ** time in `spawn_on.lua there`). The function is kept in a registry slot made when the run
 ** starts (sm_codec_vm_start), so that keeping another never allocates (nothing raises with the
@@ -1150,7 +1158,7 @@ void sm_codec_vm_stop(lvm_t *vm)
   vm->spawn_fn = NULL;
 }
 
-/* Whether the upvalues of the function at fn hold what they held when its transfer was kept. */
+/* Whether the upvalues of the function at fn hold what they held when its bytes were kept. */
 static int kept_upvalues_hold(lua_State *L, const lvm_t *vm, int fn)
 {
   for (int i = 0; i < vm->spawn_nups; i++) {
@@ -1163,20 +1171,97 @@ static int kept_upvalues_hold(lua_State *L, const lvm_t *vm, int fn)
   return 1;
 }
 
-/* The function alone at fn, encoded into m (tail bytes after): kept when the encode before met
-** it too (a closure made anew for each spawn would be kept in vain), and when nothing that made
-** its bytes can change while its index holds and its upvalues hold the same (the top). */
-static void keep_transfer(lua_State *L, lvm_t *vm, int fn, smarm_msg_t *m, size_t tail)
+/* Whether the n values from `from` on are arguments a kept function takes: each encodes as
+** enc_value writes it and on its own (nothing in them points at another value, nor back);
+** *len: their bytes. */
+static int plain_args(lua_State *L, int from, int n, size_t *len)
+{
+  size_t total = 0;
+  for (int i = from; i < from + n; i++) {
+    smarm_pid_t pid;
+    size_t sn;
+    unsigned char vbuf[10];
+    switch (lua_type(L, i)) {
+    case LUA_TNIL:
+    case LUA_TBOOLEAN:
+      total += 1;
+      break;
+    case LUA_TNUMBER:
+      total += 1 + sizeof(lua_Number);
+      break;
+    case LUA_TSTRING:
+      lua_tolstring(L, i, &sn);
+      if (sn >= CODEC_SHARED_STRING) /* (may travel as a shared binary) */
+        return 0;
+      total += 1 + varint(vbuf, sn) + sn;
+      break;
+    case LUA_TUSERDATA:
+      if (!sm_lsmarm_to_pid(L, i, &pid))
+        return 0;
+      total += 1 + sizeof pid;
+      break;
+    default:
+      return 0;
+    }
+  }
+  *len = total;
+  return 1;
+}
+
+/* Writes the arguments plain_args took at out, as enc_value does. */
+static void put_plain_args(lua_State *L, int from, int n, unsigned char *out)
+{
+  for (int i = from; i < from + n; i++) {
+    smarm_pid_t pid;
+    size_t sn;
+    switch (lua_type(L, i)) {
+    case LUA_TNIL:
+      *out++ = T_NIL;
+      break;
+    case LUA_TBOOLEAN:
+      *out++ = lua_toboolean(L, i) ? T_TRUE : T_FALSE;
+      break;
+    case LUA_TNUMBER: {
+      lua_Number v = lua_tonumber(L, i);
+      *out++ = T_NUM;
+      memcpy(out, &v, sizeof v);
+      out += sizeof v;
+      break;
+    }
+    case LUA_TSTRING: {
+      const char *str = lua_tolstring(L, i, &sn);
+      *out++ = T_STR;
+      out += varint(out, sn);
+      memcpy(out, str, sn);
+      out += sn;
+      break;
+    }
+    default:
+      sm_lsmarm_to_pid(L, i, &pid);
+      *out++ = T_PID;
+      memcpy(out, &pid, sizeof pid);
+      out += sizeof pid;
+    }
+  }
+}
+
+/* The function at fn and nargs plain arguments after it, encoded into m (tail bytes after), its
+** own bytes ending at fn_end: kept when the encode before met it too (a closure made anew for
+** each spawn would be kept in vain), and when nothing that made its bytes can change while its
+** index holds and its upvalues hold the same (the top). */
+static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_t *m,
+                          size_t fn_end)
 {
   const void *f = lua_topointer(L, fn);
   if (vm->spawn_seen != f) {
     vm->spawn_seen = f;
     return;
   }
-  size_t len = smarm_msg_size(m) - tail;
   const unsigned char *data = smarm_msg_data(m);
+  size_t args_len;
   uint64_t gen = sm_lrebind_index_current(L); /* (the encode made the index if it had to) */
-  if (len == 0 || data[0] != T_VALUES || !gen || sm_lrebind_names_have(L, fn))
+  if (data[0] != T_VALUES || data[1] != nargs + 1 || fn_end <= 2 || !gen ||
+      !plain_args(L, fn + 1, nargs, &args_len) || sm_lrebind_names_have(L, fn))
     return; /* (handles or binaries come first) */
   uint64_t up[LVM_SPAWN_UPS];
   int nups = 0;
@@ -1192,10 +1277,11 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, smarm_msg_t *m, size_
     if (!same)
       return;
   }
+  size_t len = fn_end - 2; /* the function's own bytes, after VALUES and the count */
   unsigned char *bytes = realloc(vm->spawn_bytes, len);
   if (!bytes)
     return; /* (the old bytes stay, for the function kept before) */
-  memcpy(bytes, data, len);
+  memcpy(bytes, data + 2, len);
   vm->spawn_bytes = bytes;
   lua_pushlightuserdata(L, (void *)&spawn_fn_key);
   lua_pushvalue(L, fn);
@@ -1211,19 +1297,29 @@ smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_move
                                       size_t tail)
 {
   lvm_t *vm = this_vm();
-  int alone = n == 1 && vm && lua_type(L, first) == LUA_TFUNCTION && !lua_iscfunction(L, first);
-  if (alone && vm->spawn_fn == lua_topointer(L, first) &&
+  first = abs_index(L, first);
+  int keepable = vm && n < 128 && lua_type(L, first) == LUA_TFUNCTION &&
+                 !lua_iscfunction(L, first); /* (a count of one byte) */
+  size_t args_len;
+  if (keepable && vm->spawn_fn == lua_topointer(L, first) &&
+      plain_args(L, first + 1, n - 1, &args_len) &&
       sm_lrebind_index_current(L) == vm->spawn_gen && kept_upvalues_hold(L, vm, first)) {
     moves->n = 0;
-    smarm_msg_t *m = smarm_msg_new(vm->spawn_len + tail);
+    smarm_msg_t *m = smarm_msg_new(2 + vm->spawn_len + args_len + tail);
     if (!m)
       luaL_error(L, "not enough memory");
-    memcpy(smarm_msg_data(m), vm->spawn_bytes, vm->spawn_len);
+    unsigned char *out = smarm_msg_data(m);
+    out[0] = T_VALUES;
+    out[1] = (unsigned char)n;
+    memcpy(out + 2, vm->spawn_bytes, vm->spawn_len);
+    put_plain_args(L, first + 1, n - 1, out + 2 + vm->spawn_len);
     return m;
   }
-  smarm_msg_t *m = encode(L, first, n, "", moves, tail, NULL, 0, 0);
-  if (alone && moves->n == 0)
-    keep_transfer(L, vm, abs_index(L, first), m, tail);
+  size_t fn_end = 0;
+  held_encode_t a = {n, 0, 0, 0, "", moves, tail, NULL, NULL, &fn_end};
+  smarm_msg_t *m = encode_pass(L, first, &a, 0);
+  if (keepable && moves->n == 0)
+    keep_transfer(L, vm, first, n - 1, m, fn_end);
   return m;
 }
 
