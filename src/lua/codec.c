@@ -1261,7 +1261,7 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
   size_t args_len;
   uint64_t gen = sm_lrebind_index_current(L); /* (the encode made the index if it had to) */
   if (data[0] != T_VALUES || data[1] != nargs + 1 || fn_end <= 2 || !gen ||
-      !plain_args(L, fn + 1, nargs, &args_len) || sm_lrebind_names_have(L, fn))
+      !plain_args(L, fn + 1, nargs, &args_len) || sm_lrebind_names_entry(L, fn) != LUA_TNIL)
     return; /* (handles or binaries come first) */
   uint64_t up[LVM_SPAWN_UPS];
   int nups = 0;
@@ -1270,7 +1270,7 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
     int same = nups < LVM_SPAWN_UPS &&
                (t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER ||
                 ((t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
-                 sm_lrebind_names_module(L, -1)));
+                 sm_lrebind_names_entry(L, -1) == LUA_TSTRING));
     if (same)
       up[nups] = sm_ljx_top_bits(L);
     lua_pop(L, 1);

@@ -618,26 +618,15 @@ int sm_lrebind_push_names_made(lua_State *L)
   return 1;
 }
 
-int sm_lrebind_names_module(lua_State *L, int idx)
+int sm_lrebind_names_entry(lua_State *L, int idx)
 {
   idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
   sm_ljx_push_bits(L, this_vm()->index_names);
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
-  int module = lua_type(L, -1) == LUA_TSTRING;
+  int t = lua_type(L, -1);
   lua_pop(L, 2);
-  return module;
-}
-
-int sm_lrebind_names_have(lua_State *L, int idx)
-{
-  idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
-  sm_ljx_push_bits(L, this_vm()->index_names);
-  lua_pushvalue(L, idx);
-  lua_rawget(L, -2);
-  int have = !lua_isnil(L, -1);
-  lua_pop(L, 2);
-  return have;
+  return t;
 }
 
 void sm_lrebind_push_names(lua_State *L)

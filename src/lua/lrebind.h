@@ -85,14 +85,11 @@ int sm_lrebind_push_names_made(lua_State *L);
 ** an index never changes once made. */
 uint64_t sm_lrebind_index_current(lua_State *L);
 
-/* Whether the value at idx is a key of the VM's index, which the caller has just seen current
-** (sm_lrebind_index_current): known by some name there, whether or not its field still holds it.
-** A value that is not can become one only in a later index. */
-int sm_lrebind_names_have(lua_State *L, int idx);
-
-/* Whether the value at idx is a module in the VM's index, which the caller has just seen current:
-** it goes by its name (lrebind_kind LREBIND_MODULE) while that index holds. */
-int sm_lrebind_names_module(lua_State *L, int idx);
+/* What the VM's index, which the caller has just seen current (sm_lrebind_index_current), has
+** for the value at idx, as a Lua type: LUA_TNIL, not known by name there (and it can become so
+** only in a later index); LUA_TSTRING, a module (it goes by its name while that index holds);
+** LUA_TTABLE, a field or a standard global (known while the field holds it). */
+int sm_lrebind_names_entry(lua_State *L, int idx);
 
 /* How the value at idx is known by name in every VM, with the table of names at stack slot
 ** `names`; pushes the names (see lrebind_kind). A module's field counts only while the field
