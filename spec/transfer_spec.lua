@@ -512,6 +512,32 @@ describe("a spawn of one function again", function()
       "two false", "two false", "nil false", "nil false" }, r)
   end)
 
+  -- Which upvalues share a cell is in the bytes too (JOIN): two upvalues joined into one cell
+  -- after the function was kept, holding the same values, must arrive sharing it.
+  it("sends a kept function's upvalues joined into one cell as one cell", function()
+    local r = guard.run(function()
+      smarm.register("spawn_kept", smarm.self())
+      local a, b = 1, 1
+      local fn = function()
+        b = b + 4
+        require("smarm").send("spawn_kept", a)
+      end
+      local out = {}
+      local function spawn_there(times, ...)
+        for _ = 1, times do
+          smarm.spawn_on(2, fn, ...)
+          out[#out + 1] = guard.receive("the child's report")
+        end
+      end
+      spawn_there(3)
+      debug.upvaluejoin(fn, 1, fn, 2) -- (a and b hold 1 still: the child's b = 5 was its own)
+      spawn_there(2)
+      spawn_there(1, {}) -- (a table argument: the whole encode)
+      return out
+    end, { schedulers = 2 })
+    assert.are.same({ 1, 1, 1, 5, 5, 5 }, r)
+  end)
+
   -- Arguments that encode on their own (nil, booleans, numbers, pids, short strings) ride after
   -- a kept function's bytes: each spawn must carry its own.
   it("sends each spawn's own arguments after a kept function", function()

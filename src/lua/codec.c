@@ -1158,10 +1158,14 @@ void sm_codec_vm_stop(lvm_t *vm)
   vm->spawn_fn = NULL;
 }
 
-/* Whether the upvalues of the function at fn hold what they held when its bytes were kept. */
+/* Whether the upvalues of the function at fn hold what they held when its bytes were kept, in
+** the same cells: which of them share a cell is in the bytes too (JOIN), and
+** debug.upvaluejoin can change that while the values stay. */
 static int kept_upvalues_hold(lua_State *L, const lvm_t *vm, int fn)
 {
   for (int i = 0; i < vm->spawn_nups; i++) {
+    if (lua_upvalueid(L, fn, i + 1) != vm->spawn_cell[i])
+      return 0;
     lua_getupvalue(L, fn, i + 1);
     uint64_t bits = sm_ljx_top_bits(L);
     lua_pop(L, 1);
@@ -1264,6 +1268,7 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
       !plain_args(L, fn + 1, nargs, &args_len) || sm_lrebind_names_entry(L, fn) != LUA_TNIL)
     return; /* (handles or binaries come first) */
   uint64_t up[LVM_SPAWN_UPS];
+  const void *cell[LVM_SPAWN_UPS];
   int nups = 0;
   for (; lua_getupvalue(L, fn, nups + 1); nups++) {
     int t = lua_type(L, -1);
@@ -1271,8 +1276,10 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
                (t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER ||
                 ((t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
                  sm_lrebind_names_entry(L, -1) == LUA_TSTRING));
-    if (same)
+    if (same) {
       up[nups] = sm_ljx_top_bits(L);
+      cell[nups] = lua_upvalueid(L, fn, nups + 1);
+    }
     lua_pop(L, 1);
     if (!same)
       return;
@@ -1291,6 +1298,7 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
   vm->spawn_len = len;
   vm->spawn_nups = nups;
   memcpy(vm->spawn_up, up, (size_t)nups * sizeof up[0]);
+  memcpy(vm->spawn_cell, cell, (size_t)nups * sizeof cell[0]);
 }
 
 smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,

@@ -77,18 +77,20 @@ typedef struct lvm {
   size_t index_snap_size;
   uint64_t index_names;
   uint64_t index_gen;          /* lrebind.c: indexes made in this run (sm_lrebind_index_current) */
-  /* codec.c: a spawn_on's transfer of a function alone (no arguments), kept for the same
-  ** function again (sm_codec_encode_transfer): the function (the registry keeps it), the index
-  ** generation it was found unknown by name under, and its encoded bytes; spawn_fn NULL: none.
-  ** spawn_up: what its upvalues held then (as sm_ljx_top_bits gives them). spawn_seen: the
-  ** function such a transfer encoded last, a hint that nothing keeps (the second encode of one
-  ** function in a row keeps it). */
+  /* codec.c: the function of a spawn_on's transfer, encoded, kept for the same function again
+  ** (sm_codec_encode_transfer): the function (the registry keeps it), the index generation it
+  ** was found unknown by name under, and its encoded bytes; spawn_fn NULL: none. spawn_up: what
+  ** its upvalues held then (as sm_ljx_top_bits gives them), spawn_cell: their cells
+  ** (lua_upvalueid: which of them share one is in the bytes). spawn_seen: the function such a
+  ** transfer encoded last, a hint that nothing keeps (the second encode of one function in a
+  ** row keeps it). */
   const void *spawn_fn;
   uint64_t spawn_gen;
   unsigned char *spawn_bytes; /* (malloc'ed: sm_codec_vm_stop frees them) */
   size_t spawn_len;
   int spawn_nups;
   uint64_t spawn_up[LVM_SPAWN_UPS];
+  const void *spawn_cell[LVM_SPAWN_UPS];
   const void *spawn_seen;
   uint64_t owners;             /* lhandle.c: its owners table once looked up in this run, as
                                ** sm_ljx_top_bits gives it; LVM_NO_OWNERS: looked up, none made
