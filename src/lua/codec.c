@@ -1249,41 +1249,65 @@ static void put_plain_args(lua_State *L, int from, int n, unsigned char *out)
   }
 }
 
-/* The function at fn and nargs plain arguments after it, encoded into m (tail bytes after), its
-** own bytes ending at fn_end: kept when the encode before met it too (a closure made anew for
-** each spawn would be kept in vain), and when nothing that made its bytes can change while its
-** index holds and its upvalues hold the same (the top). */
-static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_t *m,
-                          size_t fn_end)
-{
-  const void *f = lua_topointer(L, fn);
-  if (vm->spawn_seen != f) {
-    vm->spawn_seen = f;
-    return;
-  }
-  const unsigned char *data = smarm_msg_data(m);
-  size_t args_len;
-  uint64_t gen = sm_lrebind_index_current(L); /* (the encode made the index if it had to) */
-  if (data[0] != T_VALUES || data[1] != nargs + 1 || fn_end <= 2 || !gen ||
-      !plain_args(L, fn + 1, nargs, &args_len) || sm_lrebind_names_entry(L, fn) != LUA_TNIL)
-    return; /* (handles or binaries come first) */
+/* What a kept function's bytes depend on besides its bytecode: the index generation they were
+** made under and its upvalues' values and cells. */
+typedef struct kept_state {
+  uint64_t gen;
+  int nups;
   uint64_t up[LVM_SPAWN_UPS];
   const void *cell[LVM_SPAWN_UPS];
-  int nups = 0;
-  for (; lua_getupvalue(L, fn, nups + 1); nups++) {
+} kept_state_t;
+
+/* Reads into st what the bytes of the function at fn depend on; 0 when they cannot be kept: the
+** index is not current, the function is known by name, or an upvalue holds another value than
+** nil, a boolean, a number or a module. Runs no Lua code and allocates nothing. */
+static int kept_state(lua_State *L, int fn, kept_state_t *st)
+{
+  st->gen = sm_lrebind_index_current(L);
+  if (!st->gen || sm_lrebind_names_entry(L, fn) != LUA_TNIL)
+    return 0;
+  for (st->nups = 0; lua_getupvalue(L, fn, st->nups + 1); st->nups++) {
     int t = lua_type(L, -1);
-    int same = nups < LVM_SPAWN_UPS &&
+    int same = st->nups < LVM_SPAWN_UPS &&
                (t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER ||
                 ((t == LUA_TTABLE || t == LUA_TFUNCTION || t == LUA_TUSERDATA) &&
                  sm_lrebind_names_entry(L, -1) == LUA_TSTRING));
     if (same) {
-      up[nups] = sm_ljx_top_bits(L);
-      cell[nups] = lua_upvalueid(L, fn, nups + 1);
+      st->up[st->nups] = sm_ljx_top_bits(L);
+      st->cell[st->nups] = lua_upvalueid(L, fn, st->nups + 1);
     }
     lua_pop(L, 1);
     if (!same)
-      return;
+      return 0;
   }
+  return 1;
+}
+
+static int kept_state_same(const kept_state_t *a, const kept_state_t *b)
+{
+  if (a->gen != b->gen || a->nups != b->nups)
+    return 0;
+  for (int i = 0; i < a->nups; i++)
+    if (a->up[i] != b->up[i] || a->cell[i] != b->cell[i])
+      return 0;
+  return 1;
+}
+
+/* The function at fn and nargs plain arguments after it, encoded into m, its own bytes ending at
+** fn_end, with `before` what they depended on when the encode began: kept when nothing they
+** depend on changed during the encode (a finalizer that an allocation of the encode ran may set
+** an upvalue or drop the index) and nothing can change them while the index and upvalues hold
+** (the top). */
+static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_t *m,
+                          size_t fn_end, const kept_state_t *before)
+{
+  const unsigned char *data = smarm_msg_data(m);
+  size_t args_len;
+  kept_state_t st;
+  if (data[0] != T_VALUES || data[1] != nargs + 1 || fn_end <= 2 ||
+      !plain_args(L, fn + 1, nargs, &args_len) || !kept_state(L, fn, &st) ||
+      !kept_state_same(&st, before))
+    return; /* (handles or binaries come first) */
   size_t len = fn_end - 2; /* the function's own bytes, after VALUES and the count */
   unsigned char *bytes = realloc(vm->spawn_bytes, len);
   if (!bytes)
@@ -1293,12 +1317,12 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
   lua_pushlightuserdata(L, (void *)&spawn_fn_key);
   lua_pushvalue(L, fn);
   lua_rawset(L, LUA_REGISTRYINDEX); /* the slot is there: nothing allocates */
-  vm->spawn_fn = f;
-  vm->spawn_gen = gen;
+  vm->spawn_fn = lua_topointer(L, fn);
+  vm->spawn_gen = st.gen;
   vm->spawn_len = len;
-  vm->spawn_nups = nups;
-  memcpy(vm->spawn_up, up, (size_t)nups * sizeof up[0]);
-  memcpy(vm->spawn_cell, cell, (size_t)nups * sizeof cell[0]);
+  vm->spawn_nups = st.nups;
+  memcpy(vm->spawn_up, st.up, (size_t)st.nups * sizeof st.up[0]);
+  memcpy(vm->spawn_cell, st.cell, (size_t)st.nups * sizeof st.cell[0]);
 }
 
 smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
@@ -1323,11 +1347,18 @@ smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_move
     put_plain_args(L, first + 1, n - 1, out + 2 + vm->spawn_len);
     return m;
   }
+  /* Kept at its second encode in a row (a closure made anew for each spawn would be kept in
+  ** vain), when what the bytes depend on is the same after the encode as before it. */
+  kept_state_t before;
+  const void *f = keepable ? lua_topointer(L, first) : NULL;
+  int keep = keepable && vm->spawn_seen == f && kept_state(L, first, &before);
+  if (keepable)
+    vm->spawn_seen = f;
   size_t fn_end = 0;
   held_encode_t a = {n, 0, 0, 0, "", moves, tail, NULL, NULL, &fn_end};
   smarm_msg_t *m = encode_pass(L, first, &a, 0);
-  if (keepable && moves->n == 0)
-    keep_transfer(L, vm, first, n - 1, m, fn_end);
+  if (keep && moves->n == 0)
+    keep_transfer(L, vm, first, n - 1, m, fn_end, &before);
   return m;
 }
 
