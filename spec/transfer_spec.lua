@@ -451,9 +451,10 @@ describe("closures that travel", function()
   end)
 end)
 
--- A spawn_on of a function alone with no upvalues keeps its encoded transfer for the same
--- function again (codec.c, keep_transfer). The children below report by the registered name
--- only: an upvalue or an argument to reach the spawner would keep them from being kept.
+-- A spawn_on of the same function again copies the function's bytes kept from the spawn before
+-- (codec.c, keep_transfer) when its upvalues hold nil, booleans, numbers or modules. The
+-- children below report by a registered name: the spawner's pid in an upvalue would keep them
+-- from being kept.
 describe("a spawn of one function again", function()
   -- A kept transfer served once the function became a module's (a later index of names) sent
   -- its bytecode where the module's field should go by name.
