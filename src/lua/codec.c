@@ -1158,111 +1158,86 @@ void sm_codec_vm_stop(lvm_t *vm)
   vm->spawn_fn = NULL;
 }
 
-/* Whether the upvalues of the function at fn hold what they held when its bytes were kept, in
-** the same cells: which of them share a cell is in the bytes too (JOIN), and
-** debug.upvaluejoin can change that while the values stay. */
-static int kept_upvalues_hold(lua_State *L, const lvm_t *vm, int fn)
+/* Whether the upvalues of the function at fn hold what st says they held, in the same cells. */
+static int upvalues_hold(lua_State *L, int fn, const lvm_kept_t *st)
 {
-  for (int i = 0; i < vm->spawn_nups; i++) {
-    if (lua_upvalueid(L, fn, i + 1) != vm->spawn_cell[i])
+  for (int i = 0; i < st->nups; i++) {
+    if (lua_upvalueid(L, fn, i + 1) != st->cell[i])
       return 0;
     lua_getupvalue(L, fn, i + 1);
     uint64_t bits = sm_ljx_top_bits(L);
     lua_pop(L, 1);
-    if (bits != vm->spawn_up[i])
+    if (bits != st->up[i])
       return 0;
   }
   return 1;
 }
 
 /* Whether the n values from `from` on are arguments a kept function takes: each encodes as
-** enc_value writes it and on its own (nothing in them points at another value, nor back);
-** *len: their bytes. */
-static int plain_args(lua_State *L, int from, int n, size_t *len)
+** enc_value writes it and on its own (nothing in them points at another value, nor back).
+** *len: their bytes; with out, they are written there too. */
+static int plain_args(lua_State *L, int from, int n, size_t *len, unsigned char *out)
 {
+  unsigned char tmp[16], *o = out ? out : tmp;
   size_t total = 0;
   for (int i = from; i < from + n; i++) {
     smarm_pid_t pid;
-    size_t sn;
-    unsigned char vbuf[10];
+    size_t k = 1, sn;
+    const char *str;
     switch (lua_type(L, i)) {
     case LUA_TNIL:
+      o[0] = T_NIL;
+      break;
     case LUA_TBOOLEAN:
-      total += 1;
+      o[0] = lua_toboolean(L, i) ? T_TRUE : T_FALSE;
       break;
-    case LUA_TNUMBER:
-      total += 1 + sizeof(lua_Number);
+    case LUA_TNUMBER: {
+      lua_Number v = lua_tonumber(L, i);
+      o[0] = T_NUM;
+      memcpy(o + 1, &v, sizeof v);
+      k += sizeof v;
       break;
+    }
     case LUA_TSTRING:
-      lua_tolstring(L, i, &sn);
+      str = lua_tolstring(L, i, &sn);
       if (sn >= CODEC_SHARED_STRING) /* (may travel as a shared binary) */
         return 0;
-      total += 1 + varint(vbuf, sn) + sn;
+      o[0] = T_STR;
+      k += varint(o + 1, sn);
+      if (out)
+        memcpy(o + k, str, sn);
+      k += sn;
       break;
     case LUA_TUSERDATA:
       if (!sm_lsmarm_to_pid(L, i, &pid))
         return 0;
-      total += 1 + sizeof pid;
+      o[0] = T_PID;
+      memcpy(o + 1, &pid, sizeof pid);
+      k += sizeof pid;
       break;
     default:
       return 0;
     }
+    total += k;
+    if (out)
+      o += k;
   }
   *len = total;
   return 1;
 }
 
-/* Writes the arguments plain_args took at out, as enc_value does. */
-static void put_plain_args(lua_State *L, int from, int n, unsigned char *out)
-{
-  for (int i = from; i < from + n; i++) {
-    smarm_pid_t pid;
-    size_t sn;
-    switch (lua_type(L, i)) {
-    case LUA_TNIL:
-      *out++ = T_NIL;
-      break;
-    case LUA_TBOOLEAN:
-      *out++ = lua_toboolean(L, i) ? T_TRUE : T_FALSE;
-      break;
-    case LUA_TNUMBER: {
-      lua_Number v = lua_tonumber(L, i);
-      *out++ = T_NUM;
-      memcpy(out, &v, sizeof v);
-      out += sizeof v;
-      break;
-    }
-    case LUA_TSTRING: {
-      const char *str = lua_tolstring(L, i, &sn);
-      *out++ = T_STR;
-      out += varint(out, sn);
-      memcpy(out, str, sn);
-      out += sn;
-      break;
-    }
-    default:
-      sm_lsmarm_to_pid(L, i, &pid);
-      *out++ = T_PID;
-      memcpy(out, &pid, sizeof pid);
-      out += sizeof pid;
-    }
-  }
-}
-
-/* What a kept function's bytes depend on besides its bytecode: the index generation they were
-** made under and its upvalues' values and cells. */
-typedef struct kept_state {
-  uint64_t gen;
-  int nups;
-  uint64_t up[LVM_SPAWN_UPS];
-  const void *cell[LVM_SPAWN_UPS];
-} kept_state_t;
-
 /* Reads into st what the bytes of the function at fn depend on; 0 when they cannot be kept: the
 ** index is not current, the function is known by name, or an upvalue holds another value than
 ** nil, a boolean, a number or a module. Runs no Lua code and allocates nothing. */
-static int kept_state(lua_State *L, int fn, kept_state_t *st)
+static int kept_state(lua_State *L, int fn, lvm_kept_t *st)
 {
+  for (int i = 1; lua_getupvalue(L, fn, i); i++) { /* types first: a function that cannot be
+                                                   ** kept (a string, a pid) looks nothing up */
+    int t = lua_type(L, -1);
+    lua_pop(L, 1);
+    if (i > LVM_SPAWN_UPS || t == LUA_TSTRING || t == LUA_TTHREAD || t == LUA_TLIGHTUSERDATA)
+      return 0;
+  }
   st->gen = sm_lrebind_index_current(L);
   if (!st->gen || sm_lrebind_names_entry(L, fn) != LUA_TNIL)
     return 0;
@@ -1283,14 +1258,11 @@ static int kept_state(lua_State *L, int fn, kept_state_t *st)
   return 1;
 }
 
-static int kept_state_same(const kept_state_t *a, const kept_state_t *b)
+static int kept_state_same(const lvm_kept_t *a, const lvm_kept_t *b)
 {
-  if (a->gen != b->gen || a->nups != b->nups)
-    return 0;
-  for (int i = 0; i < a->nups; i++)
-    if (a->up[i] != b->up[i] || a->cell[i] != b->cell[i])
-      return 0;
-  return 1;
+  return a->gen == b->gen && a->nups == b->nups &&
+         memcmp(a->up, b->up, (size_t)a->nups * sizeof a->up[0]) == 0 &&
+         memcmp(a->cell, b->cell, (size_t)a->nups * sizeof a->cell[0]) == 0;
 }
 
 /* The function at fn and nargs plain arguments after it, encoded into m, its own bytes ending at
@@ -1299,13 +1271,13 @@ static int kept_state_same(const kept_state_t *a, const kept_state_t *b)
 ** an upvalue or drop the index) and nothing can change them while the index and upvalues hold
 ** (the top). */
 static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_t *m,
-                          size_t fn_end, const kept_state_t *before)
+                          size_t fn_end, const lvm_kept_t *before)
 {
   const unsigned char *data = smarm_msg_data(m);
   size_t args_len;
-  kept_state_t st;
+  lvm_kept_t st;
   if (data[0] != T_VALUES || data[1] != nargs + 1 || fn_end <= 2 ||
-      !plain_args(L, fn + 1, nargs, &args_len) || !kept_state(L, fn, &st) ||
+      !plain_args(L, fn + 1, nargs, &args_len, NULL) || !kept_state(L, fn, &st) ||
       !kept_state_same(&st, before))
     return; /* (handles or binaries come first) */
   size_t len = fn_end - 2; /* the function's own bytes, after VALUES and the count */
@@ -1318,11 +1290,8 @@ static void keep_transfer(lua_State *L, lvm_t *vm, int fn, int nargs, smarm_msg_
   lua_pushvalue(L, fn);
   lua_rawset(L, LUA_REGISTRYINDEX); /* the slot is there: nothing allocates */
   vm->spawn_fn = lua_topointer(L, fn);
-  vm->spawn_gen = st.gen;
   vm->spawn_len = len;
-  vm->spawn_nups = st.nups;
-  memcpy(vm->spawn_up, st.up, (size_t)st.nups * sizeof st.up[0]);
-  memcpy(vm->spawn_cell, st.cell, (size_t)st.nups * sizeof st.cell[0]);
+  vm->spawn_state = st;
 }
 
 smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_moves_t *moves,
@@ -1334,8 +1303,9 @@ smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_move
                  !lua_iscfunction(L, first); /* (a count of one byte) */
   size_t args_len;
   if (keepable && vm->spawn_fn == lua_topointer(L, first) &&
-      plain_args(L, first + 1, n - 1, &args_len) &&
-      sm_lrebind_index_current(L) == vm->spawn_gen && kept_upvalues_hold(L, vm, first)) {
+      plain_args(L, first + 1, n - 1, &args_len, NULL) &&
+      sm_lrebind_index_current(L) == vm->spawn_state.gen &&
+      upvalues_hold(L, first, &vm->spawn_state)) {
     moves->n = 0;
     smarm_msg_t *m = smarm_msg_new(2 + vm->spawn_len + args_len + tail);
     if (!m)
@@ -1344,12 +1314,12 @@ smarm_msg_t *sm_codec_encode_transfer(lua_State *L, int first, int n, codec_move
     out[0] = T_VALUES;
     out[1] = (unsigned char)n;
     memcpy(out + 2, vm->spawn_bytes, vm->spawn_len);
-    put_plain_args(L, first + 1, n - 1, out + 2 + vm->spawn_len);
+    plain_args(L, first + 1, n - 1, &args_len, out + 2 + vm->spawn_len);
     return m;
   }
   /* Kept at its second encode in a row (a closure made anew for each spawn would be kept in
   ** vain), when what the bytes depend on is the same after the encode as before it. */
-  kept_state_t before;
+  lvm_kept_t before;
   const void *f = keepable ? lua_topointer(L, first) : NULL;
   int keep = keepable && vm->spawn_seen == f && kept_state(L, first, &before);
   if (keepable)

@@ -31,6 +31,17 @@
 #define LVM_SENT 8 /* long strings an encode met last, remembered (lbinary.c) */
 #define LVM_SPAWN_UPS 8 /* upvalues of a function whose spawn_on transfer is kept (codec.c) */
 
+/* What a kept spawn_on function's bytes depend on besides its bytecode (codec.c): the index of
+** names' generation they were made under (sm_lrebind_index_current) and its upvalues' values
+** (as sm_ljx_top_bits gives them) and cells (lua_upvalueid: which of them share one is in the
+** bytes). */
+typedef struct lvm_kept {
+  uint64_t gen;
+  int nups;
+  uint64_t up[LVM_SPAWN_UPS];
+  const void *cell[LVM_SPAWN_UPS];
+} lvm_kept_t;
+
 /* Strings the hot paths push (field names of notices and calls, the reasons with a code): each
 ** anchored by a registry ref, so pushing one costs no hashing. The first four are the reasons of
 ** codes SMARM_EXIT_NORMAL..SMARM_EXIT_NOPROC, in that order; the fifth SMARM_EXIT_MAILBOX_OVERFLOW's
@@ -78,19 +89,14 @@ typedef struct lvm {
   uint64_t index_names;
   uint64_t index_gen;          /* lrebind.c: indexes made in this run (sm_lrebind_index_current) */
   /* codec.c: the function of a spawn_on's transfer, encoded, kept for the same function again
-  ** (sm_codec_encode_transfer): the function (the registry keeps it), the index generation it
-  ** was found unknown by name under, and its encoded bytes; spawn_fn NULL: none. spawn_up: what
-  ** its upvalues held then (as sm_ljx_top_bits gives them), spawn_cell: their cells
-  ** (lua_upvalueid: which of them share one is in the bytes). spawn_seen: the function such a
-  ** transfer encoded last, a hint that nothing keeps (the second encode of one function in a
-  ** row keeps it). */
+  ** (sm_codec_encode_transfer): the function (the registry keeps it; NULL: none), its encoded
+  ** bytes, and what they depend on (spawn_state). spawn_seen: the function such a transfer
+  ** encoded last, a hint that nothing keeps (the second encode of one function in a row keeps
+  ** it). */
   const void *spawn_fn;
-  uint64_t spawn_gen;
   unsigned char *spawn_bytes; /* (malloc'ed: sm_codec_vm_stop frees them) */
   size_t spawn_len;
-  int spawn_nups;
-  uint64_t spawn_up[LVM_SPAWN_UPS];
-  const void *spawn_cell[LVM_SPAWN_UPS];
+  lvm_kept_t spawn_state;
   const void *spawn_seen;
   uint64_t owners;             /* lhandle.c: its owners table once looked up in this run, as
                                ** sm_ljx_top_bits gives it; LVM_NO_OWNERS: looked up, none made
