@@ -13,9 +13,11 @@
 #                         build/lua-release/smarm)
 #   ./dev.sh bench        the switch-cost suite (bench/c/switch_cost, bench/switch_cost.lua,
 #                         bench/yield.lua), the Lua scenarios at modest sizes, spawn_on, 1M parked
-#                         actors (bench/c/scale); ends with a table of the Lua scenarios
+#                         actors (bench/c/scale); ends with a table of the Lua scenarios and
+#                         the targets that need no peer
 #   ./dev.sh bench-peers  the scenarios for smarm, Go, Erlang, Tarantool and plain LuaJIT,
-#                         interleaved, then smarm's figures beside theirs (bench/peers/)
+#                         interleaved (and smarm's spawn_on), then smarm's figures beside theirs
+#                         and the targets of issues 4 and 12, met or missed (bench/peers/)
 #   ./dev.sh bench-full   the same at full sizes (skynet of 1,111,111 actors, 3 rounds)
 #   ./dev.sh bench-http   examples/http_hello.lua beside Go's net/http under the same wrk load
 #   ./dev.sh deps [what]  install the Debian packages for: build (default), test, lua, peers,
@@ -267,7 +269,7 @@ cmd_bench() {
     lua_bench "$ROOT/bench/$scenario.lua"
   done
   say "bench/spawn_on.lua (spawning on a chosen scheduler, beside smarm.spawn)"
-  "$smarm" -n "$ROOT/bench/spawn_on.lua"
+  lua_bench "$ROOT/bench/spawn_on.lua"
   say "bench/c/touch_floor (first touches of 1,800 MiB by one thread, then two: under spread)"
   "$BUILD/release/bench/c/touch_floor"
   SMARM_TOUCH_THREADS=2 "$BUILD/release/bench/c/touch_floor"
@@ -310,6 +312,8 @@ cmd_bench_peers() {
       "$smarm" -n "$ROOT/bench/peers/luajit.lua" "$scenario" >>"$results" ||
         say "luajit $scenario FAILED"
     done
+    say "round $round of $rounds: spawn_on (smarm's own: its targets are against smarm.spawn)"
+    "$smarm" -n "$ROOT/bench/spawn_on.lua" >>"$results" || say "smarm spawn_on FAILED"
     round=$((round + 1))
   done
   say "raw lines: $results"

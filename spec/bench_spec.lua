@@ -206,6 +206,10 @@ describe("bench/peers", function()
       "scenario=pingpong variant=remote peer=erlang schedulers=2 p50_ns=3000 ops=1",
       "scenario=spawn variant=waiting schedulers=1 p50_ns=500 ops=1 rss_per_actor_bytes=2000",
       "scenario=spawn variant=waiting peer=erlang schedulers=1 p50_ns=1000 ops=1 rss_per_actor_bytes=2500",
+      "scenario=spawn_on variant=spawn schedulers=2 p50_ns=200 ops=1",
+      "scenario=spawn_on variant=there schedulers=2 p50_ns=320 ops=1",
+      "scenario=spawn_on variant=here schedulers=2 p50_ns=280 ops=1",
+      "scenario=spawn_on variant=spread schedulers=2 p50_ns=3500 ops=1",
       "not a result line",
     }, "\n"), "\n")
     f:close()
@@ -215,9 +219,16 @@ describe("bench/peers", function()
     assert.matches("pingpong%s+local%s+100%.0 ns%s+200%.0 ns%s+0%.50", out)
     assert.matches("pingpong%s+remote%s+300%.0 ns%s+%-%s+3000%.0 ns%s+0%.10", out)
     assert.matches("spawn%s+bytes/actor%s+2000 B%s+%-%s+2500 B%s+0%.80", out)
-    assert.matches("pingpong local%s+vs go%s+0%.50 %(target 0%.50%): met", out)
-    assert.matches("pingpong remote%s+vs erlang%s+0%.10 %(target 0%.25%): met", out)
+    assert.matches("targets %(issue 4%).-pingpong local%s+vs go%s+0%.500 %(target 0%.50%): met", out)
+    assert.matches("pingpong remote%s+vs erlang%s+0%.100 %(target 0%.25%): met", out)
     assert.matches("ring local%s+vs go%s+no figure on both sides", out)
+    -- issue 12's: against a peer, against smarm.spawn, and figures of smarm's own
+    assert.matches("targets %(issue 12%).-pingpong local%s+vs go%s+0%.500 %(target 0%.60%): met", out)
+    assert.matches("spawn bytes/actor%s+2000 B %(target 2000 B%): met", out)
+    assert.matches("spawn_on there%s+vs spawn%s+1%.600 %(target 1%.50%): missed", out)
+    assert.matches("spawn_on here%s+vs spawn%s+1%.400 %(target 1%.50%): met", out)
+    assert.matches("spawn_on spread%s+3500%.0 ns %(target 3000%.0 ns%): missed", out)
+    assert.matches("spawn_on there: spawn_on%(2, f%) from scheduler 1", out)
     assert.matches("pingpong remote, tarantool: Tarantool runs every fiber in its one tx thread", out)
   end)
 

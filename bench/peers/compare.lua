@@ -2,7 +2,8 @@
 -- that bench/*.lua and bench/peers/* print (a line without peer= is smarm's), takes the median
 -- over repeated rounds of each configuration's p50, and prints one row per scenario and variant
 -- with every peer's figure and the ratio smarm / peer (below 1: smarm is faster), the targets of
--- issue 4, and why the empty cells are empty.
+-- issues 4 and 12 (met or missed), and why the empty cells are empty. Given smarm's lines alone
+-- (./dev.sh bench), one row per line and the targets that need no peer.
 -- Run: luajit bench/peers/compare.lua results.txt   (or lines on stdin)
 local PEERS = { "go", "erlang", "tarantool", "luajit" }
 
@@ -15,6 +16,11 @@ local SMARM_ONLY = {
   ["pingpong/send_interpreted"] = "the same with the JIT off for the loop (the FFI path's cost)",
   ["pingpong/queued"] = "a check of smarm's receive of a queued message, with its send (FFI)",
   ["pingpong/queued_interpreted"] = "the same with the JIT off for the loops",
+  ["spawn_on/spawn"] = "smarm.spawn(f): the baseline of spawn_on's targets",
+  ["spawn_on/here"] = "spawn_on(1, f) from scheduler 1 (the caller's own)",
+  ["spawn_on/there"] = "spawn_on(2, f) from scheduler 1",
+  ["spawn_on/any"] = "spawn_on(\"any\", f)",
+  ["spawn_on/spread"] = "a million waiting actors spawned with spawn_on(i % 2 + 1, f), per spawn",
 }
 
 -- Why a peer has no figure for a configuration (a peer's own variants explain themselves).
@@ -48,14 +54,29 @@ local CAVEATS = {
     .. "with a handful of fibers alive (smarm and the others spawn all ten children first)",
 }
 
--- The targets of issue 4: smarm's p50 over the peer's at most `max`.
+-- The targets: each a figure of smarm's at most `max`. With `peer`: its p50 over the peer's;
+-- with `over`: its p50 over its own p50 of that variant of the scenario; with `bytes`: its
+-- resident bytes per waiting actor; with `ns`: its p50 itself (spawn_on spread: a million
+-- spawned in 3 s is 3,000 ns each). No variant: whichever the scenario ran (skynet's depth).
 local TARGETS = {
-  { "switch_cost", "local", "luajit", "local", 1.0 },
-  { "pingpong", "local", "go", "local", 0.5 },
-  { "ring", "local", "go", "local", 0.5 },
-  { "spawn", "waiting", "erlang", "waiting", 0.5 },
-  { "skynet", nil, "go", nil, 0.5 },
-  { "pingpong", "remote", "erlang", "remote", 0.25 },
+  { issue = 4, scenario = "switch_cost", variant = "local", peer = "luajit", max = 1.0 },
+  { issue = 4, scenario = "pingpong", variant = "local", peer = "go", max = 0.5 },
+  { issue = 4, scenario = "ring", variant = "local", peer = "go", max = 0.5 },
+  { issue = 4, scenario = "spawn", variant = "waiting", peer = "erlang", max = 0.5 },
+  { issue = 4, scenario = "skynet", peer = "go", max = 0.5 },
+  { issue = 4, scenario = "pingpong", variant = "remote", peer = "erlang", max = 0.25 },
+  { issue = 12, scenario = "skynet", peer = "tarantool", max = 1.0 },
+  { issue = 12, scenario = "skynet", peer = "go", max = 2.5 },
+  { issue = 12, scenario = "ring", variant = "local", peer = "tarantool", max = 1.0 },
+  { issue = 12, scenario = "ring", variant = "local", peer = "go", max = 1.3 },
+  { issue = 12, scenario = "pingpong", variant = "local", peer = "go", max = 0.6 },
+  { issue = 12, scenario = "pingpong", variant = "local", peer = "luajit", max = 1.0 },
+  { issue = 12, scenario = "send_sizes", variant = "string_64KiB", peer = "erlang", max = 10 },
+  { issue = 12, scenario = "send_sizes", variant = "table_100_fields", peer = "erlang", max = 1.0 },
+  { issue = 12, scenario = "spawn", variant = "waiting", bytes = true, max = 2000 },
+  { issue = 12, scenario = "spawn_on", variant = "here", over = "spawn", max = 1.5 },
+  { issue = 12, scenario = "spawn_on", variant = "there", over = "spawn", max = 1.5 },
+  { issue = 12, scenario = "spawn_on", variant = "spread", ns = true, max = 3000 },
 }
 
 local function parse(line)
@@ -140,6 +161,55 @@ local function smarm_variant(scenario, variant)
   return nil
 end
 
+-- A target's figure (the median of its rounds) and how the line names it; nil when a side of it
+-- has no figure.
+local function target_figure(t)
+  local variant = t.variant or (figures[t.scenario] and figures[t.scenario].variants[1])
+  local mine, f = p50(t.scenario, variant, "smarm")
+  local name = t.scenario .. " " .. (t.bytes and "bytes/actor" or variant or "")
+  if t.peer then
+    local theirs = p50(t.scenario, variant, t.peer)
+    return mine and theirs and mine / theirs, name, "vs " .. t.peer
+  elseif t.over then
+    local base = p50(t.scenario, t.over, "smarm")
+    return mine and base and mine / base, name, "vs " .. t.over
+  end
+  if t.ns then
+    return mine, name, ""
+  end
+  return f and #f.rss > 0 and median(f.rss) or nil, name, ""
+end
+
+-- Prints the targets, met or missed; with_peers false: only those that need no peer.
+local function print_targets(with_peers)
+  local issue
+  for _, t in ipairs(TARGETS) do
+    if with_peers or not t.peer then
+      if t.issue ~= issue then
+        issue = t.issue
+        print()
+        print(string.format("targets (issue %d): smarm's figure at most", issue))
+      end
+      local value, name, against = target_figure(t)
+      local shown, bound
+      if t.bytes then
+        shown, bound = value and string.format("%d B", value), string.format("%d B", t.max)
+      elseif t.ns then
+        shown, bound = value and human(value), human(t.max)
+      else
+        shown, bound = value and string.format("%.3f", value), string.format("%.2f", t.max)
+      end
+      if value then
+        print(string.format("  %-30s %-12s %s (target %s): %s", name, against, shown, bound,
+          value <= t.max and "met" or "missed"))
+      else
+        print(string.format("  %-30s %-12s %s", name, against,
+          (t.peer or t.over) and "no figure on both sides" or "no figure"))
+      end
+    end
+  end
+end
+
 -- Only smarm's lines (./dev.sh bench): one row per line, as read.
 if not any_peer then
   print(string.format("%-12s %-18s %5s %12s %12s %12s", "scenario", "variant", "sched", "p50",
@@ -149,7 +219,9 @@ if not any_peer then
       row.schedulers or 1, human(row.p50_ns), human(row.p99_ns or 0),
       row.rss_per_actor_bytes and string.format("%d B", row.rss_per_actor_bytes) or ""))
   end
-  print("(./dev.sh bench-peers puts these beside Go, Erlang, Tarantool and plain LuaJIT)")
+  print_targets(false)
+  print("(./dev.sh bench-peers puts these beside Go, Erlang, Tarantool and plain LuaJIT, with the")
+  print("targets against them)")
   return
 end
 
@@ -218,25 +290,7 @@ if mem then
   print(line)
 end
 
-print()
-print("targets (issue 4): smarm / peer at most")
-for _, t in ipairs(TARGETS) do
-  local scenario, variant, peer, peer_variant, max = t[1], t[2], t[3], t[4], t[5]
-  if not variant and figures[scenario] then -- skynet: whichever depth was run
-    variant = figures[scenario].variants[1]
-    peer_variant = variant
-  end
-  local mine = variant and p50(scenario, variant, "smarm")
-  local theirs = variant and p50(scenario, peer_variant, peer)
-  if mine and theirs then
-    local ratio = mine / theirs
-    print(string.format("  %-26s vs %-7s %.2f (target %.2f): %s", scenario .. " " .. variant, peer,
-      ratio, max, ratio <= max and "met" or "missed"))
-  else
-    print(string.format("  %-26s vs %-7s no figure on both sides", scenario .. " " .. (variant or ""),
-      peer))
-  end
-end
+print_targets(true)
 
 if #empty > 0 then
   print()
