@@ -161,18 +161,29 @@ local function smarm_variant(scenario, variant)
   return nil
 end
 
--- A target's figure (the median of its rounds) and how the line names it; nil when a side of it
--- has no figure.
+-- A ratio of each round: the i-th figure of one side over the i-th of the other, which ran
+-- minutes apart in the same round (bench-peers interleaves them). On a guest whose speed changes
+-- for minutes at a time, the medians of the two sides may come from different speeds; the
+-- rounds say whether the verdict holds in each. nil unless both sides have the same rounds.
+local function per_round(a, b)
+  if not a or not b or #a.p50s ~= #b.p50s or #a.p50s < 2 then return nil end
+  local r = {}
+  for i = 1, #a.p50s do r[i] = a.p50s[i] / b.p50s[i] end
+  return r
+end
+
+-- A target's figure (the median of its rounds), how the line names it, and the ratio of each
+-- round when there are several; nil when a side of it has no figure.
 local function target_figure(t)
   local variant = t.variant or (figures[t.scenario] and figures[t.scenario].variants[1])
   local mine, f = p50(t.scenario, variant, "smarm")
   local name = t.scenario .. " " .. (t.bytes and "bytes/actor" or variant or "")
   if t.peer then
-    local theirs = p50(t.scenario, variant, t.peer)
-    return mine and theirs and mine / theirs, name, "vs " .. t.peer
+    local theirs, g = p50(t.scenario, variant, t.peer)
+    return mine and theirs and mine / theirs, name, "vs " .. t.peer, per_round(f, g)
   elseif t.over then
-    local base = p50(t.scenario, t.over, "smarm")
-    return mine and base and mine / base, name, "vs " .. t.over
+    local base, g = p50(t.scenario, t.over, "smarm")
+    return mine and base and mine / base, name, "vs " .. t.over, per_round(f, g)
   end
   if t.ns then
     return mine, name, ""
@@ -190,7 +201,7 @@ local function print_targets(with_peers)
         print()
         print(string.format("targets (issue %d): smarm's figure at most", issue))
       end
-      local value, name, against = target_figure(t)
+      local value, name, against, rounds = target_figure(t)
       local shown, bound
       if t.bytes then
         shown, bound = value and string.format("%d B", value), string.format("%d B", t.max)
@@ -200,8 +211,18 @@ local function print_targets(with_peers)
         shown, bound = value and string.format("%.3f", value), string.format("%.2f", t.max)
       end
       if value then
-        print(string.format("  %-30s %-12s %s (target %s): %s", name, against, shown, bound,
-          value <= t.max and "met" or "missed"))
+        local by_round = ""
+        if rounds then
+          local met, each = 0, {}
+          for i, r in ipairs(rounds) do
+            each[i] = string.format("%.3f", r)
+            if r <= t.max then met = met + 1 end
+          end
+          by_round = string.format("; by round %s: met in %d of %d", table.concat(each, " "), met,
+            #rounds)
+        end
+        print(string.format("  %-30s %-12s %s (target %s): %s%s", name, against, shown, bound,
+          value <= t.max and "met" or "missed", by_round))
       else
         print(string.format("  %-30s %-12s %s", name, against,
           (t.peer or t.over) and "no figure on both sides" or "no figure"))
