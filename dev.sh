@@ -299,21 +299,26 @@ cmd_bench_peers() {
   smarm="$BUILD/lua-release/smarm"
   rounds=${SMARM_PEERS_ROUNDS:-2}
   round=1
+  # One program of the round: its result lines tagged round=N (compare.lua pairs smarm's lines
+  # with a peer's of the same round: they ran minutes apart, on a machine whose speed may change
+  # between rounds). A peer that fails leaves its cells empty; the table says so.
+  peers_run() {
+    what=$1
+    shift
+    "$@" >"$out/run.last" || say "$what FAILED"
+    sed "/^scenario=/s/\$/ round=$round/" "$out/run.last" >>"$results"
+  }
   while [ "$round" -le "$rounds" ]; do
     for scenario in switch_cost pingpong ring spawn skynet send_sizes; do
       say "round $round of $rounds: $scenario"
-      # A peer that fails leaves its cells empty; the table says so.
-      "$smarm" -n "$ROOT/bench/$scenario.lua" >>"$results" || say "smarm $scenario FAILED"
-      "$out/go-peers" "$scenario" >>"$results" || say "go $scenario FAILED"
-      "$ROOT/bench/peers/erlang/run.sh" "$out/beam" "$scenario" >>"$results" ||
-        say "erlang $scenario FAILED"
-      tarantool "$ROOT/bench/peers/tarantool/peers.lua" "$scenario" >>"$results" ||
-        say "tarantool $scenario FAILED"
-      "$smarm" -n "$ROOT/bench/peers/luajit.lua" "$scenario" >>"$results" ||
-        say "luajit $scenario FAILED"
+      peers_run "smarm $scenario" "$smarm" -n "$ROOT/bench/$scenario.lua"
+      peers_run "go $scenario" "$out/go-peers" "$scenario"
+      peers_run "erlang $scenario" "$ROOT/bench/peers/erlang/run.sh" "$out/beam" "$scenario"
+      peers_run "tarantool $scenario" tarantool "$ROOT/bench/peers/tarantool/peers.lua" "$scenario"
+      peers_run "luajit $scenario" "$smarm" -n "$ROOT/bench/peers/luajit.lua" "$scenario"
     done
-    say "round $round of $rounds: spawn_on (smarm's own: its targets are against smarm.spawn)"
-    "$smarm" -n "$ROOT/bench/spawn_on.lua" >>"$results" || say "smarm spawn_on FAILED"
+    say "round $round of $rounds: spawn_on (smarm's own: no peer runs it)"
+    peers_run "smarm spawn_on" "$smarm" -n "$ROOT/bench/spawn_on.lua"
     round=$((round + 1))
   done
   say "raw lines: $results"

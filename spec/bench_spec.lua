@@ -199,10 +199,20 @@ describe("bench/peers", function()
     local input = os.tmpname()
     local f = assert(io.open(input, "w"))
     f:write(table.concat({
-      "scenario=pingpong variant=local schedulers=1 p50_ns=100 ops=1",
-      "scenario=pingpong variant=local schedulers=1 p50_ns=140 ops=1", -- a second round
-      "scenario=pingpong variant=local peer=go schedulers=1 p50_ns=200 ops=1",
-      "scenario=pingpong variant=local peer=go schedulers=1 p50_ns=230 ops=1", -- its second round
+      "scenario=pingpong variant=local schedulers=1 p50_ns=100 ops=1 round=1",
+      "scenario=pingpong variant=local schedulers=1 p50_ns=140 ops=1 round=2",
+      -- go's rounds, the second read first: paired by their tags, not their order or size
+      "scenario=pingpong variant=local peer=go schedulers=1 p50_ns=200 ops=1 round=2",
+      "scenario=pingpong variant=local peer=go schedulers=1 p50_ns=230 ops=1 round=1",
+      -- a skynet of another depth, run by a peer alone, read first: the targets take depth5
+      "scenario=skynet variant=depth6 peer=go schedulers=2 p50_ns=900 ops=1",
+      "scenario=skynet variant=depth5 schedulers=2 p50_ns=100 ops=1",
+      "scenario=skynet variant=depth5 peer=go schedulers=2 p50_ns=200 ops=1",
+      "scenario=ring variant=local schedulers=1 p50_ns=100 ops=1", -- three rounds against two
+      "scenario=ring variant=local schedulers=1 p50_ns=110 ops=1",
+      "scenario=ring variant=local schedulers=1 p50_ns=120 ops=1",
+      "scenario=ring variant=local peer=go schedulers=1 p50_ns=100 ops=1",
+      "scenario=ring variant=local peer=go schedulers=1 p50_ns=100 ops=1",
       "scenario=pingpong variant=remote schedulers=2 p50_ns=300 ops=1",
       "scenario=pingpong variant=remote peer=erlang schedulers=2 p50_ns=3000 ops=1",
       "scenario=spawn variant=waiting schedulers=1 p50_ns=500 ops=1 rss_per_actor_bytes=2000",
@@ -211,28 +221,55 @@ describe("bench/peers", function()
       "scenario=spawn_on variant=there schedulers=2 p50_ns=320 ops=1",
       "scenario=spawn_on variant=here schedulers=2 p50_ns=280 ops=1",
       "scenario=spawn_on variant=spread schedulers=2 p50_ns=3500 ops=1",
+      "scenario=spawn_on variant=spread schedulers=2 p50_ns=2500 ops=1",
       "not a result line",
     }, "\n"), "\n")
     f:close()
-    local out = run(exe .. " -n bench/peers/compare.lua " .. input)
-    os.remove(input)
+    local out, ok = run(exe .. " -n bench/peers/compare.lua " .. input)
+    assert.is_true(ok, out)
     -- smarm's two rounds of pingpong local: 100 and 140, the median taken is 100; go's is 200
     assert.matches("pingpong%s+local%s+100%.0 ns%s+200%.0 ns%s+0%.50", out)
     assert.matches("pingpong%s+remote%s+300%.0 ns%s+%-%s+3000%.0 ns%s+0%.10", out)
     assert.matches("spawn%s+bytes/actor%s+2000 B%s+%-%s+2500 B%s+0%.80", out)
-    assert.matches("targets %(issue 4%).-pingpong local%s+vs go%s+0%.500 %(target 0%.50%): met", out)
+    assert.matches("targets %(issue 4%).-pingpong local%s+vs go%s+0%.500 %(target 0%.50%): met",
+      out)
     assert.matches("pingpong remote%s+vs erlang%s+0%.100 %(target 0%.25%): met", out)
-    assert.matches("ring local%s+vs go%s+no figure on both sides", out)
-    -- issue 12's: against a peer, against smarm.spawn, and figures of smarm's own
-    -- each round's pair too: 100 / 200 and 140 / 230, the second over issue 12's 0.6
+    assert.matches("switch_cost local%s+vs luajit%s+no figure on both sides", out)
+    assert.matches("skynet depth5%s+vs go%s+0%.500 %(target 0%.50%): met", out)
+    -- issue 12's: against a peer, against smarm.spawn, and figures of smarm's own; each
+    -- round's pair too (round 1: 100 / 230, round 2: 140 / 200, over issue 12's 0.6)
     assert.matches("targets %(issue 12%).-pingpong local%s+vs go%s+0%.500 %(target 0%.60%): met; "
-      .. "by round 0%.500 0%.609: met in 1 of 2", out)
+      .. "by round 0%.435 / 0%.700: met in 1 of 2", out)
+    assert.matches("skynet depth5%s+vs go%s+0%.500 %(target 2%.50%): met", out)
+    assert.matches("ring local%s+vs go%s+1%.100 %(target 1%.30%): met; by round: not paired "
+      .. "%(3 rounds against 2%)", out)
     assert.matches("spawn bytes/actor%s+2000 B %(target 2000 B%): met", out)
     assert.matches("spawn_on there%s+vs spawn%s+1%.600 %(target 1%.50%): missed", out)
     assert.matches("spawn_on here%s+vs spawn%s+1%.400 %(target 1%.50%): met", out)
-    assert.matches("spawn_on spread%s+3500%.0 ns %(target 3000%.0 ns%): missed", out)
+    -- the spread's median of 2500 and 3500 is the lower; its rounds split
+    assert.matches("spawn_on spread%s+2500%.0 ns %(target 3000%.0 ns%): met; by round 3500%.0 ns "
+      .. "/ 2500%.0 ns: met in 1 of 2", out)
     assert.matches("spawn_on there: spawn_on%(2, f%) from scheduler 1", out)
     assert.matches("pingpong remote, tarantool: Tarantool runs every fiber in its one tx thread", out)
+
+    -- smarm's lines alone (./dev.sh bench): a row per line and the targets that need no peer
+    local mine = {}
+    for line in io.lines(input) do
+      if line:match("^scenario=") and not line:find(" peer=", 1, true) then
+        mine[#mine + 1] = line
+      end
+    end
+    f = assert(io.open(input, "w"))
+    f:write(table.concat(mine, "\n"), "\n")
+    f:close()
+    out, ok = run(exe .. " -n bench/peers/compare.lua " .. input)
+    os.remove(input)
+    assert.is_true(ok, out)
+    assert.matches("spawn_on%s+there%s+2%s+320%.0 ns", out)
+    assert.matches("targets %(issue 12%).-spawn_on there%s+vs spawn%s+1%.600 %(target 1%.50%): "
+      .. "missed", out)
+    assert.is_nil(out:find("vs go", 1, true), out)
+    assert.is_nil(out:find("targets (issue 4)", 1, true), out)
   end)
 
   it("the LuaJIT peer runs every scenario it applies to and reports peer=luajit", function()

@@ -2,8 +2,9 @@
 -- that bench/*.lua and bench/peers/* print (a line without peer= is smarm's), takes the median
 -- over repeated rounds of each configuration's p50, and prints one row per scenario and variant
 -- with every peer's figure and the ratio smarm / peer (below 1: smarm is faster), the targets of
--- issues 4 and 12 (met or missed), and why the empty cells are empty. Given smarm's lines alone
--- (./dev.sh bench), one row per line and the targets that need no peer.
+-- issues 4 and 12 (met or missed by the medians, and round by round), and why the empty cells
+-- are empty. Given smarm's lines alone (./dev.sh bench), one row per line and the targets that
+-- need no peer.
 -- Run: luajit bench/peers/compare.lua results.txt   (or lines on stdin)
 local PEERS = { "go", "erlang", "tarantool", "luajit" }
 
@@ -94,7 +95,7 @@ local function median(t)
   return s[math.ceil(#s / 2)]
 end
 
--- figures[scenario][variant][peer] = { p50s = {...}, rss = {...}, schedulers = n }
+-- figures[scenario][variant][peer] = { p50s = {...}, rounds = {...}, rss = {...}, schedulers = n }
 local figures, order = {}, {}
 local function add(row)
   local s = figures[row.scenario]
@@ -111,10 +112,11 @@ local function add(row)
   end
   local f = v[row.peer]
   if not f then
-    f = { p50s = {}, rss = {}, schedulers = row.schedulers }
+    f = { p50s = {}, rounds = {}, rss = {}, schedulers = row.schedulers }
     v[row.peer] = f
   end
   f.p50s[#f.p50s + 1] = row.p50_ns
+  f.rounds[#f.p50s] = row.round -- (dev.sh bench-peers tags its lines round=N)
   if row.rss_per_actor_bytes then f.rss[#f.rss + 1] = row.rss_per_actor_bytes end
 end
 
@@ -161,21 +163,48 @@ local function smarm_variant(scenario, variant)
   return nil
 end
 
--- A ratio of each round: the i-th figure of one side over the i-th of the other, which ran
--- minutes apart in the same round (bench-peers interleaves them). On a guest whose speed changes
--- for minutes at a time, the medians of the two sides may come from different speeds; the
--- rounds say whether the verdict holds in each. nil unless both sides have the same rounds.
+-- The ratio of each round: a figure of one side over the other's of the same round, which ran
+-- minutes apart (bench-peers interleaves them and tags each line round=N; untagged lines pair
+-- in the order read). On a guest whose speed changes for minutes at a time, the medians of the
+-- two sides may come from different speeds; the rounds say whether the verdict holds in each.
+-- Returns the ratios, or nil and why they cannot be paired; nil alone with a single round.
 local function per_round(a, b)
-  if not a or not b or #a.p50s ~= #b.p50s or #a.p50s < 2 then return nil end
+  if not a or not b or (#a.p50s < 2 and #b.p50s < 2) then return nil end
+  local tagged = #a.rounds == #a.p50s and #b.rounds == #b.p50s
+  if not tagged and #a.p50s ~= #b.p50s then
+    return nil, string.format("%d rounds against %d", #a.p50s, #b.p50s)
+  end
+  local of_b = {}
+  for i = 1, #b.p50s do of_b[tagged and b.rounds[i] or i] = b.p50s[i] end
   local r = {}
-  for i = 1, #a.p50s do r[i] = a.p50s[i] / b.p50s[i] end
+  for i = 1, #a.p50s do
+    local theirs = of_b[tagged and a.rounds[i] or i]
+    if not theirs then
+      return nil, string.format("round %s of one side has no pair", tostring(a.rounds[i] or i))
+    end
+    r[i] = a.p50s[i] / theirs
+  end
+  if #r ~= #b.p50s then return nil, string.format("%d rounds against %d", #r, #b.p50s) end
   return r
 end
 
--- A target's figure (the median of its rounds), how the line names it, and the ratio of each
--- round when there are several; nil when a side of it has no figure.
+-- The variant a target without one takes: the first the scenario ran (skynet's depth) that
+-- smarm, and the peer it is measured against, both have; else the first smarm has.
+local function run_variant(t)
+  local s, mine = figures[t.scenario], nil
+  for _, v in ipairs(s and s.variants or {}) do
+    if p50(t.scenario, v, "smarm") then
+      if not t.peer or p50(t.scenario, v, t.peer) then return v end
+      mine = mine or v
+    end
+  end
+  return mine or (s and s.variants[1])
+end
+
+-- A target's figure (the median of its rounds), how the line names it, and the figure of each
+-- round when there are several (or nil and why not); nil when a side of it has no figure.
 local function target_figure(t)
-  local variant = t.variant or (figures[t.scenario] and figures[t.scenario].variants[1])
+  local variant = t.variant or run_variant(t)
   local mine, f = p50(t.scenario, variant, "smarm")
   local name = t.scenario .. " " .. (t.bytes and "bytes/actor" or variant or "")
   if t.peer then
@@ -185,10 +214,9 @@ local function target_figure(t)
     local base, g = p50(t.scenario, t.over, "smarm")
     return mine and base and mine / base, name, "vs " .. t.over, per_round(f, g)
   end
-  if t.ns then
-    return mine, name, ""
-  end
-  return f and #f.rss > 0 and median(f.rss) or nil, name, ""
+  local each = f and (t.bytes and f.rss or f.p50s)
+  if not each or #each == 0 then return nil, name, "" end
+  return median(each), name, "", #each > 1 and each or nil
 end
 
 -- Prints the targets, met or missed; with_peers false: only those that need no peer.
@@ -201,25 +229,24 @@ local function print_targets(with_peers)
         print()
         print(string.format("targets (issue %d): smarm's figure at most", issue))
       end
-      local value, name, against, rounds = target_figure(t)
-      local shown, bound
-      if t.bytes then
-        shown, bound = value and string.format("%d B", value), string.format("%d B", t.max)
-      elseif t.ns then
-        shown, bound = value and human(value), human(t.max)
-      else
-        shown, bound = value and string.format("%.3f", value), string.format("%.2f", t.max)
+      local value, name, against, rounds, unpaired = target_figure(t)
+      local function show(x)
+        if t.bytes then return string.format("%d B", x) end
+        if t.ns then return human(x) end
+        return string.format("%.3f", x)
       end
+      local shown = value and show(value)
+      local bound = t.bytes and show(t.max) or t.ns and show(t.max) or string.format("%.2f", t.max)
       if value then
-        local by_round = ""
+        local by_round = unpaired and "; by round: not paired (" .. unpaired .. ")" or ""
         if rounds then
           local met, each = 0, {}
           for i, r in ipairs(rounds) do
-            each[i] = string.format("%.3f", r)
+            each[i] = show(r)
             if r <= t.max then met = met + 1 end
           end
-          by_round = string.format("; by round %s: met in %d of %d", table.concat(each, " "), met,
-            #rounds)
+          by_round = string.format("; by round %s: met in %d of %d", table.concat(each, " / "),
+            met, #rounds)
         end
         print(string.format("  %-30s %-12s %s (target %s): %s%s", name, against, shown, bound,
           value <= t.max and "met" or "missed", by_round))
