@@ -667,8 +667,7 @@ describe("preemption", function()
   -- Sixteen under the aarch64 emulator, which translates every trace the JIT writes: forty took
   -- 32 s there on an idle machine, the most of any spec of the suite's longest run.
   it("keeps the trace compiler whole when slices end while it records and assembles", function()
-    local emulated = (os.getenv("SMARM_EXE") or ""):find("^%S*qemu%S*%s")
-    local ACTORS, ROUNDS = 4, os.getenv("SMARM_SANITIZER") and 4 or emulated and 16 or 40
+    local ACTORS, ROUNDS = 4, os.getenv("SMARM_SANITIZER") and 4 or guard.emulated and 16 or 40
     local sums = run(function()
       local me = smarm.self()
       for a = 1, ACTORS do

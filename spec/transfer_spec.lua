@@ -864,8 +864,7 @@ describe("functions a module holds", function()
   -- Under ThreadSanitizer or an emulator each round costs 10 to 15 times what it does in a
   -- release build (under TSan the second case below took 43 s of the spec's 70): fewer rounds
   -- there, where the release, checking and ASan variants run them all.
-  local SLOW = os.getenv("SMARM_SANITIZER") == "tsan"
-    or (os.getenv("SMARM_EXE") or ""):find("^%S*qemu%S*%s") ~= nil
+  local SLOW = os.getenv("SMARM_SANITIZER") == "tsan" or guard.emulated
 
   -- Every send of a function here finds package.loaded changed and makes the index again, while
   -- garbage piles up whose finalizers take away every key of package.loaded named PREFIX.. and

@@ -236,7 +236,7 @@ local function print_targets(with_peers)
         return string.format("%.3f", x)
       end
       local shown = value and show(value)
-      local bound = t.bytes and show(t.max) or t.ns and show(t.max) or string.format("%.2f", t.max)
+      local bound = (t.bytes or t.ns) and show(t.max) or string.format("%.2f", t.max)
       if value then
         local by_round = unpaired and "; by round: not paired (" .. unpaired .. ")" or ""
         if rounds then

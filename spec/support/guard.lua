@@ -10,6 +10,10 @@ local smarm = require("smarm")
 
 local guard = { HANG = 120 } -- seconds
 
+-- Whether the specs' executable runs under an emulator (SMARM_EXE "qemu-aarch64 -L ... smarm"):
+-- many times slower, so that a spec may run fewer rounds there.
+guard.emulated = (os.getenv("SMARM_EXE") or ""):find("^%S*qemu%S*%s") ~= nil
+
 local function hung(what, how)
   error(string.format("%s: %s within %d s (a hang guard: something never happened)",
     what or "spec", how, guard.HANG), 3)

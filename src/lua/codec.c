@@ -1175,52 +1175,42 @@ static int upvalues_hold(lua_State *L, int fn, const lvm_kept_t *st)
 
 /* Whether the n values from `from` on are arguments a kept function takes: each encodes as
 ** enc_value writes it and on its own (nothing in them points at another value, nor back).
-** *len: their bytes; with out, they are written there too. */
+** *len: their bytes; with out, they are written there too (numbers, strings and booleans by
+** write_scalar, as a table's entries are). */
 static int plain_args(lua_State *L, int from, int n, size_t *len, unsigned char *out)
 {
-  unsigned char tmp[16], *o = out ? out : tmp;
+  unsigned char tmp[16];
   size_t total = 0;
   for (int i = from; i < from + n; i++) {
+    unsigned char *o = out ? out + total : tmp;
+    ljx_scalar_t v;
     smarm_pid_t pid;
-    size_t k = 1, sn;
-    const char *str;
-    switch (lua_type(L, i)) {
+    switch ((v.type = lua_type(L, i))) {
     case LUA_TNIL:
       o[0] = T_NIL;
-      break;
-    case LUA_TBOOLEAN:
-      o[0] = lua_toboolean(L, i) ? T_TRUE : T_FALSE;
-      break;
-    case LUA_TNUMBER: {
-      lua_Number v = lua_tonumber(L, i);
-      o[0] = T_NUM;
-      memcpy(o + 1, &v, sizeof v);
-      k += sizeof v;
-      break;
-    }
-    case LUA_TSTRING:
-      str = lua_tolstring(L, i, &sn);
-      if (sn >= CODEC_SHARED_STRING) /* (may travel as a shared binary) */
-        return 0;
-      o[0] = T_STR;
-      k += varint(o + 1, sn);
-      if (out)
-        memcpy(o + k, str, sn);
-      k += sn;
+      total += 1;
       break;
     case LUA_TUSERDATA:
       if (!sm_lsmarm_to_pid(L, i, &pid))
         return 0;
       o[0] = T_PID;
       memcpy(o + 1, &pid, sizeof pid);
-      k += sizeof pid;
+      total += 1 + sizeof pid;
+      break;
+    case LUA_TSTRING:
+      v.s = lua_tolstring(L, i, &v.len);
+      if (v.len >= CODEC_SHARED_STRING) /* (may travel as a shared binary) */
+        return 0;
+      total += out ? write_scalar(o, &v) : 1 + varint(tmp, v.len) + v.len;
+      break;
+    case LUA_TNUMBER:
+    case LUA_TBOOLEAN:
+      v.n = v.type == LUA_TNUMBER ? lua_tonumber(L, i) : lua_toboolean(L, i);
+      total += write_scalar(o, &v);
       break;
     default:
       return 0;
     }
-    total += k;
-    if (out)
-      o += k;
   }
   *len = total;
   return 1;
