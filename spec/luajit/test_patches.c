@@ -24,6 +24,10 @@
 ** anything writes them, where the kernel prefaults (MADV_POPULATE_WRITE); not checked where the
 ** build has the system allocator (the sanitizers' builds) or the kernel does not prefault (an
 ** older one, or qemu's user mode, which accepts the advice and ignores it).
+**
+** luajit-finalizer-count.patch (the collector counts the finalizers it calls) is not checked
+** here: only the binding's src/lua/ljx.c reads the count, and spec/message_spec.lua checks what
+** it is for (a table that finalizers clear and refill while it is encoded loses no key).
 */
 #define _DEFAULT_SOURCE /* mincore, madvise, MAP_ANONYMOUS */
 #include <lauxlib.h>

@@ -432,7 +432,7 @@ static void enc_table(enc_t *e, int idx, int depth)
   ljx_scalar_t ks, vs;
   int scalars;
   e->walks++;
-  while (!e->restart && (scalars = sm_ljx_table_next(t, &at, &layout, &ks, &vs)) != 0) {
+  while (!e->restart && (scalars = sm_ljx_table_next(L, t, &at, &layout, &ks, &vs)) != 0) {
     if (scalars == LJX_TABLE_MOVED) {
       table_moved(e);
       break;

@@ -22,7 +22,9 @@
 **                          has made no callback, so none can be running).
 **   GCtab.array/asize, GCtab.node/hmask   read, for a table's snapshot (sm_ljx_table_snap, _same)
 **                          and the codec's walk of a table (sm_ljx_table_next, which also
-**                          reads GCtab.freetop to see an entry displaced); GCstr's
+**                          reads GCtab.freetop to see an entry displaced, and
+**                          global_State.gc.nfinalized, the finalizers called so far, which
+**                          luajit-finalizer-count.patch adds); GCstr's
 **                          bytes and length; and a string key's chain of nodes (Node.key,
 **                          next), looked up as lj_tab_getstr does (sm_ljx_field_is).
 **   GCstr.sid              read, to tell a string from one made later at its address
@@ -369,18 +371,19 @@ static int scalar_of(const TValue *o, ljx_scalar_t *out)
   return 1;
 }
 
-int sm_ljx_table_next(const void *table, uint32_t *at, ljx_layout_t *layout, ljx_scalar_t *key,
-                      ljx_scalar_t *value)
+int sm_ljx_table_next(lua_State *L, const void *table, uint32_t *at, ljx_layout_t *layout,
+                      ljx_scalar_t *key, ljx_scalar_t *value)
 {
   const GCtab *t = table;
   uint32_t i = *at;
   const void *array = tvref(t->array), *node_at = noderef(t->node);
   const void *freetop = getfreetop(t, noderef(t->node));
+  uint32_t finalized = G(L)->gc.nfinalized; /* luajit-finalizer-count.patch */
   if (i == 0) {
-    *layout = (ljx_layout_t){array, node_at, freetop, t->asize, t->hmask};
-  } else if (__builtin_expect(array != layout->array || node_at != layout->node ||
-                                freetop != layout->freetop || t->asize != layout->asize ||
-                                t->hmask != layout->hmask, 0)) {
+    *layout = (ljx_layout_t){array, node_at, freetop, t->asize, t->hmask, finalized};
+  } else if (__builtin_expect(finalized != layout->finalized || array != layout->array ||
+                                node_at != layout->node || freetop != layout->freetop ||
+                                t->asize != layout->asize || t->hmask != layout->hmask, 0)) {
     return LJX_TABLE_MOVED;
   }
   for (; i < t->asize; i++) { /* the array part: key i */

@@ -168,24 +168,24 @@ typedef struct ljx_scalar {
 } ljx_scalar_t;
 
 /* Where a walked table's entries lie (sm_ljx_table_next keeps it): its parts and the top of its
-** free nodes, which a new key that displaces another moves. */
+** free nodes, which a new key that displaces another moves; and the finalizers the VM had called
+** (luajit-finalizer-count.patch). */
 typedef struct ljx_layout {
   const void *array, *node, *freetop;
-  uint32_t asize, hmask;
+  uint32_t asize, hmask, finalized;
 } ljx_layout_t;
 #define LJX_TABLE_MOVED (-2)
 /* The entry at or after *at (0 to begin) of the table t (lua_topointer of it, while it is on
-** the stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
+** L's stack): returns 1 with *key and *value set when both are scalars, -1 when one is not (the
 ** caller pushes it with sm_ljx_table_push_entry(L, idx, *at - 1)), 0 at the end; *at moves past
 ** the entry. Empty slots are skipped. *layout is the walk's: written when *at is 0, compared
-** after. A table that a finalizer (run by a GC step of the walker's allocations) grew, rehashed
-** or gave a key that displaced an entry gives LJX_TABLE_MOVED, where the walk would skip or
-** repeat entries (the codec then encodes again with the collector held); deleting keys and
-** changing values move nothing. Not seen: a table.clear and refill in another order, or two
-** rehashes whose parts land where the first ones were. Nothing is read out of bounds either
-** way. */
-int sm_ljx_table_next(const void *t, uint32_t *at, ljx_layout_t *layout, ljx_scalar_t *key,
-                      ljx_scalar_t *value);
+** after. Gives LJX_TABLE_MOVED, where the walk could skip or repeat entries, once a finalizer
+** of the VM has run since the walk began (a GC step of the walker's allocations runs them, and
+** one may change the table in any way: grow or rehash it, clear and refill it in another
+** order), or when the table's parts, sizes or free top changed; the codec then encodes again
+** with the collector held. Nothing is read out of bounds either way. */
+int sm_ljx_table_next(lua_State *L, const void *t, uint32_t *at, ljx_layout_t *layout,
+                      ljx_scalar_t *key, ljx_scalar_t *value);
 /* Pushes the key and the value of the entry at `at` (one sm_ljx_table_next stopped on). */
 void sm_ljx_table_push_entry(lua_State *L, int idx, uint32_t at);
 
