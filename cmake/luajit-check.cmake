@@ -85,6 +85,13 @@ if(NOT internal_version STREQUAL SMARM_LUAJIT_VERSION)
   smarm_refuse_luajit("the internal headers in ${SMARM_LUAJIT_INTERNAL_INCLUDE} are of "
     "${internal_version}, not of ${SMARM_LUAJIT_VERSION}")
 endif()
+# 3b. The collector's count of finalizers, which smarm's patch adds to lj_obj.h
+#     (deps/patches/luajit-finalizer-count.patch; ljx.c compares it while the codec walks a table).
+file(STRINGS ${SMARM_LUAJIT_INTERNAL_INCLUDE}/lj_obj.h finalized_line REGEX "nfinalized")
+if(NOT finalized_line)
+  smarm_refuse_luajit("its lj_obj.h lacks the collector's nfinalized, which smarm's patch to "
+    "LuaJIT adds (deps/patches/luajit-finalizer-count.patch)")
+endif()
 
 # 4. The library the smarm executable links.
 if(NOT EXISTS ${SMARM_LUAJIT_LIBRARY})

@@ -122,7 +122,7 @@ local function add(row)
   f.p50s[#f.p50s + 1] = row.p50_ns
   f.rounds[#f.p50s] = row.round -- (dev.sh bench-peers tags its lines round=N)
   if row.rss_per_actor_bytes then f.rss[#f.rss + 1] = row.rss_per_actor_bytes end
-  if row.actors then f.actors[row.actors] = true end
+  f.actors[row.actors or "none"] = true -- (the spread's lines say actors=N)
 end
 
 local any_peer, smarm_rows = false, {}
@@ -223,11 +223,13 @@ local function target_figure(t)
   if not each or #each == 0 then return nil, name, "" end
   if t.actors then
     local other = {}
-    for n in pairs(f.actors) do if n ~= t.actors then other[#other + 1] = n end end
-    if #other > 0 or not f.actors[t.actors] then
-      table.sort(other)
+    for n in pairs(f.actors) do
+      if n ~= t.actors then other[#other + 1] = n == "none" and "an unknown count of" or n end
+    end
+    if #other > 0 then -- a line of another count, or one that does not say, is not judged
+      table.sort(other, function(a, b) return tostring(a) < tostring(b) end)
       return nil, name, "", nil, string.format("run with %s actors, the target is for %d",
-        #other > 0 and table.concat(other, ", ") or "an unknown count of", t.actors)
+        table.concat(other, ", "), t.actors)
     end
   end
   return median(each), name, "", #each > 1 and each or nil
@@ -249,12 +251,13 @@ local function print_targets(with_peers)
       -- a figure as printed: three decimals (bytes none, ns one), more while a missed one would
       -- print as the bound (0.6004 is not "0.600 ... missed")
       local function show(x)
-        if t.ns and x >= 1e4 then return human(x) end
+        if t.ns and x >= 1e4 - 0.05 then return human(x) end
         local d = t.bytes and 0 or t.ns and 1 or 3
         while x > t.max and d < 6 and tonumber(string.format("%." .. d .. "f", x)) <= t.max do
           d = d + 1
         end
         local digits = string.format("%." .. d .. "f", x)
+        if x > t.max and tonumber(digits) <= t.max then digits = ">" .. digits end
         return t.bytes and digits .. " B" or t.ns and digits .. " ns" or digits
       end
       local shown = value and show(value)
@@ -345,12 +348,12 @@ end
 local mem = figures.spawn and figures.spawn.waiting
 if mem then
   local line = string.format("%-12s %-18s %12s", "spawn", "bytes/actor",
-    mem.smarm and #mem.smarm.rss > 0 and string.format("%d B", median(mem.smarm.rss)) or "-")
+    mem.smarm and #mem.smarm.rss > 0 and string.format("%.0f B", median(mem.smarm.rss)) or "-")
   for _, peer in ipairs(PEERS) do
     local f = mem[peer]
     if f and #f.rss > 0 then
       local ratio = mem.smarm and #mem.smarm.rss > 0 and median(mem.smarm.rss) / median(f.rss)
-      line = line .. string.format(" %12s %6s", string.format("%d B", median(f.rss)),
+      line = line .. string.format(" %12s %6s", string.format("%.0f B", median(f.rss)),
         ratio and string.format("%.2f", ratio) or "")
     else
       line = line .. string.format(" %12s %6s", "-", "")

@@ -120,12 +120,14 @@ typedef struct enc {
   lhandle_t handles[CODEC_MAX_HANDLES];
 } enc_t;
 
-/* A table's entries moved while enc_table walked it (sm_ljx_table_next): an allocation of the
-** encoder ran a GC step, and a __gc finalizer grew the table or added a key that displaced
-** others, so that the walk would skip or repeat entries (a key the table held throughout went
-** missing from the message). The encode stops (each walk ends at its next entry) and is done
+/* A table's entries may have moved while enc_table walked it (sm_ljx_table_next): an
+** allocation of the encoder ran a GC step, and a finalizer ran, which may have grown, rehashed,
+** or cleared and refilled the table, so that the walk would skip or repeat entries (a key the
+** table held throughout went missing from the message). Any finalizer counts, the binding's own
+** (a binary's, a socket's) too. The encode stops (each walk ends at its next entry) and is done
 ** again with the collector held (encode_held), where no finalizer runs. Nothing is paid until a
-** table moves: most messages allocate nothing on the Lua heap. */
+** walk meets a finalizer: most messages allocate nothing on the Lua heap, and finalizers run
+** only in the last phase of a collection cycle; a message that meets them is encoded twice. */
 static void table_moved(enc_t *e)
 {
   if (e->held) /* nothing runs there that could move it (the names are looked up first) */
