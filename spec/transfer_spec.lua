@@ -861,10 +861,9 @@ describe("functions a module holds", function()
     assert.are.equal("true\n", out)
   end
 
-  -- Under ThreadSanitizer or an emulator each round costs 10 to 15 times what it does in a
-  -- release build (under TSan the second case below took 43 s of the spec's 70): fewer rounds
-  -- there, where the release, checking and ASan variants run them all.
-  local SLOW = os.getenv("SMARM_SANITIZER") == "tsan" or guard.emulated
+  -- Fewer rounds under TSan or the emulator (guard.slow: there the second case below took 43 s
+  -- of the spec's 70).
+  local SLOW = guard.slow
 
   -- Every send of a function here finds package.loaded changed and makes the index again, while
   -- garbage piles up whose finalizers take away every key of package.loaded named PREFIX.. and

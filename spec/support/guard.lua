@@ -13,6 +13,10 @@ local guard = { HANG = 120 } -- seconds
 -- Whether the specs' executable runs under an emulator (SMARM_EXE "qemu-aarch64 -L ... smarm"):
 -- many times slower, so that a spec may run fewer rounds there.
 guard.emulated = (os.getenv("SMARM_EXE") or ""):find("^%S*qemu%S*%s") ~= nil
+-- Whether each round of a spec's loop costs 10 to 15 times a release build's: under the emulator
+-- or ThreadSanitizer. Such a spec runs fewer rounds there; the release, checking and ASan
+-- variants run them all.
+guard.slow = guard.emulated or os.getenv("SMARM_SANITIZER") == "tsan"
 
 local function hung(what, how)
   error(string.format("%s: %s within %d s (a hang guard: something never happened)",
