@@ -861,14 +861,11 @@ describe("functions a module holds", function()
     assert.are.equal("true\n", out)
   end
 
-  -- Fewer rounds under TSan or the emulator (guard.slow: there the second case below took 43 s
-  -- of the spec's 70).
-  local SLOW = guard.slow
-
   -- Every send of a function here finds package.loaded changed and makes the index again, while
   -- garbage piles up whose finalizers take away every key of package.loaded named PREFIX.. and
   -- add others, until it grows to another size. VALUE: what those keys hold; ROUNDS: sends (each
-  -- finds package.loaded changed, and modules that are tables each cost a package.searchpath).
+  -- finds package.loaded changed, and modules that are tables each cost a package.searchpath;
+  -- a third of them under guard.slow, where the second case below took 43 s of the spec's 70).
   local function churned_loaded(value, rounds)
     return ([[
       local smarm = require("smarm")
@@ -901,7 +898,7 @@ describe("functions a module holds", function()
   -- package.loaded could resize it in between, so that the snapshot was written past its end
   -- (a heap overflow under ASan; a segfault in a release build).
   it("makes its index while finalizers resize package.loaded", function()
-    run_script(churned_loaded("true", SLOW and 700 or 2000))
+    run_script(churned_loaded("true", guard.slow and 700 or 2000))
   end)
 
   -- The walk of package.loaded asked smarm.core for a submodule through its __index (a Lua
@@ -909,7 +906,7 @@ describe("functions a module holds", function()
   -- end even with the collector held, and a finalizer took the key the walk stood on: the send
   -- raised "invalid key to 'next'" (modules that are tables are the keys it looks up).
   it("makes its index while finalizers take away the module it stands on", function()
-    run_script(churned_loaded("{}", SLOW and 100 or 300))
+    run_script(churned_loaded("{}", guard.slow and 100 or 300))
   end)
 
   -- The walk of package.loaded called package.searchpath for each module, and a script's own
